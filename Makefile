@@ -1,0 +1,40 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+MODEL ?=
+OUT ?= out
+DEMO := build/demo_int8.tflite
+
+.PHONY: demo test lint bench gen check plan clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+$(DEMO): $(STAMP) $(wildcard toolchain/*.py)
+	@mkdir -p build
+	$(BIN)/python -m toolchain.examples residual_cnn_int8 $(DEMO)
+
+demo: $(DEMO)
+	$(BIN)/arenac inspect $(DEMO)
+	$(BIN)/arenac plan $(DEMO) --svg build/demo_plan.svg
+	@echo "memory map written to build/demo_plan.svg"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: lint
+	$(BIN)/python -m pytest
+
+plan: $(STAMP)
+	$(BIN)/arenac plan $(MODEL)
+
+bench: $(STAMP)
+	$(BIN)/python -m tests.bench
+
+clean:
+	rm -rf build out .pytest_cache .ruff_cache

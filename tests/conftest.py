@@ -1,0 +1,37 @@
+"""Shared test fixtures: the reference models beside the checkout, and built example models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+SHARED_MODEL_FILES = sorted(SHARED_MODELS.glob("*.tflite")) if SHARED_MODELS.is_dir() else []
+
+needs_shared_models = pytest.mark.skipif(
+    not SHARED_MODEL_FILES, reason=f"reference models not found in {SHARED_MODELS}"
+)
+
+
+def tflm_head_figures() -> dict[str, int]:
+    """TFLM's head bytes per model, read from the table in ../shared/models/README.md."""
+    figures = {}
+    for line in (SHARED_MODELS / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1].isdigit() and cells[2].isdigit():
+            figures[cells[0]] = int(cells[1])
+    return figures
+
+
+@pytest.fixture
+def example_path(tmp_path):
+    """Write a built-in example model to a temporary file and return its path."""
+    from toolchain.examples import EXAMPLES
+
+    def write(name: str) -> Path:
+        path = tmp_path / f"{name}.tflite"
+        path.write_bytes(EXAMPLES[name]())
+        return path
+
+    return write

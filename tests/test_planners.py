@@ -1,0 +1,530 @@
+"""Memory planners: exact arenas on hand-worked cases, reference re-implementations on random
+cases, and an independent verifier that must reject every kind of broken plan."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolchain.errors import PlanError
+from toolchain.planners import (
+    PLANNERS,
+    Buffer,
+    Plan,
+    align_up,
+    lower_bound,
+    make_plan,
+    naive_sum,
+    verify,
+)
+from toolchain.planners.csvio import dump_buffers, load_buffers, load_offsets
+from toolchain.planners.freelist import FreeListPlanner
+from toolchain.planners.greedy import GreedyPlanner
+
+# Every planner configuration the tests run, by name: (planner, options).
+CONFIGS = {
+    "greedy": ("greedy", {}),
+    "freelist-first": ("freelist", {}),
+    "freelist-best": ("freelist", {"fit": "best"}),
+    "naive": ("naive", {}),
+}
+
+
+def buffers_from(*rows: tuple[int, int, int]) -> list[Buffer]:
+    """Buffers numbered by position from (size, first, last) rows."""
+    return [Buffer(i, size, first, last) for i, (size, first, last) in enumerate(rows)]
+
+
+# --- Hand-worked cases (alignment 16) -------------------------------------------------------
+
+# A three-op chain: 100, 200 and 300 bytes pad to 112, 208 and 304. The last two are alive
+# together at op 2, so 208 + 304 = 512 is the best possible arena.
+CHAIN = buffers_from((100, 0, 1), (200, 1, 2), (300, 2, 2))
+
+# At op 1 the free list is [0, 64) and [96, 128). First fit puts the 32-byte buffer 4 at 0,
+# leaving no 64-byte hole for buffer 5 at op 2; best fit uses the exact 32-byte hole at 96.
+FIT_DIFFERS = buffers_from((64, 0, 0), (32, 0, 2), (32, 0, 0), (16, 0, 2), (32, 1, 2), (64, 2, 2))
+
+# At op 1 buffer 1's block [48, 80) is free and touches the top (80): buffer 2 (64 bytes) does
+# not fit in it, so the block grows to [48, 112) instead of buffer 2 going to 80.
+TOP_GROWS = buffers_from((48, 0, 1), (32, 0, 0), (64, 1, 1))
+
+# Buffers 0 and 1 die together; only their merged block [0, 64) holds buffer 3.
+MERGES = buffers_from((32, 0, 0), (32, 0, 0), (16, 0, 1), (64, 1, 1))
+
+HAND_CASES = {
+    # case: (buffers, lower bound, {config id: (arena, offsets)})
+    "chain": (
+        CHAIN,
+        512,
+        {
+            "greedy": (512, (0, 304, 0)),
+            "freelist-first": (624, (0, 112, 320)),
+            "freelist-best": (624, (0, 112, 320)),
+            "naive": (624, (0, 112, 320)),
+        },
+    ),
+    "fit-differs": (
+        FIT_DIFFERS,
+        144,
+        {
+            "greedy": (144, (0, 64, 96, 128, 96, 0)),
+            "freelist-first": (208, (0, 64, 96, 128, 0, 144)),
+            "freelist-best": (144, (0, 64, 96, 128, 96, 0)),
+            "naive": (240, (0, 64, 96, 128, 144, 176)),
+        },
+    ),
+    "top-grows": (
+        TOP_GROWS,
+        112,
+        {
+            "greedy": (112, (64, 0, 0)),
+            "freelist-first": (112, (0, 48, 48)),
+            "freelist-best": (112, (0, 48, 48)),
+            "naive": (144, (0, 48, 80)),
+        },
+    ),
+    "merges": (
+        MERGES,
+        80,
+        {
+            "greedy": (80, (0, 32, 64, 0)),
+            "freelist-first": (80, (0, 32, 64, 0)),
+            "freelist-best": (80, (0, 32, 64, 0)),
+            "naive": (144, (0, 32, 64, 80)),
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", HAND_CASES)
+@pytest.mark.parametrize("config", CONFIGS)
+def test_hand_worked_arena_and_offsets(case, config):
+    buffers, _, expected = HAND_CASES[case]
+    planner, options = CONFIGS[config]
+    arena, offsets = expected[config]
+    plan = make_plan(buffers, planner, alignment=16, **options)
+    assert (plan.arena_bytes, plan.offsets) == (arena, offsets)
+    assert plan.planner == planner
+    assert plan.alignment == 16
+
+
+@pytest.mark.parametrize("case", HAND_CASES)
+def test_hand_worked_bounds(case):
+    buffers, bound, expected = HAND_CASES[case]
+    assert lower_bound(buffers, 16) == bound
+    assert naive_sum(buffers, 16) == expected["naive"][0]
+
+
+def test_chain_bounds_without_padding():
+    assert lower_bound(CHAIN, 1) == 500
+    assert naive_sum(CHAIN, 1) == 600
+    assert make_plan(CHAIN, "greedy", alignment=1).offsets == (0, 300, 0)
+
+
+def test_align_up():
+    assert [align_up(n, 16) for n in (0, 1, 15, 16, 17, 100)] == [0, 16, 16, 16, 32, 112]
+    assert align_up(7, 1) == 7
+
+
+@pytest.mark.parametrize(("planner", "options"), CONFIGS.values(), ids=CONFIGS)
+def test_no_buffers_make_an_empty_arena(planner, options):
+    plan = make_plan([], planner, **options)
+    assert (plan.arena_bytes, plan.offsets, plan.buffers) == (0, (), ())
+    assert lower_bound([], 16) == naive_sum([], 16) == 0
+
+
+@pytest.mark.parametrize(("planner", "options"), CONFIGS.values(), ids=CONFIGS)
+def test_empty_buffers_take_no_space(planner, options):
+    buffers = buffers_from((0, 0, 3), (40, 0, 1), (0, 1, 1), (40, 1, 2))
+    plan = make_plan(buffers, planner, **options)
+    # Buffers 1 and 3 (48 bytes padded) meet at op 1; the empty ones add nothing, even to naive.
+    assert plan.arena_bytes == lower_bound(buffers, 16) == naive_sum(buffers, 16) == 96
+
+
+# --- The four-method interface --------------------------------------------------------------
+
+
+def test_interface_numbers_buffers_and_plans_lazily():
+    planner = GreedyPlanner(alignment=16)
+    ids = [
+        planner.add_buffer(size, first, last) for size, first, last in [(100, 0, 1), (200, 1, 2)]
+    ]
+    assert ids == [0, 1]
+    assert planner.arena_bytes() == 320  # planned on first question, without plan()
+    assert (planner.offset(0), planner.offset(1)) == (208, 0)
+    assert planner.add_buffer(300, 2, 2) == 2
+    planner.plan()  # the new buffer invalidated the old offsets
+    assert [planner.offset(i) for i in range(3)] == [0, 304, 0]
+    assert planner.result() == Plan("greedy", 16, tuple(CHAIN), (0, 304, 0), 512)
+
+
+def test_interface_rejects_bad_input():
+    planner = FreeListPlanner()
+    with pytest.raises(PlanError, match="negative"):
+        planner.add_buffer(-1, 0, 0)
+    with pytest.raises(PlanError, match=r"\[3, 2\] ends before it starts"):
+        planner.add_buffer(8, 3, 2)
+    planner.add_buffer(8, 0, 0)
+    with pytest.raises(PlanError, match="no buffer with id 1; 1 were added"):
+        planner.offset(1)
+
+
+def test_registry_names_match_planners():
+    assert set(PLANNERS) == {"greedy", "freelist", "naive"}
+    assert all(cls.name == name for name, cls in PLANNERS.items())
+
+
+def test_make_plan_rejects_unknown_planner_and_options():
+    with pytest.raises(PlanError, match="unknown planner 'best'; choose one of greedy"):
+        make_plan(CHAIN, "best")
+    with pytest.raises(PlanError, match="unknown fit 'worst'"):
+        make_plan(CHAIN, "freelist", fit="worst")
+    with pytest.raises(PlanError, match="planner 'greedy' has no option fit"):
+        make_plan(CHAIN, "greedy", fit="best")
+    with pytest.raises(PlanError, match="alignment must be a positive"):
+        make_plan(CHAIN, "naive", alignment=0)
+
+
+def test_make_plan_keeps_the_callers_buffer_ids():
+    buffers = [Buffer(40, 100, 0, 1), Buffer(7, 200, 1, 2), Buffer(93, 300, 2, 2)]
+    plan = make_plan(buffers, "greedy")
+    assert plan.buffers == tuple(buffers)
+    assert [plan.offset_of(i) for i in (40, 7, 93)] == [0, 304, 0]
+    with pytest.raises(PlanError, match="no buffer with id 0"):
+        plan.offset_of(0)
+
+
+def test_make_plan_rejects_duplicate_ids():
+    with pytest.raises(PlanError, match="buffer id 5 appears twice"):
+        make_plan([Buffer(5, 16, 0, 0), Buffer(5, 16, 1, 1)])
+
+
+# --- verify rejects broken plans ------------------------------------------------------------
+
+
+def plan_of(buffers: list[Buffer], offsets: list[int], arena: int, alignment: int = 16) -> Plan:
+    return Plan("hand", alignment, tuple(buffers), tuple(offsets), arena)
+
+
+def test_verify_accepts_a_tight_plan():
+    verify(plan_of(list(CHAIN), [0, 304, 0], 512))
+    # Real sizes, not padded ones, must fit in the arena.
+    verify(plan_of(buffers_from((10, 0, 0)), [0], 10))
+    # Lives that meet but do not overlap may share bytes.
+    verify(plan_of(buffers_from((64, 0, 1), (64, 2, 3)), [0, 0], 64))
+
+
+@pytest.mark.parametrize(
+    ("buffers", "offsets", "arena", "message"),
+    [
+        (
+            buffers_from((64, 0, 1), (64, 1, 3)),
+            [0, 48],
+            112,
+            r"buffers 0 and 1 share bytes \[48, 64\) at op 1",
+        ),
+        (
+            [Buffer(9, 16, 0, 5), Buffer(4, 32, 5, 5)],
+            [16, 0],
+            32,
+            r"buffers 9 and 4 share bytes \[16, 32\) at op 5",
+        ),
+        (buffers_from((16, 0, 0), (16, 0, 0)), [0, 0], 16, "buffers 0 and 1 share bytes"),
+        (buffers_from((16, 0, 0), (16, 0, 0)), [0, 8], 32, "offset 8 is not a multiple of 16"),
+        (
+            buffers_from((16, 0, 0), (17, 0, 0)),
+            [0, 16],
+            32,
+            r"\[16, 33\) lie outside the arena \[0, 32\)",
+        ),
+        (buffers_from((16, 0, 0)), [-16], 32, "lie outside the arena"),
+        (buffers_from((-16, 0, 0)), [0], 32, "buffer 0 has negative size -16"),
+        (buffers_from((16, 3, 2)), [0], 32, r"life \[3, 2\] ends before it starts"),
+        ([Buffer(1, 16, 0, 0), Buffer(1, 16, 1, 1)], [0, 0], 16, "buffer id 1 appears twice"),
+        (buffers_from((16, 0, 0)), [0, 16], 32, "2 offsets for 1 buffers"),
+    ],
+    ids=[
+        "overlap",
+        "overlap-names-ids",
+        "same-offset",
+        "misaligned",
+        "past-arena-end",
+        "negative-offset",
+        "negative-size",
+        "reversed-life",
+        "duplicate-id",
+        "offset-count",
+    ],
+)
+def test_verify_rejects(buffers, offsets, arena, message):
+    with pytest.raises(PlanError, match=message):
+        verify(plan_of(buffers, offsets, arena))
+
+
+def test_verify_rejects_bad_alignment_and_arena():
+    with pytest.raises(PlanError, match="alignment must be positive"):
+        verify(plan_of([], [], 0, alignment=0))
+    with pytest.raises(PlanError, match="must not be negative"):
+        verify(plan_of([], [], -1))
+
+
+# --- Random buffer sets ---------------------------------------------------------------------
+
+buffer_lists = st.lists(
+    st.tuples(
+        st.one_of(st.integers(0, 300), st.sampled_from([16, 32, 64, 128])),
+        st.integers(0, 12),  # first op
+        st.integers(0, 6),  # extra ops of life
+    ),
+    max_size=30,
+).map(
+    lambda rows: [
+        Buffer(i, size, first, first + extra) for i, (size, first, extra) in enumerate(rows)
+    ]
+)
+alignments = st.sampled_from([1, 4, 16])
+
+
+def overlap_in_time(a: Buffer, b: Buffer) -> bool:
+    return a.first <= b.last and b.first <= a.last
+
+
+def reference_greedy(buffers: list[Buffer], alignment: int) -> list[int]:
+    """TFLite Micro's greedy planner by brute force: the lowest of 0 and every rival's end."""
+    padded = {b.id: align_up(b.size, alignment) for b in buffers}
+    offsets: dict[int, int] = {}
+    for b in sorted(buffers, key=lambda b: (-padded[b.id], b.first, b.id)):
+        rivals = [
+            (offsets[p.id], offsets[p.id] + padded[p.id])
+            for p in buffers
+            if p.id in offsets and overlap_in_time(p, b)
+        ]
+        offsets[b.id] = min(
+            c
+            for c in [0] + [end for _, end in rivals]
+            if padded[b.id] == 0 or all(c + padded[b.id] <= s or e <= c for s, e in rivals)
+        )
+    return [offsets[b.id] for b in buffers]
+
+
+def reference_freelist(buffers: list[Buffer], alignment: int, fit: str) -> list[int]:
+    """The free-list method recomputed from scratch at each placement: the free blocks are the
+    holes below the top between the buffers still alive."""
+    padded = {b.id: align_up(b.size, alignment) for b in buffers}
+    offsets: dict[int, int] = {}
+    top = 0
+    for op in sorted({b.first for b in buffers}):
+        for b in sorted((b for b in buffers if b.first == op), key=lambda b: (-padded[b.id], b.id)):
+            need = padded[b.id]
+            alive = sorted(
+                (offsets[p.id], offsets[p.id] + padded[p.id])
+                for p in buffers
+                if p.id in offsets and p.last >= op
+            )
+            holes, cursor = [], 0
+            for start, end in alive:
+                if start > cursor:
+                    holes.append((cursor, start - cursor))
+                cursor = max(cursor, end)
+            if cursor < top:
+                holes.append((cursor, top - cursor))
+            fitting = [hole for hole in holes if hole[1] >= need]
+            if fitting:
+                chosen = fitting[0] if fit == "first" else min(fitting, key=lambda h: (h[1], h[0]))
+                offsets[b.id] = chosen[0]
+            elif holes and sum(holes[-1]) == top:
+                offsets[b.id] = holes[-1][0]
+            else:
+                offsets[b.id] = top
+            top = max(top, offsets[b.id] + need)
+    return [offsets[b.id] for b in buffers]
+
+
+def problems_by_brute_force(plan: Plan) -> bool:
+    """Whether any buffer is misplaced or any two live buffers share a byte, checking all pairs."""
+    placed = list(zip(plan.buffers, plan.offsets, strict=True))
+    if any(o % plan.alignment or o < 0 or o + b.size > plan.arena_bytes for b, o in placed):
+        return True
+    return any(
+        overlap_in_time(a, b) and oa < ob + b.size and ob < oa + a.size
+        for i, (a, oa) in enumerate(placed)
+        for b, ob in placed[i + 1 :]
+        if a.size and b.size
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(buffers=buffer_lists, alignment=alignments)
+def test_every_planner_makes_a_valid_plan_within_bounds(buffers, alignment):
+    bound, ceiling = lower_bound(buffers, alignment), naive_sum(buffers, alignment)
+    for planner, options in CONFIGS.values():
+        plan = make_plan(buffers, planner, alignment, **options)  # verifies
+        assert not problems_by_brute_force(plan)
+        assert all(offset % alignment == 0 for offset in plan.offsets)
+        assert bound <= plan.arena_bytes <= ceiling
+        if planner == "naive":
+            assert plan.arena_bytes == ceiling
+
+
+@settings(max_examples=300, deadline=None)
+@given(buffers=buffer_lists, alignment=alignments)
+def test_greedy_matches_a_brute_force_reference(buffers, alignment):
+    plan = make_plan(buffers, "greedy", alignment)
+    assert list(plan.offsets) == reference_greedy(buffers, alignment)
+
+
+@settings(max_examples=300, deadline=None)
+@given(buffers=buffer_lists, alignment=alignments, fit=st.sampled_from(["first", "best"]))
+def test_freelist_matches_a_from_scratch_reference(buffers, alignment, fit):
+    plan = make_plan(buffers, "freelist", alignment, fit=fit)
+    assert list(plan.offsets) == reference_freelist(buffers, alignment, fit)
+
+
+@settings(max_examples=300, deadline=None)
+@given(buffers=buffer_lists, alignment=alignments)
+def test_lower_bound_is_the_busiest_op(buffers, alignment):
+    busiest = max(
+        (
+            sum(align_up(b.size, alignment) for b in buffers if b.first <= op <= b.last)
+            for op in range(20)
+        ),
+        default=0,
+    )
+    assert lower_bound(buffers, alignment) == busiest
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), buffers=buffer_lists.filter(lambda bs: len(bs) <= 8))
+def test_verify_agrees_with_brute_force_on_arbitrary_plans(data, buffers):
+    alignment = data.draw(st.sampled_from([1, 4]))
+    # Mostly aligned offsets and an arena near the highest end, so that overlaps, rather than
+    # misalignment or overflow, decide most examples.
+    offset = st.one_of(st.integers(-1, 100).map(lambda k: 4 * k), st.integers(-4, 400))
+    offsets = data.draw(st.lists(offset, min_size=len(buffers), max_size=len(buffers)))
+    highest_end = max((o + b.size for b, o in zip(buffers, offsets, strict=True)), default=0)
+    arena = max(0, highest_end + data.draw(st.integers(-2, 2)))
+    plan = plan_of(buffers, offsets, arena, alignment)
+    if problems_by_brute_force(plan):
+        with pytest.raises(PlanError):
+            verify(plan)
+    else:
+        verify(plan)
+
+
+def random_buffers(count: int, seed: int) -> list[Buffer]:
+    rng = random.Random(seed)
+    buffers = []
+    for i in range(count):
+        first = rng.randrange(2000)
+        size = rng.choice([0, rng.randrange(1, 4096), rng.randrange(1, 65536)])
+        buffers.append(Buffer(i, size, first, first + int(rng.expovariate(1 / 8))))
+    return buffers
+
+
+@pytest.mark.parametrize(("planner", "options"), CONFIGS.values(), ids=CONFIGS)
+def test_ten_thousand_buffers_plan_and_verify(planner, options):
+    buffers = random_buffers(10_000, seed=7)
+    plan = make_plan(buffers, planner, **options)  # verifies
+    assert len(plan.offsets) == 10_000
+    assert lower_bound(buffers, 16) <= plan.arena_bytes <= naive_sum(buffers, 16)
+
+
+# --- MiniMalloc CSV -------------------------------------------------------------------------
+
+
+def test_dump_writes_minimalloc_half_open_lives():
+    out = io.StringIO()
+    dump_buffers(CHAIN, out)
+    assert out.getvalue() == "id,lower,upper,size\n0,0,2,100\n1,1,3,200\n2,2,3,300\n"
+
+
+@settings(max_examples=100, deadline=None)
+@given(buffers=buffer_lists)
+def test_csv_round_trip(buffers):
+    out = io.StringIO()
+    dump_buffers(buffers, out)
+    assert load_buffers(io.StringIO(out.getvalue())) == buffers
+
+
+def test_csv_round_trip_through_a_file_and_a_solution(tmp_path):
+    problem = tmp_path / "problem.csv"
+    dump_buffers(FIT_DIFFERS, problem)
+    assert load_buffers(problem) == FIT_DIFFERS
+    solution = tmp_path / "solution.csv"
+    plan = make_plan(FIT_DIFFERS, "greedy")
+    solution.write_text(
+        "id,lower,upper,size,offset\n"
+        + "".join(
+            f"{b.id},{b.first},{b.last + 1},{b.size},{o}\n"
+            for b, o in zip(plan.buffers, plan.offsets, strict=True)
+        )
+    )
+    offsets = load_offsets(solution, FIT_DIFFERS)
+    assert offsets == {0: 0, 1: 64, 2: 96, 3: 128, 4: 96, 5: 0}
+    loaded = Plan.from_offsets("minimalloc", 16, FIT_DIFFERS, [offsets[b.id] for b in FIT_DIFFERS])
+    verify(loaded)
+    assert loaded.arena_bytes == 144
+    assert load_buffers(solution) == FIT_DIFFERS  # a solution is also a problem
+
+
+def test_load_offsets_accepts_the_short_form_in_any_order():
+    text = "offset,id\n304,1\n0,0\n0,2\n"
+    assert load_offsets(io.StringIO(text), CHAIN) == {0: 0, 1: 304, 2: 0}
+
+
+def test_load_offsets_accepts_padded_sizes():
+    text = "id,lower,upper,size,offset\n0,0,2,112,0\n1,1,3,208,304\n2,2,3,304,0\n"
+    assert load_offsets(io.StringIO(text), CHAIN) == {0: 0, 1: 304, 2: 0}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty file; expected a header id,lower,upper,size"),
+        ("id,lower,size\n0,0,4\n", "must have columns id,lower,upper,size"),
+        ("id,lower,upper,size,gaps\n", "must have columns"),
+        ("id,id,lower,upper,size\n", "duplicate column"),
+        ("id,lower,upper,size\nb1,0,3,4\n", "line 2: every field must be an integer"),
+        ("id,lower,upper,size\n0,0,3\n", "line 2: 3 fields, but the header has 4"),
+        ("id,lower,upper,size\n0,0,3,4\n0,1,3,4\n", "line 3: buffer id 0 appears twice"),
+        ("id,lower,upper,size\n0,3,3,4\n", r"line 2: upper \(3\) must exceed lower \(3\)"),
+        ("id,lower,upper,size\n0,0,3,-4\n", "size must not be negative"),
+    ],
+)
+def test_load_buffers_rejects_malformed_files(text, message):
+    with pytest.raises(PlanError, match=message):
+        load_buffers(io.StringIO(text))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("id,lower,upper,size\n0,0,2,100\n", "must have columns id,offset"),
+        ("id,offset\n0,0\n1,304\n7,0\n", "line 4: no buffer with id 7"),
+        ("id,offset\n0,0\n1,304\n1,0\n", "line 4: buffer id 1 appears twice"),
+        ("id,offset\n0,0\n", "no offset for buffer id 1, 2"),
+        ("id,offset\n0,zero\n", "line 2: every field must be an integer"),
+        ("id,lower,upper,size,offset\n0,0,1,100,0\n", "line 2: buffer 0 is lower=0 upper=1"),
+        ("id,lower,upper,size,offset\n0,0,2,99,0\n", "size=99 in the solution but"),
+    ],
+)
+def test_load_offsets_rejects_malformed_files(text, message):
+    with pytest.raises(PlanError, match=message):
+        load_offsets(io.StringIO(text), CHAIN)
+
+
+def test_csv_errors_name_the_file(tmp_path):
+    missing = tmp_path / "missing.csv"
+    with pytest.raises(PlanError, match="cannot open") as raised:
+        load_buffers(missing)
+    assert raised.value.source == str(missing)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,lower,upper,size\n0,0,x,4\n")
+    with pytest.raises(PlanError) as raised:
+        load_buffers(bad)
+    assert str(raised.value).startswith(f"{bad}: line 2:")

@@ -1,0 +1,1 @@
+"""arenac: offline arena planning and C generation for TensorFlow Lite models."""

@@ -1,0 +1,108 @@
+"""Lifetimes: which tensors need arena space, and during which steps of the execution order.
+
+The rules are those of the method arenac is built on: a tensor's life starts at the step of the
+operator that produces it (step 0 for graph inputs) and ends at the step of its last consumer
+(the last step for graph outputs); a tensor nobody reads lives only during its producer's step.
+Constants stay in flash and variables (recurrent state) persist, so neither is planned here:
+they are listed beside the planned buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from toolchain.errors import ModelError
+from toolchain.ir import Graph
+from toolchain.planners import Buffer
+
+
+@dataclass(frozen=True)
+class ScratchRequest:
+    """A per-op working buffer a kernel asks for; it lives exactly during its op."""
+
+    op: int
+    size: int
+    purpose: str
+
+
+@dataclass(frozen=True)
+class Lifetimes:
+    """The planner's input for one graph, with the map back to tensors.
+
+    `order[step]` is the operator executed at that step; buffer ids are positions in
+    `buffers`; `tensor_of[id]` is the tensor a buffer holds (None for scratch).
+    """
+
+    order: tuple[int, ...]
+    buffers: tuple[Buffer, ...]
+    tensor_of: tuple[int | None, ...]
+    scratch: tuple[ScratchRequest, ...]
+    variables: tuple[int, ...]
+    constants: tuple[int, ...]
+
+
+def model_order(graph: Graph) -> tuple[int, ...]:
+    """The operators in the order the file lists them: TFLite's own execution order."""
+    return tuple(range(len(graph.operators)))
+
+
+def compute_lifetimes(
+    graph: Graph,
+    order: Sequence[int] | None = None,
+    scratch: Sequence[ScratchRequest] = (),
+    source: str | None = None,
+) -> Lifetimes:
+    """Buffers (id, size, first, last) for every activation tensor and scratch request.
+
+    `order` is the seam for a chosen schedule: any permutation of the operators in which every
+    tensor is written before it is read.
+    """
+    order = tuple(model_order(graph) if order is None else order)
+    if sorted(order) != list(range(len(graph.operators))):
+        raise ModelError("execution order is not a permutation of the operators", source)
+    step_of = {op: step for step, op in enumerate(order)}
+    last_step = max(len(order) - 1, 0)
+    tensors = graph.tensors
+    planned = [t.index for t in tensors if not t.is_constant and not t.is_variable]
+    first: dict[int, int] = {t: 0 for t in graph.inputs if t in planned}
+    last: dict[int, int] = {}
+    for step, op_index in enumerate(order):
+        op = graph.operators[op_index]
+        for t in op.inputs:
+            if t < 0 or tensors[t].is_constant or tensors[t].is_variable:
+                continue
+            if t not in first:
+                raise ModelError(
+                    f"operator {op_index} ({op.opcode}) reads tensor {t} ({tensors[t].name!r}) "
+                    "before anything writes it",
+                    source,
+                )
+            last[t] = step
+        for t in op.outputs:
+            if tensors[t].is_variable or t in first:
+                if not tensors[t].is_variable:
+                    raise ModelError(f"tensor {t} ({tensors[t].name!r}) is written twice", source)
+                continue
+            first[t] = step
+    for t in graph.outputs:
+        if t in first:
+            last[t] = last_step
+    live = [t for t in planned if t in first]
+    buffers = [
+        Buffer(id=i, size=tensors[t].nbytes, first=first[t], last=last.get(t, first[t]))
+        for i, t in enumerate(live)
+    ]
+    tensor_of: list[int | None] = list(live)
+    for request in scratch:
+        step = step_of[request.op]
+        buffers.append(Buffer(id=len(buffers), size=request.size, first=step, last=step))
+        tensor_of.append(None)
+    return Lifetimes(
+        order=order,
+        buffers=tuple(buffers),
+        tensor_of=tuple(tensor_of),
+        scratch=tuple(scratch),
+        variables=tuple(t.index for t in tensors if t.is_variable),
+        constants=tuple(t.index for t in tensors if t.is_constant and not t.is_variable),
+    )

@@ -1,0 +1,136 @@
+"""MiniMalloc's CSV form of the allocation problem, so an exact solver can check our planners.
+
+MiniMalloc writes lives as half-open `[lower, upper)`, ours are inclusive `[first, last]`, so
+`lower = first` and `upper = last + 1`. Columns are found by name, as MiniMalloc does.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TextIO
+
+from toolchain.errors import PlanError
+from toolchain.planners.base import Buffer
+
+PathOrFile = str | os.PathLike[str] | TextIO
+
+PROBLEM_COLUMNS = ("id", "lower", "upper", "size")
+
+
+def dump_buffers(buffers: Sequence[Buffer], path_or_file: PathOrFile) -> None:
+    with _opened(path_or_file, "w") as (_, file):
+        writer = csv.writer(file, lineterminator="\n")
+        writer.writerow(PROBLEM_COLUMNS)
+        writer.writerows((b.id, b.first, b.last + 1, b.size) for b in buffers)
+
+
+def load_buffers(path_or_file: PathOrFile) -> list[Buffer]:
+    """Reads an `id,lower,upper,size` problem (a solution's `offset` column is ignored)."""
+    source, rows = _read_table(path_or_file, required=PROBLEM_COLUMNS, optional=("offset",))
+    buffers: list[Buffer] = []
+    seen: set[int] = set()
+    for line, row in rows:
+        if row["id"] in seen:
+            raise PlanError(f"line {line}: buffer id {row['id']} appears twice", source)
+        seen.add(row["id"])
+        if row["size"] < 0:
+            raise PlanError(f"line {line}: size must not be negative, got {row['size']}", source)
+        if row["upper"] <= row["lower"]:
+            raise PlanError(
+                f"line {line}: upper ({row['upper']}) must exceed lower ({row['lower']})", source
+            )
+        buffers.append(Buffer(row["id"], row["size"], row["lower"], row["upper"] - 1))
+    return buffers
+
+
+def load_offsets(path_or_file: PathOrFile, buffers: Sequence[Buffer]) -> dict[int, int]:
+    """Reads a solution, `id,lower,upper,size,offset` (MiniMalloc's output) or `id,offset`, for
+    exactly `buffers`; returns offset by buffer id.
+
+    When the problem columns are present they must describe the same buffers, except that a
+    size may be larger: a solution for padded sizes is also one for the real sizes.
+    """
+    source, rows = _read_table(
+        path_or_file, required=("id", "offset"), optional=("lower", "upper", "size")
+    )
+    by_id = {b.id: b for b in buffers}
+    offsets: dict[int, int] = {}
+    for line, row in rows:
+        buffer = by_id.get(row["id"])
+        if buffer is None:
+            raise PlanError(f"line {line}: no buffer with id {row['id']} in the problem", source)
+        if buffer.id in offsets:
+            raise PlanError(f"line {line}: buffer id {buffer.id} appears twice", source)
+        mismatch = (
+            row.get("lower", buffer.first) != buffer.first
+            or row.get("upper", buffer.last + 1) != buffer.last + 1
+            or row.get("size", buffer.size) < buffer.size
+        )
+        if mismatch:
+            raise PlanError(
+                f"line {line}: buffer {buffer.id} is lower={row.get('lower')} "
+                f"upper={row.get('upper')} size={row.get('size')} in the solution but "
+                f"lower={buffer.first} upper={buffer.last + 1} size={buffer.size} in the problem",
+                source,
+            )
+        offsets[buffer.id] = row["offset"]
+    missing = [b.id for b in buffers if b.id not in offsets]
+    if missing:
+        raise PlanError(f"no offset for buffer id {', '.join(map(str, missing))}", source)
+    return offsets
+
+
+def _read_table(
+    path_or_file: PathOrFile, required: Sequence[str], optional: Sequence[str]
+) -> tuple[str, list[tuple[int, dict[str, int]]]]:
+    """Returns the source's name and each data row as (line number, integer by column name)."""
+    with _opened(path_or_file, "r") as (source, file):
+        reader = csv.reader(file)
+        try:
+            lines = [(reader.line_num, fields) for fields in reader if fields]
+        except (csv.Error, UnicodeDecodeError) as error:
+            raise PlanError(f"not a readable CSV file: {error}", source) from None
+    if not lines:
+        raise PlanError(f"empty file; expected a header {','.join(required)}", source)
+    header = [name.strip() for name in lines[0][1]]
+    if len(set(header)) != len(header):
+        raise PlanError(f"line 1: duplicate column in header {','.join(header)}", source)
+    unknown = [name for name in header if name not in (*required, *optional)]
+    missing = [name for name in required if name not in header]
+    if unknown or missing:
+        raise PlanError(
+            f"line 1: header {','.join(header)} must have columns {','.join(required)}"
+            + (f" and may have {','.join(optional)}" if optional else ""),
+            source,
+        )
+    rows = []
+    for n, fields in lines[1:]:
+        if len(fields) != len(header):
+            raise PlanError(
+                f"line {n}: {len(fields)} fields, but the header has {len(header)}", source
+            )
+        try:
+            rows.append((n, {name: int(value) for name, value in zip(header, fields, strict=True)}))
+        except ValueError:
+            raise PlanError(
+                f"line {n}: every field must be an integer, got {fields}", source
+            ) from None
+    return source, rows
+
+
+@contextmanager
+def _opened(path_or_file: PathOrFile, mode: str) -> Iterator[tuple[str, TextIO]]:
+    """Yields (name for messages, text file); only files opened here are closed here."""
+    if not isinstance(path_or_file, (str, os.PathLike)):
+        yield getattr(path_or_file, "name", "<csv>"), path_or_file
+        return
+    source = os.fspath(path_or_file)
+    try:
+        file = open(path_or_file, mode, newline="", encoding="utf-8")
+    except OSError as error:
+        raise PlanError(f"cannot open: {error.strerror}", source) from None
+    with file:
+        yield source, file

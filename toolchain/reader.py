@@ -1,0 +1,301 @@
+"""Reader: .tflite bytes -> the toolchain's IR. The only code that touches flatbuffers.
+
+The Python flatbuffers runtime has no verifier, so every count and offset read from the file is
+checked against the file's size before it is used: a corrupt file must end in one ModelError,
+never a traceback, a hang or a huge allocation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import numpy as np
+
+from toolchain.errors import ModelError
+from toolchain.ir import DTYPE_BITS, Graph, Model, Operator, Quantization, SignatureDef, Tensor
+from toolchain.schema import DTYPE_NAMES, OPCODE_NAMES, OPTION_ENUMS, fb, snake_case
+
+T = TypeVar("T")
+
+MAX_TENSOR_ELEMENTS = 1 << 32  # larger than any microcontroller could hold: the file is corrupt
+PLACEHOLDER_FOR_GREATER_OP_CODES = 127
+
+
+def read_model(path: str | os.PathLike) -> Model:
+    """Read a .tflite file; every problem becomes a ModelError naming the file."""
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise ModelError("no such file", source) from None
+    except IsADirectoryError:
+        raise ModelError("is a directory, not a .tflite file", source) from None
+    except OSError as e:
+        raise ModelError(f"cannot read file ({e.strerror})", source) from None
+    return parse_model(data, source)
+
+
+def parse_model(data: bytes, source: str = "<bytes>") -> Model:
+    """Parse .tflite bytes; constant tensors become read-only views of `data`."""
+    data = bytes(data)  # immutable, so numpy views of it are read-only
+    if len(data) < 8 or not fb.Model.ModelBufferHasIdentifier(data, 0):
+        raise ModelError("not a TFLite model (no 'TFL3' file identifier)", source)
+    try:
+        return _Parser(data, source).model()
+    except ModelError:
+        raise
+    except RecursionError:
+        raise ModelError("corrupt flatbuffer (cyclic offsets)", source) from None
+    except Exception as e:  # the generated bindings fail in many ways on corrupt bytes
+        raise ModelError(f"corrupt or truncated flatbuffer ({type(e).__name__})", source) from None
+
+
+class _Parser:
+    def __init__(self, data: bytes, source: str):
+        self.data = data
+        self.source = source
+        self.root = fb.Model.GetRootAs(data, 0)
+
+    def fail(self, message: str) -> ModelError:
+        return ModelError(message, self.source)
+
+    def items(self, length: int, get: Callable[[int], T], bytes_each: int, what: str) -> list[T]:
+        """Read a flatbuffer vector after checking its length can fit in the file."""
+        if length < 0 or length * bytes_each > len(self.data):
+            raise self.fail(f"corrupt flatbuffer ({what}: {length} entries cannot fit in the file)")
+        return [get(i) for i in range(length)]
+
+    def ints(self, length: int, get: Callable[[int], int], what: str) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.items(length, get, 4, what))
+
+    # --- model -------------------------------------------------------------------------
+    def model(self) -> Model:
+        root = self.root
+        self.buffers = self.items(root.BuffersLength(), root.Buffers, 4, "buffers")
+        self.opcodes = [
+            self.opcode(c, i)
+            for i, c in enumerate(
+                self.items(root.OperatorCodesLength(), root.OperatorCodes, 4, "operator codes")
+            )
+        ]
+        graphs = tuple(
+            self.graph(g, i)
+            for i, g in enumerate(
+                self.items(root.SubgraphsLength(), root.Subgraphs, 4, "subgraphs")
+            )
+        )
+        if not graphs:
+            raise self.fail("model has no subgraphs")
+        metadata = {
+            self.text(m.Name()): self.buffer_bytes(m.Buffer(), f"metadata {self.text(m.Name())!r}")
+            for m in self.items(root.MetadataLength(), root.Metadata, 4, "metadata")
+        }
+        signatures = tuple(
+            self.signature(s, graphs)
+            for s in self.items(root.SignatureDefsLength(), root.SignatureDefs, 4, "signature defs")
+        )
+        return Model(
+            source=self.source,
+            version=int(root.Version()),
+            description=self.text(root.Description()),
+            graphs=graphs,
+            metadata=metadata,
+            signature_defs=signatures,
+        )
+
+    @staticmethod
+    def text(raw: bytes | None) -> str:
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def opcode(self, code: Any, index: int) -> tuple[str, int, str | None]:
+        """(builtin name, version, custom code); the larger code field wins, as in TFLite."""
+        value = max(int(code.BuiltinCode()), int(code.DeprecatedBuiltinCode()))
+        if value not in OPCODE_NAMES:
+            raise self.fail(f"unknown builtin operator code {value} (operator code {index})")
+        name = OPCODE_NAMES[value]
+        custom = self.text(code.CustomCode()) if name == "CUSTOM" else None
+        return name, int(code.Version()), custom
+
+    # --- buffers -----------------------------------------------------------------------
+    def buffer_bytes(self, index: int, what: str) -> bytes:
+        view = self.buffer_view(index, what)
+        return b"" if view is None else view.tobytes()
+
+    def buffer_view(self, index: int, what: str) -> np.ndarray | None:
+        """The bytes of buffer `index` as a read-only uint8 view, or None when it is empty.
+
+        Buffers of models over 2 GB live after the flatbuffer and are addressed by offset and
+        size from the start of the file.
+        """
+        if not 0 <= index < len(self.buffers):
+            raise self.fail(
+                f"{what} refers to buffer {index}, but the model has {len(self.buffers)}"
+            )
+        buffer = self.buffers[index]
+        offset, size = int(buffer.Offset()), int(buffer.Size())
+        if offset > 1:
+            if offset + size > len(self.data):
+                raise self.fail(
+                    f"buffer {index} lies outside the file (offset {offset}, size {size}, "
+                    f"file {len(self.data)} bytes)"
+                )
+            return np.frombuffer(self.data, np.uint8, size, offset)
+        if buffer.DataLength() == 0:
+            return None
+        try:
+            return buffer.DataAsNumpy()  # np.frombuffer over the file: a view, bounds-checked
+        except ValueError:
+            raise self.fail(f"buffer {index} lies outside the file") from None
+
+    # --- graphs ------------------------------------------------------------------------
+    def graph(self, g: Any, index: int) -> Graph:
+        tensors = tuple(
+            self.tensor(t, i)
+            for i, t in enumerate(self.items(g.TensorsLength(), g.Tensors, 4, "tensors"))
+        )
+        where = f"subgraph {index}"
+        inputs = self.tensor_refs(g.InputsLength(), g.Inputs, len(tensors), f"{where} inputs")
+        outputs = self.tensor_refs(g.OutputsLength(), g.Outputs, len(tensors), f"{where} outputs")
+        operators = tuple(
+            self.operator(op, i, len(tensors), where)
+            for i, op in enumerate(self.items(g.OperatorsLength(), g.Operators, 4, "operators"))
+        )
+        return Graph(index, self.text(g.Name()), tensors, operators, inputs, outputs)
+
+    def tensor_refs(
+        self, length: int, get: Callable[[int], int], count: int, what: str, optional: bool = False
+    ) -> tuple[int, ...]:
+        refs = self.ints(length, get, what)
+        lowest = -1 if optional else 0
+        for r in refs:
+            if not lowest <= r < count:
+                raise self.fail(f"{what} name tensor {r}, but the subgraph has {count} tensors")
+        return refs
+
+    def tensor(self, t: Any, index: int) -> Tensor:
+        name = self.text(t.Name())
+        what = f"tensor {index} ({name!r})"
+        dtype = DTYPE_NAMES.get(int(t.Type()))
+        if dtype is None:
+            raise self.fail(f"{what} has unknown type code {t.Type()}")
+        shape = self.ints(t.ShapeLength(), t.Shape, f"{what} shape")
+        if any(d < 0 for d in shape):
+            raise self.fail(f"{what} has a negative dimension in shape {list(shape)}")
+        if int(np.prod(shape, dtype=object)) > MAX_TENSOR_ELEMENTS:
+            raise self.fail(f"{what} has an absurd shape {list(shape)}")
+        signature = (
+            None
+            if t.ShapeSignatureIsNone()
+            else self.ints(t.ShapeSignatureLength(), t.ShapeSignature, f"{what} shape signature")
+        )
+        tensor = Tensor(
+            index=index,
+            name=name,
+            dtype=dtype,
+            shape=shape,
+            shape_signature=signature,
+            quantization=self.quantization(t.Quantization(), what),
+            is_variable=bool(t.IsVariable()),
+            buffer=int(t.Buffer()),
+        )
+        raw = self.buffer_view(tensor.buffer, what)
+        if raw is None:
+            return tensor
+        if raw.size != tensor.nbytes and DTYPE_BITS[dtype] > 0:
+            raise self.fail(
+                f"{what} holds {raw.size} bytes of data, but shape {list(shape)} of {dtype} "
+                f"needs {tensor.nbytes}"
+            )
+        return _with_data(tensor, raw)
+
+    def quantization(self, q: Any, what: str) -> Quantization | None:
+        if q is None or q.ScaleLength() == 0:
+            return None
+        scale = tuple(float(s) for s in self.items(q.ScaleLength(), q.Scale, 4, f"{what} scales"))
+        zero_point = tuple(
+            int(z) for z in self.items(q.ZeroPointLength(), q.ZeroPoint, 8, f"{what} zero points")
+        )
+        if len(zero_point) not in (0, len(scale)):
+            raise self.fail(f"{what} has {len(scale)} scales but {len(zero_point)} zero points")
+        return Quantization(scale, zero_point or (0,) * len(scale), int(q.QuantizedDimension()))
+
+    def operator(self, op: Any, index: int, tensor_count: int, where: str) -> Operator:
+        code = int(op.OpcodeIndex())
+        if not 0 <= code < len(self.opcodes):
+            raise self.fail(
+                f"{where} operator {index} uses operator code {code}, "
+                f"but the model has {len(self.opcodes)}"
+            )
+        name, version, custom = self.opcodes[code]
+        what = f"{where} operator {index} ({name})"
+        inputs = self.tensor_refs(
+            op.InputsLength(), op.Inputs, tensor_count, f"{what} inputs", True
+        )
+        outputs = self.tensor_refs(op.OutputsLength(), op.Outputs, tensor_count, f"{what} outputs")
+        intermediates = self.tensor_refs(
+            op.IntermediatesLength(), op.Intermediates, tensor_count, f"{what} intermediates"
+        )
+        return Operator(
+            index=index,
+            opcode=name,
+            version=version,
+            inputs=inputs,
+            outputs=outputs,
+            options=self.options(op),
+            custom_code=custom,
+            intermediates=intermediates,
+        )
+
+    @staticmethod
+    def options(op: Any) -> dict[str, Any]:
+        """Builtin options as plain values: snake_case keys, enums by name, vectors as tuples."""
+        decoded = fb.BuiltinOptionsCreator(op.BuiltinOptionsType(), op.BuiltinOptions())
+        if decoded is None:
+            decoded = fb.BuiltinOptions2Creator(op.BuiltinOptions2Type(), op.BuiltinOptions2())
+        if decoded is None:
+            return {}
+        return {snake_case(k): _plain(k, v) for k, v in sorted(vars(decoded).items())}
+
+    def signature(self, s: Any, graphs: tuple[Graph, ...]) -> SignatureDef:
+        key = self.text(s.SignatureKey())
+        index = int(s.SubgraphIndex())
+        if not 0 <= index < len(graphs):
+            raise self.fail(
+                f"signature {key!r} names subgraph {index}, but there are {len(graphs)}"
+            )
+        count = len(graphs[index].tensors)
+
+        def names(length: int, get: Callable[[int], Any]) -> dict[str, int]:
+            maps = self.items(length, get, 4, f"signature {key!r}")
+            refs = {self.text(m.Name()): int(m.TensorIndex()) for m in maps}
+            if any(not 0 <= r < count for r in refs.values()):
+                raise self.fail(f"signature {key!r} names a tensor outside subgraph {index}")
+            return refs
+
+        return SignatureDef(
+            key, index, names(s.InputsLength(), s.Inputs), names(s.OutputsLength(), s.Outputs)
+        )
+
+
+def _plain(field: str, value: Any) -> Any:
+    if field in OPTION_ENUMS and isinstance(value, int):
+        return OPTION_ENUMS[field].get(value, value)
+    if isinstance(value, np.ndarray):
+        return tuple(value.tolist())
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value
+
+
+def _with_data(tensor: Tensor, raw: np.ndarray) -> Tensor:
+    """Attach constant data as a read-only view in the tensor's own dtype and shape."""
+    if DTYPE_BITS[tensor.dtype] % 8 or tensor.dtype not in np.sctypeDict:
+        return replace(tensor, data=raw)  # packed or non-numpy types stay raw bytes
+    view = raw.view(np.dtype(tensor.dtype).newbyteorder("<")).reshape(tensor.shape)
+    return replace(tensor, data=view)

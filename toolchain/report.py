@@ -1,0 +1,282 @@
+"""What `inspect` and `plan` show: tables, the text memory map, the SVG map, JSON objects.
+
+Pure functions from the IR and a plan to text or plain data; the CLI only prints them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolchain.ir import Model, Tensor
+from toolchain.plan import BufferRow, ModelPlan
+from toolchain.render import render
+
+MAP_SYMBOLS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def symbol(buffer_id: int) -> str:
+    return MAP_SYMBOLS[buffer_id % len(MAP_SYMBOLS)]
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A plain aligned text table; numbers right-aligned."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    numeric = [all(isinstance(r[i], int) for r in rows) and rows for i in range(len(headers))]
+
+    def line(values: list[str]) -> str:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def describe_tensor(t: Tensor) -> str:
+    shape = "x".join(str(d) for d in t.shape) or "scalar"
+    return f"{t.dtype}[{shape}]"
+
+
+# --- inspect ----------------------------------------------------------------------------
+def inspect_data(model: Model, unsupported: set[int] | None = None) -> dict[str, Any]:
+    """The model as plain data: operators in execution order, tensors, totals."""
+    graphs = []
+    for g in model.graphs:
+        ops = [
+            {
+                "index": op.index,
+                "opcode": op.custom_code if op.opcode == "CUSTOM" else op.opcode,
+                "inputs": [describe_tensor(g.tensors[t]) if t >= 0 else "-" for t in op.inputs],
+                "outputs": [describe_tensor(g.tensors[t]) for t in op.outputs],
+                "options": dict(op.options),
+                "supported": unsupported is None or op.index not in unsupported,
+            }
+            for op in g.operators
+        ]
+        tensors = [
+            {
+                "index": t.index,
+                "name": t.name,
+                "dtype": t.dtype,
+                "shape": list(t.shape),
+                "bytes": t.nbytes,
+                "kind": "constant"
+                if t.is_constant
+                else "variable"
+                if t.is_variable
+                else "activation",
+                "scale": list(t.quantization.scale) if t.quantization else None,
+                "zero_point": list(t.quantization.zero_point) if t.quantization else None,
+            }
+            for t in g.tensors
+        ]
+        graphs.append(
+            {
+                "index": g.index,
+                "name": g.name,
+                "inputs": list(g.inputs),
+                "outputs": list(g.outputs),
+                "operators": ops,
+                "tensors": tensors,
+                "weight_bytes": sum(t["bytes"] for t in tensors if t["kind"] == "constant"),
+                "activation_bytes": sum(t["bytes"] for t in tensors if t["kind"] == "activation"),
+                "variable_bytes": sum(t["bytes"] for t in tensors if t["kind"] == "variable"),
+            }
+        )
+    return {
+        "model": model.source,
+        "version": model.version,
+        "description": model.description,
+        "metadata": sorted(model.metadata),
+        "signatures": [s.key for s in model.signature_defs],
+        "graphs": graphs,
+    }
+
+
+def inspect_text(data: dict[str, Any]) -> str:
+    out = [f"model {data['model']} (schema version {data['version']})"]
+    for g in data["graphs"]:
+        out.append(
+            f"\nsubgraph {g['index']} {g['name']!r}: {len(g['operators'])} operators, "
+            f"{len(g['tensors'])} tensors"
+        )
+        out.append(
+            table(
+                ["op", "type", "inputs", "outputs", "supported"],
+                [
+                    [
+                        o["index"],
+                        o["opcode"],
+                        ", ".join(o["inputs"]),
+                        ", ".join(o["outputs"]),
+                        "yes" if o["supported"] else "NO",
+                    ]
+                    for o in g["operators"]
+                ],
+            )
+        )
+        out.append("")
+        out.append(
+            table(
+                ["tensor", "name", "type", "bytes", "kind"],
+                [
+                    [t["index"], t["name"], f"{t['dtype']}{t['shape']}", t["bytes"], t["kind"]]
+                    for t in g["tensors"]
+                ],
+            )
+        )
+        out.append(
+            f"\nweights {g['weight_bytes']} bytes, activations {g['activation_bytes']} bytes"
+            f" (unplanned sum), state {g['variable_bytes']} bytes"
+        )
+    return "\n".join(out)
+
+
+# --- plan -------------------------------------------------------------------------------
+def plan_data(mp: ModelPlan) -> dict[str, Any]:
+    graph = mp.graph
+    return {
+        "model": mp.model.source,
+        "graph": mp.graph_index,
+        "planner": mp.plan.planner,
+        "alignment": mp.plan.alignment,
+        "arena_bytes": mp.arena_bytes,
+        "lower_bound_bytes": mp.lower_bound_bytes,
+        "naive_bytes": mp.naive_bytes,
+        "arena_over_lower_bound": ratio(mp.arena_bytes, mp.lower_bound_bytes),
+        "order": list(mp.lifetimes.order),
+        "buffers": [
+            {
+                "tensor": r.tensor,
+                "name": r.name,
+                "bytes": r.bytes,
+                "first_op": r.first_op,
+                "last_op": r.last_op,
+                "offset": r.offset,
+            }
+            for r in mp.rows()
+        ],
+        "variables": [
+            {"tensor": t, "name": graph.tensors[t].name, "bytes": graph.tensors[t].nbytes}
+            for t in mp.lifetimes.variables
+        ],
+        "scratch": [
+            {"op": s.op, "bytes": s.size, "purpose": s.purpose} for s in mp.lifetimes.scratch
+        ],
+    }
+
+
+def ratio(a: int, b: int) -> float:
+    return round(a / b, 4) if b else 1.0
+
+
+def plan_text(mp: ModelPlan) -> str:
+    rows = mp.rows()
+    out = [
+        table(
+            ["map", "tensor", "name", "bytes", "first", "last", "offset"],
+            [
+                [
+                    symbol(r.buffer),
+                    "-" if r.tensor is None else r.tensor,
+                    r.name,
+                    r.bytes,
+                    r.first_op,
+                    r.last_op,
+                    r.offset,
+                ]
+                for r in rows
+            ],
+        )
+    ]
+    variables = mp.lifetimes.variables
+    if variables:
+        out.append(
+            "\nstate (persistent, outside the arena): "
+            + ", ".join(
+                f"{mp.graph.tensors[t].name} ({mp.graph.tensors[t].nbytes} bytes)"
+                for t in variables
+            )
+        )
+    out.append("")
+    out.append(f"planner      {mp.plan.planner} (alignment {mp.plan.alignment})")
+    out.append(f"arena        {mp.arena_bytes} bytes")
+    out.append(
+        f"lower bound  {mp.lower_bound_bytes} bytes "
+        f"(arena / lower bound = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f})"
+    )
+    out.append(
+        f"naive sum    {mp.naive_bytes} bytes "
+        f"(arena / naive = {ratio(mp.arena_bytes, mp.naive_bytes):.3f})"
+    )
+    out.append("")
+    out.append(memory_map_text(mp.rows(), mp.arena_bytes, len(mp.lifetimes.order)))
+    return "\n".join(out)
+
+
+def memory_map_text(rows: list[BufferRow], arena: int, steps: int, height: int = 16) -> str:
+    """Offset (down) against execution step (across): each cell shows the buffer holding it."""
+    if arena == 0 or steps == 0:
+        return "memory map: empty arena"
+    band = max(1, -(-arena // height))
+    width = min(steps, 96)
+    lines = [
+        f"memory map: {band} bytes per row, "
+        f"{'1 op' if width == steps else f'{steps / width:.1f} ops'} per column"
+    ]
+    for row_index in range(-(-arena // band)):
+        lo, hi = row_index * band, min(arena, (row_index + 1) * band)
+        cells = []
+        for col in range(width):
+            step_lo, step_hi = (
+                col * steps // width,
+                max(col * steps // width, (col + 1) * steps // width - 1),
+            )
+            holder = max(
+                (
+                    r
+                    for r in rows
+                    if r.bytes
+                    and r.first_op <= step_hi
+                    and r.last_op >= step_lo
+                    and r.offset < hi
+                    and r.offset + r.bytes > lo
+                ),
+                key=lambda r: min(hi, r.offset + r.bytes) - max(lo, r.offset),
+                default=None,
+            )
+            cells.append("." if holder is None else symbol(holder.buffer))
+        lines.append(f"{lo:>9} |{''.join(cells)}|")
+    lines.append(" " * 10 + "+" + "-" * width + "+")
+    lines.append(" " * 11 + "op 0" + f"op {steps - 1}".rjust(max(0, width - 4)))
+    return "\n".join(lines)
+
+
+def memory_map_svg(mp: ModelPlan) -> str:
+    """The memory map as SVG: one rectangle per buffer, x = op step, y = offset."""
+    steps = max(len(mp.lifetimes.order), 1)
+    width, height, margin = 800, 480, 48
+    x_scale = (width - 2 * margin) / steps
+    y_scale = (height - 2 * margin) / max(mp.arena_bytes, 1)
+    rects = [
+        {
+            "x": round(margin + r.first_op * x_scale, 2),
+            "y": round(margin + r.offset * y_scale, 2),
+            "w": round((r.last_op - r.first_op + 1) * x_scale, 2),
+            "h": round(max(r.bytes * y_scale, 0.5), 2),
+            "hue": (r.buffer * 47) % 360,
+            "title": f"{r.name}: {r.bytes} bytes at offset {r.offset}, "
+            f"ops {r.first_op}-{r.last_op}",
+        }
+        for r in mp.rows()
+    ]
+    return render(
+        "memory_map.svg.j2",
+        width=width,
+        height=height,
+        margin=margin,
+        rects=rects,
+        title=f"{mp.model.source}: {mp.plan.planner} plan, arena {mp.arena_bytes} bytes, "
+        f"lower bound {mp.lower_bound_bytes} bytes",
+        arena_bytes=mp.arena_bytes,
+        steps=steps,
+    )
