@@ -23,6 +23,8 @@ demo: $(DEMO)
 	$(BIN)/arenac inspect $(DEMO)
 	$(BIN)/arenac plan $(DEMO) --svg build/demo_plan.svg
 	@echo "memory map written to build/demo_plan.svg"
+	$(BIN)/arenac gen $(DEMO) -o build/demo_c --name demo
+	$(BIN)/arenac check $(DEMO) --inputs 3
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -32,6 +34,12 @@ test: lint
 
 plan: $(STAMP)
 	$(BIN)/arenac plan $(MODEL)
+
+gen: $(STAMP)
+	$(BIN)/arenac gen $(MODEL) -o $(OUT)
+
+check: $(STAMP)
+	$(BIN)/arenac check $(MODEL)
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench

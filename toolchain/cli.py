@@ -7,6 +7,7 @@ file is written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -43,7 +44,7 @@ def alignment(text: str) -> int:
     return value
 
 
-def write_atomic(path: str, text: str) -> None:
+def write_atomic(path: str, text: str | bytes) -> None:
     """Write the whole file or nothing: a failed run leaves no partial output behind."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
@@ -51,7 +52,7 @@ def write_atomic(path: str, text: str) -> None:
     except OSError as e:
         raise ArenacError(f"cannot write ({e.strerror})", path) from None
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -74,13 +75,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from toolchain.plan import plan_model
     from toolchain.planners.csvio import dump_buffers
-    from toolchain.reader import read_model
     from toolchain.report import memory_map_svg, plan_data, plan_text
 
-    options = {"fit": args.fit} if args.planner == "freelist" else {}
-    mp = plan_model(read_model(args.model), args.planner, args.align, **options)
+    mp = planned(args)
     outputs = {}
     if args.svg:
         outputs[args.svg] = memory_map_svg(mp)
@@ -92,6 +90,184 @@ def cmd_plan(args: argparse.Namespace) -> int:
         write_atomic(path, text)
     emit_json(plan_data(mp)) if args.json else print(plan_text(mp))
     return 0
+
+
+def planned(args: argparse.Namespace):
+    """Read the model and plan it as the planning options say."""
+    from toolchain.plan import plan_model
+    from toolchain.reader import read_model
+
+    options = {"fit": args.fit} if args.planner == "freelist" else {}
+    external_io = getattr(args, "external_io", False)
+    return plan_model(
+        read_model(args.model), args.planner, args.align, external_io=external_io, **options
+    )
+
+
+def load_input(path: str):
+    import numpy as np
+
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise ArenacError("no such file", path) from None
+    except (OSError, ValueError, EOFError) as e:
+        raise ArenacError(f"not a readable .npy array ({first_words(e)})", path) from None
+
+
+def first_words(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from runtime_py.interpreter import ArenaInterpreter
+
+    mp = planned(args)
+    runtime = ArenaInterpreter(mp)
+    outputs = runtime.invoke([load_input(p) for p in args.input])
+    os.makedirs(args.output_dir, exist_ok=True)
+    saved = []
+    for i, value in enumerate(outputs):
+        path = os.path.join(args.output_dir, f"output_{i}.npy")
+        buffer = io.BytesIO()
+        np.save(buffer, value)
+        write_atomic(path, buffer.getvalue())
+        saved.append(
+            {"index": i, "path": path, "dtype": str(value.dtype), "shape": list(value.shape)}
+        )
+    if args.json:
+        emit_json(
+            {
+                "model": args.model,
+                "planner": args.planner,
+                "arena_bytes": mp.arena_bytes,
+                "outputs": saved,
+            }
+        )
+    else:
+        for o in saved:
+            print(f"output {o['index']}: {o['dtype']}{o['shape']} -> {o['path']}")
+    return 0
+
+
+def cmd_gen(args: argparse.Namespace) -> int:
+    from toolchain.codegen import generate
+
+    mp = planned(args)
+    name = args.name or os.path.splitext(os.path.basename(args.model))[0]
+    files = generate(mp, name, external_io=args.external_io)
+    try:
+        os.makedirs(args.output_dir, exist_ok=True)
+    except OSError as e:
+        raise ArenacError(f"cannot create directory ({e.strerror})", args.output_dir) from None
+    for file_name, text in files.items():
+        write_atomic(os.path.join(args.output_dir, file_name), text)
+    paths = [os.path.join(args.output_dir, f) for f in files]
+    if args.json:
+        emit_json(
+            {
+                "model": args.model,
+                "planner": mp.plan.planner,
+                "arena_bytes": mp.arena_bytes,
+                "files": paths,
+            }
+        )
+    else:
+        print(f"arena {mp.arena_bytes} bytes ({mp.plan.planner}); wrote " + ", ".join(paths))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from runtime_py.c_backend import CBackend
+    from runtime_py.check import check_layers, check_plan
+
+    mp = planned(args)
+    with open(args.model, "rb") as f:
+        model_bytes = f.read()
+    if args.per_layer:
+        layers = check_layers(mp, model_bytes, args.seed)
+        first_bad = next((layer for layer in layers if layer.output.mismatches), None)
+        if args.json:
+            emit_json(
+                {
+                    "model": args.model,
+                    "ok": first_bad is None,
+                    "layers": [
+                        {
+                            "op": layer.op,
+                            "opcode": layer.opcode,
+                            "max_abs_diff": layer.output.max_abs_diff,
+                            "mismatches": layer.output.mismatches,
+                        }
+                        for layer in layers
+                    ],
+                }
+            )
+        else:
+            print(layers_text(layers, first_bad))
+        return 0 if first_bad is None else 1
+    with contextlib.ExitStack() as stack:
+        extra = []
+        if "c" in args.backends:
+            extra.append(("c", stack.enter_context(CBackend(mp)).invoke_many))
+        report = check_plan(
+            mp, model_bytes, args.inputs, args.seed, extra, runtime_py="runtime_py" in args.backends
+        )
+    emit_json(report.as_dict()) if args.json else print(check_text(report, args.inputs))
+    return 0 if report.ok else 1
+
+
+def check_text(report, inputs: int) -> str:
+    from toolchain.report import table
+
+    rows = [
+        [
+            o.name,
+            o.dtype,
+            format_diff(o.max_abs_diff),
+            o.mismatches,
+            "ok" if o.mismatches == 0 else "DIFFERS",
+        ]
+        for o in report.outputs
+    ]
+    return "\n".join(
+        [
+            f"model     {report.model}",
+            f"plan      {report.planner}, arena {report.arena_bytes} bytes",
+            f"backends  {report.backends[0]} (oracle) vs {', '.join(report.backends[1:])}",
+            f"inputs    {inputs} random input set(s)",
+            "",
+            table(["output", "dtype", "max |diff|", "mismatches", "verdict"], rows),
+            "",
+            "verdict: " + ("all backends agree" if report.ok else "MISMATCH"),
+        ]
+    )
+
+
+def format_diff(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.3g}"
+
+
+def layers_text(layers, first_bad) -> str:
+    from toolchain.report import table
+
+    rows = [
+        [layer.op, layer.opcode, format_diff(layer.output.max_abs_diff), layer.output.mismatches]
+        for layer in layers
+    ]
+    lines = [table(["op", "type", "max |diff|", "mismatches"], rows), ""]
+    if first_bad is None:
+        lines.append("every layer agrees with the oracle")
+    else:
+        worst_in = max((d.max_abs_diff for d in first_bad.inputs), default=0.0)
+        lines.append(
+            f"first divergence: op {first_bad.op} ({first_bad.opcode}): inputs differ by at most "
+            f"{format_diff(worst_in)}, output by {format_diff(first_bad.output.max_abs_diff)} "
+            f"({first_bad.output.mismatches} elements)"
+        )
+    return "\n".join(lines)
 
 
 def add_model(p: argparse.ArgumentParser) -> None:
@@ -128,6 +304,21 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callabl
         cmd_plan,
         [add_model, add_planning],
     ),
+    "run": (
+        "run the model in runtime_py inside its planned arena and save the outputs",
+        cmd_run,
+        [add_model, add_planning],
+    ),
+    "gen": (
+        "generate C: static arena, offset table, const weights, kernels",
+        cmd_gen,
+        [add_model, add_planning],
+    ),
+    "check": (
+        "compare TFLite's reference kernels, runtime_py and the compiled C",
+        cmd_check,
+        [add_model, add_planning],
+    ),
 }
 
 
@@ -149,7 +340,67 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.csv",
         help="write the allocation problem as MiniMalloc CSV (id,lower,upper,size)",
     )
+    run = sub.choices["run"]
+    run.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="FILE.npy",
+        help="one .npy file per model input, in order (repeat the option)",
+    )
+    run.add_argument(
+        "--output-dir",
+        default=".",
+        metavar="DIR",
+        help="where output_<i>.npy files go (default: .)",
+    )
+    check = sub.choices["check"]
+    check.add_argument(
+        "--inputs",
+        type=positive,
+        default=3,
+        metavar="N",
+        help="number of random input sets (default: 3)",
+    )
+    check.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    check.add_argument(
+        "--backends",
+        type=backend_list,
+        default=("runtime_py", "c"),
+        metavar="LIST",
+        help="comma-separated: runtime_py, c (default: both)",
+    )
+    check.add_argument(
+        "--per-layer",
+        action="store_true",
+        help="compare every intermediate tensor and name the first op that differs",
+    )
+    gen = sub.choices["gen"]
+    gen.add_argument("-o", "--output-dir", required=True, metavar="DIR", help="where files go")
+    gen.add_argument("--name", help="C identifier prefix and file name (default: model's name)")
+    gen.add_argument(
+        "--external-io",
+        action="store_true",
+        help="inputs and outputs are the caller's buffers, outside the arena",
+    )
     return parser
+
+
+BACKENDS = ("runtime_py", "c")
+
+
+def backend_list(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"backends are {', '.join(BACKENDS)}; got {text!r}")
+    return names
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:

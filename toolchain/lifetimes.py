@@ -9,7 +9,7 @@ they are listed beside the planned buffers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from toolchain.errors import ModelError
@@ -52,11 +52,13 @@ def compute_lifetimes(
     order: Sequence[int] | None = None,
     scratch: Sequence[ScratchRequest] = (),
     source: str | None = None,
+    outside: Collection[int] = (),
 ) -> Lifetimes:
     """Buffers (id, size, first, last) for every activation tensor and scratch request.
 
     `order` is the seam for a chosen schedule: any permutation of the operators in which every
-    tensor is written before it is read.
+    tensor is written before it is read. `outside` names tensors the caller keeps in buffers of
+    its own (inputs and outputs with external I/O): they get no arena space.
     """
     order = tuple(model_order(graph) if order is None else order)
     if sorted(order) != list(range(len(graph.operators))):
@@ -88,7 +90,7 @@ def compute_lifetimes(
     for t in graph.outputs:
         if t in first:
             last[t] = last_step
-    live = [t for t in planned if t in first]
+    live = [t for t in planned if t in first and t not in outside]
     buffers = [
         Buffer(id=i, size=tensors[t].nbytes, first=first[t], last=last.get(t, first[t]))
         for i, t in enumerate(live)
@@ -106,3 +108,28 @@ def compute_lifetimes(
         variables=tuple(t.index for t in tensors if t.is_variable),
         constants=tuple(t.index for t in tensors if t.is_constant and not t.is_variable),
     )
+
+
+def overlap_pairs(
+    graph: Graph, lifetimes: Lifetimes, inplace: bool = True, overlap: bool = True
+) -> tuple:
+    """Overlaps the planner may use: an op's output over one of its inputs that dies there.
+
+    Only pairs whose lives touch at exactly that op qualify: the input's last step and the
+    output's first step are both the op's step.
+    """
+    from toolchain.ops.overlaps import declared_overlaps  # TEMP until planners ship Overlap
+    from toolchain.planners import Overlap
+
+    buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+    pairs = []
+    for step, op_index in enumerate(lifetimes.order):
+        op = graph.operators[op_index]
+        for rule in declared_overlaps(graph, op, inplace, overlap):
+            above = buffer_of.get(op.inputs[rule.input])
+            below = buffer_of.get(op.outputs[rule.output])
+            if above is None or below is None or above == below:
+                continue
+            if lifetimes.buffers[above].last == step and lifetimes.buffers[below].first == step:
+                pairs.append(Overlap(below, above, rule.shift, rule.any_offset))
+    return tuple(pairs)

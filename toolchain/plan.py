@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from toolchain.ir import Model
 from toolchain.lifetimes import Lifetimes, ScratchRequest, compute_lifetimes
-from toolchain.planners import Plan, lower_bound, make_plan, naive_sum
+from toolchain.planners import Plan, align_up, lower_bound, make_plan, naive_sum
+
+STATE_ALIGNMENT = 16
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,14 @@ class ModelPlan:
             t: off for t, off in zip(self.lifetimes.tensor_of, self.plan.offsets) if t is not None
         }
 
+    def state_layout(self) -> tuple[dict[int, int], int]:
+        """Variables persist in a block of their own: tensor -> offset there, and its size."""
+        offsets, size = {}, 0
+        for t in self.lifetimes.variables:
+            offsets[t] = size
+            size += align_up(self.graph.tensors[t].nbytes, STATE_ALIGNMENT)
+        return offsets, size
+
     def rows(self) -> list[BufferRow]:
         tensors = self.graph.tensors
         rows = []
@@ -64,10 +74,16 @@ def plan_model(
     graph_index: int = 0,
     order: Sequence[int] | None = None,
     scratch: Sequence[ScratchRequest] = (),
+    external_io: bool = False,
     **options,
 ) -> ModelPlan:
-    """Plan one graph of `model` with a named planner; the result is verified."""
-    lifetimes = compute_lifetimes(model.graphs[graph_index], order, scratch, model.source)
+    """Plan one graph of `model` with a named planner; the result is verified.
+
+    With `external_io` the graph's inputs and outputs live in the caller's buffers, not the arena.
+    """
+    graph = model.graphs[graph_index]
+    outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
+    lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside)
     plan = make_plan(lifetimes.buffers, planner, alignment, **options)
     return ModelPlan(
         model=model,

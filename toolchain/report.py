@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolchain.ir import Model, Tensor
+from toolchain.ops import unsupported_ops
 from toolchain.plan import BufferRow, ModelPlan
 from toolchain.render import render
 
@@ -37,10 +38,11 @@ def describe_tensor(t: Tensor) -> str:
 
 
 # --- inspect ----------------------------------------------------------------------------
-def inspect_data(model: Model, unsupported: set[int] | None = None) -> dict[str, Any]:
+def inspect_data(model: Model) -> dict[str, Any]:
     """The model as plain data: operators in execution order, tensors, totals."""
     graphs = []
     for g in model.graphs:
+        unsupported = unsupported_ops(g)
         ops = [
             {
                 "index": op.index,
@@ -48,7 +50,7 @@ def inspect_data(model: Model, unsupported: set[int] | None = None) -> dict[str,
                 "inputs": [describe_tensor(g.tensors[t]) if t >= 0 else "-" for t in op.inputs],
                 "outputs": [describe_tensor(g.tensors[t]) for t in op.outputs],
                 "options": dict(op.options),
-                "supported": unsupported is None or op.index not in unsupported,
+                "supported": op.index not in unsupported,
             }
             for op in g.operators
         ]

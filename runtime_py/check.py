@@ -1,0 +1,173 @@
+"""`check`: the oracle and runtime_py on the same inputs, output by output.
+
+Quantized outputs must be identical; float outputs may differ by 1e-5 relative to the largest
+magnitude of the expected tensor (TFLite's float kernels sum in another order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from runtime_py.interpreter import ArenaInterpreter
+from runtime_py.oracle import open_oracle
+from toolchain.errors import RuntimeBackendError
+from toolchain.ir import Graph, Tensor
+from toolchain.plan import ModelPlan
+
+FLOAT_RTOL = 1e-5
+
+
+def random_inputs(graph: Graph, seed: int) -> list[np.ndarray]:
+    """Quantized inputs over the dtype's full range; floats from a standard normal."""
+    rng = np.random.default_rng(seed)
+    return [random_tensor(graph.tensors[t], rng) for t in graph.inputs]
+
+
+def random_tensor(t: Tensor, rng: np.random.Generator) -> np.ndarray:
+    dtype = np.dtype(t.dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, t.shape).astype(np.bool_)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, int(info.max) + 1, t.shape, dtype=dtype)
+    return rng.standard_normal(t.shape).astype(dtype)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """How one backend's output differs from the oracle's (in units of the last bit for ints)."""
+
+    max_abs_diff: float
+    mismatches: int
+
+
+def difference(expected: np.ndarray, actual: np.ndarray) -> Difference:
+    if expected.shape != actual.shape:
+        return Difference(float("inf"), int(max(expected.size, actual.size)))
+    if expected.dtype.kind in "iub":
+        diff = np.abs(expected.astype(np.int64) - actual.astype(np.int64))
+        return Difference(float(diff.max(initial=0)), int(np.count_nonzero(diff)))
+    e, a = np.atleast_1d(expected.astype(np.float64)), np.atleast_1d(actual.astype(np.float64))
+    diff = np.abs(e - a)
+    diff[np.isnan(e) & np.isnan(a)] = 0.0
+    diff[np.isnan(diff)] = np.inf
+    tolerance = FLOAT_RTOL * max(float(np.abs(e[np.isfinite(e)]).max(initial=0.0)), 1e-30)
+    return Difference(float(diff.max(initial=0.0)), int(np.count_nonzero(diff > tolerance)))
+
+
+@dataclass
+class OutputReport:
+    name: str
+    dtype: str
+    max_abs_diff: float = 0.0
+    mismatches: int = 0
+
+    def add(self, d: Difference) -> None:
+        self.max_abs_diff = max(self.max_abs_diff, d.max_abs_diff)
+        self.mismatches += d.mismatches
+
+
+@dataclass
+class CheckReport:
+    model: str
+    planner: str
+    arena_bytes: int
+    backends: list[str]
+    outputs: list[OutputReport] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.mismatches == 0 for o in self.outputs)
+
+    def as_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "ok": self.ok,
+            "planner": self.planner,
+            "arena_bytes": self.arena_bytes,
+            "backends": self.backends,
+            "outputs": [vars(o) for o in self.outputs],
+        }
+
+
+# A backend runs a list of input sets and returns the outputs of each set.
+Backend = Callable[[list[list[np.ndarray]]], list[list[np.ndarray]]]
+
+
+def check_plan(
+    model_plan: ModelPlan,
+    model_bytes: bytes,
+    inputs: int = 1,
+    seed: int = 0,
+    extra: Sequence[tuple[str, Backend]] = (),
+    runtime_py: bool = True,
+) -> CheckReport:
+    """Run the oracle, runtime_py and any extra backends on `inputs` random input sets."""
+    graph = model_plan.graph
+    runtime = ArenaInterpreter(model_plan)  # unsupported ops fail here, before the oracle runs
+    oracle = open_oracle(model_bytes, len(graph.outputs))
+    backends: list[tuple[str, Backend]] = list(extra)
+    if runtime_py:
+        backends.insert(0, ("runtime_py", lambda sets: [runtime.invoke(v) for v in sets]))
+    report = CheckReport(
+        model_plan.model.source,
+        model_plan.plan.planner,
+        model_plan.arena_bytes,
+        [oracle.name] + [n for n, _ in backends],
+    )
+    report.outputs = [
+        OutputReport(f"{name}:{graph.tensors[t].name}", graph.tensors[t].dtype)
+        for name, _ in backends
+        for t in graph.outputs
+    ]
+    input_sets = [random_inputs(graph, seed + i) for i in range(inputs)]
+    expected = [oracle.invoke(values) for values in input_sets]
+    rows = iter(report.outputs)
+    for _, run in backends:
+        actual = run(input_sets)
+        backend_rows = [next(rows) for _ in graph.outputs]
+        for want, got in zip(expected, actual):
+            for row, e, a in zip(backend_rows, want, got):
+                row.add(difference(e, a))
+    return report
+
+
+@dataclass(frozen=True)
+class LayerDifference:
+    op: int
+    opcode: str
+    output: Difference
+    inputs: tuple[Difference, ...]
+
+
+def check_layers(model_plan: ModelPlan, model_bytes: bytes, seed: int = 0) -> list[LayerDifference]:
+    """Every op's output against the oracle's own intermediate tensor, in execution order."""
+    graph = model_plan.graph
+    runtime = ArenaInterpreter(model_plan)
+    oracle = open_oracle(model_bytes, len(graph.outputs), preserve_all_tensors=True)
+    if not hasattr(oracle, "tensor"):
+        raise RuntimeBackendError(
+            f"per-layer comparison needs LiteRT's interpreter, and {oracle.name} stands in for it",
+            model_plan.model.source,
+        )
+    values = random_inputs(graph, seed)
+    oracle.invoke(values)
+    seen: dict[int, np.ndarray] = dict(zip(graph.inputs, values))
+
+    def record(op_index: int, outputs: list[np.ndarray]) -> None:
+        seen.update(zip(graph.operators[op_index].outputs, outputs))
+
+    runtime.invoke(values, observe=record)
+    layers = []
+    for op_index in model_plan.lifetimes.order:
+        op = graph.operators[op_index]
+        out = [difference(oracle.tensor(t), seen[t]) for t in op.outputs]
+        ins = tuple(
+            difference(oracle.tensor(t), seen[t]) for t in op.inputs if t >= 0 and t in seen
+        )
+        worst = max(out, key=lambda d: (d.mismatches, d.max_abs_diff))
+        layers.append(LayerDifference(op_index, op.opcode, worst, ins))
+    return layers

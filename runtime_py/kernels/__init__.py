@@ -1,0 +1,41 @@
+"""One table, op name -> numpy kernel, merged from one module per op family.
+
+A kernel is called as kernel(params, inputs, outputs): params from toolchain.ops, inputs as
+numpy arrays (None for an absent optional input), outputs as writable views into the arena that
+the kernel fills in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from runtime_py.kernels import (
+    activations,
+    conv,
+    elementwise,
+    fully_connected,
+    pooling,
+    quantize,
+    reductions,
+    resize,
+    shape,
+)
+
+Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
+
+FAMILIES = (
+    conv,
+    fully_connected,
+    pooling,
+    elementwise,
+    activations,
+    quantize,
+    shape,
+    reductions,
+    resize,
+)
+
+KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

@@ -1,0 +1,127 @@
+"""numpy kernels for the elementwise binary ops; numpy broadcasting is TFLite's broadcasting.
+
+Integer arithmetic runs in int64 and is wrapped back to int32 where C's int32 would wrap, so
+the results match the reference kernels bit for bit, overflow included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from runtime_py.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
+from toolchain.errors import RuntimeBackendError
+from toolchain.ops.elementwise import (
+    OPCODES,
+    PlainParams,
+    RescaledParams,
+    ScaledProductParams,
+)
+
+Binary = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def _select_greater(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`a > b ? a : b`, TFLite's MaximumOp (so a NaN in `a` yields `b`, unlike np.maximum)."""
+    return np.where(a > b, a, b)
+
+
+def _select_less(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.where(a < b, a, b)
+
+
+def _squared_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    difference = a - b
+    return difference * difference
+
+
+def _int_squared_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    difference = wrap_int32(a - b)
+    return difference * difference
+
+
+def _truncating_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's integer division (toward zero); TFLite's DIV refuses a zero divisor."""
+    if np.any(b == 0):
+        raise RuntimeBackendError("DIV: integer division by zero")
+    quotient = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -quotient, quotient)
+
+
+_FLOAT_OPS: dict[str, Binary] = {
+    "ADD": np.add,
+    "SUB": np.subtract,
+    "MUL": np.multiply,
+    "DIV": np.divide,
+    "MAXIMUM": _select_greater,
+    "MINIMUM": _select_less,
+    "SQUARED_DIFFERENCE": _squared_difference,
+}
+
+# On int64 copies of int8/int32 values; the caller wraps the result to int32.
+_INT_OPS: dict[str, Binary] = {
+    "ADD": np.add,
+    "SUB": np.subtract,
+    "MUL": np.multiply,
+    "DIV": _truncating_divide,
+    "MAXIMUM": _select_greater,
+    "MINIMUM": _select_less,
+    "SQUARED_DIFFERENCE": _int_squared_difference,
+}
+
+
+def _plain(p: PlainParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if p.dtype == "float32":
+        with np.errstate(all="ignore"):  # IEEE infinities and NaNs are the intended results
+            result = _FLOAT_OPS[p.opcode](a, b)
+    else:
+        result = wrap_int32(_INT_OPS[p.opcode](a.astype(np.int64), b.astype(np.int64)))
+    if p.clamp_min is not None:
+        result = np.clip(result, p.clamp_min, p.clamp_max)
+    return result
+
+
+def _rescale_inputs(p: RescaledParams, a: np.ndarray,
+                    b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both inputs, offset and shifted left, at their common scale (still int32 values)."""
+    shifted1 = (a.astype(np.int64) + p.input1_offset) << p.left_shift
+    shifted2 = (b.astype(np.int64) + p.input2_offset) << p.left_shift
+    return (multiply_by_quantized_multiplier(shifted1, p.input1_multiplier, p.input1_shift),
+            multiply_by_quantized_multiplier(shifted2, p.input2_multiplier, p.input2_shift))
+
+
+# How the rescaled int8 inputs (int32 values, as are the results) are combined.
+_COMBINE: dict[str, Binary] = {
+    "ADD": np.add,
+    "SUB": np.subtract,
+    "SQUARED_DIFFERENCE": _squared_difference,
+}
+
+
+def _rescaled(p: RescaledParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    raw = _COMBINE[p.opcode](*_rescale_inputs(p, a, b))
+    scaled = multiply_by_quantized_multiplier(raw, p.output_multiplier, p.output_shift)
+    return np.clip(scaled + p.output_offset, p.activation_min, p.activation_max)
+
+
+def _scaled_product(p: ScaledProductParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    product = (a.astype(np.int64) + p.input1_offset) * (b.astype(np.int64) + p.input2_offset)
+    scaled = multiply_by_quantized_multiplier(product, p.output_multiplier, p.output_shift)
+    return np.clip(scaled + p.output_offset, p.activation_min, p.activation_max)
+
+
+_EVALUATE: dict[type, Callable] = {
+    PlainParams: _plain,
+    RescaledParams: _rescaled,
+    ScaledProductParams: _scaled_product,
+}
+
+
+def binary(params, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> None:
+    """Every op of the family: the params' type picks the arithmetic, its opcode the op."""
+    a, b = inputs
+    outputs[0][...] = _EVALUATE[type(params)](params, a, b)
+
+
+KERNELS = dict.fromkeys(OPCODES, binary)

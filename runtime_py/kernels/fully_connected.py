@@ -1,0 +1,108 @@
+"""numpy kernels for the fully connected family: FULLY_CONNECTED and BATCH_MATMUL.
+
+Integer sums of int8 products are computed as float64 matrix products: every partial sum is an
+integer far below 2^53, so they are exact (and BLAS-fast), then wrapped to int32 as TFLite's
+int32 accumulators would.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime_py.fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, wrap_int32
+from toolchain.ops.fully_connected import (
+    BatchMatMulFloatParams,
+    BatchMatMulInt8Params,
+    FullyConnectedFloatParams,
+    FullyConnectedInt8Params,
+)
+
+
+def exact_int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for small integer operands (offset int8 values), as int64, exactly."""
+    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C's round() on doubles, exactly: x - trunc(x) is exact, so no 0.49999... misrounding."""
+    whole = np.trunc(x)
+    return whole + np.where(np.abs(x - whole) >= 0.5, np.sign(x), 0.0)
+
+
+def double_to_int32(x: np.ndarray) -> np.ndarray:
+    """static_cast<int32_t> of a rounded double as x86 executes it: out of range gives INT32_MIN."""
+    in_range = np.abs(x) < 2.0**31
+    return np.where(in_range, np.where(in_range, x, 0.0).astype(np.int64), INT32_MIN)
+
+
+# -- FULLY_CONNECTED -------------------------------------------------------------------------
+
+
+def fully_connected_float(p: FullyConnectedFloatParams, inputs, outputs) -> None:
+    x, weights, bias = _fc_operands(p, inputs)
+    total = np.matmul(x, weights.T)
+    if bias is not None:
+        total = total + bias
+    outputs[0][...] = np.clip(total, p.activation_min, p.activation_max).reshape(outputs[0].shape)
+
+
+def fully_connected_int8(p: FullyConnectedInt8Params, inputs, outputs) -> None:
+    x, weights, bias = _fc_operands(p, inputs)
+    acc = exact_int_matmul(x.astype(np.int64) + p.input_offset,
+                           (weights.astype(np.int64) + p.filter_offset).T)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    acc = wrap_int32(acc)
+    # round(double(acc) * scale), scale per tensor or per unit (broadcast over the last axis)
+    scaled = double_to_int32(round_half_away(acc * np.asarray(p.requant_scales, np.float64)))
+    result = np.clip(wrap_int32(scaled + p.output_offset), p.activation_min, p.activation_max)
+    outputs[0][...] = result.astype(np.int8).reshape(outputs[0].shape)
+
+
+def _fc_operands(p, inputs):
+    """The input as (batches, depth) rows, as TFLite flattens it; weights (units, depth)."""
+    x, weights = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    return x.reshape(p.batches, p.depth), weights, bias
+
+
+# -- BATCH_MATMUL ----------------------------------------------------------------------------
+
+
+def _adjoint_operands(p, inputs) -> tuple[np.ndarray, np.ndarray]:
+    lhs, rhs = inputs[0], inputs[1]
+    return (np.swapaxes(lhs, -1, -2) if p.adj_x else lhs,
+            np.swapaxes(rhs, -1, -2) if p.adj_y else rhs)
+
+
+def batch_matmul_float(p: BatchMatMulFloatParams, inputs, outputs) -> None:
+    lhs, rhs = _adjoint_operands(p, inputs)
+    outputs[0][...] = np.matmul(lhs, rhs)
+
+
+def batch_matmul_int8(p: BatchMatMulInt8Params, inputs, outputs) -> None:
+    lhs, rhs = _adjoint_operands(p, inputs)
+    acc = wrap_int32(exact_int_matmul(lhs.astype(np.int64) + p.lhs_offset,
+                                       rhs.astype(np.int64) + p.rhs_offset))
+    if not p.requantize:
+        outputs[0][...] = acc.astype(np.int32)
+        return
+    scaled = multiply_by_quantized_multiplier(acc, p.output_multiplier, p.output_shift)
+    result = np.clip(scaled + p.output_offset, p.activation_min, p.activation_max)
+    outputs[0][...] = result.astype(np.int8)
+
+
+# Kernels by the params type prepare returned (one type per dtype path).
+_BY_PARAMS = {
+    FullyConnectedFloatParams: fully_connected_float,
+    FullyConnectedInt8Params: fully_connected_int8,
+    BatchMatMulFloatParams: batch_matmul_float,
+    BatchMatMulInt8Params: batch_matmul_int8,
+}
+
+
+def _dispatch(params, inputs, outputs) -> None:
+    _BY_PARAMS[type(params)](params, inputs, outputs)
+
+
+KERNELS: dict = {"FULLY_CONNECTED": _dispatch, "BATCH_MATMUL": _dispatch}

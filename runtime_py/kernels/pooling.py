@@ -1,0 +1,66 @@
+"""numpy kernels for the pooling family: AVERAGE_POOL_2D and MAX_POOL_2D (NHWC).
+
+Every window is read at once through a strided view of the input, padded with a value that
+cannot change the result (0 for sums, the dtype's lowest for maxima); averages divide by the
+in-bounds count from the params, as TFLite's reference kernels do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from toolchain.ops.pooling import Pool2DParams
+
+
+def windows(p: Pool2DParams, x: np.ndarray, fill) -> np.ndarray:
+    """(batch, out_h, out_w, channels, filter_h, filter_w) view of every pooling window."""
+    _, height, width, _ = x.shape
+    bottom = max((p.output_height - 1) * p.stride_height + p.filter_height - height - p.pad_top, 0)
+    right = max((p.output_width - 1) * p.stride_width + p.filter_width - width - p.pad_left, 0)
+    padded = np.pad(x, ((0, 0), (p.pad_top, bottom), (p.pad_left, right), (0, 0)),
+                    constant_values=fill)
+    view = sliding_window_view(padded, (p.filter_height, p.filter_width), axis=(1, 2))
+    return view[:, ::p.stride_height, ::p.stride_width][:, :p.output_height, :p.output_width]
+
+
+def _counts(p: Pool2DParams) -> np.ndarray:
+    return p.window_counts[None, :, :, None]
+
+
+def average_pool_float(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
+    total = windows(p, x, 0.0).sum(axis=(-2, -1), dtype=np.float32)
+    return total / _counts(p).astype(np.float32)
+
+
+def average_pool_int8(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
+    """The int32 sum divided by the count, rounding halves away from zero (C division of
+    acc +- count / 2, which truncates toward zero)."""
+    total = windows(p, x, 0).sum(axis=(-2, -1), dtype=np.int64)
+    counts = _counts(p)
+    return np.sign(total) * ((np.abs(total) + counts // 2) // counts)
+
+
+def max_pool(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
+    lowest = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    return windows(p, x, lowest).max(axis=(-2, -1))
+
+
+_AVERAGE = {np.dtype(np.float32): average_pool_float, np.dtype(np.int8): average_pool_int8}
+
+
+def _pool_kernel(pool_by_dtype):
+    """A kernel that pools with the function for its input's dtype, then applies the clamp."""
+
+    def kernel(p: Pool2DParams, inputs, outputs) -> None:
+        x = inputs[0]
+        pooled = pool_by_dtype[x.dtype](p, x)
+        outputs[0][...] = np.clip(pooled, p.activation_min, p.activation_max).astype(x.dtype)
+
+    return kernel
+
+
+KERNELS: dict = {
+    "AVERAGE_POOL_2D": _pool_kernel(_AVERAGE),
+    "MAX_POOL_2D": _pool_kernel({np.dtype(np.float32): max_pool, np.dtype(np.int8): max_pool}),
+}

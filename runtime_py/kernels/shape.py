@@ -1,0 +1,99 @@
+"""numpy kernels for the shape family: copies of stored values, laid out as the params say.
+
+Every index was resolved and checked in toolchain.ops.shape, so each kernel is one numpy
+expression whose whole result exists before an output is written (numpy also buffers an
+assignment from a view that overlaps its target, as a reshape's view of its input would).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from toolchain.ops.shape import (
+    AxisParams,
+    GatherParams,
+    PadParams,
+    ReshapeParams,
+    SliceParams,
+    SplitParams,
+    TransposeParams,
+)
+
+Arrays = list[np.ndarray]
+
+
+def _write(outputs: Arrays, results: Sequence[np.ndarray]) -> None:
+    for out, result in zip(outputs, results):
+        out[...] = result
+
+
+def reshape(params: ReshapeParams, inputs: Arrays, outputs: Arrays) -> None:
+    outputs[0][...] = inputs[0].reshape(params.shape)
+
+
+def pad(params: PadParams, inputs: Arrays, outputs: Arrays) -> None:
+    outputs[0][...] = np.pad(inputs[0], params.paddings, constant_values=params.value)
+
+
+def concatenation(params: AxisParams, inputs: Arrays, outputs: Arrays) -> None:
+    outputs[0][...] = np.concatenate(inputs, axis=params.axis)
+
+
+def pack(params: AxisParams, inputs: Arrays, outputs: Arrays) -> None:
+    outputs[0][...] = np.stack(inputs, axis=params.axis)
+
+
+def unpack(params: AxisParams, inputs: Arrays, outputs: Arrays) -> None:
+    _write(outputs, np.moveaxis(inputs[0], params.axis, 0).copy())
+
+
+def _split_along(params: SplitParams, x: np.ndarray, outputs: Arrays) -> None:
+    boundaries = np.cumsum(params.sizes)[:-1]
+    _write(outputs, [part.copy() for part in np.split(x, boundaries, axis=params.axis)])
+
+
+def split(params: SplitParams, inputs: Arrays, outputs: Arrays) -> None:
+    """SPLIT's value is its second input (the first is the axis)."""
+    _split_along(params, inputs[1], outputs)
+
+
+def split_v(params: SplitParams, inputs: Arrays, outputs: Arrays) -> None:
+    _split_along(params, inputs[0], outputs)
+
+
+def transpose(params: TransposeParams, inputs: Arrays, outputs: Arrays) -> None:
+    outputs[0][...] = np.transpose(inputs[0], params.perm)
+
+
+def strided_slice(params: SliceParams, inputs: Arrays, outputs: Arrays) -> None:
+    """Pick begin + k * stride along every axis (negative strides walk backwards)."""
+    x = inputs[0].reshape(params.input_shape)
+    picks = [np.arange(begin, begin + count * stride, stride)
+             for begin, stride, count in zip(params.begin, params.strides, params.counts)]
+    outputs[0][...] = x[np.ix_(*picks)].reshape(outputs[0].shape)
+
+
+def gather(params: GatherParams, inputs: Arrays, outputs: Arrays) -> None:
+    blocks = inputs[0].reshape(params.batch, params.outer, params.axis_size, params.inner)
+    picked = np.take_along_axis(blocks, params.indices[:, None, :, None], axis=2)
+    outputs[0][...] = picked.reshape(outputs[0].shape)
+
+
+KERNELS = {
+    "RESHAPE": reshape,
+    "SQUEEZE": reshape,
+    "EXPAND_DIMS": reshape,
+    "PAD": pad,
+    "PADV2": pad,
+    "CONCATENATION": concatenation,
+    "PACK": pack,
+    "UNPACK": unpack,
+    "SPLIT": split,
+    "SPLIT_V": split_v,
+    "TRANSPOSE": transpose,
+    "SLICE": strided_slice,
+    "STRIDED_SLICE": strided_slice,
+    "GATHER": gather,
+}

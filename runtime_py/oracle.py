@@ -1,0 +1,119 @@
+"""Oracle adapters: the TensorFlow Lite interpreters whose outputs runtime_py must reproduce.
+
+LiteRT with BUILTIN_REF runs TFLite's reference kernels (the optimized default ones round
+differently). When LiteRT refuses a model that TFLite Micro accepts (per-channel
+quantized_dimension 3 on depthwise filters, as in person_detect), the TFLM interpreter stands in.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+
+import numpy as np
+
+from toolchain.errors import RuntimeBackendError
+
+
+def _litert():
+    """LiteRT's interpreter module, or tflite_runtime's where that is what is installed."""
+    try:
+        from ai_edge_litert import interpreter
+    except ImportError:
+        try:
+            from tflite_runtime import interpreter
+        except ImportError:
+            raise RuntimeBackendError(
+                "neither ai-edge-litert nor tflite-runtime is installed"
+            ) from None
+    return interpreter
+
+
+class LiteRTOracle:
+    """TFLite's reference kernels; can keep every intermediate tensor for per-layer checks."""
+
+    def __init__(
+        self, model_bytes: bytes, preserve_all_tensors: bool = False, reference: bool = True
+    ):
+        lite = _litert()
+        resolver = lite.OpResolverType.BUILTIN_REF if reference else lite.OpResolverType.AUTO
+        self.name = "litert-ref" if reference else "litert"
+        self.interpreter = lite.Interpreter(
+            model_content=model_bytes,
+            experimental_op_resolver_type=resolver,
+            experimental_preserve_all_tensors=preserve_all_tensors,
+        )
+        self.interpreter.allocate_tensors()
+        self.inputs = [d["index"] for d in self.interpreter.get_input_details()]
+        self.outputs = [d["index"] for d in self.interpreter.get_output_details()]
+
+    def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        for index, value in zip(self.inputs, inputs):
+            self.interpreter.set_tensor(index, value)
+        self.interpreter.invoke()
+        return [self.interpreter.get_tensor(i).copy() for i in self.outputs]
+
+    def tensor(self, index: int) -> np.ndarray:
+        return self.interpreter.get_tensor(index).copy()
+
+
+class TFLMOracle:
+    """The TensorFlow Lite Micro interpreter from the tflite-micro package."""
+
+    name = "tflm"
+
+    def __init__(self, model_bytes: bytes, output_count: int, arena_size: int | None = None):
+        self.output_count = output_count
+        try:
+            from tflite_micro.python.tflite_micro import runtime
+        except ImportError:
+            raise RuntimeBackendError("the tflite-micro package is not installed") from None
+        self.interpreter = runtime.Interpreter.from_bytes(model_bytes, arena_size=arena_size)
+
+    def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        for i, value in enumerate(inputs):
+            self.interpreter.set_input(value, i)
+        self.interpreter.invoke()
+        return [self.interpreter.get_output(i).copy() for i in range(self.output_count)]
+
+    def allocations(self) -> dict[str, int]:
+        """TFLM's arena figures: 'total', 'head' (planned activations) and 'tail' in bytes."""
+        text = capture_fd(2, self.interpreter.print_allocations)
+        return {k: int(v) for k, v in re.findall(r"Arena allocation (\w+) (\d+) bytes", text)}
+
+
+def capture_fd(fd: int, call) -> str:
+    """Text a C++ extension writes to file descriptor `fd` (TFLM logs to stderr) during `call`."""
+    libc = ctypes.CDLL(None)
+    with tempfile.TemporaryFile(mode="w+") as sink:
+        saved = os.dup(fd)
+        try:
+            os.dup2(sink.fileno(), fd)
+            call()
+            libc.fflush(None)  # C stdio may buffer what the extension printed
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+        sink.seek(0)
+        return sink.read()
+
+
+def open_oracle(model_bytes: bytes, output_count: int, preserve_all_tensors: bool = False):
+    """LiteRT's reference kernels, or TFLM when LiteRT refuses the model."""
+    try:
+        return LiteRTOracle(model_bytes, preserve_all_tensors)
+    except (ValueError, RuntimeError) as litert_error:
+        try:
+            return TFLMOracle(model_bytes, output_count)
+        except Exception as tflm_error:
+            raise RuntimeBackendError(
+                f"no oracle accepts the model (LiteRT: {first_line(litert_error)}; "
+                f"TFLM: {first_line(tflm_error)})"
+            ) from None
+
+
+def first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -1,0 +1,197 @@
+"""The generated C on an emulated Cortex-M4: QEMU's mps2-an386 board, I/O through semihosting.
+
+The firmware (toolchain.footprint.build_mcu: the model's C, a startup file, a linker script and
+an MCU harness, built with arm-none-eabi-gcc -Os and newlib-nano) reads every input set from
+one host file and appends the outputs to another, through ARM semihosting; QEMU runs with the
+semihosting target `native` in a fresh directory holding that input file, and exits with the
+status the firmware passes to SYS_EXIT_EXTENDED. All input sets run in one QEMU process.
+
+    with QemuBackend(model_plan) as backend:
+        outputs = backend.invoke_many(input_sets)   # same interface as CBackend
+        backend.stack_peak                          # measured stack high-water mark, bytes
+        backend.footprint()                         # toolchain.footprint.measure of this build
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import RuntimeBackendError
+from toolchain.footprint import (
+    BOARD,
+    INPUT_FILE,
+    OUTPUT_FILE,
+    STATUS,
+    STATUS_MEANING,
+    TOOL_PREFIX,
+    TOOLS,
+    build_mcu,
+    measure,
+    tool,
+)
+from toolchain.plan import ModelPlan
+
+QEMU = "qemu-system-arm"
+QEMU_TIMEOUT = 600.0  # seconds for one QEMU process (all input sets)
+
+
+def qemu() -> str:
+    path = shutil.which(QEMU)
+    if path is None:
+        raise RuntimeBackendError(
+            f"{QEMU} is not on PATH (Debian: apt-get install qemu-system-arm)"
+        )
+    return path
+
+
+def missing() -> list[str]:
+    """The programs this backend and toolchain.footprint need that are not on PATH."""
+    needed = [TOOL_PREFIX + t for t in TOOLS] + [QEMU]
+    return [program for program in needed if shutil.which(program) is None]
+
+
+def available() -> bool:
+    """True when the cross toolchain (gcc, size, nm, objdump) and qemu-system-arm are installed."""
+    return not missing()
+
+
+def qemu_command(elf: str) -> list[str]:
+    """QEMU without display, network or monitor; semihosting reads and writes host files."""
+    return [
+        qemu(),
+        "-M",
+        BOARD,
+        "-nographic",
+        "-monitor",
+        "none",
+        "-nic",
+        "none",
+        "-semihosting-config",
+        "enable=on,target=native",
+        "-kernel",
+        elf,
+    ]
+
+
+class QemuBackend:
+    """Build the firmware for a plan and run it under QEMU; `invoke` matches runtime_py's."""
+
+    name = "qemu"
+
+    def __init__(self, model_plan: ModelPlan, name: str = "model", timeout: float = QEMU_TIMEOUT):
+        tool("gcc"), qemu()  # a clear error before any work when either is missing
+        self.model_plan = model_plan
+        self.graph = model_plan.graph
+        self.timeout = timeout
+        self.stack_peak: int | None = None  # bytes, from the last run
+        self.seconds: float | None = None  # wall-clock time of the last QEMU run
+        self.directory = tempfile.mkdtemp(prefix="arenac-qemu-")
+        try:
+            self.build = build_mcu(model_plan, self.directory, name)
+        except BaseException:
+            self.close()
+            raise
+
+    def invoke_many(self, input_sets: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
+        """Run every input set in one QEMU process; outputs per set."""
+        inputs = [self.graph.tensors[t] for t in self.graph.inputs]
+        chunks = [struct.pack("<I", len(input_sets))]
+        for values in input_sets:
+            if len(values) != len(inputs):
+                raise RuntimeBackendError(f"expected {len(inputs)} inputs, got {len(values)}")
+            for t, v in zip(inputs, values):
+                data = np.ascontiguousarray(v, dtype=np.dtype(t.dtype)).tobytes()
+                if len(data) != t.nbytes:
+                    raise RuntimeBackendError(
+                        f"input '{t.name}': expected {t.nbytes} bytes, got {len(data)}"
+                    )
+                chunks.append(data)
+        run_dir = tempfile.mkdtemp(prefix="run-", dir=self.directory)
+        try:
+            with open(os.path.join(run_dir, INPUT_FILE), "wb") as f:
+                f.write(b"".join(chunks))
+            raw = self._run(run_dir)
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        return self._split(raw, len(input_sets))
+
+    def _run(self, run_dir: str) -> bytes:
+        start = time.perf_counter()
+        try:
+            result = subprocess.run(
+                qemu_command(self.build.elf),
+                cwd=run_dir,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=self.timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeBackendError(
+                f"{QEMU} did not finish within {self.timeout:g} s", self.model_plan.model.source
+            ) from None
+        self.seconds = time.perf_counter() - start
+        if result.returncode != 0:
+            meaning = {STATUS[k]: v for k, v in STATUS_MEANING.items()}.get(result.returncode)
+            lines = (result.stdout + result.stderr).decode(errors="replace").strip().splitlines()
+            # the firmware's own message, else QEMU's last word (not its "nic has no peer")
+            said = [x for x in lines if x.startswith("arenac:")] or lines
+            detail = f": {said[-1].strip()}" if said else ""
+            raise RuntimeBackendError(
+                f"firmware under {QEMU} failed (exit {result.returncode}"
+                f"{', ' + meaning if meaning else ''}){detail}",
+                self.model_plan.model.source,
+            )
+        path = os.path.join(run_dir, OUTPUT_FILE)
+        if not os.path.exists(path):
+            raise RuntimeBackendError(f"firmware under {QEMU} wrote no {OUTPUT_FILE}")
+        with open(path, "rb") as f:
+            return f.read()
+
+    def _split(self, raw: bytes, sets: int) -> list[list[np.ndarray]]:
+        tensors = [self.graph.tensors[t] for t in self.graph.outputs]
+        expected = sets * sum(t.nbytes for t in tensors) + 4
+        if len(raw) != expected:
+            raise RuntimeBackendError(
+                f"firmware under {QEMU} wrote {len(raw)} bytes, expected {expected}"
+            )
+        (self.stack_peak,) = struct.unpack_from("<I", raw, len(raw) - 4)
+        outputs, position = [], 0
+        for _ in range(sets):
+            values = []
+            for t in tensors:
+                values.append(
+                    np.frombuffer(raw, np.dtype(t.dtype), t.num_elements, position)
+                    .reshape(t.shape)
+                    .copy()
+                )
+                position += t.nbytes
+            outputs.append(values)
+        return outputs
+
+    def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self.invoke_many([inputs])[0]
+
+    def footprint(self) -> dict[str, Any]:
+        """toolchain.footprint.measure of this build, plus the measured stack once it has run."""
+        figures = measure(self.build, self.model_plan)
+        if self.stack_peak is not None:
+            figures["stack_measured"] = self.stack_peak
+        return figures
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> QemuBackend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,349 @@
+"""FULLY_CONNECTED and BATCH_MATMUL against TFLite's reference kernels: bit-exact for int8."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtime_py.check import difference, random_inputs
+from runtime_py.kernels import KERNELS
+from runtime_py.oracle import LiteRTOracle
+from tests.conftest import SHARED_MODELS
+from tests.opcheck import assert_matches_oracle
+from toolchain.builder import ModelBuilder
+from toolchain.errors import UnsupportedOpError
+from toolchain.ops import REGISTRY, prepare_graph
+from toolchain.quant import ACTIVATION_FLOAT_RANGE
+from toolchain.reader import parse_model
+
+ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+# int8 test inputs: uniform over the full range, so their real values have this deviation.
+INT8_STD = 256 / math.sqrt(12)
+# Output ranges span this many deviations of the (estimated) float result.
+SPREAD = 4.0
+
+
+def output_quantization(std: float, activation: str = "NONE") -> tuple[float, int]:
+    """int8 scale and zero point covering +-SPREAD deviations, cut to the activation's range."""
+    low, high = ACTIVATION_FLOAT_RANGE[activation]
+    low, high = max(-SPREAD * std, low), min(SPREAD * std, high)
+    scale = (high - low) / 255
+    return scale, round(-128 - low / scale)
+
+
+def oracle_outputs(model: bytes, seed: int = 0) -> list[np.ndarray]:
+    """TFLite's outputs on the random inputs that assert_matches_oracle uses first."""
+    graph = parse_model(model, "<built model>").main
+    return LiteRTOracle(model).invoke(random_inputs(graph, seed))
+
+
+def assert_matches_and_varies(model: bytes) -> None:
+    """Bit-exact with TFLite, on outputs that take more values than the two clamps, so that the
+    comparison can fail."""
+    assert_matches_oracle(model)
+    for output in oracle_outputs(model):
+        assert len(np.unique(output)) > 2, "outputs (nearly) constant: too coarse a scale"
+
+
+def assert_refused(model: bytes, reason: str) -> None:
+    with pytest.raises(UnsupportedOpError, match=reason):
+        prepare_graph(parse_model(model, "<built model>").main)
+
+
+# -- FULLY_CONNECTED -------------------------------------------------------------------------
+
+
+def fully_connected_model(
+    dtype: str,
+    input_shape: Sequence[int],
+    units: int,
+    depth: int | None = None,
+    activation: str = "NONE",
+    bias: bool = True,
+    keep_num_dims: bool = False,
+    per_channel: bool = False,
+    filter_zero_point: int = 0,
+    seed: int = 0,
+) -> bytes:
+    """One FULLY_CONNECTED; `depth` (default: the input's last dimension) sets the filter rows."""
+    rng = np.random.default_rng(seed)
+    depth = depth or input_shape[-1]
+    batches = math.prod(input_shape) // depth
+    out_shape = (*input_shape[:-1], units) if keep_num_dims else (batches, units)
+    b = ModelBuilder(dtype)
+    options = {"fused_activation_function": activation, "keep_num_dims": keep_num_dims}
+    if dtype == "float32":
+        x = b.input("x", input_shape, "float32")
+        weights = b.const("w", rng.normal(0, 1 / math.sqrt(depth), (units, depth)).astype("f4"))
+        bias_index = b.const("b", rng.normal(0, 0.5, units).astype("f4")) if bias else -1
+        out = b.tensor("y", out_shape, "float32")
+    else:
+        input_scale, input_zp = 0.05, 7
+        x = b.input("x", input_shape, "int8", input_scale, input_zp)
+        q_weights = rng.integers(-127, 128, (units, depth)).astype(np.int8)
+        scale = rng.uniform(0.002, 0.02, units) if per_channel else 0.01
+        weights = b.const("w", q_weights, scale, filter_zero_point)
+        bias_scale = input_scale * np.asarray(scale)
+        q_bias = rng.integers(-3000, 3000, units).astype(np.int32)
+        bias_index = b.const("b", q_bias, bias_scale) if bias else -1
+        # The accumulator's real deviation: sqrt(depth) input * weight deviations.
+        weight_std = float(np.mean(scale)) * INT8_STD
+        std = math.sqrt(depth) * input_scale * INT8_STD * weight_std
+        out = b.tensor("y", out_shape, "int8", *output_quantization(std, activation))
+    b.op(
+        "FULLY_CONNECTED",
+        [x, weights, bias_index],
+        [out],
+        options,
+        version=4 if dtype == "int8" else 1,
+    )
+    b.output(out)
+    return b.build()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize(
+    "input_shape, units, depth, keep_num_dims",
+    [
+        ((1, 8), 4, None, False),
+        ((3, 16), 5, None, False),
+        ((2, 3, 8), 6, None, False),  # rank 3: batches 2 * 3
+        ((2, 3, 8), 6, None, True),  # rank 3, output keeps (2, 3, units)
+        ((2, 3, 4), 3, 12, False),  # depth spans dimensions: TFLite flattens to (2, 12)
+        ((1, 5, 4, 2), 7, 40, False),  # rank 4 flattened entirely, like micro_speech
+    ],
+)
+def test_fully_connected_shapes(dtype, input_shape, units, depth, keep_num_dims):
+    assert_matches_and_varies(
+        fully_connected_model(dtype, input_shape, units, depth, keep_num_dims=keep_num_dims)
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_fully_connected_activations(dtype, activation, bias):
+    assert_matches_and_varies(
+        fully_connected_model(dtype, (4, 24), 8, activation=activation, bias=bias, seed=1)
+    )
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("input_shape, keep_num_dims", [((5, 32), False), ((2, 2, 16), True)])
+def test_fully_connected_int8_per_channel(activation, input_shape, keep_num_dims):
+    assert_matches_and_varies(
+        fully_connected_model(
+            "int8",
+            input_shape,
+            12,
+            activation=activation,
+            keep_num_dims=keep_num_dims,
+            per_channel=True,
+            seed=2,
+        )
+    )
+
+
+def test_fully_connected_int8_filter_zero_point():
+    """Per-tensor filters may be asymmetric: TFLite subtracts their zero point."""
+    assert_matches_and_varies(fully_connected_model("int8", (3, 20), 6, filter_zero_point=5))
+
+
+def test_fully_connected_int8_large_depth_rounding():
+    """Many sums landing near rounding boundaries of the double-precision requantization."""
+    assert_matches_and_varies(fully_connected_model("int8", (16, 300), 40, seed=3))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_fully_connected_runtime_weights(dtype):
+    """Weights that are a model input rather than a constant."""
+    b = ModelBuilder(dtype)
+    quant = {"float32": ((), (), ()), "int8": ((0.05, 2), (0.01, 0), (0.5, -3))}[dtype]
+    x = b.input("x", (3, 10), dtype, *quant[0])
+    w = b.input("w", (4, 10), dtype, *quant[1])
+    y = b.tensor("y", (3, 4), dtype, *quant[2])
+    b.op("FULLY_CONNECTED", [x, w, -1], [y], version=4 if dtype == "int8" else 1)
+    b.output(y)
+    assert_matches_and_varies(b.build())
+
+
+def test_fully_connected_refuses_hybrid():
+    b = ModelBuilder("float32")
+    x = b.input("x", (1, 4), "float32")
+    w = b.const("w", np.ones((2, 4), np.int8), 0.1, 0)
+    y = b.tensor("y", (1, 2), "float32")
+    b.op("FULLY_CONNECTED", [x, w, -1], [y])
+    b.output(y)
+    assert_refused(b.build(), "hybrid")
+
+
+def test_fully_connected_refuses_non_clamping_activation():
+    assert_refused(fully_connected_model("float32", (1, 4), 2, activation="TANH"), "TANH")
+
+
+def test_fully_connected_refuses_mismatched_bias_scale():
+    b = ModelBuilder("int8")
+    x = b.input("x", (1, 4), "int8", 0.05, 0)
+    w = b.const("w", np.ones((2, 4), np.int8), 0.01, 0)
+    bias = b.const("b", np.zeros(2, np.int32), 0.5)  # should be 0.05 * 0.01
+    y = b.tensor("y", (1, 2), "int8", 0.01, 0)
+    b.op("FULLY_CONNECTED", [x, w, bias], [y], version=4)
+    b.output(y)
+    assert_refused(b.build(), "bias scale")
+
+
+# -- BATCH_MATMUL ----------------------------------------------------------------------------
+
+
+def batch_matmul_model(
+    dtype: str,
+    lhs_shape: Sequence[int],
+    rhs_shape: Sequence[int],
+    adj_x: bool = False,
+    adj_y: bool = False,
+    out_dtype: str | None = None,
+    constant_rhs: bool = False,
+) -> bytes:
+    """One BATCH_MATMUL; int8 operands carry nonzero zero points."""
+    out_dtype = out_dtype or dtype
+    rows = lhs_shape[-1] if adj_x else lhs_shape[-2]
+    depth = lhs_shape[-2] if adj_x else lhs_shape[-1]
+    cols = rhs_shape[-2] if adj_y else rhs_shape[-1]
+    out_shape = (*np.broadcast_shapes(tuple(lhs_shape[:-2]), tuple(rhs_shape[:-2])), rows, cols)
+    b = ModelBuilder("int8" if dtype == "int8" else "float32")
+    lhs_quant = (0.04, -9) if dtype == "int8" else ()
+    rhs_quant = (0.03, 4) if dtype == "int8" else ()
+    lhs = b.input("lhs", lhs_shape, dtype, *lhs_quant)
+    if constant_rhs:
+        rng = np.random.default_rng(5)
+        values = (
+            rng.integers(-128, 128, rhs_shape).astype(np.int8)
+            if dtype == "int8"
+            else rng.standard_normal(rhs_shape).astype(np.float32)
+        )
+        rhs = b.const("rhs", values, *rhs_quant)
+    else:
+        rhs = b.input("rhs", rhs_shape, dtype, *rhs_quant)
+    if out_dtype == "int8":
+        std = math.sqrt(depth) * 0.04 * INT8_STD * 0.03 * INT8_STD
+        out = b.tensor("out", out_shape, "int8", *output_quantization(std))
+    else:
+        out = b.tensor("out", out_shape, out_dtype)
+    b.op("BATCH_MATMUL", [lhs, rhs], [out], {"adj_x": adj_x, "adj_y": adj_y})
+    b.output(out)
+    return b.build()
+
+
+MATMUL_SHAPES = [
+    ((3, 5), (5, 4)),
+    ((2, 3, 5), (2, 5, 4)),
+    ((2, 3, 5), (1, 5, 4)),  # rhs batch of 1, which TFLite folds into the lhs rows
+    ((3, 5), (2, 5, 4)),  # lhs of lower rank broadcasts
+    ((2, 1, 3, 5), (4, 5, 2)),  # batch dimensions broadcast both ways
+    ((1, 2, 1, 3, 5), (2, 1, 3, 5, 4)),  # rank 5
+]
+
+
+def _adjusted(shape: Sequence[int], adjoint: bool) -> tuple[int, ...]:
+    """The stored shape of an operand that the op transposes back to `shape`."""
+    return (*shape[:-2], shape[-1], shape[-2]) if adjoint else tuple(shape)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("lhs_shape, rhs_shape", MATMUL_SHAPES)
+@pytest.mark.parametrize(
+    "adj_x, adj_y", [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_batch_matmul(dtype, lhs_shape, rhs_shape, adj_x, adj_y):
+    model = batch_matmul_model(
+        dtype, _adjusted(lhs_shape, adj_x), _adjusted(rhs_shape, adj_y), adj_x, adj_y
+    )
+    assert_matches_and_varies(model)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_batch_matmul_constant_rhs(dtype):
+    assert_matches_and_varies(batch_matmul_model(dtype, (2, 3, 6), (6, 5), constant_rhs=True))
+
+
+@pytest.mark.parametrize("adj_y", [False, True])
+def test_batch_matmul_int8_to_int32(adj_y):
+    """int8 operands with an int32 output: TFLite sums raw products, ignoring zero points."""
+    model = batch_matmul_model(
+        "int8", (2, 3, 7), _adjusted((7, 4), adj_y), adj_y=adj_y, out_dtype="int32"
+    )
+    assert_matches_and_varies(model)
+
+
+def test_batch_matmul_refuses_hybrid():
+    b = ModelBuilder("float32")
+    lhs = b.input("lhs", (2, 3), "float32")
+    rhs = b.const("rhs", np.ones((3, 2), np.int8), 0.1, 0)
+    out = b.tensor("out", (2, 2), "float32")
+    b.op("BATCH_MATMUL", [lhs, rhs], [out])
+    b.output(out)
+    assert_refused(b.build(), "rhs of type int8")
+
+
+# -- real models -----------------------------------------------------------------------------
+
+REAL_MODELS = (
+    "hello_world_float",
+    "hello_world_int8",
+    "ad01_fp32",
+    "ad01_int8",
+    "kws_ref_model",
+    "micro_speech_quantized",
+    "vww_96_int8",
+    "pretrainedResnet_quant",
+)
+
+
+def check_ops_on_oracle_tensors(path: Path, opcodes: Sequence[str], seed: int = 0) -> int:
+    """Run each op of `opcodes` in the model on TFLite's own input tensors; its output must
+    match TFLite's (bit-exact for integers). Returns how many ops were checked."""
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    model = path.read_bytes()
+    graph = parse_model(model, str(path)).main
+    oracle = LiteRTOracle(model, preserve_all_tensors=True)
+    oracle.invoke(random_inputs(graph, seed))
+    checked = 0
+    for op in graph.operators:
+        if op.opcode not in opcodes:
+            continue
+        params = REGISTRY[op.opcode].prepare(graph, op)
+        inputs = [oracle.tensor(t) if t >= 0 else None for t in op.inputs]
+        expected = [oracle.tensor(t) for t in op.outputs]
+        outputs = [np.zeros_like(e) for e in expected]
+        KERNELS[op.opcode](params, inputs, outputs)
+        for e, a in zip(expected, outputs, strict=True):
+            d = difference(e, a)
+            assert d.mismatches == 0, f"op {op.index} {op.opcode}: {d}"
+        checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("name", REAL_MODELS)
+def test_real_models_fully_connected(name):
+    checked = 0
+    for seed in range(2):
+        checked += check_ops_on_oracle_tensors(
+            SHARED_MODELS / f"{name}.tflite", ("FULLY_CONNECTED", "BATCH_MATMUL"), seed
+        )
+    assert checked > 0
+
+
+@pytest.mark.parametrize(
+    "name", ["hello_world_float", "hello_world_int8", "ad01_fp32", "ad01_int8"]
+)
+def test_real_models_made_of_fully_connected_run_whole(name):
+    """These models hold nothing but FULLY_CONNECTED: the whole planned model must match."""
+    path = SHARED_MODELS / f"{name}.tflite"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    assert_matches_oracle(path.read_bytes(), inputs=5)

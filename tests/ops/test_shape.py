@@ -1,0 +1,428 @@
+"""Shape and data-movement ops: runtime_py against TFLite's reference kernels, bit for bit.
+
+Each model is built twice: first with empty output shapes, so that TFLite's own Prepare says
+what the outputs' shapes are, then with those shapes. Our prepare must compute the same shapes
+(it refuses a model whose declared shapes differ), so the tests check shape inference too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from runtime_py.check import random_inputs
+from runtime_py.oracle import LiteRTOracle
+from tests.opcheck import assert_matches_oracle
+from toolchain.builder import ModelBuilder
+from toolchain.errors import UnsupportedOpError
+from toolchain.ops import prepare_graph
+from toolchain.reader import parse_model
+
+# Activation quantization per dtype; int16 keeps zero point 0 as TFLite requires of it.
+QUANT = {"int8": (0.05, -3), "int16": (0.002, 0)}
+DTYPES = ("int8", "float32", "int32")
+EXTRA_DTYPES = ("int16", "int64")
+
+
+@dataclass(frozen=True)
+class OfDtype:
+    """A constant operand of the tested dtype (PADV2's pad value), quantized as the output."""
+
+    value: float
+
+
+def i32(values) -> np.ndarray:
+    return np.asarray(values, np.int32)
+
+
+def i64(values) -> np.ndarray:
+    return np.asarray(values, np.int64)
+
+
+def build(
+    opcode: str,
+    dtype: str,
+    operands: list,
+    outputs: int = 1,
+    options: dict | None = None,
+    out_shapes: list | None = None,
+    out_quant: tuple | None = None,
+) -> bytes:
+    """One-op model. An operand that is a shape becomes a model input of `dtype`; an array a
+    constant. Output shapes default to those TFLite computes."""
+    quant = QUANT.get(dtype, (None, None))
+    b = ModelBuilder()
+    indices = []
+    for i, operand in enumerate(operands):
+        if isinstance(operand, tuple):
+            indices.append(b.input(f"x{i}", operand, dtype, *quant))
+        elif isinstance(operand, OfDtype):
+            indices.append(
+                b.const(f"c{i}", np.asarray([operand.value], dtype), *(out_quant or quant))
+            )
+        else:
+            indices.append(b.const(f"c{i}", operand))
+    shapes = out_shapes or [()] * outputs
+    outs = [b.tensor(f"y{i}", s, dtype, *(out_quant or quant)) for i, s in enumerate(shapes)]
+    b.op(opcode, indices, outs, options)
+    for o in outs:
+        b.output(o)
+    model = b.build()
+    if out_shapes is not None:
+        return model
+    details = LiteRTOracle(model).interpreter.get_output_details()
+    return build(
+        opcode,
+        dtype,
+        operands,
+        outputs,
+        options,
+        [tuple(int(d) for d in detail["shape"]) for detail in details],
+        out_quant,
+    )
+
+
+def oracle_outputs(model: bytes) -> list[np.ndarray]:
+    inputs = random_inputs(parse_model(model).main, seed=0)
+    return LiteRTOracle(model).invoke(inputs)
+
+
+def refused(model: bytes) -> str:
+    with pytest.raises(UnsupportedOpError) as error:
+        prepare_graph(parse_model(model).main)
+    return error.value.message
+
+
+# (id, opcode, operands, options, number of outputs)
+CASES = [
+    ("reshape_tensor", "RESHAPE", [(2, 3, 4), i32([4, -1])], {}, 1),
+    ("reshape_options", "RESHAPE", [(2, 3, 4)], {"new_shape": [6, 1, 4]}, 1),
+    ("reshape_both", "RESHAPE", [(1, 12), i32([3, 4])], {"new_shape": [3, 4]}, 1),
+    ("squeeze_all", "SQUEEZE", [(1, 3, 1, 2)], {}, 1),
+    ("squeeze_listed", "SQUEEZE", [(1, 3, 1, 2)], {"squeeze_dims": [-2]}, 1),
+    ("expand_dims_front", "EXPAND_DIMS", [(3, 2), i32(0)], {}, 1),
+    ("expand_dims_last", "EXPAND_DIMS", [(3, 2), i32([-1])], {}, 1),
+    ("expand_dims_int64_axis", "EXPAND_DIMS", [(3, 2), i64(1)], {}, 1),
+    ("pad_image", "PAD", [(1, 3, 4, 2), i32([[0, 0], [1, 2], [2, 1], [0, 0]])], {}, 1),
+    ("pad_2d_int64", "PAD", [(2, 3), i64([[1, 0], [0, 2]])], {}, 1),
+    ("pad_5d", "PAD", [(1, 2, 1, 2, 2), i32([[0, 1], [1, 0], [0, 0], [2, 0], [0, 1]])], {}, 1),
+    ("padv2_value", "PADV2", [(2, 3, 2), i32([[1, 1], [0, 2], [1, 0]]), OfDtype(-2)], {}, 1),
+    (
+        "padv2_image",
+        "PADV2",
+        [(1, 2, 2, 3), i32([[0, 0], [1, 1], [1, 1], [0, 0]]), OfDtype(5)],
+        {},
+        1,
+    ),
+    ("concat_axis1", "CONCATENATION", [(2, 3, 2), (2, 1, 2), (2, 2, 2)], {"axis": 1}, 1),
+    ("concat_negative_axis", "CONCATENATION", [(2, 3), (2, 4)], {"axis": -1}, 1),
+    ("concat_axis0", "CONCATENATION", [(1, 4), (3, 4)], {"axis": 0}, 1),
+    ("pack_front", "PACK", [(3, 2), (3, 2)], {"values_count": 2, "axis": 0}, 1),
+    ("pack_last", "PACK", [(3, 2)] * 3, {"values_count": 3, "axis": -1}, 1),
+    ("pack_middle", "PACK", [(2, 3), (2, 3)], {"values_count": 2, "axis": 1}, 1),
+    ("unpack_front", "UNPACK", [(3, 2, 2)], {"num": 3, "axis": 0}, 3),
+    ("unpack_last", "UNPACK", [(2, 4)], {"num": 4, "axis": -1}, 4),
+    ("split", "SPLIT", [i32(1), (2, 6)], {"num_splits": 3}, 3),
+    ("split_negative_axis", "SPLIT", [i32([-1]), (2, 2, 4)], {"num_splits": 2}, 2),
+    ("split_v", "SPLIT_V", [(2, 6), i32([1, -1, 2]), i32(1)], {"num_splits": 3}, 3),
+    ("split_v_int64_sizes", "SPLIT_V", [(5, 2), i64([2, 3]), i32(-2)], {"num_splits": 2}, 2),
+    ("transpose_2d", "TRANSPOSE", [(3, 4), i32([1, 0])], {}, 1),
+    ("transpose_nhwc_nchw", "TRANSPOSE", [(1, 2, 3, 4), i32([0, 3, 1, 2])], {}, 1),
+    ("transpose_6d", "TRANSPOSE", [(2, 1, 3, 1, 2, 2), i32([5, 3, 1, 0, 2, 4])], {}, 1),
+    ("transpose_negative_perm", "TRANSPOSE", [(2, 3, 4), i32([-1, 0, 1])], {}, 1),
+    ("slice", "SLICE", [(3, 4, 5), i32([1, 0, 2]), i32([2, -1, 3])], {}, 1),
+    ("slice_int64", "SLICE", [(4, 6), i64([0, 1]), i64([4, 2])], {}, 1),
+    ("strided", "STRIDED_SLICE", [(4, 6), i32([1, 0]), i32([3, 6]), i32([1, 2])], {}, 1),
+    (
+        "strided_backwards",
+        "STRIDED_SLICE",
+        [(5, 6), i32([-1, 5]), i32([-6, 0]), i32([-2, -1])],
+        {},
+        1,
+    ),
+    (
+        "strided_masks",
+        "STRIDED_SLICE",
+        [(3, 4, 5), i32([1, 2, 0]), i32([0, 3, 5]), i32([1, 1, 2])],
+        {"begin_mask": 0b010, "end_mask": 0b001},
+        1,
+    ),
+    (
+        "strided_backwards_masks",
+        "STRIDED_SLICE",
+        [(4, 5), i32([0, 3]), i32([0, 0]), i32([-1, -2])],
+        {"begin_mask": 0b01, "end_mask": 0b11},
+        1,
+    ),
+    (
+        "strided_shrink",
+        "STRIDED_SLICE",
+        [(3, 4, 5), i32([1, 0, -1]), i32([2, 4, 0]), i32([1, 1, 1])],
+        {"shrink_axis_mask": 0b101},
+        1,
+    ),
+    (
+        "strided_ellipsis",
+        "STRIDED_SLICE",
+        [(2, 3, 4, 5), i32([0, 1]), i32([0, 3]), i32([1, 1])],
+        {"ellipsis_mask": 0b01},
+        1,
+    ),
+    (
+        "strided_new_axis",
+        "STRIDED_SLICE",
+        [(3, 4), i32([0, 0, 1]), i32([0, 3, 4]), i32([1, 1, 2])],
+        {"new_axis_mask": 0b001},
+        1,
+    ),
+    (
+        "strided_ellipsis_new_axis",
+        "STRIDED_SLICE",
+        [(2, 3, 4), i32([0, 0, 0]), i32([0, 0, 2]), i32([1, 1, 1])],
+        {"ellipsis_mask": 0b010, "new_axis_mask": 0b001},
+        1,
+    ),
+    (
+        "strided_ellipsis_shrink",
+        "STRIDED_SLICE",
+        [(2, 3, 4), i32([0, 2]), i32([0, 3]), i32([1, 1])],
+        {"ellipsis_mask": 0b01, "shrink_axis_mask": 0b10},
+        1,
+    ),
+    (
+        "strided_offset",
+        "STRIDED_SLICE",
+        [(5, 6), i32([1, 2]), i32([3, 2]), i32([1, 2])],
+        {"offset": True},
+        1,
+    ),
+    ("strided_partial_spec", "STRIDED_SLICE", [(3, 4, 5), i32([1]), i32([3]), i32([1])], {}, 1),
+    (
+        "strided_clamped",
+        "STRIDED_SLICE",
+        [(4, 5), i32([-10, 2]), i32([10, 100]), i32([1, 3])],
+        {},
+        1,
+    ),
+    (
+        "strided_6d",
+        "STRIDED_SLICE",
+        [
+            (2, 1, 3, 1, 2, 3),
+            i32([1, 0, 2, 0, 0, 0]),
+            i32([2, 1, 0, 1, 2, 3]),
+            i32([1, 1, -1, 1, 1, 2]),
+        ],
+        {},
+        1,
+    ),
+    ("gather_axis0", "GATHER", [(5, 3), i32([4, 0, 2])], {"axis": 0}, 1),
+    ("gather_2d_indices", "GATHER", [(2, 5, 3), i32([[1, 4], [0, 0]])], {"axis": 1}, 1),
+    ("gather_negative_axis_int64", "GATHER", [(3, 4), i64([3, 1])], {"axis": -1}, 1),
+    ("gather_scalar_index", "GATHER", [(4, 3), i32(2)], {"axis": 0}, 1),
+    ("gather_int16_indices", "GATHER", [(4, 3), np.asarray([1, 3], np.int16)], {"axis": 0}, 1),
+    (
+        "gather_batch_dims",
+        "GATHER",
+        [(2, 4, 3), i32([[3, 0], [1, 1]])],
+        {"axis": 1, "batch_dims": 1},
+        1,
+    ),
+    (
+        "gather_negative_batch_dims",
+        "GATHER",
+        [(2, 3, 4, 2), i32([[0, 3], [2, 1]])],
+        {"axis": 2, "batch_dims": -1},
+        1,
+    ),
+]
+CASE_IDS = [case[0] for case in CASES]
+# One case per op for the dtypes that only ride along (same kernels, other element sizes).
+FIRST_OF_EACH_OP = list({case[1]: case for case in reversed(CASES)}.values())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("name", "opcode", "operands", "options", "outputs"), CASES, ids=CASE_IDS)
+def test_matches_oracle(name, opcode, operands, options, outputs, dtype):
+    model = build(opcode, dtype, operands, outputs, options)
+    assert_matches_oracle(model)
+    if dtype == "int8":  # the comparison means something only if the outputs vary
+        assert all(np.unique(out).size > 1 for out in oracle_outputs(model))
+
+
+@pytest.mark.parametrize("dtype", EXTRA_DTYPES)
+@pytest.mark.parametrize(
+    ("name", "opcode", "operands", "options", "outputs"),
+    FIRST_OF_EACH_OP,
+    ids=[case[0] for case in FIRST_OF_EACH_OP],
+)
+def test_other_element_sizes(name, opcode, operands, options, outputs, dtype):
+    if (opcode, dtype) == ("UNPACK", "int64"):
+        pytest.skip("TFLite has no int64 UNPACK")
+    assert_matches_oracle(build(opcode, dtype, operands, outputs, options))
+
+
+# Ops whose int8 kernels copy stored integers even when the output is quantized differently.
+REQUANTIZATION_FREE = [
+    "reshape_tensor",
+    "pad_image",
+    "padv2_value",
+    "transpose_nhwc_nchw",
+    "slice",
+    "strided_shrink",
+    "split_v",
+    "gather_batch_dims",
+]
+
+
+@pytest.mark.parametrize("name", REQUANTIZATION_FREE)
+def test_int8_copies_stored_values_across_quantizations(name):
+    _, opcode, operands, options, outputs = CASES[CASE_IDS.index(name)]
+    assert_matches_oracle(build(opcode, "int8", operands, outputs, options, out_quant=(0.1, 4)))
+
+
+def test_pad_fills_with_the_output_zero_point():
+    model = build("PAD", "int8", [(1, 2), i32([[0, 0], [2, 1]])], out_quant=(0.1, 9))
+    assert_matches_oracle(model)
+    assert (oracle_outputs(model)[0][:, [0, 1, 4]] == 9).all()
+
+
+def test_scalar_in_the_middle():
+    """Reshape to rank 0 (an empty new_shape) and back; a scalar model output would trip
+    runtime_py.check, which compares numpy scalars as arrays."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 1), "float32")
+    scalar = b.tensor("scalar", (), "float32")
+    b.op("RESHAPE", [x], [scalar], {"new_shape": []})
+    y = b.tensor("y", (1,), "float32")
+    b.op("EXPAND_DIMS", [scalar, b.const("axis", i32(0))], [y])
+    b.output(y)
+    assert_matches_oracle(b.build())
+
+
+def test_unsupported_element_type_is_not_listed():
+    """SPLIT is keyed by its data input (input 1), not by the int32 axis."""
+    model = build("SPLIT", "uint8", [i32(0), (2, 2)], 2, {"num_splits": 2}, [(1, 2), (1, 2)])
+    assert "SPLIT (uint8)" in refused(model)
+
+
+def int8_pair(
+    opcode: str,
+    in_quant: tuple,
+    out_quant: tuple,
+    operands_after=(),
+    options=None,
+    in_shape=(2, 3),
+    out_shapes=((2, 3),),
+) -> bytes:
+    """A one-op int8 model with its inputs and outputs quantized as given."""
+    b = ModelBuilder("int8")
+    ins = [b.input(f"x{i}", in_shape, "int8", *q) for i, q in enumerate(in_quant)]
+    extra = [b.const(f"c{i}", c) for i, c in enumerate(operands_after)]
+    outs = [b.tensor(f"y{i}", s, "int8", *out_quant) for i, s in enumerate(out_shapes)]
+    b.op(opcode, ins + extra, outs, options)
+    for o in outs:
+        b.output(o)
+    return b.build()
+
+
+# Models TFLite itself refuses; our prepare must refuse them too, with the reason.
+TFLITE_REFUSES = {
+    "concat_fused_relu": (
+        build(
+            "CONCATENATION",
+            "float32",
+            [(2, 3), (2, 3)],
+            1,
+            {"axis": 0, "fused_activation_function": "RELU"},
+            [(4, 3)],
+        ),
+        "fused activation RELU",
+    ),
+    "concat_int8_rescale": (
+        int8_pair(
+            "CONCATENATION", [(0.1, 0), (0.2, 0)], (0.1, 0), (), {"axis": 0}, out_shapes=[(4, 3)]
+        ),
+        "does not requantize",
+    ),
+    "pack_int8_rescale": (
+        int8_pair(
+            "PACK", [(0.1, 0), (0.1, 0)], (0.1, 2), (), {"values_count": 2}, out_shapes=[(2, 2, 3)]
+        ),
+        "does not requantize",
+    ),
+    "unpack_int8_rescale": (
+        int8_pair("UNPACK", [(0.1, 0)], (0.2, 0), (), {"num": 2}, out_shapes=[(3,), (3,)]),
+        "does not requantize",
+    ),
+    "expand_dims_int8_rescale": (
+        int8_pair("EXPAND_DIMS", [(0.1, 0)], (0.1, 1), [i32(0)], out_shapes=[(1, 2, 3)]),
+        "does not requantize",
+    ),
+    "padv2_value_quantized_apart": (
+        build(
+            "PADV2",
+            "int8",
+            [(2, 3), i32([[1, 0], [0, 0]]), np.asarray([3], np.int8)],
+            1,
+            out_shapes=[(3, 3)],
+        ),
+        "constant_values quantized differently",
+    ),
+    "gather_negative_index": (
+        build("GATHER", "float32", [(4, 3), i32([1, -1])], 1, {"axis": 0}, [(2, 3)]),
+        "indices outside [0, 4)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", TFLITE_REFUSES)
+def test_refuses_what_tflite_refuses(name):
+    model, reason = TFLITE_REFUSES[name]
+    assert reason in refused(model)
+    with pytest.raises(Exception):  # noqa: B017 (LiteRT raises RuntimeError or ValueError)
+        LiteRTOracle(model).invoke(random_inputs(parse_model(model).main, seed=0))
+
+
+# Models TFLite runs but whose outputs it leaves partly unwritten or makes up.
+UNDEFINED_IN_TFLITE = {
+    "strided_offset_past_the_end": (
+        build(
+            "STRIDED_SLICE",
+            "float32",
+            [(4, 5), i32([2, 0]), i32([3, 5]), i32([1, 1])],
+            1,
+            {"offset": True},
+            [(3, 5)],
+        ),
+        "TFLite sizes the output 3 but its loop writes 2",
+    ),
+    "strided_shrink_out_of_range": (
+        build(
+            "STRIDED_SLICE",
+            "float32",
+            [(4, 5), i32([4, 0]), i32([5, 5]), i32([1, 1])],
+            1,
+            {"shrink_axis_mask": 1},
+            [(5,)],
+        ),
+        "TFLite sizes the output 1 but its loop writes 0",
+    ),
+    "transpose_repeated_axis": (
+        build("TRANSPOSE", "float32", [(2, 2), i32([0, 0])], 1, None, [(2, 2)]),
+        "not a permutation",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", UNDEFINED_IN_TFLITE)
+def test_refuses_what_tflite_computes_wrongly(name):
+    model, reason = UNDEFINED_IN_TFLITE[name]
+    assert reason in refused(model)
+
+
+def test_refuses_output_shape_tflite_would_not_compute():
+    model = build("TRANSPOSE", "float32", [(2, 3), i32([1, 0])], 1, None, [(2, 3)])
+    assert "TFLite computes [3, 2]" in refused(model)

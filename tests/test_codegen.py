@@ -1,0 +1,111 @@
+"""Generated C: determinism, strict builds, the header's promises, RAM, sanitizers, I/O modes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from runtime_py.c_backend import CBackend, compile_files, write_files
+from runtime_py.check import check_plan, random_inputs
+from runtime_py.interpreter import ArenaInterpreter
+from tests.conftest import SHARED_MODELS, needs_shared_models
+from tests.test_runtime import pool_chain
+from toolchain.cli import main
+from toolchain.codegen import EMITTERS, generate
+from toolchain.ops import REGISTRY
+from toolchain.plan import plan_model
+from toolchain.reader import parse_model, read_model
+
+
+def test_every_runtime_op_has_a_c_emitter():
+    """One shared list: what runtime_py runs, the generator emits."""
+    assert sorted(REGISTRY) == sorted(EMITTERS)
+
+
+def test_generation_is_deterministic(tmp_path):
+    data = pool_chain()
+    first = generate(plan_model(parse_model(data, "m.tflite")), "m")
+    second = generate(plan_model(parse_model(data, "m.tflite")), "m")
+    assert first == second
+    main(["gen", str(_write(tmp_path / "m.tflite", data)), "-o", str(tmp_path / "a")])
+    main(["gen", str(tmp_path / "m.tflite"), "-o", str(tmp_path / "b")])
+    for name in ["m.h", "m.c", "m_main.c"]:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+def test_header_and_source_promises():
+    mp = plan_model(parse_model(pool_chain(), "m.tflite"))
+    files = generate(mp, "demo")
+    header, source = files["demo.h"], files["demo.c"]
+    assert f"#define DEMO_ARENA_BYTES {mp.arena_bytes}u" in header
+    assert "int demo_invoke(void);" in header and "void *demo_input(int i);" in header
+    assert "#define DEMO_INPUT0_DIMS { 1, 12, 12, 8 }" in header
+    assert "DEMO_INPUT0_SCALE" in header and "DEMO_OUTPUT0_ZERO_POINT" in header
+    assert re.search(r"ARENAC_ALIGN\(16\) static uint8_t demo_arena\[\d+\];", source)
+    for banned in ["malloc", "free(", "printf", "stdio.h", "stdlib.h"]:
+        assert banned not in source
+    assert source.count("u, /* t") == len(mp.offset_of_tensor())  # one offset entry per tensor
+
+
+def test_external_io_keeps_inputs_and_outputs_out_of_the_arena(tmp_path):
+    data = pool_chain()
+    model = parse_model(data, "m.tflite")
+    inside, outside = plan_model(model), plan_model(model, external_io=True)
+    assert outside.arena_bytes < inside.arena_bytes
+    files = generate(outside, "ext", external_io=True)
+    assert "int ext_invoke(const void *const inputs[1], void *const outputs[1]);" in files["ext.h"]
+    write_files(files, str(tmp_path))
+    binary = compile_files(str(tmp_path), "ext")
+    x = random_inputs(model.main, seed=5)
+    out = subprocess.run([binary], input=x[0].tobytes(), capture_output=True, check=True).stdout
+    expected = ArenaInterpreter(inside).invoke(x)[0]
+    assert np.frombuffer(out, np.int8).tolist() == expected.ravel().tolist()
+
+
+def object_sizes(tmp_path, files: dict[str, str], name: str) -> dict[str, int]:
+    write_files(files, str(tmp_path))
+    subprocess.run(
+        ["cc", "-std=c99", "-O2", "-c", f"{name}.c", "-o", f"{name}.o"], cwd=tmp_path, check=True
+    )
+    out = subprocess.run(
+        ["size", "-A", f"{name}.o"], cwd=tmp_path, check=True, capture_output=True, text=True
+    ).stdout
+    sections = dict(re.findall(r"^(\.\w[\w.]*)\s+(\d+)", out, re.MULTILINE))
+    ram = sum(int(v) for k, v in sections.items() if k.startswith((".data", ".bss")))
+    return {"ram": ram}
+
+
+@needs_shared_models
+@pytest.mark.parametrize(
+    "stem", ["micro_speech_quantized", "pretrainedResnet_quant", "ad01_int8", "hello_world_float"]
+)
+def test_ram_is_the_arena_plus_state_plus_little(tmp_path, stem):
+    mp = plan_model(read_model(SHARED_MODELS / f"{stem}.tflite"))
+    ram = object_sizes(tmp_path, generate(mp, "m"), "m")["ram"]
+    _, state = mp.state_layout()
+    assert mp.arena_bytes <= ram < mp.arena_bytes + state + 1024
+
+
+@needs_shared_models
+@pytest.mark.parametrize("stem", ["kws_ref_model", "pretrainedResnet_quant"])
+def test_shared_models_clean_under_sanitizers(stem):
+    path = SHARED_MODELS / f"{stem}.tflite"
+    mp = plan_model(read_model(path))
+    with CBackend(mp, sanitize=True) as backend:
+        report = check_plan(mp, path.read_bytes(), inputs=2, extra=[("c", backend.invoke_many)])
+    assert report.ok
+
+
+def test_built_models_clean_under_sanitizers():
+    data = pool_chain()
+    mp = plan_model(parse_model(data))
+    with CBackend(mp, sanitize=True) as backend:
+        assert check_plan(mp, data, inputs=2, extra=[("c", backend.invoke_many)]).ok

@@ -1,0 +1,126 @@
+"""Which outputs may share memory with an input that dies at their op, and how far.
+
+Every rule rests on the order in which the C kernels (and any kernel honouring the declaration)
+read and write: increasing addresses, each output element (or row) written only after the
+input bytes at and above its address that are still needed have been read. The planner turns
+each declaration into an Overlap between the two buffers; `verify` checks every shared byte
+against it.
+
+- alias: the output is a copy of the input's bytes (RESHAPE, SQUEEZE, EXPAND_DIMS): the C
+  copies with memmove, skipped when both sit at the same offset, so any overlap is safe.
+- elementwise: output element i is written after input element i is read, in increasing i.
+  The output may start at or below the input; when output elements are wider than input ones
+  it must start lower, by the growth over all elements.
+- windowed (CONV_2D, DEPTHWISE_CONV_2D, pooling; NHWC, row by row): when output row r is
+  written, no input row below the first row of its window is read again, so the output may
+  sit below the input by the largest excess of output bytes written over input bytes released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from toolchain.ir import Graph, Operator, Tensor
+
+
+@dataclass(frozen=True)
+class OverlapRule:
+    """Output `output` may overlap input `input` (positions in the op's lists) when it starts at
+    least `shift` bytes below the input's start; `any_offset` lifts the direction too."""
+
+    input: int
+    output: int
+    shift: int = 0
+    any_offset: bool = False
+    kind: str = "elementwise"
+
+
+Rule = Callable[[Graph, Operator], list[OverlapRule]]
+
+
+def alias(graph: Graph, op: Operator) -> list[OverlapRule]:
+    return [OverlapRule(0, 0, 0, any_offset=True, kind="alias")]
+
+
+def elementwise_shift(x: Tensor, out: Tensor) -> int:
+    """Bytes the output must start below the input so element i never lands on element > i."""
+    x_bytes, out_bytes = x.nbytes // max(x.num_elements, 1), out.nbytes // max(out.num_elements, 1)
+    return max(0, out.num_elements * (out_bytes - x_bytes))
+
+
+def elementwise(*positions: int) -> Rule:
+    """Inputs at `positions` of the output's shape may be overwritten element by element."""
+
+    def rule(graph: Graph, op: Operator) -> list[OverlapRule]:
+        out = graph.tensors[op.outputs[0]]
+        rules = []
+        for i in positions:
+            if i < len(op.inputs) and op.inputs[i] >= 0:
+                x = graph.tensors[op.inputs[i]]
+                if x.num_elements == out.num_elements and x.shape == out.shape:
+                    rules.append(OverlapRule(i, 0, elementwise_shift(x, out)))
+        return rules
+
+    return rule
+
+
+def rows_of_windowed(graph: Graph, op: Operator, kernel_h: int, stride: int,
+                     dilation: int) -> list[OverlapRule]:
+    x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    if len(x.shape) != 4 or len(out.shape) != 4 or x.shape[0] != out.shape[0]:
+        return []
+    batch, height, _, _ = x.shape
+    out_h = out.shape[1]
+    row_in, row_out = x.nbytes // (batch * height), out.nbytes // (batch * out_h)
+    pad_top = 0
+    if op.options.get("padding") == "SAME":
+        effective = (kernel_h - 1) * dilation + 1
+        pad_top = max((out_h - 1) * stride + effective - height, 0) // 2
+    shift = 0
+    for b in range(batch):
+        for r in range(out_h):
+            first_needed = min(max(r * stride - pad_top, 0), height)
+            written = (b * out_h + r + 1) * row_out
+            released = (b * height + first_needed) * row_in
+            shift = max(shift, written - released)
+    return [OverlapRule(0, 0, shift, kind="windowed")]
+
+
+def convolution(graph: Graph, op: Operator) -> list[OverlapRule]:
+    kernel_h = graph.tensors[op.inputs[1]].shape[1]
+    return rows_of_windowed(graph, op, kernel_h, op.options.get("stride_h", 1),
+                            op.options.get("dilation_h_factor", 1))
+
+
+def pooling(graph: Graph, op: Operator) -> list[OverlapRule]:
+    return rows_of_windowed(graph, op, op.options.get("filter_height", 1),
+                            op.options.get("stride_h", 1), 1)
+
+
+INPLACE_RULES: dict[str, Rule] = {
+    **dict.fromkeys(["RESHAPE", "SQUEEZE", "EXPAND_DIMS"], alias),
+    **dict.fromkeys(["ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"],
+                    elementwise(0, 1)),
+    **dict.fromkeys(["RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "LEAKY_RELU",
+                     "HARD_SWISH", "PRELU", "QUANTIZE", "DEQUANTIZE", "CAST", "SOFTMAX",
+                     "L2_NORMALIZATION"], elementwise(0)),
+}
+
+OVERLAP_RULES: dict[str, Rule] = {
+    "CONV_2D": convolution,
+    "DEPTHWISE_CONV_2D": convolution,
+    "AVERAGE_POOL_2D": pooling,
+    "MAX_POOL_2D": pooling,
+}
+
+
+def declared_overlaps(graph: Graph, op: Operator, inplace: bool = True,
+                      overlap: bool = True) -> list[OverlapRule]:
+    """The rules that apply to `op` with the techniques that are switched on."""
+    rules = []
+    if inplace and op.opcode in INPLACE_RULES:
+        rules += INPLACE_RULES[op.opcode](graph, op)
+    if overlap and op.opcode in OVERLAP_RULES:
+        rules += OVERLAP_RULES[op.opcode](graph, op)
+    return rules

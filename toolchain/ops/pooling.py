@@ -1,0 +1,114 @@
+"""Params for the pooling family: AVERAGE_POOL_2D and MAX_POOL_2D on NHWC tensors.
+
+Follows TFLite's reference kernels (tflite/kernels/pooling.cc, reference/pooling.h and
+reference/integer_ops/pooling.h): windows are clipped to the input, so padding never takes part;
+an average divides by the number of in-bounds elements of its window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolchain.errors import UnsupportedOpError
+from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ops.spec import OpSpec
+from toolchain.quant import (
+    ACTIVATION_FLOAT_RANGE,
+    activation_range_float,
+    activation_range_quantized,
+    scale_of,
+    zero_point_of,
+)
+
+# TFLite requires int8 pooling to keep the input's quantization (to this tolerance on the scale).
+SCALE_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Pool2DParams:
+    """Window geometry and the fused activation's clamp (in output integers for int8).
+
+    `pad_top` / `pad_left` are TFLite's padding values: window (oy, ox) starts at input row
+    oy * stride_height - pad_top. `window_counts[oy, ox]` is how many input positions that window
+    covers, the divisor of an average (TFLite counts them per window).
+    """
+
+    filter_height: int
+    filter_width: int
+    stride_height: int
+    stride_width: int
+    pad_top: int
+    pad_left: int
+    output_height: int
+    output_width: int
+    window_counts: np.ndarray
+    activation_min: float | int
+    activation_max: float | int
+
+
+def output_size(padding: str, size: int, window: int, stride: int) -> int:
+    """ComputeOutSize: SAME covers every input position, VALID only whole windows."""
+    if padding == "SAME":
+        return (size + stride - 1) // stride
+    return (size + stride - window) // stride
+
+
+def leading_padding(size: int, window: int, stride: int, out: int) -> int:
+    """ComputePaddingWithOffset: half the total padding, the smaller half before the input."""
+    return max((out - 1) * stride + window - size, 0) // 2
+
+
+def covered(size: int, window: int, stride: int, pad: int, out: int) -> np.ndarray:
+    """Per output position along one axis: how many window positions fall inside the input."""
+    start = np.arange(out) * stride - pad
+    return np.minimum(start + window, size) - np.maximum(start, 0)
+
+
+def prepare_pool_2d(graph: Graph, op: Operator) -> Pool2DParams:
+    x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    if len(x.shape) != 4:
+        raise UnsupportedOpError(f"input of rank {len(x.shape)} (must be 4, NHWC)")
+    if x.dtype not in ("float32", "int8") or out.dtype != x.dtype:
+        raise UnsupportedOpError(f"{x.dtype} input with {out.dtype} output")
+    options = op.options
+    padding = options.get("padding", "SAME")
+    activation = options.get("fused_activation_function", "NONE")
+    if padding not in ("SAME", "VALID"):
+        raise UnsupportedOpError(f"padding {padding}")
+    if activation not in ACTIVATION_FLOAT_RANGE:
+        raise UnsupportedOpError(f"fused activation {activation}")
+    fh, fw = options["filter_height"], options["filter_width"]
+    sh, sw = options["stride_h"], options["stride_w"]
+    if min(fh, fw, sh, sw) <= 0:
+        raise UnsupportedOpError(f"filter {fh}x{fw} with strides {sh}x{sw}")
+    _, height, width, _ = x.shape
+    oh, ow = output_size(padding, height, fh, sh), output_size(padding, width, fw, sw)
+    expected = (x.shape[0], oh, ow, x.shape[3])
+    if oh <= 0 or ow <= 0 or out.shape != expected:
+        raise UnsupportedOpError(f"output shape {out.shape}, TFLite computes {expected}")
+    top, left = leading_padding(height, fh, sh, oh), leading_padding(width, fw, sw, ow)
+    counts = np.outer(covered(height, fh, sh, top, oh), covered(width, fw, sw, left, ow))
+    counts.setflags(write=False)
+    if x.dtype == "int8":
+        _require_same_quantization(x, out)
+        low, high = activation_range_quantized(activation, out)
+    else:
+        low, high = activation_range_float(activation)
+    return Pool2DParams(fh, fw, sh, sw, top, left, oh, ow, counts, low, high)
+
+
+def _require_same_quantization(x: Tensor, out: Tensor) -> None:
+    """Quantized pooling never rescales: TFLite requires the output to keep the input's scale."""
+    if x.quantization is None or out.quantization is None:
+        raise UnsupportedOpError("int8 pooling without quantization parameters")
+    if (abs(scale_of(x) - scale_of(out)) > SCALE_TOLERANCE
+            or zero_point_of(x) != zero_point_of(out)):
+        raise UnsupportedOpError("int8 pooling whose output quantization differs from its input's")
+
+
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec("AVERAGE_POOL_2D", frozenset({"float32", "int8"}), prepare_pool_2d),
+    OpSpec("MAX_POOL_2D", frozenset({"float32", "int8"}), prepare_pool_2d),
+)

@@ -1,0 +1,83 @@
+"""Quantization constants, computed once in toolchain code for runtime_py and codegen alike.
+
+Each function follows the TensorFlow Lite reference code that derives the same constant, so
+that both backends inherit TFLite's exact integer pipeline.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from toolchain.ir import Tensor
+
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "int32": (-(2**31), 2**31 - 1),
+}
+
+
+def tflite_round(x: float) -> int:
+    """std::round: halves away from zero (Python's round() goes to even)."""
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier: real = multiplier * 2^(shift-31), multiplier in [2^30, 2^31)."""
+    if real == 0.0:
+        return 0, 0
+    fraction, shift = math.frexp(real)
+    fixed = tflite_round(fraction * (1 << 31))
+    if fixed == 1 << 31:
+        fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return fixed, shift
+
+
+def scale_of(t: Tensor) -> float:
+    return t.quantization.scale[0] if t.quantization else 1.0
+
+
+def zero_point_of(t: Tensor) -> int:
+    return t.quantization.zero_point[0] if t.quantization else 0
+
+
+def scales_of(t: Tensor) -> tuple[float, ...]:
+    return t.quantization.scale if t.quantization else (1.0,)
+
+
+def quantize_value(value: float, scale: float, zero_point: int) -> int:
+    """TFLite's Quantize(f): zero_point + round(f / scale), the division done in float32."""
+    return zero_point + tflite_round(float(np.float32(value) / np.float32(scale)))
+
+
+def activation_range_quantized(activation: str, out: Tensor) -> tuple[int, int]:
+    """CalculateActivationRangeQuantized: the fused activation's clamp in the output's integers."""
+    qmin, qmax = INT_RANGES[out.dtype]
+    if activation in ("NONE", None):
+        return qmin, qmax
+    scale, zp = scale_of(out), zero_point_of(out)
+    low, high = ACTIVATION_FLOAT_RANGE[activation]
+    lo = qmin if low == -math.inf else max(qmin, quantize_value(low, scale, zp))
+    hi = qmax if high == math.inf else min(qmax, quantize_value(high, scale, zp))
+    return lo, hi
+
+
+ACTIVATION_FLOAT_RANGE: dict[str, tuple[float, float]] = {
+    "NONE": (-math.inf, math.inf),
+    "RELU": (0.0, math.inf),
+    "RELU6": (0.0, 6.0),
+    "RELU_N1_TO_1": (-1.0, 1.0),
+}
+
+
+def activation_range_float(activation: str) -> tuple[float, float]:
+    """CalculateActivationRange for float: the fused activation's clamp."""
+    if activation not in ACTIVATION_FLOAT_RANGE:
+        raise ValueError(f"fused activation {activation} is not supported")
+    return ACTIVATION_FLOAT_RANGE[activation]
