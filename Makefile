@@ -7,7 +7,7 @@ MODEL ?=
 OUT ?= out
 DEMO := build/demo_int8.tflite
 
-.PHONY: demo test lint bench gen check plan clean
+.PHONY: demo test lint bench gen check plan mcu clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ gen: $(STAMP)
 
 check: $(STAMP)
 	$(BIN)/arenac check $(MODEL)
+
+# The generated C on a Cortex-M4 (QEMU mps2-an386) against runtime_py, then its footprint.
+mcu: $(STAMP)
+	$(BIN)/arenac check $(MODEL) --backends runtime_py,qemu --inputs 1
+	$(BIN)/python -m toolchain.footprint $(MODEL) --kernels
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench

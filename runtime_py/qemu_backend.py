@@ -88,7 +88,8 @@ class QemuBackend:
     name = "qemu"
 
     def __init__(self, model_plan: ModelPlan, name: str = "model", timeout: float = QEMU_TIMEOUT):
-        tool("gcc"), qemu()  # a clear error before any work when either is missing
+        tool("gcc")  # a clear error before any work when the toolchain or QEMU is missing
+        qemu()
         self.model_plan = model_plan
         self.graph = model_plan.graph
         self.timeout = timeout

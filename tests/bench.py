@@ -1,7 +1,7 @@
 """`make bench`: figures measured side by side in one run, printed as ratios.
 
 Not a test: timings vary from machine to machine, so nothing here asserts; it prints.
-Usage: python -m tests.bench [c] [runtime] [MODEL.tflite ...]
+Usage: python -m tests.bench [plan] [scaling] [c] [runtime] [mcu] [MODEL.tflite ...]
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from runtime_py.c_backend import CBackend
 from runtime_py.check import random_inputs
@@ -19,7 +22,8 @@ from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.oracle import LiteRTOracle, TFLMOracle
 from tests.conftest import SHARED_MODEL_FILES
 from toolchain.errors import ArenacError
-from toolchain.plan import plan_model
+from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
+from toolchain.planners import Buffer, lower_bound, make_plan
 from toolchain.reader import read_model
 from toolchain.report import table
 
@@ -130,6 +134,103 @@ def c_row(path: Path) -> list[object]:
     ]
 
 
+def timed(make: Callable[[], object]) -> tuple[object, float]:
+    start = time.perf_counter()
+    value = make()
+    return value, (time.perf_counter() - start) * 1000.0
+
+
+def plan_row(path: Path) -> list[object]:
+    """The arena as each technique is added, beside TFLM's head measured on the same file."""
+    model = read_model(path)
+    classic = NO_TECHNIQUES
+    steps = [
+        ("naive", "naive", classic),
+        ("freelist", "freelist", classic),
+        ("greedy", "greedy", classic),
+        ("optimal", "optimal", classic),
+        ("+inplace", "best", replace(classic, inplace=True)),
+        ("+overlap", "best", replace(classic, inplace=True, overlap=True)),
+        ("+order", "best", Techniques()),
+    ]
+    cells, times, lower = [], [], 0
+    for _, planner, techniques in steps:
+        mp, ms = timed(lambda p=planner, t=techniques: plan_model(model, p, techniques=t))
+        cells.append(mp.arena_bytes)
+        times.append(ms)
+        lower = mp.lower_bound_bytes
+    data = path.read_bytes()
+    tflm = try_backend(lambda: TFLMOracle(data, len(model.main.outputs), arena_size=4 << 20))
+    head = tflm.allocations()["head"] if tflm else None
+    return [path.stem, lower, *cells, head if head is not None else "n/a",
+            ratio(cells[-1], head), f"{max(times):.0f}"]
+
+
+def plan_section(paths: list[Path]) -> None:
+    rows = [plan_row(p) for p in paths]
+    print("arena bytes per technique (each column adds to the one before), TFLM head measured")
+    print(table(["model", "lower", "naive", "freelist", "greedy", "optimal", "+inplace",
+                 "+overlap", "+order", "tflm head", "ours/tflm", "max ms"], rows))
+    ours = sum(r[8] for r in rows)
+    heads = sum(r[9] for r in rows if isinstance(r[9], int))
+    print(f"sum: ours {ours} bytes, TFLM heads {heads} bytes, ratio {ours / heads:.3f}")
+
+
+def random_buffers(count: int, seed: int) -> list[Buffer]:
+    """Lives of a random schedule: sizes from 16 B to 64 KiB, lives up to 1/20 of the ops."""
+    rng = np.random.default_rng(seed)
+    steps = max(count // 4, 1)
+    first = rng.integers(0, steps, count)
+    length = rng.integers(0, max(steps // 20, 1) + 1, count)
+    sizes = (2 ** rng.uniform(4, 16, count)).astype(int)
+    return [Buffer(i, int(s), int(f), int(min(f + n, steps - 1)))
+            for i, (s, f, n) in enumerate(zip(sizes, first, length))]
+
+
+def scaling_section() -> None:
+    rows = []
+    for count in (100, 1_000, 10_000):
+        buffers = random_buffers(count, seed=count)
+        bound = lower_bound(buffers, 16)
+        for planner in ("freelist", "greedy", "optimal"):
+            plan, ms = timed(lambda p=planner, b=buffers: make_plan(b, p, 16))
+            rows.append([count, planner, f"{ms:.0f}", plan.arena_bytes, bound,
+                         f"{plan.arena_bytes / bound:.3f}", plan.proven_optimal])
+    print("random instances: planning time (ms, verify included) and arena / lower bound")
+    print(table(["buffers", "planner", "ms", "arena", "lower bound", "ratio", "proven"], rows))
+
+
+def mcu_section(paths: list[Path]) -> None:
+    """Cortex-M4 footprint (arm-none-eabi-gcc -Os) beside TFLM, and TFLM's head with our plan."""
+    from toolchain.embed import embed_plan
+    from toolchain.footprint import footprint
+
+    rows, heads = [], []
+    for path in paths:
+        model = read_model(path)
+        rows.append({**footprint(plan_model(model)), "model": path.stem})
+        data = path.read_bytes()
+        before = try_backend(lambda d=data, m=model: TFLMOracle(d, len(m.main.outputs),
+                                                                  arena_size=4 << 20))
+        exported = plan_model(model, techniques=NO_TECHNIQUES)
+        after = try_backend(lambda d=data, m=model, e=exported: TFLMOracle(
+            embed_plan(d, e), len(m.main.outputs), arena_size=4 << 20))
+        total = before.allocations()["total"] if before else None
+        rows[-1]["tflm_total"] = total
+        heads.append([path.stem, before.allocations()["head"] if before else "n/a",
+                      exported.arena_bytes, after.allocations()["head"] if after else "n/a"])
+    print("Cortex-M4 footprint of the generated C (bytes), beside TFLM's total arena")
+    print(table(
+        ["model", "flash", "weights", "code", "ram", "arena", "state", "stack", "tflm total",
+         "ram/tflm"],
+        [[r["model"], r["flash"], r["weights"], r["code"], r["ram"], r["arena"], r["state"],
+          r["stack"], r["tflm_total"] or "n/a", ratio(r["ram"], r["tflm_total"])] for r in rows],
+    ))
+    print()
+    print("TFLM head before and after `arenac embed` (the plan without in-place or overlap)")
+    print(table(["model", "tflm head", "exported arena", "tflm head with plan"], heads))
+
+
 def fmt(ms: float | None) -> str:
     return "n/a" if ms is None else f"{ms:.3f}"
 
@@ -139,11 +240,18 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    sections = [a for a in argv if not a.endswith(".tflite")] or ["c", "runtime"]
+    sections = [a for a in argv if not a.endswith(".tflite")] or [
+        "plan", "scaling", "c", "runtime", "mcu"]
     paths = [Path(a) for a in argv if a.endswith(".tflite")] or SHARED_MODEL_FILES
     if not paths:
         print("no models: pass .tflite paths or provide ../shared/models", file=sys.stderr)
         return 2
+    if "plan" in sections:
+        plan_section(paths)
+        print()
+    if "scaling" in sections:
+        scaling_section()
+        print()
     if "c" in sections:
         print("generated C (cc -O2, host) per inference (ms) beside TFLM and LiteRT, same run")
         print(
@@ -173,6 +281,9 @@ def main(argv: list[str]) -> int:
                 [runtime_row(p) for p in paths],
             )
         )
+    if "mcu" in sections:
+        mcu_section([p for p in paths if read_model(p).main.tensors[
+            read_model(p).main.inputs[0]].dtype == "int8"])
     return 0
 
 

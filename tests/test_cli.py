@@ -81,7 +81,8 @@ def test_reference_models_plan_within_tflm(capsys, path):
     """Greedy is TFLM's own method: never a larger arena than TFLM's head."""
     results = {}
     for planner in ["greedy", "freelist", "naive"]:
-        code, out, _ = run(capsys, "plan", str(path), "--planner", planner, "--json")
+        code, out, _ = run(capsys, "plan", str(path), "--planner", planner, "--json",
+                           "--no-inplace", "--no-overlap", "--schedule", "model")
         assert code == 0
         results[planner] = json.loads(out)
     assert results["greedy"]["arena_bytes"] <= tflm_head_figures()[path.stem]

@@ -16,7 +16,7 @@ from tests.test_runtime import pool_chain
 from toolchain.cli import main
 from toolchain.codegen import EMITTERS, generate
 from toolchain.ops import REGISTRY
-from toolchain.plan import plan_model
+from toolchain.plan import NO_TECHNIQUES, plan_model
 from toolchain.reader import parse_model, read_model
 
 
@@ -58,7 +58,8 @@ def test_header_and_source_promises():
 def test_external_io_keeps_inputs_and_outputs_out_of_the_arena(tmp_path):
     data = pool_chain()
     model = parse_model(data, "m.tflite")
-    inside, outside = plan_model(model), plan_model(model, external_io=True)
+    inside = plan_model(model, techniques=NO_TECHNIQUES)
+    outside = plan_model(model, external_io=True, techniques=NO_TECHNIQUES)
     assert outside.arena_bytes < inside.arena_bytes
     files = generate(outside, "ext", external_io=True)
     assert "int ext_invoke(const void *const inputs[1], void *const outputs[1]);" in files["ext.h"]

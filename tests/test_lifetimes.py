@@ -8,7 +8,7 @@ import pytest
 from toolchain.builder import ModelBuilder
 from toolchain.errors import ModelError
 from toolchain.lifetimes import ScratchRequest, compute_lifetimes
-from toolchain.plan import plan_model
+from toolchain.plan import NO_TECHNIQUES, plan_model
 from toolchain.planners import Buffer
 from toolchain.reader import parse_model
 
@@ -70,7 +70,7 @@ def test_residual_lifetimes_output_and_unread():
 
 def test_chain_plan_exact_numbers():
     model = chain_model()
-    greedy = plan_model(model, "greedy")
+    greedy = plan_model(model, "greedy", techniques=NO_TECHNIQUES)
     # Live sets: {x, a} = 1200 at op 0, {a, c} = 2000 at op 1, {c, d} = 2400 at op 2.
     assert greedy.lower_bound_bytes == 2400
     assert greedy.naive_bytes == 3600
@@ -78,10 +78,12 @@ def test_chain_plan_exact_numbers():
     offsets = {model.main.tensors[r.tensor].name: r.offset for r in greedy.rows()}
     # Largest first: c at 0; d beside c; a beside c (d is not yet alive); x under c (c not alive).
     assert offsets == {"c": 0, "d": 1200, "a": 1200, "x": 0}
-    assert plan_model(model, "naive").arena_bytes == 3600
-    freelist = plan_model(model, "freelist")
+    assert plan_model(model, "naive", techniques=NO_TECHNIQUES).arena_bytes == 3600
+    freelist = plan_model(model, "freelist", techniques=NO_TECHNIQUES)
     # a at 0 and x at 800; c takes x's freed top block and grows it; d finds no block: 2000 + 1200.
     assert freelist.arena_bytes == 3200
+    # With in-place on, the RELU writes d over c as c dies: the peak is {a, c} = 2000 bytes.
+    assert plan_model(model, "greedy").arena_bytes == 2000
 
 
 def test_chain_order_seam_and_scratch():

@@ -111,7 +111,7 @@ _BIAS_STD = 0.1
 _DEFAULT_RMS = 1.0 / math.sqrt(3.0)
 
 
-class _AlignedBufferT(fb.BufferT):
+class AlignedBufferT(fb.BufferT):
     """A BufferT whose data starts on a 16-byte boundary, so kernels may read it in place."""
 
     def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 (generated API's name)
@@ -200,7 +200,7 @@ class ModelBuilder:
         self.description = description
         self.rng = np.random.default_rng(seed)
         self._tensors: list[fb.TensorT] = []
-        self._buffers: list[fb.BufferT] = [_AlignedBufferT()]  # buffer 0: empty, by convention
+        self._buffers: list[fb.BufferT] = [AlignedBufferT()]  # buffer 0: empty, by convention
         self._opcodes: list[fb.OperatorCodeT] = []
         self._opcode_index: dict[tuple[int, str | None, int], int] = {}
         self._operators: list[fb.OperatorT] = []
@@ -487,7 +487,7 @@ class ModelBuilder:
     def _add_buffer(self, array: np.ndarray) -> int:
         little_endian = array.astype(array.dtype.newbyteorder("<"), copy=False)
         data = np.frombuffer(np.ascontiguousarray(little_endian).tobytes(), np.uint8)
-        self._buffers.append(_AlignedBufferT(data=data))
+        self._buffers.append(AlignedBufferT(data=data))
         return len(self._buffers) - 1
 
     def _opcode(self, code: int, custom_code: str | None, version: int) -> int:

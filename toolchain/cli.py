@@ -12,11 +12,11 @@ import io
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 from toolchain.errors import ArenacError
+from toolchain.files import write_atomic
 from toolchain.planners import PLANNERS
 
 EXIT_USAGE = 2
@@ -42,22 +42,6 @@ def alignment(text: str) -> int:
             f"alignment must be a power of two from 1 to 4096, got {value}"
         )
     return value
-
-
-def write_atomic(path: str, text: str | bytes) -> None:
-    """Write the whole file or nothing: a failed run leaves no partial output behind."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".arenac-")
-    except OSError as e:
-        raise ArenacError(f"cannot write ({e.strerror})", path) from None
-    try:
-        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def emit_json(data: Any) -> None:
@@ -94,13 +78,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def planned(args: argparse.Namespace):
     """Read the model and plan it as the planning options say."""
-    from toolchain.plan import plan_model
+    from toolchain.plan import Techniques, plan_model
     from toolchain.reader import read_model
 
-    options = {"fit": args.fit} if args.planner == "freelist" else {}
-    external_io = getattr(args, "external_io", False)
+    options = {
+        "freelist": {"fit": args.fit},
+        "optimal": {"time_limit": args.time_limit},
+    }.get(args.planner, {})
+    techniques = Techniques(
+        inplace=not args.no_inplace, overlap=not args.no_overlap, schedule=args.schedule
+    )
     return plan_model(
-        read_model(args.model), args.planner, args.align, external_io=external_io, **options
+        read_model(args.model),
+        args.planner,
+        args.align,
+        external_io=getattr(args, "external_io", False),
+        techniques=techniques,
+        offsets_csv=getattr(args, "load_offsets", None),
+        time_limit=args.time_limit,
+        **options,
     )
 
 
@@ -179,6 +175,24 @@ def cmd_gen(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_embed(args: argparse.Namespace) -> int:
+    """TFLite Micro's kernels were not written for shared buffers: export a plan without
+    in-place or overlapping tensors, in the file's operator order."""
+    from toolchain.embed import embed_file
+
+    args.no_inplace = args.no_overlap = True
+    args.schedule = "model"
+    mp = planned(args)
+    embed_file(args.model, args.output, mp)
+    if args.json:
+        emit_json({"model": args.model, "output": args.output, "planner": mp.plan.planner,
+                   "arena_bytes": mp.arena_bytes})
+    else:
+        print(f"{args.output}: TFLite Micro's head will be {mp.arena_bytes} bytes "
+              f"({mp.plan.planner} plan) plus any scratch its kernels request")
+    return 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from runtime_py.c_backend import CBackend
     from runtime_py.check import check_layers, check_plan
@@ -212,6 +226,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         extra = []
         if "c" in args.backends:
             extra.append(("c", stack.enter_context(CBackend(mp)).invoke_many))
+        if "qemu" in args.backends:
+            from runtime_py.qemu_backend import QemuBackend
+
+            extra.append(("qemu", stack.enter_context(QemuBackend(mp)).invoke_many))
         report = check_plan(
             mp, model_bytes, args.inputs, args.seed, extra, runtime_py="runtime_py" in args.backends
         )
@@ -276,25 +294,30 @@ def add_model(p: argparse.ArgumentParser) -> None:
 
 
 def add_planning(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--planner",
-        choices=sorted(PLANNERS),
-        default="greedy",
-        help="arena planner (default: greedy)",
-    )
-    p.add_argument(
-        "--fit",
-        choices=["first", "best"],
-        default="first",
-        help="free-block choice of the freelist planner (default: first)",
-    )
-    p.add_argument(
-        "--align",
-        type=alignment,
-        default=16,
-        metavar="N",
-        help="offset alignment in bytes, a power of two (default: 16)",
-    )
+    p.add_argument("--planner", choices=["best", *sorted(PLANNERS)], default="best",
+                   help="arena planner (default: best = the smallest verified plan of all)")
+    p.add_argument("--fit", choices=["first", "best"], default="first",
+                   help="free-block choice of the freelist planner (default: first)")
+    p.add_argument("--align", type=alignment, default=16, metavar="N",
+                   help="offset alignment in bytes, a power of two (default: 16)")
+    p.add_argument("--time-limit", type=seconds, default=2.0, metavar="S",
+                   help="time budget of the optimal planner's search (default: 2)")
+    p.add_argument("--no-inplace", action="store_true",
+                   help="no output over a dying input (aliases, elementwise ops)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="no convolution or pooling output over the rows it has consumed")
+    p.add_argument("--schedule", choices=["auto", "model"], default="auto",
+                   help="operator order: memory-aware (auto, default) or the file's (model)")
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"time limit must be in (0, 3600] seconds, got {value}")
+    return value
 
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callable]]] = {
@@ -319,6 +342,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callabl
         cmd_check,
         [add_model, add_planning],
     ),
+    "embed": (
+        "write a copy of the model carrying the plan for TFLite Micro (OfflineMemoryAllocation)",
+        cmd_embed,
+        [add_model, add_planning],
+    ),
 }
 
 
@@ -339,6 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--dump-buffers",
         metavar="FILE.csv",
         help="write the allocation problem as MiniMalloc CSV (id,lower,upper,size)",
+    )
+    plan.add_argument(
+        "--load-offsets",
+        metavar="FILE.csv",
+        help="take offsets from an external solver (id,offset or MiniMalloc's solution); verified",
     )
     run = sub.choices["run"]
     run.add_argument(
@@ -368,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=backend_list,
         default=("runtime_py", "c"),
         metavar="LIST",
-        help="comma-separated: runtime_py, c (default: both)",
+        help="comma-separated: runtime_py, c, qemu (Cortex-M4 under QEMU); default: runtime_py,c",
     )
     check.add_argument(
         "--per-layer",
@@ -383,10 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="inputs and outputs are the caller's buffers, outside the arena",
     )
+    embed = sub.choices["embed"]
+    embed.add_argument("-o", "--output", required=True, metavar="OUT.tflite",
+                       help="the model with the plan in its metadata")
     return parser
 
 
-BACKENDS = ("runtime_py", "c")
+BACKENDS = ("runtime_py", "c", "qemu")
 
 
 def backend_list(text: str) -> tuple[str, ...]:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from toolchain.errors import ModelError
 from toolchain.ir import Graph
-from toolchain.planners import Buffer
+from toolchain.ops.overlaps import declared_overlaps
+from toolchain.planners import Buffer, Overlap
 
 
 @dataclass(frozen=True)
@@ -112,15 +113,12 @@ def compute_lifetimes(
 
 def overlap_pairs(
     graph: Graph, lifetimes: Lifetimes, inplace: bool = True, overlap: bool = True
-) -> tuple:
+) -> tuple[Overlap, ...]:
     """Overlaps the planner may use: an op's output over one of its inputs that dies there.
 
     Only pairs whose lives touch at exactly that op qualify: the input's last step and the
     output's first step are both the op's step.
     """
-    from toolchain.ops.overlaps import declared_overlaps  # TEMP until planners ship Overlap
-    from toolchain.planners import Overlap
-
     buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
     pairs = []
     for step, op_index in enumerate(lifetimes.order):

@@ -6,8 +6,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from toolchain.ir import Model
-from toolchain.lifetimes import Lifetimes, ScratchRequest, compute_lifetimes
-from toolchain.planners import Plan, align_up, lower_bound, make_plan, naive_sum
+from toolchain.lifetimes import Lifetimes, ScratchRequest, compute_lifetimes, overlap_pairs
+from toolchain.planners import (
+    Plan,
+    align_up,
+    lower_bound,
+    lower_bound_with_overlaps,
+    make_plan,
+    naive_sum,
+    verify,
+)
+from toolchain.planners.csvio import load_offsets
+from toolchain.schedule import schedule
 
 STATE_ALIGNMENT = 16
 
@@ -33,8 +43,9 @@ class ModelPlan:
     graph_index: int
     lifetimes: Lifetimes
     plan: Plan
-    lower_bound_bytes: int
+    lower_bound_bytes: int  # the classic bound: no two live tensors share a byte
     naive_bytes: int
+    overlap_bound_bytes: int  # the bound when the declared overlaps may be used
 
     @property
     def arena_bytes(self) -> int:
@@ -67,24 +78,67 @@ class ModelPlan:
         return rows
 
 
+@dataclass(frozen=True)
+class Techniques:
+    """What a plan may use beyond the patent's method; each can be switched off on its own."""
+
+    inplace: bool = True  # outputs over dying inputs: aliases and elementwise ops
+    overlap: bool = True  # convolution and pooling outputs over the rows they have consumed
+    schedule: str = "auto"  # "auto": memory-aware operator order; "model": the file's order
+
+
+NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model")
+
+BEST = "best"
+
+
+def best_candidates(time_limit: float) -> tuple[tuple[str, dict], ...]:
+    """What `best` tries: every planner and its options; the smallest verified plan wins."""
+    return (
+        ("optimal", {"time_limit": time_limit}),
+        ("greedy", {}),
+        ("freelist", {"fit": "first"}),
+        ("freelist", {"fit": "best"}),
+    )
+
+
 def plan_model(
     model: Model,
-    planner: str = "greedy",
+    planner: str = BEST,
     alignment: int = 16,
     graph_index: int = 0,
     order: Sequence[int] | None = None,
     scratch: Sequence[ScratchRequest] = (),
     external_io: bool = False,
+    techniques: Techniques = Techniques(),
+    offsets_csv: str | None = None,
+    time_limit: float = 2.0,
     **options,
 ) -> ModelPlan:
-    """Plan one graph of `model` with a named planner; the result is verified.
+    """Plan one graph of `model`; the result is verified.
 
-    With `external_io` the graph's inputs and outputs live in the caller's buffers, not the arena.
+    `planner="best"` tries every planner and keeps the smallest arena (`time_limit` bounds the
+    exact search). With `external_io` the
+    graph's inputs and outputs live in the caller's buffers, not the arena. `order` overrides
+    the schedule the techniques would choose. `offsets_csv` takes the offsets from an external
+    solver's solution (MiniMalloc CSV) instead of a planner; they are verified like any plan.
     """
     graph = model.graphs[graph_index]
+    if order is None:
+        compute_lifetimes(graph, None, scratch, model.source)  # an unrunnable graph fails here
+        order = schedule(graph, techniques.schedule, alignment)
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
     lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside)
-    plan = make_plan(lifetimes.buffers, planner, alignment, **options)
+    overlaps = overlap_pairs(graph, lifetimes, techniques.inplace, techniques.overlap)
+    if offsets_csv is not None:
+        plan = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
+    else:
+        candidates = best_candidates(time_limit) if planner == BEST else ((planner, options),)
+        plans = [
+            make_plan(lifetimes.buffers, name, alignment, overlaps=overlaps, **chosen)
+            for name, chosen in candidates
+        ]
+        plan = min(plans, key=lambda p: p.arena_bytes)  # first of equals: candidates' order
     return ModelPlan(
         model=model,
         graph_index=graph_index,
@@ -92,4 +146,14 @@ def plan_model(
         plan=plan,
         lower_bound_bytes=lower_bound(lifetimes.buffers, alignment),
         naive_bytes=naive_sum(lifetimes.buffers, alignment),
+        overlap_bound_bytes=lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment),
     )
+
+
+def loaded_plan(path: str, buffers, overlaps, alignment: int) -> Plan:
+    """A plan from an external solver's offsets, accepted only once `verify` passes."""
+    by_id = load_offsets(path, buffers)
+    plan = Plan.from_offsets("external", alignment, buffers, [by_id[b.id] for b in buffers],
+                             overlaps)
+    verify(plan)
+    return plan

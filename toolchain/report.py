@@ -145,7 +145,16 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
         "lower_bound_bytes": mp.lower_bound_bytes,
         "naive_bytes": mp.naive_bytes,
         "arena_over_lower_bound": ratio(mp.arena_bytes, mp.lower_bound_bytes),
+        "overlap_bound_bytes": mp.overlap_bound_bytes,
+        "proven_optimal": mp.plan.proven_optimal,
+        "gap_bytes": mp.plan.gap_bytes,
         "order": list(mp.lifetimes.order),
+        "overlaps": [
+            {"output": mp.lifetimes.tensor_of[o.below], "input": mp.lifetimes.tensor_of[o.above],
+             "shift": o.shift, "any_offset": o.any_offset,
+             "shared_bytes": shared_bytes(mp, o.below, o.above)}
+            for o in mp.plan.overlaps
+        ],
         "buffers": [
             {
                 "tensor": r.tensor,
@@ -165,6 +174,12 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
             {"op": s.op, "bytes": s.size, "purpose": s.purpose} for s in mp.lifetimes.scratch
         ],
     }
+
+
+def shared_bytes(mp: ModelPlan, a: int, b: int) -> int:
+    """How many bytes two buffers of the plan actually share."""
+    (ba, oa), (bb, ob) = ((mp.plan.buffers[i], mp.plan.offsets[i]) for i in (a, b))
+    return max(0, min(oa + ba.size, ob + bb.size) - max(oa, ob))
 
 
 def ratio(a: int, b: int) -> float:
@@ -200,11 +215,18 @@ def plan_text(mp: ModelPlan) -> str:
             )
         )
     out.append("")
-    out.append(f"planner      {mp.plan.planner} (alignment {mp.plan.alignment})")
+    proof = {True: ", proven optimal", False: ", not proven optimal", None: ""}
+    out.append(f"planner      {mp.plan.planner} (alignment {mp.plan.alignment})"
+               f"{proof[mp.plan.proven_optimal]}")
+    shared = [o for o in mp.plan.overlaps if shared_bytes(mp, o.below, o.above)]
+    if shared:
+        out.append(f"overlaps     {len(shared)} outputs placed over their dying inputs, "
+                   f"{sum(shared_bytes(mp, o.below, o.above) for o in shared)} bytes shared")
     out.append(f"arena        {mp.arena_bytes} bytes")
     out.append(
         f"lower bound  {mp.lower_bound_bytes} bytes "
-        f"(arena / lower bound = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f})"
+        f"(arena / lower bound = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f}; "
+        f"{mp.overlap_bound_bytes} bytes when outputs may overlap their inputs)"
     )
     out.append(
         f"naive sum    {mp.naive_bytes} bytes "

@@ -68,8 +68,9 @@ def elementwise(*positions: int) -> Rule:
 def rows_of_windowed(graph: Graph, op: Operator, kernel_h: int, stride: int,
                      dilation: int) -> list[OverlapRule]:
     x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
-    if len(x.shape) != 4 or len(out.shape) != 4 or x.shape[0] != out.shape[0]:
-        return []
+    shapes_ok = len(x.shape) == 4 and len(out.shape) == 4 and x.shape[0] == out.shape[0]
+    if not shapes_ok or min(x.shape + out.shape) <= 0 or min(kernel_h, stride, dilation) <= 0:
+        return []  # nothing a kernel would run: declare nothing
     batch, height, _, _ = x.shape
     out_h = out.shape[1]
     row_in, row_out = x.nbytes // (batch * height), out.nbytes // (batch * out_h)
@@ -88,6 +89,8 @@ def rows_of_windowed(graph: Graph, op: Operator, kernel_h: int, stride: int,
 
 
 def convolution(graph: Graph, op: Operator) -> list[OverlapRule]:
+    if len(op.inputs) < 2 or op.inputs[1] < 0 or len(graph.tensors[op.inputs[1]].shape) != 4:
+        return []
     kernel_h = graph.tensors[op.inputs[1]].shape[1]
     return rows_of_windowed(graph, op, kernel_h, op.options.get("stride_h", 1),
                             op.options.get("dilation_h_factor", 1))
@@ -118,6 +121,8 @@ OVERLAP_RULES: dict[str, Rule] = {
 def declared_overlaps(graph: Graph, op: Operator, inplace: bool = True,
                       overlap: bool = True) -> list[OverlapRule]:
     """The rules that apply to `op` with the techniques that are switched on."""
+    if not op.inputs or op.inputs[0] < 0 or not op.outputs:
+        return []
     rules = []
     if inplace and op.opcode in INPLACE_RULES:
         rules += INPLACE_RULES[op.opcode](graph, op)

@@ -7,6 +7,7 @@ MiniMalloc CSV, or random buffers in a test.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -26,18 +27,51 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class Overlap:
+    """Buffers `below` and `above` may share bytes when offset(below) + shift <= offset(above).
+
+    `below` is an op's output and `above` one of its inputs that dies at that op: the kernel
+    writes the output in increasing address order, always behind its reads of the input, so the
+    output may start `shift` bytes (or more) below the input's start and overlap the input's
+    bytes above that. shift=0 allows the exact same offset (in-place). `any_offset=True` means
+    any overlap at all is safe (a memmove copy or zero-copy alias such as RESHAPE).
+
+    Because the pair shares only that op, their lives must meet there: `below.first ==
+    above.last`. Ids are buffer ids, like `Buffer.id`.
+    """
+
+    below: int
+    above: int
+    shift: int = 0
+    any_offset: bool = False
+
+
+@dataclass(frozen=True)
 class Plan:
-    """Where each buffer lives in one arena; `offsets[i]` belongs to `buffers[i]`."""
+    """Where each buffer lives in one arena; `offsets[i]` belongs to `buffers[i]`.
+
+    `overlaps` are the sharings the plan was allowed (and `verify` accepts). An exact planner
+    also reports `bound_bytes`, an arena size it proved no plan can go below, and
+    `proven_optimal` (the arena meets that bound); heuristics leave both None.
+    """
 
     planner: str
     alignment: int
     buffers: tuple[Buffer, ...]
     offsets: tuple[int, ...]
     arena_bytes: int
+    overlaps: tuple[Overlap, ...] = ()
+    proven_optimal: bool | None = None
+    bound_bytes: int | None = None
 
     @classmethod
     def from_offsets(
-        cls, planner: str, alignment: int, buffers: Sequence[Buffer], offsets: Sequence[int]
+        cls,
+        planner: str,
+        alignment: int,
+        buffers: Sequence[Buffer],
+        offsets: Sequence[int],
+        overlaps: Sequence[Overlap] = (),
     ) -> Plan:
         """Wraps offsets from anywhere (a planner, a MiniMalloc solution) with the arena needed."""
         return cls(
@@ -46,7 +80,13 @@ class Plan:
             buffers=tuple(buffers),
             offsets=tuple(offsets),
             arena_bytes=arena_end(buffers, offsets, alignment),
+            overlaps=tuple(overlaps),
         )
+
+    @property
+    def gap_bytes(self) -> int | None:
+        """How far the arena may still be from the best possible (0 once proven optimal)."""
+        return None if self.bound_bytes is None else self.arena_bytes - self.bound_bytes
 
     @cached_property
     def _offset_by_id(self) -> dict[int, int]:
@@ -79,7 +119,7 @@ def naive_sum(buffers: Sequence[Buffer], alignment: int) -> int:
 
 
 def lower_bound(buffers: Sequence[Buffer], alignment: int) -> int:
-    """The most bytes live at any one op: no planner can use a smaller arena.
+    """The most bytes live at any one op: no planner can use a smaller arena without overlaps.
 
     A sweep over life starts and ends; at equal op indices the ends (at `last + 1`) sort before
     the starts because their delta is negative, so a buffer that ends is not counted with one
@@ -97,9 +137,133 @@ def lower_bound(buffers: Sequence[Buffer], alignment: int) -> int:
     return peak
 
 
+def lower_bound_with_overlaps(
+    buffers: Sequence[Buffer], overlaps: Sequence[Overlap], alignment: int
+) -> int:
+    """`lower_bound` when declared pairs may share bytes: never above the best arena possible.
+
+    At each op, walk the live buffers in a fixed order (`charge_order`). The bytes in use are
+    the sum of what each buffer adds beyond the buffers before it; a buffer shares bytes only
+    with its declared partners, at most `pair_saving` with each, so it adds at least its size
+    less its savings with earlier partners, and never less than 0. So each pair counts as
+    max(size_above + shift, size_below) (max of the sizes for `any_offset`) when it is alone,
+    a buffer in several pairs is never discounted below nothing, and any order gives a valid
+    bound. The bound is also at least the largest buffer.
+    """
+    check_overlaps(buffers, overlaps)
+    by_id = {b.id: b for b in buffers}
+    size = {b.id: align_up(b.size, alignment) for b in buffers}
+    deltas: dict[int, int] = defaultdict(int)
+    for b in buffers:
+        deltas[b.first] += size[b.id]
+        deltas[b.last + 1] -= size[b.id]
+    savings: dict[tuple[int, int], int] = defaultdict(int)  # (later buffer, op) -> with earlier
+    for o in overlaps:
+        below, above = by_id[o.below], by_id[o.above]
+        later = max(below, above, key=charge_order)
+        saving = pair_saving(o, size[o.below], size[o.above], alignment)
+        savings[later.id, below.first] += max(0, saving)
+    for (later, op), saving in savings.items():
+        cut = min(size[later], saving)  # The pair is alive together at this op only.
+        deltas[op] -= cut
+        deltas[op + 1] += cut
+    live = peak = 0
+    for op in sorted(deltas):
+        live += deltas[op]
+        peak = max(peak, live)
+    return max(peak, max(size.values(), default=0))
+
+
+def charge_order(b: Buffer) -> tuple[int, int, int]:
+    """The order in which overlap bounds count buffers: by first op, then last op, then id, so
+    a pair's input (which dies at the op) mostly comes before its output (born there)."""
+    return (b.first, b.last, b.id)
+
+
+def pair_saving(overlap: Overlap, below_size: int, above_size: int, alignment: int) -> int:
+    """The most padded bytes a declared pair can share (negative if it cannot share any): the
+    output starts at least the padded shift below the input, so covers at most below - shift."""
+    shift = 0 if overlap.any_offset else align_up(overlap.shift, alignment)
+    return min(above_size, below_size - shift)
+
+
+def overlap_problem(overlap: Overlap, below: Buffer | None, above: Buffer | None) -> str | None:
+    """Why `overlap` cannot hold between these buffers (None if it can), duplicates aside."""
+    if below is None or above is None:
+        return (
+            f"overlap names buffer id {overlap.below if below is None else overlap.above}, "
+            "which is not planned"
+        )
+    if overlap.below == overlap.above:
+        return f"overlap pairs buffer {overlap.below} with itself"
+    if overlap.shift < 0:
+        return (
+            f"overlap of buffers {overlap.below} and {overlap.above} has negative shift "
+            f"{overlap.shift}"
+        )
+    if below.first != above.last:
+        return (
+            f"overlap of buffer {overlap.below} below buffer {overlap.above} needs "
+            f"{overlap.above}'s life to end at the op where {overlap.below}'s starts, but they "
+            f"are [{above.first}, {above.last}] and [{below.first}, {below.last}]"
+        )
+    return None
+
+
+def check_overlaps(buffers: Sequence[Buffer], overlaps: Sequence[Overlap]) -> None:
+    """Raises PlanError unless every overlap holds (`overlap_problem`) and no pair of buffers
+    is declared twice, in either order: one rule per pair keeps the forbidden ranges simple."""
+    by_id = {b.id: b for b in buffers}
+    pairs: set[frozenset[int]] = set()
+    for o in overlaps:
+        problem = overlap_problem(o, by_id.get(o.below), by_id.get(o.above))
+        if problem:
+            raise PlanError(problem)
+        pair = frozenset((o.below, o.above))
+        if pair in pairs:
+            raise PlanError(f"overlap of buffers {o.below} and {o.above} is declared twice")
+        pairs.add(pair)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Where a buffer may start beside a placed partner at offset o: anywhere but strictly
+    between o + low and o + high. `snug` is the allowed start that overlaps the partner most.
+
+    For buffers that must not share, low = -size and high = the placed buffer's size; a
+    declared overlap narrows that range on one side (which side depends on which of the pair
+    is placed first) or, for `any_offset`, closes it.
+    """
+
+    low: int
+    high: int
+    snug: int
+
+
+def overlap_windows(
+    sizes: Sequence[int], overlaps: Sequence[Overlap], alignment: int
+) -> dict[tuple[int, int], Window]:
+    """(buffer, placed partner) -> Window, both ways round for each declared pair; `sizes` are
+    padded and indexed by buffer id, and shifts are padded too (offsets are aligned, so
+    offset(below) + shift <= offset(above) holds exactly when it holds for the padded shift)."""
+    windows = {}
+    for o in overlaps:
+        below, above = sizes[o.below], sizes[o.above]
+        if o.any_offset:
+            windows[o.below, o.above] = windows[o.above, o.below] = Window(0, 0, 0)
+            continue
+        shift = align_up(o.shift, alignment)
+        low = max(-below, -shift)  # below may start at offset(above) - shift or lower
+        windows[o.below, o.above] = Window(low, above, low)
+        high = min(below, shift)  # above may start at offset(below) + shift or higher
+        windows[o.above, o.below] = Window(-above, high, high)
+    return windows
+
+
 class Planner(ABC):
-    """TFLite Micro's MicroMemoryPlanner interface: add buffers, plan, then ask for the arena
-    size and each offset. Subclasses only decide offsets, in `_place`.
+    """TFLite Micro's MicroMemoryPlanner interface: add buffers (and the overlaps allowed between
+    them), plan, then ask for the arena size and each offset. Subclasses only decide offsets, in
+    `_place`.
 
     Sizes are padded up to `alignment` before placing, so every offset a planner derives from
     other buffers' ends is aligned too.
@@ -114,6 +278,8 @@ class Planner(ABC):
             raise PlanError(f"alignment must be a positive number of bytes, not {alignment}")
         self.alignment = alignment
         self._buffers: list[Buffer] = []
+        self._overlaps: list[Overlap] = []
+        self._paired: set[frozenset[int]] = set()
         self._offsets: list[int] | None = None
 
     def add_buffer(self, size: int, first: int, last: int) -> int:
@@ -126,6 +292,25 @@ class Planner(ABC):
         self._buffers.append(Buffer(buffer_id, size, first, last))
         self._offsets = None
         return buffer_id
+
+    def add_overlap(self, below: int, above: int, shift: int = 0, any_offset: bool = False) -> None:
+        """Lets two added buffers share bytes as `Overlap(below, above, shift, any_offset)` says.
+
+        Planners that ignore overlaps stay correct: sharing is allowed, never required.
+        """
+        overlap = Overlap(below, above, shift, any_offset)
+        known = range(len(self._buffers))
+        problem = overlap_problem(
+            overlap, *(self._buffers[i] if i in known else None for i in (below, above))
+        )
+        if problem:
+            raise PlanError(problem)
+        pair = frozenset((below, above))
+        if pair in self._paired:
+            raise PlanError(f"overlap of buffers {below} and {above} is declared twice")
+        self._paired.add(pair)
+        self._overlaps.append(overlap)
+        self._offsets = None
 
     def plan(self) -> None:
         """Computes the offsets now; asking for a size or an offset would compute them anyway."""
@@ -141,14 +326,17 @@ class Planner(ABC):
         return offsets[buffer_id]
 
     def result(self) -> Plan:
-        return Plan.from_offsets(self.name, self.alignment, self._buffers, self._planned_offsets())
+        return Plan.from_offsets(
+            self.name, self.alignment, self._buffers, self._planned_offsets(), self._overlaps
+        )
 
     def _planned_offsets(self) -> list[int]:
         """Plans on first use after any change, as TFLite Micro does, so answers are never stale."""
         if self._offsets is None:
-            self._offsets = self._place(list(self._buffers))
+            self._offsets = self._place(list(self._buffers), list(self._overlaps))
         return self._offsets
 
     @abstractmethod
-    def _place(self, buffers: list[Buffer]) -> list[int]:
-        """Returns one aligned offset per buffer, in the same order; `buffers[i].id == i`."""
+    def _place(self, buffers: list[Buffer], overlaps: list[Overlap]) -> list[int]:
+        """Returns one aligned offset per buffer, in the same order; `buffers[i].id == i`, and
+        `overlaps` are valid, name buffers by that id and pair no two buffers twice."""

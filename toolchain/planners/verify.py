@@ -6,17 +6,18 @@ behind a helper that the check also trusts, and offsets loaded from outside get 
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 from toolchain.errors import PlanError
-from toolchain.planners.base import Plan
+from toolchain.planners.base import Overlap, Plan
 
 
 def verify(plan: Plan) -> None:
     """Raises PlanError unless every buffer sits aligned inside the arena and no two buffers
-    alive at the same op share a byte (judged by their real, unpadded sizes)."""
+    alive at the same op share a byte (judged by their real, unpadded sizes and shifts) except
+    as one of the plan's declared overlaps allows."""
     check_each_buffer(plan)
-    check_no_shared_bytes(plan)
+    check_no_shared_bytes(plan, declared_overlaps(plan))
 
 
 def check_each_buffer(plan: Plan) -> None:
@@ -44,31 +45,102 @@ def check_each_buffer(plan: Plan) -> None:
             )
 
 
-def check_no_shared_bytes(plan: Plan) -> None:
-    """Sweeps the ops in order, keeping the byte ranges alive at the current op sorted by offset.
+def declared_overlaps(plan: Plan) -> dict[frozenset[int], Overlap]:
+    """The plan's overlaps by the pair of buffer positions they join, once each checked sound:
+    two distinct buffers of the plan, a shift >= 0, and lives that meet at the op where
+    `below` starts and `above` ends (the only op the kernel's reasoning covers)."""
+    index_of = {b.id: index for index, b in enumerate(plan.buffers)}
+    rules: dict[frozenset[int], Overlap] = {}
+    for o in plan.overlaps:
+        missing = [i for i in (o.below, o.above) if i not in index_of]
+        if missing:
+            raise PlanError(f"overlap names buffer id {missing[0]}, which the plan does not have")
+        below, above = plan.buffers[index_of[o.below]], plan.buffers[index_of[o.above]]
+        pair = frozenset((index_of[o.below], index_of[o.above]))
+        if len(pair) == 1:
+            raise PlanError(f"overlap pairs buffer {o.below} with itself")
+        if pair in rules:
+            raise PlanError(f"overlap of buffers {o.below} and {o.above} is declared twice")
+        if o.shift < 0:
+            raise PlanError(f"overlap of buffers {o.below} and {o.above} has shift {o.shift} < 0")
+        if below.first != above.last:
+            raise PlanError(
+                f"overlap of buffer {o.below} below buffer {o.above}: their lives "
+                f"[{below.first}, {below.last}] and [{above.first}, {above.last}] do not meet "
+                f"at {o.below}'s first op"
+            )
+        rules[pair] = o
+    return rules
 
-    While no overlap has been found the live ranges are disjoint, so a new range can only
-    collide with its neighbours in that order: O(n log n) comparisons instead of all pairs.
+
+def check_no_shared_bytes(plan: Plan, rules: dict[frozenset[int], Overlap]) -> None:
+    """Sweeps the ops in order, keeping the byte ranges alive at the current op in groups sorted
+    by offset: a group is one range, or ranges chained together by allowed overlaps.
+
+    Groups are disjoint, so a new range meets only the groups from its left neighbour up to its
+    end, and each group it meets must hold a partner it may overlap (or the plan is wrong):
+    O(n log n) comparisons instead of all pairs, overlaps or not.
     """
     events = []  # (op, 0 = dies before this op / 1 = born at it, index); deaths sort first.
     for index, b in enumerate(plan.buffers):
         if b.size > 0:  # An empty buffer has no byte to share.
             events += [(b.first, 1, index), (b.last + 1, 0, index)]
     events.sort()
-    live: list[tuple[int, int, int]] = []  # (offset, end, index), sorted
+    starts: list[int] = []  # of the groups, which stay disjoint and sorted
+    groups: list[tuple[int, int, list[int]]] = []  # (start, end, member indices)
     for op, born, index in events:
         offset = plan.offsets[index]
-        entry = (offset, offset + plan.buffers[index].size, index)
-        at = bisect_left(live, entry)
+        at = bisect_right(starts, offset) - 1  # the group starting at or before this range
         if not born:
-            del live[at]
+            parts = grouped(plan, [m for m in groups[at][2] if m != index])
+            starts[at : at + 1] = [start for start, _, _ in parts]
+            groups[at : at + 1] = parts
             continue
-        neighbours = live[max(at - 1, 0) : at + 1]
-        for other_offset, other_end, other in neighbours:
-            if other_offset < entry[1] and offset < other_end:
-                first, second = plan.buffers[other], plan.buffers[index]
-                raise PlanError(
-                    f"buffers {first.id} and {second.id} share bytes "
-                    f"[{max(offset, other_offset)}, {min(entry[1], other_end)}) at op {op}"
-                )
-        live.insert(at, entry)
+        end = offset + plan.buffers[index].size
+        low = at if at >= 0 and groups[at][1] > offset else at + 1
+        high = bisect_left(starts, end)
+        members = [m for _, _, group in groups[low:high] for m in group]
+        for other in members:
+            check_pair(plan, rules, other, index, op)
+        merged = grouped(plan, [*members, index])  # one group: each member met the new range
+        starts[low:high] = [merged[0][0]]
+        groups[low:high] = merged
+
+
+def grouped(plan: Plan, members: list[int]) -> list[tuple[int, int, list[int]]]:
+    """Splits ranges into groups of ranges chained by shared bytes, sorted by offset."""
+    parts: list[tuple[int, int, list[int]]] = []
+    for index in sorted(members, key=lambda m: plan.offsets[m]):
+        offset = plan.offsets[index]
+        end = offset + plan.buffers[index].size
+        if parts and parts[-1][1] > offset:
+            start, group_end, group = parts[-1]
+            parts[-1] = (start, max(group_end, end), [*group, index])
+        else:
+            parts.append((offset, end, [index]))
+    return parts
+
+
+def check_pair(
+    plan: Plan, rules: dict[frozenset[int], Overlap], first: int, second: int, op: int
+) -> None:
+    """Raises PlanError if two live buffers share a byte that no declared overlap allows."""
+    a, b = plan.buffers[first], plan.buffers[second]
+    a_offset, b_offset = plan.offsets[first], plan.offsets[second]
+    shared_start, shared_end = max(a_offset, b_offset), min(a_offset + a.size, b_offset + b.size)
+    if shared_start >= shared_end:
+        return
+    rule = rules.get(frozenset((first, second)))
+    if rule is None:
+        reason = ""
+    else:
+        offset_of = {a.id: a_offset, b.id: b_offset}
+        if rule.any_offset or offset_of[rule.below] + rule.shift <= offset_of[rule.above]:
+            return
+        reason = (
+            f"; their overlap needs offset({rule.below}) + {rule.shift} <= offset({rule.above}), "
+            f"but {offset_of[rule.below]} + {rule.shift} > {offset_of[rule.above]}"
+        )
+    raise PlanError(
+        f"buffers {a.id} and {b.id} share bytes [{shared_start}, {shared_end}) at op {op}{reason}"
+    )

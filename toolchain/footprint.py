@@ -1,0 +1,536 @@
+"""The generated C on a Cortex-M4: firmware for QEMU's mps2-an386 board, and its footprint.
+
+`build_mcu` writes the model's C (toolchain.codegen) beside a startup file, a linker script and
+an MCU harness (templates/mcu/), and links them with arm-none-eabi-gcc and newlib-nano.
+`footprint` measures the linked ELF with arm-none-eabi-size, -nm and -objdump, and GCC's
+-fstack-usage (.su) files:
+
+- flash = .text + .rodata + .ARM.extab/.ARM.exidx + .data's initial values, split into
+  `weights` (the const `NAME_t<N>` arrays), `code` (.text: kernels, startup, harness, C
+  library) and `constants` (the rest: offset table, per-channel rescaling tables, state
+  initializers, library tables);
+- RAM = .data + .bss, split into `arena` (`NAME_arena`), `state` (`NAME_state`) and
+  `ram_other` (the harness and the C library); the stack is not in it;
+- stack: a static worst case, the deepest chain of frames from Reset_Handler. The firmware
+  has one chain, Reset_Handler -> main -> NAME_invoke -> a kernel -> its helpers and C library
+  calls, so this is the brief's "main + invoke + largest kernel" made exact: frames come from
+  the .su files for the generated code and from the disassembly for the C library (every push
+  and `sub sp` of a library function counted: an upper bound), calls from the disassembly
+  (`bl`, and branches into other functions). `stack_unknown` lists anything that would make it
+  no bound (dynamic frames, recursion, indirect calls); it is empty for generated models. The
+  harness also measures the real high-water mark by painting the stack (QemuBackend);
+- flash per kernel: the size of each `NAME_op<N>_<opcode>` function. The build passes
+  -fno-inline-functions-called-once -fno-inline-small-functions so that each kernel stays a
+  function of its own (a call per op, about 0.5% more code; without them -Os inlines most
+  kernels into NAME_invoke). The `static inline` fixed-point helpers are still inlined. A
+  kernel with `present` False is not in the image: its body compiled to nothing (a RESHAPE
+  whose output the plan placed over its input) and -Os dropped the call.
+
+Python computes every value; the templates only lay out text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from toolchain.codegen import c_identifier, generate, io_info
+from toolchain.errors import RuntimeBackendError
+from toolchain.plan import ModelPlan
+from toolchain.render import render
+
+BOARD = "mps2-an386"
+CPU = "cortex-m4"
+TOOL_PREFIX = "arm-none-eabi-"
+TOOLS = ("gcc", "size", "nm", "objdump")
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    origin: int
+    length: int
+
+
+# QEMU's mps2-an386 memory map (hw/arm/mps2.c, and `info mtree` in QEMU 7.2): 4 MiB of ZBT
+# SSRAM1 at 0x00000000, where the core fetches its vector table, and 4 MiB of ZBT SSRAM2&3 at
+# 0x20000000. On the real FPGA board SSRAM1 holds the code the MCC loads; it is the flash here.
+FLASH = Region("ZBT SSRAM1 (code)", 0x00000000, 0x00400000)
+RAM = Region("ZBT SSRAM2&3 (data)", 0x20000000, 0x00400000)
+STACK_RESERVE = 32 * 1024  # bytes kept free at the top of RAM for the stack
+STACK_PAINT = 0xA5C3A5C3
+SECTION_ALIGNMENT = 16
+
+# Hard float: the AN386's Cortex-M4 has the FPv4-SP unit (QEMU models it), float kernels then
+# use single-precision FPU instructions instead of soft-float calls, and the IEEE results are
+# the same either way (-std=c99 keeps -ffp-contract=off: no fused multiply-adds). The int8
+# kernels do not touch the FPU; Reset_Handler enables it (CPACR) before anything else runs.
+ARCH_FLAGS = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
+C_FLAGS = (
+    "-std=c99",
+    "-Os",
+    "-Wall",
+    "-Wextra",
+    "-Wpedantic",
+    "-Werror",
+    "-ffunction-sections",
+    "-fdata-sections",
+    "-fstack-usage",
+    "-fno-inline-functions-called-once",
+    "-fno-inline-small-functions",
+)
+LINK_FLAGS = ("--specs=nano.specs", "-nostartfiles", "-Wl,--gc-sections")
+
+# ARM semihosting operations and constants ("Semihosting for AArch32 and AArch64", v2.0).
+SEMIHOSTING = {
+    "open": "0x01",
+    "close": "0x02",
+    "write0": "0x04",
+    "write": "0x05",
+    "read": "0x06",
+    "exit_extended": "0x20",  # SYS_EXIT_EXTENDED: 32-bit code can pass an exit status
+    "application_exit": "0x20026u",  # ADP_Stopped_ApplicationExit
+    "mode_rb": "1u",
+    "mode_wb": "5u",
+}
+INPUT_FILE = "input.bin"
+OUTPUT_FILE = "output.bin"
+STATUS = {"ok": 0, "input": 2, "invoke": 3, "io": 4, "stack": 5, "fault": 6}
+STATUS_MEANING = {
+    "ok": "success",
+    "input": "input file too short",
+    "invoke": "invoke failed",
+    "io": "semihosting file error",
+    "stack": "stack overflow",
+    "fault": "processor fault",
+}
+EXCEPTIONS = (  # Cortex-M exception numbers 2..15 after the reset vector
+    "NMI",
+    "HardFault",
+    "MemManage",
+    "BusFault",
+    "UsageFault",
+    None,
+    None,
+    None,
+    None,
+    "SVCall",
+    "DebugMonitor",
+    None,
+    "PendSV",
+    "SysTick",
+)
+
+
+def tool(name: str) -> str:
+    """Full path of an arm-none-eabi tool, or a RuntimeBackendError naming the package."""
+    path = shutil.which(TOOL_PREFIX + name)
+    if path is None:
+        raise RuntimeBackendError(
+            f"{TOOL_PREFIX}{name} is not on PATH (Debian: apt-get install gcc-arm-none-eabi "
+            "libnewlib-arm-none-eabi binutils-arm-none-eabi)"
+        )
+    return path
+
+
+def toolchain_available() -> bool:
+    return all(shutil.which(TOOL_PREFIX + t) for t in TOOLS)
+
+
+def uses_external_io(mp: ModelPlan) -> bool:
+    """A plan made with external_io=True keeps the graph's inputs and outputs out of the arena."""
+    planned = mp.offset_of_tensor()
+    return any(t not in planned for t in (*mp.graph.inputs, *mp.graph.outputs))
+
+
+def mcu_sources(mp: ModelPlan, name: str = "model") -> dict[str, str]:
+    """File name -> text: the model's NAME.h/NAME.c plus the MCU files (no host harness)."""
+    name = c_identifier(name)
+    if name in ("startup", "semihosting", "link"):
+        raise RuntimeBackendError(f"the name {name!r} collides with an MCU file; choose another")
+    external_io = uses_external_io(mp)
+    files = generate(mp, name, external_io=external_io)
+    del files[f"{name}_main.c"]
+    graph = mp.graph
+    board = {"board": BOARD, "cpu": CPU}
+    handlers = [{"name": "Reset", "function": "Reset_Handler"}] + [
+        {"name": e or "reserved", "function": "Fault_Handler" if e else "0"} for e in EXCEPTIONS
+    ]
+    files["semihosting.h"] = render("mcu/semihosting.h.j2", sys=SEMIHOSTING)
+    files["startup.c"] = render(
+        "mcu/startup.c.j2",
+        **board,
+        handlers=handlers,
+        vectors_at=f"0x{FLASH.origin:08x}",
+        enable_fpu="-mfloat-abi=hard" in ARCH_FLAGS,
+        cpacr_address="0xE000ED88",
+        cpacr_full_access=f"0x{0xF << 20:08x}",
+        stack_paint=f"0x{STACK_PAINT:08X}",
+        fault_status=STATUS["fault"],
+    )
+    files["link.ld"] = render(
+        "mcu/link.ld.j2",
+        **board,
+        flash={"name": FLASH.name, "origin": f"0x{FLASH.origin:08x}", "length": FLASH.length},
+        ram={"name": RAM.name, "origin": f"0x{RAM.origin:08x}", "length": RAM.length},
+        section_alignment=SECTION_ALIGNMENT,
+        stack_reserve=STACK_RESERVE,
+    )
+    files[f"{name}_mcu.c"] = render(
+        "mcu/mcu_main.c.j2",
+        **board,
+        name=name,
+        external_io=external_io,
+        inputs=[io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.inputs)],
+        outputs=[io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.outputs)],
+        input_file=INPUT_FILE,
+        output_file=OUTPUT_FILE,
+        status=STATUS,
+        statuses=[{"code": STATUS[k], "meaning": STATUS_MEANING[k]} for k in STATUS],
+        stack_reserve=STACK_RESERVE,
+    )
+    return files
+
+
+@dataclass(frozen=True)
+class McuBuild:
+    """A linked firmware image and the files it was measured from."""
+
+    directory: str
+    name: str
+    elf: str
+    objects: tuple[str, ...]
+    stack_files: tuple[str, ...]
+
+
+def run_tool(command: list[str], directory: str, what: str) -> str:
+    try:
+        result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        raise RuntimeBackendError(f"{what} timed out") from None
+    if result.returncode != 0:
+        lines = result.stderr.splitlines()
+        lines = [x for x in lines if "error" in x] or lines
+        raise RuntimeBackendError(f"{what} failed: {lines[0].strip() if lines else 'no message'}")
+    return result.stdout
+
+
+def build_mcu(mp: ModelPlan, directory: str, name: str = "model") -> McuBuild:
+    """Write, compile and link the firmware in `directory`; returns where everything is."""
+    name = c_identifier(name)
+    gcc = tool("gcc")
+    files = mcu_sources(mp, name)
+    for file_name, text in files.items():
+        with open(os.path.join(directory, file_name), "w") as f:
+            f.write(text)
+    sources = [f for f in files if f.endswith(".c")]
+    run_tool([gcc, *ARCH_FLAGS, *C_FLAGS, "-c", *sources], directory, "arm-none-eabi-gcc (compile)")
+    objects = tuple(os.path.join(directory, f[:-2] + ".o") for f in sources)
+    elf = os.path.join(directory, f"{name}.elf")
+    run_tool(
+        [
+            gcc,
+            *ARCH_FLAGS,
+            *LINK_FLAGS,
+            "-T",
+            "link.ld",
+            f"-Wl,-Map={name}.map",
+            *objects,
+            "-lm",
+            "-o",
+            elf,
+        ],
+        directory,
+        "arm-none-eabi-gcc (link)",
+    )
+    stack_files = tuple(os.path.join(directory, f[:-2] + ".su") for f in sources)
+    return McuBuild(directory, name, elf, objects, stack_files)
+
+
+# --- measuring ----------------------------------------------------------------------------
+FLASH_SECTIONS = (".text", ".rodata", ".ARM.extab", ".ARM.exidx", ".data")
+RAM_SECTIONS = (".data", ".bss")
+
+
+def section_sizes(path: str) -> dict[str, int]:
+    """`arm-none-eabi-size -A`: section name -> bytes."""
+    out = run_tool([tool("size"), "-A", path], os.path.dirname(path), "arm-none-eabi-size")
+    return {m[0]: int(m[1]) for m in re.findall(r"^(\.\S+)\s+(\d+)\s+\d+\s*$", out, re.M)}
+
+
+def symbol_sizes(path: str) -> dict[str, tuple[str, int]]:
+    """`arm-none-eabi-nm -S --size-sort`: symbol -> (type letter, bytes)."""
+    out = run_tool(
+        [tool("nm"), "-S", "--size-sort", path], os.path.dirname(path), "arm-none-eabi-nm"
+    )
+    symbols = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4:
+            symbols[parts[3]] = (parts[2], int(parts[1], 16))
+    return symbols
+
+
+def stack_frames(paths: tuple[str, ...]) -> dict[str, tuple[int, str]]:
+    """GCC's .su files: function -> (frame bytes, qualifier: static, dynamic, bounded)."""
+    frames = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                location, size, qualifier = line.rstrip("\n").split("\t")
+                frames[location.rsplit(":", 1)[-1]] = (int(size), qualifier)
+    return frames
+
+
+@dataclass(frozen=True)
+class StackBound:
+    """The deepest call chain from the reset handler, and what the bound could not see."""
+
+    bytes: int
+    path: tuple[tuple[str, int], ...]  # (function, frame bytes), outermost first
+    unknown: tuple[str, ...]  # dynamic frames, recursion, indirect calls: the bound is not one
+
+
+# Calls and branches with a target address: bl, blx <label>, b, b<cond>, with .n/.w widths.
+BRANCH = re.compile(r"b(l|lx)?(eq|ne|cs|cc|hs|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le|al)?(\.[nw])?")
+
+
+def disassembly(elf: str) -> dict[str, tuple[int, set[str], bool]]:
+    """Per function of the ELF: the bytes its pushes and `sub sp` take (all of them, whatever
+    the path: an upper bound), the functions it calls or branches into, and whether it makes
+    an indirect call."""
+    out = run_tool(
+        [tool("objdump"), "-d", "--no-show-raw-insn", elf], os.path.dirname(elf), "objdump"
+    )
+    functions: dict[str, tuple[int, set[str], bool]] = {}
+    current, frame, callees, indirect = None, 0, set(), False
+    for line in out.splitlines() + [""]:
+        header = re.match(r"^[0-9a-f]+ <(.+)>:$", line)
+        if header or not line:
+            if current is not None:
+                functions[current] = (frame, callees, indirect)
+            current, frame, callees, indirect = (header[1] if header else None), 0, set(), False
+            continue
+        fields = line.split("\t")
+        if current is None or len(fields) < 3:
+            continue
+        mnemonic, operands = fields[1].strip(), fields[2].strip()
+        frame += sp_decrement(mnemonic, operands)
+        if BRANCH.fullmatch(mnemonic):
+            target = re.search(r"<([^>+]+)(\+0x[0-9a-f]+)?>", operands)
+            if target is None:
+                indirect |= mnemonic.startswith("blx")  # blx rN: a call through a register
+            elif target[1] != current:
+                callees.add(target[1])
+    return functions
+
+
+def sp_decrement(mnemonic: str, operands: str) -> int:
+    """Bytes one Thumb-2 instruction takes from the stack pointer (0 for most)."""
+    registers = re.search(r"\{([^}]*)\}", operands)
+    if (
+        mnemonic in ("push", "push.w", "vpush")
+        or (mnemonic.startswith("stmdb") and operands.startswith("sp!"))
+        or (mnemonic.startswith("vstmdb") and operands.startswith("sp!"))
+    ):
+        total = 0
+        for item in registers[1].split(",") if registers else []:
+            ends = [int(x) for x in re.findall(r"\d+", item)] or [0]
+            count = ends[-1] - ends[0] + 1
+            total += count * (8 if item.strip().startswith("d") else 4)
+        return total
+    if re.fullmatch(r"subw?(\.w)?", mnemonic) and re.match(r"sp, (sp, )?#\d+", operands):
+        return int(re.search(r"#(\d+)", operands)[1])
+    pre_indexed = re.search(r"\[sp, #-(\d+)\]!", operands)
+    return int(pre_indexed[1]) if pre_indexed and mnemonic.startswith(("str", "vstr")) else 0
+
+
+def worst_stack(build: McuBuild, root: str = "Reset_Handler") -> StackBound:
+    """The deepest chain of frames from `root`: frames from GCC's .su files for the generated
+    code, from the disassembly for the C library (every push counted: an upper bound); calls
+    from the disassembly (`bl`, and branches into other functions: tail calls)."""
+    functions = disassembly(build.elf)
+    su = stack_frames(build.stack_files)
+    unknown: set[str] = set()
+    memo: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {}
+
+    def deepest(fn: str, active: frozenset[str]) -> tuple[int, tuple[tuple[str, int], ...]]:
+        if fn in memo:
+            return memo[fn]
+        disassembled, callees, indirect = functions.get(fn, (0, set(), False))
+        if fn in su:
+            frame, qualifier = su[fn]
+            if "dynamic" in qualifier and "bounded" not in qualifier:
+                unknown.add(f"{fn}: dynamic frame")
+        else:
+            frame = disassembled
+        if fn not in functions:
+            unknown.add(f"{fn}: not in the image")
+        if indirect:
+            unknown.add(f"{fn}: indirect call")
+        best: tuple[int, tuple[tuple[str, int], ...]] = (0, ())
+        for callee in sorted(callees):
+            if callee in active:
+                unknown.add(f"{fn} -> {callee}: recursion")
+                continue
+            best = max(best, deepest(callee, active | {callee}), key=lambda b: b[0])
+        memo[fn] = (frame + best[0], ((fn, frame),) + best[1])
+        return memo[fn]
+
+    total, path = deepest(root, frozenset({root}))
+    return StackBound(total, path, tuple(sorted(unknown)))
+
+
+def object_sizes(path: str) -> dict[str, int]:
+    """One object file's text, rodata, data and bss, summed over its -ffunction-sections."""
+    totals = {"text": 0, "rodata": 0, "data": 0, "bss": 0}
+    for section, size in section_sizes(path).items():
+        kind = section.lstrip(".").split(".")[0]
+        if kind in totals:
+            totals[kind] += size
+    return totals
+
+
+def footprint(mp: ModelPlan, name: str = "model") -> dict[str, Any]:
+    """Build the firmware in a temporary directory and measure it (see the module docstring)."""
+    directory = tempfile.mkdtemp(prefix="arenac-mcu-")
+    try:
+        return measure(build_mcu(mp, directory, name), mp)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
+    """Footprint of a linked build of `mp`, as plain data."""
+    name = build.name
+    sections = section_sizes(build.elf)
+    symbols = symbol_sizes(build.elf)
+    flash = sum(sections.get(s, 0) for s in FLASH_SECTIONS)
+    ram = sum(sections.get(s, 0) for s in RAM_SECTIONS)
+    weights = sum(size for sym, (_, size) in symbols.items() if re.fullmatch(rf"{name}_t\d+", sym))
+    code = sections.get(".text", 0)
+    arena = symbols.get(f"{name}_arena", ("b", 0))[1]
+    state = symbols.get(f"{name}_state", ("b", 0))[1]
+
+    graph = mp.graph
+    kernel_names = {
+        index: f"{name}_op{index}_{graph.operators[index].opcode.lower()}"
+        for index in mp.lifetimes.order
+    }
+    kernels = [
+        {
+            "op": index,
+            "opcode": graph.operators[index].opcode,
+            "function": fn,
+            "bytes": symbols.get(fn, ("t", 0))[1],
+            "present": fn in symbols,
+        }
+        for index, fn in kernel_names.items()
+    ]
+
+    stack = worst_stack(build)
+    return {
+        "model": mp.model.source,
+        "planner": mp.plan.planner,
+        "board": BOARD,
+        "cpu": CPU,
+        "flash": flash,
+        "weights": weights,
+        "code": code,
+        "constants": flash - weights - code,
+        "ram": ram,
+        "arena": arena,
+        "state": state,
+        "ram_other": ram - arena - state,
+        "planned_arena": mp.arena_bytes,
+        "stack": stack.bytes,
+        "stack_path": [{"function": fn, "bytes": size} for fn, size in stack.path],
+        "stack_unknown": list(stack.unknown),
+        "kernels": kernels,
+        "sections": {s: sections[s] for s in sections if s in FLASH_SECTIONS + RAM_SECTIONS},
+        "objects": {os.path.basename(o): object_sizes(o) for o in build.objects},
+    }
+
+
+def footprint_table(rows: list[dict[str, Any]]) -> str:
+    """One line per footprint: flash and its split, RAM and its split, worst-case stack."""
+    from toolchain.report import table
+
+    headers = ["model", "flash", "weights", "code", "const", "ram", "arena", "state", "other"]
+    return table(
+        headers + ["stack"],
+        [
+            [
+                os.path.splitext(os.path.basename(r["model"]))[0],
+                r["flash"],
+                r["weights"],
+                r["code"],
+                r["constants"],
+                r["ram"],
+                r["arena"],
+                r["state"],
+                r["ram_other"],
+                r["stack"],
+            ]
+            for r in rows
+        ],
+    )
+
+
+def kernel_table(row: dict[str, Any]) -> str:
+    """Flash per kernel of one footprint, in execution order."""
+    from toolchain.report import table
+
+    return table(
+        ["op", "opcode", "function", "bytes"],
+        [
+            [k["op"], k["opcode"], k["function"], k["bytes"] if k["present"] else "-"]
+            for k in row["kernels"]
+        ],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m toolchain.footprint MODEL... [--planner P] [--kernels] [--json]`."""
+    import argparse
+    import json
+    import sys
+
+    from toolchain.errors import ArenacError
+    from toolchain.plan import plan_model
+    from toolchain.reader import read_model
+
+    parser = argparse.ArgumentParser(
+        prog="python -m toolchain.footprint",
+        description=f"flash, RAM and stack of each model's C built for {CPU} ({BOARD})",
+    )
+    parser.add_argument("models", nargs="+", metavar="MODEL", help=".tflite files")
+    parser.add_argument("--planner", default="greedy", help="arena planner (default: greedy)")
+    parser.add_argument("--kernels", action="store_true", help="also flash per kernel")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    try:
+        rows = [footprint(plan_model(read_model(m), args.planner)) for m in args.models]
+    except ArenacError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(footprint_table(rows))
+    for row in rows if args.kernels else []:
+        print(
+            f"\n{row['model']}: stack path "
+            + " -> ".join(f"{s['function']} {s['bytes']}" for s in row["stack_path"])
+        )
+        print(kernel_table(row))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,425 @@
+"""The exact planner: the smallest arena the lives allow, by branch and bound in the spirit of
+MiniMalloc (Moffitt, ASPLOS 2023).
+
+Any plan can be pushed down until no buffer can move lower; taken in order of offset, each
+buffer of such a plan sits at its floor, the lowest offset clear of the forbidden ranges
+(`Window`) of the buffers placed before it. So the search only chooses which buffer goes next,
+at its floor, in non-decreasing order of offset (ties in a fixed preorder). It prunes with:
+
+- capacity: a branch dies once an unplaced buffer's floor plus size exceeds the capacity, or,
+  at some op, the unplaced buffers alive there whose floors are at least some f add more than
+  the capacity less f (each adds its size less what it may share with earlier partners, as
+  `lower_bound_with_overlaps` counts);
+- dominance: no buffer goes at or above the top another unplaced buffer would have at its own
+  floor, since that one could then drop into the gap below;
+- symmetry: buffers equal in size and life (and in no overlap) go in a fixed order;
+- decomposition: unplaced buffers that never meet in time are searched group by group, not
+  interleaved by offset;
+- the lower bound: a plan that meets the best proven bound ends the search.
+
+Each question "is there a plan within C bytes?" is one depth-first search within a node
+budget. Rounds ask it for the bound (no: the bound rises one alignment step) and for one step
+below the best plan (no: the best is optimal), doubling the budget each round, so neither a
+weak bound nor a poor plan stalls the other. Ops that no life crosses split the problem into
+parts solved one by one. The heuristics' best plan is the incumbent, so the planner always has
+a plan to return when its time runs out.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Generator
+from dataclasses import replace
+
+from toolchain.errors import PlanError
+from toolchain.planners.base import (
+    Buffer,
+    Overlap,
+    Plan,
+    Planner,
+    Window,
+    align_up,
+    arena_end,
+    charge_order,
+    lower_bound_with_overlaps,
+    overlap_windows,
+    pair_saving,
+)
+from toolchain.planners.freelist import FreeListPlanner
+from toolchain.planners.greedy import GreedyPlanner
+
+
+class OptimalPlanner(Planner):
+    """Searches for the smallest arena for up to `time_limit` seconds; `result()` tells whether
+    the plan is proven optimal and the best lower bound proven (`Plan.bound_bytes`)."""
+
+    name = "optimal"
+
+    def __init__(self, alignment: int = 16, *, time_limit: float = 2.0, **options: object):
+        super().__init__(alignment, **options)
+        if not isinstance(time_limit, (int, float)) or not time_limit > 0:
+            raise PlanError(f"time_limit must be a positive number of seconds, not {time_limit!r}")
+        self.time_limit = float(time_limit)
+        self._bound = 0
+
+    def result(self) -> Plan:
+        plan = super().result()  # plans first, which sets the bound
+        return replace(
+            plan, proven_optimal=plan.arena_bytes == self._bound, bound_bytes=self._bound
+        )
+
+    def _place(self, buffers: list[Buffer], overlaps: list[Overlap]) -> list[int]:
+        deadline = time.monotonic() + self.time_limit
+        a = self.alignment
+        sizes = [align_up(b.size, a) for b in buffers]
+        offsets = incumbent(buffers, overlaps, a, deadline)
+        windows = overlap_windows(sizes, overlaps, a)
+        bound = lower_bound_with_overlaps(buffers, overlaps, a)
+        parts = independent_parts(buffers, sizes)
+        parts.sort(key=lambda part: -max(offsets[i] + sizes[i] for i in part))
+        for part in parts:
+            arena = max(offsets[i] + sizes[i] for i in part)
+            if arena <= bound:
+                continue  # this part already fits under what the whole needs anyway
+            try:
+                search = Search(part, buffers, sizes, overlaps, windows, a, deadline)
+            except Timeout:
+                break
+            found, bound = search.solve(bound, {i: offsets[i] for i in part})
+            for i, offset in found.items():
+                offsets[i] = offset
+        self._bound = bound
+        return offsets
+
+
+def incumbent(
+    buffers: list[Buffer], overlaps: list[Overlap], alignment: int, deadline: float
+) -> list[int]:
+    """The best heuristic plan, with the overlaps and (valid too, sometimes smaller) without;
+    at least one, and no more once the next would likely run past the deadline."""
+    heuristics = [
+        GreedyPlanner(alignment),
+        FreeListPlanner(alignment),
+        FreeListPlanner(alignment, fit="best"),
+    ]
+    best: list[int] = []
+    best_arena = 0
+    cost = 0.0
+    for given in [overlaps, []] if overlaps else [overlaps]:
+        for heuristic in heuristics:
+            if best and time.monotonic() + cost > deadline:
+                return best
+            started = time.monotonic()
+            found = heuristic._place(buffers, given)
+            cost = time.monotonic() - started
+            arena = arena_end(buffers, found, alignment)
+            if not best or arena < best_arena:
+                best, best_arena = found, arena
+    return best
+
+
+def independent_parts(buffers: list[Buffer], sizes: list[int]) -> list[list[int]]:
+    """The non-empty buffers split where no life crosses from one op to the next: parts never
+    meet, so each can be planned alone from offset 0. Empty buffers stay at 0, in no part."""
+    parts: list[list[int]] = []
+    reach = -1
+    for i in sorted((i for i in range(len(buffers)) if sizes[i]), key=lambda i: buffers[i].first):
+        if buffers[i].first > reach:
+            parts.append([])
+        parts[-1].append(i)
+        reach = max(reach, buffers[i].last)
+    return parts
+
+
+class Timeout(Exception):
+    """The deadline passed; the search keeps the best plan found so far."""
+
+
+class OutOfNodes(Exception):
+    """One question used up its node budget; a later round asks it again with more."""
+
+
+class Search:
+    """Branch and bound over one part, its buffers renumbered 0..n-1 in preorder ("local")."""
+
+    # A search step: yields (members, low, last) sub-searches, is sent their results.
+    Call = Generator[tuple[list[int], int, int], bool | None, bool]
+
+    def __init__(
+        self,
+        part: list[int],
+        buffers: list[Buffer],
+        sizes: list[int],
+        overlaps: list[Overlap],
+        windows: dict[tuple[int, int], Window],
+        alignment: int,
+        deadline: float,
+    ) -> None:
+        self.alignment = alignment
+        self.deadline = deadline
+        members = set(part)
+        pairs = [o for o in overlaps if o.below in members and o.above in members]
+        # Sections: the ops where something is born, and the ops right after a pair's op, where
+        # its saving ends. Any other op's live set is a subset of the one at the last section
+        # before it, with no savings at either, so checking the sections checks every op.
+        ops = sorted({buffers[i].first for i in part} | {buffers[o.below].first + 1 for o in pairs})
+        section = {op: s for s, op in enumerate(ops)}
+        span = {
+            i: range(section[buffers[i].first], bisect_right(ops, buffers[i].last)) for i in part
+        }
+        live = [0] * len(ops)
+        for i in part:
+            for s in span[i]:
+                live[s] += sizes[i]
+        # A pair whose padded shift is 0 may share one offset only if `below` goes first (placed
+        # after `above`, it must clear it), so the tie order puts `below` first.
+        ties = [
+            (o.below, o.above)
+            for o in pairs
+            if not o.any_offset and align_up(o.shift, alignment) == 0
+        ]
+        busiest = {i: max(live[s] for s in span[i]) for i in part}
+        order, self.sound = preorder(
+            part, lambda i: (-busiest[i], -len(span[i]), -sizes[i], i), ties
+        )
+        local = {i: n for n, i in enumerate(order)}
+        self.order = order
+        self.size = [sizes[i] for i in order]
+        self.span = [span[i] for i in order]
+        # What each buffer adds to a section's bytes is its size less its savings with earlier
+        # partners (in `charge_order`) that are still unplaced, never less than 0.
+        self.owed: list[dict[int, int]] = [{} for _ in order]  # section -> those savings
+        self.charges: list[list[tuple[int, int, int]]] = [[] for _ in order]  # (later, s, saving)
+        for o in pairs:
+            saving = max(0, pair_saving(o, sizes[o.below], sizes[o.above], alignment))
+            s = section[buffers[o.below].first]
+            early, late = sorted((buffers[o.below], buffers[o.above]), key=charge_order)
+            owed = self.owed[local[late.id]]
+            owed[s] = owed.get(s, 0) + saving
+            self.charges[local[early.id]].append((local[late.id], s, saving))
+        # Once buffer p sits at offset x, an unplaced neighbour c has floor >= x + high, where
+        # (low, high) is c's window beside p.
+        self.neighbours: list[list[tuple[int, int]]] = [[] for _ in order]
+        by_first = sorted(part, key=lambda i: buffers[i].first)
+        for n, i in enumerate(by_first):
+            if time.monotonic() > deadline:
+                raise Timeout  # a huge part: not even worth finishing the setup
+            for j in by_first[n + 1 :]:
+                if buffers[j].first > buffers[i].last:
+                    break
+                for new, placed in ((i, j), (j, i)):
+                    window = windows.get((new, placed))
+                    high = sizes[placed] if window is None else window.high
+                    self.neighbours[local[placed]].append((local[new], high))
+        # Twins (same size and life, in no pair) are interchangeable: place them in order.
+        self.twin = [-1] * len(order)
+        in_pairs = {i for o in pairs for i in (o.below, o.above)}
+        last_twin: dict[tuple[int, int, int], int] = {}
+        for n, i in enumerate(order):
+            if i not in in_pairs:
+                key = (sizes[i], buffers[i].first, buffers[i].last)
+                self.twin[n] = last_twin.get(key, -1)
+                last_twin[key] = n
+        self.first = [buffers[i].first for i in order]
+        self.last = [buffers[i].last for i in order]
+        self.by_first = sorted(range(len(order)), key=self.first.__getitem__)
+        self.offset = [-1] * len(order)
+        self.floor = [0] * len(order)
+        self.trail: list[tuple[int, list[tuple[int, int]]]] = []
+        self.best: list[int] = []
+        self.best_arena = 0
+        self.cap = 0
+        self.nodes_left = 0
+
+    def solve(self, goal: int, start: dict[int, int]) -> tuple[dict[int, int], int]:
+        """The smallest arena found for this part, starting from the plan `start`, as offsets by
+        buffer id, with the bound the search proved for the whole problem.
+
+        `goal` is a proven bound for the whole problem: a part within it needs no more work.
+        Rounds alternate two questions, each within a node budget that doubles every round: is
+        there a plan within the bound (if not, the bound rises one alignment step), and one a
+        step smaller than the best (if not, the best is optimal)? A weak bound then cannot
+        keep the search from improving the plan, nor a poor plan from raising the bound.
+        """
+        self.best = [start[i] for i in self.order]
+        self.best_arena = max(o + s for o, s in zip(self.best, self.size))
+        bound = goal
+        budget = 64 * len(self.order)
+        # An exhausted search proves nothing when the tie order is unsound: stop asking then.
+        ask_bound = True
+        try:
+            while self.best_arena > bound:
+                if ask_bound and self.fits(bound, budget) is False:
+                    if self.sound:
+                        bound += self.alignment
+                    ask_bound = self.sound
+                smaller = self.best_arena - self.alignment
+                if self.best_arena > bound and (smaller > bound or not ask_bound):
+                    if self.fits(smaller, budget) is False:
+                        if self.sound:
+                            bound = self.best_arena
+                        break
+                budget *= 2
+        except Timeout:
+            pass
+        return dict(zip(self.order, self.best)), bound
+
+    def fits(self, cap: int, budget: int) -> bool | None:
+        """Whether a plan within `cap` exists (it becomes the best), by depth-first search of
+        at most `budget` nodes; None if the budget ran out first.
+
+        Each call of `place_all` is a generator that yields the sub-searches it needs and gets
+        back whether they succeeded; this loop runs them on an explicit stack, so deep parts
+        cannot hit Python's recursion limit.
+        """
+        self.cap = cap
+        self.nodes_left = budget
+        stack = [self.place_all(self.by_first, 0, -1)]
+        result = None  # what to send the top search: None starts it, then its sub-search's result
+        try:
+            while stack:
+                try:
+                    members, low, last = stack[-1].send(result)
+                except StopIteration as done:
+                    stack.pop()
+                    result = done.value
+                    continue
+                stack.append(self.place_all(members, low, last))
+                result = None
+        except OutOfNodes:
+            result = None
+        if result:
+            self.best = list(self.offset)
+            self.best_arena = max(o + s for o, s in zip(self.offset, self.size))
+        self.undo(0)
+        return result
+
+    def place_all(self, members: list[int], low: int, last: int) -> Search.Call:
+        """Places `members` (sorted by first op) within `cap` at offsets from `low` on (after
+        buffer `last` at `low`); yields (members, low, last) for each sub-search. Leaves them
+        placed on success; undoes its placements on failure.
+
+        Members that never meet in time are independent once the placed buffers are fixed, so
+        they are searched group by group rather than interleaved by offset: a group that
+        cannot fit fails the node at once instead of after every order of the others.
+        """
+        if not members:
+            return True
+        mark = len(self.trail)
+        groups = self.groups(members)
+        if len(groups) > 1:
+            for group in groups:
+                if not (yield group, low, last):
+                    self.undo(mark)
+                    return False
+            return True
+        for offset, n in self.branches(members, low, last):
+            self.place(n, offset)
+            if (yield [m for m in members if m != n], offset, n):
+                return True
+            self.undo(mark)
+        return False
+
+    def groups(self, members: list[int]) -> list[list[int]]:
+        """`members` (sorted by first op) split where no life crosses from one op to the next."""
+        groups: list[list[int]] = []
+        reach = -1
+        for n in members:
+            if self.first[n] > reach:
+                groups.append([])
+            groups[-1].append(n)
+            reach = max(reach, self.last[n])
+        return groups
+
+    def branches(self, members: list[int], low: int, last: int) -> list[tuple[int, int]]:
+        """The (offset, buffer) choices for the next of `members` after buffer `last` went to
+        offset `low`, lowest first; none if they cannot all fit within `cap`."""
+        self.nodes_left -= 1
+        if self.nodes_left < 0:
+            raise OutOfNodes
+        if time.monotonic() > self.deadline:
+            raise Timeout
+        floor, size, offset, cap = self.floor, self.size, self.offset, self.cap
+        tops = [floor[n] + size[n] for n in members]
+        if max(tops) > cap:
+            return []
+        # At each section, the members with floors at or above some f all lie above f and need
+        # at least the bytes they add (`count`): f plus those must fit, for every such f.
+        adds: dict[int, list[tuple[int, int]]] = {}
+        for n in members:
+            owed = self.owed[n]
+            at = max(low, floor[n])
+            for s in self.span[n]:
+                adds.setdefault(s, []).append((at, size[n] - min(size[n], owed.get(s, 0))))
+        for section in adds.values():
+            section.sort(reverse=True)
+            need = 0
+            for at, add in section:
+                need += add
+                if at + need > cap:
+                    return []
+        # Dominance: a buffer at or above `min(tops)` would leave a gap the member with that
+        # top fits into, so the plan could not be pushed down (not canonical).
+        ceiling = min(tops)
+        twin = self.twin
+        return sorted(
+            (floor[n], n)
+            for n in members
+            if (floor[n] > low or (floor[n] == low and n > last))
+            and floor[n] < ceiling
+            and (twin[n] < 0 or offset[twin[n]] >= 0)
+        )
+
+    def place(self, n: int, at: int) -> None:
+        """Puts buffer n at offset `at`, raising its neighbours' floors (undone by `undo`)."""
+        self.offset[n] = at
+        raised = []
+        for other, high in self.neighbours[n]:
+            if self.offset[other] < 0 and at + high > self.floor[other]:
+                raised.append((other, self.floor[other]))
+                self.floor[other] = at + high
+        self.count(n, -1)
+        self.trail.append((n, raised))
+
+    def undo(self, mark: int) -> None:
+        """Takes back the placements made since the trail was `mark` long, latest first."""
+        while len(self.trail) > mark:
+            n, raised = self.trail.pop()
+            self.count(n, +1)
+            for other, floor in reversed(raised):
+                self.floor[other] = floor
+            self.offset[n] = -1
+
+    def count(self, n: int, sign: int) -> None:
+        """Buffer n rejoins (sign +1) or leaves (-1) the unplaced buffers: its later partners
+        may count their savings with it only while it is unplaced."""
+        for later, s, saving in self.charges[n]:
+            self.owed[later][s] += sign * saving
+
+
+def preorder(
+    items: list[int], key: Callable[[int], tuple[int, ...]], before: list[tuple[int, int]]
+) -> tuple[list[int], bool]:
+    """`items` by `key`, except that each (x, y) in `before` puts x ahead of y; returns the
+    order and whether every such constraint held (only a cycle can break one)."""
+    waiting = {i: 0 for i in items}
+    after: dict[int, list[int]] = {i: [] for i in items}
+    for x, y in before:
+        after[x].append(y)
+        waiting[y] += 1
+    ready = [(key(i), i) for i in items if not waiting[i]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for j in after[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, (key(j), j))
+    if len(order) == len(items):
+        return order, True
+    placed = set(order)
+    return order + sorted((i for i in items if i not in placed), key=key), False
