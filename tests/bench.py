@@ -52,10 +52,10 @@ def runtime_row(path: Path) -> list[object]:
     model = read_model(path)
     data = path.read_bytes()
     inputs = random_inputs(model.main, seed=0)
-    runtime = try_backend(lambda: ArenaInterpreter(plan_model(model, "greedy")))
+    runtime = try_backend(lambda: ArenaInterpreter(plan_model(model)))
     ref = try_backend(lambda: LiteRTOracle(data, reference=True))
     fast = try_backend(lambda: LiteRTOracle(data, reference=False))
-    tflm = try_backend(lambda: TFLMOracle(data, len(model.main.outputs)))
+    tflm = try_backend(lambda: TFLMOracle(data, len(model.main.outputs), arena_size=4 << 20))
     ms = {
         name: per_inference_ms(lambda b=backend: b.invoke(inputs)) if backend else None
         for name, backend in [
@@ -105,7 +105,7 @@ def c_row(path: Path) -> list[object]:
     model = read_model(path)
     data = path.read_bytes()
     inputs = random_inputs(model.main, seed=0)
-    mp = plan_model(model, "greedy")
+    mp = plan_model(model)
     with CBackend(mp) as backend:
         c_ms = c_ms_per_inference(backend, inputs, 3)
         repeat = max(3, min(2000, int(300 / max(c_ms, 0.001))))  # about 0.3 s of C
@@ -113,7 +113,7 @@ def c_row(path: Path) -> list[object]:
         sizes = object_size(backend)
     ms: dict[str, float | None] = {"c": c_ms}
     for name, make in [
-        ("tflm", lambda: TFLMOracle(data, len(model.main.outputs))),
+        ("tflm", lambda: TFLMOracle(data, len(model.main.outputs), arena_size=4 << 20)),
         ("litert", lambda: LiteRTOracle(data, reference=False)),
         ("litert-ref", lambda: LiteRTOracle(data, reference=True)),
     ]:
@@ -281,6 +281,7 @@ def main(argv: list[str]) -> int:
                 [runtime_row(p) for p in paths],
             )
         )
+        print()
     if "mcu" in sections:
         mcu_section([p for p in paths if read_model(p).main.tensors[
             read_model(p).main.inputs[0]].dtype == "int8"])

@@ -11,8 +11,9 @@ import pytest
 from runtime_py.c_backend import CBackend, compile_files, write_files
 from runtime_py.check import check_plan, random_inputs
 from runtime_py.interpreter import ArenaInterpreter
-from tests.conftest import SHARED_MODELS, needs_shared_models
+from tests.conftest import SHARED_MODEL_FILES, SHARED_MODELS, needs_shared_models
 from tests.test_runtime import pool_chain
+from toolchain.builder import ModelBuilder
 from toolchain.cli import main
 from toolchain.codegen import EMITTERS, generate
 from toolchain.ops import REGISTRY
@@ -85,11 +86,9 @@ def object_sizes(tmp_path, files: dict[str, str], name: str) -> dict[str, int]:
 
 
 @needs_shared_models
-@pytest.mark.parametrize(
-    "stem", ["micro_speech_quantized", "pretrainedResnet_quant", "ad01_int8", "hello_world_float"]
-)
-def test_ram_is_the_arena_plus_state_plus_little(tmp_path, stem):
-    mp = plan_model(read_model(SHARED_MODELS / f"{stem}.tflite"))
+@pytest.mark.parametrize("path", SHARED_MODEL_FILES, ids=lambda p: p.stem)
+def test_ram_is_the_arena_plus_state_plus_little(tmp_path, path):
+    mp = plan_model(read_model(path))
     ram = object_sizes(tmp_path, generate(mp, "m"), "m")["ram"]
     _, state = mp.state_layout()
     assert mp.arena_bytes <= ram < mp.arena_bytes + state + 1024
@@ -109,4 +108,23 @@ def test_built_models_clean_under_sanitizers():
     data = pool_chain()
     mp = plan_model(parse_model(data))
     with CBackend(mp, sanitize=True) as backend:
+        assert check_plan(mp, data, inputs=2, extra=[("c", backend.invoke_many)]).ok
+
+
+def test_state_lives_in_its_own_block_and_reset_restores_it():
+    """A variable (recurrent state) is read from the state block, outside the arena."""
+    b = ModelBuilder("float32")
+    x = b.input("x", (1, 8), "float32")
+    state = b.variable("state", np.zeros((1, 8), np.float32))
+    y = b.tensor("y", (1, 8), "float32")
+    b.op("ADD", [x, state], [y])
+    b.output(y)
+    data = b.build()
+    mp = plan_model(parse_model(data, "state.tflite"))
+    offsets, state_bytes = mp.state_layout()
+    assert state_bytes == 32 and state in offsets
+    files = generate(mp, "s")
+    assert "static uint8_t s_state[32];" in files["s.c"]
+    assert "memset(s_state + 0, 0, 32);" in files["s.c"]
+    with CBackend(mp) as backend:
         assert check_plan(mp, data, inputs=2, extra=[("c", backend.invoke_many)]).ok

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import os
 from dataclasses import replace
 
@@ -392,3 +393,25 @@ def test_embed_file_leaves_nothing_on_error(example_path, tmp_path):
         embed_file(path, tmp_path / "no-such-dir" / "x.tflite", plain(read_model(path)))
     assert os.listdir(out) == ["model.tflite"]
     assert (out / "model.tflite").read_bytes() == b"old"
+
+
+@needs_tflm
+@needs_shared_models
+@pytest.mark.parametrize("path", SHARED_MODEL_FILES, ids=lambda p: p.stem)
+def test_cli_embed_matches_what_plan_reports(capsys, tmp_path, path):
+    """Acceptance: OUT.tflite from `arenac embed` gives TFLM's outputs, and TFLM's head is the
+    arena `arenac plan --no-inplace --no-overlap --json` reports."""
+    from toolchain.cli import main
+
+    out = tmp_path / "out.tflite"
+    assert main(["embed", str(path), "-o", str(out)]) == 0
+    assert main(["plan", str(path), "--no-inplace", "--no-overlap", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    model = read_model(path)
+    outputs = len(model.main.outputs)
+    original = TFLMOracle(path.read_bytes(), outputs, arena_size=4 << 20)
+    embedded = TFLMOracle(out.read_bytes(), outputs, arena_size=4 << 20)
+    inputs = random_inputs(model.main, seed=3)
+    for want, got in zip(original.invoke(inputs), embedded.invoke(inputs)):
+        assert np.array_equal(want, got)
+    assert embedded.allocations()["head"] == planned["arena_bytes"]

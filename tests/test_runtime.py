@@ -158,7 +158,7 @@ def test_cli_check_per_layer(capsys, tmp_path):
 @pytest.mark.parametrize("path", SHARED_MODEL_FILES, ids=lambda p: p.stem)
 def test_reference_models_check_with_every_planner(capsys, path):
     """Acceptance: every shared model, every planner, 10 inputs, all backends agree."""
-    for planner in ["greedy", "freelist", "naive"]:
+    for planner in ["best", "optimal", "greedy", "freelist", "naive"]:
         code, out, err = run_cli(
             capsys, "check", str(path), "--planner", planner, "--inputs", "10", "--json"
         )

@@ -81,10 +81,7 @@ def planned(args: argparse.Namespace):
     from toolchain.plan import Techniques, plan_model
     from toolchain.reader import read_model
 
-    options = {
-        "freelist": {"fit": args.fit},
-        "optimal": {"time_limit": args.time_limit},
-    }.get(args.planner, {})
+    options = {"fit": args.fit} if args.planner == "freelist" else {}
     techniques = Techniques(
         inplace=not args.no_inplace, overlap=not args.no_overlap, schedule=args.schedule
     )

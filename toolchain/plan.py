@@ -133,6 +133,8 @@ def plan_model(
     if offsets_csv is not None:
         plan = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
     else:
+        if planner == "optimal":
+            options.setdefault("time_limit", time_limit)
         candidates = best_candidates(time_limit) if planner == BEST else ((planner, options),)
         plans = [
             make_plan(lifetimes.buffers, name, alignment, overlaps=overlaps, **chosen)
