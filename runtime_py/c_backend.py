@@ -16,6 +16,7 @@ import numpy as np
 
 from toolchain.codegen import generate
 from toolchain.errors import RuntimeBackendError
+from toolchain.ir import Graph
 from toolchain.plan import ModelPlan
 
 STRICT_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror")
@@ -59,6 +60,20 @@ def first_error(stderr: str) -> str:
     return lines[0].strip() if lines else "unknown compiler failure"
 
 
+def split_outputs(raw: bytes, graph: Graph, sets: int) -> list[list[np.ndarray]]:
+    """Raw output bytes, set after set and output after output, as arrays per set."""
+    tensors = [graph.tensors[t] for t in graph.outputs]
+    outputs, position = [], 0
+    for _ in range(sets):
+        values = []
+        for t in tensors:
+            values.append(np.frombuffer(raw, np.dtype(t.dtype), t.num_elements, position)
+                          .reshape(t.shape).copy())
+            position += t.nbytes
+        outputs.append(values)
+    return outputs
+
+
 class CBackend:
     """Generate, compile and run the C for a plan; `invoke` matches runtime_py's signature."""
 
@@ -81,21 +96,11 @@ class CBackend:
                 f"compiled model failed (exit {result.returncode}): "
                 f"{message[0] if message else 'no message'}"
             )
-        tensors = [self.graph.tensors[t] for t in self.graph.outputs]
-        raw, outputs, position = result.stdout, [], 0
-        for _ in input_sets:
-            values = []
-            for t in tensors:
-                values.append(
-                    np.frombuffer(raw, np.dtype(t.dtype), t.num_elements, position)
-                    .reshape(t.shape)
-                    .copy()
-                )
-                position += t.nbytes
-            outputs.append(values)
-        if position != len(raw):
-            raise RuntimeBackendError(f"compiled model wrote {len(raw)} bytes, expected {position}")
-        return outputs
+        expected = len(input_sets) * sum(self.graph.tensors[t].nbytes for t in self.graph.outputs)
+        if len(result.stdout) != expected:
+            raise RuntimeBackendError(
+                f"compiled model wrote {len(result.stdout)} bytes, expected {expected}")
+        return split_outputs(result.stdout, self.graph, len(input_sets))
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.invoke_many([inputs])[0]

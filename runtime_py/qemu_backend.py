@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime_py.c_backend import split_outputs
 from toolchain.errors import RuntimeBackendError
 from toolchain.footprint import (
     BOARD,
@@ -165,18 +166,7 @@ class QemuBackend:
                 f"firmware under {QEMU} wrote {len(raw)} bytes, expected {expected}"
             )
         (self.stack_peak,) = struct.unpack_from("<I", raw, len(raw) - 4)
-        outputs, position = [], 0
-        for _ in range(sets):
-            values = []
-            for t in tensors:
-                values.append(
-                    np.frombuffer(raw, np.dtype(t.dtype), t.num_elements, position)
-                    .reshape(t.shape)
-                    .copy()
-                )
-                position += t.nbytes
-            outputs.append(values)
-        return outputs
+        return split_outputs(raw, self.graph, sets)
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.invoke_many([inputs])[0]

@@ -8,34 +8,15 @@ the kernel fills in place.
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import import_module
 from typing import Any
 
 import numpy as np
 
-from runtime_py.kernels import (
-    activations,
-    conv,
-    elementwise,
-    fully_connected,
-    pooling,
-    quantize,
-    reductions,
-    resize,
-    shape,
-)
+from toolchain.ops import FAMILY_NAMES
 
 Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
-FAMILIES = (
-    conv,
-    fully_connected,
-    pooling,
-    elementwise,
-    activations,
-    quantize,
-    shape,
-    reductions,
-    resize,
-)
+FAMILIES = tuple(import_module(f"runtime_py.kernels.{name}") for name in FAMILY_NAMES)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

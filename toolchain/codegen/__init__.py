@@ -9,38 +9,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from importlib import import_module
 
 import numpy as np
 
-from toolchain.codegen import (
-    activations,
-    conv,
-    elementwise,
-    fully_connected,
-    pooling,
-    quantize,
-    reductions,
-    resize,
-    shape,
-)
 from toolchain.codegen.context import C_TYPES, CTensor, Emitter, OpContext, c_array, c_float
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Tensor
-from toolchain.ops import prepare_graph
+from toolchain.ops import FAMILY_NAMES, prepare_graph
 from toolchain.plan import ModelPlan
 from toolchain.render import render
 
-FAMILIES = (
-    conv,
-    fully_connected,
-    pooling,
-    elementwise,
-    activations,
-    quantize,
-    shape,
-    reductions,
-    resize,
-)
+FAMILIES = tuple(import_module(f"toolchain.codegen.{name}") for name in FAMILY_NAMES)
 
 EMITTERS: dict[str, Emitter] = {op: e for family in FAMILIES for op, e in family.EMITTERS.items()}
 
