@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_py.fixedpoint import (
+from toolchain.fixedpoint import (
     INT32_MAX,
     INT32_MIN,
     rounding_divide_by_pot,
 )
-from runtime_py.fixedpoint import (
+from toolchain.fixedpoint import (
     saturating_rounding_doubling_high_mul as mul,
 )
 

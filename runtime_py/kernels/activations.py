@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 
 from runtime_py import gemmlowp
-from runtime_py.fixedpoint import (
+from toolchain.errors import RuntimeBackendError
+from toolchain.fixedpoint import (
     multiply_by_quantized_multiplier,
     rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul,
 )
-from toolchain.errors import RuntimeBackendError
 from toolchain.ops.activations import (
     HARD_SWISH_HIRES_SHIFT,
     SOFTMAX_INT8_OUTPUT,

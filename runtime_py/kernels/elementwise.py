@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from runtime_py.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from toolchain.errors import RuntimeBackendError
+from toolchain.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from toolchain.ops.elementwise import (
     OPCODES,
     PlainParams,

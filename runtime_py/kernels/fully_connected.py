@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_py.fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, wrap_int32
+from toolchain.fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, wrap_int32
 from toolchain.ops.fully_connected import (
     BatchMatMulFloatParams,
     BatchMatMulInt8Params,

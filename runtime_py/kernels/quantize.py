@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from runtime_py.fixedpoint import INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier
+from toolchain.fixedpoint import INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier
 from toolchain.ops.quantize import (
     AffineQuantizeParams,
     CastParams,

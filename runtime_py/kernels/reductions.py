@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from runtime_py.fixedpoint import multiply_by_quantized_multiplier
+from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops.reductions import ArgParams, ReduceParams
 
 

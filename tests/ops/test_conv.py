@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from runtime_py.check import random_inputs
-from runtime_py.fixedpoint import multiply_by_quantized_multiplier
 from runtime_py.kernels.conv import requantize
 from runtime_py.oracle import LiteRTOracle
 from tests.opcheck import assert_matches_oracle
 from toolchain.builder import ModelBuilder
 from toolchain.errors import UnsupportedOpError
+from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops import prepare_graph
 from toolchain.ops.conv import Requantize
 from toolchain.reader import parse_model

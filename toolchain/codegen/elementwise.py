@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime_py.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.codegen.context import OpContext, c_array, c_float, c_int32, family_macro
+from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops.elementwise import (
     OPCODES,
     BinaryOpParams,
