@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Tensor
 
 INT_RANGES: dict[str, tuple[int, int]] = {
@@ -49,6 +50,17 @@ def zero_point_of(t: Tensor) -> int:
 
 def scales_of(t: Tensor) -> tuple[float, ...]:
     return t.quantization.scale if t.quantization else (1.0,)
+
+
+def int8_quantization(t: Tensor) -> tuple[float, int]:
+    """(scale, zero point) of a per-tensor quantized int8 tensor; anything else is unsupported."""
+    q = t.quantization
+    if q is None or len(q.scale) != 1 or len(q.zero_point) != 1:
+        raise UnsupportedOpError(f"int8 tensor {t.name!r} needs per-tensor quantization")
+    scale, zero_point = float(q.scale[0]), int(q.zero_point[0])
+    if not (scale > 0 and -128 <= zero_point <= 127):
+        raise UnsupportedOpError(f"int8 tensor {t.name!r}: scale {scale}, zero point {zero_point}")
+    return scale, zero_point
 
 
 def quantize_value(value: float, scale: float, zero_point: int) -> int:

@@ -29,7 +29,12 @@ from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops.spec import OpSpec
 from toolchain.ops.tables import int8_lookup_table, logistic_float32, tanhf
-from toolchain.quant import ACTIVATION_FLOAT_RANGE, activation_range_quantized, quantize_multiplier
+from toolchain.quant import (
+    ACTIVATION_FLOAT_RANGE,
+    activation_range_quantized,
+    int8_quantization,
+    quantize_multiplier,
+)
 
 f32 = np.float32
 
@@ -197,16 +202,6 @@ def _operands(graph: Graph, op: Operator, inputs: int = 1) -> tuple[Tensor, ...]
     return tensors
 
 
-def _int8_quantization(t: Tensor) -> tuple[float, int]:
-    q = t.quantization
-    if q is None or len(q.scale) != 1 or len(q.zero_point) != 1:
-        raise UnsupportedOpError(f"int8 tensor {t.name!r} needs per-tensor quantization")
-    scale, zero_point = float(q.scale[0]), int(q.zero_point[0])
-    if not (scale > 0 and -128 <= zero_point <= 127):
-        raise UnsupportedOpError(f"int8 tensor {t.name!r}: scale {scale}, zero point {zero_point}")
-    return scale, zero_point
-
-
 def _ratio(numerator: float, denominator: float) -> float:
     """`a->params.scale / b->params.scale`: a float32 division, widened to double."""
     return float(f32(numerator) / f32(denominator))
@@ -231,7 +226,7 @@ def prepare_relu(graph: Graph, op: Operator) -> FloatClampParams | RequantizeCla
     x, out = _operands(graph, op)
     if out.dtype == "float32":
         return FloatClampParams(*ACTIVATION_FLOAT_RANGE[op.opcode])
-    (in_scale, in_zp), (out_scale, out_zp) = _int8_quantization(x), _int8_quantization(out)
+    (in_scale, in_zp), (out_scale, out_zp) = int8_quantization(x), int8_quantization(out)
     multiplier, shift = quantize_multiplier(_ratio(in_scale, out_scale))
     low, high = activation_range_quantized(op.opcode, out)
     return RequantizeClampParams(in_zp, out_zp, multiplier, shift, low, high)
@@ -245,7 +240,7 @@ def _prepare_lookup(graph: Graph, op: Operator, function: Callable[[np.ndarray],
     x, out = _operands(graph, op)
     if out.dtype == "float32":
         return FloatFunctionParams(op.opcode)
-    (in_scale, in_zp), (out_scale, out_zp) = _int8_quantization(x), _int8_quantization(out)
+    (in_scale, in_zp), (out_scale, out_zp) = int8_quantization(x), int8_quantization(out)
     if required_output_scale is not None and out_scale != required_output_scale:
         raise UnsupportedOpError(f"int8 output scale must be {required_output_scale}")
     return LookupTableParams(int8_lookup_table(in_scale, in_zp, out_scale, out_zp, function))
@@ -274,7 +269,7 @@ def prepare_hard_swish(graph: Graph,
     x, out = _operands(graph, op)
     if out.dtype == "float32":
         return FloatFunctionParams(op.opcode)
-    (in_scale, in_zp), (out_scale, out_zp) = _int8_quantization(x), _int8_quantization(out)
+    (in_scale, in_zp), (out_scale, out_zp) = int8_quantization(x), int8_quantization(out)
     hires_input_scale = f32(1.0 / (1 << HARD_SWISH_HIRES_SHIFT)) * f32(in_scale)
     output_multiplier, output_exponent = _int16_multiplier(
         float(hires_input_scale / f32(out_scale)))
@@ -297,7 +292,7 @@ def prepare_leaky_relu(graph: Graph,
     alpha = float(op.options.get("alpha", 0.0))
     if out.dtype == "float32":
         return FloatLeakyReluParams(alpha)
-    (in_scale, in_zp), (out_scale, out_zp) = _int8_quantization(x), _int8_quantization(out)
+    (in_scale, in_zp), (out_scale, out_zp) = int8_quantization(x), int8_quantization(out)
     identity_multiplier, identity_shift = quantize_multiplier(_ratio(in_scale, out_scale))
     alpha_multiplier, alpha_shift = quantize_multiplier(_product_ratio(in_scale, alpha, out_scale))
     return QuantizedLeakyReluParams(in_zp, out_zp, identity_multiplier, identity_shift,
@@ -319,7 +314,7 @@ def prepare_prelu(graph: Graph, op: Operator) -> FloatPreluParams | QuantizedPre
     if out.dtype == "float32":
         return FloatPreluParams(x.shape, alpha.shape)
     (in_scale, in_zp), (alpha_scale, alpha_zp), (out_scale, out_zp) = (
-        _int8_quantization(t) for t in (x, alpha, out))
+        int8_quantization(t) for t in (x, alpha, out))
     identity_multiplier, identity_shift = quantize_multiplier(_ratio(in_scale, out_scale))
     alpha_multiplier, alpha_shift = quantize_multiplier(
         _product_ratio(in_scale, alpha_scale, out_scale))
@@ -337,8 +332,8 @@ def prepare_softmax(graph: Graph, op: Operator) -> FloatSoftmaxParams | Quantize
     depth, beta = _last_axis(x), float(op.options.get("beta", 1.0))
     if out.dtype == "float32":
         return FloatSoftmaxParams(depth, beta)
-    in_scale, _ = _int8_quantization(x)
-    out_scale, out_zp = _int8_quantization(out)
+    in_scale, _ = int8_quantization(x)
+    out_scale, out_zp = int8_quantization(out)
     if out_zp != SOFTMAX_INT8_OUTPUT[1] or abs(out_scale - SOFTMAX_INT8_OUTPUT[0]) > 0.001 / 256:
         raise UnsupportedOpError("int8 output must have scale 1/256 and zero point -128")
     bits = SOFTMAX_SCALED_DIFF_INTEGER_BITS
@@ -360,8 +355,8 @@ def prepare_l2_normalization(
     depth = _last_axis(x)
     if out.dtype == "float32":
         return FloatL2NormalizationParams(depth, L2_NORMALIZATION_EPSILON)
-    _, in_zp = _int8_quantization(x)
-    if _int8_quantization(out) != L2_NORMALIZATION_INT8_OUTPUT:
+    _, in_zp = int8_quantization(x)
+    if int8_quantization(out) != L2_NORMALIZATION_INT8_OUTPUT:
         raise UnsupportedOpError("int8 output must have scale 1/128 and zero point 0")
     return QuantizedL2NormalizationParams(depth, in_zp)
 

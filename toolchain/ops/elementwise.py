@@ -22,6 +22,7 @@ from toolchain.quant import (
     ACTIVATION_FLOAT_RANGE,
     INT_RANGES,
     activation_range_quantized,
+    int8_quantization,
     quantize_multiplier,
 )
 
@@ -138,16 +139,6 @@ def _plain_clamp(activation: str, dtype: str) -> tuple[float | int, float | int]
     return int(max(low, type_min)), int(min(high, type_max))
 
 
-def _int8_quantization(t: Tensor) -> tuple[float, int]:
-    q = t.quantization
-    if q is None or len(q.scale) != 1 or len(q.zero_point) != 1:
-        raise UnsupportedOpError(f"int8 tensor {t.name!r} needs per-tensor quantization")
-    scale, zero_point = float(q.scale[0]), int(q.zero_point[0])
-    if not (scale > 0 and -128 <= zero_point <= 127):
-        raise UnsupportedOpError(f"int8 tensor {t.name!r}: scale {scale}, zero point {zero_point}")
-    return scale, zero_point
-
-
 def _multiplier_below_one(real: float, what: str) -> tuple[int, int]:
     """QuantizeMultiplierSmallerThanOneExp, which TFLite asserts is given a value in (0, 1)."""
     multiplier, shift = quantize_multiplier(real)
@@ -169,7 +160,7 @@ def _prepare_plain(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> PlainPara
 def _prepare_int8_select(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> PlainParams:
     """int8 MAXIMUM/MINIMUM compare stored values, which means something only when both inputs
     and the output share one quantization (TFLite does not check; we refuse otherwise)."""
-    if len({_int8_quantization(t) for t in (a, b, out)}) != 1:
+    if len({int8_quantization(t) for t in (a, b, out)}) != 1:
         raise UnsupportedOpError("int8 inputs and output need identical quantization")
     return PlainParams(**_shapes(op, a, b, out), dtype=out.dtype, clamp_min=None, clamp_max=None)
 
@@ -179,7 +170,7 @@ def _prepare_int8_rescaled(op: Operator, a: Tensor, b: Tensor, out: Tensor, left
     """The common-scale pipeline of add.cc / sub.cc / squared_difference.cc, in double as there:
     both inputs go to half the larger input scale and the output multiplier undoes that
     (squared for SQUARED_DIFFERENCE: `output_scale_power` 2)."""
-    (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(_int8_quantization, (a, b, out))
+    (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(int8_quantization, (a, b, out))
     twice_max_input_scale = 2.0 * max(scale1, scale2)
     real_output = twice_max_input_scale**output_scale_power / (
         (1 << (left_shift * output_scale_power)) * scale_out)
@@ -201,7 +192,7 @@ def _prepare_int8_rescaled(op: Operator, a: Tensor, b: Tensor, out: Tensor, left
 def _prepare_int8_product(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> ScaledProductParams:
     """mul.cc: real multiplier in1_scale * in2_scale / out_scale, evaluated in float (the
     scales are floats and the expression is not cast) before it is widened to double."""
-    (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(_int8_quantization, (a, b, out))
+    (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(int8_quantization, (a, b, out))
     real = float(np.float32(scale1) * np.float32(scale2) / np.float32(scale_out))
     multiplier, shift = quantize_multiplier(real)
     act_min, act_max = activation_range_quantized(_activation(op), out)
