@@ -3,8 +3,11 @@ both against TFLite's reference kernels."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from runtime_py.c_backend import CBackend
-from runtime_py.check import check_plan
+from runtime_py.check import check_plan, random_inputs
+from runtime_py.oracle import LiteRTOracle
 from toolchain.codegen import EMITTERS
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model
@@ -32,3 +35,15 @@ def assert_matches_oracle(
     assert not bad, "outputs differ from the oracle: " + "; ".join(
         f"{o.name} ({o.dtype}): {o.mismatches} mismatches, max |diff| {o.max_abs_diff}" for o in bad
     )
+
+
+def oracle_outputs(model_bytes: bytes, seed: int = 0) -> list[np.ndarray]:
+    """TFLite's outputs on the random input set `assert_matches_oracle` uses first."""
+    graph = parse_model(model_bytes, "<built model>").main
+    return LiteRTOracle(model_bytes).invoke(random_inputs(graph, seed))
+
+
+def assert_varied(model_bytes: bytes, min_distinct: int = 2) -> None:
+    """The oracle's outputs take several values, so a wrong kernel cannot pass by saturating."""
+    for output in oracle_outputs(model_bytes):
+        assert output.size == 1 or np.unique(output).size >= min_distinct, "(nearly) constant"

@@ -16,7 +16,7 @@ from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels import KERNELS
 from runtime_py.oracle import LiteRTOracle
 from tests.conftest import SHARED_MODELS
-from tests.opcheck import assert_matches_oracle
+from tests.opcheck import assert_matches_oracle, oracle_outputs
 from toolchain.builder import ModelBuilder
 from toolchain.errors import RuntimeBackendError, UnsupportedOpError
 from toolchain.ops import REGISTRY, prepare_graph
@@ -54,11 +54,6 @@ def unary_model(
     b.op(opcode, [x], [y], options)
     b.output(y)
     return b.build()
-
-
-def oracle_outputs(model: bytes, seed: int = 0) -> list[np.ndarray]:
-    graph = parse_model(model, "<built model>").main
-    return LiteRTOracle(model).invoke(random_inputs(graph, seed))
 
 
 def assert_matches_and_varies(model: bytes, min_distinct: int = 16) -> None:

@@ -13,7 +13,7 @@ from runtime_py.check import difference, random_inputs
 from runtime_py.kernels import KERNELS
 from runtime_py.oracle import LiteRTOracle
 from tests.conftest import SHARED_MODELS
-from tests.opcheck import assert_matches_oracle
+from tests.opcheck import assert_matches_oracle, oracle_outputs
 from toolchain.builder import ModelBuilder
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops import REGISTRY, prepare_graph
@@ -33,12 +33,6 @@ def output_quantization(std: float, activation: str = "NONE") -> tuple[float, in
     low, high = max(-SPREAD * std, low), min(SPREAD * std, high)
     scale = (high - low) / 255
     return scale, round(-128 - low / scale)
-
-
-def oracle_outputs(model: bytes, seed: int = 0) -> list[np.ndarray]:
-    """TFLite's outputs on the random inputs that assert_matches_oracle uses first."""
-    graph = parse_model(model, "<built model>").main
-    return LiteRTOracle(model).invoke(random_inputs(graph, seed))
 
 
 def assert_matches_and_varies(model: bytes) -> None:
