@@ -145,7 +145,7 @@ def overlapped_plan(model: bytes) -> ModelPlan:
     offsets = tuple(place[t] for t in mp.lifetimes.tensor_of)
     assert rule.shift < out.nbytes, "the output would not overlap the input"
     arena = max(rule.shift + x.nbytes, out.nbytes)
-    plan = dataclasses.replace(mp.plan, offsets=offsets, arena_bytes=arena)
+    plan = dataclasses.replace(mp.plan, offsets=offsets, arena_bytes=arena, alignment=1)
     return dataclasses.replace(mp, plan=plan)
 
 

@@ -7,27 +7,43 @@ only place them.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from importlib import import_module
 
 import numpy as np
 
-from toolchain.codegen.context import C_TYPES, CTensor, Emitter, OpContext, c_array, c_float
-from toolchain.errors import UnsupportedOpError
-from toolchain.ir import Tensor
+from toolchain.codegen.context import (
+    C_TYPES,
+    CTensor,
+    Emitter,
+    OpContext,
+    c_array,
+    c_float,
+    c_int64,
+    c_length,
+    needs_math_h,
+)
+from toolchain.errors import ArenacError, ModelError, PlanError, UnsupportedOpError
+from toolchain.ir import Graph, Tensor
+from toolchain.lifetimes import compute_lifetimes, overlap_pairs
 from toolchain.ops import FAMILY_NAMES, prepare_graph
 from toolchain.plan import ModelPlan
+from toolchain.planners import verify
 from toolchain.render import render
+from toolchain.text import c_identifier, c_text
 
 FAMILIES = tuple(import_module(f"toolchain.codegen.{name}") for name in FAMILY_NAMES)
 
 EMITTERS: dict[str, Emitter] = {op: e for family in FAMILIES for op, e in family.EMITTERS.items()}
 
+SOURCE_LIMIT = 160  # characters of the model's path in the files' first comment
+
 
 @dataclass(frozen=True)
 class IOInfo:
-    """What the header says of one input or output."""
+    """What the header says of one input or output (`name` spelled for a comment)."""
 
     index: int
     name: str
@@ -36,20 +52,30 @@ class IOInfo:
     shape: tuple[int, ...]
     nbytes: int
     scale: str
-    zero_point: int
+    zero_point: str
     in_arena: bool
 
+    @property
+    def array_length(self) -> int:
+        """Elements to declare a buffer of it with (never zero)."""
+        return c_length(math.prod(self.shape))
 
-def c_identifier(text: str) -> str:
-    name = re.sub(r"\W", "_", text)
-    return name if name and not name[0].isdigit() else f"m_{name}"
+    @property
+    def bytes_length(self) -> int:
+        """Bytes to declare a byte buffer of it with (never zero)."""
+        return c_length(self.nbytes)
 
 
 def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> dict[str, str]:
-    """File name -> text of NAME.h, NAME.c and the host harness NAME_main.c."""
+    """File name -> text of NAME.h, NAME.c and the host harness NAME_main.c.
+
+    The plan is verified again here, whoever made it: C from an unsafe plan would corrupt
+    its own activations without a word."""
     name = c_identifier(name)
     graph = mp.graph
     source = mp.model.source
+    check_graph(graph, source)
+    check_plan(mp, external_io)
     params = prepare_graph(graph, source)
     missing = sorted({op.opcode for op in graph.operators if op.opcode not in EMITTERS})
     if missing:
@@ -58,8 +84,6 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     slot_of = {t: k for k, t in enumerate(offsets)}
     state_offsets, state_bytes = mp.state_layout()
     external = set(graph.inputs) | set(graph.outputs) if external_io else set()
-    if external_io and external & set(offsets):
-        raise UnsupportedOpError("external I/O needs a plan made with external_io=True", source)
 
     def pointer(t: int) -> str:
         tensor = graph.tensors[t]
@@ -79,7 +103,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
             return None
         tensor = graph.tensors[t]
         data = tensor.data if tensor.is_constant and not tensor.is_variable else None
-        return CTensor(t, tensor.name, tensor.dtype, tensor.shape, pointer(t), data)
+        return CTensor(t, c_text(tensor.name), tensor.dtype, tensor.shape, pointer(t), data)
 
     kernels, calls = [], []
     for step, op_index in enumerate(mp.lifetimes.order):
@@ -93,17 +117,22 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
             tuple(c_tensor(t) for t in op.inputs),
             tuple(c_tensor(t) for t in op.outputs),
         )
-        kernels.append(EMITTERS[op.opcode](context))
+        try:
+            kernels.append(EMITTERS[op.opcode](context))
+        except ArenacError as e:  # an emitter's refusal names the op and the file
+            raise type(e)(f"op {op_index} {op.opcode}: {e.message}", source) from None
         calls.append({"fn": fn, "step": step, "comment": f"op {op_index} {op.opcode}"})
 
-    referenced = set(re.findall(r"\b\w+\b", "\n".join(kernels)))
+    input_ptrs = [pointer(t) for t in graph.inputs]
+    output_ptrs = [pointer(t) for t in graph.outputs]
+    referenced = c_words([*kernels, *input_ptrs, *output_ptrs])
     constants = [
         {
             "name": f"{name}_t{t.index}",
             "ctype": C_TYPES[t.dtype],
-            "count": t.num_elements,
+            "length": c_length(t.num_elements),
             "initializer": c_array(t.data),
-            "comment": f"tensor {t.index} '{t.name}' {t.dtype}{list(t.shape)}",
+            "comment": f"tensor {t.index} '{c_text(t.name)}' {t.dtype}{list(t.shape)}",
         }
         for t in graph.tensors
         if t.is_constant and not t.is_variable and f"{name}_t{t.index}" in referenced
@@ -112,7 +141,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     offset_rows = [
         {
             "offset": offsets[t],
-            "comment": f"t{t} '{rows[t].name}': {rows[t].bytes} bytes, "
+            "comment": f"t{t} '{c_text(rows[t].name)}': {rows[t].bytes} bytes, "
             f"ops {rows[t].first_op}-{rows[t].last_op}",
         }
         for t in offsets
@@ -121,32 +150,40 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         {
             "offset": state_offsets[t],
             "nbytes": graph.tensors[t].nbytes,
+            "length": c_length(graph.tensors[t].nbytes),
             "init": None
             if graph.tensors[t].data is None
             else c_array(np.frombuffer(graph.tensors[t].data.tobytes(), np.uint8)),
-            "comment": f"tensor {t} '{graph.tensors[t].name}'",
+            "init_name": f"{name}_state_init{k}",
+            "comment": f"tensor {t} '{c_text(graph.tensors[t].name)}'",
         }
-        for t in mp.lifetimes.variables
+        for k, t in enumerate(mp.lifetimes.variables)
     ]
+    inputs = [io_info(graph.tensors[t], i, t not in external) for i, t in enumerate(graph.inputs)]
+    outputs = [
+        io_info(graph.tensors[t], i, t not in external) for i, t in enumerate(graph.outputs)
+    ]
+    uses_float = any(t.dtype == "float32" for t in graph.tensors)
     values = {
         "name": name,
         "guard": name.upper() + "_H",
-        "source": source,
+        "source": c_text(source, SOURCE_LIMIT),
         "planner": mp.plan.planner,
         "alignment": mp.plan.alignment,
         "arena_bytes": mp.arena_bytes,
+        "arena_length": c_length(mp.arena_bytes),
         "lower_bound_bytes": mp.lower_bound_bytes,
         "state_bytes": state_bytes,
+        "state_length": c_length(state_bytes),
         "external_io": external_io,
-        "inputs": [
-            io_info(graph.tensors[t], i, t not in external) for i, t in enumerate(graph.inputs)
-        ],
-        "outputs": [
-            io_info(graph.tensors[t], i, t not in external) for i, t in enumerate(graph.outputs)
-        ],
-        "input_ptrs": [pointer(t) for t in graph.inputs],
-        "output_ptrs": [pointer(t) for t in graph.outputs],
-        "uses_float": any(t.dtype == "float32" for t in graph.tensors),
+        "inputs": inputs,
+        "outputs": outputs,
+        "input_ptrs": input_ptrs,
+        "output_ptrs": output_ptrs,
+        "uses_float": uses_float,
+        "source_needs_math_h": uses_float
+        or needs_math_h(c_words([*kernels, *(c["initializer"] for c in constants)])),
+        "header_needs_math_h": needs_math_h(c_words([io.scale for io in inputs + outputs])),
         "offsets": offset_rows,
         "constants": constants,
         "state": state,
@@ -160,16 +197,86 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     }
 
 
+def c_words(texts: list[str]) -> set[str]:
+    """Every identifier-like word of some C text."""
+    return set(re.findall(r"\b\w+\b", "\n".join(texts)))
+
+
+def check_graph(graph: Graph, source: str) -> None:
+    """Refuses graphs whose C could not compile or could not be driven: no inputs (the harness
+    would wait for input sets that have no bytes), no outputs (nothing to read; an empty
+    initializer is not C), a constant input (the harness would write into the weights), or an
+    output that nothing ever writes (a symbol no declaration backs)."""
+    if not graph.inputs:
+        raise UnsupportedOpError(
+            "the graph has no inputs: generated C is driven by at least one", source
+        )
+    if not graph.outputs:
+        raise ModelError("the graph has no outputs", source)
+    for i, t in enumerate(graph.inputs):
+        if graph.tensors[t].is_constant:
+            raise ModelError(
+                f"graph input {i} is tensor {t} ({graph.tensors[t].name!r}), a constant", source
+            )
+    written = {t for op in graph.operators for t in op.outputs} | set(graph.inputs)
+    for i, t in enumerate(graph.outputs):
+        tensor = graph.tensors[t]
+        if t not in written and not tensor.is_constant and not tensor.is_variable:
+            raise ModelError(
+                f"graph output {i} is tensor {t} ({tensor.name!r}), which no operator writes "
+                "and which is neither a graph input nor a constant",
+                source,
+            )
+
+
+def check_plan(mp: ModelPlan, external_io: bool) -> None:
+    """Refuses a plan made for other I/O than asked for, an unsafe one (`verify`: PlanError),
+    and one that is not a plan of this graph: its buffers must be the ones the graph's
+    lifetimes give in the order it was made for, and each overlap it may use one that the
+    graph's operators allow."""
+    graph, source = mp.graph, mp.model.source
+    planned = set(mp.offset_of_tensor())
+    io = set(graph.inputs) | set(graph.outputs)
+    if external_io and io & planned:
+        raise UnsupportedOpError("external I/O needs a plan made with external_io=True", source)
+    unplanned = {t for t in io - planned if not graph.tensors[t].is_constant}
+    if not external_io and unplanned - set(mp.lifetimes.variables):
+        raise UnsupportedOpError(
+            "the plan keeps inputs or outputs out of the arena (it was made with "
+            "external_io=True): generate with external_io=True",
+            source,
+        )
+    try:
+        verify(mp.plan)
+    except PlanError as e:
+        raise PlanError(f"unsafe plan: {e.message}", source) from None
+    lifetimes = compute_lifetimes(
+        graph, mp.lifetimes.order, mp.lifetimes.scratch, source, io if external_io else ()
+    )
+    if lifetimes != mp.lifetimes or lifetimes.buffers != mp.plan.buffers:
+        raise PlanError(
+            "the plan's buffers (sizes or lives) are not the ones this graph needs", source
+        )
+    allowed = set(overlap_pairs(graph, lifetimes))
+    for o in mp.plan.overlaps:
+        if o not in allowed:
+            raise PlanError(
+                f"the plan lets buffers {o.below} and {o.above} overlap, which no operator "
+                "allows",
+                source,
+            )
+
+
 def io_info(t: Tensor, index: int, in_arena: bool) -> IOInfo:
     q = t.quantization
     return IOInfo(
         index,
-        t.name,
+        c_text(t.name),
         C_TYPES[t.dtype],
         t.dtype,
         t.shape,
         t.nbytes,
         c_float(q.scale[0] if q else 0.0),
-        q.zero_point[0] if q else 0,
+        c_int64(q.zero_point[0] if q else 0),
         in_arena,
     )

@@ -57,7 +57,6 @@ def _plus(value: int) -> str:
 
 def _base(ctx: OpContext) -> dict:
     x, out = ctx.inputs[0], ctx.outputs[0]
-    name = out.name.replace("*/", "* /")
     return {
         "fn": ctx.fn,
         "prefix": ctx.prefix,
@@ -65,7 +64,7 @@ def _base(ctx: OpContext) -> dict:
         "x": x.ptr,
         "out": out.ptr,
         "size": out.size,
-        "comment": f"{ctx.op.opcode} {out.dtype}{list(out.shape)} '{name}'",
+        "comment": f"{ctx.op.opcode} {out.dtype}{list(out.shape)} '{out.name}'",
         "helpers": None,
     }
 

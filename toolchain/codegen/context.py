@@ -29,7 +29,8 @@ C_TYPES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class CTensor:
-    """A tensor as C sees it: `ptr` is an expression pointing at its first element."""
+    """A tensor as C sees it: `ptr` is an expression pointing at its first element. `name` is
+    already spelled for a comment (toolchain.text.c_text): emitters paste it as it is."""
 
     index: int
     name: str
@@ -80,13 +81,42 @@ def c_array(values: Sequence | np.ndarray, per_line: int = 16) -> str:
 
 
 def c_float(value: float) -> str:
-    """A float32 literal that parses back to the same float32."""
+    """A float32 literal that parses back to the same float32. NaN and infinity have no
+    literal: they are <math.h>'s NAN and INFINITY, constant expressions C99 allows in static
+    initializers (a file using them includes <math.h>; see `needs_math_h`). A NaN keeps its
+    sign but not its payload bits, which no kernel's result depends on."""
     value = np.float32(value)
+    sign = "-" if np.signbit(value) else ""
+    if np.isnan(value):
+        return f"{sign}NAN"
     if np.isinf(value):
-        return "INFINITY" if value > 0 else "-INFINITY"
+        return f"{sign}INFINITY"
     return np.format_float_scientific(value, unique=True) + "f"
+
+
+MATH_H_CONSTANTS = frozenset({"NAN", "INFINITY"})
+
+
+def needs_math_h(words: set[str]) -> bool:
+    """Whether C text made of `words` names a constant of <math.h>."""
+    return not MATH_H_CONSTANTS.isdisjoint(words)
 
 
 def c_int32(value: int) -> str:
     """INT32_MIN cannot be written as a plain literal in C."""
     return "INT32_MIN" if value == -(2**31) else str(int(value))
+
+
+def c_int64(value: int) -> str:
+    """An integer literal of any int64 value: plain within int32, else INT64_C (a bare
+    9223372036854775808 has no signed type) and INT64_MIN for the one value no literal spells."""
+    value = int(value)
+    if -(2**31) <= value < 2**31:
+        return c_int32(value)
+    return "INT64_MIN" if value == -(2**63) else f"INT64_C({value})"
+
+
+def c_length(count: int) -> int:
+    """The length to declare an array of `count` elements with: C99 has no zero-length arrays,
+    so an empty one gets a single element nothing reads."""
+    return max(int(count), 1)

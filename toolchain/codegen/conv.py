@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolchain.codegen.context import OpContext, c_array, c_float, family_macro
+from toolchain.codegen.context import OpContext, c_array, c_float, c_length, family_macro
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops.conv import ConvParams, DepthwiseConvParams, FloatClamp, Requantize
 
@@ -114,7 +114,7 @@ def requantize_values(ctx: OpContext, stage: Requantize, count: int,
             continue
         exprs[name] = f"{ctx.prefix}_{name}[o0 + o]"
         data = [values[i % count] for i in range(padded)] if repeat else values + [0] * extra
-        tables.append({"name": f"{ctx.prefix}_{name}", "count": len(data),
+        tables.append({"name": f"{ctx.prefix}_{name}", "length": c_length(len(data)),
                        "data": c_array(data)})
     low, high = stage.clamp
     zero_point = stage.output_zero_point
@@ -180,7 +180,7 @@ def _common(ctx: OpContext, x_index: int, bias_index: int, count: int,
     v = {
         "fn": ctx.fn,
         "prefix": ctx.prefix,
-        "comment": f"{ctx.op.opcode} '{out.name}'".replace("*/", "* /"),
+        "comment": f"{ctx.op.opcode} '{out.name}'",
         "is_float": is_float,
         "ctype": x.ctype,
         "x": x.ptr,
@@ -258,7 +258,8 @@ def conv_values(ctx: OpContext) -> dict:
         rows = np.zeros((out_channels, v["col_size"]), np.int16)
         # weights: [group, (ky, kx, c), output in group] -> [output, (ky, kx, c)]
         rows[:, :depth] = p.weights.transpose(0, 2, 1).reshape(out_channels, depth)
-        v.update(wide=c_array(rows), wide_bytes=rows.nbytes, w_rows=f"{ctx.prefix}_w16",
+        v.update(wide=c_array(rows), wide_bytes=rows.nbytes, wide_length=c_length(rows.size),
+                 w_rows=f"{ctx.prefix}_w16",
                  w_type="int16_t")
     else:
         v.update(wide=None, w_rows="w", w_type=v["ctype"])
@@ -310,7 +311,9 @@ def depthwise_values(ctx: OpContext) -> dict:
         filt = p.weights[:, :, 0].T  # [tap, channel]
         v.update(span_filter=c_array(np.tile(filt, (1, span)).astype(np.int64)),
                  span_bias=c_array(np.tile(np.asarray(p.bias, np.int64), span)),
-                 span_taps=taps, span_terms=tap_terms(VECTOR_STEP))
+                 span_taps=taps, span_terms=tap_terms(VECTOR_STEP),
+                 span_length=c_length(taps * VECTOR_STEP),
+                 span_flash_bytes=taps * VECTOR_STEP + VECTOR_STEP * 4)
     v.update(
         multiplier=multiplier,
         channel_block=block,

@@ -136,7 +136,6 @@ def binary_values(ctx: OpContext) -> dict:
         values = _product_values(p)
     else:
         values = _plain_values(p)
-    name = out.name.replace("*/", "* /")
     return {
         **values,
         **_loop_values(broadcast_loops(p.input1_shape, p.input2_shape, p.output_shape)),
@@ -145,7 +144,7 @@ def binary_values(ctx: OpContext) -> dict:
         "wide": out.ctype if values["kind"] == "plain" else "int32_t",
         "a": a.ptr, "b": b.ptr, "out": out.ptr,
         "comment": f"{p.opcode} {out.dtype} {list(p.input1_shape)}, {list(p.input2_shape)} -> "
-                   f"{list(p.output_shape)} '{name}'",
+                   f"{list(p.output_shape)} '{out.name}'",
     }
 
 

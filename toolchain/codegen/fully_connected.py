@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolchain.codegen.context import CTensor, OpContext, c_array, c_float, family_macro
+from toolchain.codegen.context import (
+    CTensor,
+    OpContext,
+    c_array,
+    c_float,
+    c_length,
+    family_macro,
+)
 from toolchain.ops.fully_connected import (
     BatchMatMulFloatParams,
     BatchMatMulInt8Params,
@@ -87,6 +94,7 @@ def _fc_common(ctx: OpContext) -> dict:
         "fn": ctx.fn, "prefix": ctx.prefix, "comment": f"{ctx.op.opcode} '{out.name}'",
         "x": x.ptr, "w": weights.ptr, "bias": bias.ptr if bias is not None else None,
         "out": out.ptr, "batches": p.batches, "depth": p.depth, "units": p.units,
+        "units_length": c_length(p.units),
     }
 
 

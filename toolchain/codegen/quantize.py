@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import math
 
-from toolchain.codegen.context import CTensor, OpContext, c_float, c_int32, family_macro
+from toolchain.codegen.context import (
+    CTensor,
+    OpContext,
+    c_array,
+    c_float,
+    c_int32,
+    c_length,
+    family_macro,
+)
 from toolchain.ops.quantize import (
     AffineQuantizeParams,
     CastParams,
     DequantizeParams,
     RequantizeParams,
 )
-from toolchain.quant import INT_RANGES
 
 TEMPLATE = "c/quantize.c.j2"
 
@@ -29,9 +36,6 @@ _LIMITS: dict[str, tuple[str, str, int, int]] = {
     "int64": ("INT64_MIN", "INT64_MAX", -(2**63), 2**63 - 1),
 }
 
-# float32 holds every integer up to 2^24 exactly.
-_FLOAT_EXACT = 2**24
-
 
 def _add(value: int) -> str:
     """` + 10`, ` - 3` or nothing: a constant added after an operand."""
@@ -40,7 +44,6 @@ def _add(value: int) -> str:
 
 def _common(ctx: OpContext, kind: str) -> dict:
     x, out = ctx.inputs[0], ctx.outputs[0]
-    name = out.name.replace("*/", "* /")
     return {
         "fn": ctx.fn,
         "prefix": ctx.prefix,
@@ -50,7 +53,7 @@ def _common(ctx: OpContext, kind: str) -> dict:
         "x": x.ptr,
         "out": out.ptr,
         "size": out.size,
-        "comment": f"{ctx.op.opcode} {x.dtype} -> {out.dtype} {list(out.shape)} '{name}'",
+        "comment": f"{ctx.op.opcode} {x.dtype} -> {out.dtype} {list(out.shape)} '{out.name}'",
     }
 
 
@@ -95,21 +98,17 @@ def _dequantize_values(ctx: OpContext) -> dict:
     p: DequantizeParams = ctx.params
     x = ctx.inputs[0]
     outer, channels, inner = _dequantize_layout(p, x)
-    low, high = INT_RANGES[x.dtype]
-    reach = max(abs(v - zp) for zp in p.zero_points for v in (low, high))
     values = _common(ctx, "dequantize")
     values.update({
         "per_channel": p.channel_axis is not None,
-        # TFLite multiplies in double and rounds once to float32. With q - zero_point exact in
-        # float32, float32's own product is that same correctly rounded value, without double.
-        "in_float": reach <= _FLOAT_EXACT,
         "outer": outer,
         "channels": channels,
+        "channels_length": c_length(channels),
         "inner": inner,
         "scale": c_float(p.scales[0]),
         "zero_point": _add(-p.zero_points[0]),
-        "scales": ", ".join(c_float(s) for s in p.scales),
-        "zero_points": ", ".join(str(int(z)) for z in p.zero_points),
+        "scales": c_array(p.scales),
+        "zero_points": c_array(p.zero_points),
     })
     return values
 

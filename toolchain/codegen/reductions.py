@@ -92,10 +92,6 @@ def _levels(walk: Walk) -> dict:
     }
 
 
-def _name(ctx: OpContext) -> str:
-    return ctx.outputs[0].name.replace("*/", "* /")
-
-
 # TFLite starts REDUCE_MAX (MIN) at the type's lowest (highest) finite value and lets a value
 # replace the running extreme only when strictly beyond it: NaN never wins and, for float32,
 # a row of -inf (inf) gives -FLT_MAX (FLT_MAX).
@@ -158,7 +154,7 @@ def reduce_values(ctx: OpContext) -> dict:
         "out": out.ptr,
         "empty": out.size == 0,
         "comment": f"{ctx.op.opcode} {x.dtype}{list(x.shape)} over axes {list(p.axes)} "
-                   f"-> {list(out.shape)} ({p.method}) '{_name(ctx)}'",
+                   f"-> {list(out.shape)} ({p.method}) '{out.name}'",
     }
 
 
@@ -186,7 +182,7 @@ def arg_values(ctx: OpContext) -> dict:
         "better": ">" if p.maximize else "<",
         "empty": out.size == 0 or n == 0,
         "comment": f"{ctx.op.opcode} {x.dtype}{list(x.shape)} along axis {p.axis} "
-                   f"-> {out.dtype}{list(out.shape)} '{_name(ctx)}'",
+                   f"-> {out.dtype}{list(out.shape)} '{out.name}'",
     }
 
 

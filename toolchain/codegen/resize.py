@@ -8,7 +8,7 @@ fixed-point weights and float32 weights are prepare's own values.
 
 from __future__ import annotations
 
-from toolchain.codegen.context import OpContext, c_array, family_macro
+from toolchain.codegen.context import OpContext, c_array, c_length, family_macro
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops.resize import BilinearParams, NearestParams
 
@@ -23,7 +23,7 @@ def _index_type(values: list[int]) -> str:
 
 
 def _table(prefix: str, name: str, ctype: str, values: list) -> dict:
-    return {"name": f"{prefix}_{name}", "ctype": ctype, "count": len(values),
+    return {"name": f"{prefix}_{name}", "ctype": ctype, "length": c_length(len(values)),
             "data": c_array(values)}
 
 
@@ -35,7 +35,6 @@ def _common(ctx: OpContext) -> dict:
     x, out = ctx.inputs[0], ctx.outputs[0]
     batch, height, width, channels = x.shape
     _, out_h, out_w, _ = out.shape
-    name = out.name.replace("*/", "* /")
     return {
         "fn": ctx.fn,
         "ctype": x.ctype,
@@ -47,7 +46,7 @@ def _common(ctx: OpContext) -> dict:
         "out_h": out_h,
         "out_w": out_w,
         "empty": out.size == 0,
-        "comment": f"{ctx.op.opcode} {x.dtype}{list(x.shape)} -> {list(out.shape)} '{name}'",
+        "comment": f"{ctx.op.opcode} {x.dtype}{list(x.shape)} -> {list(out.shape)} '{out.name}'",
     }
 
 

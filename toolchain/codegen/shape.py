@@ -23,7 +23,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolchain.codegen.context import CTensor, OpContext, c_array, c_float, c_int32, family_macro
+from toolchain.codegen.context import (
+    CTensor,
+    OpContext,
+    c_array,
+    c_float,
+    c_int32,
+    c_length,
+    family_macro,
+)
 from toolchain.ops.shape import (
     AxisParams,
     GatherParams,
@@ -326,7 +334,7 @@ def emit_gather(ctx: OpContext) -> str:
     look_up = _sum([(var[n], s) for n, s in (("b", count), ("j", 1)) if n in var])
     move = Move("o", "x", p.inner, tuple(loop[2] for loop in loops),
                 tuple(loop[3] for loop in loops), src_table=f"{table}[{look_up}]")
-    tables = [{"name": table, "count": len(offsets), "init": c_array(offsets)}]
+    tables = [{"name": table, "length": c_length(len(offsets)), "init": c_array(offsets)}]
     return _nest(ctx, [loop[1] for loop in loops], [move], tables)
 
 
