@@ -26,17 +26,34 @@ def tflite_round(x: float) -> int:
     return int(math.copysign(math.floor(abs(x) + 0.5), x))
 
 
-def quantize_multiplier(real: float) -> tuple[int, int]:
-    """TFLite's QuantizeMultiplier: real = multiplier * 2^(shift-31), multiplier in [2^30, 2^31)."""
+# Shifts a requantization may use: below -31 every bit is shifted out (TFLite flushes the
+# multiplier to zero), and MultiplyByQuantizedMultiplier's int `1 << shift` overflows above 30.
+MIN_SHIFT, MAX_SHIFT = -31, 30
+
+
+def quantize_multiplier(real: float, max_shift: int = MAX_SHIFT) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier: real = multiplier * 2^(shift-31), multiplier in [2^30, 2^31).
+
+    A ratio too small for any shift flushes to zero, as in TFLite; one that needs a shift
+    above `max_shift` (or is not a number) comes from scales no kernel can requantize
+    between, and is refused. (SOFTMAX's input scaling, capped below 2^31, may shift by 31.)
+    """
     if real == 0.0:
         return 0, 0
+    if not math.isfinite(real):
+        raise UnsupportedOpError(f"requantization by {real}: the scales' ratio is not finite")
     fraction, shift = math.frexp(real)
     fixed = tflite_round(fraction * (1 << 31))
     if fixed == 1 << 31:
         fixed //= 2
         shift += 1
-    if shift < -31:
+    if shift < MIN_SHIFT:
         return 0, 0
+    if shift > max_shift:
+        raise UnsupportedOpError(
+            f"requantization by {real:.6g} needs a left shift of {shift} bits "
+            f"(at most {max_shift}): the scales are too far apart"
+        )
     return fixed, shift
 
 

@@ -40,6 +40,8 @@ f32 = np.float32
 
 # Integer bits of the scaled input difference in the int8 softmax (Q5.26).
 SOFTMAX_SCALED_DIFF_INTEGER_BITS = 5
+# Its input scaling is capped below 2^31, so its left shift reaches 31 (a requantization's, 30).
+SOFTMAX_MAX_LEFT_SHIFT = 31
 SOFTMAX_INT8_OUTPUT = (1.0 / 256.0, -128)
 LOGISTIC_INT8_OUTPUT_SCALE = 1.0 / 256.0
 L2_NORMALIZATION_INT8_OUTPUT = (1.0 / 128.0, 0)
@@ -212,6 +214,13 @@ def _product_ratio(a: float, b: float, denominator: float) -> float:
     return float(f32(a) * f32(b) / f32(denominator))
 
 
+def _finite_option(op: Operator, key: str, default: float) -> float:
+    value = float(op.options.get(key, default))
+    if not math.isfinite(value):
+        raise UnsupportedOpError(f"{key} {value}")
+    return value
+
+
 def _last_axis(t: Tensor) -> int:
     if not t.shape:
         raise UnsupportedOpError("needs a tensor of rank >= 1")
@@ -289,7 +298,7 @@ def prepare_hard_swish(graph: Graph,
 def prepare_leaky_relu(graph: Graph,
                        op: Operator) -> FloatLeakyReluParams | QuantizedLeakyReluParams:
     x, out = _operands(graph, op)
-    alpha = float(op.options.get("alpha", 0.0))
+    alpha = _finite_option(op, "alpha", 0.0)
     if out.dtype == "float32":
         return FloatLeakyReluParams(alpha)
     (in_scale, in_zp), (out_scale, out_zp) = int8_quantization(x), int8_quantization(out)
@@ -329,7 +338,7 @@ def prepare_softmax(graph: Graph, op: Operator) -> FloatSoftmaxParams | Quantize
     """int8: PreprocessSoftmaxScaling(beta, input_scale) in double, and the radius of input
     differences that can still contribute (CalculateInputRadius)."""
     x, out = _operands(graph, op)
-    depth, beta = _last_axis(x), float(op.options.get("beta", 1.0))
+    depth, beta = _last_axis(x), _finite_option(op, "beta", 0.0)  # the schema's default
     if out.dtype == "float32":
         return FloatSoftmaxParams(depth, beta)
     in_scale, _ = int8_quantization(x)
@@ -340,7 +349,7 @@ def prepare_softmax(graph: Graph, op: Operator) -> FloatSoftmaxParams | Quantize
     real = min(beta * in_scale * (1 << (31 - bits)), 2.0**31 - 1.0)
     if not real > 1.0:
         raise UnsupportedOpError(f"beta * input scale {beta * in_scale} is too small")
-    multiplier, left_shift = quantize_multiplier(real)
+    multiplier, left_shift = quantize_multiplier(real, max_shift=SOFTMAX_MAX_LEFT_SHIFT)
     radius = math.floor(((1 << bits) - 1) * (1 << (31 - bits)) / (1 << left_shift))
     return QuantizedSoftmaxParams(depth, multiplier, left_shift, -radius)
 

@@ -19,9 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolchain.errors import UnsupportedOpError
+from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.ops.spec import OpSpec
+from toolchain.ops.spec import (
+    INT32_MAX,
+    MAX_PLANE_ELEMENTS,
+    OpSpec,
+    required_input,
+    required_options,
+)
 from toolchain.quant import (
     activation_range_float,
     activation_range_quantized,
@@ -148,7 +154,7 @@ def _pad_before(size: int, out_size: int, filter_size: int, stride: int, dilatio
 
 
 def _padding_kind(op: Operator) -> str:
-    padding = op.options.get("padding")
+    padding = required_options(op, "padding", "stride_h", "stride_w")["padding"]
     if padding not in ("SAME", "VALID"):
         raise UnsupportedOpError(f"padding {padding!r}")
     return padding
@@ -156,10 +162,10 @@ def _padding_kind(op: Operator) -> str:
 
 def _strides(op: Operator) -> tuple[Pair, Pair]:
     options = op.options
-    stride = (options.get("stride_h", 0), options.get("stride_w", 0))
+    stride = (options["stride_h"], options["stride_w"])
     dilation = (options.get("dilation_h_factor", 1), options.get("dilation_w_factor", 1))
     if min(stride + dilation) < 1:
-        raise UnsupportedOpError(f"stride {stride} and dilation {dilation} must be positive")
+        raise ModelError(f"stride {stride} and dilation {dilation} must be positive")
     return stride, dilation
 
 
@@ -169,6 +175,11 @@ def _gather_window(op: Operator, image: Pair, filter_hw: Pair) -> tuple[Pair, Wi
     stride, dilation = _strides(op)
     out, before, plane = [], [], []
     for n, k, s, d in zip(image, filter_hw, stride, dilation):
+        # the farthest index the window computes, before any bounds check
+        if (n - 1) * s + (k - 1) * d + n > INT32_MAX:
+            raise UnsupportedOpError(
+                f"a {k}-tap window with stride {s} and dilation {d} over {n} pixels reaches "
+                "beyond 32-bit indices")
         o = _output_size(padding, n, k, s, d)
         if o < 1:
             raise UnsupportedOpError(f"a {k}-tap window does not fit an image of {n}")
@@ -179,6 +190,15 @@ def _gather_window(op: Operator, image: Pair, filter_hw: Pair) -> tuple[Pair, Wi
     return (out[0], out[1]), Window(filter_hw, stride, dilation, tuple(before), tuple(plane))
 
 
+def _check_plane(window: Window, batch: int, channels: int) -> None:
+    elements = batch * window.plane[0] * window.plane[1] * channels
+    if elements > MAX_PLANE_ELEMENTS:
+        raise UnsupportedOpError(
+            f"the padded plane of {batch}x{window.plane[0]}x{window.plane[1]}x{channels} "
+            f"({elements} elements, over {MAX_PLANE_ELEMENTS}) that this stride, dilation and "
+            "padding need")
+
+
 # -- tensors and checks ------------------------------------------------------------------------
 
 
@@ -187,10 +207,7 @@ def _tensor(graph: Graph, op: Operator, position: int) -> Tensor | None:
     return graph.tensors[index] if index >= 0 else None
 
 
-def _check_dtypes(data: Tensor | None, out: Tensor, filt: Tensor | None,
-                  bias: Tensor | None) -> None:
-    if data is None or filt is None:
-        raise UnsupportedOpError("input and filter are required")
+def _check_dtypes(data: Tensor, out: Tensor, filt: Tensor, bias: Tensor | None) -> None:
     if data.dtype not in FILTER_DTYPE:
         raise UnsupportedOpError(f"{data.dtype} input")
     if out.dtype != data.dtype or filt.dtype != FILTER_DTYPE[data.dtype]:
@@ -203,6 +220,8 @@ def _check_dtypes(data: Tensor | None, out: Tensor, filt: Tensor | None,
         raise UnsupportedOpError("filter and bias must be constant tensors")
     if len(data.shape) != 4 or len(filt.shape) != 4:
         raise UnsupportedOpError(f"input {data.shape} and filter {filt.shape} must be 4-D")
+    if 0 in data.shape or 0 in filt.shape:
+        raise UnsupportedOpError(f"empty input {data.shape} or filter {filt.shape}")
 
 
 def _bias_values(bias: Tensor | None, data: Tensor, channels: int) -> np.ndarray:
@@ -269,8 +288,13 @@ def _check_output(out: Tensor, expected: tuple[int, ...]) -> None:
 # -- prepare -----------------------------------------------------------------------------------
 
 
+def _data_and_filter(graph: Graph, op: Operator) -> tuple[Tensor, Tensor, Tensor | None]:
+    return (required_input(graph, op, 0, "input"), required_input(graph, op, 1, "filter"),
+            _tensor(graph, op, 2))
+
+
 def prepare_conv_2d(graph: Graph, op: Operator) -> ConvParams:
-    data, filt, bias = _tensor(graph, op, 0), _tensor(graph, op, 1), _tensor(graph, op, 2)
+    data, filt, bias = _data_and_filter(graph, op)
     out = graph.tensors[op.outputs[0]]
     _check_dtypes(data, out, filt, bias)
     batch, height, width, in_channels = data.shape
@@ -281,6 +305,7 @@ def prepare_conv_2d(graph: Graph, op: Operator) -> ConvParams:
         )
     groups = in_channels // group_channels
     (out_h, out_w), window = _gather_window(op, (height, width), (kh, kw))
+    _check_plane(window, batch, in_channels)
     _check_output(out, (batch, out_h, out_w, out_channels))
     # [o, ky, kx, c] -> [group, (ky, kx, c), o within group]
     weights = filt.data.astype(np.float64).reshape(groups, out_channels // groups, -1)
@@ -297,7 +322,7 @@ def prepare_conv_2d(graph: Graph, op: Operator) -> ConvParams:
 
 
 def prepare_depthwise_conv_2d(graph: Graph, op: Operator) -> DepthwiseConvParams:
-    data, filt, bias = _tensor(graph, op, 0), _tensor(graph, op, 1), _tensor(graph, op, 2)
+    data, filt, bias = _data_and_filter(graph, op)
     out = graph.tensors[op.outputs[0]]
     _check_dtypes(data, out, filt, bias)
     batch, height, width, in_channels = data.shape
@@ -307,6 +332,7 @@ def prepare_depthwise_conv_2d(graph: Graph, op: Operator) -> DepthwiseConvParams
     # TFLite derives the multiplier from the shapes, not from the option.
     depth_multiplier = out_channels // in_channels
     (out_h, out_w), window = _gather_window(op, (height, width), (kh, kw))
+    _check_plane(window, batch, in_channels)
     _check_output(out, (batch, out_h, out_w, out_channels))
     weights = filt.data.astype(np.float64).reshape(kh * kw, in_channels, depth_multiplier)
     return DepthwiseConvParams(
@@ -327,7 +353,8 @@ def prepare_transpose_conv(graph: Graph, op: Operator) -> TransposeConvParams:
     TFLite pads as for a convolution from the output back to the input and requires that
     convolution to land exactly on the input's size.
     """
-    shape, filt, data = (_tensor(graph, op, i) for i in range(3))
+    shape = required_input(graph, op, 0, "output_shape")
+    filt, data = required_input(graph, op, 1, "weights"), required_input(graph, op, 2, "input")
     bias, out = _tensor(graph, op, 3), graph.tensors[op.outputs[0]]
     _check_dtypes(data, out, filt, bias)
     if shape.is_constant and tuple(shape.data.tolist()) != out.shape:
@@ -350,6 +377,7 @@ def prepare_transpose_conv(graph: Graph, op: Operator) -> TransposeConvParams:
                                  out.shape[1:3])
     )
     window = Window(back.filter, back.stride, back.dilation, back.padding, plane)
+    _check_plane(window, batch, out_channels)
     # [o, ky, kx, c] -> [c, (ky, kx, o)]
     weights = filt.data.astype(np.float64).transpose(3, 1, 2, 0).reshape(in_channels, -1)
     return TransposeConvParams(

@@ -18,7 +18,7 @@ import numpy as np
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.ops.spec import OpSpec
+from toolchain.ops.spec import OpSpec, required_input
 from toolchain.quant import (
     ACTIVATION_FLOAT_RANGE,
     activation_range_float,
@@ -102,9 +102,8 @@ class BatchMatMulInt8Params:
 def prepare_fully_connected(
     graph: Graph, op: Operator
 ) -> FullyConnectedFloatParams | FullyConnectedInt8Params:
-    inputs = _inputs(graph, op)
-    x, weights = inputs[0], inputs[1]
-    bias = inputs[2] if len(inputs) > 2 else None
+    x, weights = required_input(graph, op, 0, "input"), required_input(graph, op, 1, "weights")
+    bias = _optional_input(graph, op, 2)
     out = graph.tensors[op.outputs[0]]
     options = op.options
     if options.get("weights_format", "DEFAULT") != "DEFAULT":
@@ -182,7 +181,9 @@ def _check_bias_scale(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tens
 def prepare_batch_matmul(
     graph: Graph, op: Operator
 ) -> BatchMatMulFloatParams | BatchMatMulInt8Params:
-    lhs, rhs = _inputs(graph, op)
+    if len(op.inputs) != 2:
+        raise UnsupportedOpError(f"{len(op.inputs)} inputs (BATCH_MATMUL takes 2)")
+    lhs, rhs = required_input(graph, op, 0, "lhs"), required_input(graph, op, 1, "rhs")
     out = graph.tensors[op.outputs[0]]
     adj_x, adj_y = bool(op.options.get("adj_x", False)), bool(op.options.get("adj_y", False))
     _check_matmul_shapes(lhs.shape, rhs.shape, out.shape, adj_x, adj_y)
@@ -237,8 +238,9 @@ def _check_matmul_shapes(lhs: tuple[int, ...], rhs: tuple[int, ...], out: tuple[
 # -- shared checks ---------------------------------------------------------------------------
 
 
-def _inputs(graph: Graph, op: Operator) -> list[Tensor | None]:
-    return [graph.tensors[i] if i >= 0 else None for i in op.inputs]
+def _optional_input(graph: Graph, op: Operator, position: int) -> Tensor | None:
+    index = op.inputs[position] if position < len(op.inputs) else -1
+    return graph.tensors[index] if index >= 0 else None
 
 
 def _clamping_activation(options) -> str:

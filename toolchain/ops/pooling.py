@@ -11,9 +11,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolchain.errors import UnsupportedOpError
+from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.ops.spec import OpSpec
+from toolchain.ops.spec import (
+    INT32_MAX,
+    MAX_PLANE_ELEMENTS,
+    OpSpec,
+    required_input,
+    required_options,
+)
 from toolchain.quant import (
     ACTIVATION_FLOAT_RANGE,
     activation_range_float,
@@ -24,6 +30,10 @@ from toolchain.quant import (
 
 # TFLite requires int8 pooling to keep the input's quantization (to this tolerance on the scale).
 SCALE_TOLERANCE = 1e-6
+# Most input positions all windows together may cover: runtime_py sums every window in full.
+# (A convolution's work is bounded by its filter, which the file holds; a pooling window is
+# only two numbers in the options.)
+MAX_WINDOW_TAPS = 2**30
 
 
 @dataclass(frozen=True)
@@ -67,13 +77,14 @@ def covered(size: int, window: int, stride: int, pad: int, out: int) -> np.ndarr
 
 
 def prepare_pool_2d(graph: Graph, op: Operator) -> Pool2DParams:
-    x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    x, out = required_input(graph, op, 0, "input"), graph.tensors[op.outputs[0]]
     if len(x.shape) != 4:
         raise UnsupportedOpError(f"input of rank {len(x.shape)} (must be 4, NHWC)")
     if x.dtype not in ("float32", "int8") or out.dtype != x.dtype:
         raise UnsupportedOpError(f"{x.dtype} input with {out.dtype} output")
-    options = op.options
-    padding = options.get("padding", "SAME")
+    options = required_options(op, "padding", "filter_height", "filter_width", "stride_h",
+                               "stride_w")
+    padding = options["padding"]
     activation = options.get("fused_activation_function", "NONE")
     if padding not in ("SAME", "VALID"):
         raise UnsupportedOpError(f"padding {padding}")
@@ -82,12 +93,23 @@ def prepare_pool_2d(graph: Graph, op: Operator) -> Pool2DParams:
     fh, fw = options["filter_height"], options["filter_width"]
     sh, sw = options["stride_h"], options["stride_w"]
     if min(fh, fw, sh, sw) <= 0:
-        raise UnsupportedOpError(f"filter {fh}x{fw} with strides {sh}x{sw}")
-    _, height, width, _ = x.shape
+        raise ModelError(f"filter {fh}x{fw} with strides {sh}x{sw} (each must be positive)")
+    batch, height, width, channels = x.shape
+    for n, f, s in ((height, fh, sh), (width, fw, sw)):
+        if (n - 1) * s + f + n > INT32_MAX:
+            raise UnsupportedOpError(
+                f"a {f}-wide window with stride {s} over {n} pixels reaches beyond 32-bit indices")
     oh, ow = output_size(padding, height, fh, sh), output_size(padding, width, fw, sw)
-    expected = (x.shape[0], oh, ow, x.shape[3])
+    expected = (batch, oh, ow, channels)
     if oh <= 0 or ow <= 0 or out.shape != expected:
         raise UnsupportedOpError(f"output shape {out.shape}, TFLite computes {expected}")
+    plane = batch * (max(height, (oh - 1) * sh + fh) * max(width, (ow - 1) * sw + fw)) * channels
+    taps = batch * oh * ow * channels * fh * fw
+    if plane > MAX_PLANE_ELEMENTS or taps > MAX_WINDOW_TAPS:
+        raise UnsupportedOpError(
+            f"{fh}x{fw} windows with strides {sh}x{sw} over {list(x.shape)}: a padded plane of "
+            f"{plane} elements and {taps} taps (at most {MAX_PLANE_ELEMENTS} and "
+            f"{MAX_WINDOW_TAPS})")
     top, left = leading_padding(height, fh, sh, oh), leading_padding(width, fw, sw, ow)
     counts = np.outer(covered(height, fh, sh, top, oh), covered(width, fw, sw, left, ow))
     counts.setflags(write=False)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.ops.spec import OpSpec
+from toolchain.ops.spec import OpSpec, required_input
 from toolchain.quant import INT_RANGES, quantize_multiplier, scale_of, zero_point_of
 
 
@@ -68,7 +68,7 @@ _CAST_DTYPES = frozenset({"float32", "int64", "int32", "int16", "int8", "uint8",
 
 
 def _io(graph: Graph, op: Operator) -> tuple[Tensor, Tensor]:
-    source, target = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    source, target = required_input(graph, op, 0, "input"), graph.tensors[op.outputs[0]]
     if source.shape != target.shape:
         raise UnsupportedOpError(f"output shape {target.shape} differs from input {source.shape}")
     return source, target
@@ -111,6 +111,8 @@ def prepare_dequantize(graph: Graph, op: Operator) -> DequantizeParams:
         raise UnsupportedOpError(f"input {source.name!r} has no quantization")
     _zero_point_for_int16(source)
     channel_axis = q.quantized_dimension if q.per_channel else None
+    if channel_axis is not None and not 0 <= channel_axis < len(source.shape):
+        raise UnsupportedOpError(f"scales along axis {channel_axis} of {source.shape}")
     if channel_axis is not None and source.shape[channel_axis] != len(q.scale):
         raise UnsupportedOpError(f"{len(q.scale)} scales for axis {channel_axis} of {source.shape}")
     return DequantizeParams(tuple(q.scale), tuple(q.zero_point), channel_axis)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.ops.spec import OpSpec
+from toolchain.ops.spec import OpSpec, required_input
 from toolchain.quant import INT_RANGES, quantize_multiplier, scale_of, zero_point_of
 from toolchain.schema import DTYPE_NAMES
 
@@ -49,7 +49,7 @@ class ArgParams:
 
 
 def _constant_ints(graph: Graph, op: Operator, position: int, dtypes: frozenset[str]) -> list[int]:
-    t = graph.tensors[op.inputs[position]]
+    t = required_input(graph, op, position, "axis")
     if t.data is None or t.dtype not in dtypes:
         raise UnsupportedOpError(f"input {position} must be a constant {'/'.join(sorted(dtypes))}")
     return [int(v) for v in t.data.reshape(-1)]
@@ -110,7 +110,7 @@ def _method(opcode: str, source: Tensor, out: Tensor) -> str:
 
 
 def prepare_reduce(graph: Graph, op: Operator) -> ReduceParams:
-    source, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    source, out = required_input(graph, op, 0, "input"), graph.tensors[op.outputs[0]]
     if out.dtype != source.dtype:
         raise UnsupportedOpError(f"output dtype {out.dtype} differs from input {source.dtype}")
     axes = _resolve_axes(_constant_ints(graph, op, 1, frozenset({"int32"})), len(source.shape))
@@ -122,6 +122,8 @@ def prepare_reduce(graph: Graph, op: Operator) -> ReduceParams:
     )
     _check_output(out, shape)
     count = math.prod(source.shape[i] for i in axes)
+    if count == 0:
+        raise UnsupportedOpError(f"{op.opcode} over an empty axis of {list(source.shape)}")
     if source.dtype in QUANTIZED:
         _per_tensor(source, out)
     params = ReduceParams(_method(op.opcode, source, out), axes, count)
@@ -131,11 +133,13 @@ def prepare_reduce(graph: Graph, op: Operator) -> ReduceParams:
 
 
 def prepare_arg(graph: Graph, op: Operator) -> ArgParams:
-    source, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+    source, out = required_input(graph, op, 0, "input"), graph.tensors[op.outputs[0]]
     axis_values = _constant_ints(graph, op, 1, frozenset({"int32", "int64"}))
     if len(axis_values) != 1:
         raise UnsupportedOpError(f"axis must hold one value, not {len(axis_values)}")
     (axis,) = _resolve_axes(axis_values, len(source.shape))
+    if source.shape[axis] == 0:
+        raise UnsupportedOpError(f"{op.opcode} over an empty axis of {list(source.shape)}")
     declared = DTYPE_NAMES.get(op.options.get("output_type", -1))
     if out.dtype not in ("int32", "int64") or declared != out.dtype:
         raise UnsupportedOpError(f"output_type {declared} with an output tensor of {out.dtype}")

@@ -15,7 +15,7 @@ import numpy as np
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator
-from toolchain.ops.spec import OpSpec
+from toolchain.ops.spec import OpSpec, required_input
 
 FIXED_ONE = 1 << 10  # int8 bilinear coordinates and weights are in units of 1/1024
 
@@ -119,10 +119,10 @@ def _fixed_interpolation(in_size: int, out_size: int, align_corners: bool,
 
 def _options(graph: Graph, op: Operator) -> tuple[int, int, bool, bool]:
     """Output height and width from the constant size input, checked against the output."""
-    source, size, out = (graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]],
-                         graph.tensors[op.outputs[0]])
-    if len(source.shape) != 4:
-        raise UnsupportedOpError(f"input must be 4-D (NHWC), not {source.shape}")
+    source, size = required_input(graph, op, 0, "input"), required_input(graph, op, 1, "size")
+    out = graph.tensors[op.outputs[0]]
+    if len(source.shape) != 4 or 0 in source.shape:
+        raise UnsupportedOpError(f"input must be 4-D (NHWC) and not empty, not {source.shape}")
     if size.data is None or size.dtype != "int32" or size.data.size != 2:
         raise UnsupportedOpError("size must be a constant int32 tensor of 2 values")
     height, width = (int(v) for v in size.data.reshape(-1))

@@ -17,7 +17,7 @@ import numpy as np
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.ops.spec import OpSpec
+from toolchain.ops.spec import OpSpec, required_input
 from toolchain.quant import zero_point_of
 
 # Element types each op moves: TFLite's kernels copy them by size; UNPACK has no 64-bit kernel.
@@ -104,16 +104,10 @@ class GatherParams:
 # --- shared checks ------------------------------------------------------------------------
 
 
-def _tensor(graph: Graph, op: Operator, position: int, what: str) -> Tensor:
-    if position >= len(op.inputs) or op.inputs[position] < 0:
-        raise UnsupportedOpError(f"missing {what} input")
-    return graph.tensors[op.inputs[position]]
-
-
 def _constant(graph: Graph, op: Operator, position: int, what: str,
               dtypes: Sequence[str] = INDEX_DTYPES) -> np.ndarray:
     """The data of a constant input (indices, sizes, pad values) of one of `dtypes`."""
-    t = _tensor(graph, op, position, what)
+    t = required_input(graph, op, position, what)
     if t.data is None:
         raise UnsupportedOpError(f"{what} must be a constant tensor")
     if t.dtype not in dtypes:
@@ -197,7 +191,7 @@ def prepare_reshape(graph: Graph, op: Operator) -> ReshapeParams:
 
     A shape tensor computed at run time is taken to agree with the output's static shape.
     """
-    x = _moved(_tensor(graph, op, 0, "input"))
+    x = _moved(required_input(graph, op, 0, "input"))
     (out,) = _outputs(graph, op, x.dtype, 1)
     shape_index = op.inputs[1] if len(op.inputs) > 1 else -1
     shape_tensor = graph.tensors[shape_index] if shape_index >= 0 else None
@@ -214,7 +208,7 @@ def prepare_reshape(graph: Graph, op: Operator) -> ReshapeParams:
 
 def prepare_squeeze(graph: Graph, op: Operator) -> ReshapeParams:
     """Drop the listed size-1 axes, or every size-1 axis when none are listed."""
-    x = _moved(_tensor(graph, op, 0, "input"))
+    x = _moved(required_input(graph, op, 0, "input"))
     (out,) = _outputs(graph, op, x.dtype, 1)
     rank = len(x.shape)
     if rank > MAX_SQUEEZE_RANK:
@@ -230,7 +224,7 @@ def prepare_squeeze(graph: Graph, op: Operator) -> ReshapeParams:
 
 def prepare_expand_dims(graph: Graph, op: Operator) -> ReshapeParams:
     """Insert a size-1 axis; TFLite requires the output quantized exactly as the input."""
-    x = _moved(_tensor(graph, op, 0, "input"))
+    x = _moved(required_input(graph, op, 0, "input"))
     (out,) = _outputs(graph, op, x.dtype, 1)
     _require_same_quantization([x], [out])
     _require_int16_zero_point_zero([x])
@@ -265,7 +259,7 @@ def _pad_value(graph: Graph, op: Operator, x: Tensor, out: Tensor) -> int | floa
 
 
 def prepare_pad(graph: Graph, op: Operator) -> PadParams:
-    x = _moved(_tensor(graph, op, 0, "input"))
+    x = _moved(required_input(graph, op, 0, "input"))
     (out,) = _outputs(graph, op, x.dtype, 1)
     rank = len(x.shape)
     if rank > MAX_PAD_RANK:
@@ -328,7 +322,7 @@ def prepare_pack(graph: Graph, op: Operator) -> AxisParams:
 
 
 def prepare_unpack(graph: Graph, op: Operator) -> AxisParams:
-    x = _moved(_tensor(graph, op, 0, "input"), MOVED_DTYPES - {"int64"})
+    x = _moved(required_input(graph, op, 0, "input"), MOVED_DTYPES - {"int64"})
     axis = _axis(int(op.options.get("axis", 0)), len(x.shape))
     count = x.shape[axis]
     if int(op.options.get("num", 0)) != count or x.num_elements == 0:
@@ -354,7 +348,7 @@ def _split(graph: Graph, op: Operator, x: Tensor, axis: int, sizes: list[int]) -
 
 def prepare_split(graph: Graph, op: Operator) -> SplitParams:
     """Inputs (axis, value): equal parts; the registry keys SPLIT by the int32 axis tensor."""
-    x = _moved(_tensor(graph, op, 1, "value"))
+    x = _moved(required_input(graph, op, 1, "value"))
     axis = _axis(_scalar(_constant(graph, op, 0, "axis", ("int32",)), "axis"), len(x.shape))
     parts = int(op.options.get("num_splits", 0))
     if parts <= 0 or x.shape[axis] % parts:
@@ -364,7 +358,7 @@ def prepare_split(graph: Graph, op: Operator) -> SplitParams:
 
 def prepare_split_v(graph: Graph, op: Operator) -> SplitParams:
     """Inputs (value, size_splits, axis); one size may be -1: whatever the others leave."""
-    x = _moved(_tensor(graph, op, 0, "value"))
+    x = _moved(required_input(graph, op, 0, "value"))
     axis = _axis(_scalar(_constant(graph, op, 2, "axis", ("int32",)), "axis"), len(x.shape))
     sizes = [int(s) for s in _constant(graph, op, 1, "size_splits").reshape(-1)]
     known = sum(s for s in sizes if s != -1)
@@ -380,7 +374,7 @@ def prepare_split_v(graph: Graph, op: Operator) -> SplitParams:
 
 
 def prepare_transpose(graph: Graph, op: Operator) -> TransposeParams:
-    x = _moved(_tensor(graph, op, 0, "input"))
+    x = _moved(required_input(graph, op, 0, "input"))
     (out,) = _outputs(graph, op, x.dtype, 1)
     rank = len(x.shape)
     if rank > MAX_TRANSPOSE_RANK:
@@ -407,7 +401,7 @@ def _steps(extent: int, stride: int) -> int:
 
 def prepare_slice(graph: Graph, op: Operator) -> SliceParams:
     """begin and size per axis; size -1 runs to the end of the axis."""
-    x = _moved(_tensor(graph, op, 0, "input"))
+    x = _moved(required_input(graph, op, 0, "input"))
     (out,) = _outputs(graph, op, x.dtype, 1)
     begin = [int(b) for b in _constant(graph, op, 1, "begin").reshape(-1)]
     size = [int(s) for s in _constant(graph, op, 2, "size").reshape(-1)]
@@ -518,10 +512,13 @@ def prepare_strided_slice(graph: Graph, op: Operator) -> SliceParams:
     Variants where TFLite's output shape disagrees with what its loop writes (a shrunk axis
     out of range, an offset size running past the axis) are refused.
     """
-    x = _moved(_tensor(graph, op, 0, "input"))
+    x = _moved(required_input(graph, op, 0, "input"))
     (out,) = _outputs(graph, op, x.dtype, 1)
-    begin, end, strides = ([int(v) for v in _constant(graph, op, i, what, ("int32",))]
-                           for i, what in ((1, "begin"), (2, "end"), (3, "strides")))
+    vectors = [_constant(graph, op, i, what, ("int32",))
+               for i, what in ((1, "begin"), (2, "end"), (3, "strides"))]
+    if any(v.ndim != 1 for v in vectors):
+        raise UnsupportedOpError("begin, end and strides must be 1-D")
+    begin, end, strides = ([int(v) for v in vector] for vector in vectors)
     if not len(begin) == len(end) == len(strides) <= MAX_STRIDED_SLICE_INDICES:
         raise UnsupportedOpError("begin, end and strides differ in length or exceed 31")
     if 0 in strides:
@@ -552,7 +549,7 @@ def prepare_strided_slice(graph: Graph, op: Operator) -> SliceParams:
 def prepare_gather(graph: Graph, op: Operator) -> GatherParams:
     """Constant indices only: TFLite fails at run time on an index out of range, so every
     index is checked here instead."""
-    x = _moved(_tensor(graph, op, 0, "params"))
+    x = _moved(required_input(graph, op, 0, "params"))
     (out,) = _outputs(graph, op, x.dtype, 1)
     indices = _constant(graph, op, 1, "indices", ("int16", "int32", "int64")).astype(np.int64)
     rank, index_rank = len(x.shape), indices.ndim
