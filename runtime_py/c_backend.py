@@ -7,6 +7,7 @@ serves every input set of a check.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -21,13 +22,16 @@ from toolchain.plan import ModelPlan
 
 STRICT_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g")
+COMPILE_TIMEOUT = 600.0  # seconds
+RUN_TIMEOUT = 600.0  # seconds for one run of the compiled model (every input set)
 
 
-def compiler() -> str:
-    cc = os.environ.get("CC", "cc")
-    if shutil.which(cc) is None:
-        raise RuntimeBackendError(f"no C compiler: {cc!r} is not on PATH")
-    return cc
+def compiler(source: str | None = None) -> list[str]:
+    """$CC as a command (it may carry a launcher or flags: "ccache cc"), default `cc`."""
+    command = shlex.split(os.environ.get("CC", "cc")) or ["cc"]
+    if shutil.which(command[0]) is None:
+        raise RuntimeBackendError(f"no C compiler: {command[0]!r} is not on PATH", source)
+    return command
 
 
 def write_files(files: dict[str, str], directory: str) -> None:
@@ -36,11 +40,16 @@ def write_files(files: dict[str, str], directory: str) -> None:
             f.write(text)
 
 
-def compile_files(directory: str, name: str, extra_flags: Sequence[str] = ()) -> str:
-    """Build NAME.c with its harness NAME_main.c; returns the executable's path."""
+def compile_files(
+    directory: str, name: str, extra_flags: Sequence[str] = (), source: str | None = None
+) -> str:
+    """Build NAME.c with its harness NAME_main.c; returns the executable's path.
+
+    `source` names the model the C was generated from, for the error a failure raises.
+    """
     binary = os.path.join(directory, name)
     command = [
-        compiler(),
+        *compiler(source),
         *STRICT_FLAGS,
         *extra_flags,
         f"{name}.c",
@@ -49,15 +58,26 @@ def compile_files(directory: str, name: str, extra_flags: Sequence[str] = ()) ->
         "-o",
         binary,
     ]
-    result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=600)
+    try:
+        result = subprocess.run(
+            command, cwd=directory, capture_output=True, text=True, timeout=COMPILE_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeBackendError(
+            f"the C compiler did not finish within {COMPILE_TIMEOUT:g} s", source
+        ) from None
     if result.returncode != 0:
-        raise RuntimeBackendError(f"generated C does not compile: {first_error(result.stderr)}")
+        raise RuntimeBackendError(
+            f"generated C does not compile: {first_error(result.stderr)}", source
+        )
     return binary
 
 
-def first_error(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if "error" in line] or stderr.splitlines()
-    return lines[0].strip() if lines else "unknown compiler failure"
+def first_error(stderr: str, otherwise: str = "unknown compiler failure") -> str:
+    """The first line that says "error" (a compiler's, ASan's, UBSan's), else the first line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()] or lines
+    return errors[0] if errors else otherwise
 
 
 def split_outputs(raw: bytes, graph: Graph, sets: int) -> list[list[np.ndarray]]:
@@ -75,31 +95,52 @@ def split_outputs(raw: bytes, graph: Graph, sets: int) -> list[list[np.ndarray]]
 
 
 class CBackend:
-    """Generate, compile and run the C for a plan; `invoke` matches runtime_py's signature."""
+    """Generate, compile and run the C for a plan; `invoke` matches runtime_py's signature.
+
+    The build folder is removed by `close` (or leaving the `with` block), and by the
+    constructor itself when generating or compiling fails.
+    """
 
     name = "c"
 
     def __init__(self, model_plan: ModelPlan, sanitize: bool = False, name: str = "model"):
         self.graph = model_plan.graph
+        self.source = model_plan.model.source
         self.directory = tempfile.mkdtemp(prefix="arenac-c-")
-        files = generate(model_plan, name)
-        write_files(files, self.directory)
-        self.binary = compile_files(self.directory, name, SANITIZE_FLAGS if sanitize else ())
+        try:
+            files = generate(model_plan, name)
+            write_files(files, self.directory)
+            self.binary = compile_files(
+                self.directory, name, SANITIZE_FLAGS if sanitize else (), self.source
+            )
+        except BaseException:
+            self.close()
+            raise
 
     def invoke_many(self, input_sets: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
         """Run every input set in one process; outputs per set."""
         stdin = b"".join(np.ascontiguousarray(v).tobytes() for values in input_sets for v in values)
-        result = subprocess.run([self.binary], input=stdin, capture_output=True, timeout=600)
-        if result.returncode != 0:
-            message = result.stderr.decode(errors="replace").strip().splitlines()
-            raise RuntimeBackendError(
-                f"compiled model failed (exit {result.returncode}): "
-                f"{message[0] if message else 'no message'}"
+        try:
+            result = subprocess.run(
+                [self.binary], input=stdin, capture_output=True, timeout=RUN_TIMEOUT
             )
+        except subprocess.TimeoutExpired:
+            raise RuntimeBackendError(
+                f"compiled model did not finish within {RUN_TIMEOUT:g} s", self.source
+            ) from None
+        if result.returncode != 0:
+            status = (
+                f"signal {-result.returncode}" if result.returncode < 0
+                else f"exit {result.returncode}"
+            )
+            said = first_error(result.stderr.decode(errors="replace"), "no message")
+            raise RuntimeBackendError(f"compiled model failed ({status}): {said}", self.source)
         expected = len(input_sets) * sum(self.graph.tensors[t].nbytes for t in self.graph.outputs)
         if len(result.stdout) != expected:
             raise RuntimeBackendError(
-                f"compiled model wrote {len(result.stdout)} bytes, expected {expected}")
+                f"compiled model wrote {len(result.stdout)} bytes, expected {expected}",
+                self.source,
+            )
         return split_outputs(result.stdout, self.graph, len(input_sets))
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

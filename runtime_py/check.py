@@ -1,7 +1,9 @@
 """`check`: the oracle and runtime_py on the same inputs, output by output.
 
 Quantized outputs must be identical; float outputs may differ by 1e-5 relative to the largest
-magnitude of the expected tensor (TFLite's float kernels sum in another order).
+magnitude of the expected tensor (TFLite's float kernels sum in another order). The oracle
+runs in a child process (runtime_py.oracle_process): a model that crashes it ends the check
+with one error, not arenac.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from runtime_py.interpreter import ArenaInterpreter
-from runtime_py.oracle import open_oracle
-from toolchain.errors import RuntimeBackendError
+from runtime_py.oracle_process import ORACLE_TIMEOUT, run_oracle
 from toolchain.ir import Graph, Tensor
 from toolchain.plan import ModelPlan
 
@@ -104,11 +105,16 @@ def check_plan(
     seed: int = 0,
     extra: Sequence[tuple[str, Backend]] = (),
     runtime_py: bool = True,
+    oracle_timeout: float = ORACLE_TIMEOUT,
 ) -> CheckReport:
     """Run the oracle, runtime_py and any extra backends on `inputs` random input sets."""
     graph = model_plan.graph
     runtime = ArenaInterpreter(model_plan)  # unsupported ops fail here, before the oracle runs
-    oracle = open_oracle(model_bytes, len(graph.outputs))
+    input_sets = [random_inputs(graph, seed + i) for i in range(inputs)]
+    oracle = run_oracle(
+        model_bytes, input_sets, len(graph.outputs), model_plan.model.source,
+        timeout=oracle_timeout,
+    )
     backends: list[tuple[str, Backend]] = list(extra)
     if runtime_py:
         backends.insert(0, ("runtime_py", lambda sets: [runtime.invoke(v) for v in sets]))
@@ -123,13 +129,11 @@ def check_plan(
         for name, _ in backends
         for t in graph.outputs
     ]
-    input_sets = [random_inputs(graph, seed + i) for i in range(inputs)]
-    expected = [oracle.invoke(values) for values in input_sets]
     rows = iter(report.outputs)
     for _, run in backends:
         actual = run(input_sets)
         backend_rows = [next(rows) for _ in graph.outputs]
-        for want, got in zip(expected, actual):
+        for want, got in zip(oracle.outputs, actual):
             for row, e, a in zip(backend_rows, want, got):
                 row.add(difference(e, a))
     return report
@@ -143,30 +147,33 @@ class LayerDifference:
     inputs: tuple[Difference, ...]
 
 
-def check_layers(model_plan: ModelPlan, model_bytes: bytes, seed: int = 0) -> list[LayerDifference]:
+def check_layers(
+    model_plan: ModelPlan,
+    model_bytes: bytes,
+    seed: int = 0,
+    oracle_timeout: float = ORACLE_TIMEOUT,
+) -> list[LayerDifference]:
     """Every op's output against the oracle's own intermediate tensor, in execution order."""
     graph = model_plan.graph
     runtime = ArenaInterpreter(model_plan)
-    oracle = open_oracle(model_bytes, len(graph.outputs), preserve_all_tensors=True)
-    if not hasattr(oracle, "tensor"):
-        raise RuntimeBackendError(
-            f"per-layer comparison needs LiteRT's interpreter, and {oracle.name} stands in for it",
-            model_plan.model.source,
-        )
     values = random_inputs(graph, seed)
-    oracle.invoke(values)
     seen: dict[int, np.ndarray] = dict(zip(graph.inputs, values))
 
     def record(op_index: int, outputs: list[np.ndarray]) -> None:
         seen.update(zip(graph.operators[op_index].outputs, outputs))
 
     runtime.invoke(values, observe=record)
+    oracle = run_oracle(
+        model_bytes, [values], len(graph.outputs), model_plan.model.source,
+        tensors=sorted(seen), timeout=oracle_timeout,
+    )
+    (expected,) = oracle.tensors
     layers = []
     for op_index in model_plan.lifetimes.order:
         op = graph.operators[op_index]
-        out = [difference(oracle.tensor(t), seen[t]) for t in op.outputs]
+        out = [difference(expected[t], seen[t]) for t in op.outputs]
         ins = tuple(
-            difference(oracle.tensor(t), seen[t]) for t in op.inputs if t >= 0 and t in seen
+            difference(expected[t], seen[t]) for t in op.inputs if t >= 0 and t in seen
         )
         worst = max(out, key=lambda d: (d.mismatches, d.max_abs_diff))
         layers.append(LayerDifference(op_index, op.opcode, worst, ins))

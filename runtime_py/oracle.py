@@ -1,8 +1,9 @@
 """Oracle adapters: the TensorFlow Lite interpreters whose outputs runtime_py must reproduce.
 
 LiteRT with BUILTIN_REF runs TFLite's reference kernels (the optimized default ones round
-differently). When LiteRT refuses a model that TFLite Micro accepts (per-channel
-quantized_dimension 3 on depthwise filters, as in person_detect), the TFLM interpreter stands in.
+differently); the TFLM interpreter stands in where LiteRT refuses a model. These classes run
+the interpreters in this process, for tests and for TFLM's own arena figures; `check` runs
+them in a child process (runtime_py.oracle_process), since a model file can crash them.
 """
 
 from __future__ import annotations
@@ -99,21 +100,3 @@ def capture_fd(fd: int, call) -> str:
             os.close(saved)
         sink.seek(0)
         return sink.read()
-
-
-def open_oracle(model_bytes: bytes, output_count: int, preserve_all_tensors: bool = False):
-    """LiteRT's reference kernels, or TFLM when LiteRT refuses the model."""
-    try:
-        return LiteRTOracle(model_bytes, preserve_all_tensors)
-    except (ValueError, RuntimeError) as litert_error:
-        try:
-            return TFLMOracle(model_bytes, output_count)
-        except Exception as tflm_error:
-            raise RuntimeBackendError(
-                f"no oracle accepts the model (LiteRT: {first_line(litert_error)}; "
-                f"TFLM: {first_line(tflm_error)})"
-            ) from None
-
-
-def first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -45,11 +45,11 @@ QEMU = "qemu-system-arm"
 QEMU_TIMEOUT = 600.0  # seconds for one QEMU process (all input sets)
 
 
-def qemu() -> str:
+def qemu(source: str | None = None) -> str:
     path = shutil.which(QEMU)
     if path is None:
         raise RuntimeBackendError(
-            f"{QEMU} is not on PATH (Debian: apt-get install qemu-system-arm)"
+            f"{QEMU} is not on PATH (Debian: apt-get install qemu-system-arm)", source
         )
     return path
 
@@ -84,13 +84,18 @@ def qemu_command(elf: str) -> list[str]:
 
 
 class QemuBackend:
-    """Build the firmware for a plan and run it under QEMU; `invoke` matches runtime_py's."""
+    """Build the firmware for a plan and run it under QEMU; `invoke` matches runtime_py's.
+
+    The build folder is removed by `close` (or leaving the `with` block), and by the
+    constructor itself when the build fails.
+    """
 
     name = "qemu"
 
     def __init__(self, model_plan: ModelPlan, name: str = "model", timeout: float = QEMU_TIMEOUT):
-        tool("gcc")  # a clear error before any work when the toolchain or QEMU is missing
-        qemu()
+        self.source = model_plan.model.source
+        tool("gcc", self.source)  # a clear error before any work when a program is missing
+        qemu(self.source)
         self.model_plan = model_plan
         self.graph = model_plan.graph
         self.timeout = timeout
@@ -109,12 +114,14 @@ class QemuBackend:
         chunks = [struct.pack("<I", len(input_sets))]
         for values in input_sets:
             if len(values) != len(inputs):
-                raise RuntimeBackendError(f"expected {len(inputs)} inputs, got {len(values)}")
-            for t, v in zip(inputs, values):
+                raise RuntimeBackendError(
+                    f"expected {len(inputs)} inputs, got {len(values)}", self.source
+                )
+            for i, (t, v) in enumerate(zip(inputs, values)):
                 data = np.ascontiguousarray(v, dtype=np.dtype(t.dtype)).tobytes()
                 if len(data) != t.nbytes:
                     raise RuntimeBackendError(
-                        f"input '{t.name}': expected {t.nbytes} bytes, got {len(data)}"
+                        f"input {i}: expected {t.nbytes} bytes, got {len(data)}", self.source
                     )
                 chunks.append(data)
         run_dir = tempfile.mkdtemp(prefix="run-", dir=self.directory)
@@ -138,7 +145,7 @@ class QemuBackend:
             )
         except subprocess.TimeoutExpired:
             raise RuntimeBackendError(
-                f"{QEMU} did not finish within {self.timeout:g} s", self.model_plan.model.source
+                f"{QEMU} did not finish within {self.timeout:g} s", self.source
             ) from None
         self.seconds = time.perf_counter() - start
         if result.returncode != 0:
@@ -150,11 +157,11 @@ class QemuBackend:
             raise RuntimeBackendError(
                 f"firmware under {QEMU} failed (exit {result.returncode}"
                 f"{', ' + meaning if meaning else ''}){detail}",
-                self.model_plan.model.source,
+                self.source,
             )
         path = os.path.join(run_dir, OUTPUT_FILE)
         if not os.path.exists(path):
-            raise RuntimeBackendError(f"firmware under {QEMU} wrote no {OUTPUT_FILE}")
+            raise RuntimeBackendError(f"firmware under {QEMU} wrote no {OUTPUT_FILE}", self.source)
         with open(path, "rb") as f:
             return f.read()
 
@@ -163,7 +170,7 @@ class QemuBackend:
         expected = sets * sum(t.nbytes for t in tensors) + 4
         if len(raw) != expected:
             raise RuntimeBackendError(
-                f"firmware under {QEMU} wrote {len(raw)} bytes, expected {expected}"
+                f"firmware under {QEMU} wrote {len(raw)} bytes, expected {expected}", self.source
             )
         (self.stack_peak,) = struct.unpack_from("<I", raw, len(raw) - 4)
         return split_outputs(raw, self.graph, sets)

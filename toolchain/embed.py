@@ -177,7 +177,7 @@ def embed_plan(model_bytes: bytes, model_plan: ModelPlan, source: str = "<bytes>
     entries = offline_offsets(model, model_plan)
     data = metadata_bytes(entries, len(model.graphs))
 
-    tree = fb.ModelT.InitFromPackedBuf(bytes(model_bytes), 0)
+    tree = _object_tree(model_bytes, source)
     buffers = [_aligned(b) for b in tree.buffers or []]
     if any(b.offset > 1 for b in buffers):
         raise ModelError(
@@ -204,8 +204,30 @@ def embed_plan(model_bytes: bytes, model_plan: ModelPlan, source: str = "<bytes>
     tree.buffers, tree.metadata = buffers, metadata
 
     builder = flatbuffers.Builder(len(model_bytes) + len(data) + 1024)
-    builder.Finish(tree.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    try:
+        builder.Finish(tree.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    except Exception as e:  # values the object API read from an unchecked part
+        raise ModelError(f"cannot rewrite the model ({type(e).__name__})", source) from None
     return bytes(builder.Output())
+
+
+def _object_tree(model_bytes: bytes, source: str) -> fb.ModelT:
+    """The whole model through the generated object API.
+
+    The object API reads every field of the file, also those the reader skips (sparsity,
+    custom options, quantization min and max, ...), and without a verifier it fails in many
+    ways on corrupt ones: each becomes one ModelError.
+    """
+    try:
+        return fb.ModelT.InitFromPackedBuf(bytes(model_bytes), 0)
+    except RecursionError:
+        raise ModelError("corrupt flatbuffer (cyclic offsets); cannot rewrite it", source) from None
+    except Exception as e:
+        raise ModelError(
+            f"corrupt flatbuffer in a part arenac does not read ({type(e).__name__}); "
+            "cannot rewrite it",
+            source,
+        ) from None
 
 
 def _name(metadata) -> str:

@@ -127,13 +127,14 @@ EXCEPTIONS = (  # Cortex-M exception numbers 2..15 after the reset vector
 )
 
 
-def tool(name: str) -> str:
+def tool(name: str, source: str | None = None) -> str:
     """Full path of an arm-none-eabi tool, or a RuntimeBackendError naming the package."""
     path = shutil.which(TOOL_PREFIX + name)
     if path is None:
         raise RuntimeBackendError(
             f"{TOOL_PREFIX}{name} is not on PATH (Debian: apt-get install gcc-arm-none-eabi "
-            "libnewlib-arm-none-eabi binutils-arm-none-eabi)"
+            "libnewlib-arm-none-eabi binutils-arm-none-eabi)",
+            source,
         )
     return path
 
@@ -152,7 +153,9 @@ def mcu_sources(mp: ModelPlan, name: str = "model") -> dict[str, str]:
     """File name -> text: the model's NAME.h/NAME.c plus the MCU files (no host harness)."""
     name = c_identifier(name)
     if name in ("startup", "semihosting", "link"):
-        raise RuntimeBackendError(f"the name {name!r} collides with an MCU file; choose another")
+        raise RuntimeBackendError(
+            f"the name {name!r} collides with an MCU file; choose another", mp.model.source
+        )
     external_io = uses_external_io(mp)
     files = generate(mp, name, external_io=external_io)
     del files[f"{name}_main.c"]
@@ -208,28 +211,35 @@ class McuBuild:
     stack_files: tuple[str, ...]
 
 
-def run_tool(command: list[str], directory: str, what: str) -> str:
+def run_tool(command: list[str], directory: str, what: str, source: str | None = None) -> str:
+    """The tool's stdout; a failure is one RuntimeBackendError with its first error line."""
     try:
         result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
-        raise RuntimeBackendError(f"{what} timed out") from None
+        raise RuntimeBackendError(f"{what} timed out", source) from None
     if result.returncode != 0:
-        lines = result.stderr.splitlines()
-        lines = [x for x in lines if "error" in x] or lines
-        raise RuntimeBackendError(f"{what} failed: {lines[0].strip() if lines else 'no message'}")
+        lines = [x.strip() for x in result.stderr.splitlines() if x.strip()]
+        lines = [x for x in lines if "error" in x.lower()] or lines
+        raise RuntimeBackendError(
+            f"{what} failed: {lines[0] if lines else 'no message'}", source
+        )
     return result.stdout
 
 
 def build_mcu(mp: ModelPlan, directory: str, name: str = "model") -> McuBuild:
     """Write, compile and link the firmware in `directory`; returns where everything is."""
     name = c_identifier(name)
-    gcc = tool("gcc")
+    source = mp.model.source
+    gcc = tool("gcc", source)
     files = mcu_sources(mp, name)
     for file_name, text in files.items():
         with open(os.path.join(directory, file_name), "w") as f:
             f.write(text)
     sources = [f for f in files if f.endswith(".c")]
-    run_tool([gcc, *ARCH_FLAGS, *C_FLAGS, "-c", *sources], directory, "arm-none-eabi-gcc (compile)")
+    run_tool(
+        [gcc, *ARCH_FLAGS, *C_FLAGS, "-c", *sources], directory, "arm-none-eabi-gcc (compile)",
+        source,
+    )
     objects = tuple(os.path.join(directory, f[:-2] + ".o") for f in sources)
     elf = os.path.join(directory, f"{name}.elf")
     run_tool(
@@ -247,6 +257,7 @@ def build_mcu(mp: ModelPlan, directory: str, name: str = "model") -> McuBuild:
         ],
         directory,
         "arm-none-eabi-gcc (link)",
+        source,
     )
     stack_files = tuple(os.path.join(directory, f[:-2] + ".su") for f in sources)
     return McuBuild(directory, name, elf, objects, stack_files)

@@ -1,0 +1,231 @@
+"""A model file cannot take arenac down with it: the oracles run in a child process, build
+folders go on every path, and each failure is one line naming the file."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import flatbuffers
+import numpy as np
+import pytest
+
+from runtime_py.c_backend import CBackend
+from runtime_py.check import check_plan, random_inputs
+from runtime_py.oracle import LiteRTOracle
+from runtime_py.oracle_process import run_oracle, short
+from runtime_py.qemu_backend import QemuBackend
+from tests.conftest import SHARED_MODELS, needs_shared_models
+from toolchain.builder import FILE_IDENTIFIER, AlignedBufferT
+from toolchain.embed import embed_plan, metadata_bytes
+from toolchain.errors import ModelError, RuntimeBackendError
+from toolchain.examples import EXAMPLES
+from toolchain.plan import NO_TECHNIQUES, plan_model
+from toolchain.reader import parse_model
+from toolchain.schema import fb
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def repacked(model: fb.ModelT) -> bytes:
+    builder = flatbuffers.Builder(1 << 16)
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+def for_tflm_only(offset: int) -> bytes:
+    """tiny_cnn_int8 that LiteRT refuses (schema version 7) and TFLM loads, with an offline
+    plan putting every tensor at `offset` bytes from the start of TFLM's arena.
+
+    TFLM trusts offline offsets: at -16 its tensors overwrite the heap's bookkeeping in front
+    of the arena, and glibc aborts (or the process faults); at -64 TFLM asks for a 4 GiB arena,
+    refuses the model and says why on stderr."""
+    model = fb.ModelT.InitFromPackedBuf(EXAMPLES["tiny_cnn_int8"](), 0)
+    model.version = 7
+    entries = [offset] * sum(len(g.tensors) for g in model.subgraphs)
+    plan = np.frombuffer(metadata_bytes(entries, len(model.subgraphs)), np.uint8)
+    buffers = []
+    for b in model.buffers:
+        aligned = AlignedBufferT()
+        aligned.__dict__.update(vars(b))
+        buffers.append(aligned)
+    model.buffers = [*buffers, AlignedBufferT(data=plan)]
+    model.metadata = [fb.MetadataT(name="OfflineMemoryAllocation", buffer=len(buffers))]
+    return repacked(model)
+
+
+def arenac(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "toolchain.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_a_crash_of_tflm_is_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "crashes_tflm.tflite"
+    path.write_bytes(for_tflm_only(-16))
+    result = arenac("check", str(path), "--inputs", "1", "--backends", "runtime_py")
+    assert result.returncode == 2, result
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"arenac: {path}: the TFLite Micro interpreter crashed")
+    assert "(signal " in result.stderr and result.stdout == ""
+
+
+def test_tflm_chatter_stays_in_the_child_and_both_refusals_fit_one_line(tmp_path):
+    path = tmp_path / "refused.tflite"
+    path.write_bytes(for_tflm_only(-64))
+    result = arenac("check", str(path), "--inputs", "1", "--backends", "runtime_py")
+    assert result.returncode == 2, result
+    assert result.stderr == (
+        f"arenac: {path}: no oracle accepts the model (LiteRT: Model provided is schema "
+        "version 7 not equal to supported version 3.; TFLite Micro: TFLM failed to allocate "
+        "tensors)\n"
+    )
+
+
+@needs_shared_models
+def test_check_of_a_model_only_tflm_runs_prints_nothing_on_stderr():
+    result = arenac(
+        "check", str(SHARED_MODELS / "person_detect.tflite"), "--inputs", "1",
+        "--backends", "runtime_py",
+    )
+    assert result.returncode == 0 and result.stderr == "", result
+    assert "tflm (oracle)" in result.stdout
+
+
+def test_the_oracle_has_a_time_limit(tmp_path):
+    data = EXAMPLES["tiny_cnn_int8"]()
+    graph = parse_model(data).main
+    with pytest.raises(RuntimeBackendError) as error:
+        run_oracle(data, [random_inputs(graph, 0)], 1, "m.tflite", timeout=0.001)
+    assert str(error.value) == "m.tflite: LiteRT timed out after 0.001 s"
+
+
+def test_the_child_gives_litert_s_outputs_and_intermediate_tensors():
+    data = EXAMPLES["residual_cnn_int8"]()
+    graph = parse_model(data).main
+    sets = [random_inputs(graph, seed) for seed in range(2)]
+    wanted = [op.outputs[0] for op in graph.operators]
+    run = run_oracle(data, sets, len(graph.outputs), tensors=wanted)
+    here = LiteRTOracle(data, preserve_all_tensors=True)
+    assert run.name == "litert-ref" and len(run.outputs) == len(run.tensors) == 2
+    for values, outputs, tensors in zip(sets, run.outputs, run.tensors):
+        expected = here.invoke(values)
+        assert all(np.array_equal(e, a) for e, a in zip(expected, outputs, strict=True))
+        assert sorted(tensors) == sorted(wanted)
+        assert all(np.array_equal(here.tensor(t), tensors[t]) for t in wanted)
+
+
+def test_check_plan_names_the_file_when_no_oracle_accepts_it():
+    data = for_tflm_only(-64)
+    mp = plan_model(parse_model(data, "refused.tflite"), "greedy")
+    with pytest.raises(RuntimeBackendError) as error:
+        check_plan(mp, data)
+    assert str(error.value).startswith("refused.tflite: no oracle accepts the model (LiteRT: ")
+
+
+def test_reasons_are_cut_to_their_first_message():
+    litert = "quantized_dimension must be in range [0, 1). Was 3.Tensor 33 has invalid q."
+    assert short(litert) == "quantized_dimension must be in range [0, 1). Was 3."
+    assert short("first\nsecond") == "first"
+    assert short("x" * 500) == "x" * 97 + "..."
+
+
+def failing_compiler(directory: Path) -> str:
+    script = directory / "broken-cc"
+    script.write_text(
+        "#!/bin/sh\n"
+        "echo 'model.c:1:1: error: first problem' >&2\n"
+        "echo 'model.c:2:1: error: second problem' >&2\n"
+        "exit 1\n"
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_check_removes_its_build_folder_when_the_c_does_not_compile(tmp_path, example_path):
+    path = example_path("tiny_cnn_int8")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    result = arenac(
+        "check", str(path), "--inputs", "1",
+        env={"CC": failing_compiler(tmp_path), "TMPDIR": str(temp)},
+    )
+    assert result.returncode == 2, result
+    assert result.stderr == (
+        f"arenac: {path}: generated C does not compile: model.c:1:1: error: first problem\n"
+    )
+    assert list(temp.iterdir()) == []
+
+
+def test_the_c_backend_removes_its_folder_when_the_compiler_is_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+    mp = plan_model(parse_model(EXAMPLES["tiny_cnn_int8"](), "m.tflite"), "greedy")
+    with pytest.raises(RuntimeBackendError, match="no C compiler") as error:
+        CBackend(mp)
+    assert error.value.source == "m.tflite"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("arenac-")] == []
+
+
+def test_a_failed_firmware_build_names_the_file_and_leaves_no_folder(monkeypatch, tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    gcc = fake / "arm-none-eabi-gcc"
+    gcc.write_text("#!/bin/sh\necho 'startup.c:1:1: error: no room' >&2\nexit 1\n")
+    gcc.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    mp = plan_model(parse_model(EXAMPLES["tiny_cnn_int8"](), "m.tflite"), "greedy")
+    try:
+        QemuBackend(mp)
+    except RuntimeBackendError as error:
+        if "not on PATH" in error.message:
+            pytest.skip(error.message)
+        assert error.source == "m.tflite"
+        assert error.message == "arm-none-eabi-gcc (compile) failed: startup.c:1:1: error: no room"
+    else:
+        pytest.fail("the build did not fail")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("arenac-")] == []
+
+
+def with_unread_field_corrupt() -> bytes:
+    """tiny_cnn_int8 with a quantization `min` vector - a field the reader never reads - whose
+    length is far beyond the file: the reader accepts the file, the object API cannot."""
+    model = fb.ModelT.InitFromPackedBuf(EXAMPLES["tiny_cnn_int8"](), 0)
+    tensor = model.subgraphs[0].tensors[model.subgraphs[0].inputs[0]]
+    tensor.quantization.min = [-1.0]
+    data = bytearray(repacked(model))
+    graph = fb.Model.GetRootAs(data, 0).Subgraphs(0)
+    q = graph.Tensors(graph.Inputs(0)).Quantization()
+    vector = q._tab.Vector(q._tab.Offset(4))  # field 0: min
+    struct.pack_into("<I", data, vector - 4, 0x3FFFFFFF)
+    return bytes(data)
+
+
+def test_embed_of_a_file_the_object_api_cannot_read_is_one_model_error():
+    data = with_unread_field_corrupt()
+    model = parse_model(data, "odd.tflite")  # the reader accepts it
+    mp = plan_model(model, "greedy", techniques=NO_TECHNIQUES)
+    with pytest.raises(ModelError, match="corrupt flatbuffer in a part arenac does not read") as e:
+        embed_plan(data, mp, "odd.tflite")
+    assert e.value.source == "odd.tflite"
+
+
+def test_cli_embed_of_that_file_is_one_line(tmp_path):
+    path = tmp_path / "odd.tflite"
+    path.write_bytes(with_unread_field_corrupt())
+    out = tmp_path / "out.tflite"
+    result = arenac("embed", str(path), "-o", str(out))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result
+    assert result.stderr.startswith(f"arenac: {path}: corrupt flatbuffer")
+    assert not out.exists()
