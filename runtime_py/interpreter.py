@@ -1,37 +1,86 @@
-"""Execute a planned graph inside ONE arena laid out exactly as its plan says.
+"""Execute a planned graph inside ONE arena laid out exactly as its plan says, proving the plan
+safe as it goes.
 
 Every activation is a numpy view into a single uint8 buffer of `arena_bytes` at its planned
-offset, so two live tensors that a wrong plan lets overlap really do overwrite each other; and
-the bytes of every tensor whose life has ended are poisoned right after its last reader runs, so
-a plan that reuses memory too early gives wrong outputs instead of lucky ones.
+offset, so two live tensors that a wrong plan lets overlap really do overwrite each other.
+
+Two independent proofs guard a run. The constructor verifies the plan (toolchain.planners.verify)
+unless told not to. And while running, an owner map records which buffer holds each arena byte:
+before an op writes an output (or uses a scratch buffer), every byte it covers must be free, or
+belong to one of the op's inputs that dies at this op and that both the plan's declared overlaps
+and the op's own overlap rule let the output cover. Anything else raises PlanError at that step,
+naming the op, the buffer written and the buffer it would clobber, whatever the values. This check
+takes lives from the graph and the execution order and sizes from the tensors, never from the
+plan's buffers, so a plan that misstates either is caught too.
+
+Free bytes always hold POISON: the arena is poisoned before every run and a buffer's bytes are
+poisoned once its last reader has run, so a kernel that reads bytes nobody wrote for it sees
+poison instead of a lucky leftover.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from runtime_py.kernels import KERNELS
-from toolchain.errors import RuntimeBackendError
-from toolchain.ir import Tensor
+from toolchain.errors import PlanError, RuntimeBackendError
+from toolchain.ir import Operator, Tensor
 from toolchain.ops import prepare_graph
+from toolchain.ops.overlaps import OverlapRule, declared_overlaps
 from toolchain.plan import ModelPlan
+from toolchain.planners import verify
 
 POISON = 0xA5
+FREE = -1  # the owner of a byte no live buffer holds
 
 Observer = Callable[[int, list[np.ndarray]], None]
 
 
-class ArenaInterpreter:
-    """runtime_py: runs a ModelPlan; it never plans."""
+@dataclass(frozen=True)
+class Claim:
+    """Buffer `holder` (a position in the plan) takes arena bytes [start, end); of the bytes it
+    finds taken, it may cover only those of the buffers in `may_cover`."""
 
-    def __init__(self, model_plan: ModelPlan):
+    holder: int
+    start: int
+    end: int
+    may_cover: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the owner map does around one op: claims before it runs, releases after."""
+
+    op_index: int
+    claims: tuple[Claim, ...]
+    releases: tuple[int, ...]
+
+
+class ArenaInterpreter:
+    """runtime_py: runs a ModelPlan; it never plans.
+
+    `verify_plan=False` skips the static proof, so that the check made while running can be
+    shown to catch an unsafe plan on its own.
+    """
+
+    def __init__(self, model_plan: ModelPlan, verify_plan: bool = True):
         self.model_plan = model_plan
         self.graph = graph = model_plan.graph
         self.source = model_plan.model.source
+        if verify_plan:
+            try:
+                verify(model_plan.plan)
+            except PlanError as e:
+                raise PlanError(e.message, self.source) from None
         self.params = prepare_graph(graph, self.source)  # fails before anything runs
+        self.layout = ArenaLayout(model_plan)
         self.arena = np.full(model_plan.arena_bytes, POISON, dtype=np.uint8)
+        holders = len(model_plan.lifetimes.tensor_of)
+        self.owner = np.full(model_plan.arena_bytes, FREE,
+                             dtype=np.int16 if holders < 2**15 else np.int32)
         state_offsets, state_bytes = model_plan.state_layout()
         self.state = np.zeros(state_bytes, dtype=np.uint8)
         self.views: dict[int, np.ndarray] = {}
@@ -43,7 +92,6 @@ class ArenaInterpreter:
             if t.is_constant and not t.is_variable:
                 self.views[t.index] = t.data
         self.reset()
-        self.poison_after = poison_ranges(model_plan)
 
     @staticmethod
     def _view(block: np.ndarray, offset: int, tensor: Tensor) -> np.ndarray:
@@ -68,9 +116,9 @@ class ArenaInterpreter:
             raise RuntimeBackendError(
                 f"model takes {len(graph.inputs)} inputs, got {len(inputs)}", self.source
             )
-        for i, (t, value) in enumerate(zip(graph.inputs, inputs)):
+        values = [np.asarray(value) for value in inputs]
+        for i, (t, value) in enumerate(zip(graph.inputs, values)):
             expected = graph.tensors[t]
-            value = np.asarray(value)
             if value.dtype != np.dtype(expected.dtype) or tuple(value.shape) != expected.shape:
                 raise RuntimeBackendError(
                     f"input {i} ({expected.name!r}) must be "
@@ -78,54 +126,202 @@ class ArenaInterpreter:
                     f"got {value.dtype}{list(value.shape)}",
                     self.source,
                 )
+        self.arena.fill(POISON)
+        self.owner.fill(FREE)
+        for claim in self.layout.input_claims:
+            self._claim(claim, 0, None)
+        for t, value in zip(graph.inputs, values):
             self.views[t][...] = value
-        for step, op_index in enumerate(self.model_plan.lifetimes.order):
-            op = graph.operators[op_index]
+        for step, plan in enumerate(self.layout.steps):
+            op = graph.operators[plan.op_index]
+            for claim in plan.claims:
+                self._claim(claim, step, op)
             ins = [self.views[t] if t >= 0 else None for t in op.inputs]
             outs = [self.views[t] for t in op.outputs]
-            KERNELS[op.opcode](self.params[op_index], ins, outs)
+            KERNELS[op.opcode](self.params[plan.op_index], ins, outs)
             if observe is not None:
-                observe(op_index, [o.copy() for o in outs])
-            for start, end in self.poison_after[step]:
-                self.arena[start:end] = POISON
+                observe(plan.op_index, [o.copy() for o in outs])
+            for holder in plan.releases:
+                self._release(holder)
         return [self.views[t].copy() for t in graph.outputs]
 
+    def _claim(self, claim: Claim, step: int, op: Operator | None) -> None:
+        """Gives `claim.holder` its bytes, or raises PlanError if they hold what must survive;
+        `op` is the op about to run (None while the graph inputs are written)."""
+        owners = self.owner[claim.start : claim.end]
+        busy = owners != FREE
+        if busy.any():
+            taken = owners[busy]
+            for coverable in claim.may_cover:
+                taken = taken[taken != coverable]
+            if taken.size:
+                raise self._clobber_error(claim, int(taken[0]), step, op)
+        owners[...] = claim.holder
 
-def poison_ranges(model_plan: ModelPlan) -> list[list[tuple[int, int]]]:
-    """Per step, the byte ranges to poison after it: what dies there and nothing still holds.
+    def _release(self, holder: int) -> None:
+        """Poisons and frees the bytes `holder` still owns (an in-place output keeps its own)."""
+        start, end = self.layout.spans[holder]
+        owners = self.owner[start:end]
+        mine = owners == holder
+        if mine.all():
+            self.arena[start:end] = POISON
+            owners[...] = FREE
+        else:
+            self.arena[start:end][mine] = POISON
+            owners[mine] = FREE
 
-    A tensor dies after its last reader's step; bytes it shares with a tensor that lives on
-    (an output placed over its dying input) are left alone.
-    """
-    plan, lifetimes = model_plan.plan, model_plan.lifetimes
-    outputs = set(model_plan.graph.outputs)
-    last = [
-        len(lifetimes.order) if tensor in outputs else buf.last
-        for buf, tensor in zip(plan.buffers, lifetimes.tensor_of)
-    ]
-    ranges: list[list[tuple[int, int]]] = [[] for _ in lifetimes.order]
-    for i, (buf, offset) in enumerate(zip(plan.buffers, plan.offsets)):
-        if last[i] >= len(lifetimes.order):
-            continue
-        step = last[i]
-        pieces = [(offset, offset + buf.size)]
-        for j, (other, other_offset) in enumerate(zip(plan.buffers, plan.offsets)):
-            holds = other.first <= step + 1 <= last[j] or other.first == step
-            if j != i and holds:
-                pieces = subtract(pieces, other_offset, other_offset + other.size)
-        ranges[step] += pieces
-    return ranges
+    def _clobber_error(
+        self, claim: Claim, victim: int, step: int, op: Operator | None
+    ) -> PlanError:
+        layout = self.layout
+        hit = np.flatnonzero(self.owner[claim.start : claim.end] == victim)
+        first, last = claim.start + int(hit[0]), claim.start + int(hit[-1]) + 1
+        writer = "writing the graph inputs" if op is None else f"op {op.index} ({op.opcode})"
+        return PlanError(
+            f"step {step}, {writer}: {layout.labels[claim.holder]} at arena bytes "
+            f"[{first}, {last}) would clobber {layout.labels[victim]}, "
+            f"{layout.why_not_coverable(claim.holder, victim, step, op)}",
+            self.source,
+        )
 
 
-def subtract(pieces: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
-    """The parts of `pieces` outside [start, end)."""
-    kept = []
-    for a, b in pieces:
-        if end <= a or b <= start:
-            kept.append((a, b))
-            continue
-        if a < start:
-            kept.append((a, start))
-        if end < b:
-            kept.append((end, b))
-    return kept
+class ArenaLayout:
+    """The owner map's script for a plan: each buffer's arena bytes and label, and per step
+    the claims and releases, derived from the graph and the execution order."""
+
+    def __init__(self, model_plan: ModelPlan):
+        graph, lifetimes, plan = model_plan.graph, model_plan.lifetimes, model_plan.plan
+        self.graph = graph
+        self.source = source = model_plan.model.source
+        if len(plan.offsets) != len(lifetimes.tensor_of):
+            raise PlanError(
+                f"plan has {len(plan.offsets)} offsets for {len(lifetimes.tensor_of)} buffers",
+                source,
+            )
+        self.holder_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+        order = lifetimes.order
+        self.death = death = self._deaths(model_plan)
+        scratch_holders = [i for i, t in enumerate(lifetimes.tensor_of) if t is None]
+        self.spans: list[tuple[int, int]] = [(0, 0)] * len(lifetimes.tensor_of)
+        self.labels: list[str] = [""] * len(lifetimes.tensor_of)
+        for t, holder in self.holder_of.items():
+            self.spans[holder] = self._span(plan.offsets[holder], graph.tensors[t].nbytes,
+                                            model_plan.arena_bytes)
+            self.labels[holder] = f"tensor {t} ({graph.tensors[t].name!r})"
+        step_of = {op: step for step, op in enumerate(order)}
+        scratch_at: dict[int, list[Claim]] = {}
+        for holder, request in zip(scratch_holders, lifetimes.scratch, strict=True):
+            self.spans[holder] = self._span(plan.offsets[holder], request.size,
+                                            model_plan.arena_bytes)
+            self.labels[holder] = f"the scratch buffer of op {request.op} ({request.purpose})"
+            scratch_at.setdefault(step_of[request.op], []).append(Claim(holder,
+                                                                        *self.spans[holder]))
+            death[holder] = step_of[request.op]
+        declared = self._declared(model_plan)
+        self.refusals: dict[tuple[int, int], str] = {}
+        self.input_claims = tuple(
+            Claim(self.holder_of[t], *self.spans[self.holder_of[t]])
+            for t in graph.inputs
+            if t in self.holder_of
+        )
+        releases_at: dict[int, list[int]] = {}
+        for holder, end in death.items():
+            releases_at.setdefault(end, []).append(holder)
+        self.steps: list[Step] = []
+        for step, op_index in enumerate(order):
+            op = graph.operators[op_index]
+            rules = declared_overlaps(graph, op)  # what the op's kernels allow, not the plan
+            claims = [
+                Claim(self.holder_of[t], *self.spans[self.holder_of[t]],
+                      self._coverable(op, rules, t, step, declared, plan.offsets))
+                for t in op.outputs
+                if t in self.holder_of
+            ]
+            self.steps.append(Step(op_index, (*claims, *scratch_at.get(step, ())),
+                                   tuple(releases_at.get(step, ()))))
+
+    def _span(self, offset: int, size: int, arena_bytes: int) -> tuple[int, int]:
+        if offset < 0 or offset + size > arena_bytes:
+            raise PlanError(
+                f"a buffer at bytes [{offset}, {offset + size}) lies outside the arena "
+                f"[0, {arena_bytes})",
+                self.source,
+            )
+        return offset, offset + size
+
+    def _deaths(self, model_plan: ModelPlan) -> dict[int, int]:
+        """Planned tensor's buffer -> the step after which nothing reads it (graph outputs are
+        absent: they never die); a tensor nobody reads dies at the step that writes it."""
+        graph = model_plan.graph
+        death: dict[int, int] = {self.holder_of[t]: 0 for t in graph.inputs if t in self.holder_of}
+        for step, op_index in enumerate(model_plan.lifetimes.order):
+            op = graph.operators[op_index]
+            for t in (*op.inputs, *op.outputs):
+                if t in self.holder_of:
+                    death[self.holder_of[t]] = step
+        for t in graph.outputs:
+            if t in self.holder_of:
+                death.pop(self.holder_of[t], None)
+        return death
+
+    @staticmethod
+    def _declared(model_plan: ModelPlan) -> dict[tuple[int, int], tuple[int, bool]]:
+        """(below, above) by plan position -> the declared (shift, any_offset)."""
+        position = {b.id: i for i, b in enumerate(model_plan.plan.buffers)}
+        return {
+            (position[o.below], position[o.above]): (o.shift, o.any_offset)
+            for o in model_plan.plan.overlaps
+            if o.below in position and o.above in position
+        }
+
+    def _coverable(
+        self,
+        op: Operator,
+        rules: Sequence[OverlapRule],
+        output: int,
+        step: int,
+        declared: dict[tuple[int, int], tuple[int, bool]],
+        offsets: Sequence[int],
+    ) -> frozenset[int]:
+        """The inputs whose bytes `output` may cover: each dies at this op, and the plan declares
+        the overlap and the op's kernel rule allows it, both at the planned offsets. Why each
+        other dying input may not be covered goes to `refusals`."""
+        below = self.holder_of[output]
+        coverable = set()
+        for rule in rules:
+            above = self.holder_of.get(op.inputs[rule.input])
+            if op.outputs[rule.output] != output or above is None or self.death.get(above) != step:
+                continue
+            if (below, above) not in declared:
+                self.refusals[below, above] = "the plan declares no overlap between them"
+                continue
+            declared_shift, declared_any = declared[below, above]
+            starts = f"but they start at {offsets[below]} and {offsets[above]}"
+            if not (rule.any_offset or offsets[below] + rule.shift <= offsets[above]):
+                self.refusals[below, above] = (
+                    f"its kernel needs the output {rule.shift} bytes or more below the input, "
+                    + starts
+                )
+            elif not (declared_any or offsets[below] + declared_shift <= offsets[above]):
+                self.refusals[below, above] = (
+                    f"the plan's overlap needs the output {declared_shift} bytes or more below "
+                    "the input, " + starts
+                )
+            else:
+                coverable.add(above)
+        return frozenset(coverable)
+
+    def why_not_coverable(self, holder: int, victim: int, step: int,
+                          op: Operator | None) -> str:
+        end = self.death.get(victim)
+        if end is None:
+            return "a graph output"
+        if end > step:
+            return f"which is read until step {end}"
+        if op is None:
+            return "another graph input"
+        if victim not in {self.holder_of.get(t) for t in op.inputs}:
+            return "which is written at this step too"
+        return "an input of this op; " + self.refusals.get(
+            (holder, victim), "its kernel does not let this output cover it"
+        )

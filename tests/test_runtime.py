@@ -13,7 +13,7 @@ from runtime_py.interpreter import POISON, ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
 from toolchain.builder import ModelBuilder
 from toolchain.cli import main
-from toolchain.errors import RuntimeBackendError, UnsupportedOpError
+from toolchain.errors import PlanError, RuntimeBackendError, UnsupportedOpError
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model
 
@@ -51,9 +51,9 @@ def test_outputs_come_from_the_arena_and_dead_tensors_are_poisoned():
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
-def test_a_plan_overlapping_two_live_buffers_fails_check(dtype):
+def test_a_plan_overlapping_two_live_buffers_is_refused_and_caught_while_running(dtype):
     data = pool_chain(dtype)
-    mp = plan_model(parse_model(data), "naive")
+    mp = plan_model(parse_model(data, "pool.tflite"), "naive")
     assert check_plan(mp, data, inputs=2).ok
     # Move the avg-pool output (alive through the add) onto the max-pool output.
     graph = mp.graph
@@ -62,8 +62,12 @@ def test_a_plan_overlapping_two_live_buffers_fails_check(dtype):
     offsets = list(mp.plan.offsets)
     offsets[slot[avg]] = offsets[slot[mx]]
     broken = replace(mp, plan=replace(mp.plan, offsets=tuple(offsets)))
-    report = check_plan(broken, data, inputs=2)
-    assert not report.ok and report.outputs[0].mismatches > 0
+    with pytest.raises(PlanError, match="pool.tflite: buffers .* share bytes"):
+        check_plan(broken, data, inputs=2)
+    x = np.random.default_rng(0).standard_normal((1, 12, 12, 8)).astype(dtype)
+    with pytest.raises(PlanError, match=rf"step 1, op 1 \(MAX_POOL_2D\): tensor {mx} .* would "
+                                        rf"clobber tensor {avg} .*, which is read until step 2"):
+        ArenaInterpreter(broken, verify_plan=False).invoke([x])
 
 
 def test_unsupported_ops_are_named_all_at_once_before_running():

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from toolchain.ir import Graph, Operator, Tensor
 
 
@@ -78,13 +80,14 @@ def rows_of_windowed(graph: Graph, op: Operator, kernel_h: int, stride: int,
     if op.options.get("padding") == "SAME":
         effective = (kernel_h - 1) * dilation + 1
         pad_top = max((out_h - 1) * stride + effective - height, 0) // 2
-    shift = 0
-    for b in range(batch):
-        for r in range(out_h):
-            first_needed = min(max(r * stride - pad_top, 0), height)
-            written = (b * out_h + r + 1) * row_out
-            released = (b * height + first_needed) * row_in
-            shift = max(shift, written - released)
+    # After output row r of image b: (b * out_h + r + 1) rows written, and the input rows above
+    # its window's first row released. The excess is linear in b, so its largest value over
+    # the batch is at the first or the last image.
+    rows = np.arange(out_h, dtype=np.int64)
+    first_needed = np.clip(rows * stride - pad_top, 0, height)
+    excess = int(((rows + 1) * row_out - first_needed * row_in).max())
+    per_image = out_h * row_out - height * row_in
+    shift = max(0, excess + max(0, (batch - 1) * per_image))
     return [OverlapRule(0, 0, shift, kind="windowed")]
 
 
@@ -120,7 +123,9 @@ OVERLAP_RULES: dict[str, Rule] = {
 
 def declared_overlaps(graph: Graph, op: Operator, inplace: bool = True,
                       overlap: bool = True) -> list[OverlapRule]:
-    """The rules that apply to `op` with the techniques that are switched on."""
+    """The rules that apply to `op` with the techniques that are switched on, one per pair of
+    tensors: a tensor that is several inputs (ADD(x, x)) keeps the strictest of its rules, since
+    the kernel is safe only where all of them hold."""
     if not op.inputs or op.inputs[0] < 0 or not op.outputs:
         return []
     rules = []
@@ -128,4 +133,15 @@ def declared_overlaps(graph: Graph, op: Operator, inplace: bool = True,
         rules += INPLACE_RULES[op.opcode](graph, op)
     if overlap and op.opcode in OVERLAP_RULES:
         rules += OVERLAP_RULES[op.opcode](graph, op)
-    return rules
+    by_pair: dict[tuple[int, int], OverlapRule] = {}
+    for rule in rules:
+        pair = (op.inputs[rule.input], op.outputs[rule.output])
+        by_pair[pair] = stricter(by_pair[pair], rule) if pair in by_pair else rule
+    return list(by_pair.values())
+
+
+def stricter(a: OverlapRule, b: OverlapRule) -> OverlapRule:
+    """Of two rules for the same pair of tensors, the one that allows fewer offsets."""
+    if a.any_offset != b.any_offset:
+        return b if a.any_offset else a
+    return a if a.shift >= b.shift else b
