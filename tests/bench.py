@@ -1,7 +1,7 @@
 """`make bench`: figures measured side by side in one run, printed as ratios.
 
 Not a test: timings vary from machine to machine, so nothing here asserts; it prints.
-Usage: python -m tests.bench [plan] [scaling] [c] [runtime] [mcu] [MODEL.tflite ...]
+Usage: python -m tests.bench [plan] [scaling] [wide] [c] [runtime] [mcu] [MODEL.tflite ...]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from runtime_py.check import random_inputs
 from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.oracle import LiteRTOracle, TFLMOracle
 from tests.conftest import SHARED_MODEL_FILES
+from tests.wide import wide_graph_timing
 from toolchain.errors import ArenacError
 from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
 from toolchain.planners import Buffer, lower_bound, make_plan
@@ -231,6 +232,17 @@ def mcu_section(paths: list[Path]) -> None:
     print(table(["model", "tflm head", "exported arena", "tflm head with plan"], heads))
 
 
+def wide_section() -> None:
+    """`arenac plan --time-limit 2` on 10,000 and 100,000 parallel branches, whole command."""
+    print("arenac plan --json --time-limit 2 on wide graphs (one process each, reading included)")
+    rows = []
+    for branches in (10_000, 100_000):
+        figures = wide_graph_timing(branches)
+        rows.append([figures["operators"], figures["seconds"], figures["planner"],
+                     figures["arena_bytes"], figures["lower_bound_bytes"]])
+    print(table(["operators", "seconds", "planner", "arena", "lower bound"], rows))
+
+
 def fmt(ms: float | None) -> str:
     return "n/a" if ms is None else f"{ms:.3f}"
 
@@ -241,7 +253,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     sections = [a for a in argv if not a.endswith(".tflite")] or [
-        "plan", "scaling", "c", "runtime", "mcu"]
+        "plan", "scaling", "wide", "c", "runtime", "mcu"]
     paths = [Path(a) for a in argv if a.endswith(".tflite")] or SHARED_MODEL_FILES
     if not paths:
         print("no models: pass .tflite paths or provide ../shared/models", file=sys.stderr)
@@ -251,6 +263,9 @@ def main(argv: list[str]) -> int:
         print()
     if "scaling" in sections:
         scaling_section()
+        print()
+    if "wide" in sections:
+        wide_section()
         print()
     if "c" in sections:
         print("generated C (cc -O2, host) per inference (ms) beside TFLM and LiteRT, same run")

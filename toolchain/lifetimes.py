@@ -67,13 +67,18 @@ def compute_lifetimes(
     step_of = {op: step for step, op in enumerate(order)}
     last_step = max(len(order) - 1, 0)
     tensors = graph.tensors
-    planned = [t.index for t in tensors if not t.is_constant and not t.is_variable]
-    first: dict[int, int] = {t: 0 for t in graph.inputs if t in planned}
+    # Looked up once per tensor, not once per use: a wide graph reads one tensor many times.
+    variable = [t.is_variable for t in tensors]
+    unplanned = [t.is_constant or t.is_variable for t in tensors]
+    planned = [t for t, skip in enumerate(unplanned) if not skip]
+    first: dict[int, int] = {
+        t: 0 for t in graph.inputs if 0 <= t < len(tensors) and not unplanned[t]
+    }
     last: dict[int, int] = {}
     for step, op_index in enumerate(order):
         op = graph.operators[op_index]
         for t in op.inputs:
-            if t < 0 or tensors[t].is_constant or tensors[t].is_variable:
+            if t < 0 or unplanned[t]:
                 continue
             if t not in first:
                 raise ModelError(
@@ -83,8 +88,8 @@ def compute_lifetimes(
                 )
             last[t] = step
         for t in op.outputs:
-            if tensors[t].is_variable or t in first:
-                if not tensors[t].is_variable:
+            if variable[t] or t in first:
+                if not variable[t]:
                     raise ModelError(f"tensor {t} ({tensors[t].name!r}) is written twice", source)
                 continue
             first[t] = step
@@ -117,9 +122,11 @@ def overlap_pairs(
     """Overlaps the planner may use: an op's output over one of its inputs that dies there.
 
     Only pairs whose lives touch at exactly that op qualify: the input's last step and the
-    output's first step are both the op's step.
+    output's first step are both the op's step. A graph output never dies, even when its last
+    reader runs at the last step, so nothing may be placed over it.
     """
     buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+    graph_outputs = set(graph.outputs)
     pairs = []
     for step, op_index in enumerate(lifetimes.order):
         op = graph.operators[op_index]
@@ -127,6 +134,8 @@ def overlap_pairs(
             above = buffer_of.get(op.inputs[rule.input])
             below = buffer_of.get(op.outputs[rule.output])
             if above is None or below is None or above == below:
+                continue
+            if op.inputs[rule.input] in graph_outputs:
                 continue
             if lifetimes.buffers[above].last == step and lifetimes.buffers[below].first == step:
                 pairs.append(Overlap(below, above, rule.shift, rule.any_offset))

@@ -8,18 +8,21 @@ from dataclasses import dataclass
 from toolchain.ir import Model
 from toolchain.lifetimes import Lifetimes, ScratchRequest, compute_lifetimes, overlap_pairs
 from toolchain.planners import (
+    Deadline,
     Plan,
     align_up,
     lower_bound,
     lower_bound_with_overlaps,
-    make_plan,
     naive_sum,
+    smallest_plan,
     verify,
 )
 from toolchain.planners.csvio import load_offsets
 from toolchain.schedule import schedule
 
 STATE_ALIGNMENT = 16
+# The most of the time limit the schedule search may take; the planners have the rest.
+SCHEDULE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -117,18 +120,26 @@ def plan_model(
 ) -> ModelPlan:
     """Plan one graph of `model`; the result is verified.
 
-    `planner="best"` tries every planner and keeps the smallest arena (`time_limit` bounds the
-    exact search). With `external_io` the
+    `planner="best"` tries every planner and keeps the smallest arena. `time_limit` (seconds)
+    bounds the whole search, the schedule's and every planner's: each returns the best it
+    found by then, and a planner with nothing by then gives way to the first-fit free list, so
+    only reading, lifetimes and checks (all near-linear) come on top. With `external_io` the
     graph's inputs and outputs live in the caller's buffers, not the arena. `order` overrides
     the schedule the techniques would choose. `offsets_csv` takes the offsets from an external
     solver's solution (MiniMalloc CSV) instead of a planner; they are verified like any plan.
     """
+    deadline = Deadline.after(time_limit)
     graph = model.graphs[graph_index]
+    in_file_order = None
     if order is None:
-        compute_lifetimes(graph, None, scratch, model.source)  # an unrunnable graph fails here
-        order = schedule(graph, techniques.schedule, alignment)
+        # An unrunnable graph fails here.
+        in_file_order = compute_lifetimes(graph, None, scratch, model.source)
+        order = schedule(graph, techniques.schedule, alignment, deadline.share(SCHEDULE_SHARE))
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
-    lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside)
+    if in_file_order is not None and not outside and in_file_order.order == tuple(order):
+        lifetimes = in_file_order  # the file's order won: its lifetimes are known already
+    else:
+        lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside)
     overlaps = overlap_pairs(graph, lifetimes, techniques.inplace, techniques.overlap)
     if offsets_csv is not None:
         plan = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
@@ -136,11 +147,7 @@ def plan_model(
         if planner == "optimal":
             options.setdefault("time_limit", time_limit)
         candidates = best_candidates(time_limit) if planner == BEST else ((planner, options),)
-        plans = [
-            make_plan(lifetimes.buffers, name, alignment, overlaps=overlaps, **chosen)
-            for name, chosen in candidates
-        ]
-        plan = min(plans, key=lambda p: p.arena_bytes)  # first of equals: candidates' order
+        plan = smallest_plan(lifetimes.buffers, candidates, alignment, overlaps, deadline)
     return ModelPlan(
         model=model,
         graph_index=graph_index,

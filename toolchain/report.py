@@ -11,6 +11,7 @@ from toolchain.ir import Model, Tensor
 from toolchain.ops import unsupported_ops
 from toolchain.plan import BufferRow, ModelPlan
 from toolchain.render import render
+from toolchain.text import display_text
 
 MAP_SYMBOLS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -247,36 +248,42 @@ def memory_map_text(rows: list[BufferRow], arena: int, steps: int, height: int =
         f"memory map: {band} bytes per row, "
         f"{'1 op' if width == steps else f'{steps / width:.1f} ops'} per column"
     ]
-    for row_index in range(-(-arena // band)):
-        lo, hi = row_index * band, min(arena, (row_index + 1) * band)
-        cells = []
-        for col in range(width):
-            step_lo, step_hi = (
-                col * steps // width,
-                max(col * steps // width, (col + 1) * steps // width - 1),
-            )
-            holder = max(
-                (
-                    r
-                    for r in rows
-                    if r.bytes
-                    and r.first_op <= step_hi
-                    and r.last_op >= step_lo
-                    and r.offset < hi
-                    and r.offset + r.bytes > lo
-                ),
-                key=lambda r: min(hi, r.offset + r.bytes) - max(lo, r.offset),
-                default=None,
-            )
-            cells.append("." if holder is None else symbol(holder.buffer))
-        lines.append(f"{lo:>9} |{''.join(cells)}|")
+    row_count = -(-arena // band)
+    step_ranges = [
+        (col * steps // width, max(col * steps // width, (col + 1) * steps // width - 1))
+        for col in range(width)
+    ]
+    # Each cell shows the buffer holding most of its bytes (the first such in `rows`); every
+    # buffer paints only the cells it covers, so wide graphs stay cheap.
+    best: dict[tuple[int, int], tuple[int, BufferRow]] = {}
+    for r in rows:
+        if not r.bytes:
+            continue
+        first_col = max(0, r.first_op * width // steps - 1)
+        last_col = min(width - 1, r.last_op * width // steps + 1)
+        cols = [c for c in range(first_col, last_col + 1)
+                if step_ranges[c][0] <= r.last_op and step_ranges[c][1] >= r.first_op]
+        for row_index in range(r.offset // band, min(row_count, -(-(r.offset + r.bytes) // band))):
+            lo, hi = row_index * band, min(arena, (row_index + 1) * band)
+            held = min(hi, r.offset + r.bytes) - max(lo, r.offset)
+            for col in cols:
+                if held > best.get((row_index, col), (0, None))[0]:
+                    best[row_index, col] = (held, r)
+    for row_index in range(row_count):
+        cells = [
+            symbol(best[row_index, col][1].buffer) if (row_index, col) in best else "."
+            for col in range(width)
+        ]
+        lines.append(f"{row_index * band:>9} |{''.join(cells)}|")
     lines.append(" " * 10 + "+" + "-" * width + "+")
     lines.append(" " * 11 + "op 0" + f"op {steps - 1}".rjust(max(0, width - 4)))
     return "\n".join(lines)
 
 
 def memory_map_svg(mp: ModelPlan) -> str:
-    """The memory map as SVG: one rectangle per buffer, x = op step, y = offset."""
+    """The memory map as SVG: one rectangle per buffer, x = op step, y = offset. The template
+    escapes markup; names and the path are first made displayable (`display_text`), since XML
+    has no way at all to carry a NUL or most other control characters."""
     steps = max(len(mp.lifetimes.order), 1)
     width, height, margin = 800, 480, 48
     x_scale = (width - 2 * margin) / steps
@@ -288,7 +295,7 @@ def memory_map_svg(mp: ModelPlan) -> str:
             "w": round((r.last_op - r.first_op + 1) * x_scale, 2),
             "h": round(max(r.bytes * y_scale, 0.5), 2),
             "hue": (r.buffer * 47) % 360,
-            "title": f"{r.name}: {r.bytes} bytes at offset {r.offset}, "
+            "title": f"{display_text(r.name)}: {r.bytes} bytes at offset {r.offset}, "
             f"ops {r.first_op}-{r.last_op}",
         }
         for r in mp.rows()
@@ -299,7 +306,8 @@ def memory_map_svg(mp: ModelPlan) -> str:
         height=height,
         margin=margin,
         rects=rects,
-        title=f"{mp.model.source}: {mp.plan.planner} plan, arena {mp.arena_bytes} bytes, "
+        title=f"{display_text(mp.model.source)}: {mp.plan.planner} plan, "
+        f"arena {mp.arena_bytes} bytes, "
         f"lower bound {mp.lower_bound_bytes} bytes",
         arena_bytes=mp.arena_bytes,
         steps=steps,

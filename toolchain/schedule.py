@@ -15,6 +15,10 @@ reads lives only then), and during the first step so is every graph input that n
 Every order passes through the same cuts (sets of operators that must all run before any other
 can), so `best_order` solves the pieces between cuts one by one: exactly while the downsets stay
 few, else greedily with exact re-ordering of windows around the peak. A chain is all cuts.
+
+The whole graph is held as adjacency lists and every pass over it is near-linear; bitmasks of
+operators appear only inside the exact searches, over pieces and windows small enough for them.
+A deadline ends the searches early: the result is then the best valid order found so far.
 """
 
 from __future__ import annotations
@@ -22,20 +26,26 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from toolchain.errors import ModelError, PlanError
 from toolchain.ir import Graph, Operator
 from toolchain.lifetimes import compute_lifetimes, model_order
-from toolchain.planners import align_up, lower_bound
+from toolchain.planners import NEVER, Deadline, align_up, lower_bound
 
 MODES = ("model", "auto")
 # Most downsets the exact searches of one graph visit before the heuristic takes over.
 EXACT_LIMIT = 200_000
+# Pieces of more operators are left to the heuristic: their downsets are at least as many as
+# their operators, and each costs a bitmask that long.
+EXACT_OPS = 2048
 # The heuristic's exact re-ordering of windows: half-widths tried around a peak step, the most
 # downsets one window may visit, and the most all windows of one piece may visit together.
 _HALF_WIDTHS = (4, 8, 16)
 _WINDOW_LIMIT = 10_000
 _WINDOW_BUDGET = 50_000
+# Steps of a search between two looks at the clock.
+_CLOCK_EVERY = 1024
 
 # Operators with effects beyond the tensors they read and write (variables, subgraph calls,
 # custom kernels nobody described): they keep the file's relative order.
@@ -51,59 +61,86 @@ def peak_bytes(graph: Graph, order: Sequence[int], alignment: int = 16) -> int:
     return lower_bound(compute_lifetimes(graph, order).buffers, alignment)
 
 
-def schedule(graph: Graph, mode: str = "auto", alignment: int = 16) -> tuple[int, ...]:
+def schedule(
+    graph: Graph, mode: str = "auto", alignment: int = 16, deadline: Deadline = NEVER
+) -> tuple[int, ...]:
     """The execution order to plan with: "model" is the file's order; "auto" is `best_order`
-    when it lowers the peak, else the file's order."""
+    (searched until `deadline`) when it lowers the peak, else the file's order."""
     if mode == "model":
         return model_order(graph)
     if mode != "auto":
         raise PlanError(f"unknown schedule {mode!r}; choose one of {', '.join(MODES)}")
-    best = best_order(graph, alignment)
+    problem = _Problem.of(graph, alignment)
+    best = _checked(graph, _best(problem, EXACT_LIMIT, deadline))
     model = model_order(graph)
     if best == model:
         return model
-    try:
-        model_peak = peak_bytes(graph, model, alignment)
-    except ModelError:  # the file's order reads a tensor before writing it: no candidate
-        return best
-    return best if peak_bytes(graph, best, alignment) < model_peak else model
+    if not _is_topological(problem, model):
+        return best  # the file's order reads a tensor before writing it: no candidate
+    return best if _peak(problem, best) < _peak(problem, model) else model
 
 
 def best_order(
-    graph: Graph, alignment: int = 16, exact_limit: int = EXACT_LIMIT
+    graph: Graph,
+    alignment: int = 16,
+    exact_limit: int = EXACT_LIMIT,
+    deadline: Deadline = NEVER,
 ) -> tuple[int, ...]:
     """A valid execution order with the lowest peak of live bytes.
 
     Exact while the downsets visited stay within `exact_limit` (in all pieces together); the
     order is then the first of the best ones by operator index, so the file's order whenever it
     is one of them. Pieces beyond the limit get the best of their file order and two greedy
-    orders, improved by exact re-ordering of windows around its peak. Raises ModelError if the
-    graph has no valid order.
+    orders, improved by exact re-ordering of windows around its peak. Once `deadline` passes,
+    each piece keeps the best order it has (at worst its file order, or a topological one).
+    Raises ModelError if the graph has no valid order.
     """
-    problem = _Problem.of(graph, alignment)
+    return _checked(graph, _best(_Problem.of(graph, alignment), exact_limit, deadline))
+
+
+def _checked(graph: Graph, order: tuple[int, ...]) -> tuple[int, ...]:
+    compute_lifetimes(graph, order)  # raises what the planner would on an invalid graph
+    return order
+
+
+def _best(problem: _Problem, exact_limit: int, deadline: Deadline) -> tuple[int, ...]:
     pieces = _pieces(problem, _topological(problem))
-    searches: list[_Search | None] = []
+    exact: dict[int, _Search] = {}
+    peaks: dict[int, int] = {}
     budget = exact_limit
-    for piece in pieces:
-        search = None
-        if budget > 0:
-            search = _Search(piece, 0, piece.start, (1 << piece.size) - 1, budget)
+    for i, piece in enumerate(pieces):
+        if budget <= 0 or deadline.passed():
+            continue
+        if piece.size == 1:  # one order, two downsets: no search needed to know its peak
+            peaks[i] = piece.start + piece.made[0] + piece.first_only
+            budget -= 2
+        elif piece.size + 1 > budget:  # the search would run out of downsets
+            budget = 0
+        elif piece.size <= EXACT_OPS:
+            search = _Search(piece, budget, deadline)
             budget -= search.visited
-        searches.append(search if search is not None and search.complete else None)
-    peak = max((s.peak for s in searches if s is not None), default=0)
+            if search.complete:
+                exact[i], peaks[i] = search, search.peak
+    peak = max(peaks.values(), default=0)
     # The other pieces start from their best candidate; the highest is improved first, and none
     # below the peak already reached.
-    rough = {i: _candidate(pieces[i]) for i, s in enumerate(searches) if s is None}
+    rough = {i: _candidate(piece, deadline) for i, piece in enumerate(pieces) if i not in peaks}
+    rough_peaks = {i: _peak(pieces[i], order) for i, order in rough.items()}
     budget = _WINDOW_BUDGET
-    for i in sorted(rough, key=lambda i: -_peak(pieces[i], rough[i])):
-        if budget > 0 and _peak(pieces[i], rough[i]) > peak:
-            rough[i], budget = _improve(pieces[i], rough[i], peak, budget)
-        peak = max(peak, _peak(pieces[i], rough[i]))
+    for i in sorted(rough, key=lambda i: -rough_peaks[i]):
+        if budget > 0 and rough_peaks[i] > peak and not deadline.passed():
+            rough[i], budget = _improve(pieces[i], rough[i], peak, budget, deadline)
+            rough_peaks[i] = _peak(pieces[i], rough[i])
+        peak = max(peak, rough_peaks[i])
     order: list[int] = []
-    for i, (piece, search) in enumerate(zip(pieces, searches)):
-        local = rough[i] if search is None else search.order(peak)
+    for i, piece in enumerate(pieces):
+        if i in rough:
+            local: Sequence[int] = rough[i]
+        elif i in exact:
+            local = exact[i].order(peak)
+        else:
+            local = (0,)
         order.extend(piece.ops[v] for v in local)
-    compute_lifetimes(graph, order)  # raises what the planner would on an invalid graph
     return tuple(order)
 
 
@@ -112,16 +149,17 @@ class _Problem:
     """A graph, or a piece of one, reduced to what scheduling needs; bytes are aligned.
 
     Operators are numbered 0..size-1 (`ops` maps them back to the graph's indices, in the same
-    order) and sets of them are bitmasks. `reads[v]` lists the inputs of v that die with their
-    last reader: (tensor, bytes, mask of their readers).
+    order); `preds` and `succs` list each one's direct neighbours, ascending. `reads[v]` lists
+    the inputs of v that die with their last reader, as (tensor, bytes): a tensor's readers are
+    the operators that list it there.
     """
 
     ops: tuple[int, ...]
-    preds: tuple[int, ...]
+    preds: tuple[tuple[int, ...], ...]
     succs: tuple[tuple[int, ...], ...]
     made: tuple[int, ...]  # bytes of v's planned outputs: all live while v runs
     kept: tuple[int, ...]  # of those, the bytes that stay live after v (read later, or outputs)
-    reads: tuple[tuple[tuple[int, int, int], ...], ...]
+    reads: tuple[tuple[tuple[int, int], ...], ...]
     start: int  # bytes live before the first operator runs
     first_only: int  # graph inputs nobody reads: live during the first step only
 
@@ -129,55 +167,61 @@ class _Problem:
     def size(self) -> int:
         return len(self.ops)
 
+    @cached_property
+    def reader_counts(self) -> dict[int, int]:
+        """Tensor -> how many operators list it in `reads`."""
+        counts: dict[int, int] = {}
+        for reads in self.reads:
+            for t, _ in reads:
+                counts[t] = counts.get(t, 0) + 1
+        return counts
+
     @classmethod
     def of(cls, graph: Graph, alignment: int) -> _Problem:
         tensors = graph.tensors
         n = len(graph.operators)
-
-        def planned(t: int) -> bool:
-            return t >= 0 and not tensors[t].is_constant and not tensors[t].is_variable
-
-        graph_inputs = {t for t in graph.inputs if planned(t)}
+        planned = [not t.is_constant and not t.is_variable for t in tensors]
+        graph_inputs = {t for t in graph.inputs if t >= 0 and planned[t]}
         outputs = set(graph.outputs)
         producer: dict[int, int] = {}
         for op in graph.operators:
             for t in op.outputs:
-                if planned(t) and t not in graph_inputs:
+                if t >= 0 and planned[t] and t not in graph_inputs:
                     producer.setdefault(t, op.index)
-        readers: dict[int, int] = {}
-        preds = [0] * n
-        for op in graph.operators:
-            for t in op.inputs:
-                if planned(t):
-                    readers[t] = readers.get(t, 0) | 1 << op.index
-                    p = producer.get(t)
-                    if p is not None and p != op.index:
-                        preds[op.index] |= 1 << p
+        read: set[int] = set()
+        preds: list[set[int]] = [set() for _ in range(n)]
         previous = None
         for op in graph.operators:
+            for t in op.inputs:
+                if t >= 0 and planned[t]:
+                    read.add(t)
+                    p = producer.get(t)
+                    if p is not None and p != op.index:
+                        preds[op.index].add(p)
             if _stateful(graph, op):
                 if previous is not None:
-                    preds[op.index] |= 1 << previous
+                    preds[op.index].add(previous)
                 previous = op.index
         nbytes = {t: align_up(tensors[t].nbytes, alignment) for t in (*graph_inputs, *producer)}
         made, kept = [0] * n, [0] * n
         for t, p in producer.items():
             made[p] += nbytes[t]
-            if t in outputs or t in readers:
+            if t in outputs or t in read:
                 kept[p] += nbytes[t]
-        start = sum(nbytes[t] for t in graph_inputs if t in outputs or t in readers)
+        start = sum(nbytes[t] for t in graph_inputs if t in outputs or t in read)
         reads = tuple(
             tuple(
-                (t, nbytes[t], readers[t])
+                (t, nbytes[t])
                 for t in dict.fromkeys(op.inputs)
-                if planned(t) and t in nbytes and t not in outputs
+                if t in nbytes and t not in outputs
             )
             for op in graph.operators
         )
+        ordered = tuple(tuple(sorted(p)) for p in preds)
         return cls(
             ops=tuple(range(n)),
-            preds=tuple(preds),
-            succs=_successors(preds),
+            preds=ordered,
+            succs=_successors(ordered),
             made=tuple(made),
             kept=tuple(kept),
             reads=reads,
@@ -185,45 +229,34 @@ class _Problem:
             first_only=sum(nbytes[t] for t in graph_inputs) - start,
         )
 
-    def piece(self, ops: Sequence[int], done: int, live: int) -> _Problem:
-        """The sub-problem of running `ops` (ascending) after the operators in `done`, with
-        `live` bytes live then; inputs read after the piece never die in it."""
+    def part(
+        self, ops: Sequence[int], live: int, first: bool, last_read: dict[int, int], end: int
+    ) -> _Problem:
+        """The sub-problem of running `ops` (ascending; positions up to `end` of a valid order)
+        after every operator before them in that order, with `live` bytes live then; `first`
+        when nothing ran before. An input dies in it only if `last_read` (tensor -> position of
+        its last reader in that order) puts its last reader before `end`."""
         local = {v: i for i, v in enumerate(ops)}
-        mask = 0
-        for v in ops:
-            mask |= 1 << v
-
-        def localized(m: int) -> int:
-            out = 0
-            for v in _bits(m & mask):
-                out |= 1 << local[v]
-            return out
-
-        preds = [localized(self.preds[v]) for v in ops]
-        reads = tuple(
-            tuple(
-                (t, nbytes, localized(readers))
-                for t, nbytes, readers in self.reads[v]
-                if not readers & ~(done | mask)
-            )
-            for v in ops
-        )
+        preds = tuple(tuple(local[u] for u in self.preds[v] if u in local) for v in ops)
         return _Problem(
             ops=tuple(self.ops[v] for v in ops),
-            preds=tuple(preds),
+            preds=preds,
             succs=_successors(preds),
             made=tuple(self.made[v] for v in ops),
             kept=tuple(self.kept[v] for v in ops),
-            reads=reads,
+            reads=tuple(
+                tuple((t, nbytes) for t, nbytes in self.reads[v] if last_read[t] < end)
+                for v in ops
+            ),
             start=live,
-            first_only=self.first_only if done == 0 else 0,
+            first_only=self.first_only if first else 0,
         )
 
 
-def _successors(preds: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+def _successors(preds: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
     succs: list[list[int]] = [[] for _ in preds]
-    for v, mask in enumerate(preds):
-        for u in _bits(mask):
+    for v, before in enumerate(preds):
+        for u in before:
             succs[u].append(v)
     return tuple(tuple(s) for s in succs)
 
@@ -247,7 +280,7 @@ def _bits(mask: int) -> Iterator[int]:
 
 def _topological(problem: _Problem) -> tuple[int, ...]:
     """The first valid order by operator index."""
-    waiting = [mask.bit_count() for mask in problem.preds]
+    waiting = [len(before) for before in problem.preds]
     ready = [v for v, count in enumerate(waiting) if count == 0]
     heapq.heapify(ready)
     order: list[int] = []
@@ -263,49 +296,83 @@ def _topological(problem: _Problem) -> tuple[int, ...]:
     return tuple(order)
 
 
-def _pieces(problem: _Problem, order: Sequence[int]) -> list[_Problem]:
-    """The sub-problems between the cuts of a valid `order`.
+def _cut_ends(problem: _Problem, order: Sequence[int]) -> list[int]:
+    """The lengths k of the prefixes of a valid `order` that are cuts, ascending (n included).
 
-    The first k operators of an order form a cut when each of them is an ancestor of every
-    later one; every order then runs exactly them first.
+    order[:k] is a cut when each of its operators is an ancestor of every later one; every
+    order then runs exactly them first. That holds exactly when each maximal operator of the
+    prefix (no successor in it) is a direct predecessor of each minimal one of the rest (all
+    predecessors in the prefix): any operator of the prefix reaches a maximal one, and any
+    later one is reached from a minimal one. So it is enough to count the edges between the two
+    sets as operators move across, each joining and leaving each set once: linear time.
     """
-    n = len(order)
-    position = [0] * n
-    for i, v in enumerate(order):
-        position[v] = i
-    # Descendants by position in `order`, and the furthest non-descendant after each operator.
-    below = [0] * n
-    furthest = [0] * n
-    everything = (1 << n) - 1
-    for i in range(n - 1, -1, -1):
-        v = order[i]
-        mask = 0
-        for w in problem.succs[v]:
-            mask |= below[w] | 1 << position[w]
-        below[v] = mask
-        others = everything & ~mask & ~((2 << i) - 1)
-        furthest[i] = max(others.bit_length() - 1, i)
+    preds, succs = problem.preds, problem.succs
+    n = problem.size
+    waiting = [len(before) for before in preds]
+    maximal_preds = [0] * n  # of each operator, its predecessors that are maximal in the prefix
+    minimal_succs = [0] * n  # of each operator, its successors that are minimal in the rest
+    is_maximal = [False] * n
+    maximal = minimal = edges = 0  # set sizes, and the edges from the maximal to the minimal
+    for w in range(n):
+        if not waiting[w]:
+            minimal += 1
+    ends = []
+    for k, v in enumerate(order, 1):
+        minimal -= 1  # v leaves the rest, of which it was minimal
+        edges -= maximal_preds[v]
+        for u in preds[v]:
+            minimal_succs[u] -= 1
+        for u in preds[v]:  # they gain a successor in the prefix
+            if is_maximal[u]:
+                is_maximal[u] = False
+                maximal -= 1
+                edges -= minimal_succs[u]
+                for w in succs[u]:
+                    maximal_preds[w] -= 1
+        is_maximal[v] = True  # none of its successors is minimal yet
+        maximal += 1
+        for w in succs[v]:
+            maximal_preds[w] += 1
+        for w in succs[v]:
+            waiting[w] -= 1
+            if not waiting[w]:
+                minimal += 1
+                edges += maximal_preds[w]
+                for u in preds[w]:
+                    minimal_succs[u] += 1
+        if edges == maximal * minimal:
+            ends.append(k)
+    return ends
+
+
+def _pieces(problem: _Problem, order: Sequence[int]) -> list[_Problem]:
+    """The sub-problems between the cuts of a valid `order`."""
     before = _profile(problem, order)[1]
+    last_read = _last_reads(problem, order)
     pieces = []
-    first = reach = 0
-    done = 0
-    for i in range(n):
-        reach = max(reach, furthest[i])
-        if reach == i:
-            ops = sorted(order[first : i + 1])
-            pieces.append(problem.piece(ops, done, before[first]))
-            for v in ops:
-                done |= 1 << v
-            first = i + 1
+    first = 0
+    for end in _cut_ends(problem, order):
+        ops = sorted(order[first:end])
+        pieces.append(problem.part(ops, before[first], first == 0, last_read, end))
+        first = end
     return pieces
 
 
+def _last_reads(problem: _Problem, order: Sequence[int]) -> dict[int, int]:
+    """Tensor -> the position in `order` of its last reader."""
+    last: dict[int, int] = {}
+    for position, v in enumerate(order):
+        for t, _ in problem.reads[v]:
+            last[t] = position
+    return last
+
+
 def _is_topological(problem: _Problem, order: Sequence[int]) -> bool:
-    done = 0
+    done = [False] * problem.size
     for v in order:
-        if problem.preds[v] & ~done:
+        if not all(done[u] for u in problem.preds[v]):
             return False
-        done |= 1 << v
+        done[v] = True
     return True
 
 
@@ -315,14 +382,14 @@ def _peak(problem: _Problem, order: Sequence[int]) -> int:
 
 def _profile(problem: _Problem, order: Sequence[int]) -> tuple[list[int], list[int]]:
     """Bytes live during each step of `order`, and bytes live before each step."""
-    waiting = {t: readers.bit_count() for reads in problem.reads for t, _, readers in reads}
+    waiting = dict(problem.reader_counts)
     live = problem.start
     during, before = [], []
     for step, v in enumerate(order):
         before.append(live)
         during.append(live + problem.made[v] + (problem.first_only if step == 0 else 0))
         live += problem.kept[v]
-        for t, nbytes, _ in problem.reads[v]:
+        for t, nbytes in problem.reads[v]:
             waiting[t] -= 1
             if waiting[t] == 0:
                 live -= nbytes
@@ -330,29 +397,33 @@ def _profile(problem: _Problem, order: Sequence[int]) -> tuple[list[int], list[i
 
 
 class _Search:
-    """Exact search for the best orders of the operators in `window`, run after those in `done`
-    with `live` bytes live: forward over downsets of growing size (at most `limit` of them),
-    then backward for the lowest peak still to come from each."""
+    """Exact search for the best orders of a problem: forward over downsets of growing size (at
+    most `limit` of them, until `deadline`), then backward for the lowest peak still to come
+    from each. Sets of operators are bitmasks here."""
 
-    def __init__(self, problem: _Problem, done: int, live: int, window: int, limit: int):
-        self.problem, self.done = problem, done
-        preds, succs, kept, made, reads = (
-            problem.preds,
-            problem.succs,
-            problem.kept,
-            problem.made,
-            problem.reads,
-        )
+    def __init__(self, problem: _Problem, limit: int, deadline: Deadline):
+        self.problem = problem
+        preds = [0] * problem.size
+        for v, before in enumerate(problem.preds):
+            for u in before:
+                preds[v] |= 1 << u
+        readers: dict[int, int] = {}
+        for v, reads in enumerate(problem.reads):
+            for t, _ in reads:
+                readers[t] = readers.get(t, 0) | 1 << v
+        reads = [tuple((nbytes, readers[t]) for t, nbytes in r) for r in problem.reads]
+        succs, kept, made = problem.succs, problem.kept, problem.made
         ready = 0
-        for v in _bits(window & ~done):
-            if not preds[v] & ~done:
+        for v, mask in enumerate(preds):
+            if not mask:
                 ready |= 1 << v
         # downset -> (bytes live, mask of ready operators)
-        states: dict[int, tuple[int, int]] = {done: (live, ready)}
+        states: dict[int, tuple[int, int]] = {0: (problem.start, ready)}
         self.states = states
-        self.steps = window.bit_count()
+        self.steps = problem.size
         self.complete = False
-        layers = [[done]]
+        self.visited = 1
+        layers = [[0]]
         for _ in range(self.steps):
             layer = []
             for s in layers[-1]:
@@ -364,25 +435,28 @@ class _Search:
                     t = s | bit
                     if t in states:
                         continue
-                    if len(states) >= limit:
+                    if len(states) >= limit or (
+                        not len(states) % _CLOCK_EVERY and deadline.passed()
+                    ):
                         self.visited = len(states)
                         return
                     v = bit.bit_length() - 1
                     t_live = s_live + kept[v]
-                    for _, nbytes, readers in reads[v]:
-                        if not readers & ~t:
+                    for nbytes, r in reads[v]:
+                        if not r & ~t:
                             t_live -= nbytes
                     t_ready = s_ready ^ bit
                     for w in succs[v]:
-                        if window >> w & 1 and not preds[w] & ~t:
+                        if not preds[w] & ~t:
                             t_ready |= 1 << w
                     states[t] = (t_live, t_ready)
                     layer.append(t)
             layers.append(layer)
         self.visited = len(states)
-        self.complete = True
         to_go = self.to_go = dict.fromkeys(layers[-1], 0)
         for layer in reversed(layers[:-1]):
+            if deadline.passed():
+                return
             for s in layer:
                 s_live, m = states[s]
                 if s == 0:
@@ -398,13 +472,14 @@ class _Search:
                     if best is None or cost < best:
                         best = cost
                 to_go[s] = best
-        self.peak = to_go[done]
+        self.peak = to_go[0]
+        self.complete = True
 
     def order(self, threshold: int) -> tuple[int, ...]:
         """The first order by operator index whose peak is at most `threshold` (>= `peak`)."""
         problem = self.problem
         order = []
-        s = self.done
+        s = 0
         for _ in range(self.steps):
             s_live, s_ready = self.states[s]
             extra = problem.first_only if s == 0 else 0
@@ -418,55 +493,80 @@ class _Search:
         return tuple(order)
 
 
-def _candidate(problem: _Problem) -> tuple[int, ...]:
-    """The best of the file's order and two greedy orders (the file's on ties)."""
-    candidates = [_greedy(problem, by_transient) for by_transient in (False, True)]
+def _candidate(problem: _Problem, deadline: Deadline) -> tuple[int, ...]:
+    """The best of the file's order and two greedy orders (the file's on ties), of those found
+    before `deadline`; at worst the file's order, or the first topological one."""
     model = tuple(range(problem.size))
-    if _is_topological(problem, model):
-        candidates.insert(0, model)
+    candidates = [model] if _is_topological(problem, model) else []
+    for by_transient in (False, True):
+        found = None if deadline.passed() else _greedy(problem, by_transient, deadline)
+        if found is not None:
+            candidates.append(found)
+    if not candidates:
+        return _topological(problem)
     return min(candidates, key=lambda order: _peak(problem, order))
 
 
-def _greedy(problem: _Problem, by_transient: bool) -> tuple[int, ...]:
+def _greedy(problem: _Problem, by_transient: bool, deadline: Deadline) -> tuple[int, ...] | None:
     """Runs, one at a time, the ready operator that leaves the fewest bytes live (ties: the one
     that frees most, then the lowest index); `by_transient` ranks by the bytes live while it
-    runs first."""
-    waiting = [mask.bit_count() for mask in problem.preds]
-    readers_left = {t: r.bit_count() for reads in problem.reads for t, _, r in reads}
-    ready = {v for v, count in enumerate(waiting) if count == 0}
-    live = problem.start
+    runs first. None if `deadline` passes first.
+
+    The bytes live before a step are the same whichever operator runs, so the ranking needs
+    only what each one adds and frees. What an operator frees grows only when another reader
+    of one of its inputs runs, so the ready operators sit in a heap and an operator whose
+    ranking improved is pushed again; stale entries are skipped: O(n log n) in all.
+    """
+    kept, made, reads = problem.kept, problem.made, problem.reads
+    waiting = [len(before) for before in problem.preds]
+    readers: dict[int, list[int]] = {}
+    for v, inputs in enumerate(reads):
+        for t, _ in inputs:
+            readers.setdefault(t, []).append(v)
+    readers_left = dict(problem.reader_counts)
+    freed = [sum(nbytes for t, nbytes in inputs if readers_left[t] == 1) for inputs in reads]
+    done = [False] * problem.size
+
+    def entry(v: int) -> tuple[int, int, int, int]:
+        after = kept[v] - freed[v]
+        first, second = (made[v], after) if by_transient else (after, -freed[v])
+        return first, second, v, freed[v]
+
+    heap = [entry(v) for v, count in enumerate(waiting) if count == 0]
+    heapq.heapify(heap)
     order: list[int] = []
-    while ready:
-        best_key, best = None, -1
-        for v in ready:
-            freed = sum(nbytes for t, nbytes, _ in problem.reads[v] if readers_left[t] == 1)
-            after = live + problem.kept[v] - freed
-            key = (live + problem.made[v], after, v) if by_transient else (after, -freed, v)
-            if best_key is None or key < best_key:
-                best_key, best = key, v
-        ready.remove(best)
+    while heap:
+        if not len(order) % _CLOCK_EVERY and order and deadline.passed():
+            return None
+        *_, best, best_freed = heapq.heappop(heap)
+        if done[best] or best_freed != freed[best]:
+            continue  # ran already, or ranked better since
+        done[best] = True
         order.append(best)
-        for t, nbytes, _ in problem.reads[best]:
+        for t, nbytes in reads[best]:
             readers_left[t] -= 1
-            if readers_left[t] == 0:
-                live -= nbytes
-        live += problem.kept[best]
+            if readers_left[t] == 1:
+                last = next(w for w in readers[t] if not done[w])
+                freed[last] += nbytes
+                if not waiting[last]:
+                    heapq.heappush(heap, entry(last))
         for w in problem.succs[best]:
             waiting[w] -= 1
-            if waiting[w] == 0:
-                ready.add(w)
+            if not waiting[w]:
+                heapq.heappush(heap, entry(w))
     return tuple(order)
 
 
 def _improve(
-    problem: _Problem, order: tuple[int, ...], floor: int, budget: int
+    problem: _Problem, order: tuple[int, ...], floor: int, budget: int, deadline: Deadline
 ) -> tuple[tuple[int, ...], int]:
     """Lowers the peak of `order` by re-ordering windows around its peak steps exactly, while
-    a window helps, the peak is above `floor` and `budget` downsets remain; returns the order
-    and the budget left."""
+    a window helps, the peak is above `floor`, `budget` downsets remain and `deadline` has not
+    passed; returns the order and the budget left."""
     current = list(order)
-    while budget > 0:
-        during, before = _profile(problem, current)
+    during, before = _profile(problem, current)
+    last_read = _last_reads(problem, current)
+    while budget > 0 and not deadline.passed():
         peak = max(during)
         if peak <= floor:
             break
@@ -474,20 +574,45 @@ def _improve(
         for step in (i for i, m in enumerate(during) if m == peak):
             for half in _HALF_WIDTHS:
                 lo, hi = max(0, step - half), min(len(current), step + half + 1)
-                done = window = 0
-                for v in current[:lo]:
-                    done |= 1 << v
-                for v in current[lo:hi]:
-                    window |= 1 << v
-                search = _Search(problem, done, before[lo], window, min(budget, _WINDOW_LIMIT))
+                members = sorted(current[lo:hi])
+                window = problem.part(members, before[lo], lo == 0, last_read, hi)
+                search = _Search(window, min(budget, _WINDOW_LIMIT), deadline)
                 budget -= search.visited
                 if search.complete and search.peak < peak:
-                    current[lo:hi] = search.order(search.peak)
+                    current[lo:hi] = [members[v] for v in search.order(search.peak)]
+                    _reprofile(problem, current, lo, hi, during, before, last_read)
                     improved = True
                 if improved or budget <= 0 or hi - lo == len(current):
                     break
-            if improved or budget <= 0:
+            if improved or budget <= 0 or deadline.passed():
                 break
         if not improved:
             break
     return tuple(current), budget
+
+
+def _reprofile(
+    problem: _Problem,
+    order: list[int],
+    lo: int,
+    hi: int,
+    during: list[int],
+    before: list[int],
+    last_read: dict[int, int],
+) -> None:
+    """Brings `_profile`'s lists and `_last_reads` up to date after `order[lo:hi]` was
+    re-ordered. The same operators run before and after the window, so nothing outside it
+    changes: a window costs its own length, not the order's."""
+    window = range(lo, hi)
+    moved = {t for p in window for t, _ in problem.reads[order[p]] if lo <= last_read[t] < hi}
+    for p in window:
+        for t, _ in problem.reads[order[p]]:
+            if t in moved:
+                last_read[t] = p
+    live = before[lo]
+    for p in window:
+        v = order[p]
+        before[p] = live
+        during[p] = live + problem.made[v] + (problem.first_only if p == 0 else 0)
+        live += problem.kept[v]
+        live -= sum(nbytes for t, nbytes in problem.reads[v] if last_read[t] == p)

@@ -10,7 +10,10 @@ from dataclasses import replace
 
 from toolchain.errors import PlanError
 from toolchain.planners.base import (
+    NEVER,
     Buffer,
+    Deadline,
+    OutOfTime,
     Overlap,
     Plan,
     Planner,
@@ -34,8 +37,11 @@ PLANNERS: dict[str, type[Planner]] = {
 }
 
 __all__ = [
+    "NEVER",
     "PLANNERS",
     "Buffer",
+    "Deadline",
+    "OutOfTime",
     "Overlap",
     "Plan",
     "Planner",
@@ -44,8 +50,13 @@ __all__ = [
     "lower_bound_with_overlaps",
     "make_plan",
     "naive_sum",
+    "smallest_plan",
     "verify",
 ]
+
+
+# Fast on any input and never gives up: planned first, and whenever nothing else finished.
+FALLBACK: tuple[str, dict[str, object]] = ("freelist", {"fit": "first"})
 
 
 def make_plan(
@@ -53,26 +64,80 @@ def make_plan(
     planner: str = "greedy",
     alignment: int = 16,
     overlaps: Sequence[Overlap] = (),
+    deadline: Deadline = NEVER,
     **options: object,
 ) -> Plan:
     """Plans `buffers` with the named planner and returns the plan only once `verify` accepts it.
 
     The plan keeps the caller's buffers and overlaps (and so their ids); planners number
-    buffers by position.
+    buffers by position. A planner that reaches `deadline` without a plan raises OutOfTime.
     """
+    plan = _unverified_plan(buffers, planner, alignment, overlaps, deadline, options)
+    verify(plan)
+    return plan
+
+
+def smallest_plan(
+    buffers: Sequence[Buffer],
+    candidates: Sequence[tuple[str, dict[str, object]]],
+    alignment: int = 16,
+    overlaps: Sequence[Overlap] = (),
+    deadline: Deadline = NEVER,
+) -> Plan:
+    """The smallest plan of the (planner, options) `candidates` that finish by `deadline`
+    (the first of equals, in their order), once `verify` accepts it.
+
+    `FALLBACK` runs first when it is a candidate, so there is always a plan, and in the end if
+    no candidate finished. The others take turns, the exact planner last (it improves its plan
+    for as long as it may), each with an equal share of the time left at its turn; once the
+    deadline has passed, none starts if there is a plan already. Only the winner is verified: a
+    check costs as much as a fast planner, and the winner is the only plan anyone uses.
+    """
+    def fallback() -> Plan:
+        return _unverified_plan(buffers, FALLBACK[0], alignment, overlaps, NEVER, FALLBACK[1])
+
+    plans: dict[int, Plan] = {}
+    if FALLBACK in candidates:
+        plans[list(candidates).index(FALLBACK)] = fallback()
+    turns = sorted(
+        (rank for rank in range(len(candidates)) if rank not in plans),
+        key=lambda rank: candidates[rank][0] == OptimalPlanner.name,
+    )
+    for done, rank in enumerate(turns):
+        if plans and deadline.passed():
+            break
+        name, options = candidates[rank]
+        share = deadline.share(1 / (len(turns) - done))
+        try:
+            plans[rank] = _unverified_plan(buffers, name, alignment, overlaps, share, options)
+        except OutOfTime:
+            continue
+    if not plans:
+        plans[len(candidates)] = fallback()
+    plan = plans[min(plans, key=lambda rank: (plans[rank].arena_bytes, rank))]
+    verify(plan)
+    return plan
+
+
+def _unverified_plan(
+    buffers: Sequence[Buffer],
+    planner: str,
+    alignment: int,
+    overlaps: Sequence[Overlap],
+    deadline: Deadline,
+    options: dict[str, object],
+) -> Plan:
     try:
         planner_class = PLANNERS[planner]
     except KeyError:
         raise PlanError(
             f"unknown planner {planner!r}; choose one of {', '.join(PLANNERS)}"
         ) from None
-    chosen = planner_class(alignment, **options)
+    chosen = planner_class(alignment, deadline=deadline, **options)
     for b in buffers:
         chosen.add_buffer(b.size, b.first, b.last)
     check_overlaps(buffers, overlaps)  # here, so errors name the caller's ids
     position = {b.id: i for i, b in enumerate(buffers)}
     for o in overlaps:
         chosen.add_overlap(position[o.below], position[o.above], o.shift, o.any_offset)
-    plan = replace(chosen.result(), buffers=tuple(buffers), overlaps=tuple(overlaps))
-    verify(plan)
-    return plan
+    return replace(chosen.result(), buffers=tuple(buffers), overlaps=tuple(overlaps))

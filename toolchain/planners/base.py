@@ -6,6 +6,8 @@ MiniMalloc CSV, or random buffers in a test.
 
 from __future__ import annotations
 
+import math
+import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Sequence
@@ -14,6 +16,37 @@ from functools import cached_property
 from typing import ClassVar
 
 from toolchain.errors import PlanError
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When planning work must stop, on the `time.monotonic` clock. Work that finds it passed
+    keeps the best result it already has, so one time limit bounds the whole plan."""
+
+    at: float = math.inf
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.monotonic() + seconds)
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def left(self) -> float:
+        """Seconds to go, 0 once passed (infinite for `NEVER`)."""
+        return max(0.0, self.at - time.monotonic())
+
+    def share(self, fraction: float) -> Deadline:
+        """The deadline for a part of the work that may use `fraction` (> 0) of the time left."""
+        return Deadline.after(self.left() * fraction)
+
+
+NEVER = Deadline()
+
+
+class OutOfTime(PlanError):
+    """A planner reached its deadline before it had a whole plan; callers fall back to a
+    faster planner."""
 
 
 @dataclass(frozen=True)
@@ -271,12 +304,15 @@ class Planner(ABC):
 
     name: ClassVar[str]
 
-    def __init__(self, alignment: int = 16, **options: object) -> None:
+    def __init__(
+        self, alignment: int = 16, *, deadline: Deadline = NEVER, **options: object
+    ) -> None:
         if options:
             raise PlanError(f"planner {self.name!r} has no option {', '.join(sorted(options))}")
         if alignment < 1:
             raise PlanError(f"alignment must be a positive number of bytes, not {alignment}")
         self.alignment = alignment
+        self.deadline = deadline  # planners that may run long give up or stop early there
         self._buffers: list[Buffer] = []
         self._overlaps: list[Overlap] = []
         self._paired: set[frozenset[int]] = set()

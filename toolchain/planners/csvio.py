@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
@@ -18,6 +19,13 @@ from toolchain.planners.base import Buffer
 PathOrFile = str | os.PathLike[str] | TextIO
 
 PROBLEM_COLUMNS = ("id", "lower", "upper", "size")
+# Every number in these files is a plain decimal below this: 4 GiB is past any arena a
+# microcontroller has, and such offsets and sizes stay exact in every integer type we emit.
+NUMBER_LIMIT = 2**32
+# ASCII digits and nothing else: int() would also take 1_6, +5, 1 000 in other scripts' digits.
+_PLAIN_NUMBER = re.compile(r"-?[0-9]+")
+# Missing ids an error lists before it only counts the rest.
+_MISSING_SHOWN = 10
 
 
 def dump_buffers(buffers: Sequence[Buffer], path_or_file: PathOrFile) -> None:
@@ -36,8 +44,6 @@ def load_buffers(path_or_file: PathOrFile) -> list[Buffer]:
         if row["id"] in seen:
             raise PlanError(f"line {line}: buffer id {row['id']} appears twice", source)
         seen.add(row["id"])
-        if row["size"] < 0:
-            raise PlanError(f"line {line}: size must not be negative, got {row['size']}", source)
         if row["upper"] <= row["lower"]:
             raise PlanError(
                 f"line {line}: upper ({row['upper']}) must exceed lower ({row['lower']})", source
@@ -79,7 +85,10 @@ def load_offsets(path_or_file: PathOrFile, buffers: Sequence[Buffer]) -> dict[in
         offsets[buffer.id] = row["offset"]
     missing = [b.id for b in buffers if b.id not in offsets]
     if missing:
-        raise PlanError(f"no offset for buffer id {', '.join(map(str, missing))}", source)
+        shown = ", ".join(map(str, missing[:_MISSING_SHOWN]))
+        more = len(missing) - _MISSING_SHOWN
+        rest = f" and {more} more" if more > 0 else ""
+        raise PlanError(f"no offset for buffer id {shown}{rest}", source)
     return offsets
 
 
@@ -112,13 +121,33 @@ def _read_table(
             raise PlanError(
                 f"line {n}: {len(fields)} fields, but the header has {len(header)}", source
             )
-        try:
-            rows.append((n, {name: int(value) for name, value in zip(header, fields, strict=True)}))
-        except ValueError:
-            raise PlanError(
-                f"line {n}: every field must be an integer, got {fields}", source
-            ) from None
+        row = {name: _number(text, name, n, source) for name, text in zip(header, fields)}
+        rows.append((n, row))
     return source, rows
+
+
+def _number(text: str, column: str, line: int, source: str) -> int:
+    """A field as a plain decimal in [0, NUMBER_LIMIT); spaces around it are allowed."""
+    plain = text.strip(" \t")
+    if not _PLAIN_NUMBER.fullmatch(plain):
+        raise PlanError(f"line {line}: {column} {_shown(text)!r} is not a whole number", source)
+    digits = plain.lstrip("-").lstrip("0")
+    if plain.startswith("-") and digits:
+        raise PlanError(
+            f"line {line}: {column} must not be negative, got {_shown(plain)}", source
+        )
+    # Counting digits first: int() refuses strings of thousands of them with a ValueError.
+    if len(digits) > len(str(NUMBER_LIMIT)) or int(plain) >= NUMBER_LIMIT:
+        raise PlanError(
+            f"line {line}: {column} {_shown(plain)} is too large; the most allowed is 2^32 - 1",
+            source,
+        )
+    return int(plain)
+
+
+def _shown(text: str) -> str:
+    """`text` cut short for a one-line message."""
+    return text if len(text) <= 24 else text[:20] + "..."
 
 
 @contextmanager

@@ -13,85 +13,182 @@ the one that dies last (the output), the rest of each block by its own buffer.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterator
 
 from toolchain.errors import PlanError
 from toolchain.planners.base import Buffer, Overlap, Planner, align_up, overlap_windows
 
 
-class FreeList:
-    """The free blocks below the arena's top, sorted by offset and never adjacent to each other
-    (adjacent blocks merge as they are returned), so a fit is found by one scan."""
+class Runs:
+    """Pairs kept sorted, in runs of at most 2 * RUN, each run with the largest second field of
+    its pairs: adding or removing one moves a run's entries rather than all of them, and the
+    search for the first pair whose second field is large enough skips whole runs."""
+
+    RUN = 64
 
     def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.sizes: list[int] = []
+        self.runs: list[list[tuple[int, int]]] = []
+        self.firsts: list[tuple[int, int]] = []  # each run's first pair
+        self.most: list[int] = []  # each run's largest second field
+
+    def _run(self, pair: tuple[int, int]) -> int:
+        """The run that holds `pair`, or would: the last whose first pair is not above it."""
+        return max(bisect_right(self.firsts, pair) - 1, 0)
+
+    def add(self, pair: tuple[int, int]) -> None:
+        if not self.runs:
+            self.runs, self.firsts, self.most = [[pair]], [pair], [pair[1]]
+            return
+        r = self._run(pair)
+        run = self.runs[r]
+        insort(run, pair)
+        self.firsts[r] = run[0]
+        if pair[1] > self.most[r]:
+            self.most[r] = pair[1]
+        if len(run) > 2 * self.RUN:
+            halves = [run[: self.RUN], run[self.RUN :]]
+            self.runs[r : r + 1] = halves
+            self.firsts[r : r + 1] = [half[0] for half in halves]
+            self.most[r : r + 1] = [max(second for _, second in half) for half in halves]
+
+    def remove(self, pair: tuple[int, int]) -> None:
+        r = self._run(pair)
+        run = self.runs[r]
+        del run[bisect_left(run, pair)]
+        if not run:
+            del self.runs[r], self.firsts[r], self.most[r]
+            return
+        self.firsts[r] = run[0]
+        if pair[1] == self.most[r]:
+            self.most[r] = max(second for _, second in run)
+
+    def last(self) -> tuple[int, int] | None:
+        return self.runs[-1][-1] if self.runs else None
+
+    def before(self, pair: tuple[int, int]) -> tuple[int, int] | None:
+        """The last pair below `pair`, if any."""
+        r = bisect_left(self.firsts, pair) - 1
+        if r < 0:
+            return None
+        run = self.runs[r]
+        return run[bisect_left(run, pair) - 1]
+
+    def after(self, pair: tuple[int, int]) -> tuple[int, int] | None:
+        """The first pair not below `pair`, if any."""
+        if not self.runs:
+            return None
+        r = self._run(pair)
+        run = self.runs[r]
+        i = bisect_left(run, pair)
+        if i < len(run):
+            return run[i]
+        return self.runs[r + 1][0] if r + 1 < len(self.runs) else None
+
+    def ascending_from(self, pair: tuple[int, int]) -> Iterator[tuple[int, int]]:
+        """The pairs from `pair` on, ascending (the set must not change meanwhile)."""
+        if not self.runs:
+            return
+        r = self._run(pair)
+        i = bisect_left(self.runs[r], pair)
+        for run in self.runs[r:]:
+            yield from run[i:]
+            i = 0
+
+    def first_with(self, least: int) -> tuple[int, int] | None:
+        """The first pair whose second field is at least `least`."""
+        for r, most in enumerate(self.most):
+            if most >= least:
+                return next(pair for pair in self.runs[r] if pair[1] >= least)
+        return None
+
+
+class FreeList:
+    """The free blocks below the arena's top, sorted by offset and never adjacent to each other
+    (adjacent blocks merge as they are returned), as (start, size) pairs and, for the best
+    fit, as (size, start) too: no operation looks at every block, which made a fragmented
+    arena quadratic."""
+
+    def __init__(self, fit: str) -> None:
+        self.fit = fit
+        self.by_start = Runs()
+        self.by_size = Runs()  # kept for the best fit only
+
+    def _add(self, start: int, size: int) -> None:
+        self.by_start.add((start, size))
+        if self.fit == "best":
+            self.by_size.add((size, start))
+
+    def _remove(self, start: int, size: int) -> None:
+        self.by_start.remove((start, size))
+        if self.fit == "best":
+            self.by_size.remove((size, start))
+
+    def fitting(self, size: int) -> tuple[int, int] | None:
+        """The block (start, size) a buffer of `size` bytes goes into, if any fits. First fit:
+        the lowest, which is cheap and keeps the arena's low end packed; best fit: the
+        smallest (lowest on ties), which leaves big blocks for big buffers."""
+        if self.fit == "first":
+            return self.by_start.first_with(size)
+        block = self.by_size.after((size, 0))
+        return None if block is None else (block[1], block[0])
 
     def give_back(self, start: int, size: int) -> None:
         """Returns a block, merging it with the free blocks that touch it on either side."""
         if size == 0:
             return
-        i = bisect_left(self.starts, start)
-        if i < len(self.starts) and start + size == self.starts[i]:
-            size += self.sizes.pop(i)
-            del self.starts[i]
-        if i > 0 and self.starts[i - 1] + self.sizes[i - 1] == start:
-            self.sizes[i - 1] += size
-        else:
-            self.starts.insert(i, start)
-            self.sizes.insert(i, size)
+        after = self.by_start.after((start, 0))
+        if after is not None and start + size == after[0]:
+            self._remove(*after)
+            size += after[1]
+        before = self.by_start.before((start, 0))
+        if before is not None and before[0] + before[1] == start:
+            self._remove(*before)
+            start, size = before[0], before[1] + size
+        self._add(start, size)
 
-    def reaches(self, top: int) -> bool:
-        """Whether the highest free block ends at `top`, so a buffer placed there can overhang."""
-        return bool(self.starts) and self.starts[-1] + self.sizes[-1] == top
+    def top_block(self, top: int) -> tuple[int, int] | None:
+        """The highest free block if it ends at `top`, so that a buffer placed there can
+        overhang."""
+        last = self.by_start.last()
+        return last if last is not None and last[0] + last[1] == top else None
+
+    def _meeting(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The blocks that hold any byte of [start, end)."""
+        before = self.by_start.before((start + 1, 0))  # the block starting at or below start
+        meeting = []
+        for block_start, block_size in self.by_start.ascending_from(before or (start, 0)):
+            if block_start >= end:
+                break
+            if block_start + block_size > start:
+                meeting.append((block_start, block_size))
+        return meeting
 
     def bytes_in(self, start: int, end: int) -> int:
         """How many bytes of [start, end) are free."""
-        i = max(bisect_right(self.starts, start) - 1, 0)
-        free = 0
-        for block_start, block_size in zip(self.starts[i:], self.sizes[i:]):
-            if block_start >= end:
-                break
-            free += max(0, min(end, block_start + block_size) - max(start, block_start))
-        return free
+        return sum(
+            min(end, block_start + block_size) - max(start, block_start)
+            for block_start, block_size in self._meeting(start, end)
+        )
 
     def take_range(self, start: int, end: int) -> None:
         """Removes [start, end) from the free blocks wherever they meet it."""
-        i = max(bisect_right(self.starts, start) - 1, 0)
-        while i < len(self.starts) and self.starts[i] < end:
-            block_start, block_end = self.starts[i], self.starts[i] + self.sizes[i]
-            if block_end <= start:
-                i += 1
-                continue
-            kept = [(a, b) for a, b in ((block_start, start), (end, block_end)) if a < b]
-            self.starts[i : i + 1] = [a for a, _ in kept]
-            self.sizes[i : i + 1] = [b - a for a, b in kept]
-            i += len(kept)
+        for block_start, block_size in self._meeting(start, end):
+            self._remove(block_start, block_size)
+            block_end = block_start + block_size
+            for a, b in ((block_start, start), (end, block_end)):
+                if a < b:
+                    self._add(a, b - a)
 
-    def take(self, i: int, size: int) -> int:
-        """Cuts `size` bytes from the front of block `i` and returns their offset."""
-        start = self.starts[i]
-        if self.sizes[i] == size:
-            del self.starts[i], self.sizes[i]
-        else:
-            self.starts[i] += size
-            self.sizes[i] -= size
-        return start
+    def take(self, block: tuple[int, int], size: int) -> None:
+        """Cuts `size` bytes from the front of free `block` (start, size)."""
+        start, block_size = block
+        self._remove(start, block_size)
+        if block_size > size:
+            self._add(start + size, block_size - size)
 
 
-def first_fit(free: FreeList, size: int) -> int | None:
-    """The lowest block that fits: cheap, and keeps the arena's low end packed."""
-    return next((i for i, block in enumerate(free.sizes) if block >= size), None)
-
-
-def best_fit(free: FreeList, size: int) -> int | None:
-    """The smallest block that fits (lowest on ties): leaves big blocks for big buffers."""
-    fitting = [(block, free.starts[i], i) for i, block in enumerate(free.sizes) if block >= size]
-    return min(fitting)[2] if fitting else None
-
-
-FITS: dict[str, Callable[[FreeList, int], int | None]] = {"first": first_fit, "best": best_fit}
+FITS = ("first", "best")
 
 
 class FreeListPlanner(Planner):
@@ -111,7 +208,6 @@ class FreeListPlanner(Planner):
         self.fit = fit
 
     def _place(self, buffers: list[Buffer], overlaps: list[Overlap]) -> list[int]:
-        choose_block = FITS[self.fit]
         sizes = [align_up(b.size, self.alignment) for b in buffers]
         windows = overlap_windows(sizes, overlaps, self.alignment)
         partners: dict[int, list[int]] = {}
@@ -135,7 +231,7 @@ class FreeListPlanner(Planner):
                     block = without(block, offsets[r], offsets[r] + sizes[r])
             return block
 
-        free = FreeList()
+        free = FreeList(self.fit)
         top = 0
         dead = 0
         for i in births:
@@ -145,11 +241,12 @@ class FreeListPlanner(Planner):
                     free.give_back(start, end - start)
                 dead += 1
             size = sizes[i]
-            block = choose_block(free, size)
+            block = free.fitting(size)
+            top_block = free.top_block(top)
             if block is not None:
-                fit = free.starts[block]
-            elif free.reaches(top):
-                fit = free.starts[-1]  # grow the free block that touches the top
+                fit = block[0]
+            elif top_block is not None:
+                fit = top_block[0]  # grow the free block that touches the top
             else:
                 fit = top
             # A partner already placed is alive now: the pair's lives meet at this op. Its snug
@@ -183,8 +280,8 @@ class FreeListPlanner(Planner):
                 offset = fit
                 if block is not None:
                     free.take(block, size)
-                elif free.reaches(top):
-                    free.take(len(free.sizes) - 1, free.sizes[-1])
+                elif top_block is not None:
+                    free.take(top_block, top_block[1])
                 owned[i] = [(offset, offset + size)]
             offsets[i] = offset
             top = max(top, offset + size)

@@ -33,9 +33,13 @@ from bisect import bisect_right
 from collections.abc import Callable, Generator
 from dataclasses import replace
 
+import numpy as np
+
 from toolchain.errors import PlanError
 from toolchain.planners.base import (
     Buffer,
+    Deadline,
+    OutOfTime,
     Overlap,
     Plan,
     Planner,
@@ -51,19 +55,34 @@ from toolchain.planners.freelist import FreeListPlanner
 from toolchain.planners.greedy import GreedyPlanner
 
 VERIFY_SECONDS_PER_BUFFER = 4e-5  # measured: about 0.2 s for 10,000 buffers, with margin
+# Members of one search node beyond which its setup looks at the clock as it goes.
+LONG_NODE = 256
 
 
 class OptimalPlanner(Planner):
-    """Searches for the smallest arena for up to `time_limit` seconds; `result()` tells whether
-    the plan is proven optimal and the best lower bound proven (`Plan.bound_bytes`)."""
+    """Searches for the smallest arena for up to `time_limit` seconds (and until the planner's
+    deadline, if sooner); `result()` tells whether the plan is proven optimal and the best lower
+    bound proven (`Plan.bound_bytes`). With `nodes`, the search also stops after that many
+    nodes (`nodes_used` counts them), so that what it finds does not depend on the machine."""
 
     name = "optimal"
 
-    def __init__(self, alignment: int = 16, *, time_limit: float = 2.0, **options: object):
+    def __init__(
+        self,
+        alignment: int = 16,
+        *,
+        time_limit: float = 2.0,
+        nodes: int | None = None,
+        **options: object,
+    ):
         super().__init__(alignment, **options)
         if not isinstance(time_limit, (int, float)) or not time_limit > 0:
             raise PlanError(f"time_limit must be a positive number of seconds, not {time_limit!r}")
+        if nodes is not None and (not isinstance(nodes, int) or nodes < 0):
+            raise PlanError(f"nodes must be a whole number of search nodes >= 0, not {nodes!r}")
         self.time_limit = float(time_limit)
+        self.nodes = nodes
+        self.nodes_used = 0
         self._bound = 0
 
     def result(self) -> Plan:
@@ -74,8 +93,12 @@ class OptimalPlanner(Planner):
 
     def _place(self, buffers: list[Buffer], overlaps: list[Overlap]) -> list[int]:
         # Leave time for make_plan's verify, so that the verified plan arrives within the budget.
-        reserve = min(VERIFY_SECONDS_PER_BUFFER * len(buffers), self.time_limit / 2)
-        deadline = time.monotonic() + self.time_limit - reserve
+        now = time.monotonic()
+        end = min(now + self.time_limit, self.deadline.at)
+        reserve = min(VERIFY_SECONDS_PER_BUFFER * len(buffers), max(0.0, end - now) / 2)
+        deadline = end - reserve
+        nodes_left = self.nodes
+        self.nodes_used = 0
         a = self.alignment
         sizes = [align_up(b.size, a) for b in buffers]
         offsets = incumbent(buffers, overlaps, a, deadline)
@@ -87,13 +110,18 @@ class OptimalPlanner(Planner):
             arena = max(offsets[i] + sizes[i] for i in part)
             if arena <= bound:
                 continue  # this part already fits under what the whole needs anyway
+            if nodes_left == 0 or time.monotonic() > deadline:
+                break
             try:
-                search = Search(part, buffers, sizes, overlaps, windows, a, deadline)
+                search = Search(part, buffers, sizes, overlaps, windows, a, deadline, nodes_left)
             except Timeout:
                 break
             found, bound = search.solve(bound, {i: offsets[i] for i in part})
             for i, offset in found.items():
                 offsets[i] = offset
+            self.nodes_used += search.nodes_used
+            if nodes_left is not None:
+                nodes_left -= search.nodes_used
         self._bound = bound
         return offsets
 
@@ -104,8 +132,8 @@ def incumbent(
     """The best heuristic plan, with the overlaps and (valid too, sometimes smaller) without;
     at least one, and no more once the next would likely run past the deadline."""
     heuristics = [
-        GreedyPlanner(alignment),
-        FreeListPlanner(alignment),
+        GreedyPlanner(alignment, deadline=Deadline(deadline)),  # gives up at the deadline
+        FreeListPlanner(alignment),  # never does: there is always a plan
         FreeListPlanner(alignment, fit="best"),
     ]
     best: list[int] = []
@@ -116,8 +144,12 @@ def incumbent(
             if best and time.monotonic() + cost > deadline:
                 return best
             started = time.monotonic()
-            found = heuristic._place(buffers, given)
-            cost = time.monotonic() - started
+            try:
+                found = heuristic._place(buffers, given)
+            except OutOfTime:
+                continue
+            finally:
+                cost = time.monotonic() - started
             arena = arena_end(buffers, found, alignment)
             if not best or arena < best_arena:
                 best, best_arena = found, arena
@@ -160,9 +192,12 @@ class Search:
         windows: dict[tuple[int, int], Window],
         alignment: int,
         deadline: float,
+        node_limit: int | None = None,
     ) -> None:
         self.alignment = alignment
         self.deadline = deadline
+        self.node_limit = node_limit  # nodes all of this part's questions may visit together
+        self.nodes_used = 0
         members = set(part)
         pairs = [o for o in overlaps if o.below in members and o.above in members]
         # Sections: the ops where something is born, and the ops right after a pair's op, where
@@ -173,10 +208,16 @@ class Search:
         span = {
             i: range(section[buffers[i].first], bisect_right(ops, buffers[i].last)) for i in part
         }
-        live = [0] * len(ops)
+        # Bytes live at each section, and the most at any section of each buffer's span: by a
+        # running sum and a sparse table, so a part of long lives costs no more than short ones.
+        change = np.zeros(len(ops) + 1, dtype=np.int64)
         for i in part:
-            for s in span[i]:
-                live[s] += sizes[i]
+            change[span[i].start] += sizes[i]
+            change[span[i].stop] -= sizes[i]
+        most = [np.cumsum(change[:-1])]
+        while 2 ** len(most) <= len(ops):
+            half = 2 ** (len(most) - 1)
+            most.append(np.maximum(most[-1][:-half], most[-1][half:]))
         # A pair whose padded shift is 0 may share one offset only if `below` goes first (placed
         # after `above`, it must clear it), so the tie order puts `below` first.
         ties = [
@@ -184,10 +225,18 @@ class Search:
             for o in pairs
             if not o.any_offset and align_up(o.shift, alignment) == 0
         ]
-        busiest = {i: max(live[s] for s in span[i]) for i in part}
+        busiest = {}
+        for i in part:
+            level = len(span[i]).bit_length() - 1
+            table = most[level]
+            busiest[i] = int(max(table[span[i].start], table[span[i].stop - 2**level]))
+        if time.monotonic() > deadline:
+            raise Timeout  # each step of the setup is near-linear, but a part may be huge
         order, self.sound = preorder(
             part, lambda i: (-busiest[i], -len(span[i]), -sizes[i], i), ties
         )
+        if time.monotonic() > deadline:
+            raise Timeout
         local = {i: n for n, i in enumerate(order)}
         self.order = order
         self.size = [sizes[i] for i in order]
@@ -210,7 +259,8 @@ class Search:
         for n, i in enumerate(by_first):
             if time.monotonic() > deadline:
                 raise Timeout  # a huge part: not even worth finishing the setup
-            for j in by_first[n + 1 :]:
+            for later in range(n + 1, len(by_first)):
+                j = by_first[later]
                 if buffers[j].first > buffers[i].last:
                     break
                 for new, placed in ((i, j), (j, i)):
@@ -343,6 +393,9 @@ class Search:
         self.nodes_left -= 1
         if self.nodes_left < 0:
             raise OutOfNodes
+        if self.node_limit is not None and self.nodes_used >= self.node_limit:
+            raise Timeout  # the node limit ends the search as the deadline would
+        self.nodes_used += 1
         if time.monotonic() > self.deadline:
             raise Timeout
         floor, size, offset, cap = self.floor, self.size, self.offset, self.cap
@@ -352,7 +405,10 @@ class Search:
         # At each section, the members with floors at or above some f all lie above f and need
         # at least the bytes they add (`count`): f plus those must fit, for every such f.
         adds: dict[int, list[tuple[int, int]]] = {}
+        watch = len(members) > LONG_NODE  # a node this big may take long: look at the clock
         for n in members:
+            if watch and time.monotonic() > self.deadline:
+                raise Timeout
             owed = self.owed[n]
             at = max(low, floor[n])
             for s in self.span[n]:

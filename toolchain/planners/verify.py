@@ -6,7 +6,7 @@ behind a helper that the check also trusts, and offsets loaded from outside get 
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 
 from toolchain.errors import PlanError
 from toolchain.planners.base import Overlap, Plan
@@ -86,25 +86,96 @@ def check_no_shared_bytes(plan: Plan, rules: dict[frozenset[int], Overlap]) -> N
         if b.size > 0:  # An empty buffer has no byte to share.
             events += [(b.first, 1, index), (b.last + 1, 0, index)]
     events.sort()
-    starts: list[int] = []  # of the groups, which stay disjoint and sorted
-    groups: list[tuple[int, int, list[int]]] = []  # (start, end, member indices)
+    starts = SortedInts()  # of the groups, which stay disjoint
+    groups: dict[int, tuple[int, list[int]]] = {}  # start -> (end, member indices)
     for op, born, index in events:
         offset = plan.offsets[index]
-        at = bisect_right(starts, offset) - 1  # the group starting at or before this range
+        at = starts.floor(offset)  # the group starting at or before this range
         if not born:
-            parts = grouped(plan, [m for m in groups[at][2] if m != index])
-            starts[at : at + 1] = [start for start, _, _ in parts]
-            groups[at : at + 1] = parts
+            _, members = groups.pop(at)
+            starts.remove(at)
+            if len(members) > 1:
+                for start, end, part in grouped(plan, [m for m in members if m != index]):
+                    groups[start] = (end, part)
+                    starts.add(start)
             continue
         end = offset + plan.buffers[index].size
-        low = at if at >= 0 and groups[at][1] > offset else at + 1
-        high = bisect_left(starts, end)
-        members = [m for _, _, group in groups[low:high] for m in group]
+        met = [at] if at is not None and groups[at][0] > offset else []
+        met += starts.between(offset + 1, end)
+        if not met:  # the usual case: the range shares no byte with anything alive
+            groups[offset] = (end, [index])
+            starts.add(offset)
+            continue
+        members = [m for start in met for m in groups[start][1]]
         for other in members:
             check_pair(plan, rules, other, index, op)
-        merged = grouped(plan, [*members, index])  # one group: each member met the new range
-        starts[low:high] = [merged[0][0]]
-        groups[low:high] = merged
+        for start in met:
+            del groups[start]
+            starts.remove(start)
+        # One group: each group met the new range.
+        [(start, group_end, group)] = grouped(plan, [*members, index])
+        groups[start] = (group_end, group)
+        starts.add(start)
+
+
+class SortedInts:
+    """A sorted set of ints in blocks of at most 2 * BLOCK, so that adding or removing one
+    moves a block's entries rather than all of them: the sweep above may hold 100,000 groups."""
+
+    BLOCK = 512
+
+    def __init__(self) -> None:
+        self.blocks: list[list[int]] = []
+        self.lasts: list[int] = []  # the last int of each block
+
+    def _block(self, x: int) -> int:
+        """The block that holds x or would: the first whose last int is >= x (else the last)."""
+        return min(bisect_left(self.lasts, x), len(self.blocks) - 1)
+
+    def add(self, x: int) -> None:
+        if not self.blocks:
+            self.blocks, self.lasts = [[x]], [x]
+            return
+        b = self._block(x)
+        block = self.blocks[b]
+        insort(block, x)
+        self.lasts[b] = block[-1]
+        if len(block) > 2 * self.BLOCK:
+            self.blocks[b : b + 1] = [block[: self.BLOCK], block[self.BLOCK :]]
+            self.lasts[b : b + 1] = [block[self.BLOCK - 1], block[-1]]
+
+    def remove(self, x: int) -> None:
+        b = self._block(x)
+        block = self.blocks[b]
+        del block[bisect_left(block, x)]
+        if block:
+            self.lasts[b] = block[-1]
+        else:
+            del self.blocks[b], self.lasts[b]
+
+    def floor(self, x: int) -> int | None:
+        """The largest int <= x, if any."""
+        b = bisect_left(self.lasts, x)
+        if b < len(self.blocks):
+            block = self.blocks[b]
+            i = bisect_right(block, x)
+            if i:
+                return block[i - 1]
+        return self.lasts[b - 1] if b else None
+
+    def between(self, low: int, high: int) -> list[int]:
+        """The ints in [low, high), ascending."""
+        found: list[int] = []
+        b = bisect_left(self.lasts, low)
+        i = bisect_left(self.blocks[b], low) if b < len(self.blocks) else 0
+        while b < len(self.blocks):
+            block = self.blocks[b]
+            j = bisect_left(block, high, i)
+            found += block[i:j]
+            if j < len(block):
+                break
+            b, i = b + 1, 0
+        return found
 
 
 def grouped(plan: Plan, members: list[int]) -> list[tuple[int, int, list[int]]]:
