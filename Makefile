@@ -7,7 +7,7 @@ MODEL ?=
 OUT ?= out
 DEMO := build/demo_int8.tflite
 
-.PHONY: demo test lint bench gen check plan mcu clean
+.PHONY: demo test lint bench fuzz gen check plan mcu clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ mcu: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench
+
+# A long fuzzing campaign over mutated models: every finding becomes a reproducer in build/fuzz/.
+N ?= 1000
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz --examples $(N) --out build/fuzz
 
 clean:
 	rm -rf build out .pytest_cache .ruff_cache
