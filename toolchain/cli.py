@@ -10,14 +10,16 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from toolchain.errors import ArenacError
-from toolchain.files import write_atomic
+from toolchain.files import write_atomic, write_files_atomic
 from toolchain.planners import PLANNERS
+from toolchain.validate import DEFAULT_MAX_BYTES
 
 EXIT_USAGE = 2
 
@@ -45,7 +47,18 @@ def alignment(text: str) -> int:
 
 
 def emit_json(data: Any) -> None:
-    print(json.dumps(data, indent=2))
+    """Strict JSON: a NaN or infinite figure (a shape mismatch's difference) becomes null."""
+    print(json.dumps(finite(data), indent=2, allow_nan=False))
+
+
+def finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite(v) for v in data]
+    return data
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -53,7 +66,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from toolchain.reader import read_model
     from toolchain.report import inspect_data, inspect_text
 
-    data = inspect_data(read_model(args.model))
+    data = inspect_data(read_model(args.model, max_bytes=args.max_bytes))
     emit_json(data) if args.json else print(inspect_text(data))
     return 0
 
@@ -86,7 +99,7 @@ def planned(args: argparse.Namespace):
         inplace=not args.no_inplace, overlap=not args.no_overlap, schedule=args.schedule
     )
     return plan_model(
-        read_model(args.model),
+        read_model(args.model, max_bytes=args.max_bytes),
         args.planner,
         args.align,
         external_io=getattr(args, "external_io", False),
@@ -108,6 +121,13 @@ def load_input(path: str):
         raise ArenacError(f"not a readable .npy array ({first_words(e)})", path) from None
 
 
+def make_directory(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ArenacError(f"cannot create directory ({e.strerror})", path) from None
+
+
 def first_words(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
@@ -120,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     mp = planned(args)
     runtime = ArenaInterpreter(mp)
     outputs = runtime.invoke([load_input(p) for p in args.input])
-    os.makedirs(args.output_dir, exist_ok=True)
+    make_directory(args.output_dir)
     saved = []
     for i, value in enumerate(outputs):
         path = os.path.join(args.output_dir, f"output_{i}.npy")
@@ -151,13 +171,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
     mp = planned(args)
     name = args.name or os.path.splitext(os.path.basename(args.model))[0]
     files = generate(mp, name, external_io=args.external_io)
-    try:
-        os.makedirs(args.output_dir, exist_ok=True)
-    except OSError as e:
-        raise ArenacError(f"cannot create directory ({e.strerror})", args.output_dir) from None
-    for file_name, text in files.items():
-        write_atomic(os.path.join(args.output_dir, file_name), text)
-    paths = [os.path.join(args.output_dir, f) for f in files]
+    paths = write_files_atomic(args.output_dir, files)
     if args.json:
         emit_json(
             {
@@ -198,7 +212,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     with open(args.model, "rb") as f:
         model_bytes = f.read()
     if args.per_layer:
-        layers = check_layers(mp, model_bytes, args.seed)
+        layers = check_layers(mp, model_bytes, args.seed, oracle_timeout=args.oracle_timeout)
         first_bad = next((layer for layer in layers if layer.output.mismatches), None)
         if args.json:
             emit_json(
@@ -228,7 +242,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
             extra.append(("qemu", stack.enter_context(QemuBackend(mp)).invoke_many))
         report = check_plan(
-            mp, model_bytes, args.inputs, args.seed, extra, runtime_py="runtime_py" in args.backends
+            mp, model_bytes, args.inputs, args.seed, extra,
+            runtime_py="runtime_py" in args.backends, oracle_timeout=args.oracle_timeout,
         )
     emit_json(report.as_dict()) if args.json else print(check_text(report, args.inputs))
     return 0 if report.ok else 1
@@ -288,6 +303,9 @@ def layers_text(layers, first_bad) -> str:
 def add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="path to a .tflite file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--max-bytes", type=byte_count, default=DEFAULT_MAX_BYTES, metavar="N",
+                   help="refuse a model with a tensor, or activations and state together, "
+                        f"larger than N bytes (default: {DEFAULT_MAX_BYTES >> 20} MiB)")
 
 
 def add_planning(p: argparse.ArgumentParser) -> None:
@@ -298,13 +316,20 @@ def add_planning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--align", type=alignment, default=16, metavar="N",
                    help="offset alignment in bytes, a power of two (default: 16)")
     p.add_argument("--time-limit", type=seconds, default=2.0, metavar="S",
-                   help="time budget of the optimal planner's search (default: 2)")
+                   help="time budget of the whole plan search: the schedule and every planner "
+                        "(default: 2)")
     p.add_argument("--no-inplace", action="store_true",
                    help="no output over a dying input (aliases, elementwise ops)")
     p.add_argument("--no-overlap", action="store_true",
                    help="no convolution or pooling output over the rows it has consumed")
     p.add_argument("--schedule", choices=["auto", "model"], default="auto",
                    help="operator order: memory-aware (auto, default) or the file's (model)")
+
+
+def byte_count(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got {text!r}")
+    return int(text)
 
 
 def seconds(text: str) -> float:
@@ -350,11 +375,12 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callabl
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="arenac",
+        allow_abbrev=False,
         description="Offline arena planning and C generation for TensorFlow Lite models.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (help_text, handler, adders) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         for add in adders:
             add(p)
         p.set_defaults(handler=handler)
@@ -400,6 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="comma-separated: runtime_py, c, qemu (Cortex-M4 under QEMU); default: runtime_py,c",
     )
+    check.add_argument("--oracle-timeout", type=seconds, default=120.0, metavar="S",
+                       help="time each TFLite interpreter may take, in its child process "
+                            "(default: 120)")
     check.add_argument(
         "--per-layer",
         action="store_true",
@@ -436,12 +465,20 @@ def positive(text: str) -> int:
     return int(text)
 
 
+def one_line(text: str, limit: int = 400) -> str:
+    """The error as one line of bounded length, whatever the message carried."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
     except ArenacError as e:
-        print(f"arenac: {e}", file=sys.stderr)
+        if e.source is None:  # every line names the file it is about
+            e.source = getattr(args, "model", None)
+        print(f"arenac: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

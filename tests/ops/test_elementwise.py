@@ -3,22 +3,19 @@ TFLite's reference kernels: bit-exact for int8 and int32, 1e-5 relative for floa
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from runtime_py.check import random_inputs
 from runtime_py.kernels import KERNELS
 from runtime_py.oracle import LiteRTOracle
+from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.opcheck import assert_matches_oracle, oracle_outputs
 from toolchain.builder import ModelBuilder
 from toolchain.errors import RuntimeBackendError, UnsupportedOpError
 from toolchain.ops import prepare_graph
 from toolchain.ops.elementwise import prepare
 from toolchain.reader import parse_model
-
-MODELS = Path("/work/shared/models")
 
 OPS = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
 ACTIVATION_OPS = ("ADD", "SUB", "MUL", "DIV")
@@ -257,18 +254,17 @@ def test_refused_variants(model, reason):
         prepare_graph(parse_model(model, "<built model>").main)
 
 
-needs_models = pytest.mark.skipif(not MODELS.is_dir(), reason="no /work/shared/models")
 
 
-@needs_models
+@needs_shared_models
 def test_simple_add_model_end_to_end():
-    assert_matches_oracle((MODELS / "simple_add_model.tflite").read_bytes())
+    assert_matches_oracle((SHARED_MODELS / "simple_add_model.tflite").read_bytes())
 
 
-@needs_models
+@needs_shared_models
 def test_resnet_residual_adds_match_the_oracle_tensors():
     """Each ADD of ResNet-8, fed the oracle's own inputs, reproduces the oracle's output."""
-    model = (MODELS / "pretrainedResnet_quant.tflite").read_bytes()
+    model = (SHARED_MODELS / "pretrainedResnet_quant.tflite").read_bytes()
     graph = parse_model(model, "pretrainedResnet_quant").main
     oracle = LiteRTOracle(model, preserve_all_tensors=True)
     oracle.invoke(random_inputs(graph, seed=0))
