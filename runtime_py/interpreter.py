@@ -28,8 +28,7 @@ import numpy as np
 from runtime_py.kernels import KERNELS
 from toolchain.errors import PlanError, RuntimeBackendError
 from toolchain.ir import Operator, Tensor
-from toolchain.ops import prepare_graph
-from toolchain.ops.overlaps import OverlapRule, declared_overlaps
+from toolchain.ops.overlaps import OverlapRule
 from toolchain.plan import ModelPlan
 from toolchain.planners import verify
 
@@ -75,7 +74,7 @@ class ArenaInterpreter:
                 verify(model_plan.plan)
             except PlanError as e:
                 raise PlanError(e.message, self.source) from None
-        self.params = prepare_graph(graph, self.source)  # fails before anything runs
+        self.params = model_plan.program.params()  # fails before anything runs
         self.layout = ArenaLayout(model_plan)
         self.arena = np.full(model_plan.arena_bytes, POISON, dtype=np.uint8)
         holders = len(model_plan.lifetimes.tensor_of)
@@ -191,6 +190,7 @@ class ArenaLayout:
 
     def __init__(self, model_plan: ModelPlan):
         graph, lifetimes, plan = model_plan.graph, model_plan.lifetimes, model_plan.plan
+        bindings = model_plan.program.bindings
         self.graph = graph
         self.source = source = model_plan.model.source
         if len(plan.offsets) != len(lifetimes.tensor_of):
@@ -230,7 +230,7 @@ class ArenaLayout:
         self.steps: list[Step] = []
         for step, op_index in enumerate(order):
             op = graph.operators[op_index]
-            rules = declared_overlaps(graph, op)  # what the op's kernels allow, not the plan
+            rules = bindings[op_index].overlaps  # what the op's kernel allows, not the plan
             claims = [
                 Claim(self.holder_of[t], *self.spans[self.holder_of[t]],
                       self._coverable(op, rules, t, step, declared, plan.offsets))

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime_py.c_backend import CBackend
-from runtime_py.check import random_inputs
 from runtime_py.interpreter import ArenaInterpreter
-from runtime_py.oracle import LiteRTOracle, TFLMOracle
 from tests.conftest import SHARED_MODEL_FILES
 from tests.wide import wide_graph_timing
+from toolchain.checking.c_backend import CBackend
+from toolchain.checking.check import random_inputs
+from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
 from toolchain.errors import ArenacError
 from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
 from toolchain.planners import Buffer, lower_bound, make_plan

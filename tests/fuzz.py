@@ -53,11 +53,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from runtime_py.c_backend import SANITIZE_FLAGS, compile_files, split_outputs, write_files
-from runtime_py.check import difference, random_inputs
 from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels import KERNELS
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import SANITIZE_FLAGS, compile_files, split_outputs, write_files
+from toolchain.checking.check import difference, random_inputs
 from toolchain.codegen import EMITTERS, generate
 from toolchain.errors import ArenacError, RuntimeBackendError
 from toolchain.examples import EXAMPLES

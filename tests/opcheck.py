@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_py.c_backend import CBackend
-from runtime_py.check import check_plan, random_inputs
-from runtime_py.oracle import LiteRTOracle
+from toolchain.checking.c_backend import CBackend
+from toolchain.checking.check import check_plan, random_inputs
+from toolchain.checking.oracle import LiteRTOracle
 from toolchain.codegen import EMITTERS
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model

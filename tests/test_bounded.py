@@ -28,7 +28,7 @@ from toolchain.planners import (
     Buffer,
     Deadline,
     OutOfTime,
-    Plan,
+    Placement,
     align_up,
     make_plan,
     smallest_plan,
@@ -278,10 +278,10 @@ def test_verify_holds_a_hundred_thousand_live_buffers():
     n = 100_000
     buffers = [Buffer(i, 16, i, n) for i in range(n)]
     offsets = [16 * i for i in range(n)]
-    verify(Plan.from_offsets("stacked", 16, buffers, offsets))
+    verify(Placement.from_offsets("stacked", 16, buffers, offsets))
     offsets[70_000] = offsets[123]
     with pytest.raises(PlanError, match=f"buffers 123 and 70000 share bytes .* at op {70_000}"):
-        verify(Plan.from_offsets("stacked", 16, buffers, offsets))
+        verify(Placement.from_offsets("stacked", 16, buffers, offsets))
 
 
 def test_greedy_finds_the_placed_buffers_by_life_as_a_plain_scan_would():

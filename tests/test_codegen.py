@@ -8,12 +8,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from runtime_py.c_backend import CBackend, compile_files, write_files
-from runtime_py.check import check_plan, random_inputs
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, SHARED_MODELS, needs_shared_models
 from tests.test_runtime import pool_chain
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import CBackend, compile_files, write_files
+from toolchain.checking.check import check_plan, random_inputs
 from toolchain.cli import main
 from toolchain.codegen import EMITTERS, generate
 from toolchain.ops import REGISTRY

@@ -18,10 +18,10 @@ import flatbuffers
 import numpy as np
 import pytest
 
-from runtime_py.check import random_inputs
-from runtime_py.oracle import TFLMOracle, capture_fd
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models, tflm_head_figures
 from toolchain.builder import FILE_IDENTIFIER, ModelBuilder
+from toolchain.checking.check import random_inputs
+from toolchain.checking.oracle import TFLMOracle, capture_fd
 from toolchain.embed import METADATA_NAME, embed_file, embed_plan
 from toolchain.errors import ArenacError, ModelError, PlanError
 from toolchain.examples import EXAMPLES
@@ -299,7 +299,9 @@ def test_deterministic_and_an_existing_plan_is_replaced():
     once = embed_plan(data, greedy)
     assert embed_plan(data, greedy) == once
     assert embed_plan(once, greedy) == once  # replacing with the same plan changes nothing
-    again = embed_plan(once, replace(freelist, model=parse_model(once)))
+    again = embed_plan(
+        once, replace(freelist, program=replace(freelist.program, model=parse_model(once)))
+    )
     replaced = parse_model(again)
     assert offline_values(replaced) == expected_values(model, freelist)
     assert list(replaced.metadata) == [METADATA_NAME]

@@ -15,12 +15,20 @@ import flatbuffers
 import numpy as np
 import pytest
 
-from runtime_py.c_backend import STRICT_FLAGS, CBackend, compile_files, compiler, write_files
-from runtime_py.check import random_inputs
 from runtime_py.interpreter import ArenaInterpreter
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import (
+    STRICT_FLAGS,
+    CBackend,
+    compile_files,
+    compiler,
+    split_outputs,
+    write_files,
+)
+from toolchain.checking.check import random_inputs
 from toolchain.codegen import generate
 from toolchain.errors import ArenacError, ModelError, PlanError, UnsupportedOpError
+from toolchain.examples import EXAMPLES
 from toolchain.files import write_files_atomic
 from toolchain.ir import Quantization
 from toolchain.plan import plan_model
@@ -200,7 +208,8 @@ def small_plan():
 
 def with_graph(mp, **changes):
     graph = dataclasses.replace(mp.graph, **changes)
-    return dataclasses.replace(mp, model=dataclasses.replace(mp.model, graphs=(graph,)))
+    program = dataclasses.replace(mp.program, model=dataclasses.replace(mp.model, graphs=(graph,)))
+    return dataclasses.replace(mp, program=program)
 
 
 @pytest.mark.parametrize(
@@ -366,3 +375,39 @@ def test_compiled_names_of_every_file_come_from_the_identifier(tmp_path):
     assert sorted(files) == ["m____evil_name_.c", "m____evil_name_.h", "m____evil_name__main.c"]
     write_files(files, str(tmp_path))
     compile_files(str(tmp_path), "m____evil_name_")
+
+
+def external_io_outputs(data: bytes, directory) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """runtime_py's outputs and those of the C built with --external-io, on the same inputs."""
+    model = parse_model(data, "outputs.tflite")
+    inputs = random_inputs(model.main, 0)
+    expected = ArenaInterpreter(plan_model(model)).invoke(inputs)
+    write_files(generate(plan_model(model, external_io=True), "model", external_io=True),
+                str(directory))
+    binary = compile_files(str(directory), "model")
+    raw = subprocess.run([binary], input=b"".join(v.tobytes() for v in inputs),
+                         capture_output=True, check=True).stdout
+    return expected, split_outputs(raw, model.main, 1)[0]
+
+
+def with_outputs(pick) -> bytes:
+    model = fb.ModelT.InitFromPackedBuf(EXAMPLES["tiny_cnn_float32"](), 0)
+    graph = model.subgraphs[0]
+    graph.outputs = pick(graph)
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+@pytest.mark.parametrize("pick", [
+    lambda g: [g.outputs[0], g.outputs[0]],  # one tensor listed twice
+    lambda g: [g.outputs[0], g.operators[0].inputs[2]],  # a constant the first conv reads
+    lambda g: [g.outputs[0], g.inputs[0]],  # the graph input itself
+], ids=["repeated", "constant", "input"])
+def test_external_io_fills_every_output_buffer(pick, tmp_path):
+    """Fuzzing findings: with --external-io, outputs no kernel writes were left unwritten, and
+    a constant output made the kernels read the caller's buffer instead of flash."""
+    expected, actual = external_io_outputs(with_outputs(pick), tmp_path)
+    assert len(actual) == len(expected) == 2
+    for want, got in zip(expected, actual):
+        np.testing.assert_allclose(got, want, rtol=1e-5)  # float32 sums in another order

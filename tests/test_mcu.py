@@ -15,22 +15,15 @@ import tempfile
 import numpy as np
 import pytest
 
-from runtime_py import qemu_backend
-from runtime_py.check import difference, random_inputs
 from runtime_py.interpreter import ArenaInterpreter
-from runtime_py.qemu_backend import QemuBackend
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
+from toolchain.checking import qemu_backend
+from toolchain.checking.check import difference, random_inputs
+from toolchain.checking.qemu_backend import QemuBackend
 from toolchain.errors import RuntimeBackendError
 from toolchain.examples import EXAMPLES
-from toolchain.footprint import (
-    FLASH,
-    INPUT_FILE,
-    RAM,
-    footprint,
-    footprint_table,
-    kernel_table,
-    mcu_sources,
-)
+from toolchain.firmware import FLASH, INPUT_FILE, RAM, mcu_sources
+from toolchain.footprint import footprint, footprint_table, kernel_table
 from toolchain.plan import ModelPlan, plan_model
 from toolchain.reader import parse_model, read_model
 
@@ -121,7 +114,7 @@ def test_external_io_plan_runs():
 @needs_shared_models
 @pytest.mark.parametrize("path", SHARED_MODEL_FILES, ids=lambda p: p.stem)
 def test_shared_models_match_runtime_py_and_beat_tflm(path):
-    from runtime_py.oracle import TFLMOracle
+    from toolchain.checking.oracle import TFLMOracle
 
     mp = plan_model(read_model(path), "greedy")
     values = random_inputs(mp.graph, 0)

@@ -13,13 +13,13 @@ import flatbuffers
 import numpy as np
 import pytest
 
-from runtime_py.c_backend import CBackend
-from runtime_py.check import check_plan, random_inputs
-from runtime_py.oracle import LiteRTOracle
-from runtime_py.oracle_process import run_oracle, short
-from runtime_py.qemu_backend import QemuBackend
 from tests.conftest import SHARED_MODELS, needs_shared_models
 from toolchain.builder import FILE_IDENTIFIER, AlignedBufferT
+from toolchain.checking.c_backend import CBackend
+from toolchain.checking.check import check_plan, random_inputs
+from toolchain.checking.oracle import LiteRTOracle
+from toolchain.checking.oracle_process import run_oracle, short
+from toolchain.checking.qemu_backend import QemuBackend
 from toolchain.embed import embed_plan, metadata_bytes
 from toolchain.errors import ModelError, RuntimeBackendError
 from toolchain.examples import EXAMPLES

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from runtime_py.c_backend import CBackend
-from runtime_py.check import check_plan, random_inputs
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, SHARED_MODELS, needs_shared_models, tflm_head_figures
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import CBackend
+from toolchain.checking.check import check_plan, random_inputs
 from toolchain.cli import main
 from toolchain.errors import PlanError
 from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model

@@ -17,7 +17,7 @@ from toolchain.planners import (
     PLANNERS,
     Buffer,
     Overlap,
-    Plan,
+    Placement,
     align_up,
     lower_bound,
     lower_bound_with_overlaps,
@@ -292,7 +292,7 @@ def test_interface_numbers_buffers_and_plans_lazily():
     assert planner.add_buffer(300, 2, 2) == 2
     planner.plan()  # the new buffer invalidated the old offsets
     assert [planner.offset(i) for i in range(3)] == [0, 304, 0]
-    assert planner.result() == Plan("greedy", 16, tuple(CHAIN), (0, 304, 0), 512)
+    assert planner.result() == Placement("greedy", 16, tuple(CHAIN), (0, 304, 0), 512)
 
 
 def test_interface_takes_overlaps_by_the_ids_it_returned():
@@ -386,8 +386,10 @@ def test_make_plan_rejects_duplicate_ids():
 # --- verify rejects broken plans ------------------------------------------------------------
 
 
-def plan_of(buffers: list[Buffer], offsets: list[int], arena: int, alignment: int = 16) -> Plan:
-    return Plan("hand", alignment, tuple(buffers), tuple(offsets), arena)
+def plan_of(
+    buffers: list[Buffer], offsets: list[int], arena: int, alignment: int = 16
+) -> Placement:
+    return Placement("hand", alignment, tuple(buffers), tuple(offsets), arena)
 
 
 def test_verify_accepts_a_tight_plan():
@@ -445,7 +447,7 @@ def test_verify_rejects(buffers, offsets, arena, message):
         verify(plan_of(buffers, offsets, arena))
 
 
-def overlapping_plan(offsets: list[int], overlap: Overlap) -> Plan:
+def overlapping_plan(offsets: list[int], overlap: Overlap) -> Placement:
     """Buffer 0 (64 bytes) dies at op 1, where buffer 1 (64 bytes) is born."""
     buffers = buffers_from((64, 0, 1), (64, 1, 2))
     return replace(plan_of(buffers, offsets, 160), overlaps=(overlap,))
@@ -658,7 +660,7 @@ def reference_freelist(buffers: list[Buffer], alignment: int, fit: str) -> list[
     return [offsets[b.id] for b in buffers]
 
 
-def problems_by_brute_force(plan: Plan) -> bool:
+def problems_by_brute_force(plan: Placement) -> bool:
     """Whether any buffer is misplaced or any two live buffers share a byte that the plan's
     overlaps do not allow, checking all pairs with real sizes and shifts."""
     placed = list(zip(plan.buffers, plan.offsets, strict=True))
@@ -781,7 +783,7 @@ def test_verify_agrees_with_brute_force_on_arbitrary_plans(data, problem):
 def test_verify_judges_a_pair_by_its_direction_and_shift(sizes, at, shift, any_offset):
     # Buffer 1 (the output) is born at op 1, where buffer 0 (its input) dies.
     buffers = buffers_from((sizes[0], 0, 1), (sizes[1], 1, 2))
-    plan = Plan("hand", 1, tuple(buffers), at, 400, (Overlap(1, 0, shift, any_offset),))
+    plan = Placement("hand", 1, tuple(buffers), at, 400, (Overlap(1, 0, shift, any_offset),))
     apart = at[0] + sizes[0] <= at[1] or at[1] + sizes[1] <= at[0]
     if apart or any_offset or at[1] + shift <= at[0]:
         verify(plan)
@@ -862,7 +864,9 @@ def test_csv_round_trip_through_a_file_and_a_solution(tmp_path):
     )
     offsets = load_offsets(solution, FIT_DIFFERS)
     assert offsets == {0: 0, 1: 64, 2: 96, 3: 128, 4: 96, 5: 0}
-    loaded = Plan.from_offsets("minimalloc", 16, FIT_DIFFERS, [offsets[b.id] for b in FIT_DIFFERS])
+    loaded = Placement.from_offsets(
+        "minimalloc", 16, FIT_DIFFERS, [offsets[b.id] for b in FIT_DIFFERS]
+    )
     verify(loaded)
     assert loaded.arena_bytes == 144
     assert load_buffers(solution) == FIT_DIFFERS  # a solution is also a problem

@@ -9,16 +9,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from runtime_py.check import random_inputs
 from runtime_py.interpreter import POISON, ArenaInterpreter
-from runtime_py.oracle import LiteRTOracle
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
 from toolchain.builder import ModelBuilder
+from toolchain.checking.check import random_inputs
+from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import PlanError
 from toolchain.examples import EXAMPLES
 from toolchain.ops.overlaps import declared_overlaps
 from toolchain.plan import NO_TECHNIQUES, ModelPlan, plan_model
-from toolchain.planners import Overlap, Plan, verify
+from toolchain.planners import Overlap, Placement, verify
 from toolchain.reader import parse_model, read_model
 
 
@@ -26,7 +26,7 @@ def with_offsets(
     mp: ModelPlan, offsets: list[int], overlaps: tuple[Overlap, ...] | None = None
 ) -> ModelPlan:
     plan = mp.plan
-    moved = Plan.from_offsets(plan.planner, plan.alignment, plan.buffers, offsets,
+    moved = Placement.from_offsets(plan.planner, plan.alignment, plan.buffers, offsets,
                               plan.overlaps if overlaps is None else overlaps)
     return replace(mp, plan=moved)
 
@@ -155,7 +155,9 @@ def test_sizes_and_lives_come_from_the_graph_not_from_the_plan():
         offsets[slot[victim]] = offsets[slot[writer]] = mp.plan.arena_bytes
         buffers = list(mp.plan.buffers)
         buffers[slot[victim]] = replace(buffers[slot[victim]], **lie)
-        lying = replace(mp, plan=Plan.from_offsets("lying", mp.plan.alignment, buffers, offsets))
+        lying = replace(
+            mp, plan=Placement.from_offsets("lying", mp.plan.alignment, buffers, offsets)
+        )
         verify(lying.plan)
         with pytest.raises(PlanError, match=message):
             ArenaInterpreter(lying).invoke(random_inputs(graph, 0))

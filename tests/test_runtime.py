@@ -8,10 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from runtime_py.check import check_plan
 from runtime_py.interpreter import POISON, ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
 from toolchain.builder import ModelBuilder
+from toolchain.checking.check import check_plan
 from toolchain.cli import main
 from toolchain.errors import PlanError, RuntimeBackendError, UnsupportedOpError
 from toolchain.plan import plan_model

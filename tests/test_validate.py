@@ -10,10 +10,10 @@ import flatbuffers
 import numpy as np
 import pytest
 
-from runtime_py.check import random_inputs
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, SHARED_MODELS, needs_shared_models
 from toolchain.builder import ModelBuilder
+from toolchain.checking.check import random_inputs
 from toolchain.codegen import generate
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.examples import EXAMPLES

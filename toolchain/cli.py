@@ -205,8 +205,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from runtime_py.c_backend import CBackend
-    from runtime_py.check import check_layers, check_plan
+    from toolchain.checking.c_backend import CBackend
+    from toolchain.checking.check import check_layers, check_plan
 
     mp = planned(args)
     with open(args.model, "rb") as f:
@@ -238,7 +238,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         if "c" in args.backends:
             extra.append(("c", stack.enter_context(CBackend(mp)).invoke_many))
         if "qemu" in args.backends:
-            from runtime_py.qemu_backend import QemuBackend
+            from toolchain.checking.qemu_backend import QemuBackend
 
             extra.append(("qemu", stack.enter_context(QemuBackend(mp)).invoke_many))
         report = check_plan(

@@ -36,9 +36,9 @@ from toolchain.builder import FILE_IDENTIFIER, AlignedBufferT
 from toolchain.errors import ModelError, PlanError
 from toolchain.files import write_atomic
 from toolchain.ir import Model
-from toolchain.lifetimes import compute_lifetimes
+from toolchain.lifetimes import model_order
 from toolchain.plan import ModelPlan
-from toolchain.planners import Plan, verify
+from toolchain.planners import Placement, verify
 from toolchain.reader import parse_model
 from toolchain.schema import fb
 
@@ -116,7 +116,13 @@ def _check_in_file_order(model: Model, model_plan: ModelPlan, offsets: dict[int,
     whatever schedule and overlaps it was made with: plans that did not use them pass.
     """
     index = model_plan.graph_index
-    lifetimes = compute_lifetimes(model.graphs[index], source=model.source)
+    lifetimes = model_plan.lifetimes
+    if lifetimes.order != model_order(model.graphs[index]):
+        raise PlanError(
+            "the plan was made for another operator order, but TFLM runs the operators in the "
+            "file's order; plan with the file's order",
+            model.source,
+        )
     life = {t: b for t, b in zip(lifetimes.tensor_of, lifetimes.buffers) if t is not None}
     missing = sorted(set(offsets) - set(life))
     if missing:
@@ -127,7 +133,7 @@ def _check_in_file_order(model: Model, model_plan: ModelPlan, offsets: dict[int,
     tensors = sorted(offsets)
     buffers = [replace(life[t], id=t) for t in tensors]
     alignment = model_plan.plan.alignment
-    check = Plan.from_offsets("embedded", alignment, buffers, [offsets[t] for t in tensors])
+    check = Placement.from_offsets("embedded", alignment, buffers, [offsets[t] for t in tensors])
     try:
         verify(check)
     except PlanError as e:
@@ -135,11 +141,6 @@ def _check_in_file_order(model: Model, model_plan: ModelPlan, offsets: dict[int,
             why = (
                 "the plan lets tensors share bytes (in-place or overlapping placement), which "
                 "TFLM's kernels are not written for; plan without in-place and overlaps"
-            )
-        elif tuple(model_plan.lifetimes.order) != lifetimes.order:
-            why = (
-                "the plan was made for another operator order, but TFLM runs the operators in "
-                "the file's order; plan with the file's order"
             )
         else:
             why = "the plan is not safe in the file's operator order, which TFLM runs"
@@ -173,7 +174,7 @@ def embed_plan(model_bytes: bytes, model_plan: ModelPlan, source: str = "<bytes>
     that metadata entry and its buffer added (or, when the model already has the entry, its
     buffer's contents replaced). The same inputs always give the same bytes.
     """
-    model = parse_model(model_bytes, source)
+    model = parse_model(model_bytes, source)  # the plan must be one of these very bytes
     entries = offline_offsets(model, model_plan)
     data = metadata_bytes(entries, len(model.graphs))
 

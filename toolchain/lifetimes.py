@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from toolchain.errors import ModelError
 from toolchain.ir import Graph
-from toolchain.ops.overlaps import declared_overlaps
+from toolchain.ops.overlaps import INPLACE_KINDS
+from toolchain.ops.spec import Binding
 from toolchain.planners import Buffer, Overlap
 
 
@@ -117,11 +118,17 @@ def compute_lifetimes(
 
 
 def overlap_pairs(
-    graph: Graph, lifetimes: Lifetimes, inplace: bool = True, overlap: bool = True
+    graph: Graph,
+    lifetimes: Lifetimes,
+    bindings: Sequence[Binding | None],
+    inplace: bool = True,
+    overlap: bool = True,
 ) -> tuple[Overlap, ...]:
     """Overlaps the planner may use: an op's output over one of its inputs that dies there.
 
-    Only pairs whose lives touch at exactly that op qualify: the input's last step and the
+    The rules are those of each op's binding (its kernel's loop order), `inplace` switching on
+    aliases and elementwise rewrites, `overlap` windowed ones. Only pairs whose lives touch at
+    exactly that op qualify: the input's last step and the
     output's first step are both the op's step. A graph output never dies, even when its last
     reader runs at the last step, so nothing may be placed over it.
     """
@@ -130,7 +137,9 @@ def overlap_pairs(
     pairs = []
     for step, op_index in enumerate(lifetimes.order):
         op = graph.operators[op_index]
-        for rule in declared_overlaps(graph, op, inplace, overlap):
+        binding = bindings[op_index]
+        rules = binding.overlaps if binding is not None else ()
+        for rule in (r for r in rules if (inplace if r.kind in INPLACE_KINDS else overlap)):
             above = buffer_of.get(op.inputs[rule.input])
             below = buffer_of.get(op.outputs[rule.output])
             if above is None or below is None or above == below:

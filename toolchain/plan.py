@@ -9,7 +9,7 @@ from toolchain.ir import Model
 from toolchain.lifetimes import Lifetimes, ScratchRequest, compute_lifetimes, overlap_pairs
 from toolchain.planners import (
     Deadline,
-    Plan,
+    Placement,
     align_up,
     lower_bound,
     lower_bound_with_overlaps,
@@ -18,6 +18,7 @@ from toolchain.planners import (
     verify,
 )
 from toolchain.planners.csvio import load_offsets
+from toolchain.program import Program, lower
 from toolchain.schedule import schedule
 
 STATE_ALIGNMENT = 16
@@ -40,12 +41,11 @@ class BufferRow:
 
 @dataclass(frozen=True)
 class ModelPlan:
-    """Everything `plan`, the runtime and codegen need to place a graph's tensors."""
+    """A planned Program: everything runtime_py and codegen need to run a graph in its arena."""
 
-    model: Model
-    graph_index: int
+    program: Program
     lifetimes: Lifetimes
-    plan: Plan
+    plan: Placement
     lower_bound_bytes: int  # the classic bound: no two live tensors share a byte
     naive_bytes: int
     overlap_bound_bytes: int  # the bound when the declared overlaps may be used
@@ -55,14 +55,27 @@ class ModelPlan:
         return self.plan.arena_bytes
 
     @property
+    def model(self) -> Model:
+        return self.program.model
+
+    @property
+    def graph_index(self) -> int:
+        return self.program.graph_index
+
+    @property
     def graph(self):
-        return self.model.graphs[self.graph_index]
+        return self.program.graph
 
     def offset_of_tensor(self) -> dict[int, int]:
         """Tensor index -> arena offset, for every planned tensor."""
         return {
             t: off for t, off in zip(self.lifetimes.tensor_of, self.plan.offsets) if t is not None
         }
+
+    def scratch_offsets(self) -> list[tuple[ScratchRequest, int]]:
+        """Every kernel's scratch with its arena offset, in the order the kernels asked."""
+        offsets = [off for t, off in zip(self.lifetimes.tensor_of, self.plan.offsets) if t is None]
+        return list(zip(self.lifetimes.scratch, offsets))
 
     def state_layout(self) -> tuple[dict[int, int], int]:
         """Variables persist in a block of their own: tensor -> offset there, and its size."""
@@ -127,9 +140,14 @@ def plan_model(
     graph's inputs and outputs live in the caller's buffers, not the arena. `order` overrides
     the schedule the techniques would choose. `offsets_csv` takes the offsets from an external
     solver's solution (MiniMalloc CSV) instead of a planner; they are verified like any plan.
+    The graph is lowered to a Program first, so the scratch its kernels request is planned
+    with the tensors; `scratch` adds requests beyond those (TFLite Micro's own kernels', when
+    a plan is made for it).
     """
     deadline = Deadline.after(time_limit)
-    graph = model.graphs[graph_index]
+    program = lower(model, graph_index)
+    graph = program.graph
+    scratch = (*program.scratch(), *scratch)
     in_file_order = None
     if order is None:
         # An unrunnable graph fails here.
@@ -140,7 +158,9 @@ def plan_model(
         lifetimes = in_file_order  # the file's order won: its lifetimes are known already
     else:
         lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside)
-    overlaps = overlap_pairs(graph, lifetimes, techniques.inplace, techniques.overlap)
+    overlaps = overlap_pairs(
+        graph, lifetimes, program.bindings, techniques.inplace, techniques.overlap
+    )
     if offsets_csv is not None:
         plan = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
     else:
@@ -149,8 +169,7 @@ def plan_model(
         candidates = best_candidates(time_limit) if planner == BEST else ((planner, options),)
         plan = smallest_plan(lifetimes.buffers, candidates, alignment, overlaps, deadline)
     return ModelPlan(
-        model=model,
-        graph_index=graph_index,
+        program=program,
         lifetimes=lifetimes,
         plan=plan,
         lower_bound_bytes=lower_bound(lifetimes.buffers, alignment),
@@ -159,10 +178,10 @@ def plan_model(
     )
 
 
-def loaded_plan(path: str, buffers, overlaps, alignment: int) -> Plan:
+def loaded_plan(path: str, buffers, overlaps, alignment: int) -> Placement:
     """A plan from an external solver's offsets, accepted only once `verify` passes."""
     by_id = load_offsets(path, buffers)
-    plan = Plan.from_offsets("external", alignment, buffers, [by_id[b.id] for b in buffers],
+    plan = Placement.from_offsets("external", alignment, buffers, [by_id[b.id] for b in buffers],
                              overlaps)
     verify(plan)
     return plan

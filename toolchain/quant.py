@@ -105,8 +105,13 @@ ACTIVATION_FLOAT_RANGE: dict[str, tuple[float, float]] = {
 }
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def activation_range_float(activation: str) -> tuple[float, float]:
-    """CalculateActivationRange for float: the fused activation's clamp."""
+    """CalculateActivationRange for float: the fused activation's clamp, never wider than the
+    finite floats (an infinite result becomes +-FLT_MAX, as in TFLite)."""
     if activation not in ACTIVATION_FLOAT_RANGE:
         raise ValueError(f"fused activation {activation} is not supported")
-    return ACTIVATION_FLOAT_RANGE[activation]
+    low, high = ACTIVATION_FLOAT_RANGE[activation]
+    return max(low, -FLOAT32_MAX), min(high, FLOAT32_MAX)

@@ -52,6 +52,7 @@ def inspect_data(model: Model) -> dict[str, Any]:
                 "outputs": [describe_tensor(g.tensors[t]) for t in op.outputs],
                 "options": dict(op.options),
                 "supported": op.index not in unsupported,
+                "refusal": unsupported.get(op.index),
             }
             for op in g.operators
         ]
@@ -117,12 +118,14 @@ def inspect_text(data: dict[str, Any]) -> str:
                 ],
             )
         )
+        out.extend(f"  {display_text(o['refusal'])}" for o in g["operators"] if o["refusal"])
         out.append("")
         out.append(
             table(
                 ["tensor", "name", "type", "bytes", "kind"],
                 [
-                    [t["index"], t["name"], f"{t['dtype']}{t['shape']}", t["bytes"], t["kind"]]
+                    [t["index"], display_text(t["name"]), f"{t['dtype']}{t['shape']}",
+                     t["bytes"], t["kind"]]
                     for t in g["tensors"]
                 ],
             )

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from runtime_py import gemmlowp
+from runtime_py.kernels.reductions import ordered_sum
 from toolchain.errors import RuntimeBackendError
 from toolchain.fixedpoint import (
     multiply_by_quantized_multiplier,
@@ -87,7 +88,8 @@ def _float_tanh(x: np.ndarray) -> np.ndarray:
 
 def _float_hard_swish(x: np.ndarray) -> np.ndarray:
     """x * min(6, max(0, x + 3)) / 6, multiplied before dividing, as the reference does."""
-    return x * np.minimum(f32(6.0), np.maximum(f32(0.0), x + f32(3.0))) / f32(6.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # IEEE results, as in C
+        return x * np.minimum(f32(6.0), np.maximum(f32(0.0), x + f32(3.0))) / f32(6.0)
 
 
 FLOAT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -110,15 +112,19 @@ def _float_prelu(p: FloatPreluParams, x: np.ndarray, alpha: np.ndarray) -> np.nd
 
 
 def _float_softmax(p: FloatSoftmaxParams, x: np.ndarray) -> np.ndarray:
+    """The row's exponentials summed in order, as the reference loop does."""
     rows = _rows(x, p.depth)
-    exps = _exp_float32((rows - rows.max(axis=1, keepdims=True)) * f32(p.beta))
-    return (exps / exps.sum(axis=1, keepdims=True, dtype=np.float32)).reshape(x.shape)
+    with np.errstate(invalid="ignore"):
+        exps = _exp_float32((rows - rows.max(axis=1, keepdims=True)) * f32(p.beta))
+        return (exps / ordered_sum(exps, (1,))[:, None]).reshape(x.shape)
 
 
 def _float_l2_normalization(p: FloatL2NormalizationParams, x: np.ndarray) -> np.ndarray:
+    """The squares summed in order, as the reference loop does."""
     rows = _rows(x, p.depth)
-    norm = np.sqrt((rows * rows).sum(axis=1, keepdims=True, dtype=np.float32))
-    return (rows / np.maximum(norm, f32(p.epsilon))).reshape(x.shape)
+    with np.errstate(over="ignore", invalid="ignore"):
+        norm = np.sqrt(ordered_sum(rows * rows, (1,)))[:, None]
+        return (rows / np.maximum(norm, f32(p.epsilon))).reshape(x.shape)
 
 
 # -- int8 -----------------------------------------------------------------------------------

@@ -98,7 +98,8 @@ def conv_2d(params: ConvParams, inputs: list[np.ndarray | None],
     grouped = patches.reshape(*patches.shape[:-1], groups, -1)
     columns = np.ascontiguousarray(np.moveaxis(grouped, -2, 0))
     columns = columns.reshape(groups, batch * out_h * out_w, -1)
-    acc = np.matmul(columns, params.weights)  # [G, pixels, O/G]
+    with np.errstate(invalid="ignore", over="ignore"):  # IEEE infinities and NaN, as in C
+        acc = np.matmul(columns, params.weights)  # [G, pixels, O/G]
     acc = np.moveaxis(acc, 0, 1).reshape(out.shape)
     _finish(acc, params.bias, params.output, out)
 
@@ -112,7 +113,8 @@ def depthwise_conv_2d(params: DepthwiseConvParams, inputs: list[np.ndarray | Non
     patches = _patches(plane, params.window, out.shape[1:3])
     in_channels, taps, _ = params.weights.shape
     sum_taps = _matmul_per_channel if taps > in_channels else _multiply_add_per_tap
-    acc = sum_taps(patches, params.weights)
+    with np.errstate(invalid="ignore", over="ignore"):  # IEEE infinities and NaN, as in C
+        acc = sum_taps(patches, params.weights)
     _finish(acc.reshape(out.shape), params.bias, params.output, out)
 
 

@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from toolchain.errors import RuntimeBackendError
 from toolchain.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from toolchain.ops.elementwise import (
     OPCODES,
@@ -42,11 +41,11 @@ def _int_squared_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _truncating_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """C's integer division (toward zero); TFLite's DIV refuses a zero divisor."""
-    if np.any(b == 0):
-        raise RuntimeBackendError("DIV: integer division by zero")
-    quotient = np.abs(a) // np.abs(b)
-    return np.where((a < 0) != (b < 0), -quotient, quotient)
+    """C's integer division (toward zero). TFLite's DIV refuses to run on a zero divisor; the
+    C kernel cannot refuse mid-inference, so both backends agree on x / 0 = 0 instead."""
+    divisor = np.where(b == 0, 1, b)
+    quotient = np.abs(a) // np.abs(divisor)
+    return np.where(b == 0, 0, np.where((a < 0) != (divisor < 0), -quotient, quotient))
 
 
 _FLOAT_OPS: dict[str, Binary] = {

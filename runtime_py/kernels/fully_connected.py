@@ -40,9 +40,10 @@ def double_to_int32(x: np.ndarray) -> np.ndarray:
 
 def fully_connected_float(p: FullyConnectedFloatParams, inputs, outputs) -> None:
     x, weights, bias = _fc_operands(p, inputs)
-    total = np.matmul(x, weights.T)
-    if bias is not None:
-        total = total + bias
+    with np.errstate(invalid="ignore", over="ignore"):  # IEEE infinities and NaN, as in C
+        total = np.matmul(x, weights.T)
+        if bias is not None:
+            total = total + bias
     outputs[0][...] = np.clip(total, p.activation_min, p.activation_max).reshape(outputs[0].shape)
 
 

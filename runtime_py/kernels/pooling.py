@@ -1,11 +1,14 @@
 """numpy kernels for the pooling family: AVERAGE_POOL_2D and MAX_POOL_2D (NHWC).
 
 Every window is read at once through a strided view of the input, padded with a value that
-cannot change the result (0 for sums, the dtype's lowest for maxima); averages divide by the
-in-bounds count from the params, as TFLite's reference kernels do.
+cannot change the result (0 for sums, the dtype's lowest for maxima), and reduced tap by tap in
+TFLite's loop order, so float sums round (and overflow) as TFLite's do and NaN never wins a
+maximum; averages divide by the in-bounds count from the params, as TFLite's reference kernels do.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -28,9 +31,22 @@ def _counts(p: Pool2DParams) -> np.ndarray:
     return p.window_counts[None, :, :, None]
 
 
+def _taps(view: np.ndarray) -> Iterator[np.ndarray]:
+    """Each window position's values over all windows, row by row: TFLite's loop order."""
+    for fy in range(view.shape[-2]):
+        for fx in range(view.shape[-1]):
+            yield view[..., fy, fx]
+
+
 def average_pool_float(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
-    total = windows(p, x, 0.0).sum(axis=(-2, -1), dtype=np.float32)
-    return total / _counts(p).astype(np.float32)
+    """The float32 sum from 0.0 taken tap by tap, as TFLite's loop adds them (the zeros of the
+    padding change no sum that starts at 0.0)."""
+    view = windows(p, x, 0.0)
+    total = np.zeros(view.shape[:-2], np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for tap in _taps(view):
+            total += tap
+        return total / _counts(p).astype(np.float32)
 
 
 def average_pool_int8(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
@@ -42,8 +58,15 @@ def average_pool_int8(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
 
 
 def max_pool(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
+    """TFLite's scan from the dtype's lowest finite value: an element replaces the maximum only
+    when greater, so NaN never does (np.max would return it) and a window of -inf gives the
+    lowest float."""
     lowest = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    return windows(p, x, lowest).max(axis=(-2, -1))
+    view = windows(p, x, lowest)
+    best = np.full(view.shape[:-2], lowest, x.dtype)
+    for tap in _taps(view):
+        best = np.where(tap > best, tap, best)
+    return best
 
 
 _AVERAGE = {np.dtype(np.float32): average_pool_float, np.dtype(np.int8): average_pool_int8}

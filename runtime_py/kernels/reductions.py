@@ -10,8 +10,24 @@ from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops.reductions import ArgParams, ReduceParams
 
 
+def ordered_sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """The float32 sum over `axes`, each output's terms added one by one in increasing address
+    order from 0.0, as TFLite's reference loops do: numpy's pairwise np.sum rounds (and
+    overflows to infinity) differently."""
+    axes = tuple(a % x.ndim for a in axes)
+    kept = [a for a in range(x.ndim) if a not in axes]
+    terms = np.transpose(x, kept + list(axes)).reshape(*(x.shape[a] for a in kept), -1)
+    if terms.shape[-1] == 0:
+        return np.zeros(terms.shape[:-1], np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.cumsum(terms, axis=-1, dtype=np.float32)[..., -1] + np.float32(0.0)
+
+
 def _sum(params: ReduceParams, x: np.ndarray) -> np.ndarray:
-    """In the input's own dtype: integer sums wrap around as TFLite's do."""
+    """In the input's own dtype: integer sums wrap around as TFLite's do, float sums add in
+    order."""
+    if x.dtype.kind == "f":
+        return ordered_sum(x, params.axes)
     return np.sum(x, axis=params.axes, dtype=x.dtype)
 
 
@@ -29,7 +45,8 @@ def _min(params: ReduceParams, x: np.ndarray) -> np.ndarray:
 
 
 def _mean(params: ReduceParams, x: np.ndarray) -> np.ndarray:
-    return np.sum(x, axis=params.axes, dtype=np.float32) / np.float32(params.count)
+    with np.errstate(invalid="ignore"):
+        return ordered_sum(x.astype(np.float32), params.axes) / np.float32(params.count)
 
 
 def _mean_truncate(params: ReduceParams, x: np.ndarray) -> np.ndarray:

@@ -13,11 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from runtime_py.c_backend import SANITIZE_FLAGS, CBackend, compile_files, write_files
-from runtime_py.check import difference, random_inputs
 from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels import activations as kernels
-from runtime_py.oracle import LiteRTOracle
 from tests.conftest import SHARED_MODELS
 from tests.opcheck import assert_matches_oracle
 from tests.ops.test_activations import (
@@ -28,6 +25,9 @@ from tests.ops.test_activations import (
     unary_model,
 )
 from toolchain import builder
+from toolchain.checking.c_backend import SANITIZE_FLAGS, CBackend, compile_files, write_files
+from toolchain.checking.check import difference, random_inputs
+from toolchain.checking.oracle import LiteRTOracle
 from toolchain.codegen import activations as emitters
 from toolchain.codegen import generate
 from toolchain.errors import UnsupportedOpError
@@ -171,10 +171,10 @@ def test_shared_helpers_come_with_include_guards():
     preprocessor keeps the first copy (two of each op kind here, and the file compiles)."""
     source = generate(planned(chain_model("int8", (3, 24))), "m")["m.c"]
     for guard, ops in [
-        ("ARENAC_GEMMLOWP_EXP_DEFINED", 2),
-        ("ARENAC_GEMMLOWP_INV_SQRT_DEFINED", 2),
-        ("ARENAC_FIXEDPOINT_INT16_DEFINED", 2),
-        ("ARENAC_FIXEDPOINT_SHIFTS_DEFINED", 4),
+        ("ARENAC_HELPERS_GEMMLOWP_EXP", 2),
+        ("ARENAC_HELPERS_GEMMLOWP_INV_SQRT", 2),
+        ("ARENAC_HELPERS_INT16", 2),
+        ("ARENAC_HELPERS_SHIFTS", 4),
     ]:
         assert source.count(f"#ifndef {guard}\n#define {guard}\n") == ops, guard
     assert source.count("static const int8_t m_op") == 2  # the LOGISTIC and TANH tables

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import toolchain.codegen.conv as conv_codegen
-from runtime_py.c_backend import CBackend
-from runtime_py.check import check_plan
 from runtime_py.kernels.conv import requantize
 from tests.ops.test_conv import conv_model, depthwise_model, transpose_conv_model
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import CBackend
+from toolchain.checking.check import check_plan
 from toolchain.codegen import generate
 from toolchain.ops.conv import Requantize
 from toolchain.ops.overlaps import declared_overlaps

@@ -11,12 +11,12 @@ import flatbuffers
 import numpy as np
 import pytest
 
-from runtime_py.check import random_inputs
 from runtime_py.kernels import KERNELS
-from runtime_py.oracle import LiteRTOracle
 from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.opcheck import assert_matches_oracle
 from toolchain.builder import FILE_IDENTIFIER
+from toolchain.checking.check import random_inputs
+from toolchain.checking.oracle import LiteRTOracle
 from toolchain.ir import Graph
 from toolchain.ops import REGISTRY
 from toolchain.reader import parse_model

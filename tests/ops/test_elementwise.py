@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime_py.check import random_inputs
 from runtime_py.kernels import KERNELS
-from runtime_py.oracle import LiteRTOracle
 from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.opcheck import assert_matches_oracle, oracle_outputs
 from toolchain.builder import ModelBuilder
-from toolchain.errors import RuntimeBackendError, UnsupportedOpError
+from toolchain.checking.check import random_inputs
+from toolchain.checking.oracle import LiteRTOracle
+from toolchain.errors import UnsupportedOpError
 from toolchain.ops import prepare_graph
 from toolchain.ops.elementwise import prepare
 from toolchain.reader import parse_model
@@ -219,14 +219,15 @@ def test_oracle_output_varies(opcode, dtype):
         assert np.mean((output == -128) | (output == 127)) < 0.2
 
 
-def test_int32_division_by_zero_is_refused():
+def test_int32_division_by_zero_gives_zero():
+    """TFLite refuses a zero divisor; runtime_py gives 0, as the C kernel does (tests/test_edges.py
+    compares the two)."""
     model = binary_model("DIV", "int32", (3,), (3,))
     graph = parse_model(model, "<built model>").main
     params = prepare(graph, graph.operators[0])
-    a = np.array([1, 2, 3], np.int32)
-    b = np.array([1, 0, 3], np.int32)
-    with pytest.raises(RuntimeBackendError, match="division by zero"):
-        KERNELS["DIV"](params, [a, b], [np.empty(3, np.int32)])
+    out = np.empty(3, np.int32)
+    KERNELS["DIV"](params, [np.array([7, 2, -9], np.int32), np.array([2, 0, 4], np.int32)], [out])
+    assert out.tolist() == [3, 0, -2]
 
 
 @pytest.mark.parametrize(

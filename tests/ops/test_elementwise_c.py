@@ -12,9 +12,9 @@ import tempfile
 import numpy as np
 import pytest
 
-from runtime_py.c_backend import SANITIZE_FLAGS, compile_files, write_files
 from runtime_py.kernels import KERNELS
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import SANITIZE_FLAGS, compile_files, write_files
 from toolchain.codegen import generate
 from toolchain.codegen.elementwise import Loop, broadcast_loops
 from toolchain.ops import prepare_graph

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime_py.check import difference, random_inputs
 from runtime_py.kernels import KERNELS
-from runtime_py.oracle import LiteRTOracle
 from tests.conftest import SHARED_MODELS
 from tests.opcheck import assert_matches_oracle, oracle_outputs
 from toolchain.builder import ModelBuilder
+from toolchain.checking.check import difference, random_inputs
+from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops import REGISTRY, prepare_graph
 from toolchain.quant import ACTIVATION_FLOAT_RANGE

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from runtime_py.c_backend import CBackend
-from runtime_py.check import check_plan, difference
-from runtime_py.oracle import LiteRTOracle
 from tests.conftest import SHARED_MODELS
 from tests.ops.test_fully_connected import batch_matmul_model, fully_connected_model
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import CBackend
+from toolchain.checking.check import check_plan, difference
+from toolchain.checking.oracle import LiteRTOracle
 from toolchain.codegen import generate
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
-from runtime_py.oracle import LiteRTOracle
 from tests.opcheck import assert_matches_oracle, assert_varied
 from toolchain.builder import ModelBuilder
+from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops import prepare_graph
 from toolchain.plan import plan_model

@@ -9,15 +9,15 @@ import re
 import numpy as np
 import pytest
 
-from runtime_py.c_backend import SANITIZE_FLAGS, CBackend, compile_files, write_files
-from runtime_py.check import random_inputs
 from runtime_py.interpreter import ArenaInterpreter
-from runtime_py.oracle import LiteRTOracle, TFLMOracle
 from tests.opcheck import assert_matches_oracle
 from tests.ops.test_quantize import EDGES, unary_model
 from tests.ops.test_reductions import REDUCTIONS, arg_model, reduce_model
 from tests.ops.test_resize import resize_model
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import SANITIZE_FLAGS, CBackend, compile_files, write_files
+from toolchain.checking.check import random_inputs
+from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
 from toolchain.codegen import generate
 from toolchain.codegen.reductions import Loop, Walk, collapse
 from toolchain.errors import ModelError

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime_py.check import random_inputs
 from runtime_py.interpreter import ArenaInterpreter
-from runtime_py.oracle import LiteRTOracle, TFLMOracle
 from tests.opcheck import assert_matches_oracle, assert_varied
 from toolchain.builder import ModelBuilder
+from toolchain.checking.check import random_inputs
+from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops import prepare_graph
 from toolchain.plan import plan_model

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from runtime_py.check import random_inputs
-from runtime_py.oracle import LiteRTOracle
 from tests.opcheck import assert_matches_oracle
 from toolchain.builder import ModelBuilder
+from toolchain.checking.check import random_inputs
+from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops import prepare_graph
 from toolchain.reader import parse_model
@@ -293,7 +293,7 @@ def test_pad_fills_with_the_output_zero_point():
 
 def test_scalar_in_the_middle():
     """Reshape to rank 0 (an empty new_shape) and back; a scalar model output would trip
-    runtime_py.check, which compares numpy scalars as arrays."""
+    toolchain.checking.check, which compares numpy scalars as arrays."""
     b = ModelBuilder()
     x = b.input("x", (1, 1), "float32")
     scalar = b.tensor("scalar", (), "float32")

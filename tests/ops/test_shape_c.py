@@ -12,12 +12,12 @@ import re
 import numpy as np
 import pytest
 
-from runtime_py.c_backend import CBackend
-from runtime_py.check import random_inputs
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle
 from tests.ops.test_shape import CASE_IDS, CASES, build, i32
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import CBackend
+from toolchain.checking.check import random_inputs
 from toolchain.codegen import generate
 from toolchain.codegen.shape import Move, pad_dims, simplify
 from toolchain.plan import plan_model

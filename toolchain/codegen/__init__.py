@@ -27,8 +27,8 @@ from toolchain.codegen.context import (
 )
 from toolchain.errors import ArenacError, ModelError, PlanError, UnsupportedOpError
 from toolchain.ir import Graph, Tensor
-from toolchain.lifetimes import compute_lifetimes, overlap_pairs
-from toolchain.ops import FAMILY_NAMES, prepare_graph
+from toolchain.lifetimes import overlap_pairs
+from toolchain.ops import FAMILY_NAMES
 from toolchain.plan import ModelPlan
 from toolchain.planners import verify
 from toolchain.render import render
@@ -76,18 +76,24 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     source = mp.model.source
     check_graph(graph, source)
     check_plan(mp, external_io)
-    params = prepare_graph(graph, source)
+    params = mp.program.params()
     missing = sorted({op.opcode for op in graph.operators if op.opcode not in EMITTERS})
     if missing:
         raise UnsupportedOpError(f"no C kernel for {', '.join(missing)}", source)
     offsets = mp.offset_of_tensor()
     slot_of = {t: k for k, t in enumerate(offsets)}
+    scratch = mp.scratch_offsets()
+    scratch_of: dict[int, list[str]] = {}  # op -> its scratch, by slot of the offset table
+    for k, (request, _) in enumerate(scratch, start=len(offsets)):
+        scratch_of.setdefault(request.op, []).append(f"({name}_arena + {name}_offsets[{k}])")
     state_offsets, state_bytes = mp.state_layout()
     external = set(graph.inputs) | set(graph.outputs) if external_io else set()
 
     def pointer(t: int) -> str:
         tensor = graph.tensors[t]
         ctype = C_TYPES[tensor.dtype]
+        if tensor.is_constant and not tensor.is_variable:
+            return f"{name}_t{t}"  # kernels read a constant from flash, even an output's
         if t in external:
             if t in graph.inputs:
                 return f"(({ctype} *){name}_io_in[{graph.inputs.index(t)}])"
@@ -116,6 +122,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
             params[op_index],
             tuple(c_tensor(t) for t in op.inputs),
             tuple(c_tensor(t) for t in op.outputs),
+            tuple(scratch_of.get(op_index, ())),
         )
         try:
             kernels.append(EMITTERS[op.opcode](context))
@@ -125,7 +132,8 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
 
     input_ptrs = [pointer(t) for t in graph.inputs]
     output_ptrs = [pointer(t) for t in graph.outputs]
-    referenced = c_words([*kernels, *input_ptrs, *output_ptrs])
+    copies = external_copies(graph, name) if external_io else []
+    referenced = c_words([*kernels, *input_ptrs, *output_ptrs, *(c["src"] for c in copies)])
     constants = [
         {
             "name": f"{name}_t{t.index}",
@@ -145,6 +153,13 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
             f"ops {rows[t].first_op}-{rows[t].last_op}",
         }
         for t in offsets
+    ] + [
+        {
+            "offset": offset,
+            "comment": f"scratch of op {request.op} ({c_text(request.purpose)}): "
+            f"{request.size} bytes",
+        }
+        for request, offset in scratch
     ]
     state = [
         {
@@ -189,12 +204,37 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         "state": state,
         "kernels": kernels,
         "calls": calls,
+        "copies": copies,
     }
     return {
         f"{name}.h": render("c/model.h.j2", **values),
         f"{name}.c": render("c/model.c.j2", **values),
         f"{name}_main.c": render("c/harness.c.j2", **values),
     }
+
+
+def external_copies(graph: Graph, name: str) -> list[dict]:
+    """With external I/O, the caller's output buffers that no kernel writes: an output that is
+    a constant or a graph input, or a tensor listed again as a later output, is copied there
+    after the kernels ran."""
+    written = {t for op in graph.operators for t in op.outputs}
+    first = {}
+    copies = []
+    for j, t in enumerate(graph.outputs):
+        tensor = graph.tensors[t]
+        if t in first:
+            src, why = f"{name}_io_out[{first[t]}]", f"the same tensor as output {first[t]}"
+        elif t in written:
+            first[t] = j
+            continue
+        elif t in graph.inputs:
+            src, why = f"{name}_io_in[{graph.inputs.index(t)}]", "a graph input"
+        else:
+            src, why = f"{name}_t{t}", "a constant"
+        first.setdefault(t, j)
+        copies.append({"dst": f"{name}_io_out[{j}]", "src": src, "nbytes": tensor.nbytes,
+                       "comment": f"output {j} is {why}"})
+    return copies
 
 
 def c_words(texts: list[str]) -> set[str]:
@@ -250,14 +290,11 @@ def check_plan(mp: ModelPlan, external_io: bool) -> None:
         verify(mp.plan)
     except PlanError as e:
         raise PlanError(f"unsafe plan: {e.message}", source) from None
-    lifetimes = compute_lifetimes(
-        graph, mp.lifetimes.order, mp.lifetimes.scratch, source, io if external_io else ()
-    )
-    if lifetimes != mp.lifetimes or lifetimes.buffers != mp.plan.buffers:
+    if mp.lifetimes.buffers != mp.plan.buffers:
         raise PlanError(
             "the plan's buffers (sizes or lives) are not the ones this graph needs", source
         )
-    allowed = set(overlap_pairs(graph, lifetimes))
+    allowed = set(overlap_pairs(graph, mp.lifetimes, mp.program.bindings))
     for o in mp.plan.overlaps:
         if o not in allowed:
             raise PlanError(

@@ -2,9 +2,10 @@
 LEAKY_RELU, PRELU, SOFTMAX, L2_NORMALIZATION; float32 and int8), from the same params as
 runtime_py.
 
-Each params type has a function that turns it into the values of one macro of
-templates/c/activations.c.j2; every number (multipliers, shifts, offsets, tables, loop counts)
-is taken or derived here, the template only lays them out.
+Each params type has a function that turns it into the values of the template's macros
+(templates/c/activations.c.j2): which macro defines the op's per-element (or per-row) function,
+every number (multipliers, shifts, offsets, tables, loop bounds) and the C expressions of the
+simple float functions; the template only lays them out.
 """
 
 from __future__ import annotations
@@ -14,10 +15,23 @@ from collections.abc import Callable
 
 import numpy as np
 
-from toolchain.codegen.context import OpContext, c_array, c_float, c_int32, family_macro
-from toolchain.codegen.elementwise import broadcast_loops
+from toolchain.codegen.context import (
+    ConstantLoop,
+    Kernel,
+    OpContext,
+    c_array,
+    c_comment,
+    c_float,
+    c_int32,
+    c_offset,
+    legacy_text,
+    render_macro,
+    written_vars,
+)
+from toolchain.codegen.elementwise import broadcast_loops, broadcast_nest
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops.activations import (
+    SOFTMAX_INT8_OUTPUT,
     SPECS,
     FloatClampParams,
     FloatFunctionParams,
@@ -33,6 +47,7 @@ from toolchain.ops.activations import (
     QuantizedSoftmaxParams,
     RequantizeClampParams,
 )
+from toolchain.quant import INT_RANGES
 
 TEMPLATE = "c/activations.c.j2"
 
@@ -45,9 +60,14 @@ LOGISTIC_CUTOFF_LOW = -9.0
 SOFTMAX_INT32_SUM_DEPTH = 1 << 12
 # The int8 L2 normalization sums squares of values within 255 in an int32_t, as TFLite does.
 L2_INT32_SUM_DEPTH = (2**31 - 1) // (255 * 255)
+# Its output scale is 2^-7.
+L2_OUTPUT_SHIFT = 7
 # An int16 saturating left shift of 16 bits or more saturates every non-zero value: shifting by
 # 16 gives the same result and keeps the product within int32_t.
 INT16_SHIFT_CAP = 16
+# An int8 table is indexed by the value's bits read as unsigned.
+LOOKUP_INDEX_TYPE = "uint8_t"
+LOOKUP_LENGTH = 256
 
 
 def _plus(value: int) -> str:
@@ -56,127 +76,155 @@ def _plus(value: int) -> str:
 
 
 def _base(ctx: OpContext) -> dict:
-    x, out = ctx.inputs[0], ctx.outputs[0]
+    out = ctx.outputs[0]
     return {
         "fn": ctx.fn,
         "prefix": ctx.prefix,
         "ctype": out.ctype,
-        "x": x.ptr,
+        "x": ctx.inputs[0].ptr,
         "out": out.ptr,
-        "size": out.size,
-        "comment": f"{ctx.op.opcode} {out.dtype}{list(out.shape)} '{out.name}'",
-        "helpers": None,
+        "empty": out.size == 0,
+        "comment": c_comment(f"{ctx.op.opcode} {out.dtype}{list(out.shape)} '{out.name}'"),
     }
 
 
-def _rows(ctx: OpContext, depth: int) -> dict:
-    size = ctx.outputs[0].size
-    return {"depth": depth, "rows": size // depth if depth else 0}
+def _int_range(ctx: OpContext) -> dict:
+    """The output type's range, where the int8 kernels saturate."""
+    low, high = INT_RANGES[ctx.outputs[0].dtype]
+    return {"low": low, "high": high}
 
 
-# -- elementwise ----------------------------------------------------------------------------
+# -- elementwise: `{prefix}_op` of one value and a flat loop ---------------------------------
 
 
 def _float_clamp(ctx: OpContext, p: FloatClampParams) -> dict:
-    return {"macro": "elementwise", "kind": "float_clamp", "low": c_float(p.low),
-            "has_high": not math.isinf(p.high), "high": c_float(p.high)}
+    low, high = c_float(p.low), c_float(p.high)
+    expression = (f"x < {low} ? {low} : x" if math.isinf(p.high)
+                  else f"arenac_clampf(x, {low}, {high})")
+    return {"op_macro": "expression_op", "op_comment": None, "expression": expression}
 
 
 def _requantize_clamp(ctx: OpContext, p: RequantizeClampParams) -> dict:
-    return {"macro": "elementwise", "kind": "requantize_clamp",
+    return {"op_macro": "requantize_clamp_op",
             "in_offset": _plus(-p.input_zero_point), "out_offset": _plus(p.output_zero_point),
             "multiplier": p.multiplier, "shift": p.shift, "low": p.low, "high": p.high}
 
 
 def _lookup(ctx: OpContext, p: LookupTableParams) -> dict:
-    return {"macro": "elementwise", "kind": "lookup",
-            "table": c_array(np.asarray(p.table, dtype=np.int8))}
+    return {"op_macro": "lookup_op", "index_type": LOOKUP_INDEX_TYPE,
+            "table_length": LOOKUP_LENGTH,
+            "table": c_array(np.asarray(p.table, dtype=ctx.outputs[0].dtype))}
 
 
-_FLOAT_FUNCTION_KINDS = {"LOGISTIC": "logistic", "TANH": "tanh", "HARD_SWISH": "float_hard_swish"}
+# The float functions that are one C expression of x: (comment, expression).
+_FLOAT_EXPRESSIONS: dict[str, tuple[str | None, str]] = {
+    "TANH": (None, "tanhf(x)"),
+    "HARD_SWISH": ("/* x * relu6(x + 3) / 6, multiplied before dividing as the reference kernel "
+                   "does. */", "x * arenac_clampf(x + 3.0f, 0.0f, 6.0f) / 6.0f"),
+}
 
 
 def _float_function(ctx: OpContext, p: FloatFunctionParams) -> dict:
-    return {"macro": "elementwise", "kind": _FLOAT_FUNCTION_KINDS[p.function],
-            "cutoff_high": c_float(LOGISTIC_CUTOFF_HIGH),
-            "cutoff_low": c_float(LOGISTIC_CUTOFF_LOW)}
+    if p.function == "LOGISTIC":
+        return {"op_macro": "logistic_op", "cutoff_high": c_float(LOGISTIC_CUTOFF_HIGH),
+                "cutoff_low": c_float(LOGISTIC_CUTOFF_LOW)}
+    comment, expression = _FLOAT_EXPRESSIONS[p.function]
+    return {"op_macro": "expression_op", "op_comment": comment, "expression": expression}
 
 
 def _float_leaky_relu(ctx: OpContext, p: FloatLeakyReluParams) -> dict:
-    return {"macro": "elementwise", "kind": "float_leaky_relu", "alpha": c_float(p.alpha)}
+    return {"op_macro": "expression_op", "op_comment": None,
+            "expression": f"x > 0.0f ? x : x * {c_float(p.alpha)}"}
 
 
 def _int8_leaky_relu(ctx: OpContext, p: QuantizedLeakyReluParams) -> dict:
-    return {"macro": "elementwise", "kind": "int8_leaky_relu",
+    return {"op_macro": "int8_leaky_relu_op", **_int_range(ctx),
             "in_offset": _plus(-p.input_zero_point), "out_offset": _plus(p.output_zero_point),
             "identity_multiplier": p.identity_multiplier, "identity_shift": p.identity_shift,
-            "negate": p.alpha_multiplier < 0, "alpha_multiplier": abs(p.alpha_multiplier),
-            "alpha_shift": p.alpha_shift}
+            "negate": p.alpha_multiplier < 0, "alpha_sign": "-" if p.alpha_multiplier < 0 else "",
+            "alpha_multiplier": abs(p.alpha_multiplier), "alpha_shift": p.alpha_shift}
 
 
 def _int8_hard_swish(ctx: OpContext, p: QuantizedHardSwishParams) -> dict:
     exponent = p.reluish_exponent
-    return {"macro": "elementwise", "kind": "int8_hard_swish", "helpers": "int16",
+    return {"op_macro": "int8_hard_swish_op", "helpers": ("int16",), **_int_range(ctx),
             "in_offset": _plus(-p.input_zero_point), "out_offset": _plus(p.output_zero_point),
             "output_multiplier": p.output_multiplier, "output_right_shift": -p.output_exponent,
             "reluish_multiplier": p.reluish_multiplier, "reluish_exponent": exponent,
-            "reluish_pre_shift": min(exponent - 1, INT16_SHIFT_CAP) if exponent > 0 else None,
-            "reluish_right_shift": -exponent if exponent < 0 else 0}
+            "splits_left_shift": exponent > 0,
+            "reluish_pre_shift": min(exponent - 1, INT16_SHIFT_CAP),
+            "shifts_right": exponent < 0, "reluish_right_shift": -exponent}
+
+
+def _elementwise(ctx: OpContext, values: dict) -> dict:
+    loop = ConstantLoop("i", ctx.outputs[0].size)
+    return {**values, "macro": "elementwise", "loop": loop, "counters": written_vars([loop])}
 
 
 # -- PRELU ----------------------------------------------------------------------------------
 
 
-def _prelu_loops(ctx: OpContext, input_shape: tuple[int, ...],
-                 alpha_shape: tuple[int, ...]) -> dict:
-    """The broadcast of alpha over the input as collapsed loops; x and the output walk all."""
+def _prelu(ctx: OpContext, input_shape: tuple[int, ...], alpha_shape: tuple[int, ...],
+           values: dict) -> dict:
+    """The broadcast of alpha over the input, as collapsed loops; x and the output walk all."""
     loops = broadcast_loops(input_shape, alpha_shape, input_shape)
-    levels = [{"n": loop.n, "sx": loop.so, "sa": loop.sb, "k": k, "next": k + 1,
-               "pad": "  " * (k + 1)} for k, loop in enumerate(loops)]
-    return {"macro": "prelu", "alpha": ctx.inputs[1].ptr, "empty": not levels,
-            "outer": levels[:-1], "inner": levels[-1] if levels else None}
+    ctype = ctx.outputs[0].ctype
+    nest = broadcast_nest(loops, ctype, ctype, f"{ctx.prefix}_op", ivdep=False) if loops else None
+    return {**values, "macro": "prelu", "alpha": ctx.inputs[1].ptr, "nest": nest}
 
 
 def _float_prelu(ctx: OpContext, p: FloatPreluParams) -> dict:
-    return {**_prelu_loops(ctx, p.input_shape, p.alpha_shape), "is_float": True}
+    return _prelu(ctx, p.input_shape, p.alpha_shape, {"op_macro": "float_prelu_op"})
 
 
 def _int8_prelu(ctx: OpContext, p: QuantizedPreluParams) -> dict:
-    return {**_prelu_loops(ctx, p.input_shape, p.alpha_shape), "is_float": False,
-            "in_offset": _plus(-p.input_zero_point), "alpha_offset": _plus(-p.alpha_zero_point),
-            "out_offset": _plus(p.output_zero_point),
-            "identity_multiplier": p.identity_multiplier, "identity_shift": p.identity_shift,
-            "alpha_multiplier": p.alpha_multiplier, "alpha_shift": p.alpha_shift}
+    return _prelu(ctx, p.input_shape, p.alpha_shape, {
+        "op_macro": "int8_prelu_op", **_int_range(ctx),
+        "in_offset": _plus(-p.input_zero_point), "alpha_offset": _plus(-p.alpha_zero_point),
+        "out_offset": _plus(p.output_zero_point),
+        "identity_multiplier": p.identity_multiplier, "identity_shift": p.identity_shift,
+        "alpha_multiplier": p.alpha_multiplier, "alpha_shift": p.alpha_shift})
 
 
-# -- SOFTMAX, L2_NORMALIZATION --------------------------------------------------------------
+# -- SOFTMAX, L2_NORMALIZATION: `{prefix}_row` on every row ---------------------------------
+
+
+def _rows(ctx: OpContext, depth: int, row_macro: str, values: dict) -> dict:
+    """The op as a row function applied to each row of `depth` elements; inside a row, `each`
+    walks its elements and `rest` those after the first."""
+    rows = ConstantLoop("r", ctx.outputs[0].size // depth if depth else 0)
+    each, rest = ConstantLoop("i", depth), ConstantLoop("i", depth, 1)
+    return {**values, "macro": "rows", "row_macro": row_macro, "row": rows,
+            "row_x": c_offset("x", [(rows, depth)]), "row_out": c_offset("out", [(rows, depth)]),
+            "each": each, "rest": rest, "counters": written_vars([each, rest])}
 
 
 def _float_softmax(ctx: OpContext, p: FloatSoftmaxParams) -> dict:
-    return {"macro": "float_softmax", **_rows(ctx, p.depth), "beta": c_float(p.beta)}
+    return _rows(ctx, p.depth, "float_softmax_row", {"beta": c_float(p.beta)})
 
 
 def _int8_softmax(ctx: OpContext, p: QuantizedSoftmaxParams) -> dict:
-    return {"macro": "int8_softmax", **_rows(ctx, p.depth),
-            "multiplier": p.input_multiplier, "left_shift": p.input_left_shift,
-            "diff_min": c_int32(p.diff_min),
-            "sum_type": "int32_t" if p.depth < SOFTMAX_INT32_SUM_DEPTH else "int64_t"}
+    return _rows(ctx, p.depth, "int8_softmax_row", {
+        "helpers": ("gemmlowp_exp",), **_int_range(ctx),
+        "multiplier": p.input_multiplier, "left_shift": p.input_left_shift,
+        "diff_min": c_int32(p.diff_min), "out_offset": _plus(SOFTMAX_INT8_OUTPUT[1]),
+        "sum_type": "int32_t" if p.depth < SOFTMAX_INT32_SUM_DEPTH else "int64_t"})
 
 
 def _float_l2_normalization(ctx: OpContext, p: FloatL2NormalizationParams) -> dict:
-    return {"macro": "float_l2_normalization", **_rows(ctx, p.depth),
-            "epsilon": c_float(p.epsilon)}
+    return _rows(ctx, p.depth, "float_l2_normalization_row", {"epsilon": c_float(p.epsilon)})
 
 
 def _int8_l2_normalization(ctx: OpContext, p: QuantizedL2NormalizationParams) -> dict:
     if p.depth > L2_INT32_SUM_DEPTH:
         raise UnsupportedOpError(f"int8 L2_NORMALIZATION over {p.depth} values: its int32 sum "
                                  "of squares could overflow")
-    return {"macro": "int8_l2_normalization", **_rows(ctx, p.depth),
-            "in_offset": _plus(-p.input_zero_point)}
+    return _rows(ctx, p.depth, "int8_l2_normalization_row", {
+        "helpers": ("gemmlowp_inv_sqrt",), **_int_range(ctx),
+        "in_offset": _plus(-p.input_zero_point), "output_shift": L2_OUTPUT_SHIFT})
 
 
-_BY_PARAMS: dict[type, Callable[[OpContext, object], dict]] = {
+_ELEMENTWISE: dict[type, Callable[[OpContext, object], dict]] = {
     FloatClampParams: _float_clamp,
     RequantizeClampParams: _requantize_clamp,
     LookupTableParams: _lookup,
@@ -184,6 +232,8 @@ _BY_PARAMS: dict[type, Callable[[OpContext, object], dict]] = {
     FloatLeakyReluParams: _float_leaky_relu,
     QuantizedLeakyReluParams: _int8_leaky_relu,
     QuantizedHardSwishParams: _int8_hard_swish,
+}
+_OTHERS: dict[type, Callable[[OpContext, object], dict]] = {
     FloatPreluParams: _float_prelu,
     QuantizedPreluParams: _int8_prelu,
     FloatSoftmaxParams: _float_softmax,
@@ -193,10 +243,28 @@ _BY_PARAMS: dict[type, Callable[[OpContext, object], dict]] = {
 }
 
 
-def emit_activation(ctx: OpContext) -> str:
-    """Every activation op: the values for its params type, rendered by that type's macro."""
-    values = {**_base(ctx), **_BY_PARAMS[type(ctx.params)](ctx, ctx.params)}
-    return str(family_macro(TEMPLATE, values["macro"])(values)).strip("\n")
+def activation_values(ctx: OpContext) -> dict:
+    """The values of every macro the op's kernel is made of; `macro` lays out the kernel."""
+    kind = type(ctx.params)
+    values = {**_base(ctx), "helpers": ()}
+    if kind in _ELEMENTWISE:
+        return _elementwise(ctx, {**values, **_ELEMENTWISE[kind](ctx, ctx.params)})
+    return {**values, **_OTHERS[kind](ctx, ctx.params)}
 
 
-EMITTERS = {spec.opcode: emit_activation for spec in SPECS}
+def _render(macro: str, values: dict) -> str:
+    return render_macro(TEMPLATE, macro, values)
+
+
+def emit_activation(ctx: OpContext) -> Kernel:
+    """Every activation op: the per-element or per-row function its params call for, then the
+    kernel that applies it."""
+    values = activation_values(ctx)
+    if "op_macro" in values:
+        values["op_function"] = _render(values["op_macro"], values)
+    if "row_macro" in values:
+        values["row_function"] = _render(values["row_macro"], values)
+    return Kernel(_render(values["macro"], values), values["helpers"])
+
+
+EMITTERS = {spec.opcode: legacy_text(emit_activation) for spec in SPECS}

@@ -1,13 +1,18 @@
-"""What a C kernel emitter receives: the op's params and C expressions for its tensors.
+"""What a C kernel emitter receives (the op's params and C expressions for its tensors), what it
+returns (a Kernel), and the pieces emitters build C text from.
 
-Emitters (one module per op family under toolchain/codegen/) turn these into the text of one
-specialized C function per op by rendering a macro of the family's template; every value they
-hand the template is computed here in Python.
+Emitters (one module per op family under toolchain/codegen/) turn an OpContext into the text of
+one specialized C function per op by rendering a macro of the family's template; every value
+they hand the template is computed in Python: C types, constants, expressions and statements.
+Loops of constant bounds are ConstantLoops, so that a loop of one trip is written as its body
+and a loop of none not at all; helper functions several kernels call are helper groups, which
+the generator defines once per file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import textwrap
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,9 +64,133 @@ class OpContext:
     params: Any
     inputs: tuple[CTensor | None, ...]
     outputs: tuple[CTensor, ...]
+    scratch: tuple[str, ...] = ()  # `uint8_t *` expressions of the op's scratch in the arena
 
 
-Emitter = Callable[[OpContext], str]
+@dataclass(frozen=True)
+class Kernel:
+    """One op's C: its definitions, and the helper groups they call (HELPER_GROUPS), which the
+    file defines once, ahead of every kernel."""
+
+    text: str
+    helpers: tuple[str, ...] = ()
+
+
+Emitter = Callable[[OpContext], Kernel]
+
+HELPERS_TEMPLATE = "c/helpers.c.j2"
+# Each helper group (a macro of HELPERS_TEMPLATE) and the groups its functions call.
+HELPER_GROUPS: dict[str, tuple[str, ...]] = {
+    "ivdep": (),
+    "shifts": (),
+    "gemmlowp_exp": ("shifts",),
+    "gemmlowp_inv_sqrt": ("shifts",),
+    "int16": (),
+}
+
+
+def helper_definitions(groups: Iterable[str]) -> list[str]:
+    """The text of every group asked for and of the groups they build on, each once, a group
+    after those it calls."""
+    ordered: list[str] = []
+
+    def add(group: str) -> None:
+        if group not in ordered:
+            for needed in HELPER_GROUPS[group]:
+                add(needed)
+            ordered.append(group)
+
+    for group in sorted(set(groups)):
+        add(group)
+    return [str(family_macro(HELPERS_TEMPLATE, group)()).strip("\n") for group in ordered]
+
+
+LINE_LIMIT = 120  # characters of any generated line
+COMMENT_WIDTH = 100  # characters of a generated comment's lines, as the hand-written ones
+
+
+@dataclass(frozen=True)
+class ConstantLoop:
+    """A loop of constant bounds: `var` from `start` while below `stop`, by `step`. The macros
+    of templates/c/loops.c.j2 write a loop of several trips as a `for`, the body of a one-trip
+    loop bare (its expressions, built by `c_sum`, hold `start` in place of `var`) and nothing
+    for a loop that never runs."""
+
+    var: str
+    stop: int
+    start: int = 0
+    step: int = 1
+
+    @property
+    def trips(self) -> int:
+        return max(0, -(-(self.stop - self.start) // self.step))
+
+    @property
+    def written(self) -> bool:
+        return self.trips > 1
+
+    @property
+    def runs(self) -> bool:
+        return self.trips > 0
+
+    @property
+    def header(self) -> str:
+        """What goes between the parentheses of its `for`."""
+        step = f"++{self.var}" if self.step == 1 else f"{self.var} += {self.step}"
+        return f"{self.var} = {self.start}; {self.var} < {self.stop}; {step}"
+
+    @property
+    def index(self) -> str:
+        """The loop's variable as an expression: `start` when the loop is not written."""
+        return c_sum([(self, 1)])
+
+
+def written_vars(loops: Sequence[ConstantLoop]) -> str:
+    """The variables of the loops that are written, each once, for one declaration ("" if
+    none)."""
+    return ", ".join(dict.fromkeys(loop.var for loop in loops if loop.written))
+
+
+def c_sum(terms: Sequence[tuple[ConstantLoop | str, int]], constant: int = 0) -> str:
+    """C text of sum(term * coefficient) + constant, e.g. `i0 * 12 - i1 + 3` or `29 - i0 * 2`;
+    a loop that is not written counts as its start."""
+    named: list[tuple[str, int]] = []
+    for term, coefficient in terms:
+        if isinstance(term, ConstantLoop) and not term.written:
+            constant += term.start * coefficient
+        elif coefficient:
+            named.append((term.var if isinstance(term, ConstantLoop) else term, coefficient))
+    parts = [(name if abs(c) == 1 else f"{name} * {abs(c)}", c < 0) for name, c in named]
+    if constant or not parts:  # first if that keeps the text from starting with a minus
+        where = 0 if parts and parts[0][1] and constant > 0 else len(parts)
+        parts.insert(where, (str(abs(constant)), constant < 0))
+    text = ("-" if parts[0][1] else "") + parts[0][0]
+    return text + "".join(f" {'-' if negative else '+'} {p}" for p, negative in parts[1:])
+
+
+def c_offset(pointer: str, terms: Sequence[tuple[ConstantLoop | str, int]],
+             constant: int = 0) -> str:
+    """`pointer` advanced by c_sum(terms, constant) elements: `x + b * 16`, or `x`."""
+    offset = c_sum(terms, constant)
+    if offset == "0":
+        return pointer
+    return f"{pointer} - {offset[1:]}" if offset.startswith("-") else f"{pointer} + {offset}"
+
+
+def c_pointer(name: str, ctype: str, base: str,
+              terms: Sequence[tuple[ConstantLoop | str, int]]) -> tuple[str, list[str]]:
+    """A pointer `name` (of type `ctype *`) at `base` advanced by c_sum(terms): the name to use
+    and its declaration, or `base` itself and no declaration when the offset is nothing."""
+    at = c_offset(base, terms)
+    return (base, []) if at == base else (name, [f"{ctype} *{name} = {at};"])
+
+
+def c_comment(text: str, indent: str = "") -> str:
+    """`text` as a block comment broken at spaces into lines that, indented by `indent`, stay
+    within COMMENT_WIDTH; later lines align under the first's text."""
+    width = COMMENT_WIDTH - len(indent) - len("/*  */")
+    lines = textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+    return "/* " + f"\n{indent}   ".join(lines) + " */"
 
 
 def family_macro(template: str, macro: str) -> Callable[..., str]:
@@ -69,15 +198,32 @@ def family_macro(template: str, macro: str) -> Callable[..., str]:
     return getattr(environment().get_template(template).module, macro)
 
 
+def render_macro(template: str, macro: str, values: dict) -> str:
+    """What a macro of a family template lays out for `values`, without blank lines around."""
+    return str(family_macro(template, macro)(values)).strip("\n")
+
+
 def c_array(values: Sequence | np.ndarray, per_line: int = 16) -> str:
-    """Comma-separated C initializer text, `per_line` values a line (floats round-trip)."""
+    """Comma-separated C initializer text for a line indented two spaces: at most `per_line`
+    values a line and no line over LINE_LIMIT characters (floats round-trip)."""
     array = np.asarray(values)
     if array.dtype.kind == "f":
         items = [c_float(v) for v in array.ravel().tolist()]
     else:
         items = [str(int(v)) for v in array.ravel().tolist()]
-    lines = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
-    return ",\n  ".join(lines) if lines else "0"
+    return ",\n  ".join(_pack(items, per_line, LINE_LIMIT - len("  ") - len(","))) or "0"
+
+
+def _pack(items: list[str], per_line: int, width: int) -> list[str]:
+    """`items` joined by ", " into lines of at most `per_line` items and `width` characters."""
+    lines: list[str] = []
+    line: list[str] = []
+    for item in items:
+        if line and (len(line) == per_line or len(", ".join([*line, item])) > width):
+            lines.append(", ".join(line))
+            line = []
+        line.append(item)
+    return [*lines, ", ".join(line)] if line else lines
 
 
 def c_float(value: float) -> str:
@@ -120,3 +266,34 @@ def c_length(count: int) -> int:
     """The length to declare an array of `count` elements with: C99 has no zero-length arrays,
     so an empty one gets a single element nothing reads."""
     return max(int(count), 1)
+
+
+def legacy_text(emit: Emitter) -> Callable[[OpContext], str]:
+    """TRANSITIONAL: an emitter's kernel as plain text, each helper group it calls under an
+    include guard, for a generator that takes text."""
+
+    def text(ctx: OpContext) -> str:
+        kernel = emit(ctx)
+        groups = zip(_closure(kernel.helpers), helper_definitions(kernel.helpers))
+        guarded = [
+            f"#ifndef ARENAC_HELPERS_{group.upper()}\n#define ARENAC_HELPERS_{group.upper()}\n"
+            f"{definition}\n#endif\n"
+            for group, definition in groups
+        ]
+        return "\n".join([*guarded, kernel.text])
+
+    return text
+
+
+def _closure(groups: Iterable[str]) -> list[str]:
+    ordered: list[str] = []
+
+    def add(group: str) -> None:
+        if group not in ordered:
+            for needed in HELPER_GROUPS[group]:
+                add(needed)
+            ordered.append(group)
+
+    for group in sorted(set(groups)):
+        add(group)
+    return ordered

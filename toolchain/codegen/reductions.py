@@ -17,7 +17,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolchain.codegen.context import OpContext, c_float, c_int32, family_macro
+from toolchain.codegen.context import (
+    ConstantLoop,
+    Kernel,
+    OpContext,
+    c_comment,
+    c_float,
+    c_int32,
+    c_offset,
+    c_sum,
+    legacy_text,
+    render_macro,
+)
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops.reductions import ArgParams, ReduceParams
 
@@ -71,24 +82,27 @@ def collapse(shape: tuple[int, ...], axes: tuple[int, ...]) -> Walk:
     return Walk(tuple(kept[::-1]), tuple(reduced[::-1]), chunk)
 
 
-def _levels(walk: Walk) -> dict:
-    """Loop k derives pointer p<k+1> from p<k> (p0 is the input); its indentation."""
+def _levels(walk: Walk, in_type: str) -> dict:
+    """Loop k derives pointer p<k+1> from p<k> (p0 is the input); `chunk` walks the outputs
+    computed side by side."""
     loops = [*walk.kept, *walk.reduced]
-    levels = [{"n": loop.n, "stride": loop.stride, "k": k, "next": k + 1,
-               "pad": "  " * (k + 1)} for k, loop in enumerate(loops)]
+    levels = []
+    for k, loop in enumerate(loops):
+        counter = ConstantLoop(f"i{k}", loop.n)
+        pointer = c_offset(f"p{k}", [(counter, loop.stride)])
+        levels.append({"loop": counter, "pointer": f"const {in_type} *p{k + 1} = {pointer};"})
+    chunk = ConstantLoop("c", walk.chunk)
     depth_kept = len(walk.kept)
     return {
         "kept": levels[:depth_kept],
         "reduced": levels[depth_kept:],
-        "kept_pad": "  " * (depth_kept + 1),
-        "inner_pad": "  " * (len(loops) + 1),
         "last": len(loops),
-        "chunk": walk.chunk,
+        "chunk": chunk,
         # One output element at a time needs no array: `acc` and `best` are then scalars.
-        "vector": walk.chunk > 1,
-        "acc": "acc[c]" if walk.chunk > 1 else "acc",
-        "value": "v" if walk.chunk > 1 else f"*p{len(loops)}",
-        "counters": [f"i{k}" for k in range(len(loops))] + (["c"] if walk.chunk > 1 else []),
+        "vector": chunk.written,
+        "acc": "acc[c]" if chunk.written else "acc",
+        "value": "v" if chunk.written else f"*p{len(loops)}",
+        "counters": [level["loop"].var for level in levels] + (["c"] if chunk.written else []),
     }
 
 
@@ -139,7 +153,7 @@ def reduce_values(ctx: OpContext) -> dict:
     if p.method == "mean_truncate" and p.count == 0 and out.size:
         raise UnsupportedOpError(f"{ctx.op.opcode} over an empty axis divides by zero")
     arithmetic = _reduce_arithmetic(p, x.dtype, x.ctype)
-    levels = _levels(collapse(x.shape, p.axes))
+    levels = _levels(collapse(x.shape, p.axes), x.ctype)
     return {
         **levels,
         "acc_type": arithmetic["acc_type"],
@@ -153,13 +167,13 @@ def reduce_values(ctx: OpContext) -> dict:
         "x": x.ptr,
         "out": out.ptr,
         "empty": out.size == 0,
-        "comment": f"{ctx.op.opcode} {x.dtype}{list(x.shape)} over axes {list(p.axes)} "
-                   f"-> {list(out.shape)} ({p.method}) '{out.name}'",
+        "comment": c_comment(f"{ctx.op.opcode} {x.dtype}{list(x.shape)} over axes "
+                             f"{list(p.axes)} -> {list(out.shape)} ({p.method}) '{out.name}'"),
     }
 
 
-def emit_reduce(ctx: OpContext) -> str:
-    return family_macro(TEMPLATE, "reduce")(reduce_values(ctx))
+def emit_reduce(ctx: OpContext) -> Kernel:
+    return Kernel(render_macro(TEMPLATE, "reduce", reduce_values(ctx)))
 
 
 def arg_values(ctx: OpContext) -> dict:
@@ -168,33 +182,40 @@ def arg_values(ctx: OpContext) -> dict:
     walk = collapse(x.shape, (p.axis,))
     n = x.shape[p.axis]
     stride = math.prod(x.shape[p.axis + 1:])
-    levels = _levels(Walk(walk.kept, (), walk.chunk))
+    levels = _levels(Walk(walk.kept, (), walk.chunk), x.ctype)
+    scan = ConstantLoop("j", n, 1)
+    last = f"p{levels['last']}"
     return {
         **levels,
-        "counters": ", ".join([*levels["counters"], "j"]),
+        "scan": scan,
+        "row": c_offset(last, [(scan, stride)]),
+        "element": f"{last}[{c_sum([(scan, stride)])}]",
+        "counters": ", ".join([*levels["counters"], *(["j"] if scan.written else [])]),
         "fn": ctx.fn,
         "in_type": x.ctype,
         "out_type": out.ctype,
         "x": x.ptr,
         "out": out.ptr,
-        "n": n,
-        "stride": stride,
         "better": ">" if p.maximize else "<",
         "empty": out.size == 0 or n == 0,
-        "comment": f"{ctx.op.opcode} {x.dtype}{list(x.shape)} along axis {p.axis} "
-                   f"-> {out.dtype}{list(out.shape)} '{out.name}'",
+        # an axis of one element: each output is index 0, and the input is not read
+        "macro": "arg" if n > 1 else "arg_zeros",
+        "each": ConstantLoop("i", out.size),
+        "comment": c_comment(f"{ctx.op.opcode} {x.dtype}{list(x.shape)} along axis {p.axis} "
+                             f"-> {out.dtype}{list(out.shape)} '{out.name}'"),
     }
 
 
-def emit_arg(ctx: OpContext) -> str:
-    return family_macro(TEMPLATE, "arg")(arg_values(ctx))
+def emit_arg(ctx: OpContext) -> Kernel:
+    values = arg_values(ctx)
+    return Kernel(render_macro(TEMPLATE, values["macro"], values))
 
 
 EMITTERS = {
-    "MEAN": emit_reduce,
-    "SUM": emit_reduce,
-    "REDUCE_MAX": emit_reduce,
-    "REDUCE_MIN": emit_reduce,
-    "ARG_MAX": emit_arg,
-    "ARG_MIN": emit_arg,
+    "MEAN": legacy_text(emit_reduce),
+    "SUM": legacy_text(emit_reduce),
+    "REDUCE_MAX": legacy_text(emit_reduce),
+    "REDUCE_MIN": legacy_text(emit_reduce),
+    "ARG_MAX": legacy_text(emit_arg),
+    "ARG_MIN": legacy_text(emit_arg),
 }

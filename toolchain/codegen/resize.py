@@ -8,12 +8,26 @@ fixed-point weights and float32 weights are prepare's own values.
 
 from __future__ import annotations
 
-from toolchain.codegen.context import OpContext, c_array, c_length, family_macro
+from toolchain.codegen.context import (
+    ConstantLoop,
+    Kernel,
+    OpContext,
+    c_array,
+    c_comment,
+    c_length,
+    c_pointer,
+    legacy_text,
+    render_macro,
+    written_vars,
+)
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops.resize import BilinearParams, NearestParams
 
 TEMPLATE = "c/resize.c.j2"
 FIXED_SHIFT = 20  # the int8 blend carries two 10-bit weights (runtime_py.kernels.resize)
+# The C types of the bilinear weights' tables, per method.
+WEIGHT_TYPES = {"float32": "float", "fixed10": "int16_t"}
+BILINEAR_MACROS = {"float32": "bilinear_float", "fixed10": "bilinear_fixed"}
 
 
 def _index_type(values: list[int]) -> str:
@@ -33,81 +47,80 @@ def _offsets(prefix: str, name: str, values: list[int]) -> dict:
 
 def _common(ctx: OpContext) -> dict:
     x, out = ctx.inputs[0], ctx.outputs[0]
-    batch, height, width, channels = x.shape
+    batch_size, height, width, channels = x.shape
     _, out_h, out_w, _ = out.shape
+    batch, out_y = ConstantLoop("b", batch_size), ConstantLoop("oy", out_h)
+    out_x, channel = ConstantLoop("ox", out_w), ConstantLoop("c", channels)
+    image, image_lines = c_pointer("image", f"const {x.ctype}", "x",
+                                   [(batch, height * width * channels)])
     return {
         "fn": ctx.fn,
         "ctype": x.ctype,
         "x": x.ptr,
         "out": out.ptr,
-        "batch": batch,
-        "image": height * width * channels,
         "channels": channels,
-        "out_h": out_h,
-        "out_w": out_w,
+        "batch": batch, "out_y": out_y, "out_x": out_x, "channel": channel, "c": channel.index,
+        "image": image, "image_lines": image_lines,
         "empty": out.size == 0,
-        "comment": f"{ctx.op.opcode} {x.dtype}{list(x.shape)} -> {list(out.shape)} '{out.name}'",
+        "comment": c_comment(f"{ctx.op.opcode} {x.dtype}{list(x.shape)} -> {list(out.shape)} "
+                             f"'{out.name}'"),
     }
 
 
-def nearest_values(ctx: OpContext) -> dict:
+def _look_up(table: dict, loop: ConstantLoop) -> str:
+    return f"{table['name']}[{loop.index}]"
+
+
+def emit_nearest(ctx: OpContext) -> Kernel:
     p: NearestParams = ctx.params
-    values = _common(ctx)
-    row, channels = ctx.inputs[0].shape[2] * values["channels"], values["channels"]
-    values["tables"] = [
-        _offsets(ctx.prefix, "rows", [r * row for r in p.rows]),
-        _offsets(ctx.prefix, "cols", [c * channels for c in p.cols]),
-    ]
-    values["rows"], values["cols"] = (t["name"] for t in values["tables"])
-    return values
+    v = _common(ctx)
+    row, channels = ctx.inputs[0].shape[2] * v["channels"], v["channels"]
+    rows = _offsets(ctx.prefix, "rows", [r * row for r in p.rows])
+    cols = _offsets(ctx.prefix, "cols", [c * channels for c in p.cols])
+    v.update(tables=[] if v["empty"] else [rows, cols], rows=_look_up(rows, v["out_y"]),
+             cols=_look_up(cols, v["out_x"]),
+             counters=written_vars([v["batch"], v["out_y"], v["out_x"]]))
+    return Kernel(render_macro(TEMPLATE, "nearest", v))
 
 
-def emit_nearest(ctx: OpContext) -> str:
-    return family_macro(TEMPLATE, "nearest")(nearest_values(ctx))
+def _weights(prefix: str, name: str, weights: tuple, method: str) -> dict:
+    convert = float if method == "float32" else int
+    return _table(prefix, name, WEIGHT_TYPES[method], [convert(w) for w in weights])
 
 
-def _weights(prefix: str, name: str, weights: tuple, is_float: bool) -> dict:
-    if is_float:
-        return _table(prefix, name, "float", [float(w) for w in weights])
-    return _table(prefix, name, "int16_t", [int(w) for w in weights])
-
-
-def bilinear_values(ctx: OpContext) -> dict:
+def emit_bilinear(ctx: OpContext) -> Kernel:
     p: BilinearParams = ctx.params
-    values = _common(ctx)
-    row, channels = ctx.inputs[0].shape[2] * values["channels"], values["channels"]
-    is_float = p.method == "float32"
-    if p.method not in ("float32", "fixed10"):
+    v = _common(ctx)
+    row, channels = ctx.inputs[0].shape[2] * v["channels"], v["channels"]
+    if p.method not in BILINEAR_MACROS:
         raise UnsupportedOpError(f"no C for bilinear method {p.method!r}")
-    if not is_float:
+    if p.method == "fixed10":
         # Each product |q| * |wy| * |wx| and their sum must fit int32, as in int64 (runtime_py).
         # Weights lie in [-512, 1536] and |wy_lo| + |wy_hi| <= 2048, so the sum stays below 2^29.
         reach = [max((abs(lo) + abs(hi) for lo, hi in zip(t.low_weight, t.high_weight)),
                      default=0) for t in (p.rows, p.cols)]
         if 128 * reach[0] * reach[1] + (1 << (FIXED_SHIFT - 1)) >= 2**31:
             raise UnsupportedOpError("bilinear weights too large for the int32 blend")
-    tables = [
-        _offsets(ctx.prefix, "top", [r * row for r in p.rows.low]),
-        _offsets(ctx.prefix, "bottom", [r * row for r in p.rows.high]),
-        _weights(ctx.prefix, "wtop", p.rows.low_weight, is_float),
-        _weights(ctx.prefix, "wbottom", p.rows.high_weight, is_float),
-        _offsets(ctx.prefix, "left", [c * channels for c in p.cols.low]),
-        _offsets(ctx.prefix, "right", [c * channels for c in p.cols.high]),
-        _weights(ctx.prefix, "wleft", p.cols.low_weight, is_float),
-        _weights(ctx.prefix, "wright", p.cols.high_weight, is_float),
-    ]
-    values.update({
-        "is_float": is_float,
-        "tables": tables,
-        "t": {t["name"][len(ctx.prefix) + 1:]: t["name"] for t in tables},
-        "half": 1 << (FIXED_SHIFT - 1),
-        "one": 1 << FIXED_SHIFT,
-    })
-    return values
+    by_row = {
+        "top": _offsets(ctx.prefix, "top", [r * row for r in p.rows.low]),
+        "bottom": _offsets(ctx.prefix, "bottom", [r * row for r in p.rows.high]),
+        "wtop": _weights(ctx.prefix, "wtop", p.rows.low_weight, p.method),
+        "wbottom": _weights(ctx.prefix, "wbottom", p.rows.high_weight, p.method),
+    }
+    by_column = {
+        "left": _offsets(ctx.prefix, "left", [c * channels for c in p.cols.low]),
+        "right": _offsets(ctx.prefix, "right", [c * channels for c in p.cols.high]),
+        "wleft": _weights(ctx.prefix, "wleft", p.cols.low_weight, p.method),
+        "wright": _weights(ctx.prefix, "wright", p.cols.high_weight, p.method),
+    }
+    v.update({name: _look_up(t, v["out_y"]) for name, t in by_row.items()})
+    v.update({name: _look_up(t, v["out_x"]) for name, t in by_column.items()})
+    v.update(tables=[] if v["empty"] else [*by_row.values(), *by_column.values()],
+             weight_type=WEIGHT_TYPES[p.method], shift=FIXED_SHIFT,
+             half=1 << (FIXED_SHIFT - 1), one=1 << FIXED_SHIFT,
+             counters=written_vars([v["batch"], v["out_y"], v["out_x"], v["channel"]]))
+    return Kernel(render_macro(TEMPLATE, BILINEAR_MACROS[p.method], v))
 
 
-def emit_bilinear(ctx: OpContext) -> str:
-    return family_macro(TEMPLATE, "bilinear")(bilinear_values(ctx))
-
-
-EMITTERS = {"RESIZE_NEAREST_NEIGHBOR": emit_nearest, "RESIZE_BILINEAR": emit_bilinear}
+EMITTERS = {"RESIZE_NEAREST_NEIGHBOR": legacy_text(emit_nearest),
+            "RESIZE_BILINEAR": legacy_text(emit_bilinear)}

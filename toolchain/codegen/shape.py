@@ -25,12 +25,16 @@ import numpy as np
 
 from toolchain.codegen.context import (
     CTensor,
+    Kernel,
     OpContext,
     c_array,
+    c_comment,
     c_float,
     c_int32,
     c_length,
-    family_macro,
+    c_sum,
+    legacy_text,
+    render_macro,
 )
 from toolchain.ops.shape import (
     AxisParams,
@@ -42,16 +46,7 @@ from toolchain.ops.shape import (
 )
 
 TEMPLATE = "c/shape.c.j2"
-
-
-def _sum(terms: Sequence[tuple[str, int]], constant: int = 0) -> str:
-    """C text of `sum(name * coefficient) + constant`, e.g. `i0 * 12 - i1 + 3`, `29 - i0 * 2`."""
-    parts = [(name if abs(c) == 1 else f"{name} * {abs(c)}", c < 0) for name, c in terms if c]
-    if constant or not parts:  # first if it keeps the text from starting with a minus
-        where = 0 if parts and parts[0][1] and constant > 0 else len(parts)
-        parts.insert(where, (str(abs(constant)), constant < 0))
-    text = ("-" if parts[0][1] else "") + parts[0][0]
-    return text + "".join(f" {'-' if negative else '+'} {p}" for p, negative in parts[1:])
+OFFSET_TYPE = "int32_t"  # GATHER's table of input offsets (the reader bounds tensors below 2^31)
 
 
 def _at(pointer: str, index: str) -> str:
@@ -98,22 +93,27 @@ def _out_name(ctx: OpContext, k: int) -> str:
     return "o" if len(ctx.outputs) == 1 else f"o{k}"
 
 
+def _render(macro: str, values: dict) -> Kernel:
+    return Kernel(render_macro(TEMPLATE, macro, values))
+
+
 def _base(ctx: OpContext) -> dict:
     outs = ", ".join(f"'{t.name}'{list(t.shape)}" for t in ctx.outputs)
     return {
         "fn": ctx.fn,
-        "comment": f"{ctx.op.opcode} {ctx.outputs[0].dtype} -> {outs}",
+        "comment": c_comment(f"{ctx.op.opcode} {ctx.outputs[0].dtype} -> {outs}"),
     }
 
 
 # --- RESHAPE, SQUEEZE, EXPAND_DIMS --------------------------------------------------------
 
 
-def emit_reshape(ctx: OpContext) -> str:
+def emit_reshape(ctx: OpContext) -> Kernel:
     x, out = ctx.inputs[0], ctx.outputs[0]
     values = _base(ctx)
-    values.update(ctype=x.ctype, x=x.ptr, out=out.ptr, nbytes=x.size * _element_bytes(x))
-    return family_macro(TEMPLATE, "reshape")(values)
+    nbytes = x.size * _element_bytes(x)
+    values.update(ctype=x.ctype, x=x.ptr, out=out.ptr, nbytes=nbytes, moves=nbytes > 0)
+    return _render("reshape", values)
 
 
 # --- loop nests of block copies -----------------------------------------------------------
@@ -169,7 +169,7 @@ def _loops(counts: Sequence[int]) -> list[dict]:
 
 
 def _nest(ctx: OpContext, counts: Sequence[int], moves: Sequence[Move],
-          tables: Sequence[dict] = (), loops: Sequence[dict] | None = None) -> str:
+          tables: Sequence[dict] = (), loops: Sequence[dict] | None = None) -> Kernel:
     """Render a loop nest over `counts` doing every move at each point, in order. The moves
     index with i<k> for loop k; `loops` may lay those loops out differently (tiled)."""
     loop_vars = [f"i{k}" for k in range(len(counts))]
@@ -177,8 +177,8 @@ def _nest(ctx: OpContext, counts: Sequence[int], moves: Sequence[Move],
     element_bytes = _element_bytes(ctx.outputs[0])
     rows = []
     for m in moves:
-        dst = _sum(list(zip(loop_vars, m.dst_strides)), m.dst_offset)
-        src = _sum(list(zip(loop_vars, m.src_strides)), m.src_offset)
+        dst = c_sum(list(zip(loop_vars, m.dst_strides)), m.dst_offset)
+        src = c_sum(list(zip(loop_vars, m.src_strides)), m.src_offset)
         if m.src_table:
             src = m.src_table if src == "0" else f"{m.src_table} + {src}"
         rows.append({
@@ -186,7 +186,8 @@ def _nest(ctx: OpContext, counts: Sequence[int], moves: Sequence[Move],
             "src": f"{m.src}[{src}]",
             "dst_at": _at(m.dst, dst),
             "src_at": _at(m.src, src),
-            "bytes": m.run * element_bytes if m.run > 1 else 0,
+            "bytes": m.run * element_bytes,
+            "run": m.run > 1,  # a memcpy of the run, else one element's assignment
         })
     used = {m.dst for m in moves} | {m.src for m in moves}
     data = [ctx.inputs[p] for p in _data_positions(ctx)]
@@ -206,7 +207,7 @@ def _nest(ctx: OpContext, counts: Sequence[int], moves: Sequence[Move],
         indent="  " * len(loops),
         moves=rows,
     )
-    return family_macro(TEMPLATE, "copy")(values)
+    return _render("copy", values)
 
 
 # Least size in bytes, per element size, from which a transpose is tiled. Measured on a desktop
@@ -241,7 +242,7 @@ def _tiled(counts: Sequence[int], move: Move, nbytes: int, element_bytes: int) -
 # --- TRANSPOSE, SLICE, STRIDED_SLICE ------------------------------------------------------
 
 
-def emit_transpose(ctx: OpContext) -> str:
+def emit_transpose(ctx: OpContext) -> Kernel:
     """Walk the output in order (in tiles if large); output axis i steps the input along axis
     perm[i]."""
     p: TransposeParams = ctx.params
@@ -254,7 +255,7 @@ def emit_transpose(ctx: OpContext) -> str:
     return _nest(ctx, counts, moves, loops=loops)
 
 
-def emit_slice(ctx: OpContext) -> str:
+def emit_slice(ctx: OpContext) -> Kernel:
     """SLICE and STRIDED_SLICE: walk the output in order; element k along axis i is input index
     begin[i] + k * strides[i]. New axes have size 1 and shrunk axes count 1, so neither
     adds a loop."""
@@ -270,7 +271,7 @@ def emit_slice(ctx: OpContext) -> str:
 
 
 def _join(ctx: OpContext, shape: Sequence[int], axis: int, extents: Sequence[int],
-          split: bool) -> str:
+          split: bool) -> Kernel:
     """The whole tensor of `shape` seen as [outer, row], each part as [outer, extent * inner]:
     one loop over outer copies each part's block into the row in turn (concatenation) or out
     of it in turn (split)."""
@@ -287,24 +288,24 @@ def _join(ctx: OpContext, shape: Sequence[int], axis: int, extents: Sequence[int
     return _nest(ctx, *simplify([outer], moves))
 
 
-def emit_concatenation(ctx: OpContext) -> str:
+def emit_concatenation(ctx: OpContext) -> Kernel:
     p: AxisParams = ctx.params
     return _join(ctx, ctx.outputs[0].shape, p.axis, [t.shape[p.axis] for t in ctx.inputs], False)
 
 
-def emit_pack(ctx: OpContext) -> str:
+def emit_pack(ctx: OpContext) -> Kernel:
     """PACK concatenates size-1 slabs along the new axis."""
     p: AxisParams = ctx.params
     return _join(ctx, ctx.outputs[0].shape, p.axis, [1] * len(ctx.inputs), False)
 
 
-def emit_split(ctx: OpContext) -> str:
+def emit_split(ctx: OpContext) -> Kernel:
     """SPLIT and SPLIT_V."""
     p: SplitParams = ctx.params
     return _join(ctx, ctx.inputs[_data_positions(ctx)[0]].shape, p.axis, p.sizes, True)
 
 
-def emit_unpack(ctx: OpContext) -> str:
+def emit_unpack(ctx: OpContext) -> Kernel:
     """UNPACK splits into size-1 slabs that drop the axis."""
     p: AxisParams = ctx.params
     x = ctx.inputs[0]
@@ -314,7 +315,7 @@ def emit_unpack(ctx: OpContext) -> str:
 # --- GATHER -------------------------------------------------------------------------------
 
 
-def emit_gather(ctx: OpContext) -> str:
+def emit_gather(ctx: OpContext) -> Kernel:
     """Walk the output [batch, outer, index, inner] in order; a constant table holds, per
     (batch, index), the input offset of the picked block of `inner` elements."""
     p: GatherParams = ctx.params
@@ -331,10 +332,11 @@ def emit_gather(ctx: OpContext) -> str:
         ("j", count, p.inner, 0),
     ) if loop[1] != 1]
     var = {loop[0]: f"i{k}" for k, loop in enumerate(loops)}
-    look_up = _sum([(var[n], s) for n, s in (("b", count), ("j", 1)) if n in var])
+    look_up = c_sum([(var[n], s) for n, s in (("b", count), ("j", 1)) if n in var])
     move = Move("o", "x", p.inner, tuple(loop[2] for loop in loops),
                 tuple(loop[3] for loop in loops), src_table=f"{table}[{look_up}]")
-    tables = [{"name": table, "length": c_length(len(offsets)), "init": c_array(offsets)}]
+    tables = [{"name": table, "ctype": OFFSET_TYPE, "length": c_length(len(offsets)),
+               "init": c_array(offsets)}]
     return _nest(ctx, [loop[1] for loop in loops], [move], tables)
 
 
@@ -354,7 +356,7 @@ def pad_dims(shape: Sequence[int], paddings: Sequence[tuple[int, int]]) -> list[
     return dims or [(1, 0, 0)]
 
 
-def emit_pad(ctx: OpContext) -> str:
+def emit_pad(ctx: OpContext) -> Kernel:
     """Write the output in order: each level fills its border block before, then its interior
     (a loop over the next level, or at the innermost level one copy of an input row), then
     its border block after."""
@@ -364,7 +366,7 @@ def emit_pad(ctx: OpContext) -> str:
     values.update(ctype=out.ctype, out=out.ptr, x=x.ptr, value=_literal(p.value, out.dtype),
                   levels=[], loop_vars=[], row=None, uses_k=False)
     if out.size == 0:
-        return family_macro(TEMPLATE, "pad")(values)
+        return _render("pad", values)
     dims = [(0, out.size, 0)] if x.size == 0 else pad_dims(x.shape, p.paddings)
     out_strides = _row_major([sum(d) for d in dims])
     x_strides = _row_major([d[0] for d in dims])
@@ -372,7 +374,8 @@ def emit_pad(ctx: OpContext) -> str:
     def fill(terms: list[tuple[str, int]], start: int, count: int) -> dict:
         if count > 1:
             values["uses_k"] = True
-        return {"count": count, "dst": f"o[{_sum([*terms, ('k', int(count > 1))], start)}]"}
+        return {"count": count, "repeated": count > 1,
+                "dst": f"o[{c_sum([*terms, ('k', int(count > 1))], start)}]"}
 
     terms: list[tuple[str, int]] = []  # the current block's output offset: sum of these...
     start = 0  # ... plus this
@@ -384,8 +387,9 @@ def emit_pad(ctx: OpContext) -> str:
             "after": fill(terms, start + (before + extent) * so, after * so) if after else None,
         }
         if level == len(dims) - 1:  # so == sx == 1
-            dst, src = _sum(terms, start + before), _sum(src_terms)
+            dst, src = c_sum(terms, start + before), c_sum(src_terms)
             values["row"] = {**borders, "count": extent, "bytes": extent * _element_bytes(out),
+                             "copies": extent > 1, "single": extent == 1,
                              "dst": f"o[{dst}]", "src": f"x[{src}]",
                              "dst_at": _at("o", dst), "src_at": _at("x", src)}
         else:  # a loop over the interior, none if it is one block
@@ -397,22 +401,22 @@ def emit_pad(ctx: OpContext) -> str:
                 indent += "  "
     values["indent"] = indent
     values["loop_vars"] = [name for name, _ in terms]
-    return family_macro(TEMPLATE, "pad")(values)
+    return _render("pad", values)
 
 
 EMITTERS = {
-    "RESHAPE": emit_reshape,
-    "SQUEEZE": emit_reshape,
-    "EXPAND_DIMS": emit_reshape,
-    "PAD": emit_pad,
-    "PADV2": emit_pad,
-    "CONCATENATION": emit_concatenation,
-    "PACK": emit_pack,
-    "UNPACK": emit_unpack,
-    "SPLIT": emit_split,
-    "SPLIT_V": emit_split,
-    "TRANSPOSE": emit_transpose,
-    "SLICE": emit_slice,
-    "STRIDED_SLICE": emit_slice,
-    "GATHER": emit_gather,
+    "RESHAPE": legacy_text(emit_reshape),
+    "SQUEEZE": legacy_text(emit_reshape),
+    "EXPAND_DIMS": legacy_text(emit_reshape),
+    "PAD": legacy_text(emit_pad),
+    "PADV2": legacy_text(emit_pad),
+    "CONCATENATION": legacy_text(emit_concatenation),
+    "PACK": legacy_text(emit_pack),
+    "UNPACK": legacy_text(emit_unpack),
+    "SPLIT": legacy_text(emit_split),
+    "SPLIT_V": legacy_text(emit_split),
+    "TRANSPOSE": legacy_text(emit_transpose),
+    "SLICE": legacy_text(emit_slice),
+    "STRIDED_SLICE": legacy_text(emit_slice),
+    "GATHER": legacy_text(emit_gather),
 }

@@ -6,6 +6,7 @@ receive the params computed here, so the backends cannot drift apart.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
@@ -13,7 +14,8 @@ import numpy as np
 
 from toolchain.errors import ArenacError, ModelError, UnsupportedOpError
 from toolchain.ir import Graph, Operator
-from toolchain.ops.spec import OpSpec
+from toolchain.ops.overlaps import declared_overlaps
+from toolchain.ops.spec import Binding, OpSpec
 
 # The op families: each has toolchain/ops/<family>.py (SPECS), runtime_py/kernels/<family>.py
 # (KERNELS) and toolchain/codegen/<family>.py (EMITTERS). A new family is one name here.
@@ -52,35 +54,69 @@ def support_key(graph: Graph, op: Operator) -> tuple[str, str]:
     return op.opcode, graph.tensors[tensor].dtype if tensor >= 0 else "none"
 
 
-def prepare_graph(graph: Graph, source: str | None = None) -> list[Any]:
-    """Params for every operator, or one error naming every operator that fails.
+@dataclass(frozen=True)
+class Refusal:
+    """Why one operator has no binding: `invalid` for a model that cannot mean the op, else a
+    variant no kernel runs."""
 
-    A prepare raises UnsupportedOpError for a variant no backend runs and ModelError for an
-    invalid model; any other exception is a check a prepare lacks, and still becomes one line
-    naming the op rather than a traceback. Invalid ops are reported alone when there are any.
+    op: int
+    message: str
+    invalid: bool = False
+
+
+def bind(graph: Graph, op: Operator) -> Binding:
+    """The op bound to its kernel; raises UnsupportedOpError or ModelError (without the file)."""
+    opcode, dtype = support_key(graph, op)
+    if (opcode, dtype) not in SUPPORTED:
+        raise UnsupportedOpError(f"no kernel for {dtype}")
+    _check_operands(graph, op)
+    spec = REGISTRY[opcode]
+    with np.errstate(all="ignore"):  # a float overflow surfaces as a refused value
+        params = spec.prepare(graph, op)
+    scratch = spec.scratch(params) if spec.scratch else ()
+    return Binding(op.index, opcode, params, tuple(scratch), tuple(declared_overlaps(graph, op)))
+
+
+def bind_graph(graph: Graph) -> tuple[tuple[Binding | None, ...], tuple[Refusal, ...]]:
+    """Every op's binding (None where it has none) and every refusal, graph-wide ones first.
+
+    Any exception other than the toolchain's own is a check a prepare lacks, and still becomes
+    one refusal naming the op rather than a traceback.
     """
-    params, problems, invalid = [], _unstorable(graph), []
+    bindings: list[Binding | None] = []
+    refusals = [Refusal(-1, problem) for problem in _unstorable(graph)]
     for op in graph.operators:
         opcode, dtype = support_key(graph, op)
-        if (opcode, dtype) not in SUPPORTED:
-            problems.append(f"op {op.index} {opcode} ({dtype})")
-            continue
+        where = f"op {op.index} {opcode} ({dtype})"
         try:
-            _check_operands(graph, op)
-            with np.errstate(all="ignore"):  # a float overflow surfaces as a refused value
-                params.append(REGISTRY[opcode].prepare(graph, op))
+            bindings.append(bind(graph, op))
+            continue
         except ModelError as e:
-            invalid.append(f"op {op.index} {opcode} ({dtype}): {e.message}")
+            refusals.append(Refusal(op.index, f"{where}: {e.message}", invalid=True))
         except ArenacError as e:
-            problems.append(f"op {op.index} {opcode} ({dtype}): {e.message}")
+            message = where if (opcode, dtype) not in SUPPORTED else f"{where}: {e.message}"
+            refusals.append(Refusal(op.index, message))
         except Exception as e:  # the last line of defense: still one line naming the op
-            problems.append(f"op {op.index} {opcode} ({dtype}): cannot prepare "
-                            f"({type(e).__name__}: {_first_line(e)})")
+            refusals.append(Refusal(op.index, f"{where}: cannot prepare "
+                                              f"({type(e).__name__}: {_first_line(e)})"))
+        bindings.append(None)
+    return tuple(bindings), tuple(refusals)
+
+
+def refusal_error(refusals: tuple[Refusal, ...], source: str | None) -> ArenacError:
+    """One error for all refusals; invalid ops are reported alone when there are any."""
+    invalid = [r.message for r in refusals if r.invalid]
     if invalid:
-        raise ModelError("invalid: " + "; ".join(invalid), source)
-    if problems:
-        raise UnsupportedOpError("unsupported: " + "; ".join(problems), source)
-    return params
+        return ModelError("invalid: " + "; ".join(invalid), source)
+    return UnsupportedOpError("unsupported: " + "; ".join(r.message for r in refusals), source)
+
+
+def prepare_graph(graph: Graph, source: str | None = None) -> list[Any]:
+    """Params for every operator, or one error naming every operator that fails."""
+    bindings, refusals = bind_graph(graph)
+    if refusals:
+        raise refusal_error(refusals, source)
+    return [b.params for b in bindings]
 
 
 def _unstorable(graph: Graph) -> list[str]:
@@ -106,6 +142,7 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [""])[0][:200]
 
 
-def unsupported_ops(graph: Graph) -> set[int]:
-    """Indices of operators that no backend can run, for `inspect` to mark."""
-    return {op.index for op in graph.operators if support_key(graph, op) not in SUPPORTED}
+def unsupported_ops(graph: Graph) -> dict[int, str]:
+    """Operators that no backend can run, with the reason: what `inspect` marks is exactly what
+    `run`, `gen` and `check` refuse, since all of them ask the same `bind`."""
+    return {r.op: r.message for r in bind_graph(graph)[1] if r.op >= 0}

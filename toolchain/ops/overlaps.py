@@ -40,6 +40,9 @@ class OverlapRule:
 
 Rule = Callable[[Graph, Operator], list[OverlapRule]]
 
+# Rules `--no-inplace` switches off; the others (windowed) are `--no-overlap`'s.
+INPLACE_KINDS = frozenset({"alias", "elementwise"})
+
 
 def alias(graph: Graph, op: Operator) -> list[OverlapRule]:
     return [OverlapRule(0, 0, 0, any_offset=True, kind="alias")]

@@ -16,6 +16,7 @@ from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops.spec import (
     INT32_MAX,
     MAX_PLANE_ELEMENTS,
+    MemoryRequest,
     OpSpec,
     required_input,
     required_options,
@@ -56,6 +57,7 @@ class Pool2DParams:
     window_counts: np.ndarray
     activation_min: float | int
     activation_max: float | int
+    channels: int
 
 
 def output_size(padding: str, size: int, window: int, stride: int) -> int:
@@ -118,7 +120,16 @@ def prepare_pool_2d(graph: Graph, op: Operator) -> Pool2DParams:
         low, high = activation_range_quantized(activation, out)
     else:
         low, high = activation_range_float(activation)
-    return Pool2DParams(fh, fw, sh, sw, top, left, oh, ow, counts, low, high)
+    return Pool2DParams(fh, fw, sh, sw, top, left, oh, ow, counts, low, high, x.shape[3])
+
+
+ACCUMULATOR_BYTES = 4  # int32 for int8 data, float for float32
+
+
+def pool_scratch(p: Pool2DParams) -> tuple[MemoryRequest, ...]:
+    """The C kernel keeps one accumulator per channel for the window it is reducing: a row of
+    the arena during the op's step, not a stack array."""
+    return (MemoryRequest(ACCUMULATOR_BYTES * p.channels, "one accumulator per channel"),)
 
 
 def _require_same_quantization(x: Tensor, out: Tensor) -> None:
@@ -131,6 +142,7 @@ def _require_same_quantization(x: Tensor, out: Tensor) -> None:
 
 
 SPECS: tuple[OpSpec, ...] = (
-    OpSpec("AVERAGE_POOL_2D", frozenset({"float32", "int8"}), prepare_pool_2d),
-    OpSpec("MAX_POOL_2D", frozenset({"float32", "int8"}), prepare_pool_2d),
+    OpSpec("AVERAGE_POOL_2D", frozenset({"float32", "int8"}), prepare_pool_2d,
+           scratch=pool_scratch),
+    OpSpec("MAX_POOL_2D", frozenset({"float32", "int8"}), prepare_pool_2d, scratch=pool_scratch),
 )

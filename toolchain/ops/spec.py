@@ -8,12 +8,35 @@ from typing import Any
 
 from toolchain.errors import ModelError
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ops.overlaps import OverlapRule
 
 INT32_MAX = 2**31 - 1
 # Most elements of the padded plane a windowed op (convolution, pooling) slides over.
 # runtime_py builds that plane (in float64 for convolutions: at most 512 MiB); the generated C
 # never builds it, but computes its indices in int32.
 MAX_PLANE_ELEMENTS = 2**26
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    """Bytes a kernel needs beyond its tensors. Scratch lives during its op's step only and is
+    planned in the arena like any buffer, so a window copy never hides on the stack."""
+
+    size: int
+    purpose: str
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One operator bound to its kernel before anything is planned: what every backend runs
+    from (`params`), the memory the kernel asks for (`scratch`), and the outputs its loop order
+    lets share an input's memory (`overlaps`, every rule; the techniques switched on pick)."""
+
+    op: int
+    opcode: str
+    params: Any
+    scratch: tuple[MemoryRequest, ...] = ()
+    overlaps: tuple[OverlapRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -31,6 +54,8 @@ class OpSpec:
     dtypes: frozenset[str]
     prepare: Callable[[Graph, Operator], Any]
     dtype_input: int = 0  # which input's dtype `dtypes` speaks of (SPLIT's data is input 1)
+    # The scratch the C kernel asks for, from the op's params; none by default.
+    scratch: Callable[[Any], tuple[MemoryRequest, ...]] | None = None
 
 
 def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tensor:

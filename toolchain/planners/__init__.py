@@ -15,7 +15,7 @@ from toolchain.planners.base import (
     Deadline,
     OutOfTime,
     Overlap,
-    Plan,
+    Placement,
     Planner,
     align_up,
     check_overlaps,
@@ -43,7 +43,7 @@ __all__ = [
     "Deadline",
     "OutOfTime",
     "Overlap",
-    "Plan",
+    "Placement",
     "Planner",
     "align_up",
     "lower_bound",
@@ -66,7 +66,7 @@ def make_plan(
     overlaps: Sequence[Overlap] = (),
     deadline: Deadline = NEVER,
     **options: object,
-) -> Plan:
+) -> Placement:
     """Plans `buffers` with the named planner and returns the plan only once `verify` accepts it.
 
     The plan keeps the caller's buffers and overlaps (and so their ids); planners number
@@ -83,7 +83,7 @@ def smallest_plan(
     alignment: int = 16,
     overlaps: Sequence[Overlap] = (),
     deadline: Deadline = NEVER,
-) -> Plan:
+) -> Placement:
     """The smallest plan of the (planner, options) `candidates` that finish by `deadline`
     (the first of equals, in their order), once `verify` accepts it.
 
@@ -93,10 +93,10 @@ def smallest_plan(
     deadline has passed, none starts if there is a plan already. Only the winner is verified: a
     check costs as much as a fast planner, and the winner is the only plan anyone uses.
     """
-    def fallback() -> Plan:
+    def fallback() -> Placement:
         return _unverified_plan(buffers, FALLBACK[0], alignment, overlaps, NEVER, FALLBACK[1])
 
-    plans: dict[int, Plan] = {}
+    plans: dict[int, Placement] = {}
     if FALLBACK in candidates:
         plans[list(candidates).index(FALLBACK)] = fallback()
     turns = sorted(
@@ -126,7 +126,7 @@ def _unverified_plan(
     overlaps: Sequence[Overlap],
     deadline: Deadline,
     options: dict[str, object],
-) -> Plan:
+) -> Placement:
     try:
         planner_class = PLANNERS[planner]
     except KeyError:

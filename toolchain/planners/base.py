@@ -80,7 +80,7 @@ class Overlap:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Placement:
     """Where each buffer lives in one arena; `offsets[i]` belongs to `buffers[i]`.
 
     `overlaps` are the sharings the plan was allowed (and `verify` accepts). An exact planner
@@ -105,7 +105,7 @@ class Plan:
         buffers: Sequence[Buffer],
         offsets: Sequence[int],
         overlaps: Sequence[Overlap] = (),
-    ) -> Plan:
+    ) -> Placement:
         """Wraps offsets from anywhere (a planner, a MiniMalloc solution) with the arena needed."""
         return cls(
             planner=planner,
@@ -361,8 +361,8 @@ class Planner(ABC):
             raise PlanError(f"no buffer with id {buffer_id}; {len(offsets)} were added")
         return offsets[buffer_id]
 
-    def result(self) -> Plan:
-        return Plan.from_offsets(
+    def result(self) -> Placement:
+        return Placement.from_offsets(
             self.name, self.alignment, self._buffers, self._planned_offsets(), self._overlaps
         )
 

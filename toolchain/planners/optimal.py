@@ -41,7 +41,7 @@ from toolchain.planners.base import (
     Deadline,
     OutOfTime,
     Overlap,
-    Plan,
+    Placement,
     Planner,
     Window,
     align_up,
@@ -62,7 +62,7 @@ LONG_NODE = 256
 class OptimalPlanner(Planner):
     """Searches for the smallest arena for up to `time_limit` seconds (and until the planner's
     deadline, if sooner); `result()` tells whether the plan is proven optimal and the best lower
-    bound proven (`Plan.bound_bytes`). With `nodes`, the search also stops after that many
+    bound proven (`Placement.bound_bytes`). With `nodes`, the search also stops after that many
     nodes (`nodes_used` counts them), so that what it finds does not depend on the machine."""
 
     name = "optimal"
@@ -85,7 +85,7 @@ class OptimalPlanner(Planner):
         self.nodes_used = 0
         self._bound = 0
 
-    def result(self) -> Plan:
+    def result(self) -> Placement:
         plan = super().result()  # plans first, which sets the bound
         return replace(
             plan, proven_optimal=plan.arena_bytes == self._bound, bound_bytes=self._bound

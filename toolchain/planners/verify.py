@@ -9,10 +9,10 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 
 from toolchain.errors import PlanError
-from toolchain.planners.base import Overlap, Plan
+from toolchain.planners.base import Overlap, Placement
 
 
-def verify(plan: Plan) -> None:
+def verify(plan: Placement) -> None:
     """Raises PlanError unless every buffer sits aligned inside the arena and no two buffers
     alive at the same op share a byte (judged by their real, unpadded sizes and shifts) except
     as one of the plan's declared overlaps allows."""
@@ -20,7 +20,7 @@ def verify(plan: Plan) -> None:
     check_no_shared_bytes(plan, declared_overlaps(plan))
 
 
-def check_each_buffer(plan: Plan) -> None:
+def check_each_buffer(plan: Placement) -> None:
     if len(plan.offsets) != len(plan.buffers):
         raise PlanError(f"plan has {len(plan.offsets)} offsets for {len(plan.buffers)} buffers")
     if plan.alignment < 1:
@@ -45,7 +45,7 @@ def check_each_buffer(plan: Plan) -> None:
             )
 
 
-def declared_overlaps(plan: Plan) -> dict[frozenset[int], Overlap]:
+def declared_overlaps(plan: Placement) -> dict[frozenset[int], Overlap]:
     """The plan's overlaps by the pair of buffer positions they join, once each checked sound:
     two distinct buffers of the plan, a shift >= 0, and lives that meet at the op where
     `below` starts and `above` ends (the only op the kernel's reasoning covers)."""
@@ -73,7 +73,7 @@ def declared_overlaps(plan: Plan) -> dict[frozenset[int], Overlap]:
     return rules
 
 
-def check_no_shared_bytes(plan: Plan, rules: dict[frozenset[int], Overlap]) -> None:
+def check_no_shared_bytes(plan: Placement, rules: dict[frozenset[int], Overlap]) -> None:
     """Sweeps the ops in order, keeping the byte ranges alive at the current op in groups sorted
     by offset: a group is one range, or ranges chained together by allowed overlaps.
 
@@ -178,7 +178,7 @@ class SortedInts:
         return found
 
 
-def grouped(plan: Plan, members: list[int]) -> list[tuple[int, int, list[int]]]:
+def grouped(plan: Placement, members: list[int]) -> list[tuple[int, int, list[int]]]:
     """Splits ranges into groups of ranges chained by shared bytes, sorted by offset."""
     parts: list[tuple[int, int, list[int]]] = []
     for index in sorted(members, key=lambda m: plan.offsets[m]):
@@ -193,7 +193,7 @@ def grouped(plan: Plan, members: list[int]) -> list[tuple[int, int, list[int]]]:
 
 
 def check_pair(
-    plan: Plan, rules: dict[frozenset[int], Overlap], first: int, second: int, op: int
+    plan: Placement, rules: dict[frozenset[int], Overlap], first: int, second: int, op: int
 ) -> None:
     """Raises PlanError if two live buffers share a byte that no declared overlap allows."""
     a, b = plan.buffers[first], plan.buffers[second]

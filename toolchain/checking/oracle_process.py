@@ -38,7 +38,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from runtime_py.oracle import LiteRTOracle, TFLMOracle
+from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
 from toolchain.errors import RuntimeBackendError
 
 ORACLE_TIMEOUT = 120.0  # seconds for one child: loading the model and every input set
@@ -49,7 +49,7 @@ REASON_LENGTH = 100  # characters of an interpreter's reason kept in an error li
 INTERPRETERS = {"litert-ref": "LiteRT", "tflm": "the TFLite Micro interpreter"}
 # imported once by the fork server; a package that is not installed is skipped
 PRELOAD = (
-    "runtime_py.oracle_process",
+    "toolchain.checking.oracle_process",
     "ai_edge_litert.interpreter",
     "tflite_runtime.interpreter",
     "tflite_micro.python.tflite_micro.runtime",

@@ -1,6 +1,6 @@
 """The generated C on an emulated Cortex-M4: QEMU's mps2-an386 board, I/O through semihosting.
 
-The firmware (toolchain.footprint.build_mcu: the model's C, a startup file, a linker script and
+The firmware (toolchain.firmware.build_mcu: the model's C, a startup file, a linker script and
 an MCU harness, built with arm-none-eabi-gcc -Os and newlib-nano) reads every input set from
 one host file and appends the outputs to another, through ARM semihosting; QEMU runs with the
 semihosting target `native` in a fresh directory holding that input file, and exits with the
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from runtime_py.c_backend import split_outputs
+from toolchain.checking.c_backend import split_outputs
 from toolchain.errors import RuntimeBackendError
-from toolchain.footprint import (
+from toolchain.firmware import (
     BOARD,
     INPUT_FILE,
     OUTPUT_FILE,
@@ -36,9 +36,9 @@ from toolchain.footprint import (
     TOOL_PREFIX,
     TOOLS,
     build_mcu,
-    measure,
     tool,
 )
+from toolchain.footprint import measure
 from toolchain.plan import ModelPlan
 
 QEMU = "qemu-system-arm"
@@ -55,7 +55,7 @@ def qemu(source: str | None = None) -> str:
 
 
 def missing() -> list[str]:
-    """The programs this backend and toolchain.footprint need that are not on PATH."""
+    """The programs this backend and toolchain.firmware need that are not on PATH."""
     needed = [TOOL_PREFIX + t for t in TOOLS] + [QEMU]
     return [program for program in needed if shutil.which(program) is None]
 

@@ -2,8 +2,8 @@
 
 Quantized outputs must be identical; float outputs may differ by 1e-5 relative to the largest
 magnitude of the expected tensor (TFLite's float kernels sum in another order). The oracle
-runs in a child process (runtime_py.oracle_process): a model that crashes it ends the check
-with one error, not arenac.
+runs in a child process (toolchain.checking.oracle_process): a model that crashes it ends the
+check with one error, not arenac.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from runtime_py.interpreter import ArenaInterpreter
-from runtime_py.oracle_process import ORACLE_TIMEOUT, run_oracle
+from toolchain.checking.oracle_process import ORACLE_TIMEOUT, run_oracle
 from toolchain.ir import Graph, Tensor
 from toolchain.plan import ModelPlan
 

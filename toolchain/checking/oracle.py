@@ -3,7 +3,8 @@
 LiteRT with BUILTIN_REF runs TFLite's reference kernels (the optimized default ones round
 differently); the TFLM interpreter stands in where LiteRT refuses a model. These classes run
 the interpreters in this process, for tests and for TFLM's own arena figures; `check` runs
-them in a child process (runtime_py.oracle_process), since a model file can crash them.
+them in a child process (toolchain.checking.oracle_process), since a model file can crash
+them.
 """
 
 from __future__ import annotations

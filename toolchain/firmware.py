@@ -1,0 +1,242 @@
+"""The generated C as firmware for a Cortex-M4: QEMU's mps2-an386 board, built with
+arm-none-eabi-gcc.
+
+`build_mcu` writes the model's C (toolchain.codegen) beside a startup file, a linker script and
+an MCU harness (templates/mcu/), and links them with arm-none-eabi-gcc and newlib-nano. The
+build passes -fno-inline-functions-called-once -fno-inline-small-functions so that each kernel
+stays a function of its own (a call per op, about 0.5% more code; without them -Os inlines most
+kernels into NAME_invoke), and -fstack-usage so that toolchain.footprint can bound the stack.
+The `static inline` fixed-point helpers are still inlined.
+
+Python computes every value; the templates only lay out text.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from toolchain.codegen import c_identifier, generate, io_info
+from toolchain.errors import RuntimeBackendError
+from toolchain.plan import ModelPlan
+from toolchain.render import render
+
+BOARD = "mps2-an386"
+CPU = "cortex-m4"
+TOOL_PREFIX = "arm-none-eabi-"
+TOOLS = ("gcc", "size", "nm", "objdump")
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    origin: int
+    length: int
+
+
+# QEMU's mps2-an386 memory map (hw/arm/mps2.c, and `info mtree` in QEMU 7.2): 4 MiB of ZBT
+# SSRAM1 at 0x00000000, where the core fetches its vector table, and 4 MiB of ZBT SSRAM2&3 at
+# 0x20000000. On the real FPGA board SSRAM1 holds the code the MCC loads; it is the flash here.
+FLASH = Region("ZBT SSRAM1 (code)", 0x00000000, 0x00400000)
+RAM = Region("ZBT SSRAM2&3 (data)", 0x20000000, 0x00400000)
+STACK_RESERVE = 32 * 1024  # bytes kept free at the top of RAM for the stack
+STACK_PAINT = 0xA5C3A5C3
+SECTION_ALIGNMENT = 16
+
+# Hard float: the AN386's Cortex-M4 has the FPv4-SP unit (QEMU models it), float kernels then
+# use single-precision FPU instructions instead of soft-float calls, and the IEEE results are
+# the same either way (-std=c99 keeps -ffp-contract=off: no fused multiply-adds). The int8
+# kernels do not touch the FPU; Reset_Handler enables it (CPACR) before anything else runs.
+ARCH_FLAGS = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
+C_FLAGS = (
+    "-std=c99",
+    "-Os",
+    "-Wall",
+    "-Wextra",
+    "-Wpedantic",
+    "-Werror",
+    "-ffunction-sections",
+    "-fdata-sections",
+    "-fstack-usage",
+    "-fno-inline-functions-called-once",
+    "-fno-inline-small-functions",
+)
+LINK_FLAGS = ("--specs=nano.specs", "-nostartfiles", "-Wl,--gc-sections")
+
+# ARM semihosting operations and constants ("Semihosting for AArch32 and AArch64", v2.0).
+SEMIHOSTING = {
+    "open": "0x01",
+    "close": "0x02",
+    "write0": "0x04",
+    "write": "0x05",
+    "read": "0x06",
+    "exit_extended": "0x20",  # SYS_EXIT_EXTENDED: 32-bit code can pass an exit status
+    "application_exit": "0x20026u",  # ADP_Stopped_ApplicationExit
+    "mode_rb": "1u",
+    "mode_wb": "5u",
+}
+INPUT_FILE = "input.bin"
+OUTPUT_FILE = "output.bin"
+STATUS = {"ok": 0, "input": 2, "invoke": 3, "io": 4, "stack": 5, "fault": 6}
+STATUS_MEANING = {
+    "ok": "success",
+    "input": "input file too short",
+    "invoke": "invoke failed",
+    "io": "semihosting file error",
+    "stack": "stack overflow",
+    "fault": "processor fault",
+}
+EXCEPTIONS = (  # Cortex-M exception numbers 2..15 after the reset vector
+    "NMI",
+    "HardFault",
+    "MemManage",
+    "BusFault",
+    "UsageFault",
+    None,
+    None,
+    None,
+    None,
+    "SVCall",
+    "DebugMonitor",
+    None,
+    "PendSV",
+    "SysTick",
+)
+
+
+def tool(name: str, source: str | None = None) -> str:
+    """Full path of an arm-none-eabi tool, or a RuntimeBackendError naming the package."""
+    path = shutil.which(TOOL_PREFIX + name)
+    if path is None:
+        raise RuntimeBackendError(
+            f"{TOOL_PREFIX}{name} is not on PATH (Debian: apt-get install gcc-arm-none-eabi "
+            "libnewlib-arm-none-eabi binutils-arm-none-eabi)",
+            source,
+        )
+    return path
+
+
+def toolchain_available() -> bool:
+    return all(shutil.which(TOOL_PREFIX + t) for t in TOOLS)
+
+
+def uses_external_io(mp: ModelPlan) -> bool:
+    """A plan made with external_io=True keeps the graph's inputs and outputs out of the arena."""
+    planned = mp.offset_of_tensor()
+    return any(t not in planned for t in (*mp.graph.inputs, *mp.graph.outputs))
+
+
+def mcu_sources(mp: ModelPlan, name: str = "model") -> dict[str, str]:
+    """File name -> text: the model's NAME.h/NAME.c plus the MCU files (no host harness)."""
+    name = c_identifier(name)
+    if name in ("startup", "semihosting", "link"):
+        raise RuntimeBackendError(
+            f"the name {name!r} collides with an MCU file; choose another", mp.model.source
+        )
+    external_io = uses_external_io(mp)
+    files = generate(mp, name, external_io=external_io)
+    del files[f"{name}_main.c"]
+    graph = mp.graph
+    board = {"board": BOARD, "cpu": CPU}
+    handlers = [{"name": "Reset", "function": "Reset_Handler"}] + [
+        {"name": e or "reserved", "function": "Fault_Handler" if e else "0"} for e in EXCEPTIONS
+    ]
+    files["semihosting.h"] = render("mcu/semihosting.h.j2", sys=SEMIHOSTING)
+    files["startup.c"] = render(
+        "mcu/startup.c.j2",
+        **board,
+        handlers=handlers,
+        vectors_at=f"0x{FLASH.origin:08x}",
+        enable_fpu="-mfloat-abi=hard" in ARCH_FLAGS,
+        cpacr_address="0xE000ED88",
+        cpacr_full_access=f"0x{0xF << 20:08x}",
+        stack_paint=f"0x{STACK_PAINT:08X}",
+        fault_status=STATUS["fault"],
+    )
+    files["link.ld"] = render(
+        "mcu/link.ld.j2",
+        **board,
+        flash={"name": FLASH.name, "origin": f"0x{FLASH.origin:08x}", "length": FLASH.length},
+        ram={"name": RAM.name, "origin": f"0x{RAM.origin:08x}", "length": RAM.length},
+        section_alignment=SECTION_ALIGNMENT,
+        stack_reserve=STACK_RESERVE,
+    )
+    files[f"{name}_mcu.c"] = render(
+        "mcu/mcu_main.c.j2",
+        **board,
+        name=name,
+        external_io=external_io,
+        inputs=[io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.inputs)],
+        outputs=[io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.outputs)],
+        input_file=INPUT_FILE,
+        output_file=OUTPUT_FILE,
+        status=STATUS,
+        statuses=[{"code": STATUS[k], "meaning": STATUS_MEANING[k]} for k in STATUS],
+        stack_reserve=STACK_RESERVE,
+    )
+    return files
+
+
+@dataclass(frozen=True)
+class McuBuild:
+    """A linked firmware image and the files it was measured from."""
+
+    directory: str
+    name: str
+    elf: str
+    objects: tuple[str, ...]
+    stack_files: tuple[str, ...]
+
+
+def run_tool(command: list[str], directory: str, what: str, source: str | None = None) -> str:
+    """The tool's stdout; a failure is one RuntimeBackendError with its first error line."""
+    try:
+        result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        raise RuntimeBackendError(f"{what} timed out", source) from None
+    if result.returncode != 0:
+        lines = [x.strip() for x in result.stderr.splitlines() if x.strip()]
+        lines = [x for x in lines if "error" in x.lower()] or lines
+        raise RuntimeBackendError(
+            f"{what} failed: {lines[0] if lines else 'no message'}", source
+        )
+    return result.stdout
+
+
+def build_mcu(mp: ModelPlan, directory: str, name: str = "model") -> McuBuild:
+    """Write, compile and link the firmware in `directory`; returns where everything is."""
+    name = c_identifier(name)
+    source = mp.model.source
+    gcc = tool("gcc", source)
+    files = mcu_sources(mp, name)
+    for file_name, text in files.items():
+        with open(os.path.join(directory, file_name), "w") as f:
+            f.write(text)
+    sources = [f for f in files if f.endswith(".c")]
+    run_tool(
+        [gcc, *ARCH_FLAGS, *C_FLAGS, "-c", *sources], directory, "arm-none-eabi-gcc (compile)",
+        source,
+    )
+    objects = tuple(os.path.join(directory, f[:-2] + ".o") for f in sources)
+    elf = os.path.join(directory, f"{name}.elf")
+    run_tool(
+        [
+            gcc,
+            *ARCH_FLAGS,
+            *LINK_FLAGS,
+            "-T",
+            "link.ld",
+            f"-Wl,-Map={name}.map",
+            *objects,
+            "-lm",
+            "-o",
+            elf,
+        ],
+        directory,
+        "arm-none-eabi-gcc (link)",
+        source,
+    )
+    stack_files = tuple(os.path.join(directory, f[:-2] + ".su") for f in sources)
+    return McuBuild(directory, name, elf, objects, stack_files)
