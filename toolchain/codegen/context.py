@@ -92,17 +92,7 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
 def helper_definitions(groups: Iterable[str]) -> list[str]:
     """The text of every group asked for and of the groups they build on, each once, a group
     after those it calls."""
-    ordered: list[str] = []
-
-    def add(group: str) -> None:
-        if group not in ordered:
-            for needed in HELPER_GROUPS[group]:
-                add(needed)
-            ordered.append(group)
-
-    for group in sorted(set(groups)):
-        add(group)
-    return [str(family_macro(HELPERS_TEMPLATE, group)()).strip("\n") for group in ordered]
+    return [str(family_macro(HELPERS_TEMPLATE, group)()).strip("\n") for group in _closure(groups)]
 
 
 LINE_LIMIT = 120  # characters of any generated line
