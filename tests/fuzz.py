@@ -58,10 +58,11 @@ from runtime_py.kernels import KERNELS
 from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import SANITIZE_FLAGS, compile_files, split_outputs, write_files
 from toolchain.checking.check import difference, random_inputs
-from toolchain.codegen import EMITTERS, generate
+from toolchain.codegen import generate
 from toolchain.errors import ArenacError, RuntimeBackendError
 from toolchain.examples import EXAMPLES
 from toolchain.ir import Model
+from toolchain.ops import REGISTRY
 from toolchain.plan import ModelPlan, Techniques, plan_model
 from toolchain.reader import parse_model
 from toolchain.schema import DTYPE_NAMES, OPCODE_CODES, fb
@@ -325,7 +326,7 @@ OPTION_TYPE_COUNT = max(v for k, v in vars(fb.BuiltinOptions).items() if k.isupp
 
 # Every code arenac runs, some it does not (custom, recurrent, control flow) and some unknown.
 OPCODE_CHOICES = (
-    *sorted(OPCODE_CODES[name] for name in set(EMITTERS) | set(KERNELS)),
+    *sorted(OPCODE_CODES[name] for name in set(REGISTRY) | set(KERNELS)),
     *(OPCODE_CODES[name] for name in ("CUSTOM", "LSTM", "WHILE", "STABLEHLO_ADD")),
     500,
     4000,

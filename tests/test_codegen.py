@@ -9,21 +9,25 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
+from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODEL_FILES, SHARED_MODELS, needs_shared_models
 from tests.test_runtime import pool_chain
 from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import CBackend, compile_files, write_files
 from toolchain.checking.check import check_plan, random_inputs
 from toolchain.cli import main
-from toolchain.codegen import EMITTERS, generate
+from toolchain.codegen import generate
+from toolchain.examples import EXAMPLES
 from toolchain.ops import REGISTRY
+from toolchain.ops.emit import LINE_LIMIT
 from toolchain.plan import NO_TECHNIQUES, plan_model
 from toolchain.reader import parse_model, read_model
 
 
-def test_every_runtime_op_has_a_c_emitter():
-    """One shared list: what runtime_py runs, the generator emits."""
-    assert sorted(REGISTRY) == sorted(EMITTERS)
+def test_every_registered_op_has_a_numpy_kernel_and_a_c_emitter():
+    """One registry: what runtime_py runs, the generator emits."""
+    assert sorted(REGISTRY) == sorted(KERNELS)
+    assert all(callable(spec.emit) for spec in REGISTRY.values())
 
 
 def test_generation_is_deterministic(tmp_path):
@@ -128,3 +132,41 @@ def test_state_lives_in_its_own_block_and_reset_restores_it():
     assert "memset(s_state + 0, 0, 32);" in files["s.c"]
     with CBackend(mp) as backend:
         assert check_plan(mp, data, inputs=2, extra=[("c", backend.invoke_many)]).ok
+
+
+# A `for` over constant bounds: (var, start, stop, step or "" for ++).
+CONSTANT_FOR = re.compile(
+    r"for \((?:int )?(\w+) = (-?\d+); \1 < (-?\d+); (?:\+\+\1|\1\+\+|\1 \+= (\d+))\)")
+STATIC_FUNCTION = re.compile(r"^static (?:inline )?[\w ]+?\b(\w+)\([^;]*$", re.M)
+
+
+def style_problems(source: str) -> list[str]:
+    """What a careful firmware engineer would not write: lines over 120 characters, loops of
+    constant bounds that run once or never, a function defined twice."""
+    problems = [f"{len(line)} characters: {line[:60]}..." for line in source.splitlines()
+                if len(line) > LINE_LIMIT]
+    for var, start, stop, step in CONSTANT_FOR.findall(source):
+        trips = -(-(int(stop) - int(start)) // int(step or 1))
+        if trips <= 1:
+            problems.append(f"a loop over {var} of {max(trips, 0)} trips")
+    defined = STATIC_FUNCTION.findall(source)
+    problems += [f"{fn} defined {defined.count(fn)} times" for fn in sorted(set(defined))
+                 if defined.count(fn) > 1]
+    return problems
+
+
+def test_the_style_check_finds_what_it_looks_for():
+    bad = ("static void f(void) {\n  for (b = 0; b < 1; ++b) x();\n}\n"
+           "static void f(void) {\n  for (i = 4; i < 4; ++i) y();\n}\n" + "/*" + "x" * 130 + "*/\n")
+    assert len(style_problems(bad)) == 4
+
+
+@pytest.mark.parametrize("name, data", [
+    *((name, make()) for name, make in EXAMPLES.items()),
+    *((p.stem, p.read_bytes()) for p in SHARED_MODEL_FILES),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_generated_c_reads_like_careful_hand_written_c(name, data):
+    mp = plan_model(parse_model(data, f"{name}.tflite"), time_limit=0.5)
+    files = generate(mp, "m")
+    for file_name, text in files.items():
+        assert style_problems(text) == [], file_name

@@ -15,9 +15,11 @@ from toolchain.checking.check import random_inputs
 from toolchain.codegen import generate
 from toolchain.errors import ArenacError, PlanError, UnsupportedOpError
 from toolchain.examples import EXAMPLES
-from toolchain.ops import unsupported_ops
+from toolchain.ops import REGISTRY, operand_dtypes, unsupported_ops
+from toolchain.ops.spec import PORTABLE_C, kernels
 from toolchain.plan import plan_model
 from toolchain.planners import verify
+from toolchain.program import lower
 from toolchain.reader import parse_model, read_model
 from toolchain.report import inspect_data
 from toolchain.schema import fb
@@ -130,3 +132,79 @@ def test_a_shared_model_runs_from_its_bindings():
     mp = plan_model(read_model(SHARED_MODEL_FILES[0]))
     assert all(b is not None for b in mp.program.bindings)
     assert [b.op for b in mp.program.bindings] == list(range(len(mp.graph.operators)))
+
+
+def retyped_output_model(opcode: int, dtype: int) -> bytes:
+    """The float32 residual example with the output of every `opcode` op retyped to `dtype`."""
+    model = fb.ModelT.InitFromPackedBuf(EXAMPLES["residual_cnn_float32"](), 0)
+    graph = model.subgraphs[0]
+    for op in graph.operators:
+        code = model.operatorCodes[op.opcodeIndex]
+        if max(code.builtinCode, code.deprecatedBuiltinCode) == opcode:
+            graph.tensors[op.outputs[0]].type = dtype
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def test_an_unusual_output_dtype_is_refused_by_its_signature_everywhere():
+    model = parse_model(retyped_output_model(fb.BuiltinOperator.ADD, fb.TensorType.INT32),
+                        "retyped.tflite")
+    adds = [op.index for op in model.main.operators if op.opcode == "ADD"]
+    assert adds
+    refused = unsupported_ops(model.main)
+    for i in adds:
+        assert refused[i] == f"op {i} ADD: no kernel for float32, float32 -> int32"
+    retyped = {model.main.operators[i].outputs[0] for i in adds}
+    readers = {op.index for op in model.main.operators if retyped & set(op.inputs)}
+    assert set(refused) == set(adds) | readers  # their readers get int32 data: no kernel either
+    ops = inspect_data(model)["graphs"][0]["operators"]
+    assert {o["index"] for o in ops if not o["supported"]} == set(refused)
+    mp = plan_model(model)
+    for backend in (ArenaInterpreter, generate):
+        with pytest.raises(UnsupportedOpError, match="no kernel for float32, float32 -> int32"):
+            backend(mp)
+
+
+def test_a_binding_names_the_kernel_signature_it_runs():
+    model = parse_model(EXAMPLES["tiny_cnn_int8"](), "tiny.tflite")
+    program = lower(model)
+    conv = next(b for b in program.bindings if b.opcode == "CONV_2D")
+    assert conv.kernel.form == "int8, int8, int32? -> int8"
+    assert PORTABLE_C in conv.kernel.targets
+
+
+def test_signatures_read_optional_repeated_and_named_dtypes():
+    (conv,) = kernels("int8, int8, int32? -> int8")
+    assert conv.matches(["int8", "int8", "int32"], ["int8"])
+    assert conv.matches(["int8", "int8", None], ["int8"])
+    assert conv.matches(["int8", "int8"], ["int8"])
+    assert not conv.matches(["int8"], ["int8"])
+    assert not conv.matches(["int8", "int8", "int32", "int8"], ["int8"])
+    assert not conv.matches(["int8", "float32", "int32"], ["int8"])
+    assert not conv.matches(["int8", "int8", None], ["int16"])
+    concat = kernels("T... -> T", T=("int8", "float32"))
+    assert len(concat) == 2
+    assert any(s.matches(["int8"] * 5, ["int8"]) for s in concat)
+    assert not any(s.matches(["int8", "float32"], ["int8"]) for s in concat)
+    (split,) = kernels("int32, T -> T...", T=("int16",))
+    assert split.matches(["int32", "int16"], ["int16"] * 3)
+    assert not split.matches(["int32", "int16"], ["int16", "int8"])
+    (arg,) = kernels("uint8, int32|int64 -> int32|int64")
+    assert arg.matches(["uint8", "int64"], ["int32"])
+    assert dict(kernels("S -> T", S=("int8",), T=("bool",))[0].bound) == {"S": "int8", "T": "bool"}
+
+
+def test_every_supported_model_op_matches_one_of_its_kernels():
+    """The signatures cover what the kernels are tested on: every op of every walked model that
+    binds matches one, and none binds without matching."""
+    for name, data in walked_models():
+        graph = parse_model(data, f"{name}.tflite").main
+        for op in graph.operators:
+            spec = REGISTRY.get(op.opcode)
+            if spec is None:
+                continue
+            inputs, outputs = operand_dtypes(graph, op)
+            matched = [s for s in spec.kernels if s.matches(inputs, outputs)]
+            if op.index not in unsupported_ops(graph):
+                assert matched, (name, op.index, op.opcode)

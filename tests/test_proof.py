@@ -16,7 +16,7 @@ from toolchain.checking.check import random_inputs
 from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import PlanError
 from toolchain.examples import EXAMPLES
-from toolchain.ops.overlaps import declared_overlaps
+from toolchain.ops import bind
 from toolchain.plan import NO_TECHNIQUES, ModelPlan, plan_model
 from toolchain.planners import Overlap, Placement, verify
 from toolchain.reader import parse_model, read_model
@@ -109,7 +109,7 @@ def test_the_error_names_the_step_the_op_and_both_tensors():
     )
     message = str(caught.value)
     assert f"would clobber tensor {x.index} ({x.name!r}), an input of this op; " in message
-    (rule,) = declared_overlaps(graph, conv)
+    (rule,) = bind(graph, conv).overlaps
     assert f"its kernel needs the output {rule.shift} bytes or more below the input" in message
 
 

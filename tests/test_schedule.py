@@ -13,7 +13,7 @@ from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
 from toolchain.builder import ModelBuilder
 from toolchain.errors import ModelError, PlanError
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.lifetimes import compute_lifetimes
+from toolchain.lifetimes import ScratchRequest, compute_lifetimes
 from toolchain.planners import align_up
 from toolchain.reader import parse_model
 from toolchain.schedule import best_order, peak_bytes, schedule
@@ -340,6 +340,22 @@ def test_best_order_matches_brute_force(graph, alignment):
     rough = best_order(graph, alignment, exact_limit=0)
     assert_valid(graph, rough)
     assert peak_bytes(graph, rough, alignment) >= best
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=random_graphs(), data=st.data())
+def test_the_schedule_counts_kernel_scratch_as_the_planner_will(graph, data):
+    """Scratch lives during its op's step in the lifetimes; the scheduler's memory model is the
+    same, so its best order is the best of every order with the scratch counted."""
+    ops = len(graph.operators)
+    scratch = [ScratchRequest(op, data.draw(st.integers(1, 3000)), "test")
+               for op in data.draw(st.lists(st.integers(0, ops - 1), max_size=3))]
+    orders = list(topological_orders(graph))
+    peaks = [peak_bytes(graph, order, 16, scratch) for order in orders]
+    order = best_order(graph, 16, scratch=scratch)
+    assert peak_bytes(graph, order, 16, scratch) == min(peaks)
+    assert peak_bytes(graph, schedule(graph, "auto", 16, scratch=scratch), 16, scratch) == min(
+        peaks)
 
 
 @settings(max_examples=60, deadline=None)

@@ -18,9 +18,9 @@ where nothing fits; its head is the end of the highest buffer.
 
 So the plan embedded here must be valid in the order TFLM runs the operators (the file's order)
 with no bytes shared between tensors alive together (TFLM's kernels are not written for
-in-place or overlapping buffers): `embed_plan` checks it against lifetimes it computes itself,
-and drops planned scratch buffers (TFLM never takes offline offsets for scratch). Make the plan
-with `techniques=NO_TECHNIQUES`.
+in-place or overlapping buffers): `embed_plan` checks that the plan's own lifetimes follow the
+file's order and that no two live tensors share a byte, and drops planned scratch buffers (TFLM
+never takes offline offsets for scratch). Make the plan with `techniques=NO_TECHNIQUES`.
 """
 
 from __future__ import annotations

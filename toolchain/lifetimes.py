@@ -44,9 +44,60 @@ class Lifetimes:
     constants: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class TensorRoles:
+    """The order-free half of the lifetimes rules: which tensors the arena holds and which
+    operator writes each. `compute_lifetimes` and the scheduler's memory model both start
+    from it, so the two cannot disagree on what is planned."""
+
+    planned: tuple[bool, ...]  # per tensor: neither constant (flash) nor variable (state)
+    graph_inputs: frozenset[int]  # planned graph inputs: live from the first step
+    graph_outputs: frozenset[int]  # live until the last step
+    producer: dict[int, int]  # planned tensor (not a graph input) -> the op that writes it
+
+    @classmethod
+    def of(cls, graph: Graph, source: str | None = None) -> TensorRoles:
+        """Raises ModelError for a tensor two operators write."""
+        tensors = graph.tensors
+        planned = tuple(not t.is_constant and not t.is_variable for t in tensors)
+        graph_inputs = frozenset(t for t in graph.inputs if 0 <= t < len(tensors) and planned[t])
+        producer: dict[int, int] = {}
+        for op in graph.operators:
+            for t in op.outputs:
+                if not planned[t]:
+                    continue
+                if t in graph_inputs or t in producer:
+                    raise ModelError(f"tensor {t} ({tensors[t].name!r}) is written twice", source)
+                producer[t] = op.index
+        return cls(planned, graph_inputs, frozenset(graph.outputs), producer)
+
+
 def model_order(graph: Graph) -> tuple[int, ...]:
     """The operators in the order the file lists them: TFLite's own execution order."""
     return tuple(range(len(graph.operators)))
+
+
+def check_order(graph: Graph, order: Sequence[int], source: str | None = None,
+                roles: TensorRoles | None = None) -> TensorRoles:
+    """Raises ModelError unless `order` runs the graph: a permutation of its operators in which
+    every planned tensor is written once, before anything reads it. Returns the roles."""
+    if sorted(order) != list(range(len(graph.operators))):
+        raise ModelError("execution order is not a permutation of the operators", source)
+    roles = roles or TensorRoles.of(graph, source)
+    step_of = {op: step for step, op in enumerate(order)}
+    for op_index in order:
+        op = graph.operators[op_index]
+        for t in op.inputs:
+            if t < 0 or not roles.planned[t] or t in roles.graph_inputs:
+                continue
+            writer = roles.producer.get(t)
+            if writer is None or step_of[writer] >= step_of[op_index]:
+                raise ModelError(
+                    f"operator {op_index} ({op.opcode}) reads tensor {t} "
+                    f"({graph.tensors[t].name!r}) before anything writes it",
+                    source,
+                )
+    return roles
 
 
 def compute_lifetimes(
@@ -63,41 +114,21 @@ def compute_lifetimes(
     its own (inputs and outputs with external I/O): they get no arena space.
     """
     order = tuple(model_order(graph) if order is None else order)
-    if sorted(order) != list(range(len(graph.operators))):
-        raise ModelError("execution order is not a permutation of the operators", source)
+    roles = check_order(graph, order, source)
     step_of = {op: step for step, op in enumerate(order)}
     last_step = max(len(order) - 1, 0)
     tensors = graph.tensors
-    # Looked up once per tensor, not once per use: a wide graph reads one tensor many times.
-    variable = [t.is_variable for t in tensors]
-    unplanned = [t.is_constant or t.is_variable for t in tensors]
-    planned = [t for t, skip in enumerate(unplanned) if not skip]
-    first: dict[int, int] = {
-        t: 0 for t in graph.inputs if 0 <= t < len(tensors) and not unplanned[t]
-    }
+    first = {t: 0 for t in roles.graph_inputs}
+    first.update((t, step_of[op]) for t, op in roles.producer.items())
     last: dict[int, int] = {}
     for step, op_index in enumerate(order):
-        op = graph.operators[op_index]
-        for t in op.inputs:
-            if t < 0 or unplanned[t]:
-                continue
-            if t not in first:
-                raise ModelError(
-                    f"operator {op_index} ({op.opcode}) reads tensor {t} ({tensors[t].name!r}) "
-                    "before anything writes it",
-                    source,
-                )
-            last[t] = step
-        for t in op.outputs:
-            if variable[t] or t in first:
-                if not variable[t]:
-                    raise ModelError(f"tensor {t} ({tensors[t].name!r}) is written twice", source)
-                continue
-            first[t] = step
-    for t in graph.outputs:
+        for t in graph.operators[op_index].inputs:
+            if t >= 0 and roles.planned[t]:
+                last[t] = step
+    for t in roles.graph_outputs:
         if t in first:
             last[t] = last_step
-    live = [t for t in planned if t in first and t not in outside]
+    live = [t for t in range(len(tensors)) if t in first and t not in outside]
     buffers = [
         Buffer(id=i, size=tensors[t].nbytes, first=first[t], last=last.get(t, first[t]))
         for i, t in enumerate(live)

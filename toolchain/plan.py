@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from toolchain.ir import Model
-from toolchain.lifetimes import Lifetimes, ScratchRequest, compute_lifetimes, overlap_pairs
+from toolchain.lifetimes import (
+    Lifetimes,
+    ScratchRequest,
+    check_order,
+    compute_lifetimes,
+    model_order,
+    overlap_pairs,
+)
 from toolchain.planners import (
     Deadline,
     Placement,
@@ -148,16 +155,12 @@ def plan_model(
     program = lower(model, graph_index)
     graph = program.graph
     scratch = (*program.scratch(), *scratch)
-    in_file_order = None
     if order is None:
-        # An unrunnable graph fails here.
-        in_file_order = compute_lifetimes(graph, None, scratch, model.source)
-        order = schedule(graph, techniques.schedule, alignment, deadline.share(SCHEDULE_SHARE))
+        check_order(graph, model_order(graph), model.source)  # TFLite runs the file's order
+        order = schedule(graph, techniques.schedule, alignment, deadline.share(SCHEDULE_SHARE),
+                         scratch)
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
-    if in_file_order is not None and not outside and in_file_order.order == tuple(order):
-        lifetimes = in_file_order  # the file's order won: its lifetimes are known already
-    else:
-        lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside)
+    lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside)
     overlaps = overlap_pairs(
         graph, lifetimes, program.bindings, techniques.inplace, techniques.overlap
     )

@@ -30,7 +30,13 @@ from functools import cached_property
 
 from toolchain.errors import ModelError, PlanError
 from toolchain.ir import Graph, Operator
-from toolchain.lifetimes import compute_lifetimes, model_order
+from toolchain.lifetimes import (
+    ScratchRequest,
+    TensorRoles,
+    check_order,
+    compute_lifetimes,
+    model_order,
+)
 from toolchain.planners import NEVER, Deadline, align_up, lower_bound
 
 MODES = ("model", "auto")
@@ -55,22 +61,28 @@ _STATEFUL_OPCODES = frozenset(
 _HANDLE_DTYPES = frozenset({"resource", "variant"})
 
 
-def peak_bytes(graph: Graph, order: Sequence[int], alignment: int = 16) -> int:
-    """The most aligned bytes of planned tensors live at any step of `order`: no plan of that
-    order fits in a smaller arena."""
-    return lower_bound(compute_lifetimes(graph, order).buffers, alignment)
+def peak_bytes(graph: Graph, order: Sequence[int], alignment: int = 16,
+               scratch: Sequence[ScratchRequest] = ()) -> int:
+    """The most aligned bytes of planned tensors and kernel scratch live at any step of
+    `order`: no plan of that order fits in a smaller arena."""
+    return lower_bound(compute_lifetimes(graph, order, scratch).buffers, alignment)
 
 
 def schedule(
-    graph: Graph, mode: str = "auto", alignment: int = 16, deadline: Deadline = NEVER
+    graph: Graph,
+    mode: str = "auto",
+    alignment: int = 16,
+    deadline: Deadline = NEVER,
+    scratch: Sequence[ScratchRequest] = (),
 ) -> tuple[int, ...]:
     """The execution order to plan with: "model" is the file's order; "auto" is `best_order`
-    (searched until `deadline`) when it lowers the peak, else the file's order."""
+    (searched until `deadline`) when it lowers the peak, else the file's order. The peak
+    counts the kernels' `scratch` as the planner will."""
     if mode == "model":
         return model_order(graph)
     if mode != "auto":
         raise PlanError(f"unknown schedule {mode!r}; choose one of {', '.join(MODES)}")
-    problem = _Problem.of(graph, alignment)
+    problem = _Problem.of(graph, alignment, scratch)
     best = _checked(graph, _best(problem, EXACT_LIMIT, deadline))
     model = model_order(graph)
     if best == model:
@@ -85,6 +97,7 @@ def best_order(
     alignment: int = 16,
     exact_limit: int = EXACT_LIMIT,
     deadline: Deadline = NEVER,
+    scratch: Sequence[ScratchRequest] = (),
 ) -> tuple[int, ...]:
     """A valid execution order with the lowest peak of live bytes.
 
@@ -95,11 +108,11 @@ def best_order(
     each piece keeps the best order it has (at worst its file order, or a topological one).
     Raises ModelError if the graph has no valid order.
     """
-    return _checked(graph, _best(_Problem.of(graph, alignment), exact_limit, deadline))
+    return _checked(graph, _best(_Problem.of(graph, alignment, scratch), exact_limit, deadline))
 
 
 def _checked(graph: Graph, order: tuple[int, ...]) -> tuple[int, ...]:
-    compute_lifetimes(graph, order)  # raises what the planner would on an invalid graph
+    check_order(graph, order)  # raises what the planner would on an invalid graph
     return order
 
 
@@ -177,17 +190,14 @@ class _Problem:
         return counts
 
     @classmethod
-    def of(cls, graph: Graph, alignment: int) -> _Problem:
+    def of(cls, graph: Graph, alignment: int, scratch: Sequence[ScratchRequest] = ()) -> _Problem:
+        """The lifetimes rules (`TensorRoles`) as bytes per operator; a kernel's scratch is
+        live while its operator runs, like an output nobody reads."""
         tensors = graph.tensors
         n = len(graph.operators)
-        planned = [not t.is_constant and not t.is_variable for t in tensors]
-        graph_inputs = {t for t in graph.inputs if t >= 0 and planned[t]}
-        outputs = set(graph.outputs)
-        producer: dict[int, int] = {}
-        for op in graph.operators:
-            for t in op.outputs:
-                if t >= 0 and planned[t] and t not in graph_inputs:
-                    producer.setdefault(t, op.index)
+        roles = TensorRoles.of(graph)
+        planned, graph_inputs, outputs = roles.planned, roles.graph_inputs, roles.graph_outputs
+        producer = roles.producer
         read: set[int] = set()
         preds: list[set[int]] = [set() for _ in range(n)]
         previous = None
@@ -208,6 +218,8 @@ class _Problem:
             made[p] += nbytes[t]
             if t in outputs or t in read:
                 kept[p] += nbytes[t]
+        for request in scratch:
+            made[request.op] += align_up(request.size, alignment)
         start = sum(nbytes[t] for t in graph_inputs if t in outputs or t in read)
         reads = tuple(
             tuple(

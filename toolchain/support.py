@@ -1,4 +1,4 @@
-"""The support matrix (op x dtype), generated from the one list in toolchain.ops.
+"""The support matrix, generated from the registry in toolchain.ops.
 
 `python -m toolchain.support` prints it as Markdown for the README; a test keeps the README's
 copy equal to it.
@@ -6,26 +6,36 @@ copy equal to it.
 
 from __future__ import annotations
 
-from toolchain.codegen import EMITTERS
-from toolchain.ops import SUPPORTED
+from toolchain.ops import REGISTRY
+from toolchain.ops.spec import Signature
 
-DTYPE_COLUMNS = ("int8", "float32", "int32")
 BEGIN = "<!-- support-matrix:begin -->"
 END = "<!-- support-matrix:end -->"
 
 
+def kernel_lines(kernels: tuple[Signature, ...]) -> list[str]:
+    """Each written signature once, with the dtypes its names stand for."""
+    lines = []
+    for form in dict.fromkeys(k.form for k in kernels):
+        values: dict[str, list[str]] = {}
+        for k in kernels:
+            if k.form == form:
+                for name, dtype in k.bound:
+                    values.setdefault(name, []).append(dtype)
+        names = "; ".join(f"{n}: {', '.join(dict.fromkeys(v))}" for n, v in values.items())
+        lines.append(f"`{form}`".replace("|", "\\|") + (f" ({names})" if names else ""))
+    return lines
+
+
 def support_matrix_markdown() -> str:
-    """One row per op: which first-input dtypes runtime_py runs and codegen emits."""
-    ops = sorted({op for op, _ in SUPPORTED})
-    others = sorted({d for _, d in SUPPORTED} - set(DTYPE_COLUMNS))
-    columns = [*DTYPE_COLUMNS, *others]
-    lines = [
-        "| op | " + " | ".join(columns) + " | C |",
-        "|---|" + "|".join(":-:" for _ in columns) + "|:-:|",
-    ]
-    for op in ops:
-        cells = ["yes" if (op, d) in SUPPORTED else "" for d in columns]
-        lines.append(f"| {op} | " + " | ".join(cells) + f" | {'yes' if op in EMITTERS else ''} |")
+    """One row per op: the operand dtypes its kernels run (inputs -> outputs; `?` an input
+    that may be absent, `...` a position that repeats) and the targets they are emitted for."""
+    lines = ["| op | kernels: inputs -> outputs | targets |", "|---|---|---|"]
+    for opcode in sorted(REGISTRY):
+        kernels = REGISTRY[opcode].kernels
+        targets = sorted({t for k in kernels for t in k.targets})
+        lines.append(f"| {opcode} | {'<br>'.join(kernel_lines(kernels))} | "
+                     f"{', '.join(targets)} |")
     return "\n".join([BEGIN, *lines, END])
 
 

@@ -8,15 +8,25 @@ the kernel fills in place.
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib import import_module
 from typing import Any
 
 import numpy as np
 
-from toolchain.ops import FAMILY_NAMES
+from runtime_py.kernels import (
+    activations,
+    conv,
+    elementwise,
+    fully_connected,
+    pooling,
+    quantize,
+    reductions,
+    resize,
+    shape,
+)
 
 Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
-FAMILIES = tuple(import_module(f"runtime_py.kernels.{name}") for name in FAMILY_NAMES)
+FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
+            resize)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

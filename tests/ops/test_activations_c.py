@@ -28,9 +28,9 @@ from toolchain import builder
 from toolchain.checking.c_backend import SANITIZE_FLAGS, CBackend, compile_files, write_files
 from toolchain.checking.check import difference, random_inputs
 from toolchain.checking.oracle import LiteRTOracle
-from toolchain.codegen import activations as emitters
 from toolchain.codegen import generate
 from toolchain.errors import UnsupportedOpError
+from toolchain.ops import activations as emitters
 from toolchain.plan import ModelPlan, plan_model
 from toolchain.reader import parse_model
 
@@ -166,18 +166,19 @@ def test_output_at_or_below_its_input(name, elements_below, tmp_path):
     assert difference(expected, actual).mismatches == 0
 
 
-def test_shared_helpers_come_with_include_guards():
-    """Each op that needs a gemmlowp helper group emits it under the group's guard, so the
-    preprocessor keeps the first copy (two of each op kind here, and the file compiles)."""
+def test_shared_helpers_are_defined_once_per_file():
+    """Two of each op kind here need the gemmlowp helpers: the file defines each helper once,
+    ahead of every kernel, and nothing it does not call."""
     source = generate(planned(chain_model("int8", (3, 24))), "m")["m.c"]
-    for guard, ops in [
-        ("ARENAC_HELPERS_GEMMLOWP_EXP", 2),
-        ("ARENAC_HELPERS_GEMMLOWP_INV_SQRT", 2),
-        ("ARENAC_HELPERS_INT16", 2),
-        ("ARENAC_HELPERS_SHIFTS", 4),
-    ]:
-        assert source.count(f"#ifndef {guard}\n#define {guard}\n") == ops, guard
+    first_kernel = source.index("static void m_op")
+    for helper in ["arenac_clz32(uint32_t x)", "arenac_sat_shl(int32_t x, int exponent)"]:
+        assert source.count(f"static inline int {helper}" if "clz" in helper
+                            else f"static inline int32_t {helper}") == 1, helper
+        assert source.index(helper) < first_kernel
+    assert "#ifndef ARENAC_HELPERS" not in source
     assert source.count("static const int8_t m_op") == 2  # the LOGISTIC and TANH tables
+    float_source = generate(planned(chain_model("float32", (3, 24))), "m")["m.c"]
+    assert "arenac_clz32" not in float_source
 
 
 def test_generation_is_deterministic():

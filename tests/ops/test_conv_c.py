@@ -6,11 +6,12 @@ input), left-shift requantization, the requantization formula itself and determi
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
 
-import toolchain.codegen.conv as conv_codegen
+import toolchain.ops.conv as conv_codegen
 from runtime_py.kernels.conv import requantize
 from tests.ops.test_conv import conv_model, depthwise_model, transpose_conv_model
 from toolchain.builder import ModelBuilder
@@ -18,7 +19,7 @@ from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import check_plan
 from toolchain.codegen import generate
 from toolchain.ops.conv import Requantize
-from toolchain.ops.overlaps import declared_overlaps
+from toolchain.ops.emit import LINE_LIMIT
 from toolchain.plan import ModelPlan, plan_model
 from toolchain.reader import parse_model
 
@@ -139,7 +140,7 @@ def overlapped_plan(model: bytes) -> ModelPlan:
     mp = plan_model(parse_model(model, "<built model>"), "greedy")
     graph = mp.graph
     op = graph.operators[0]
-    (rule,) = [r for r in declared_overlaps(graph, op) if r.kind == "windowed"]
+    (rule,) = [r for r in mp.program.bindings[0].overlaps if r.kind == "windowed"]
     x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
     place = {op.inputs[0]: rule.shift, op.outputs[0]: 0}
     offsets = tuple(place[t] for t in mp.lifetimes.tensor_of)
@@ -277,3 +278,27 @@ def test_deterministic_text():
 def test_documents_the_order_contract():
     text = c_text(conv_model("int8", True, (1, 6, 6, 3), 4, (3, 3)))
     assert "ORDER CONTRACT" in text
+
+
+# A `for` over constant bounds: variable, start, stop and step (empty for ++).
+CONSTANT_FOR = re.compile(r"for \((\w+) = (-?\d+); \1 < (-?\d+); (?:\+\+\1|\1 \+= (\d+))\)")
+
+
+def test_text_reads_like_hand_written_c():
+    """Batch 1 and one group: no loop over a batch or group of one (a loop of one trip is its
+    body, one of none is not written) and no line past LINE_LIMIT, for every kernel path."""
+    models = [
+        conv_model("int8", True, (1, 9, 8, 3), 8, (3, 3), (2, 2)),  # widened rows, row copy
+        conv_model("int8", True, (1, 6, 7, 16), 22, (1, 1)),  # 1x1, 4-blocks and a single
+        conv_model("float32", False, (1, 7, 6, 5), 3, (3, 3), dilation=(2, 1)),
+        depthwise_model("int8", True, (1, 7, 9, 4), (3, 3)),  # pixels sharing a vector
+        depthwise_model("float32", False, (1, 7, 6, 3), (3, 2), 2, (1, 2)),
+        transpose_conv_model("int8", True, (1, 4, 3, 5), 20, (3, 3), (8, 6), (2, 2)),
+    ]
+    for model in models:
+        text = c_text(model)
+        long = [line for line in text.splitlines() if len(line) > LINE_LIMIT]
+        assert not long, long[0]
+        for var, start, stop, step in CONSTANT_FOR.findall(text):
+            trips = -(-(int(stop) - int(start)) // int(step or 1))
+            assert trips > 1, f"for ({var} = {start}; {var} < {stop}; ...) runs {max(trips, 0)}"

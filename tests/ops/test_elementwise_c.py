@@ -16,8 +16,8 @@ from runtime_py.kernels import KERNELS
 from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import SANITIZE_FLAGS, compile_files, write_files
 from toolchain.codegen import generate
-from toolchain.codegen.elementwise import Loop, broadcast_loops
 from toolchain.ops import prepare_graph
+from toolchain.ops.elementwise import Loop, broadcast_loops
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model
 

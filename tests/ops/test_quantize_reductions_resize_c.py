@@ -19,8 +19,8 @@ from toolchain.checking.c_backend import SANITIZE_FLAGS, CBackend, compile_files
 from toolchain.checking.check import random_inputs
 from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
 from toolchain.codegen import generate
-from toolchain.codegen.reductions import Loop, Walk, collapse
 from toolchain.errors import ModelError
+from toolchain.ops.reductions import Loop, Walk, collapse
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model
 

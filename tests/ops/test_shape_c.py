@@ -19,7 +19,7 @@ from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import random_inputs
 from toolchain.codegen import generate
-from toolchain.codegen.shape import Move, pad_dims, simplify
+from toolchain.ops.shape import Move, pad_dims, simplify
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model
 

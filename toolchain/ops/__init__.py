@@ -1,57 +1,59 @@
-"""Op knowledge, once: per operator type, the dtypes it runs on and how its constants are derived.
+"""Op knowledge, once: the registry of every operator type arenac runs.
 
-Each family module lists `SPECS`; runtime_py (and later codegen) look kernels up by opcode and
-receive the params computed here, so the backends cannot drift apart.
+Each op family's module (toolchain/ops/<family>.py) lists `SPECS`: per opcode, the operand
+dtypes each kernel runs and the targets it is emitted for, the prepare that turns an operator
+into frozen params, the C emitter, the scratch it asks for and the overlaps its loop order
+makes safe. `bind` is the one question every command asks: `inspect`, `run`, `gen` and `check`
+agree because they ask it alike.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Any
 
 import numpy as np
 
 from toolchain.errors import ArenacError, ModelError, UnsupportedOpError
 from toolchain.ir import Graph, Operator
-from toolchain.ops.overlaps import declared_overlaps
-from toolchain.ops.spec import Binding, OpSpec
-
-# The op families: each has toolchain/ops/<family>.py (SPECS), runtime_py/kernels/<family>.py
-# (KERNELS) and toolchain/codegen/<family>.py (EMITTERS). A new family is one name here.
-FAMILY_NAMES = (
-    "conv",
-    "fully_connected",
-    "pooling",
-    "elementwise",
-    "activations",
-    "quantize",
-    "shape",
-    "reductions",
-    "resize",
+from toolchain.ops import (
+    activations,
+    conv,
+    elementwise,
+    fully_connected,
+    pooling,
+    quantize,
+    reductions,
+    resize,
+    shape,
 )
-FAMILIES = tuple(import_module(f"toolchain.ops.{name}") for name in FAMILY_NAMES)
+from toolchain.ops.overlaps import declared_overlaps
+from toolchain.ops.spec import Binding, OpSpec, Signature, describe
+
+FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
+            resize)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
-
-# The one list of supported (op, dtype) pairs; dtype is that of the op's first input.
-SUPPORTED: frozenset[tuple[str, str]] = frozenset(
-    (spec.opcode, dtype) for spec in REGISTRY.values() for dtype in spec.dtypes
-)
 
 # Element types the backends store (a C type each); an operand of any other type is refused
 # before a kernel or an emitter sees it, whatever role the op gives it.
 OPERAND_DTYPES = frozenset({"float32", "int8", "uint8", "int16", "int32", "int64", "bool"})
 
 
-def support_key(graph: Graph, op: Operator) -> tuple[str, str]:
-    """(opcode, dtype of its data input): what the list of supported pairs speaks of."""
-    if op.opcode == "CUSTOM":
-        return op.custom_code or "CUSTOM", "none"
-    spec = REGISTRY.get(op.opcode)
-    position = spec.dtype_input if spec else 0
-    tensor = op.inputs[position] if position < len(op.inputs) else -1
-    return op.opcode, graph.tensors[tensor].dtype if tensor >= 0 else "none"
+def operand_dtypes(graph: Graph, op: Operator) -> tuple[tuple[str | None, ...], tuple[str, ...]]:
+    """The dtypes of the op's inputs (None where an optional one is absent) and outputs."""
+    tensors = graph.tensors
+    return (tuple(tensors[t].dtype if t >= 0 else None for t in op.inputs),
+            tuple(tensors[t].dtype for t in op.outputs))
+
+
+def kernel_for(spec: OpSpec, graph: Graph, op: Operator) -> Signature:
+    """The signature of the kernel that runs this op's operand dtypes, or UnsupportedOpError."""
+    inputs, outputs = operand_dtypes(graph, op)
+    for signature in spec.kernels:
+        if signature.matches(inputs, outputs):
+            return signature
+    raise UnsupportedOpError(f"no kernel for {describe(inputs)} -> {describe(outputs)}")
 
 
 @dataclass(frozen=True)
@@ -66,15 +68,31 @@ class Refusal:
 
 def bind(graph: Graph, op: Operator) -> Binding:
     """The op bound to its kernel; raises UnsupportedOpError or ModelError (without the file)."""
-    opcode, dtype = support_key(graph, op)
-    if (opcode, dtype) not in SUPPORTED:
-        raise UnsupportedOpError(f"no kernel for {dtype}")
+    spec = REGISTRY.get(op.opcode)
+    if spec is None:
+        raise UnsupportedOpError("no kernel for this operator")
     _check_operands(graph, op)
-    spec = REGISTRY[opcode]
     with np.errstate(all="ignore"):  # a float overflow surfaces as a refused value
+        try:
+            kernel = kernel_for(spec, graph, op)
+        except UnsupportedOpError:
+            _raise_if_invalid(spec, graph, op)
+            raise
         params = spec.prepare(graph, op)
     scratch = spec.scratch(params) if spec.scratch else ()
-    return Binding(op.index, opcode, params, tuple(scratch), tuple(declared_overlaps(graph, op)))
+    return Binding(op.index, op.opcode, kernel, params, tuple(scratch),
+                   tuple(declared_overlaps(graph, op, spec.overlaps)))
+
+
+def _raise_if_invalid(spec: OpSpec, graph: Graph, op: Operator) -> None:
+    """An op the model cannot mean (a required input or option missing) is invalid whatever
+    its dtypes: its prepare says so before it looks at them."""
+    try:
+        spec.prepare(graph, op)
+    except ModelError:
+        raise
+    except Exception:  # a variant of dtypes no kernel runs: the signature's refusal stands
+        return
 
 
 def bind_graph(graph: Graph) -> tuple[tuple[Binding | None, ...], tuple[Refusal, ...]]:
@@ -86,16 +104,15 @@ def bind_graph(graph: Graph) -> tuple[tuple[Binding | None, ...], tuple[Refusal,
     bindings: list[Binding | None] = []
     refusals = [Refusal(-1, problem) for problem in _unstorable(graph)]
     for op in graph.operators:
-        opcode, dtype = support_key(graph, op)
-        where = f"op {op.index} {opcode} ({dtype})"
+        opcode = (op.custom_code or "CUSTOM") if op.opcode == "CUSTOM" else op.opcode
+        where = f"op {op.index} {opcode}"
         try:
             bindings.append(bind(graph, op))
             continue
         except ModelError as e:
             refusals.append(Refusal(op.index, f"{where}: {e.message}", invalid=True))
         except ArenacError as e:
-            message = where if (opcode, dtype) not in SUPPORTED else f"{where}: {e.message}"
-            refusals.append(Refusal(op.index, message))
+            refusals.append(Refusal(op.index, f"{where}: {e.message}"))
         except Exception as e:  # the last line of defense: still one line naming the op
             refusals.append(Refusal(op.index, f"{where}: cannot prepare "
                                               f"({type(e).__name__}: {_first_line(e)})"))

@@ -6,6 +6,8 @@ input bytes at and above its address that are still needed have been read. The p
 each declaration into an Overlap between the two buffers; `verify` checks every shared byte
 against it.
 
+Each op's registry entry (its OpSpec) names the rule its kernel's loop order makes safe:
+
 - alias: the output is a copy of the input's bytes (RESHAPE, SQUEEZE, EXPAND_DIMS): the C
   copies with memmove, skipped when both sit at the same offset, so any overlap is safe.
 - elementwise: output element i is written after input element i is read, in increasing i.
@@ -107,35 +109,13 @@ def pooling(graph: Graph, op: Operator) -> list[OverlapRule]:
                             op.options.get("stride_h", 1), 1)
 
 
-INPLACE_RULES: dict[str, Rule] = {
-    **dict.fromkeys(["RESHAPE", "SQUEEZE", "EXPAND_DIMS"], alias),
-    **dict.fromkeys(["ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"],
-                    elementwise(0, 1)),
-    **dict.fromkeys(["RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "LEAKY_RELU",
-                     "HARD_SWISH", "PRELU", "QUANTIZE", "DEQUANTIZE", "CAST", "SOFTMAX",
-                     "L2_NORMALIZATION"], elementwise(0)),
-}
-
-OVERLAP_RULES: dict[str, Rule] = {
-    "CONV_2D": convolution,
-    "DEPTHWISE_CONV_2D": convolution,
-    "AVERAGE_POOL_2D": pooling,
-    "MAX_POOL_2D": pooling,
-}
-
-
-def declared_overlaps(graph: Graph, op: Operator, inplace: bool = True,
-                      overlap: bool = True) -> list[OverlapRule]:
-    """The rules that apply to `op` with the techniques that are switched on, one per pair of
-    tensors: a tensor that is several inputs (ADD(x, x)) keeps the strictest of its rules, since
-    the kernel is safe only where all of them hold."""
-    if not op.inputs or op.inputs[0] < 0 or not op.outputs:
+def declared_overlaps(graph: Graph, op: Operator, rule: Rule | None) -> list[OverlapRule]:
+    """What the op's registry `rule` declares, one rule per pair of tensors: a tensor that is
+    several inputs (ADD(x, x)) keeps the strictest of its rules, since the kernel is safe only
+    where all of them hold."""
+    if rule is None or not op.inputs or op.inputs[0] < 0 or not op.outputs:
         return []
-    rules = []
-    if inplace and op.opcode in INPLACE_RULES:
-        rules += INPLACE_RULES[op.opcode](graph, op)
-    if overlap and op.opcode in OVERLAP_RULES:
-        rules += OVERLAP_RULES[op.opcode](graph, op)
+    rules = rule(graph, op)
     by_pair: dict[tuple[int, int], OverlapRule] = {}
     for rule in rules:
         pair = (op.inputs[rule.input], op.outputs[rule.output])

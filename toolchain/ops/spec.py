@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import product
 from typing import Any
 
 from toolchain.errors import ModelError
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.ops.overlaps import OverlapRule
+from toolchain.ops.overlaps import OverlapRule, Rule
 
 INT32_MAX = 2**31 - 1
 # Most elements of the padded plane a windowed op (convolution, pooling) slides over.
@@ -26,6 +28,84 @@ class MemoryRequest:
     purpose: str
 
 
+# Targets a kernel can be emitted for: the portable C every C compiler builds.
+PORTABLE_C = "c"
+TARGETS = (PORTABLE_C,)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The operand dtypes one kernel runs: a set of dtypes per input and per output position.
+
+    `optional` inputs may be absent (TFLite's index -1, or a shorter input list: a convolution
+    without bias); a side in `repeats` ("inputs", "outputs") repeats its last position any
+    number of times (CONCATENATION's operands, SPLIT's results). `form` is the signature as
+    written in the registry, shared by every signature one written form expands to.
+    """
+
+    inputs: tuple[frozenset[str], ...]
+    outputs: tuple[frozenset[str], ...]
+    optional: frozenset[int] = frozenset()
+    repeats: frozenset[str] = frozenset()
+    targets: frozenset[str] = frozenset({PORTABLE_C})
+    form: str = ""
+    bound: tuple[tuple[str, str], ...] = ()  # the dtype each name of `form` stands for here
+
+    def matches(self, inputs: Sequence[str | None], outputs: Sequence[str | None]) -> bool:
+        """Whether an op with these operand dtypes (None for an absent one) runs on it."""
+        return self._side(self.inputs, inputs, "inputs", self.optional) and self._side(
+            self.outputs, outputs, "outputs", frozenset()
+        )
+
+    def _side(self, allowed: tuple[frozenset[str], ...], actual: Sequence[str | None],
+              side: str, optional: frozenset[int]) -> bool:
+        if side in self.repeats and len(actual) >= len(allowed):
+            allowed = (*allowed, *[allowed[-1]] * (len(actual) - len(allowed)))
+        if not len(allowed) - len(optional) <= len(actual) <= len(allowed):
+            return False
+        return all(
+            (i in optional) if dtype is None else dtype in dtypes
+            for i, (dtype, dtypes) in enumerate(zip(actual, allowed))
+        )
+
+
+def kernels(*forms: str, targets: Iterable[str] = TARGETS, **variables: Iterable[str]
+            ) -> tuple[Signature, ...]:
+    """Signatures from their written form, `"int8, int8, int32? -> int8"`: `a|b` allows
+    either dtype, a trailing `?` marks an input that may be absent, a trailing `...` a last
+    position that repeats. A name given in `variables` (`T=("int8", "float32")`) stands for
+    each of its dtypes in turn, the same one at every position it appears."""
+    found = []
+    for form in forms:
+        words = set(re.findall(r"\w+", form))
+        names = sorted(n for n in variables if n in words)
+        for values in product(*(sorted(variables[n]) for n in names)):
+            found.append(_parse(form, dict(zip(names, values)), frozenset(targets)))
+    return tuple(found)
+
+
+def _parse(form: str, bound: dict[str, str], targets: frozenset[str]) -> Signature:
+    sides: dict[str, list[frozenset[str]]] = {"inputs": [], "outputs": []}
+    optional: set[int] = set()
+    repeats: set[str] = set()
+    for side, text in zip(sides, form.split("->")):
+        for i, word in enumerate(w.strip() for w in text.split(",") if w.strip()):
+            if word.endswith("..."):
+                word = word[:-3]
+                repeats.add(side)
+            if word.endswith("?"):
+                word = word[:-1]
+                optional.add(i)
+            sides[side].append(frozenset(bound.get(d, d) for d in word.split("|")))
+    return Signature(tuple(sides["inputs"]), tuple(sides["outputs"]), frozenset(optional),
+                     frozenset(repeats), targets, form, tuple(sorted(bound.items())))
+
+
+def describe(dtypes: Sequence[str | None]) -> str:
+    """Operand dtypes as messages write them, `-` for an absent input."""
+    return ", ".join(d or "-" for d in dtypes)
+
+
 @dataclass(frozen=True)
 class Binding:
     """One operator bound to its kernel before anything is planned: what every backend runs
@@ -34,6 +114,7 @@ class Binding:
 
     op: int
     opcode: str
+    kernel: Signature
     params: Any
     scratch: tuple[MemoryRequest, ...] = ()
     overlaps: tuple[OverlapRule, ...] = ()
@@ -41,9 +122,9 @@ class Binding:
 
 @dataclass(frozen=True)
 class OpSpec:
-    """What the toolchain knows of one operator type.
+    """What the toolchain knows of one operator type: everything a new op family fills in.
 
-    `dtypes`: the dtypes of its data input (`dtype_input`, usually the first) it runs on.
+    `kernels`: the operand dtypes each of its kernels runs, and the targets it is emitted for.
     `prepare(graph, op)` returns the op's params (a frozen dataclass: shapes, options and
     quantization constants such as multipliers, shifts and clamps) that every backend executes
     from; it raises UnsupportedOpError for a variant it cannot run and ModelError for an op the
@@ -51,11 +132,14 @@ class OpSpec:
     """
 
     opcode: str
-    dtypes: frozenset[str]
+    kernels: tuple[Signature, ...]
     prepare: Callable[[Graph, Operator], Any]
-    dtype_input: int = 0  # which input's dtype `dtypes` speaks of (SPLIT's data is input 1)
+    # The C function's text from an OpContext (toolchain/ops/emit.py).
+    emit: Callable[[Any], Any]
     # The scratch the C kernel asks for, from the op's params; none by default.
     scratch: Callable[[Any], tuple[MemoryRequest, ...]] | None = None
+    # The outputs the kernel's loop order lets share an input's memory (toolchain/ops/overlaps).
+    overlaps: Rule | None = None
 
 
 def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tensor:

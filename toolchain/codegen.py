@@ -10,33 +10,30 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from importlib import import_module
 
 import numpy as np
 
-from toolchain.codegen.context import (
+from toolchain.errors import ArenacError, ModelError, PlanError, UnsupportedOpError
+from toolchain.ir import Graph, Tensor
+from toolchain.lifetimes import overlap_pairs
+from toolchain.ops import REGISTRY
+from toolchain.ops.emit import (
     C_TYPES,
     CTensor,
-    Emitter,
+    Kernel,
     OpContext,
     c_array,
     c_float,
     c_int64,
     c_length,
+    helper_definitions,
     needs_math_h,
 )
-from toolchain.errors import ArenacError, ModelError, PlanError, UnsupportedOpError
-from toolchain.ir import Graph, Tensor
-from toolchain.lifetimes import overlap_pairs
-from toolchain.ops import FAMILY_NAMES
+from toolchain.ops.spec import PORTABLE_C
 from toolchain.plan import ModelPlan
 from toolchain.planners import verify
 from toolchain.render import render
 from toolchain.text import c_identifier, c_text
-
-FAMILIES = tuple(import_module(f"toolchain.codegen.{name}") for name in FAMILY_NAMES)
-
-EMITTERS: dict[str, Emitter] = {op: e for family in FAMILIES for op, e in family.EMITTERS.items()}
 
 SOURCE_LIMIT = 160  # characters of the model's path in the files' first comment
 
@@ -77,9 +74,10 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     check_graph(graph, source)
     check_plan(mp, external_io)
     params = mp.program.params()
-    missing = sorted({op.opcode for op in graph.operators if op.opcode not in EMITTERS})
-    if missing:
-        raise UnsupportedOpError(f"no C kernel for {', '.join(missing)}", source)
+    elsewhere = [b for b in mp.program.bindings if PORTABLE_C not in b.kernel.targets]
+    if elsewhere:
+        raise UnsupportedOpError("no portable C kernel for " + ", ".join(
+            f"op {b.op} {b.opcode} ({b.kernel.form})" for b in elsewhere), source)
     offsets = mp.offset_of_tensor()
     slot_of = {t: k for k, t in enumerate(offsets)}
     scratch = mp.scratch_offsets()
@@ -109,9 +107,11 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
             return None
         tensor = graph.tensors[t]
         data = tensor.data if tensor.is_constant and not tensor.is_variable else None
-        return CTensor(t, c_text(tensor.name), tensor.dtype, tensor.shape, pointer(t), data)
+        return CTensor(t, c_text(tensor.name), tensor.dtype, tensor.shape, pointer(t), data, used)
 
-    kernels, calls = [], []
+    used: set[int] = set()  # tensors some kernel points at
+    kernels: list[Kernel] = []
+    calls = []
     for step, op_index in enumerate(mp.lifetimes.order):
         op = graph.operators[op_index]
         fn = f"{name}_op{op_index}_{op.opcode.lower()}"
@@ -125,15 +125,16 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
             tuple(scratch_of.get(op_index, ())),
         )
         try:
-            kernels.append(EMITTERS[op.opcode](context))
+            kernels.append(REGISTRY[op.opcode].emit(context))
         except ArenacError as e:  # an emitter's refusal names the op and the file
             raise type(e)(f"op {op_index} {op.opcode}: {e.message}", source) from None
         calls.append({"fn": fn, "step": step, "comment": f"op {op_index} {op.opcode}"})
 
+    texts = [k.text for k in kernels]
     input_ptrs = [pointer(t) for t in graph.inputs]
     output_ptrs = [pointer(t) for t in graph.outputs]
     copies = external_copies(graph, name) if external_io else []
-    referenced = c_words([*kernels, *input_ptrs, *output_ptrs, *(c["src"] for c in copies)])
+    referenced = {*used, *graph.inputs, *graph.outputs}
     constants = [
         {
             "name": f"{name}_t{t.index}",
@@ -143,7 +144,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
             "comment": f"tensor {t.index} '{c_text(t.name)}' {t.dtype}{list(t.shape)}",
         }
         for t in graph.tensors
-        if t.is_constant and not t.is_variable and f"{name}_t{t.index}" in referenced
+        if t.is_constant and not t.is_variable and t.index in referenced
     ]
     rows = {r.tensor: r for r in mp.rows()}
     offset_rows = [
@@ -197,12 +198,13 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         "output_ptrs": output_ptrs,
         "uses_float": uses_float,
         "source_needs_math_h": uses_float
-        or needs_math_h(c_words([*kernels, *(c["initializer"] for c in constants)])),
+        or needs_math_h(c_words([*texts, *(c["initializer"] for c in constants)])),
         "header_needs_math_h": needs_math_h(c_words([io.scale for io in inputs + outputs])),
         "offsets": offset_rows,
         "constants": constants,
         "state": state,
-        "kernels": kernels,
+        "helpers": helper_definitions(group for k in kernels for group in k.helpers),
+        "kernels": texts,
         "calls": calls,
         "copies": copies,
     }

@@ -1,7 +1,7 @@
 """What a C kernel emitter receives (the op's params and C expressions for its tensors), what it
 returns (a Kernel), and the pieces emitters build C text from.
 
-Emitters (one module per op family under toolchain/codegen/) turn an OpContext into the text of
+Emitters (in each op family's module under toolchain/ops/) turn an OpContext into the text of
 one specialized C function per op by rendering a macro of the family's template; every value
 they hand the template is computed in Python: C types, constants, expressions and statements.
 Loops of constant bounds are ConstantLoops, so that a loop of one trip is written as its body
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,14 +35,24 @@ C_TYPES: dict[str, str] = {
 @dataclass(frozen=True)
 class CTensor:
     """A tensor as C sees it: `ptr` is an expression pointing at its first element. `name` is
-    already spelled for a comment (toolchain.text.c_text): emitters paste it as it is."""
+    already spelled for a comment (toolchain.text.c_text): emitters paste it as it is.
+
+    Reading `ptr` records the tensor in `used`: the generator defines a constant's array only
+    when some kernel points at it, not when every kernel folded its values."""
 
     index: int
     name: str
     dtype: str
     shape: tuple[int, ...]
-    ptr: str
+    pointer: str
     data: np.ndarray | None = None  # a constant's values, for emitters that fold them
+    used: set[int] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def ptr(self) -> str:
+        if self.used is not None:
+            self.used.add(self.index)
+        return self.pointer
 
     @property
     def ctype(self) -> str:
@@ -256,23 +266,6 @@ def c_length(count: int) -> int:
     """The length to declare an array of `count` elements with: C99 has no zero-length arrays,
     so an empty one gets a single element nothing reads."""
     return max(int(count), 1)
-
-
-def legacy_text(emit: Emitter) -> Callable[[OpContext], str]:
-    """TRANSITIONAL: an emitter's kernel as plain text, each helper group it calls under an
-    include guard, for a generator that takes text."""
-
-    def text(ctx: OpContext) -> str:
-        kernel = emit(ctx)
-        groups = zip(_closure(kernel.helpers), helper_definitions(kernel.helpers))
-        guarded = [
-            f"#ifndef ARENAC_HELPERS_{group.upper()}\n#define ARENAC_HELPERS_{group.upper()}\n"
-            f"{definition}\n#endif\n"
-            for group, definition in groups
-        ]
-        return "\n".join([*guarded, kernel.text])
-
-    return text
 
 
 def _closure(groups: Iterable[str]) -> list[str]:
