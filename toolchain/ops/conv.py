@@ -55,6 +55,7 @@ from toolchain.ops.emit import (
     ConstantLoop,
     Kernel,
     OpContext,
+    RuntimeLoop,
     c_array,
     c_comment,
     c_float,
@@ -1123,22 +1124,6 @@ def emit_conv_2d(ctx: OpContext) -> Kernel:
 
 
 @dataclass(frozen=True)
-class _TapRange:
-    """A loop over the taps along one axis between bounds computed at run time, which clip the
-    window to the image."""
-
-    var: str
-    start: str
-    stop: str
-    written = True
-    runs = True
-
-    @property
-    def header(self) -> str:
-        return f"{self.var} = {self.start}; {self.var} < {self.stop}; ++{self.var}"
-
-
-@dataclass(frozen=True)
 class _WindowAxis:
     """The window of an output position along one axis: the lines computing its origin (first
     input index) and tap bounds at run time, the origin as c_sum(origin, constant), the loop
@@ -1148,7 +1133,7 @@ class _WindowAxis:
     lines: list[str]
     origin: list
     constant: int
-    taps: ConstantLoop | _TapRange
+    taps: ConstantLoop | RuntimeLoop
     whole: list[str] | None
 
     @property
@@ -1194,7 +1179,7 @@ def _window_axis(axis: str, out: ConstantLoop, stride: int, dilation: int, pad: 
         whole.append(f"{stop} == {k}")
     if not any(first(at) == 0 and end(at) == k for at in origins):
         whole = None  # no position's window is whole
-    return _WindowAxis(lines, [(origin, 1)], 0, _TapRange(tap, start, stop), whole)
+    return _WindowAxis(lines, [(origin, 1)], 0, RuntimeLoop(tap, start, stop), whole)
 
 
 def _span_test(y: _WindowAxis, x: _WindowAxis, out_w: int, pad_left: int, width: int,

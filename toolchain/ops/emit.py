@@ -110,6 +110,22 @@ COMMENT_WIDTH = 100  # characters of a generated comment's lines, as the hand-wr
 
 
 @dataclass(frozen=True)
+class RuntimeLoop:
+    """A loop whose bounds are C expressions computed at run time (a window clipped to the
+    image): always written as a `for`, for the macros of templates/c/loops.c.j2."""
+
+    var: str
+    start: str
+    stop: str
+    written = True
+    runs = True
+
+    @property
+    def header(self) -> str:
+        return f"{self.var} = {self.start}; {self.var} < {self.stop}; ++{self.var}"
+
+
+@dataclass(frozen=True)
 class ConstantLoop:
     """A loop of constant bounds: `var` from `start` while below `stop`, by `step`. The macros
     of templates/c/loops.c.j2 write a loop of several trips as a `for`, the body of a one-trip

@@ -27,6 +27,7 @@ from toolchain.ops.emit import (
     ConstantLoop,
     Kernel,
     OpContext,
+    RuntimeLoop,
     c_comment,
     c_float,
     c_offset,
@@ -173,27 +174,13 @@ FLOAT_LOWEST = c_float(-np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
-class ClippedLoop:
-    """A loop over the window positions along one axis between run-time bounds `f<axis>_start`
-    and `f<axis>_end`, which clip the window to the input."""
-
-    var: str
-    written = True
-    runs = True
-
-    @property
-    def header(self) -> str:
-        return f"{self.var} = {self.var}_start; {self.var} < {self.var}_end; ++{self.var}"
-
-
-@dataclass(frozen=True)
 class WindowAxis:
     """The window along one axis: the lines computing its bounds (none when constant), its
     loop, the input index of its position as (terms, constant), and the count of positions
     (C text)."""
 
     lines: list[str]
-    loop: ConstantLoop | ClippedLoop
+    loop: ConstantLoop | RuntimeLoop
     index: tuple[list, int]
     count: int | str
 
@@ -206,8 +193,8 @@ def window_axis(axis: str, out: ConstantLoop, stride: int, pad: int, size: int,
                  f"const int {var}_start = {origin} < 0 ? -{origin} : 0;",
                  f"const int {var}_end = {size} - {origin} < {window} ? {size} - {origin} : "
                  f"{window};"]
-        return WindowAxis(lines, ClippedLoop(var), ([(origin, 1), (var, 1)], 0),
-                          f"({var}_end - {var}_start)")
+        loop = RuntimeLoop(var, f"{var}_start", f"{var}_end")
+        return WindowAxis(lines, loop, ([(origin, 1), (var, 1)], 0), f"({var}_end - {var}_start)")
     first = out.start * stride - pad
     loop = ConstantLoop(var, min(size - first, window), max(-first, 0))
     return WindowAxis([], loop, ([(loop, 1)], first), loop.trips)
