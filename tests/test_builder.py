@@ -142,7 +142,7 @@ def test_signature_def_names_inputs_and_outputs() -> None:
     assert signatures == {"serving_default": {"inputs": ["input"], "outputs": ["softmax_0"]}}
 
 
-def test_int8_quantization_parameters() -> None:
+def test_per_tensor_quantization_parameters() -> None:
     model = unpack(examples.residual_cnn("int8"))
     graph = model.subgraphs[0]
     tensors = graph.tensors

@@ -69,14 +69,17 @@ def scales_of(t: Tensor) -> tuple[float, ...]:
     return t.quantization.scale if t.quantization else (1.0,)
 
 
-def int8_quantization(t: Tensor) -> tuple[float, int]:
-    """(scale, zero point) of a per-tensor quantized int8 tensor; anything else is unsupported."""
+def per_tensor_quantization(t: Tensor) -> tuple[float, int]:
+    """(scale, zero point) of a per-tensor quantized int8 or uint8 tensor, the zero point within
+    the type's range; anything else is unsupported."""
     q = t.quantization
     if q is None or len(q.scale) != 1 or len(q.zero_point) != 1:
-        raise UnsupportedOpError(f"int8 tensor {t.name!r} needs per-tensor quantization")
+        raise UnsupportedOpError(f"{t.dtype} tensor {t.name!r} needs per-tensor quantization")
     scale, zero_point = float(q.scale[0]), int(q.zero_point[0])
-    if not (scale > 0 and -128 <= zero_point <= 127):
-        raise UnsupportedOpError(f"int8 tensor {t.name!r}: scale {scale}, zero point {zero_point}")
+    low, high = INT_RANGES.get(t.dtype, (0, -1))
+    if not (scale > 0 and low <= zero_point <= high):
+        raise UnsupportedOpError(
+            f"{t.dtype} tensor {t.name!r}: scale {scale}, zero point {zero_point}")
     return scale, zero_point
 
 

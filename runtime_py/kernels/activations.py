@@ -22,7 +22,6 @@ from toolchain.fixedpoint import (
 )
 from toolchain.ops.activations import (
     HARD_SWISH_HIRES_SHIFT,
-    SOFTMAX_INT8_OUTPUT,
     SOFTMAX_SCALED_DIFF_INTEGER_BITS,
     SPECS,
     FloatClampParams,
@@ -39,6 +38,7 @@ from toolchain.ops.activations import (
     QuantizedSoftmaxParams,
     RequantizeClampParams,
 )
+from toolchain.quant import INT_RANGES
 
 f32 = np.float32
 INT8_MIN, INT8_MAX = -128, 127
@@ -216,9 +216,9 @@ def _quantized_softmax(p: QuantizedSoftmaxParams, x: np.ndarray) -> np.ndarray:
     exponent = bits_over_unit + 31 - INT8_BITS
     unsaturated = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(scale, exps),
                                          exponent)
-    output_zero_point = SOFTMAX_INT8_OUTPUT[1]
-    result = np.where(counted, _to_int8(unsaturated + output_zero_point), INT8_MIN)
-    return result.astype(np.int8).reshape(x.shape)
+    low, high = INT_RANGES[p.dtype]  # the output's zero point is the type's lowest value
+    result = np.where(counted, np.clip(unsaturated + low, low, high), low)
+    return result.astype(p.dtype).reshape(x.shape)
 
 
 def _quantized_l2_normalization(p: QuantizedL2NormalizationParams, x: np.ndarray) -> np.ndarray:

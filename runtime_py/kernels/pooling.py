@@ -49,9 +49,9 @@ def average_pool_float(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
         return total / _counts(p).astype(np.float32)
 
 
-def average_pool_int8(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
-    """The int32 sum divided by the count, rounding halves away from zero (C division of
-    acc +- count / 2, which truncates toward zero)."""
+def average_pool_integer(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
+    """int8 and uint8: the int32 sum divided by the count, rounding halves away from zero (C
+    division of acc +- count / 2, which truncates toward zero; uint8 sums are never negative)."""
     total = windows(p, x, 0).sum(axis=(-2, -1), dtype=np.int64)
     counts = _counts(p)
     return np.sign(total) * ((np.abs(total) + counts // 2) // counts)
@@ -69,7 +69,9 @@ def max_pool(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
     return best
 
 
-_AVERAGE = {np.dtype(np.float32): average_pool_float, np.dtype(np.int8): average_pool_int8}
+_AVERAGE = {np.dtype(np.float32): average_pool_float, np.dtype(np.int8): average_pool_integer,
+            np.dtype(np.uint8): average_pool_integer}
+_MAX = dict.fromkeys(map(np.dtype, (np.float32, np.int8, np.uint8)), max_pool)
 
 
 def _pool_kernel(pool_by_dtype):
@@ -85,5 +87,5 @@ def _pool_kernel(pool_by_dtype):
 
 KERNELS: dict = {
     "AVERAGE_POOL_2D": _pool_kernel(_AVERAGE),
-    "MAX_POOL_2D": _pool_kernel({np.dtype(np.float32): max_pool, np.dtype(np.int8): max_pool}),
+    "MAX_POOL_2D": _pool_kernel(_MAX),
 }

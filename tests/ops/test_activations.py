@@ -394,3 +394,56 @@ def test_real_model_softmax_on_oracle_tensors(name):
             actual = np.zeros_like(expected)
             KERNELS["SOFTMAX"](params, [oracle.tensor(op.inputs[0])], [actual])
             assert difference(expected, actual).mismatches == 0, f"{name} op {op.index}"
+
+
+# -- legacy uint8: the int8 kernels in [0, 255] -----------------------------------------------
+
+
+def uint8_model(opcode: str, shape: Sequence[int], input_q: Quant, output_q: Quant,
+                options: dict | None = None) -> bytes:
+    b = ModelBuilder("float32")
+    x = b.input("x", shape, "uint8", *input_q)
+    y = b.tensor("y", shape, "uint8", *output_q)
+    b.op(opcode, [x], [y], options)
+    b.output(y)
+    return b.build()
+
+
+def shifted(q: Quant) -> Quant:
+    """An int8 quantization moved to uint8: the same scale, the zero point 128 higher."""
+    return q[0], q[1] + 128
+
+
+@pytest.mark.parametrize(
+    "opcode, input_q, output_q",
+    [(op, i, o) for op, quants in RELU_QUANTS.items() for i, o in quants],
+)
+def test_uint8_relu_family(opcode, input_q, output_q):
+    model = uint8_model(opcode, INT8_SHAPE, shifted(input_q), shifted(output_q))
+    assert_matches_and_varies(model)
+
+
+@pytest.mark.parametrize("output_zero_point", [0, 64])
+@pytest.mark.parametrize("input_q", INPUT_QUANTS[:4])
+def test_uint8_logistic(input_q, output_zero_point):
+    model = uint8_model("LOGISTIC", INT8_SHAPE, shifted(input_q), (1 / 256, output_zero_point))
+    assert_matches_and_varies(model)
+
+
+@pytest.mark.parametrize("output_q", [(1 / 128, 128), (0.0095, 119)])
+@pytest.mark.parametrize("input_q", INPUT_QUANTS[:4])
+def test_uint8_tanh(input_q, output_q):
+    assert_matches_and_varies(uint8_model("TANH", INT8_SHAPE, shifted(input_q), output_q))
+
+
+@pytest.mark.parametrize("shape", [(4, 10), (2, 3, 50)])
+@pytest.mark.parametrize("input_q, beta", SOFTMAX_INT8_CASES[:5])
+def test_uint8_softmax(input_q, beta, shape):
+    model = uint8_model("SOFTMAX", shape, shifted(input_q), (1 / 256, 0), {"beta": beta})
+    assert_matches_and_varies(model, min_distinct=4)
+
+
+def test_uint8_softmax_writes_1_256_and_0_whatever_the_output_says():
+    """LiteRT ignores a uint8 output's quantization here: so do we, rather than refuse."""
+    model = uint8_model("SOFTMAX", (4, 10), (0.05, 128), (0.01, 7), {"beta": 1.0})
+    assert_matches_and_varies(model, min_distinct=4)

@@ -278,3 +278,49 @@ def test_resnet_residual_adds_match_the_oracle_tensors():
         KERNELS["ADD"](prepare(graph, op), [oracle.tensor(t) for t in op.inputs], [actual])
         np.testing.assert_array_equal(actual, expected)
         assert len(np.unique(expected)) > 10
+
+
+# -- legacy uint8: the int8 pipelines in the range [0, 255] -----------------------------------
+
+UINT8_OPS = ("ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM")
+
+
+def as_uint8(quant: tuple[Quant, ...]) -> tuple[Quant, ...]:
+    """The int8 quantizations moved to uint8: the same scales, zero points 128 higher."""
+    return tuple((scale, zero_point + 128) for scale, zero_point in quant)
+
+
+@pytest.mark.parametrize("shapes", SHAPES[:5], ids=str)
+@pytest.mark.parametrize("opcode", UINT8_OPS)
+def test_uint8_broadcasting(opcode, shapes):
+    assert_matches_oracle(binary_model(opcode, "uint8", *shapes,
+                                       quant=as_uint8(INT8_QUANT[opcode])))
+
+
+@pytest.mark.parametrize("activation", ["RELU", "RELU6", "RELU_N1_TO_1"])
+@pytest.mark.parametrize("opcode", ["ADD", "SUB", "MUL"])
+def test_uint8_fused_activations(opcode, activation):
+    q1, q2, _ = as_uint8(INT8_QUANT[opcode])
+    quant = (q1, q2, as_uint8((ACTIVATION_OUTPUT[activation],))[0])
+    assert_matches_oracle(binary_model(opcode, "uint8", (2, 3, 4), (3, 1), activation, quant))
+
+
+@pytest.mark.parametrize("quant", [as_uint8(q) for q in RESCALINGS], ids=str)
+@pytest.mark.parametrize("opcode", ["ADD", "SUB", "MUL"])
+def test_uint8_rescaling(opcode, quant):
+    assert_matches_oracle(binary_model(opcode, "uint8", (3, 8), (1, 8), quant=quant))
+
+
+def test_uint8_squared_difference_is_refused_as_tflite_does():
+    model = binary_model("SQUARED_DIFFERENCE", "uint8", (4,), (4,), quant=((0.05, 128),) * 3)
+    with pytest.raises(UnsupportedOpError, match="no kernel for uint8, uint8 -> uint8"):
+        prepare_graph(parse_model(model, "<built model>").main)
+
+
+@pytest.mark.parametrize("opcode", UINT8_OPS)
+def test_uint8_oracle_output_varies(opcode):
+    """The shifted quantizations leave room for the result too: the comparisons can fail."""
+    model = binary_model(opcode, "uint8", (4, 16), (4, 16), quant=as_uint8(INT8_QUANT[opcode]))
+    output = oracle_outputs(model)[0]
+    assert output.dtype == np.uint8 and len(np.unique(output)) > 20
+    assert np.mean((output == 0) | (output == 255)) < 0.2

@@ -21,8 +21,8 @@ from toolchain.ops import prepare_graph
 from toolchain.reader import parse_model
 
 # Activation quantization per dtype; int16 keeps zero point 0 as TFLite requires of it.
-QUANT = {"int8": (0.05, -3), "int16": (0.002, 0)}
-DTYPES = ("int8", "float32", "int32")
+QUANT = {"int8": (0.05, -3), "uint8": (0.05, 125), "int16": (0.002, 0)}
+DTYPES = ("int8", "uint8", "float32", "int32")
 EXTRA_DTYPES = ("int16", "int64")
 
 
@@ -59,9 +59,8 @@ def build(
         if isinstance(operand, tuple):
             indices.append(b.input(f"x{i}", operand, dtype, *quant))
         elif isinstance(operand, OfDtype):
-            indices.append(
-                b.const(f"c{i}", np.asarray([operand.value], dtype), *(out_quant or quant))
-            )
+            value = operand.value + 128 if dtype == "uint8" else operand.value  # as int8's
+            indices.append(b.const(f"c{i}", np.asarray([value], dtype), *(out_quant or quant)))
         else:
             indices.append(b.const(f"c{i}", operand))
     shapes = out_shapes or [()] * outputs
@@ -248,7 +247,7 @@ FIRST_OF_EACH_OP = list({case[1]: case for case in reversed(CASES)}.values())
 def test_matches_oracle(name, opcode, operands, options, outputs, dtype):
     model = build(opcode, dtype, operands, outputs, options)
     assert_matches_oracle(model)
-    if dtype == "int8":  # the comparison means something only if the outputs vary
+    if dtype in ("int8", "uint8"):  # the comparison means something only if the outputs vary
         assert all(np.unique(out).size > 1 for out in oracle_outputs(model))
 
 
@@ -306,8 +305,8 @@ def test_scalar_in_the_middle():
 
 def test_unsupported_element_type_is_not_listed():
     """SPLIT's signature covers its data input (input 1) as well as the int32 axis."""
-    model = build("SPLIT", "uint8", [i32(0), (2, 2)], 2, {"num_splits": 2}, [(1, 2), (1, 2)])
-    assert "SPLIT: no kernel for int32, uint8 -> uint8, uint8" in refused(model)
+    model = build("SPLIT", "bool", [i32(0), (2, 2)], 2, {"num_splits": 2}, [(1, 2), (1, 2)])
+    assert "SPLIT: no kernel for int32, bool -> bool, bool" in refused(model)
 
 
 def int8_pair(

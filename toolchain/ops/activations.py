@@ -52,13 +52,13 @@ from toolchain.ops.emit import (
     render_macro,
     written_vars,
 )
-from toolchain.ops.spec import OpSpec, kernels
-from toolchain.ops.tables import int8_lookup_table, logistic_float32, tanhf
+from toolchain.ops.spec import OpSpec, Signature, kernels
+from toolchain.ops.tables import logistic_float32, lookup_table, tanhf
 from toolchain.quant import (
     ACTIVATION_FLOAT_RANGE,
     INT_RANGES,
     activation_range_quantized,
-    int8_quantization,
+    per_tensor_quantization,
     quantize_multiplier,
 )
 
@@ -186,11 +186,13 @@ class FloatSoftmaxParams:
 
 @dataclass(frozen=True)
 class QuantizedSoftmaxParams:
-    """int8 SOFTMAX over the last axis: differences to the row's maximum at or above diff_min
-    are scaled by input_multiplier * 2^input_left_shift into Q5.26 for gemmlowp's exp; the
-    output is fixed at scale 1/256, zero point -128. TFLite aborts on a row whose exponentials
-    sum to 512 or more (possible from 512 classes on), and so the kernel fails there."""
+    """int8 or uint8 SOFTMAX over the last axis: differences to the row's maximum at or above
+    diff_min are scaled by input_multiplier * 2^input_left_shift into Q5.26 for gemmlowp's exp;
+    the output is fixed at scale 1/256 and zero point the type's lowest value (-128 for int8,
+    0 for uint8). TFLite aborts on a row whose exponentials sum to 512 or more (possible from
+    512 classes on), and so the kernel fails there."""
 
+    dtype: str
     depth: int
     input_multiplier: int
     input_left_shift: int
@@ -261,7 +263,7 @@ def prepare_relu(graph: Graph, op: Operator) -> FloatClampParams | RequantizeCla
     x, out = _operands(graph, op)
     if out.dtype == "float32":
         return FloatClampParams(*ACTIVATION_FLOAT_RANGE[op.opcode])
-    (in_scale, in_zp), (out_scale, out_zp) = int8_quantization(x), int8_quantization(out)
+    (in_scale, in_zp), (out_scale, out_zp) = map(per_tensor_quantization, (x, out))
     multiplier, shift = quantize_multiplier(_ratio(in_scale, out_scale))
     low, high = activation_range_quantized(op.opcode, out)
     return RequantizeClampParams(in_zp, out_zp, multiplier, shift, low, high)
@@ -275,14 +277,14 @@ def _prepare_lookup(graph: Graph, op: Operator, function: Callable[[np.ndarray],
     x, out = _operands(graph, op)
     if out.dtype == "float32":
         return FloatFunctionParams(op.opcode)
-    (in_scale, in_zp), (out_scale, out_zp) = int8_quantization(x), int8_quantization(out)
+    (in_scale, in_zp), (out_scale, out_zp) = map(per_tensor_quantization, (x, out))
     if required_output_scale is not None and out_scale != required_output_scale:
-        raise UnsupportedOpError(f"int8 output scale must be {required_output_scale}")
-    return LookupTableParams(int8_lookup_table(in_scale, in_zp, out_scale, out_zp, function))
+        raise UnsupportedOpError(f"{out.dtype} output scale must be {required_output_scale}")
+    return LookupTableParams(lookup_table(out.dtype, in_scale, in_zp, out_scale, out_zp, function))
 
 
 def prepare_logistic(graph: Graph, op: Operator) -> FloatFunctionParams | LookupTableParams:
-    """TFLite requires the int8 output scale 1/256 (any zero point)."""
+    """TFLite requires the int8 or uint8 output scale 1/256 (any zero point)."""
     return _prepare_lookup(graph, op, logistic_float32, LOGISTIC_INT8_OUTPUT_SCALE)
 
 
@@ -304,7 +306,7 @@ def prepare_hard_swish(graph: Graph,
     x, out = _operands(graph, op)
     if out.dtype == "float32":
         return FloatFunctionParams(op.opcode)
-    (in_scale, in_zp), (out_scale, out_zp) = int8_quantization(x), int8_quantization(out)
+    (in_scale, in_zp), (out_scale, out_zp) = map(per_tensor_quantization, (x, out))
     hires_input_scale = f32(1.0 / (1 << HARD_SWISH_HIRES_SHIFT)) * f32(in_scale)
     output_multiplier, output_exponent = _int16_multiplier(
         float(hires_input_scale / f32(out_scale)))
@@ -327,7 +329,7 @@ def prepare_leaky_relu(graph: Graph,
     alpha = _finite_option(op, "alpha", 0.0)
     if out.dtype == "float32":
         return FloatLeakyReluParams(alpha)
-    (in_scale, in_zp), (out_scale, out_zp) = int8_quantization(x), int8_quantization(out)
+    (in_scale, in_zp), (out_scale, out_zp) = map(per_tensor_quantization, (x, out))
     identity_multiplier, identity_shift = quantize_multiplier(_ratio(in_scale, out_scale))
     alpha_multiplier, alpha_shift = quantize_multiplier(_product_ratio(in_scale, alpha, out_scale))
     return QuantizedLeakyReluParams(in_zp, out_zp, identity_multiplier, identity_shift,
@@ -349,7 +351,7 @@ def prepare_prelu(graph: Graph, op: Operator) -> FloatPreluParams | QuantizedPre
     if out.dtype == "float32":
         return FloatPreluParams(x.shape, alpha.shape)
     (in_scale, in_zp), (alpha_scale, alpha_zp), (out_scale, out_zp) = (
-        int8_quantization(t) for t in (x, alpha, out))
+        per_tensor_quantization(t) for t in (x, alpha, out))
     identity_multiplier, identity_shift = quantize_multiplier(_ratio(in_scale, out_scale))
     alpha_multiplier, alpha_shift = quantize_multiplier(
         _product_ratio(in_scale, alpha_scale, out_scale))
@@ -367,9 +369,11 @@ def prepare_softmax(graph: Graph, op: Operator) -> FloatSoftmaxParams | Quantize
     depth, beta = _last_axis(x), _finite_option(op, "beta", 0.0)  # the schema's default
     if out.dtype == "float32":
         return FloatSoftmaxParams(depth, beta)
-    in_scale, _ = int8_quantization(x)
-    out_scale, out_zp = int8_quantization(out)
-    if out_zp != SOFTMAX_INT8_OUTPUT[1] or abs(out_scale - SOFTMAX_INT8_OUTPUT[0]) > 0.001 / 256:
+    in_scale, _ = per_tensor_quantization(x)
+    out_scale, out_zp = per_tensor_quantization(out)
+    # TFLite checks an int8 output's quantization; a uint8 one it ignores, writing 1/256 and 0.
+    if out.dtype == "int8" and (out_zp != SOFTMAX_INT8_OUTPUT[1]
+                                or abs(out_scale - SOFTMAX_INT8_OUTPUT[0]) > 0.001 / 256):
         raise UnsupportedOpError("int8 output must have scale 1/256 and zero point -128")
     bits = SOFTMAX_SCALED_DIFF_INTEGER_BITS
     real = min(beta * in_scale * (1 << (31 - bits)), 2.0**31 - 1.0)
@@ -377,7 +381,7 @@ def prepare_softmax(graph: Graph, op: Operator) -> FloatSoftmaxParams | Quantize
         raise UnsupportedOpError(f"beta * input scale {beta * in_scale} is too small")
     multiplier, left_shift = quantize_multiplier(real, max_shift=SOFTMAX_MAX_LEFT_SHIFT)
     radius = math.floor(((1 << bits) - 1) * (1 << (31 - bits)) / (1 << left_shift))
-    return QuantizedSoftmaxParams(depth, multiplier, left_shift, -radius)
+    return QuantizedSoftmaxParams(out.dtype, depth, multiplier, left_shift, -radius)
 
 
 def prepare_l2_normalization(
@@ -390,8 +394,8 @@ def prepare_l2_normalization(
     depth = _last_axis(x)
     if out.dtype == "float32":
         return FloatL2NormalizationParams(depth, L2_NORMALIZATION_EPSILON)
-    _, in_zp = int8_quantization(x)
-    if int8_quantization(out) != L2_NORMALIZATION_INT8_OUTPUT:
+    _, in_zp = per_tensor_quantization(x)
+    if per_tensor_quantization(out) != L2_NORMALIZATION_INT8_OUTPUT:
         raise UnsupportedOpError("int8 output must have scale 1/128 and zero point 0")
     if depth > L2_INT32_SUM_DEPTH:
         raise UnsupportedOpError(f"int8 L2_NORMALIZATION over {depth} values: the C kernel's "
@@ -572,7 +576,7 @@ def _int8_softmax(ctx: OpContext, p: QuantizedSoftmaxParams) -> dict:
     return _rows(ctx, p.depth, "int8_softmax_row", {
         "helpers": ("gemmlowp_exp",), **_int_range(ctx),
         "multiplier": p.input_multiplier, "left_shift": p.input_left_shift,
-        "diff_min": c_int32(p.diff_min), "out_offset": _plus(SOFTMAX_INT8_OUTPUT[1]),
+        "diff_min": c_int32(p.diff_min), "out_offset": _plus(INT_RANGES[p.dtype][0]),
         "sum_type": "int32_t" if p.depth < SOFTMAX_INT32_SUM_DEPTH else "int64_t"})
 
 
@@ -629,10 +633,16 @@ def emit_activation(ctx: OpContext) -> Kernel:
     return Kernel(_render(values["macro"], values), values["helpers"])
 
 
-_SAME = kernels("T -> T", T=("float32", "int8"))
+# The ops whose TFLite kernels also run legacy uint8 (as int8, in [0, 255]).
+_UINT8_OPCODES = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "SOFTMAX"})
+
+
+def _kernels(opcode: str) -> tuple[Signature, ...]:
+    dtypes = ("float32", "int8", "uint8") if opcode in _UINT8_OPCODES else ("float32", "int8")
+    return kernels("T, T -> T" if opcode == "PRELU" else "T -> T", T=dtypes)
+
 
 SPECS: tuple[OpSpec, ...] = tuple(
-    OpSpec(opcode, kernels("T, T -> T", T=("float32", "int8")) if opcode == "PRELU" else _SAME,
-           prepare, emit_activation, overlaps=overlaps.elementwise(0))
+    OpSpec(opcode, _kernels(opcode), prepare, emit_activation, overlaps=overlaps.elementwise(0))
     for opcode, prepare in _PREPARE.items()
 )

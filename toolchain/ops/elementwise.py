@@ -1,11 +1,12 @@
 """Params for the elementwise binary ops: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE.
 
 Three arithmetic shapes, following TFLite's reference kernels:
-- `PlainParams`: float32 and int32 (and int8 MAXIMUM/MINIMUM, which compare stored values): the
-  op in the tensor's own type, then the fused activation's clamp.
-- `RescaledParams`: int8 ADD, SUB and SQUARED_DIFFERENCE: each input is shifted left and
-  rescaled to a common scale by its own multiplier, combined, then rescaled to the output.
-- `ScaledProductParams`: int8 MUL: the product of the offset inputs, rescaled once.
+- `PlainParams`: float32 and int32 (and int8/uint8 MAXIMUM/MINIMUM, which compare stored
+  values): the op in the tensor's own type, then the fused activation's clamp.
+- `RescaledParams`: int8 and uint8 ADD and SUB, int8 SQUARED_DIFFERENCE: each input is shifted
+  left and rescaled to a common scale by its own multiplier, combined, then rescaled to the
+  output. The legacy uint8 kernels compute exactly as the int8 ones, in their own range.
+- `ScaledProductParams`: int8 and uint8 MUL: the product of the offset inputs, rescaled once.
 
 C emission.
 
@@ -46,7 +47,7 @@ from toolchain.quant import (
     ACTIVATION_FLOAT_RANGE,
     INT_RANGES,
     activation_range_quantized,
-    int8_quantization,
+    per_tensor_quantization,
     quantize_multiplier,
 )
 
@@ -89,10 +90,12 @@ class PlainParams(BinaryOpParams):
 
 @dataclass(frozen=True)
 class RescaledParams(BinaryOpParams):
-    """int8 ADD/SUB/SQUARED_DIFFERENCE: each input, offset and shifted left, is rescaled by its
+    """int8 and uint8 ADD/SUB (int8 SQUARED_DIFFERENCE): each input, offset and shifted left, is
+    rescaled by its
     own multiplier to a common scale; the two are combined (sum, difference, squared
     difference) and the result is rescaled to the output, offset and clamped."""
 
+    dtype: str  # of the inputs and the output
     left_shift: int
     input1_offset: int
     input1_multiplier: int
@@ -182,10 +185,11 @@ def _prepare_plain(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> PlainPara
 
 
 def _prepare_int8_select(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> PlainParams:
-    """int8 MAXIMUM/MINIMUM compare stored values, which means something only when both inputs
-    and the output share one quantization (TFLite does not check; we refuse otherwise)."""
-    if len({int8_quantization(t) for t in (a, b, out)}) != 1:
-        raise UnsupportedOpError("int8 inputs and output need identical quantization")
+    """int8 and uint8 MAXIMUM/MINIMUM compare stored values, which means something only when
+    both inputs and the output share one quantization (TFLite does not check; we refuse
+    otherwise)."""
+    if len({per_tensor_quantization(t) for t in (a, b, out)}) != 1:
+        raise UnsupportedOpError(f"{out.dtype} inputs and output need identical quantization")
     return PlainParams(**_shapes(op, a, b, out), dtype=out.dtype, clamp_min=None, clamp_max=None)
 
 
@@ -194,7 +198,7 @@ def _prepare_int8_rescaled(op: Operator, a: Tensor, b: Tensor, out: Tensor, left
     """The common-scale pipeline of add.cc / sub.cc / squared_difference.cc, in double as there:
     both inputs go to half the larger input scale and the output multiplier undoes that
     (squared for SQUARED_DIFFERENCE: `output_scale_power` 2)."""
-    (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(int8_quantization, (a, b, out))
+    (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(per_tensor_quantization, (a, b, out))
     twice_max_input_scale = 2.0 * max(scale1, scale2)
     real_output = twice_max_input_scale**output_scale_power / (
         (1 << (left_shift * output_scale_power)) * scale_out)
@@ -204,9 +208,9 @@ def _prepare_int8_rescaled(op: Operator, a: Tensor, b: Tensor, out: Tensor, left
     if op.opcode in FUSED_ACTIVATION_OPS:
         act_min, act_max = activation_range_quantized(_activation(op), out)
     else:
-        act_min, act_max = INT_RANGES["int8"]
+        act_min, act_max = INT_RANGES[out.dtype]
     return RescaledParams(
-        **_shapes(op, a, b, out), left_shift=left_shift,
+        **_shapes(op, a, b, out), dtype=out.dtype, left_shift=left_shift,
         input1_offset=-zp1, input1_multiplier=m1, input1_shift=s1,
         input2_offset=-zp2, input2_multiplier=m2, input2_shift=s2,
         output_offset=zp_out, output_multiplier=m_out, output_shift=s_out,
@@ -216,7 +220,7 @@ def _prepare_int8_rescaled(op: Operator, a: Tensor, b: Tensor, out: Tensor, left
 def _prepare_int8_product(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> ScaledProductParams:
     """mul.cc: real multiplier in1_scale * in2_scale / out_scale, evaluated in float (the
     scales are floats and the expression is not cast) before it is widened to double."""
-    (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(int8_quantization, (a, b, out))
+    (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(per_tensor_quantization, (a, b, out))
     real = float(np.float32(scale1) * np.float32(scale2) / np.float32(scale_out))
     multiplier, shift = quantize_multiplier(real)
     act_min, act_max = activation_range_quantized(_activation(op), out)
@@ -226,8 +230,9 @@ def _prepare_int8_product(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> Sc
         activation_min=act_min, activation_max=act_max)
 
 
-# int8 pipeline of each op that runs on int8.
-_INT8_PREPARE = {
+# The quantized pipeline of each op that runs on int8 (and on uint8, but SQUARED_DIFFERENCE: its
+# TFLite kernel takes int8 and int16 only).
+_QUANTIZED_PREPARE = {
     "ADD": partial(_prepare_int8_rescaled, left_shift=ADD_LEFT_SHIFT, output_scale_power=1),
     "SUB": partial(_prepare_int8_rescaled, left_shift=ADD_LEFT_SHIFT, output_scale_power=1),
     "SQUARED_DIFFERENCE": partial(_prepare_int8_rescaled, left_shift=SQUARED_DIFFERENCE_LEFT_SHIFT,
@@ -240,20 +245,22 @@ _INT8_PREPARE = {
 
 OPCODES = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
 
-# dtypes each op runs on: float32 and int32 everywhere, int8 where it has a pipeline.
+# dtypes each op runs on: float32 and int32 everywhere, int8 and uint8 where it has a pipeline.
 DTYPES: dict[str, frozenset[str]] = {
-    opcode: frozenset({"float32", "int32"} | ({"int8"} if opcode in _INT8_PREPARE else set()))
+    opcode: frozenset({"float32", "int32"} | (
+        ({"int8"} if opcode == "SQUARED_DIFFERENCE" else {"int8", "uint8"})
+        if opcode in _QUANTIZED_PREPARE else set()))
     for opcode in OPCODES
 }
 
 
 def prepare(graph: Graph, op: Operator) -> BinaryOpParams:
-    """int8 takes its op's quantized pipeline; float32 and int32 the plain one."""
+    """int8 and uint8 take the op's quantized pipeline; float32 and int32 the plain one."""
     a, b, out = _operands(graph, op)
     if out.dtype not in DTYPES[op.opcode]:
         raise UnsupportedOpError(f"{op.opcode} on {out.dtype}")
-    if out.dtype == "int8":
-        return _INT8_PREPARE[op.opcode](op, a, b, out)
+    if out.dtype in ("int8", "uint8"):
+        return _QUANTIZED_PREPARE[op.opcode](op, a, b, out)
     return _prepare_plain(op, a, b, out)
 
 
@@ -262,7 +269,7 @@ def prepare(graph: Graph, op: Operator) -> BinaryOpParams:
 TEMPLATE = "c/elementwise.c.j2"
 # The rescaled int8 inputs and the int8 products are int32 values.
 WIDE_TYPE = "int32_t"
-INT8_VALUES = 256
+BYTE_VALUES = 256  # values of an int8 or uint8 element
 
 
 def _plus(value: int) -> str:
@@ -415,8 +422,10 @@ def _plain_values(p: PlainParams, ctype: str) -> dict:
 
 def _rescaled_input_table(p: RescaledParams, offset: int, multiplier: int,
                           shift: int) -> str:
-    """The rescaled value of every int8 input, -128 first: runtime_py's input stage, exactly."""
-    values = np.arange(-128, 128, dtype=np.int64)
+    """The rescaled value of every input value, the type's lowest first: runtime_py's input
+    stage, exactly."""
+    low, high = INT_RANGES[p.dtype]
+    values = np.arange(low, high + 1, dtype=np.int64)
     return c_array(multiply_by_quantized_multiplier((values + offset) << p.left_shift,
                                                     multiplier, shift), per_line=8)
 
@@ -424,12 +433,12 @@ def _rescaled_input_table(p: RescaledParams, offset: int, multiplier: int,
 def _rescaled_values(p: RescaledParams, prefix: str, ctype: str) -> dict:
     return {
         "macro": "rescaled_op", "wide": WIDE_TYPE, "left_shift": p.left_shift,
-        "table_length": INT8_VALUES,
+        "table_length": BYTE_VALUES,
         "tables": [_rescaled_input_table(p, p.input1_offset, p.input1_multiplier,
                                          p.input1_shift),
                    _rescaled_input_table(p, p.input2_offset, p.input2_multiplier,
                                          p.input2_shift)],
-        "loads": tuple(_table_load(f"{prefix}_in{n}") for n in (1, 2)),
+        "loads": tuple(_table_load(f"{prefix}_in{n}", -INT_RANGES[p.dtype][0]) for n in (1, 2)),
         "body": [f"{WIDE_TYPE} r = {_COMBINED[p.opcode]};",
                  f"r = arenac_mbqm(r, {p.output_multiplier}, {p.output_shift}) "
                  f"{_plus(p.output_offset)};",
@@ -438,10 +447,12 @@ def _rescaled_values(p: RescaledParams, prefix: str, ctype: str) -> dict:
     }
 
 
-def _table_load(table: str) -> Load:
-    """An int8 element's rescaled value: the table entry of its value (the table starts at
-    -128)."""
-    return lambda element: f"{table}[{element} + {INT8_VALUES // 2}]"
+def _table_load(table: str, offset: int) -> Load:
+    """An element's rescaled value: the table entry of its value (the table starts at the
+    type's lowest value, `offset` entries below zero)."""
+    if not offset:
+        return lambda element: f"{table}[{element}]"
+    return lambda element: f"{table}[{element} {_plus(offset)}]"
 
 
 def _product_values(p: ScaledProductParams, prefix: str, ctype: str) -> dict:

@@ -106,7 +106,7 @@ def prepare_pool_2d(graph: Graph, op: Operator) -> Pool2DParams:
     x, out = required_input(graph, op, 0, "input"), graph.tensors[op.outputs[0]]
     if len(x.shape) != 4:
         raise UnsupportedOpError(f"input of rank {len(x.shape)} (must be 4, NHWC)")
-    if x.dtype not in ("float32", "int8") or out.dtype != x.dtype:
+    if out.dtype != x.dtype:
         raise UnsupportedOpError(f"{x.dtype} input with {out.dtype} output")
     options = required_options(op, "padding", "filter_height", "filter_width", "stride_h",
                                "stride_w")
@@ -139,7 +139,7 @@ def prepare_pool_2d(graph: Graph, op: Operator) -> Pool2DParams:
     top, left = leading_padding(height, fh, sh, oh), leading_padding(width, fw, sw, ow)
     counts = np.outer(covered(height, fh, sh, top, oh), covered(width, fw, sw, left, ow))
     counts.setflags(write=False)
-    if x.dtype == "int8":
+    if x.dtype in QUANTIZED:
         _require_same_quantization(x, out)
         low, high = activation_range_quantized(activation, out)
     else:
@@ -147,7 +147,8 @@ def prepare_pool_2d(graph: Graph, op: Operator) -> Pool2DParams:
     return Pool2DParams(fh, fw, sh, sw, top, left, oh, ow, counts, low, high, x.shape[3])
 
 
-ACCUMULATOR_BYTES = 4  # int32 for int8 data, float for float32
+ACCUMULATOR_BYTES = 4  # int32 for int8 and uint8 data, float for float32
+QUANTIZED = ("int8", "uint8")
 
 
 def pool_scratch(p: Pool2DParams) -> tuple[MemoryRequest, ...]:
@@ -159,10 +160,11 @@ def pool_scratch(p: Pool2DParams) -> tuple[MemoryRequest, ...]:
 def _require_same_quantization(x: Tensor, out: Tensor) -> None:
     """Quantized pooling never rescales: TFLite requires the output to keep the input's scale."""
     if x.quantization is None or out.quantization is None:
-        raise UnsupportedOpError("int8 pooling without quantization parameters")
+        raise UnsupportedOpError(f"{x.dtype} pooling without quantization parameters")
     if (abs(scale_of(x) - scale_of(out)) > SCALE_TOLERANCE
             or zero_point_of(x) != zero_point_of(out)):
-        raise UnsupportedOpError("int8 pooling whose output quantization differs from its input's")
+        raise UnsupportedOpError(
+            f"{x.dtype} pooling whose output quantization differs from its input's")
 
 
 
@@ -217,6 +219,10 @@ def _arithmetic(kind: str, dtype: str, ctype: str, low: str, high: str, c: str, 
         divisor = f"{count}.0f" if constant else "(float)count"
         value = f"acc[{c}] / {divisor}" if kind == "average" else f"acc[{c}]"
         finish = [f"{o}[{c}] = arenac_clampf({value}, {low}, {high});"]
+    elif kind == "average" and INT_RANGES[dtype][0] >= 0:  # a sum that cannot be negative
+        half, divisor = (count // 2, count) if constant else ("count / 2", "count")
+        finish = [f"const int32_t avg = (acc[{c}] + {half}) / {divisor};",
+                  f"{o}[{c}] = ({ctype})arenac_clamp(avg, {low}, {high});"]
     elif kind == "average":
         half, divisor = (count // 2, count) if constant else ("count / 2", "count")
         finish = [f"const int32_t avg = acc[{c}] > 0 ? (acc[{c}] + {half}) / {divisor} "
@@ -285,7 +291,7 @@ def emit_max(ctx: OpContext) -> Kernel:
     return Kernel(render_macro(TEMPLATE, "pool", pool_values(ctx, "max")))
 
 
-_POOLING = kernels("T -> T", T=("float32", "int8"))
+_POOLING = kernels("T -> T", T=("float32", *QUANTIZED))
 
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("AVERAGE_POOL_2D", _POOLING, prepare_pool_2d, emit_average, scratch=pool_scratch,

@@ -53,9 +53,9 @@ from toolchain.ops.spec import OpSpec, kernels, required_input
 from toolchain.quant import zero_point_of
 
 # Element types each op moves: TFLite's kernels copy them by size; UNPACK has no 64-bit kernel.
-MOVED_DTYPES = frozenset({"int8", "int16", "int32", "int64", "float32"})
+MOVED_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64", "float32"})
 INDEX_DTYPES = ("int32", "int64")
-QUANTIZED_INTEGERS = ("int8", "int16")
+QUANTIZED_INTEGERS = ("int8", "uint8", "int16")
 # Rank limits of TFLite's kernels.
 MAX_PAD_RANK = 5
 MAX_TRANSPOSE_RANK = 8
@@ -320,14 +320,16 @@ def _values(graph: Graph, op: Operator) -> list[Tensor]:
 
 
 def prepare_concatenation(graph: Graph, op: Operator) -> AxisParams:
-    """TFLite runs no fused activation here, and its int8 kernel does not requantize."""
+    """TFLite runs no fused activation here, and its int8 kernel does not requantize. Its
+    uint8 kernel requantizes an input quantized unlike the output, in float; we do not (yet),
+    and refuse such inputs rather than copy them."""
     values = _values(graph, op)
     first = values[0]
     (out,) = _outputs(graph, op, first.dtype, 1)
     activation = op.options.get("fused_activation_function", "NONE")
     if activation != "NONE":
         raise UnsupportedOpError(f"fused activation {activation} (TFLite's kernel has none)")
-    if first.dtype == "int8":
+    if first.dtype in ("int8", "uint8"):
         _require_same_quantization(values, [out])
     _require_int16_zero_point_zero([*values, out])
     axis = _axis(int(op.options.get("axis", 0)), len(first.shape))

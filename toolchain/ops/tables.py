@@ -1,8 +1,9 @@
-"""The 256-entry lookup tables that TFLite's reference int8 LOGISTIC and TANH build in Prepare.
+"""The 256-entry lookup tables that TFLite's reference int8 and uint8 LOGISTIC and TANH build in
+Prepare.
 
-LUTPopulate<int8_t> (kernels/internal/common.h) runs, for every int8 value v, in float32:
+LUTPopulate<T> (kernels/internal/common.h) runs, for every value v of the type, in float32:
 dequantize `input_scale * (v - input_zero_point)`, apply the function, multiply by
-`1 / output_scale`, round half away from zero, add the output zero point, clamp to int8.
+`1 / output_scale`, round half away from zero, add the output zero point, clamp to the type.
 
 The function calls the C library's float32 expf / tanhf, which are not correctly rounded (glibc's
 tanhf is an ulp off for about one argument in ten), and an ulp decides a table entry whenever the
@@ -20,8 +21,6 @@ from collections.abc import Callable
 import numpy as np
 
 Float32Function = Callable[[np.ndarray], np.ndarray]
-
-INT8_VALUES = np.arange(-128, 128, dtype=np.int64)
 
 
 def _c_math_library() -> ctypes.CDLL | None:
@@ -64,13 +63,15 @@ def logistic_float32(x: np.ndarray) -> np.ndarray:
     return np.float32(1.0) / (np.float32(1.0) + expf(-x))
 
 
-def int8_lookup_table(input_scale: float, input_zero_point: int, output_scale: float,
-                      output_zero_point: int, function: Float32Function) -> np.ndarray:
-    """LUTPopulate<int8_t>: int8[256] indexed by the input's bits read as uint8."""
-    dequantized = np.float32(input_scale) * (INT8_VALUES - input_zero_point).astype(np.float32)
+def lookup_table(dtype: str, input_scale: float, input_zero_point: int, output_scale: float,
+                 output_zero_point: int, function: Float32Function) -> np.ndarray:
+    """LUTPopulate<T> for int8 or uint8: T[256] indexed by the input's bits read as uint8."""
+    info = np.iinfo(dtype)
+    values = np.arange(info.min, info.max + 1, dtype=np.int64)
+    dequantized = np.float32(input_scale) * (values - input_zero_point).astype(np.float32)
     inverse_scale = np.float32(1.0) / np.float32(output_scale)
     rescaled = round_half_away_from_zero(function(dequantized) * inverse_scale)
-    quantized = np.clip(rescaled + output_zero_point, -128, 127).astype(np.int8)
-    table = np.empty(256, dtype=np.int8)
-    table[INT8_VALUES.astype(np.int8).view(np.uint8)] = quantized
+    quantized = np.clip(rescaled + output_zero_point, info.min, info.max).astype(dtype)
+    table = np.empty(256, dtype=dtype)
+    table[values.astype(dtype).view(np.uint8)] = quantized
     return table
