@@ -67,7 +67,7 @@ def requantize(acc: np.ndarray, stage: Requantize) -> np.ndarray:
     x += minus_one_if_negative
     x >>= right_shifts
     x += stage.output_zero_point
-    return np.clip(x, *stage.clamp).astype(np.int8)
+    return np.clip(x, *stage.clamp).astype(stage.dtype)
 
 
 def _clamp(acc: np.ndarray, stage: FloatClamp) -> np.ndarray:

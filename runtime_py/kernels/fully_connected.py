@@ -14,7 +14,7 @@ from toolchain.ops.fully_connected import (
     BatchMatMulFloatParams,
     BatchMatMulInt8Params,
     FullyConnectedFloatParams,
-    FullyConnectedInt8Params,
+    FullyConnectedQuantizedParams,
 )
 
 
@@ -47,7 +47,7 @@ def fully_connected_float(p: FullyConnectedFloatParams, inputs, outputs) -> None
     outputs[0][...] = np.clip(total, p.activation_min, p.activation_max).reshape(outputs[0].shape)
 
 
-def fully_connected_int8(p: FullyConnectedInt8Params, inputs, outputs) -> None:
+def fully_connected_quantized(p: FullyConnectedQuantizedParams, inputs, outputs) -> None:
     x, weights, bias = _fc_operands(p, inputs)
     acc = exact_int_matmul(x.astype(np.int64) + p.input_offset,
                            (weights.astype(np.int64) + p.filter_offset).T)
@@ -57,7 +57,7 @@ def fully_connected_int8(p: FullyConnectedInt8Params, inputs, outputs) -> None:
     # round(double(acc) * scale), scale per tensor or per unit (broadcast over the last axis)
     scaled = double_to_int32(round_half_away(acc * np.asarray(p.requant_scales, np.float64)))
     result = np.clip(wrap_int32(scaled + p.output_offset), p.activation_min, p.activation_max)
-    outputs[0][...] = result.astype(np.int8).reshape(outputs[0].shape)
+    outputs[0][...] = result.astype(p.dtype).reshape(outputs[0].shape)
 
 
 def _fc_operands(p, inputs):
@@ -96,7 +96,7 @@ def batch_matmul_int8(p: BatchMatMulInt8Params, inputs, outputs) -> None:
 # Kernels by the params type prepare returned (one type per dtype path).
 _BY_PARAMS = {
     FullyConnectedFloatParams: fully_connected_float,
-    FullyConnectedInt8Params: fully_connected_int8,
+    FullyConnectedQuantizedParams: fully_connected_quantized,
     BatchMatMulFloatParams: batch_matmul_float,
     BatchMatMulInt8Params: batch_matmul_int8,
 }

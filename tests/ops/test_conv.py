@@ -16,6 +16,7 @@ import pytest
 from runtime_py.kernels.conv import requantize
 from tests.opcheck import assert_matches_oracle, oracle_outputs
 from toolchain.builder import ModelBuilder
+from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import UnsupportedOpError
 from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops import prepare_graph
@@ -32,6 +33,12 @@ ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 # (dtype, per-channel filter scales)
 QUANTIZATIONS = [("int8", False), ("int8", True), ("float32", False)]
 QUANT_IDS = ["int8-per-tensor", "int8-per-channel", "float32"]
+# Convolutions that also run legacy uint8 (per tensor, the filter's zero point not 0).
+CONV_QUANTIZATIONS = [*QUANTIZATIONS, ("uint8", False)]
+CONV_QUANT_IDS = [*QUANT_IDS, "uint8"]
+# uint8 quantizations are the int8 ones with zero points 128 higher; a uint8 filter has its own.
+UINT8_SHIFT = 128
+UINT8_FILTER_ZERO_POINT = 131
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class Weights:
     filter_scales: np.ndarray | None
     bias: np.ndarray
     output_quant: tuple[float | None, int | None]
+    filter_zero_point: int = 0
 
 
 def _weights(
@@ -63,13 +71,23 @@ def _weights(
     bias_range = int(0.5 * accumulator_rms)
     bias = rng.integers(-bias_range, bias_range + 1, channels).astype(np.int32)
     real_rms = accumulator_rms * INPUT_SCALE * float(np.sqrt(np.mean(scales**2)))
-    return Weights(values, scales, bias, (8.0 * real_rms / 255.0, OUTPUT_ZERO_POINT))
+    output_quant = (8.0 * real_rms / 255.0, OUTPUT_ZERO_POINT)
+    if dtype == "uint8":  # the same real values, stored 128 (the filter 131) higher
+        stored = (values.astype(np.int32) + UINT8_FILTER_ZERO_POINT).clip(0, 255)
+        return Weights(stored.astype(np.uint8), scales, bias,
+                       (output_quant[0], output_quant[1] + UINT8_SHIFT), UINT8_FILTER_ZERO_POINT)
+    return Weights(values, scales, bias, output_quant)
 
 
 def _input(b: ModelBuilder, dtype: str, shape: tuple[int, ...], zero_point: int) -> int:
     if dtype == "float32":
         return b.input("input", shape, dtype)
-    return b.input("input", shape, dtype, INPUT_SCALE, zero_point)
+    shift = UINT8_SHIFT if dtype == "uint8" else 0
+    return b.input("input", shape, dtype, INPUT_SCALE, zero_point + shift)
+
+
+def _builder(dtype: str) -> ModelBuilder:
+    return ModelBuilder("float32" if dtype == "uint8" else dtype)
 
 
 def _constants(b: ModelBuilder, w: Weights, channel_axis: int, bias: bool) -> tuple[int, int]:
@@ -77,7 +95,8 @@ def _constants(b: ModelBuilder, w: Weights, channel_axis: int, bias: bool) -> tu
     if w.filter_scales is None:
         return b.const("filter", w.filter), b.const("bias", w.bias) if bias else -1
     filter_index = b.const(
-        "filter", w.filter, list(w.filter_scales), 0, quantized_dimension=channel_axis
+        "filter", w.filter, list(w.filter_scales), w.filter_zero_point,
+        quantized_dimension=channel_axis
     )
     bias_scales = list(INPUT_SCALE * w.filter_scales)
     return filter_index, b.const("bias", w.bias, bias_scales, 0) if bias else -1
@@ -107,7 +126,7 @@ def conv_model(
     rng = np.random.default_rng(seed)
     shape = (out_channels, *kernel, channels // groups)
     w = _weights(rng, dtype, shape, 0, per_channel, fan_in=math.prod(shape[1:]))
-    b = ModelBuilder(dtype)
+    b = _builder(dtype)
     x = _input(b, dtype, input_shape, input_zero_point)
     filter_index, bias_index = _constants(b, w, 0, bias)
     out_shape = (
@@ -150,7 +169,7 @@ def depthwise_model(
     rng = np.random.default_rng(seed)
     shape = (1, *kernel, channels * multiplier)
     w = _weights(rng, dtype, shape, 3, per_channel, fan_in=math.prod(kernel))
-    b = ModelBuilder(dtype)
+    b = _builder(dtype)
     x = _input(b, dtype, input_shape, input_zero_point)
     filter_index, bias_index = _constants(b, w, 3, bias)
     out_shape = (
@@ -229,7 +248,7 @@ CONV_GEOMETRIES = [
 ]
 
 
-@pytest.mark.parametrize(("dtype", "per_channel"), QUANTIZATIONS, ids=QUANT_IDS)
+@pytest.mark.parametrize(("dtype", "per_channel"), CONV_QUANTIZATIONS, ids=CONV_QUANT_IDS)
 @pytest.mark.parametrize(
     ("shape", "out_channels", "kernel", "stride", "dilation", "padding"), CONV_GEOMETRIES
 )
@@ -241,7 +260,7 @@ def test_conv_2d_geometry(
     )
 
 
-@pytest.mark.parametrize(("dtype", "per_channel"), QUANTIZATIONS, ids=QUANT_IDS)
+@pytest.mark.parametrize(("dtype", "per_channel"), CONV_QUANTIZATIONS, ids=CONV_QUANT_IDS)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_conv_2d_activation(dtype, per_channel, activation):
     assert_matches_oracle(
@@ -251,7 +270,7 @@ def test_conv_2d_activation(dtype, per_channel, activation):
     )
 
 
-@pytest.mark.parametrize(("dtype", "per_channel"), QUANTIZATIONS, ids=QUANT_IDS)
+@pytest.mark.parametrize(("dtype", "per_channel"), CONV_QUANTIZATIONS, ids=CONV_QUANT_IDS)
 @pytest.mark.parametrize(
     ("shape", "out_channels", "groups"), [((1, 6, 6, 4), 6, 2), ((1, 5, 5, 6), 3, 3)]
 )
@@ -264,10 +283,17 @@ def test_conv_2d_grouped(dtype, per_channel, shape, out_channels, groups):
     )
 
 
-@pytest.mark.parametrize(("dtype", "per_channel"), QUANTIZATIONS, ids=QUANT_IDS)
+@pytest.mark.parametrize(("dtype", "per_channel"), CONV_QUANTIZATIONS, ids=CONV_QUANT_IDS)
 def test_conv_2d_without_bias(dtype, per_channel):
-    """LiteRT insists on a bias, so TFLite Micro is the oracle here."""
-    assert_matches_oracle(conv_model(dtype, per_channel, (1, 7, 7, 3), 4, (3, 3), bias=False))
+    """LiteRT insists on a bias, so TFLite Micro is the oracle here; for uint8, which TFLite
+    Micro does not run, the missing bias is refused as LiteRT refuses it."""
+    model = conv_model(dtype, per_channel, (1, 7, 7, 3), 4, (3, 3), bias=False)
+    if dtype == "uint8":
+        assert "no kernel for uint8, uint8, - -> uint8" in _refusal(model)
+        with pytest.raises(RuntimeError):
+            LiteRTOracle(model)
+    else:
+        assert_matches_oracle(model)
 
 
 @pytest.mark.parametrize("zero_point", [-128, 127])
@@ -310,7 +336,7 @@ DEPTHWISE_GEOMETRIES = [
 ]
 
 
-@pytest.mark.parametrize(("dtype", "per_channel"), QUANTIZATIONS, ids=QUANT_IDS)
+@pytest.mark.parametrize(("dtype", "per_channel"), CONV_QUANTIZATIONS, ids=CONV_QUANT_IDS)
 @pytest.mark.parametrize(
     ("shape", "kernel", "multiplier", "stride", "dilation", "padding"), DEPTHWISE_GEOMETRIES
 )
@@ -322,7 +348,7 @@ def test_depthwise_conv_2d_geometry(
     )
 
 
-@pytest.mark.parametrize(("dtype", "per_channel"), QUANTIZATIONS, ids=QUANT_IDS)
+@pytest.mark.parametrize(("dtype", "per_channel"), CONV_QUANTIZATIONS, ids=CONV_QUANT_IDS)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_depthwise_conv_2d_activation(dtype, per_channel, activation):
     assert_matches_oracle(
@@ -332,7 +358,7 @@ def test_depthwise_conv_2d_activation(dtype, per_channel, activation):
     )
 
 
-@pytest.mark.parametrize(("dtype", "per_channel"), QUANTIZATIONS, ids=QUANT_IDS)
+@pytest.mark.parametrize(("dtype", "per_channel"), CONV_QUANTIZATIONS, ids=CONV_QUANT_IDS)
 def test_depthwise_conv_2d_without_bias(dtype, per_channel):
     assert_matches_oracle(depthwise_model(dtype, per_channel, (1, 6, 6, 2), (3, 3), 2, bias=False))
 
@@ -527,7 +553,8 @@ def test_requantize_equals_tflite_fixed_point():
         [v] * shifts.size
         for v in (2**31 - 1, -(2**31), 2**31, 1, -1, 0, 3, -3, 2**40 + 5, -(2**40) - 5)
     ]
-    stage = Requantize(multipliers.astype(np.int64), shifts.astype(np.int64), -3, (-128, 127))
+    stage = Requantize("int8", multipliers.astype(np.int64), shifts.astype(np.int64), -3,
+                       (-128, 127))
     expected = multiply_by_quantized_multiplier(acc.astype(np.int64), multipliers, shifts)
     expected = np.clip(expected - 3, -128, 127)
     assert np.unique(expected).size > 200

@@ -57,6 +57,9 @@ CONV_CASES = [
     ("float32", False, (1, 6, 7, 16), 10, (1, 1), {}),
     ("float32", False, (2, 7, 6, 5), 3, (3, 3), {"dilation": (2, 1), "activation": "RELU"}),
     ("float32", False, (1, 6, 6, 4), 6, (3, 3), {"groups": 2}),
+    ("uint8", False, (1, 6, 7, 16), 22, (1, 1), {}),  # the int16 filter copy, rows of 16
+    ("uint8", False, (1, 9, 8, 3), 8, (3, 3), {"stride": (2, 2)}),  # depth 27: widened rows
+    ("uint8", False, (1, 8, 9, 6), 4, (3, 2), {"dilation": (2, 3), "activation": "RELU6"}),
 ]
 
 
@@ -77,6 +80,9 @@ DEPTHWISE_CASES = [
     ("int8", True, (1, 6, 6, 3), (7, 7), 1, {"bias": False}),  # 49 taps: no unrolled pass
     ("float32", False, (1, 7, 6, 8), (3, 3), 1, {}),
     ("float32", False, (1, 7, 6, 3), (3, 2), 2, {"stride": (1, 2)}),
+    ("uint8", False, (2, 7, 9, 4), (3, 3), 1, {}),  # the span path over the int16 copy
+    ("uint8", False, (1, 7, 6, 24), (3, 3), 1, {"stride": (2, 2), "activation": "RELU"}),
+    ("uint8", False, (1, 8, 7, 1), (3, 3), 8, {"stride": (2, 2), "bias": False}),
 ]
 
 
@@ -110,20 +116,30 @@ def tiny_stack(monkeypatch):
     monkeypatch.setattr(conv_codegen, "MAX_STACK_BYTES", 48)
 
 
-@pytest.mark.parametrize("dtype", ["int8", "float32"])
+@pytest.mark.parametrize("dtype", ["int8", "float32", "uint8"])
 def test_conv_2d_direct_fallback(tiny_stack, dtype):
-    model = conv_model(dtype, True, (1, 7, 6, 6), 24, (3, 3), (1, 2), (1, 2), groups=2)
+    per_channel = dtype != "uint8"
+    model = conv_model(dtype, per_channel, (1, 7, 6, 6), 24, (3, 3), (1, 2), (1, 2), groups=2)
     assert "too large" in c_text(model)
     assert_c_matches(model)
-    assert_c_matches(conv_model(dtype, False, (1, 5, 5, 8), 36, (1, 1), bias=False))
+    # uint8 CONV_2D requires its bias (TFLite refuses one without)
+    assert_c_matches(conv_model(dtype, False, (1, 5, 5, 8), 36, (1, 1), bias=dtype == "uint8"))
 
 
-@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_uint8_filters_are_read_minus_their_zero_point_from_one_int16_copy():
+    """The kernel reads TFLite's weights offset folded into the filter, not the uint8 filter."""
+    text = c_text(conv_model("uint8", False, (1, 6, 7, 16), 22, (1, 1)))
+    assert "static const int16_t model_op0_w[" in text
+    assert "static const uint8_t" not in text
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32", "uint8"])
 def test_depthwise_conv_2d_channel_blocks(tiny_stack, dtype):
-    model = depthwise_model(dtype, True, (1, 6, 5, 36), (3, 3), 1, (2, 1))
+    per_channel = dtype != "uint8"
+    model = depthwise_model(dtype, per_channel, (1, 6, 5, 36), (3, 3), 1, (2, 1))
     assert "c0 += 12" in c_text(model)
     assert_c_matches(model)
-    assert_c_matches(depthwise_model(dtype, True, (1, 6, 5, 6), (3, 3), 3, bias=False))
+    assert_c_matches(depthwise_model(dtype, per_channel, (1, 6, 5, 6), (3, 3), 3, bias=False))
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
@@ -227,7 +243,8 @@ def test_requantize_formula_equals_runtime():
         )
     ]
     for zero_point, clamp in [(-3, (-128, 127)), (-128, (-128, 127)), (5, (-20, 90))]:
-        stage = Requantize(multipliers.astype(np.int64), shifts.astype(np.int64), zero_point, clamp)
+        stage = Requantize("int8", multipliers.astype(np.int64), shifts.astype(np.int64),
+                           zero_point, clamp)
         expected = requantize(acc, stage)
         assert np.unique(expected).size > 100
         np.testing.assert_array_equal(requantize_like_c(acc.astype(np.int64), stage), expected)

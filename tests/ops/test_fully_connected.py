@@ -68,7 +68,7 @@ def fully_connected_model(
     depth = depth or input_shape[-1]
     batches = math.prod(input_shape) // depth
     out_shape = (*input_shape[:-1], units) if keep_num_dims else (batches, units)
-    b = ModelBuilder(dtype)
+    b = ModelBuilder("float32" if dtype == "uint8" else dtype)
     options = {"fused_activation_function": activation, "keep_num_dims": keep_num_dims}
     if dtype == "float32":
         x = b.input("x", input_shape, "float32")
@@ -76,18 +76,21 @@ def fully_connected_model(
         bias_index = b.const("b", rng.normal(0, 0.5, units).astype("f4")) if bias else -1
         out = b.tensor("y", out_shape, "float32")
     else:
-        input_scale, input_zp = 0.05, 7
-        x = b.input("x", input_shape, "int8", input_scale, input_zp)
-        q_weights = rng.integers(-127, 128, (units, depth)).astype(np.int8)
+        # uint8 stores the same values 128 higher (the filter's zero point too)
+        shift = 128 if dtype == "uint8" else 0
+        input_scale, input_zp = 0.05, 7 + shift
+        x = b.input("x", input_shape, dtype, input_scale, input_zp)
+        q_weights = (rng.integers(-127, 128, (units, depth)) + shift).astype(dtype)
         scale = rng.uniform(0.002, 0.02, units) if per_channel else 0.01
-        weights = b.const("w", q_weights, scale, filter_zero_point)
+        weights = b.const("w", q_weights, scale, filter_zero_point + shift)
         bias_scale = input_scale * np.asarray(scale)
         q_bias = rng.integers(-3000, 3000, units).astype(np.int32)
         bias_index = b.const("b", q_bias, bias_scale) if bias else -1
         # The accumulator's real deviation: sqrt(depth) input * weight deviations.
         weight_std = float(np.mean(scale)) * INT8_STD
         std = math.sqrt(depth) * input_scale * INT8_STD * weight_std
-        out = b.tensor("y", out_shape, "int8", *output_quantization(std, activation))
+        out_scale, out_zp = output_quantization(std, activation)
+        out = b.tensor("y", out_shape, dtype, out_scale, out_zp + shift)
     b.op(
         "FULLY_CONNECTED",
         [x, weights, bias_index],
@@ -99,7 +102,7 @@ def fully_connected_model(
     return b.build()
 
 
-@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8"])
 @pytest.mark.parametrize(
     "input_shape, units, depth, keep_num_dims",
     [
@@ -117,7 +120,7 @@ def test_fully_connected_shapes(dtype, input_shape, units, depth, keep_num_dims)
     )
 
 
-@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8"])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("bias", [True, False])
 def test_fully_connected_activations(dtype, activation, bias):
@@ -145,6 +148,12 @@ def test_fully_connected_int8_per_channel(activation, input_shape, keep_num_dims
 def test_fully_connected_int8_filter_zero_point():
     """Per-tensor filters may be asymmetric: TFLite subtracts their zero point."""
     assert_matches_and_varies(fully_connected_model("int8", (3, 20), 6, filter_zero_point=5))
+
+
+def test_fully_connected_uint8_filter_zero_point_and_large_depth():
+    """Legacy uint8: asymmetric filters, and sums near the double requantization's edges."""
+    assert_matches_and_varies(fully_connected_model("uint8", (3, 20), 6, filter_zero_point=-9))
+    assert_matches_and_varies(fully_connected_model("uint8", (16, 300), 40, seed=3))
 
 
 def test_fully_connected_int8_large_depth_rounding():

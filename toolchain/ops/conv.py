@@ -84,8 +84,12 @@ from toolchain.quant import (
 FUSED_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Data dtype -> dtype its filter and bias must have.
-FILTER_DTYPE = {"int8": "int8", "float32": "float32"}
-BIAS_DTYPE = {"int8": "int32", "float32": "float32"}
+FILTER_DTYPE = {"int8": "int8", "uint8": "uint8", "float32": "float32"}
+BIAS_DTYPE = {"int8": "int32", "uint8": "int32", "float32": "float32"}
+QUANTIZED = ("int8", "uint8")
+# GetQuantizedConvolutionMultipler: TFLite refuses a bias scale this far (in output steps) from
+# input scale * filter scale.
+BIAS_SCALE_TOLERANCE = 0.02
 
 Pair = tuple[int, int]
 
@@ -108,9 +112,11 @@ class Window:
 
 @dataclass(frozen=True)
 class Requantize:
-    """int32 accumulator -> int8: TFLite's per-channel MultiplyByQuantizedMultiplier, offset,
-    clamp. `multipliers` and `shifts` hold one int64 per output channel."""
+    """int32 accumulator -> int8 or uint8 (`dtype`): TFLite's per-channel
+    MultiplyByQuantizedMultiplier, offset, clamp. `multipliers` and `shifts` hold one int64 per
+    output channel (uint8 has one multiplier, repeated)."""
 
+    dtype: str
     multipliers: np.ndarray
     shifts: np.ndarray
     output_zero_point: int
@@ -132,7 +138,8 @@ class ConvParams:
     """CONV_2D (possibly grouped).
 
     `weights`: float64 [groups, kh * kw * in_channels_per_group, out_channels_per_group], the
-    matmul operand in im2col order (row = (ky, kx, c)); float64 so int8 products sum exactly.
+    matmul operand in im2col order (row = (ky, kx, c)); float64 so integer products sum
+    exactly. A uint8 filter's zero point is subtracted already (TFLite's weights offset).
     `input_offset` is added to every input value (-zero point, 0 for float32); `bias` holds
     the bias per output channel (int32 or float32, zeros when the op has none).
     """
@@ -281,7 +288,13 @@ def _bias_values(bias: Tensor | None, data: Tensor, channels: int) -> np.ndarray
 
 
 def _input_offset(data: Tensor) -> int:
-    return -zero_point_of(data) if data.dtype == "int8" else 0
+    return -zero_point_of(data) if data.dtype in QUANTIZED else 0
+
+
+def _offset_filter(filt: Tensor) -> np.ndarray:
+    """The filter's values as float64, minus a uint8 filter's zero point."""
+    values = filt.data.astype(np.float64)
+    return values - zero_point_of(filt) if filt.dtype == "uint8" else values
 
 
 def _fused_activation(op: Operator) -> str:
@@ -291,15 +304,18 @@ def _fused_activation(op: Operator) -> str:
     return activation
 
 
-def _output_stage(op: Operator, data: Tensor, filt: Tensor, out: Tensor, channels: int,
-                  channel_axis: int) -> OutputStage:
-    """The clamp (float32) or per-channel requantization (int8) of the accumulator."""
+def _output_stage(op: Operator, data: Tensor, filt: Tensor, bias: Tensor | None, out: Tensor,
+                  channels: int, channel_axis: int) -> OutputStage:
+    """The clamp (float32) or per-channel requantization (int8, uint8) of the accumulator."""
     activation = _fused_activation(op)
     if data.dtype == "float32":
         low, high = activation_range_float(activation)
         return FloatClamp((max(low, -FLOAT32_MAX), min(high, FLOAT32_MAX)))
     if data.quantization is None or out.quantization is None or filt.quantization is None:
-        raise UnsupportedOpError("int8 input, filter and output need quantization parameters")
+        raise UnsupportedOpError(
+            f"{data.dtype} input, filter and output need quantization parameters")
+    if data.dtype == "uint8":
+        return _uint8_output_stage(activation, data, filt, bias, out, channels)
     q = filt.quantization
     if any(q.zero_point):
         raise UnsupportedOpError("int8 filter with a non-zero zero point")
@@ -310,11 +326,32 @@ def _output_stage(op: Operator, data: Tensor, filt: Tensor, out: Tensor, channel
         )
     filter_scales = np.broadcast_to(np.asarray(scales_of(filt)), channels)
     real = [scale_of(data) * float(s) / scale_of(out) for s in filter_scales]
+    return _requantize(real, activation, out)
+
+
+def _uint8_output_stage(activation: str, data: Tensor, filt: Tensor, bias: Tensor | None,
+                        out: Tensor, channels: int) -> Requantize:
+    """The legacy uint8 kernels' one multiplier (GetQuantizedConvolutionMultipler): the input
+    and filter scales multiply in float32, and only that product is widened to double."""
+    if len(scales_of(filt)) != 1:
+        raise UnsupportedOpError("uint8 filter with per-channel scales (TFLite refuses)")
+    product = float(np.float32(scale_of(data)) * np.float32(scale_of(filt)))
+    if bias is not None and bias.quantization is not None and abs(
+            scale_of(data) * scale_of(filt) - scale_of(bias)) / scale_of(out) > (
+            BIAS_SCALE_TOLERANCE):
+        raise UnsupportedOpError("bias scale differs from input scale * filter scale "
+                                 "(TFLite refuses)")
+    return _requantize([product / scale_of(out)] * channels, activation, out)
+
+
+def _requantize(real: list[float], activation: str, out: Tensor) -> Requantize:
+    """QuantizeMultiplier of each channel's real multiplier, within the C kernel's reach."""
     multipliers, shifts = zip(*(quantize_multiplier(r) for r in real))
     for m, s in zip(multipliers, shifts):
         if not (0 <= m < 2**31 and -31 <= s <= 31):  # the C requantization's reach
             raise UnsupportedOpError(f"requantization multiplier {m} with shift {s}")
     return Requantize(
+        dtype=out.dtype,
         multipliers=_frozen(np.array(multipliers, np.int64)),
         shifts=_frozen(np.array(shifts, np.int64)),
         output_zero_point=zero_point_of(out),
@@ -355,7 +392,7 @@ def prepare_conv_2d(graph: Graph, op: Operator) -> ConvParams:
     _check_plane(window, batch, in_channels)
     _check_output(out, (batch, out_h, out_w, out_channels))
     # [o, ky, kx, c] -> [group, (ky, kx, c), o within group]
-    weights = filt.data.astype(np.float64).reshape(groups, out_channels // groups, -1)
+    weights = _offset_filter(filt).reshape(groups, out_channels // groups, -1)
     return ConvParams(
         input_shape=data.shape,
         output_shape=out.shape,
@@ -364,7 +401,7 @@ def prepare_conv_2d(graph: Graph, op: Operator) -> ConvParams:
         input_offset=_input_offset(data),
         weights=_frozen(np.ascontiguousarray(weights.transpose(0, 2, 1))),
         bias=_bias_values(bias, data, out_channels),
-        output=_output_stage(op, data, filt, out, out_channels, channel_axis=0),
+        output=_output_stage(op, data, filt, bias, out, out_channels, channel_axis=0),
     )
 
 
@@ -381,7 +418,7 @@ def prepare_depthwise_conv_2d(graph: Graph, op: Operator) -> DepthwiseConvParams
     (out_h, out_w), window = _gather_window(op, (height, width), (kh, kw))
     _check_plane(window, batch, in_channels)
     _check_output(out, (batch, out_h, out_w, out_channels))
-    weights = filt.data.astype(np.float64).reshape(kh * kw, in_channels, depth_multiplier)
+    weights = _offset_filter(filt).reshape(kh * kw, in_channels, depth_multiplier)
     return DepthwiseConvParams(
         input_shape=data.shape,
         output_shape=out.shape,
@@ -390,7 +427,7 @@ def prepare_depthwise_conv_2d(graph: Graph, op: Operator) -> DepthwiseConvParams
         input_offset=_input_offset(data),
         weights=_frozen(np.ascontiguousarray(weights.transpose(1, 0, 2))),
         bias=_bias_values(bias, data, out_channels),
-        output=_output_stage(op, data, filt, out, out_channels, channel_axis=3),
+        output=_output_stage(op, data, filt, bias, out, out_channels, channel_axis=3),
     )
 
 
@@ -436,7 +473,7 @@ def prepare_transpose_conv(graph: Graph, op: Operator) -> TransposeConvParams:
         input_offset=_input_offset(data),
         weights=_frozen(np.ascontiguousarray(weights)),
         bias=_bias_values(bias, data, out_channels),
-        output=_output_stage(op, data, filt, out, out_channels, channel_axis=0),
+        output=_output_stage(op, data, filt, bias, out, out_channels, channel_axis=0),
     )
 
 
@@ -457,8 +494,9 @@ FLOAT_LANES = 8
 OUTPUT_BLOCK = 4
 # Depthwise windows of up to this many taps get an unrolled pass for interior pixels.
 MAX_UNROLLED_TAPS = 25
-# |(int8 + input_offset) * int8 filter|, the offset being minus an int8 zero point.
-MAX_PRODUCT = 255 * 128
+# |(x + input_offset) * filter value|, the offset being minus the zero point: int8 data and
+# filter, or uint8 data and a uint8 filter minus its zero point.
+MAX_PRODUCT = {"int8": 255 * 128, "uint8": 255 * 255}
 # The indentation of the template's lines; each loop or branch written around them adds as much.
 INDENT = "  "
 # Characters of an index expression written in place of a pointer to a single element.
@@ -508,12 +546,13 @@ def requantize_constants(stage: Requantize) -> RequantizeConstants:
 
 def requantize_values(ctx: OpContext, stage: Requantize, count: int, blocks: int,
                       repeat: bool = False) -> dict:
-    """The template's `requantize` macro: a function turning `count` accumulators into int8,
-    output channels o0, o0 + 1, ... of one of `blocks` blocks (o0 is a parameter only when the
-    constants differ between channels and there are several blocks). Its loop runs a multiple
-    of VECTOR_STEP times so that it vectorizes: the accumulator array is padded (and written
-    through a padded `tail` array) and per-channel tables are padded with zeros. With `repeat`,
-    the tables repeat the channels over all lanes instead (lane i is channel i % count)."""
+    """The template's `requantize` macro: a function turning `count` accumulators into int8 or
+    uint8, output channels o0, o0 + 1, ... of one of `blocks` blocks (o0 is a parameter only
+    when the constants differ between channels and there are several blocks). Its loop runs a
+    multiple of VECTOR_STEP times so that it vectorizes: the accumulator array is padded (and
+    written through a padded `tail` array) and per-channel tables are padded with zeros. With
+    `repeat`, the tables repeat the channels over all lanes instead (lane i is channel i %
+    count)."""
     k = requantize_constants(stage)
     padded = -(-count // VECTOR_STEP) * VECTOR_STEP
     constants = {"left": k.left, "mult": k.mult, "negative": k.negative, "scale": k.scale}
@@ -540,15 +579,17 @@ def requantize_values(ctx: OpContext, stage: Requantize, count: int, blocks: int
     low, high = stage.clamp
     zero_point = stage.output_zero_point
     negative = value["negative"]
+    ctype = ctx.outputs[0].ctype
     return {
         "fn": f"{ctx.prefix}_requantize",
         "offset": offset,
         "comment": c_comment(
-            f"{lanes} -> int8: TFLite's MultiplyByQuantizedMultiplier (rounding doubling high "
-            "multiply, rounding right shift) in unsigned steps that shift by constants only "
+            f"{lanes} -> {stage.dtype}: TFLite's MultiplyByQuantizedMultiplier (rounding "
+            "doubling high multiply, rounding right shift) in unsigned steps that shift by "
+            "constants only "
             "(derivation: requantize_constants in toolchain/ops/conv.py), then the zero point "
             "and the activation clamp"),
-        "params": f"const uint32_t *acc, {'int o0, ' if offset else ''}int8_t *dst",
+        "params": f"const uint32_t *acc, {'int o0, ' if offset else ''}{ctype} *dst",
         "padded": padded,
         "tables": tables,
         "loads": loads,
@@ -559,7 +600,7 @@ def requantize_values(ctx: OpContext, stage: Requantize, count: int, blocks: int
         # clamp(q + zp, lo, hi) == clamp(q, lo - zp, hi - zp) + zp, with no int32 overflow
         "clamp_min": low - zero_point,
         "clamp_max": high - zero_point,
-        "store": f"(int8_t)(q{_plus(zero_point)})" if zero_point else "(int8_t)q",
+        "store": f"({ctype})(q{_plus(zero_point)})" if zero_point else f"({ctype})q",
     }
 
 
@@ -568,10 +609,10 @@ def _plus(value: int) -> str:
     return f" + {value}" if value > 0 else f" - {-value}" if value < 0 else ""
 
 
-def _int_accumulator(products: int) -> str:
-    """int32_t when the sum of `products` int8 products cannot overflow (what vectorizes best);
+def _int_accumulator(products: int, dtype: str) -> str:
+    """int32_t when the sum of `products` products cannot overflow (what vectorizes best);
     otherwise uint32_t, which wraps as TFLite's int32 accumulator does in practice."""
-    return "int32_t" if products * MAX_PRODUCT <= INT32_MAX else "uint32_t"
+    return "int32_t" if products * MAX_PRODUCT[dtype] <= INT32_MAX else "uint32_t"
 
 
 def _block(total: int, per_item_bytes: int) -> int:
@@ -746,8 +787,11 @@ def _common(ctx: OpContext, x_index: int, bias_index: int, count: int, blocks: i
     b, oy, ox = ConstantLoop("b", batch), ConstantLoop("oy", out_h), ConstantLoop("ox", out_w)
     px, px_lines = _pointer("px", ctype, "out", [(b, out_h * out_w * out_channels),
                                                   (oy, out_w * out_channels), (ox, out_channels)])
+    filt, filter_copy, w_ctype = ctx.inputs[1], None, ctype
+    if filt.dtype == "uint8":
+        filt, filter_copy, w_ctype = _offset_filter_copy(ctx)
     # the pointers a kernel may declare: name, type and tensor
-    tensors = [("x", f"const {ctype}", x), ("w", f"const {ctype}", ctx.inputs[1]),
+    tensors = [("x", f"const {ctype}", x), ("w", f"const {w_ctype}", filt),
                ("bias", f"const {'float' if is_float else 'int32_t'}", bias), ("out", ctype, out)]
     v = {
         "fn": ctx.fn,
@@ -755,6 +799,9 @@ def _common(ctx: OpContext, x_index: int, bias_index: int, count: int, blocks: i
         "name": f"{ctx.op.opcode} '{out.name}'",
         "is_float": is_float,
         "ctype": ctype,
+        "dtype": x.dtype,
+        "w_ctype": w_ctype,
+        "filter_copy": filter_copy,
         "bias": bias is not None,
         "offset": p.input_offset,
         "tensors": [t for t in tensors if t[2] is not None],
@@ -772,12 +819,41 @@ def _common(ctx: OpContext, x_index: int, bias_index: int, count: int, blocks: i
         size = rq["padded"]
         v.update(rq=rq, acc_size=size, accumulators=[f"uint32_t acc[{size}];"])
         if size > count:
-            v["accumulators"].append(f"int8_t tail[{size}]; /* the requantization's whole "
+            v["accumulators"].append(f"{ctype} tail[{size}]; /* the requantization's whole "
                                      f"vectors; {count} bytes are kept */")
     # the padding lanes of int8's accumulators hold 0 for good
     v["acc_init"] = ConstantLoop("o", v["acc_size"], count)
     v["acc_init_step"] = f"acc[{v['acc_init'].index}] = 0;"
     return v
+
+
+@dataclass(frozen=True)
+class _Array:
+    """A constant array the kernel defines itself, pointed at like a tensor."""
+
+    ptr: str
+
+
+def _offset_filter_copy(ctx: OpContext) -> tuple[_Array, dict, str]:
+    """A uint8 filter minus its zero point (the params' weights), in the filter's own layout,
+    as int16: what the kernel reads in place of the filter (which is then not emitted)."""
+    p, filt = ctx.params, ctx.inputs[1]
+    if isinstance(p, ConvParams):  # [group, (ky, kx, c), output in group] -> OHWI
+        values = p.weights.transpose(0, 2, 1).reshape(filt.shape)
+    else:  # [input channel, tap, multiplier] -> [1, kh, kw, output channel]
+        values = p.weights.transpose(1, 0, 2).reshape(filt.shape)
+    name = f"{ctx.prefix}_w"
+    copy = {"comment": c_comment(f"{ctx.op.opcode} '{ctx.outputs[0].name}': the uint8 filter "
+                                 f"minus its zero point, as int16 ({values.size * 2} bytes of "
+                                 "flash)"),
+            "name": name, "length": c_length(values.size),
+            "data": c_array(values.astype(np.int64).reshape(-1))}
+    return _Array(name), copy, "int16_t"
+
+
+def _read(filter_copy: dict | None, unread: tuple[str, ...]) -> dict | None:
+    """The filter copy, where the kernel reads the filter `w` at all."""
+    return None if "w" in unread else filter_copy
 
 
 def _declarations(v: dict, arrays: list[str], loops: list, unread: tuple[str, ...] = ()
@@ -986,10 +1062,10 @@ def conv_values(ctx: OpContext) -> dict:
     depth = kh * kw * (channels // p.groups)
     is_float = isinstance(p.output, FloatClamp)
     # the column path keeps one pixel's accumulators and column on the stack (and sums at most
-    # that many int8 products in an int32)
+    # that many integer products in an int32)
     column = (4 * out_channels <= MAX_STACK_BYTES
               and (4 if is_float else 2) * depth <= MAX_STACK_BYTES
-              and depth * MAX_PRODUCT <= INT32_MAX)
+              and (is_float or depth * MAX_PRODUCT[ctx.inputs[0].dtype] <= INT32_MAX))
     if not column:
         return _conv_direct_values(ctx)
     # int8 dot products of a depth that is not a multiple of VECTOR_STEP read an int16 copy of
@@ -1000,7 +1076,7 @@ def conv_values(ctx: OpContext) -> dict:
     v = _common(ctx, 0, 2, out_channels, 1)
     g = ConstantLoop("g", p.groups)
     gather = _column(v, p, g, col_type)
-    filter_rows, w_type = (f"{ctx.prefix}_w16", "int16_t") if wide else ("w", v["ctype"])
+    filter_rows, w_type = (f"{ctx.prefix}_w16", "int16_t") if wide else ("w", v["w_ctype"])
     dots = _dot_products(v, p, g, depth, col_size, filter_rows, w_type)
     # the zeros after the depth meet the zeros padding the widened rows
     col_pad = ConstantLoop("k", col_size, depth)
@@ -1030,6 +1106,7 @@ def conv_values(ctx: OpContext) -> dict:
         col_pad_step=f"col[{col_pad.index}] = 0; /* meets the rows' zero padding */",
         finish=finish,
         declarations=_declarations(v, [f"{col_type} col[{col_size}];"], loops, unread),
+        filter_copy=_read(v["filter_copy"], unread),
         comment=c_comment(
             f"{v['name']}: {kh}x{kw} filter, stride {sh}x{sw}, dilation {dh}x{dw}{groups}. Per "
             f"output pixel{' and group' if p.groups > 1 else ''}, `col` holds the receptive "
@@ -1052,7 +1129,7 @@ def _gather(v: dict, iy: _Index, ix: _Index, ky: ConstantLoop, kx: ConstantLoop,
     terms, first = _nhwc(v["batch"], v["shape"], iy.terms, ix.terms, (iy.constant, ix.constant),
                          more)
     x, x_lines = _walk("xp", f"const {ctype}", "x", terms, first, c)
-    w, w_lines = _walk("wp", f"const {ctype}", "w", filter_at, 0, c)
+    w, w_lines = _walk("wp", f"const {v['w_ctype']}", "w", filter_at, 0, c)
     step = (f"d += {x} * {w};" if v["is_float"]
             else f"d += ({acc_type})({_product(x, w, offset)});")
     return {"ky": ky, "kx": kx, "y_lines": iy.lines, "x_lines": ix.lines,
@@ -1076,6 +1153,7 @@ def _direct(v: dict, o0: ConstantLoop, o: ConstantLoop, gather: dict | None, lin
     return {**v, "kernel": "direct", "block": o0, "channel": o, "channel_lines": lines,
             "sum": f"{acc_type} d = 0;", "gather": gather, "store": store, "finish": finish,
             "declarations": _declarations(v, [], loops, () if gather else ("x", "w")),
+            "filter_copy": _read(v["filter_copy"], () if gather else ("w",)),
             "comment": comment}
 
 
@@ -1091,7 +1169,7 @@ def _conv_direct_values(ctx: OpContext) -> dict:
     count = _block(out_channels, 4)
     v = _common(ctx, 0, 2, count, out_channels // count)
     is_float = v["is_float"]
-    acc_type = "float" if is_float else _int_accumulator(kh * kw * group_channels)
+    acc_type = "float" if is_float else _int_accumulator(kh * kw * group_channels, v["dtype"])
     o0, o = ConstantLoop("o0", out_channels, 0, count), ConstantLoop("o", count)
     ky, kx = ConstantLoop("ky", kh), ConstantLoop("kx", kw)
     iy = _inside("iy", [(v["out_y"], sh), (ky, dh)], -pad_top, height)
@@ -1252,7 +1330,7 @@ def depthwise_values(ctx: OpContext) -> dict:
         filt = p.weights[:, :, 0].T  # [tap, channel]
         span_w, span_bias = f"{ctx.prefix}_span_w", f"{ctx.prefix}_span_bias"
         xp, xp_lines = _pointer("xp", f"const {ctype}", "x", *origin)
-        xp_lines.append(f"const int8_t *wp = {span_w};")
+        xp_lines.append(f"const {v['w_ctype']} *wp = {span_w};")
         v["span"] = {
             "comment": c_comment(f"{v['name']}: the filter and bias repeated for {span} "
                                  f"adjacent pixels ({taps * VECTOR_STEP + VECTOR_STEP * 4} "
@@ -1276,7 +1354,7 @@ def depthwise_values(ctx: OpContext) -> dict:
     whole = _both(y.whole, x.whole) if unrolled else None
     if whole is not None:
         xp, xp_lines = _pointer("xp", f"const {ctype}", "x", [*origin[0], (c0, 1)], origin[1])
-        wp, wp_lines = _pointer("wp", f"const {ctype}", "w", [(c0, 1)])
+        wp, wp_lines = _pointer("wp", f"const {v['w_ctype']}", "w", [(c0, 1)])
         bias = (f"(uint32_t)bias[{c_sum([(c0, 1), (c, 1)])}] + " if v["bias"] and not is_float
                 else "")
         v["unrolled"] = {
@@ -1306,7 +1384,7 @@ def depthwise_values(ctx: OpContext) -> dict:
         loops += [y.taps, x.taps, count] if runs else [count]
         if runs and multiplier == 1:
             xv, x_lines = _walk("xp", f"const {ctype}", "x", terms, first, c)
-            wv, w_lines = _walk("wp", f"const {ctype}", "w", w_terms, 0, c)
+            wv, w_lines = _walk("wp", f"const {v['w_ctype']}", "w", w_terms, 0, c)
             product = _product(xv, wv, offset)
             taps_v.update(lines=x_lines + w_lines, xv=None, multiplier=None,
                           step=f"acc[{c.index}] += "
@@ -1315,7 +1393,7 @@ def depthwise_values(ctx: OpContext) -> dict:
             m = ConstantLoop("m", multiplier)
             loops.append(m)
             xv, x_lines = _walk("xp", f"const {ctype}", "x", terms, first, c)
-            wp, w_lines = _pointer("wp", f"const {ctype}", "w", w_terms)
+            wp, w_lines = _pointer("wp", f"const {v['w_ctype']}", "w", w_terms)
             at = c_sum([(c, multiplier), (m, 1)])
             taps_v.update(
                 lines=x_lines + w_lines, multiplier=m,
@@ -1335,6 +1413,7 @@ def depthwise_values(ctx: OpContext) -> dict:
     v.update(
         y_lines=y_lines, x_lines=x.lines if reads else [], block=c0, finish=finish,
         declarations=_declarations(v, [], loops, () if reads else ("x", "w")),
+        filter_copy=_read(v["filter_copy"], () if reads else ("w",)),
         comment=c_comment(
             f"{v['name']}: {kh}x{kw} filter, stride {sh}x{sw}, dilation {dh}x{dw}{multiplied}. "
             "Taps outside the image are skipped (padding adds zero). Pixels are written in NHWC "
@@ -1361,7 +1440,7 @@ def transpose_conv_values(ctx: OpContext) -> dict:
     is_float = v["is_float"]
     # an output pixel receives at most ceil(kh / sh) * ceil(kw / sw) input pixels
     reach = -(-kh // sh) * -(-kw // sw)
-    acc_type = "float" if is_float else _int_accumulator(reach * channels)
+    acc_type = "float" if is_float else _int_accumulator(reach * channels, v["dtype"])
     o0, o = ConstantLoop("o0", out_channels, 0, count), ConstantLoop("o", count)
     ky, kx = ConstantLoop("ky", kh), ConstantLoop("kx", kw)
     iy = _scattered("y", v["out_y"], ky, pad_top, sh, height)
@@ -1388,9 +1467,11 @@ def emit_transpose_conv(ctx: OpContext) -> Kernel:
 _CONVOLUTION = kernels("float32, float32, float32? -> float32", "int8, int8, int32? -> int8")
 
 SPECS: tuple[OpSpec, ...] = (
-    OpSpec("CONV_2D", _CONVOLUTION, prepare_conv_2d, emit_conv_2d, overlaps=overlaps.convolution),
-    OpSpec("DEPTHWISE_CONV_2D", _CONVOLUTION, prepare_depthwise_conv_2d, emit_depthwise_conv_2d,
-           overlaps=overlaps.convolution),
+    # TFLite's legacy uint8 CONV_2D requires its bias; DEPTHWISE_CONV_2D does not.
+    OpSpec("CONV_2D", (*_CONVOLUTION, *kernels("uint8, uint8, int32 -> uint8")), prepare_conv_2d,
+           emit_conv_2d, overlaps=overlaps.convolution),
+    OpSpec("DEPTHWISE_CONV_2D", (*_CONVOLUTION, *kernels("uint8, uint8, int32? -> uint8")),
+           prepare_depthwise_conv_2d, emit_depthwise_conv_2d, overlaps=overlaps.convolution),
     OpSpec("TRANSPOSE_CONV",
            kernels("int32, float32, float32, float32? -> float32",
                    "int32, int8, int8, int32? -> int8"),

@@ -75,15 +75,17 @@ class FullyConnectedFloatParams:
 
 
 @dataclass(frozen=True)
-class FullyConnectedInt8Params:
-    """int8: acc = sum((filter + filter_offset) * (input + input_offset)) + bias in int32, then
-    round(acc * requant_scales) in double, + output_offset, clamped.
+class FullyConnectedQuantizedParams:
+    """int8 and legacy uint8 (`dtype`): acc = sum((filter + filter_offset) * (input +
+    input_offset)) + bias in int32, then round(acc * requant_scales) in double, + output_offset,
+    clamped (TFLite's reference kernels requantize both so).
 
     `requant_scales` has one entry (per tensor) or one per unit (per channel), as Python floats
     (C doubles). Per-channel weights are symmetric: TFLite ignores their zero point, so
     filter_offset is 0 there.
     """
 
+    dtype: str
     batches: int
     depth: int
     units: int
@@ -128,7 +130,7 @@ class BatchMatMulInt8Params:
 
 def prepare_fully_connected(
     graph: Graph, op: Operator
-) -> FullyConnectedFloatParams | FullyConnectedInt8Params:
+) -> FullyConnectedFloatParams | FullyConnectedQuantizedParams:
     x, weights = required_input(graph, op, 0, "input"), required_input(graph, op, 1, "weights")
     bias = _optional_input(graph, op, 2)
     out = graph.tensors[op.outputs[0]]
@@ -155,18 +157,20 @@ def prepare_fully_connected(
         _require_dtypes("float32", bias=bias, output=out)
         low, high = activation_range_float(activation)
         return FullyConnectedFloatParams(**shape, activation_min=low, activation_max=high)
-    if x.dtype == "int8":
-        return _fully_connected_int8(x, weights, bias, out, activation, shape)
+    if x.dtype in ("int8", "uint8"):
+        return _fully_connected_quantized(x, weights, bias, out, activation, shape)
     raise UnsupportedOpError(f"input type {x.dtype}")
 
 
-def _fully_connected_int8(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor,
-                          activation: str, shape: dict) -> FullyConnectedInt8Params:
-    _require_dtypes("int8", weights=weights, output=out)
+def _fully_connected_quantized(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor,
+                          activation: str, shape: dict) -> FullyConnectedQuantizedParams:
+    _require_dtypes(x.dtype, weights=weights, output=out)
     _require_dtypes("int32", bias=bias)
     _require_quantized(x, weights, out)
     filter_scales = scales_of(weights)
     per_channel = len(filter_scales) > 1
+    if per_channel and x.dtype == "uint8":
+        raise UnsupportedOpError("uint8 filter with per-channel scales (TFLite refuses)")
     if per_channel:
         if weights.quantization.quantized_dimension != 0:
             raise UnsupportedOpError("per-channel filter not quantized along its units (dim 0)")
@@ -181,7 +185,8 @@ def _fully_connected_int8(x: Tensor, weights: Tensor, bias: Tensor | None, out: 
     # Scales are float32 in the file; TFLite widens each to double before multiplying.
     requant = tuple(scale_of(x) * s / scale_of(out) for s in filter_scales)
     low, high = activation_range_quantized(activation, out)
-    return FullyConnectedInt8Params(
+    return FullyConnectedQuantizedParams(
+        dtype=x.dtype,
         **shape,
         input_offset=-zero_point_of(x),
         filter_offset=filter_offset,
@@ -308,7 +313,7 @@ MAX_ROW_ACCUMULATOR = 256
 INT32_MAX = 2**31 - 1
 # |(int8 + offset) * (int8 + offset)| when both offsets may reach +-128 (zero points in int8).
 MAX_OFFSET_PRODUCT = 255 * 255
-MAX_RAW_PRODUCT = 128 * 128
+MAX_RAW_PRODUCT = {"int8": 128 * 128, "uint8": 255 * 255}
 # Per-unit scales printed this many to a line.
 SCALES_PER_LINE = 4
 
@@ -395,8 +400,8 @@ def fc_float_values(ctx: OpContext) -> dict:
     }
 
 
-def fc_int8_values(ctx: OpContext) -> dict:
-    p: FullyConnectedInt8Params = ctx.params
+def fc_quantized_values(ctx: OpContext) -> dict:
+    p: FullyConnectedQuantizedParams = ctx.params
     v = _fc_common(ctx)
     weights = _constant_data(ctx.inputs[1])
     folded = weights is not None
@@ -410,7 +415,7 @@ def fc_int8_values(ctx: OpContext) -> dict:
         row_terms = c_array(_wrap_int32(terms)) if terms.any() else None
     per_channel = len(p.requant_scales) > 1
     scales = [_c_double(s) for s in p.requant_scales]
-    acc_type = _accumulator(p.depth, MAX_RAW_PRODUCT if folded else MAX_OFFSET_PRODUCT)
+    acc_type = _accumulator(p.depth, MAX_RAW_PRODUCT[p.dtype] if folded else MAX_OFFSET_PRODUCT)
     filter_offset = p.filter_offset if folded else 0
     # an input and a filter element at depth {d} of a row, offset unless folded
     x_term = "{row}[{d}]" if folded else _offset(p.input_offset, "{row}[{d}]")
@@ -487,7 +492,7 @@ def fc_int8_values(ctx: OpContext) -> dict:
 def emit_fully_connected(ctx: OpContext) -> Kernel:
     if isinstance(ctx.params, FullyConnectedFloatParams):
         return Kernel(render_macro(TEMPLATE, "fully_connected_float", fc_float_values(ctx)))
-    return Kernel(render_macro(TEMPLATE, "fully_connected_int8", fc_int8_values(ctx)))
+    return Kernel(render_macro(TEMPLATE, "fully_connected_quantized", fc_quantized_values(ctx)))
 
 
 # -- BATCH_MATMUL ----------------------------------------------------------------------------
@@ -529,7 +534,7 @@ def batch_matmul_values(ctx: OpContext) -> dict:
     acc_type = "float"
     requantize = False
     if not is_float:
-        max_product = MAX_OFFSET_PRODUCT if p.requantize else MAX_RAW_PRODUCT
+        max_product = MAX_OFFSET_PRODUCT if p.requantize else MAX_RAW_PRODUCT["int8"]
         acc_type, requantize = _accumulator(depth, max_product), p.requantize
         lhs_offset, rhs_offset = _plus(p.lhs_offset), _plus(p.rhs_offset)
         lhs_term, rhs_term = _offset(p.lhs_offset, lhs_term), _offset(p.rhs_offset, rhs_term)
@@ -579,7 +584,8 @@ def emit_batch_matmul(ctx: OpContext) -> Kernel:
 
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("FULLY_CONNECTED",
-           kernels("float32, float32, float32? -> float32", "int8, int8, int32? -> int8"),
+           kernels("float32, float32, float32? -> float32", "T, T, int32? -> T",
+                   T=("int8", "uint8")),
            prepare_fully_connected, emit_fully_connected),
     OpSpec("BATCH_MATMUL", kernels("T, T -> T", "int8, int8 -> int32", T=("float32", "int8")),
            prepare_batch_matmul, emit_batch_matmul),
