@@ -102,8 +102,8 @@ _INT8_VERSIONS = {
     "SOFTMAX": 2,
 }
 
-# int8 softmax output quantization fixed by TFLite: [0, 1) in steps of 1/256.
-_SOFTMAX_INT8 = (1.0 / 256.0, -128)
+# Quantized softmax outputs are fixed by TFLite: [0, 1) in steps of 1/256.
+_SOFTMAX_SCALE = 1.0 / 256.0
 # int8 activations cover this many estimated standard deviations either side of the bias.
 _COVERAGE = 5.0
 _BIAS_STD = 0.1
@@ -182,11 +182,17 @@ def _pair(value: Pair) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else (value[0], value[1])
 
 
-def _activation_quant(lo: float, hi: float) -> tuple[float, int]:
-    """int8 scale and zero point covering [lo, hi] (widened to contain 0, as TFLite requires)."""
+# The stored range of each quantized activation type the builder writes.
+_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+def _activation_quant(lo: float, hi: float, dtype: str) -> tuple[float, int]:
+    """int8 or uint8 scale and zero point covering [lo, hi] (widened to contain 0, as TFLite
+    requires)."""
+    low, high = _RANGES[dtype]
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     scale = max(hi - lo, 1e-6) / 255.0
-    zero_point = int(np.clip(round(-128 - lo / scale), -128, 127))
+    zero_point = int(np.clip(round(low - lo / scale), low, high))
     return scale, zero_point
 
 
@@ -194,8 +200,8 @@ class ModelBuilder:
     """Accumulates tensors, operators and buffers of one subgraph; `build` serializes them."""
 
     def __init__(self, dtype: str = "float32", seed: int = 0, description: str = "arenac"):
-        if dtype not in ("float32", "int8"):
-            raise ValueError(f"dtype must be 'float32' or 'int8', not {dtype!r}")
+        if dtype not in ("float32", "int8", "uint8"):
+            raise ValueError(f"dtype must be 'float32', 'int8' or 'uint8', not {dtype!r}")
         self.dtype = dtype
         self.description = description
         self.rng = np.random.default_rng(seed)
@@ -454,9 +460,11 @@ class ModelBuilder:
         return out
 
     def softmax(self, x: int, beta: float = 1.0) -> int:
-        """Softmax over the last dimension; int8 output uses TFLite's fixed 1/256, -128."""
+        """Softmax over the last dimension; a quantized output uses TFLite's fixed 1/256 and the
+        type's lowest value as zero point."""
         name = self._layer("softmax")
-        scale, zero_point = _SOFTMAX_INT8 if self.dtype == "int8" else (None, None)
+        scale, zero_point = ((_SOFTMAX_SCALE, _RANGES[self.dtype][0]) if self.dtype in _RANGES
+                             else (None, None))
         out = self.tensor(name, self.shape(x), self.dtype, scale, zero_point)
         self.op("SOFTMAX", [x], [out], {"beta": beta}, self._version("SOFTMAX"))
         return out
@@ -528,12 +536,13 @@ class ModelBuilder:
         if q is None:
             return _DEFAULT_RMS
         scale, zero_point = q.scale[0], q.zeroPoint[0]
-        return max(scale * (zero_point + 128), scale * (127 - zero_point)) / math.sqrt(3.0)
+        low, high = _RANGES[self.dtype]
+        return max(scale * (zero_point - low), scale * (high - zero_point)) / math.sqrt(3.0)
 
     def _input_scale(self, x: int) -> float:
         q = self._tensors[x].quantization
         if q is None:
-            raise ValueError(f"int8 tensor {self._tensors[x].name!r} has no quantization")
+            raise ValueError(f"{self.dtype} tensor {self._tensors[x].name!r} has no quantization")
         return q.scale[0]
 
     def _activation_tensor(
@@ -550,7 +559,7 @@ class ModelBuilder:
         clamp_lo, clamp_hi, power = _ACTIVATIONS[activation]
         lo = min(max(low_mean - _COVERAGE * rms, clamp_lo), clamp_hi)
         hi = max(min(high_mean + _COVERAGE * rms, clamp_hi), clamp_lo)
-        quant = _activation_quant(lo, hi) if self.dtype == "int8" else (None, None)
+        quant = _activation_quant(lo, hi, self.dtype) if self.dtype in _RANGES else (None, None)
         out = self.tensor(name, shape, self.dtype, *quant)
         self._rms[out] = min(rms * math.sqrt(power), max(-lo, hi))
         return out
@@ -573,7 +582,8 @@ class ModelBuilder:
         options: dict[str, object],
         activation: str,
     ) -> int:
-        """Add filter and bias constants and the operator; quantizes them in int8 mode."""
+        """Add filter and bias constants and the operator; quantizes them in int8 mode (per
+        channel, symmetric) and in uint8 mode (per tensor, asymmetric, as legacy converters)."""
         name = self._layer(kind)
         axes = tuple(i for i in range(weights.ndim) if i != channel_axis)
         bias = self.rng.normal(0.0, _BIAS_STD, weights.shape[channel_axis])
@@ -587,6 +597,18 @@ class ModelBuilder:
             filter_index = self.const(
                 f"{name}/filter", q_weights, weight_scale, 0, quantized_dimension=channel_axis
             )
+            bias_index = self.const(f"{name}/bias", q_bias, bias_scale, 0)
+        elif self.dtype == "uint8":
+            lo, hi = min(float(weights.min()), 0.0), max(float(weights.max()), 0.0)
+            weight_scale = max(hi - lo, 1e-6) / 255.0
+            zero_point = int(np.clip(round(-lo / weight_scale), 0, 255))
+            q_weights = np.clip(np.round(weights / weight_scale) + zero_point, 0, 255)
+            bias_scale = self._input_scale(x) * weight_scale
+            q_bias = np.round(bias / bias_scale).astype(np.int32)
+            weights = (q_weights - zero_point) * weight_scale
+            bias = q_bias * bias_scale
+            filter_index = self.const(f"{name}/filter", q_weights.astype(np.uint8), weight_scale,
+                                      zero_point)
             bias_index = self.const(f"{name}/bias", q_bias, bias_scale, 0)
         else:
             filter_index = self.const(f"{name}/filter", weights.astype(np.float32))

@@ -41,8 +41,14 @@ def _blend_fixed10(params: BilinearParams, x: np.ndarray) -> np.ndarray:
     return np.sign(rounded) * (np.abs(rounded) >> FIXED_SHIFT)  # C division: toward zero
 
 
+def _blend_float32_rounded(params: BilinearParams, x: np.ndarray) -> np.ndarray:
+    """The float32 blend of integer values, + 0.5f; the caller's cast truncates."""
+    return _blend_float32(params, x) + np.float32(0.5)
+
+
 _BLENDS: dict[str, Callable[[BilinearParams, np.ndarray], np.ndarray]] = {
     "float32": _blend_float32,
+    "float32_rounded": _blend_float32_rounded,
     "fixed10": _blend_fixed10,
 }
 

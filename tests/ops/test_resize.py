@@ -53,7 +53,7 @@ MODE_IDS = ["plain", "align_corners", "half_pixel"]
 
 @pytest.mark.parametrize("shape, size", RESIZES)
 @pytest.mark.parametrize("align_corners, half_pixel_centers", MODES, ids=MODE_IDS)
-@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8"])
 def test_resize_bilinear(dtype, shape, size, align_corners, half_pixel_centers):
     model = resize_model("RESIZE_BILINEAR", shape, size, dtype, align_corners, half_pixel_centers)
     assert_varied(model)

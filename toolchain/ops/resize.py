@@ -64,6 +64,8 @@ class BilinearParams:
     + in[bottom,right]·wb·wr, summed in that order.
 
     "float32": float32 weights and arithmetic, products associating left to right.
+    "float32_rounded": the same on integer values (TFLite's ResizeBilinear<uint8_t>), then
+    + 0.5 and truncation to the integer type.
     "fixed10": integer weights in 1/1024; the int64 sum is rounded half away from zero to
     a multiple of 2^20 and divided by it (truncating, as C does).
     """
@@ -164,6 +166,7 @@ def prepare_nearest(graph: Graph, op: Operator) -> NearestParams:
 
 
 _BILINEAR_METHODS = {"float32": ("float32", _float_interpolation),
+                     "uint8": ("float32_rounded", _float_interpolation),
                      "int8": ("fixed10", _fixed_interpolation)}
 
 
@@ -191,8 +194,10 @@ def prepare_bilinear(graph: Graph, op: Operator) -> BilinearParams:
 TEMPLATE = "c/resize.c.j2"
 FIXED_SHIFT = 20  # the int8 blend carries two 10-bit weights (runtime_py.kernels.resize)
 # The C types of the bilinear weights' tables, per method.
-WEIGHT_TYPES = {"float32": "float", "fixed10": "int16_t"}
-BILINEAR_MACROS = {"float32": "bilinear_float", "fixed10": "bilinear_fixed"}
+WEIGHT_TYPES = {"float32": "float", "float32_rounded": "float", "fixed10": "int16_t"}
+BILINEAR_MACROS = {"float32": "bilinear_float", "float32_rounded": "bilinear_float",
+                   "fixed10": "bilinear_fixed"}
+FLOAT_SUM = "v_tl + v_bl + v_tr + v_br"
 
 
 def _index_type(values: list[int]) -> str:
@@ -249,7 +254,7 @@ def emit_nearest(ctx: OpContext) -> Kernel:
 
 
 def _weights(prefix: str, name: str, weights: tuple, method: str) -> dict:
-    convert = float if method == "float32" else int
+    convert = int if method == "fixed10" else float
     return _table(prefix, name, WEIGHT_TYPES[method], [convert(w) for w in weights])
 
 
@@ -275,6 +280,8 @@ def emit_bilinear(ctx: OpContext) -> Kernel:
     v.update({name: _look_up(t, v["out_x"]) for name, t in by_column.items()})
     v.update(tables=[] if v["empty"] else [*by_row.values(), *by_column.values()],
              weight_type=WEIGHT_TYPES[p.method], shift=FIXED_SHIFT,
+             store=(f"({v['ctype']})({FLOAT_SUM} + 0.5f)" if p.method == "float32_rounded"
+                    else FLOAT_SUM),
              half=1 << (FIXED_SHIFT - 1), one=1 << FIXED_SHIFT,
              counters=written_vars([v["batch"], v["out_y"], v["out_x"], v["channel"]]))
     return Kernel(render_macro(TEMPLATE, BILINEAR_MACROS[p.method], v))
