@@ -1,7 +1,7 @@
 """`make bench`: figures measured side by side in one run, printed as ratios.
 
 Not a test: timings vary from machine to machine, so nothing here asserts; it prints.
-Usage: python -m tests.bench [plan] [scaling] [wide] [c] [runtime] [mcu] [MODEL.tflite ...]
+Usage: python -m tests.bench [plan] [scaling] [wide] [c] [quant] [runtime] [mcu] [MODEL.tflite ...]
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import random_inputs
 from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
 from toolchain.errors import ArenacError
+from toolchain.examples import EXAMPLES
 from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
 from toolchain.planners import Buffer, lower_bound, make_plan
-from toolchain.reader import read_model
+from toolchain.reader import parse_model, read_model
 from toolchain.report import table
 
 REPEATS = 5
@@ -133,6 +134,27 @@ def c_row(path: Path) -> list[object]:
         sizes["bss"],
         mp.arena_bytes,
     ]
+
+
+def host_c_ms(data: bytes, name: str) -> float:
+    """Generated C (cc -O2) per inference on one random input set, about 0.3 s timed."""
+    mp = plan_model(parse_model(data, f"{name}.tflite"))
+    inputs = random_inputs(mp.graph, seed=0)
+    with CBackend(mp) as backend:
+        c_ms = c_ms_per_inference(backend, inputs, 3)
+        return c_ms_per_inference(backend, inputs, max(3, min(5000, int(300 / max(c_ms, 1e-3)))))
+
+
+def quant_section() -> None:
+    """The example models in each quantization scheme, timed side by side in one run."""
+    rows = []
+    for model in ("tiny_cnn", "residual_cnn"):
+        ms = {dtype: host_c_ms(EXAMPLES[f"{model}_{dtype}"](), f"{model}_{dtype}")
+              for dtype in ("int8", "uint8")}
+        rows.append([model, f"{ms['int8']:.4f}", f"{ms['uint8']:.4f}",
+                     ratio(ms["uint8"], ms["int8"])])
+    print("generated C (cc -O2, host) per inference (ms), one model in each scheme, same run")
+    print(table(["model", "int8", "uint8", "uint8/int8"], rows))
 
 
 def timed(make: Callable[[], object]) -> tuple[object, float]:
@@ -253,7 +275,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     sections = [a for a in argv if not a.endswith(".tflite")] or [
-        "plan", "scaling", "wide", "c", "runtime", "mcu"]
+        "plan", "scaling", "wide", "c", "quant", "runtime", "mcu"]
     paths = [Path(a) for a in argv if a.endswith(".tflite")] or SHARED_MODEL_FILES
     if not paths:
         print("no models: pass .tflite paths or provide ../shared/models", file=sys.stderr)
@@ -287,6 +309,9 @@ def main(argv: list[str]) -> int:
                 [c_row(p) for p in paths],
             )
         )
+        print()
+    if "quant" in sections:
+        quant_section()
         print()
     if "runtime" in sections:
         print("runtime_py per inference (ms, median of 5) beside TFLite's interpreters, same run")
