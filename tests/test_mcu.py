@@ -199,3 +199,17 @@ def test_footprint_command(example_path, capsys):
     out = capsys.readouterr().out
     assert "tiny_cnn_int8" in out and "stack path Reset_Handler" in out and "CONV_2D" in out
     assert main([str(path.with_name("absent.tflite"))]) == 2
+
+
+@needs_mcu
+def test_an_int16_model_matches_runtime_py():
+    """16x8 on the Cortex-M4: int16 activations, int8 weights, int64 bias and accumulator."""
+    from tests.ops.test_fully_connected import int16_fully_connected_model
+
+    data = int16_fully_connected_model((3, 40), 7, "RELU", seed=2)
+    mp = plan_model(parse_model(data, "int16.tflite"), "greedy")
+    input_sets = [random_inputs(mp.graph, seed) for seed in range(3)]
+    with QemuBackend(mp) as backend:
+        actual = backend.invoke_many(input_sets)
+    assert_same_as_runtime_py(mp, input_sets, actual)
+    assert len(np.unique(actual[0][0])) > 8

@@ -133,7 +133,7 @@ def _float_l2_normalization(p: FloatL2NormalizationParams, x: np.ndarray) -> np.
 def _requantize_clamp(p: RequantizeClampParams, x: np.ndarray) -> np.ndarray:
     rescaled = multiply_by_quantized_multiplier(
         x.astype(np.int64) - p.input_zero_point, p.multiplier, p.shift)
-    return np.clip(p.output_zero_point + rescaled, p.low, p.high).astype(np.int8)
+    return np.clip(p.output_zero_point + rescaled, p.low, p.high)
 
 
 def _lookup(p: LookupTableParams, x: np.ndarray) -> np.ndarray:
@@ -153,7 +153,7 @@ def _quantized_leaky_relu(p: QuantizedLeakyReluParams, x: np.ndarray) -> np.ndar
         v >= 0,
         multiply_by_quantized_multiplier(v, p.identity_multiplier, p.identity_shift),
         _signed_rescale(v, p.alpha_multiplier, p.alpha_shift))
-    return _to_int8(p.output_zero_point + rescaled)
+    return np.clip(p.output_zero_point + rescaled, p.low, p.high)
 
 
 def _quantized_prelu(p: QuantizedPreluParams, x: np.ndarray, alpha: np.ndarray) -> np.ndarray:

@@ -53,7 +53,8 @@ def fully_connected_quantized(p: FullyConnectedQuantizedParams, inputs, outputs)
                            (weights.astype(np.int64) + p.filter_offset).T)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
-    acc = wrap_int32(acc)
+    if p.dtype != "int16":  # TFLite's int32 accumulator wraps; int16's is int64
+        acc = wrap_int32(acc)
     # round(double(acc) * scale), scale per tensor or per unit (broadcast over the last axis)
     scaled = double_to_int32(round_half_away(acc * np.asarray(p.requant_scales, np.float64)))
     result = np.clip(wrap_int32(scaled + p.output_offset), p.activation_min, p.activation_max)

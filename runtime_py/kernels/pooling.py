@@ -50,7 +50,7 @@ def average_pool_float(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
 
 
 def average_pool_integer(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
-    """int8 and uint8: the int32 sum divided by the count, rounding halves away from zero (C
+    """int8, uint8 and int16: the int32 sum divided by the count, rounding halves away from zero (C
     division of acc +- count / 2, which truncates toward zero; uint8 sums are never negative)."""
     total = windows(p, x, 0).sum(axis=(-2, -1), dtype=np.int64)
     counts = _counts(p)
@@ -69,9 +69,9 @@ def max_pool(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
     return best
 
 
-_AVERAGE = {np.dtype(np.float32): average_pool_float, np.dtype(np.int8): average_pool_integer,
-            np.dtype(np.uint8): average_pool_integer}
-_MAX = dict.fromkeys(map(np.dtype, (np.float32, np.int8, np.uint8)), max_pool)
+_AVERAGE = {np.dtype(np.float32): average_pool_float,
+            **dict.fromkeys(map(np.dtype, (np.int8, np.uint8, np.int16)), average_pool_integer)}
+_MAX = dict.fromkeys(map(np.dtype, (np.float32, np.int8, np.uint8, np.int16)), max_pool)
 
 
 def _pool_kernel(pool_by_dtype):

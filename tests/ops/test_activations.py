@@ -400,10 +400,10 @@ def test_real_model_softmax_on_oracle_tensors(name):
 
 
 def uint8_model(opcode: str, shape: Sequence[int], input_q: Quant, output_q: Quant,
-                options: dict | None = None) -> bytes:
+                options: dict | None = None, dtype: str = "uint8") -> bytes:
     b = ModelBuilder("float32")
-    x = b.input("x", shape, "uint8", *input_q)
-    y = b.tensor("y", shape, "uint8", *output_q)
+    x = b.input("x", shape, dtype, *input_q)
+    y = b.tensor("y", shape, dtype, *output_q)
     b.op(opcode, [x], [y], options)
     b.output(y)
     return b.build()
@@ -447,3 +447,32 @@ def test_uint8_softmax_writes_1_256_and_0_whatever_the_output_says():
     """LiteRT ignores a uint8 output's quantization here: so do we, rather than refuse."""
     model = uint8_model("SOFTMAX", (4, 10), (0.05, 128), (0.01, 7), {"beta": 1.0})
     assert_matches_and_varies(model, min_distinct=4)
+
+
+# -- int16 (16x8): zero points 0, the int8 requantization in the int16 range ------------------
+
+INT16_RELU_QUANTS = [((0.0005, 0), (0.0005, 0)), ((0.0005, 0), (0.0003, 0)),
+                     ((0.0002, 0), (0.0009, 0)), ((1 / 4096, 0), (6 / 32767, 0))]
+
+
+@pytest.mark.parametrize("input_q, output_q", INT16_RELU_QUANTS)
+@pytest.mark.parametrize("opcode", ["RELU", "RELU6"])
+def test_int16_relu(opcode, input_q, output_q):
+    model = uint8_model(opcode, INT8_SHAPE, input_q, output_q, dtype="int16")
+    assert_matches_and_varies(model, min_distinct=64)
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.3, 1.7])
+@pytest.mark.parametrize("input_q, output_q", INT16_RELU_QUANTS[:3])
+def test_int16_leaky_relu(alpha, input_q, output_q):
+    model = uint8_model("LEAKY_RELU", INT8_SHAPE, input_q, output_q, {"alpha": alpha}, "int16")
+    assert_matches_and_varies(model, min_distinct=64)
+
+
+def test_int16_relu_n1_to_1_and_zero_points_are_refused():
+    """TFLite fails these when it runs them (RELU_N1_TO_1 has no int16 kernel) or prepares them
+    (16x8 tensors need zero point 0)."""
+    refused = uint8_model("RELU_N1_TO_1", INT8_SHAPE, (0.0005, 0), (0.0005, 0), dtype="int16")
+    assert_refused(refused, "no kernel for int16 -> int16", tflite_refuses=False)
+    assert_refused(uint8_model("RELU", INT8_SHAPE, (0.0005, 3), (0.0005, 0), dtype="int16"),
+                   "zero point 0", tflite_refuses=False)

@@ -350,3 +350,43 @@ def test_real_models_made_of_fully_connected_run_whole(name):
     if not path.exists():
         pytest.skip(f"{path} is absent")
     assert_matches_oracle(path.read_bytes(), inputs=5)
+
+
+# -- int16 (16x8): int16 activations with zero point 0, int8 weights, int64 bias ---------------
+
+
+def int16_fully_connected_model(input_shape: Sequence[int], units: int, activation: str = "NONE",
+                                bias: bool = True, per_channel: bool = False,
+                                seed: int = 0) -> bytes:
+    rng = np.random.default_rng(seed)
+    depth = input_shape[-1]
+    batches = math.prod(input_shape) // depth
+    b = ModelBuilder("float32")
+    input_scale = 1 / 4096
+    x = b.input("x", input_shape, "int16", input_scale, 0)
+    scale = rng.uniform(0.002, 0.02, units) if per_channel else 0.01
+    weights = b.const("w", rng.integers(-127, 128, (units, depth)).astype(np.int8), scale, 0)
+    bias_index = (b.const("b", rng.integers(-300000, 300000, units).astype(np.int64),
+                          input_scale * np.asarray(scale), 0) if bias else -1)
+    # int16 values are about 0.58 * 32768 in magnitude: the sums' real deviation
+    std = math.sqrt(depth) * input_scale * 0.58 * 32768 * float(np.mean(scale)) * INT8_STD
+    low, high = ACTIVATION_FLOAT_RANGE[activation]
+    reach = max(min(SPREAD * std, high), -max(-SPREAD * std, low), 1e-3)
+    out = b.tensor("y", (batches, units), "int16", reach / 32767, 0)
+    b.op("FULLY_CONNECTED", [x, weights, bias_index], [out],
+         {"fused_activation_function": activation}, version=7)
+    b.output(out)
+    return b.build()
+
+
+@pytest.mark.parametrize("input_shape, units", [((1, 8), 4), ((3, 40), 7), ((2, 300), 16)])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_fully_connected_int16(input_shape, units, per_channel):
+    assert_matches_and_varies(int16_fully_connected_model(input_shape, units,
+                                                          per_channel=per_channel))
+
+
+@pytest.mark.parametrize("activation", ["RELU", "RELU6", "RELU_N1_TO_1"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_fully_connected_int16_activations(activation, bias):
+    assert_matches_and_varies(int16_fully_connected_model((4, 24), 8, activation, bias, seed=1))

@@ -20,6 +20,7 @@ POOLS = ("AVERAGE_POOL_2D", "MAX_POOL_2D")
 # same, their zero point 128 higher.
 INPUT_QUANT = (0.05, 0)
 UINT8_QUANT = (0.05, 128)
+INT16_QUANT = (0.0002, 0)  # 16x8: zero point 0
 
 
 def pool_model(
@@ -40,8 +41,8 @@ def pool_model(
         output_size(padding, width, size[1], stride[1]),
         channels,
     )
-    b = ModelBuilder("float32" if dtype == "uint8" else dtype)
-    quant = {"int8": quant, "uint8": UINT8_QUANT}.get(dtype, ())
+    b = ModelBuilder("float32" if dtype in ("uint8", "int16") else dtype)
+    quant = {"int8": quant, "uint8": UINT8_QUANT, "int16": INT16_QUANT}.get(dtype, ())
     x = b.input("x", shape, dtype, *quant)
     out = b.tensor("y", out_shape, dtype, *(output_quant or quant))
     options = {
@@ -70,14 +71,14 @@ GEOMETRIES = [
 
 
 @pytest.mark.parametrize("opcode", POOLS)
-@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8"])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8", "int16"])
 @pytest.mark.parametrize("shape, size, stride, padding", GEOMETRIES)
 def test_pool_geometries(opcode, dtype, shape, size, stride, padding):
     assert_matches_and_varies(pool_model(opcode, dtype, shape, size, stride, padding))
 
 
 @pytest.mark.parametrize("opcode", POOLS)
-@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8"])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8", "int16"])
 @pytest.mark.parametrize("activation", ["RELU", "RELU6", "RELU_N1_TO_1"])
 def test_pool_activations(opcode, dtype, activation):
     assert_matches_and_varies(

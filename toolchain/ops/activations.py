@@ -126,10 +126,12 @@ class FloatLeakyReluParams:
 
 @dataclass(frozen=True)
 class QuantizedLeakyReluParams:
-    """int8 LEAKY_RELU: v = x - input_zero_point; out = output_zero_point + (v >= 0 ?
-    rescale_identity(v) : rescale_alpha(v)), clamped; a negative alpha gives a negative
-    alpha multiplier, applied as the negated product of its magnitude."""
+    """int8 or int16 LEAKY_RELU: v = x - input_zero_point; out = output_zero_point + (v >= 0 ?
+    rescale_identity(v) : rescale_alpha(v)), clamped to the type's [low, high]; a negative
+    alpha gives a negative alpha multiplier, applied as the negated product of its magnitude."""
 
+    low: int
+    high: int
     input_zero_point: int
     output_zero_point: int
     identity_multiplier: int
@@ -229,6 +231,9 @@ def _operands(graph: Graph, op: Operator, inputs: int = 1) -> tuple[Tensor, ...]
     if tensors[0].shape != tensors[-1].shape:
         raise UnsupportedOpError(
             f"output shape {tensors[-1].shape} differs from input shape {tensors[0].shape}")
+    if tensors[0].dtype == "int16" and any(
+            t.quantization is not None and any(t.quantization.zero_point) for t in tensors):
+        raise UnsupportedOpError("int16 tensors need zero point 0 (TFLite's 16x8 scheme)")
     return tensors
 
 
@@ -332,8 +337,8 @@ def prepare_leaky_relu(graph: Graph,
     (in_scale, in_zp), (out_scale, out_zp) = map(per_tensor_quantization, (x, out))
     identity_multiplier, identity_shift = quantize_multiplier(_ratio(in_scale, out_scale))
     alpha_multiplier, alpha_shift = quantize_multiplier(_product_ratio(in_scale, alpha, out_scale))
-    return QuantizedLeakyReluParams(in_zp, out_zp, identity_multiplier, identity_shift,
-                                    alpha_multiplier, alpha_shift)
+    return QuantizedLeakyReluParams(*INT_RANGES[out.dtype], in_zp, out_zp, identity_multiplier,
+                                    identity_shift, alpha_multiplier, alpha_shift)
 
 
 def prepare_prelu(graph: Graph, op: Operator) -> FloatPreluParams | QuantizedPreluParams:
@@ -633,12 +638,15 @@ def emit_activation(ctx: OpContext) -> Kernel:
     return Kernel(_render(values["macro"], values), values["helpers"])
 
 
-# The ops whose TFLite kernels also run legacy uint8 (as int8, in [0, 255]).
+# The ops whose TFLite kernels also run legacy uint8 (as int8, in [0, 255]), and those that run
+# int16 (16x8, zero points 0) through the same requantization.
 _UINT8_OPCODES = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "SOFTMAX"})
+_INT16_OPCODES = frozenset({"RELU", "RELU6", "LEAKY_RELU"})
 
 
 def _kernels(opcode: str) -> tuple[Signature, ...]:
-    dtypes = ("float32", "int8", "uint8") if opcode in _UINT8_OPCODES else ("float32", "int8")
+    dtypes = ("float32", "int8", *(("uint8",) if opcode in _UINT8_OPCODES else ()),
+              *(("int16",) if opcode in _INT16_OPCODES else ()))
     return kernels("T, T -> T" if opcode == "PRELU" else "T -> T", T=dtypes)
 
 

@@ -55,6 +55,7 @@ from toolchain.quant import (
     scales_of,
     zero_point_of,
 )
+from toolchain.schema import DTYPE_NAMES
 
 # TFLite's check that a bias was quantized with input_scale * filter_scale (per-tensor FC only):
 # |input_scale * filter_scale - bias_scale| / output_scale must not exceed this.
@@ -76,9 +77,10 @@ class FullyConnectedFloatParams:
 
 @dataclass(frozen=True)
 class FullyConnectedQuantizedParams:
-    """int8 and legacy uint8 (`dtype`): acc = sum((filter + filter_offset) * (input +
-    input_offset)) + bias in int32, then round(acc * requant_scales) in double, + output_offset,
-    clamped (TFLite's reference kernels requantize both so).
+    """int8, legacy uint8 and int16 (`dtype`, int8 weights for int16): acc = sum((filter +
+    filter_offset) * (input + input_offset)) + bias in int32 (int64 for int16, whose bias is
+    int64), then round(acc * requant_scales) in double, + output_offset, clamped (TFLite's
+    reference kernels requantize all three so).
 
     `requant_scales` has one entry (per tensor) or one per unit (per channel), as Python floats
     (C doubles). Per-channel weights are symmetric: TFLite ignores their zero point, so
@@ -157,15 +159,19 @@ def prepare_fully_connected(
         _require_dtypes("float32", bias=bias, output=out)
         low, high = activation_range_float(activation)
         return FullyConnectedFloatParams(**shape, activation_min=low, activation_max=high)
-    if x.dtype in ("int8", "uint8"):
-        return _fully_connected_quantized(x, weights, bias, out, activation, shape)
+    if x.dtype in ("int8", "uint8", "int16"):
+        return _fully_connected_quantized(x, weights, bias, out, activation, shape, options)
     raise UnsupportedOpError(f"input type {x.dtype}")
 
 
 def _fully_connected_quantized(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor,
-                          activation: str, shape: dict) -> FullyConnectedQuantizedParams:
-    _require_dtypes(x.dtype, weights=weights, output=out)
-    _require_dtypes("int32", bias=bias)
+                               activation: str, shape: dict, options: dict
+                               ) -> FullyConnectedQuantizedParams:
+    if x.dtype == "int16":
+        _check_int16(x, weights, bias, out, options)
+    else:
+        _require_dtypes(x.dtype, weights=weights, output=out)
+        _require_dtypes("int32", bias=bias)
     _require_quantized(x, weights, out)
     filter_scales = scales_of(weights)
     per_channel = len(filter_scales) > 1
@@ -195,6 +201,21 @@ def _fully_connected_quantized(x: Tensor, weights: Tensor, bias: Tensor | None, 
         activation_min=low,
         activation_max=high,
     )
+
+
+def _check_int16(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor,
+                 options: dict) -> None:
+    """16x8: int8 weights, zero points 0, and the int64 bias TFLite reads unless the options
+    say INT32 (whose int32 accumulator we do not run)."""
+    _require_dtypes("int8", weights=weights)
+    _require_dtypes("int16", output=out)
+    _require_dtypes("int64", bias=bias)
+    bias_type = DTYPE_NAMES.get(options.get("quantized_bias_type", 0), "unknown")
+    if bias_type not in ("float32", "int64"):  # float32, the default, means int64 here
+        raise UnsupportedOpError(f"quantized_bias_type {bias_type}")
+    _require_quantized(x, out)
+    if zero_point_of(x) or zero_point_of(out):
+        raise UnsupportedOpError("int16 input and output need zero point 0 (TFLite's 16x8)")
 
 
 def _check_bias_scale(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor) -> None:
@@ -415,13 +436,16 @@ def fc_quantized_values(ctx: OpContext) -> dict:
         row_terms = c_array(_wrap_int32(terms)) if terms.any() else None
     per_channel = len(p.requant_scales) > 1
     scales = [_c_double(s) for s in p.requant_scales]
-    acc_type = _accumulator(p.depth, MAX_RAW_PRODUCT[p.dtype] if folded else MAX_OFFSET_PRODUCT)
+    wide = p.dtype == "int16"  # TFLite's 16x8 accumulator and bias are int64
+    acc_type = "int64_t" if wide else _accumulator(
+        p.depth, MAX_RAW_PRODUCT[p.dtype] if folded else MAX_OFFSET_PRODUCT)
     filter_offset = p.filter_offset if folded else 0
     # an input and a filter element at depth {d} of a row, offset unless folded
     x_term = "{row}[{d}]" if folded else _offset(p.input_offset, "{row}[{d}]")
     w_term = "{row}[{d}]" if folded else _offset(p.filter_offset, "{row}[{d}]")
     xterm = " + xterm" if filter_offset else ""
-    ctype, name, prefix, xb = v["ctype"], v["name"], v["prefix"], v["xb"]
+    name, prefix, xb = v["name"], v["prefix"], v["xb"]
+    w_ctype = ctx.inputs[1].ctype
 
     # units in blocks of UNIT_BLOCK, then one by one; each dot product in a main loop of a
     # multiple of VECTOR_STEP steps and a tail
@@ -432,10 +456,10 @@ def fc_quantized_values(ctx: OpContext) -> dict:
     main, tail = ConstantLoop("d", depth_main), ConstantLoop("d", p.depth, depth_main)
     row_sum = ConstantLoop("d", p.depth if filter_offset else 0)
     filters = [f"w{k}" for k in range(UNIT_BLOCK)]
-    block_pointers = [f"const {ctype} *w0 = {c_offset('w', [(block, p.depth)])}"
+    block_pointers = [f"const {w_ctype} *w0 = {c_offset('w', [(block, p.depth)])}"
                       + "".join(f", *w{k} = w{k - 1} + {p.depth}" for k in range(1, UNIT_BLOCK))
                       + ";"]
-    tail_row, tail_pointers = c_pointer("wr", f"const {ctype}", "w", [(unit_tail, p.depth)])
+    tail_row, tail_pointers = c_pointer("wr", f"const {w_ctype}", "w", [(unit_tail, p.depth)])
 
     def step4(depth: ConstantLoop) -> dict:
         """One step along the depth for the four units of a block: the input element loaded
@@ -450,7 +474,8 @@ def fc_quantized_values(ctx: OpContext) -> dict:
         return f"dot += ({acc_type}){x} * {w};"
 
     def store(unit: str, dot: str) -> str:
-        return f"{v['ob']}[{unit}] = {prefix}_output((uint32_t){dot}{xterm}, {unit});"
+        sum_value = dot if wide else f"(uint32_t){dot}{xterm}"
+        return f"{v['ob']}[{unit}] = {prefix}_output({sum_value}, {unit});"
 
     bias = " + bias[u]" if v["bias"] else ""
     row_comment = (f"{ctx.op.opcode} '{name}': per unit, input offset * filter row sum"
@@ -465,8 +490,20 @@ def fc_quantized_values(ctx: OpContext) -> dict:
         "acc_type": acc_type,
         "uses_unit": bool(row_terms or v["bias"] or per_channel),
         "row_terms": row_terms,
-        "sum": "sum" + (f" + (uint32_t){prefix}_row[u]" if row_terms else "")
-               + (" + (uint32_t)bias[u]" if v["bias"] else ""),
+        "output_comment": c_comment(
+            "Output unit u from its sum of products, "
+            + ("in int64_t as TFLite's 16x8 accumulator. " if wide else
+               "in uint32_t so that it wraps like TFLite's int32 accumulator. ")
+            + "TFLite's reference rescales this op in double: round((double)acc * scale) with "
+            "C's round (halves away from zero), then a cast to int32 that gives INT32_MIN out of "
+            "range on x86. Without <math.h>: t truncates, and scaled - t is exact."),
+        "sum_type": "int64_t" if wide else "uint32_t",
+        "w_ctype": w_ctype,
+        "bias_type": "int64_t" if wide else "int32_t",
+        "acc": ("const int64_t acc = sum" + (" + bias[u];" if v["bias"] else ";")) if wide
+        else "const int32_t acc = (int32_t)(sum" + (f" + (uint32_t){prefix}_row[u]" if row_terms
+                                                     else "")
+        + (" + (uint32_t)bias[u]" if v["bias"] else "") + ");",
         "filter_offset": filter_offset,
         "sums_rows": filter_offset != 0,  # the filter offset times each input row's sum
         "depth_loop": row_sum,
@@ -585,7 +622,7 @@ def emit_batch_matmul(ctx: OpContext) -> Kernel:
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("FULLY_CONNECTED",
            kernels("float32, float32, float32? -> float32", "T, T, int32? -> T",
-                   T=("int8", "uint8")),
+                   "int16, int8, int64? -> int16", T=("int8", "uint8")),
            prepare_fully_connected, emit_fully_connected),
     OpSpec("BATCH_MATMUL", kernels("T, T -> T", "int8, int8 -> int32", T=("float32", "int8")),
            prepare_batch_matmul, emit_batch_matmul),

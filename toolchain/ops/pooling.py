@@ -147,8 +147,8 @@ def prepare_pool_2d(graph: Graph, op: Operator) -> Pool2DParams:
     return Pool2DParams(fh, fw, sh, sw, top, left, oh, ow, counts, low, high, x.shape[3])
 
 
-ACCUMULATOR_BYTES = 4  # int32 for int8 and uint8 data, float for float32
-QUANTIZED = ("int8", "uint8")
+ACCUMULATOR_BYTES = 4  # int32 for int8, uint8 and int16 data, float for float32
+QUANTIZED = ("int8", "uint8", "int16")
 
 
 def pool_scratch(p: Pool2DParams) -> tuple[MemoryRequest, ...]:
