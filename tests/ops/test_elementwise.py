@@ -324,3 +324,39 @@ def test_uint8_oracle_output_varies(opcode):
     output = oracle_outputs(model)[0]
     assert output.dtype == np.uint8 and len(np.unique(output)) > 20
     assert np.mean((output == 0) | (output == 255)) < 0.2
+
+
+# -- int16 (16x8): zero points 0; ADD and SUB shift 15 bits, MUL as int8 --------------------
+
+INT16_QUANT: dict[str, tuple[Quant, Quant, Quant]] = {
+    "ADD": ((0.0003, 0), (0.0007, 0), (0.001, 0)),
+    "SUB": ((0.0003, 0), (0.0007, 0), (0.001, 0)),
+    "MUL": ((0.0003, 0), (0.0007, 0), (0.005, 0)),
+}
+
+
+@pytest.mark.parametrize("shapes", SHAPES[:5], ids=str)
+@pytest.mark.parametrize("opcode", ["ADD", "SUB", "MUL"])
+def test_int16_broadcasting(opcode, shapes):
+    assert_matches_oracle(binary_model(opcode, "int16", *shapes, quant=INT16_QUANT[opcode]))
+
+
+@pytest.mark.parametrize("activation", ["RELU", "RELU6", "RELU_N1_TO_1"])
+@pytest.mark.parametrize("opcode", ["ADD", "SUB", "MUL"])
+def test_int16_fused_activations(opcode, activation):
+    model = binary_model(opcode, "int16", (2, 3, 4), (3, 1), activation, INT16_QUANT[opcode])
+    assert_matches_oracle(model)
+
+
+@pytest.mark.parametrize("opcode", ["ADD", "SUB", "MUL"])
+def test_int16_oracle_output_varies(opcode):
+    output = oracle_outputs(binary_model(opcode, "int16", (4, 16), (4, 16),
+                                         quant=INT16_QUANT[opcode]))[0]
+    assert output.dtype == np.int16 and len(np.unique(output)) > 40
+
+
+def test_int16_power_of_two_add_is_refused():
+    """TFLite's shift path for power-of-two scales (pot_scale_int16) is not run here."""
+    model = binary_model("ADD", "int16", (4,), (4,), "NONE", ((2**-12, 0),) * 3)
+    with pytest.raises(UnsupportedOpError, match="power-of-two"):
+        prepare_graph(parse_model(model, "<built model>").main)

@@ -55,8 +55,12 @@ from toolchain.quant import (
 # (and rejects it for int8), so we refuse them rather than compute something else.
 CLAMPING_ACTIVATIONS = frozenset(ACTIVATION_FLOAT_RANGE)
 
-# Left shift that gives int8 inputs headroom before rescaling (add.cc, sub.cc).
+# Left shift that gives int8 inputs headroom before rescaling (add.cc, sub.cc); int16 inputs
+# have less room to grow.
 ADD_LEFT_SHIFT = 20
+INT16_ADD_LEFT_SHIFT = 15
+# CheckedLog2's tolerance: a scale this close to a power of two counts as one.
+POWER_OF_TWO_TOLERANCE = 1e-3
 # squared_difference.cc shifts less so that the square of the difference fits in int32.
 SQUARED_DIFFERENCE_LEFT_SHIFT = 7
 
@@ -193,11 +197,32 @@ def _prepare_int8_select(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> Pla
     return PlainParams(**_shapes(op, a, b, out), dtype=out.dtype, clamp_min=None, clamp_max=None)
 
 
+def _is_power_of_two(scale: float) -> bool:
+    """CheckedLog2 in float32: log2 of the scale within 1e-3 of an integer."""
+    log2 = float(np.float32(np.log(np.float32(scale))) * np.float32(1.0 / np.log(2.0)))
+    return abs(log2 - round(log2)) < POWER_OF_TWO_TOLERANCE
+
+
+def _require_int16_general_path(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> None:
+    """16x8 ADD and SUB: zero points 0, and TFLite's general path. With `pot_scale_int16` set
+    (the schema's default when the options table is there) and every scale a power of two,
+    TFLite takes a path of plain shifts instead, which we do not run."""
+    if any(per_tensor_quantization(t)[1] for t in (a, b, out)):
+        raise UnsupportedOpError("int16 tensors need zero point 0 (TFLite's 16x8 scheme)")
+    if op.options.get("pot_scale_int16", False) and all(
+            _is_power_of_two(per_tensor_quantization(t)[0]) for t in (a, b, out)):
+        raise UnsupportedOpError("int16 power-of-two scales with pot_scale_int16 (TFLite's "
+                                 "shift path)")
+
+
 def _prepare_int8_rescaled(op: Operator, a: Tensor, b: Tensor, out: Tensor, left_shift: int,
                            output_scale_power: int) -> RescaledParams:
     """The common-scale pipeline of add.cc / sub.cc / squared_difference.cc, in double as there:
     both inputs go to half the larger input scale and the output multiplier undoes that
-    (squared for SQUARED_DIFFERENCE: `output_scale_power` 2)."""
+    (squared for SQUARED_DIFFERENCE: `output_scale_power` 2). int16 ADD and SUB shift less."""
+    if out.dtype == "int16":
+        _require_int16_general_path(op, a, b, out)
+        left_shift = INT16_ADD_LEFT_SHIFT
     (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(per_tensor_quantization, (a, b, out))
     twice_max_input_scale = 2.0 * max(scale1, scale2)
     real_output = twice_max_input_scale**output_scale_power / (
@@ -221,6 +246,8 @@ def _prepare_int8_product(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> Sc
     """mul.cc: real multiplier in1_scale * in2_scale / out_scale, evaluated in float (the
     scales are floats and the expression is not cast) before it is widened to double."""
     (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(per_tensor_quantization, (a, b, out))
+    if out.dtype == "int16" and (zp1 or zp2 or zp_out):
+        raise UnsupportedOpError("int16 tensors need zero point 0 (TFLite's 16x8 scheme)")
     real = float(np.float32(scale1) * np.float32(scale2) / np.float32(scale_out))
     multiplier, shift = quantize_multiplier(real)
     act_min, act_max = activation_range_quantized(_activation(op), out)
@@ -245,11 +272,13 @@ _QUANTIZED_PREPARE = {
 
 OPCODES = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
 
-# dtypes each op runs on: float32 and int32 everywhere, int8 and uint8 where it has a pipeline.
+# dtypes each op runs on: float32 and int32 everywhere, the quantized types where it has a
+# pipeline (TFLite's SQUARED_DIFFERENCE takes no uint8; int16 runs ADD, SUB and MUL).
+_QUANTIZED_DTYPES = {"ADD": {"int8", "uint8", "int16"}, "SUB": {"int8", "uint8", "int16"},
+                     "MUL": {"int8", "uint8", "int16"}, "MAXIMUM": {"int8", "uint8"},
+                     "MINIMUM": {"int8", "uint8"}, "SQUARED_DIFFERENCE": {"int8"}}
 DTYPES: dict[str, frozenset[str]] = {
-    opcode: frozenset({"float32", "int32"} | (
-        ({"int8"} if opcode == "SQUARED_DIFFERENCE" else {"int8", "uint8"})
-        if opcode in _QUANTIZED_PREPARE else set()))
+    opcode: frozenset({"float32", "int32", *_QUANTIZED_DTYPES.get(opcode, ())})
     for opcode in OPCODES
 }
 
@@ -259,7 +288,7 @@ def prepare(graph: Graph, op: Operator) -> BinaryOpParams:
     a, b, out = _operands(graph, op)
     if out.dtype not in DTYPES[op.opcode]:
         raise UnsupportedOpError(f"{op.opcode} on {out.dtype}")
-    if out.dtype in ("int8", "uint8"):
+    if out.dtype in ("int8", "uint8", "int16"):
         return _QUANTIZED_PREPARE[op.opcode](op, a, b, out)
     return _prepare_plain(op, a, b, out)
 
@@ -431,6 +460,8 @@ def _rescaled_input_table(p: RescaledParams, offset: int, multiplier: int,
 
 
 def _rescaled_values(p: RescaledParams, prefix: str, ctype: str) -> dict:
+    if p.dtype == "int16":  # no table of 65536 values: each input is rescaled as it is read
+        return _rescaled_computed_values(p, prefix, ctype)
     return {
         "macro": "rescaled_op", "wide": WIDE_TYPE, "left_shift": p.left_shift,
         "table_length": BYTE_VALUES,
@@ -447,6 +478,24 @@ def _rescaled_values(p: RescaledParams, prefix: str, ctype: str) -> dict:
     }
 
 
+def _rescaled_computed_values(p: RescaledParams, prefix: str, ctype: str) -> dict:
+    """int16 ADD and SUB (zero points 0): MultiplyByQuantizedMultiplierSmallerThanOneExp of
+    each input shifted left, computed per element; |x| <= 2^15, so x * 2^15 fits in int32."""
+    return {
+        "macro": "rescaled_computed_op", "wide": WIDE_TYPE, "scale_up": 1 << p.left_shift,
+        "comment": c_comment(f"Each int16 input shifted left {p.left_shift} bits for headroom "
+                             "and rescaled to the common scale (TFLite's "
+                             "MultiplyByQuantizedMultiplierSmallerThanOneExp)."),
+        "inputs": [{"multiplier": p.input1_multiplier, "shift": p.input1_shift},
+                   {"multiplier": p.input2_multiplier, "shift": p.input2_shift}],
+        "loads": (lambda e: f"{prefix}_in1({e})", lambda e: f"{prefix}_in2({e})"),
+        "body": [f"{WIDE_TYPE} r = {_COMBINED[p.opcode]};",
+                 f"r = arenac_mbqm(r, {p.output_multiplier}, {p.output_shift});",
+                 *_clamp_lines(str(p.activation_min), str(p.activation_max)),
+                 f"return ({ctype})r;"],
+    }
+
+
 def _table_load(table: str, offset: int) -> Load:
     """An element's rescaled value: the table entry of its value (the table starts at the
     type's lowest value, `offset` entries below zero)."""
@@ -458,7 +507,8 @@ def _table_load(table: str, offset: int) -> Load:
 def _product_values(p: ScaledProductParams, prefix: str, ctype: str) -> dict:
     return {
         "macro": "product_op", "wide": WIDE_TYPE,
-        "in1_offset": _plus(p.input1_offset), "in2_offset": _plus(p.input2_offset),
+        "in1_offset": f" {_plus(p.input1_offset)}" if p.input1_offset else "",
+        "in2_offset": f" {_plus(p.input2_offset)}" if p.input2_offset else "",
         "loads": (lambda e: f"{prefix}_in1({e})", lambda e: f"{prefix}_in2({e})"),
         "body": [f"{WIDE_TYPE} r = arenac_mbqm(x * y, {p.output_multiplier}, {p.output_shift}) "
                  f"{_plus(p.output_offset)};",
