@@ -209,11 +209,13 @@ def _quantized_softmax(p: QuantizedSoftmaxParams, x: np.ndarray) -> np.ndarray:
     exps = gemmlowp.exp_on_negative_values(scaled_diff, SOFTMAX_SCALED_DIFF_INTEGER_BITS)
     terms = gemmlowp.rescale(exps, 0, SOFTMAX_ACCUMULATION_INTEGER_BITS)
     sums = np.where(counted, terms, 0).sum(axis=1, keepdims=True)
-    if np.any(sums >= SOFTMAX_ABORTING_SUM << (31 - SOFTMAX_ACCUMULATION_INTEGER_BITS)):
+    output_bits = 8 * np.dtype(p.dtype).itemsize
+    if output_bits == 8 and np.any(
+            sums >= SOFTMAX_ABORTING_SUM << (31 - SOFTMAX_ACCUMULATION_INTEGER_BITS)):
         raise RuntimeBackendError(f"int8 SOFTMAX: a row's exponentials sum to "
                                   f"{SOFTMAX_ABORTING_SUM} or more, where TFLite aborts")
     scale, bits_over_unit = gemmlowp.reciprocal(sums, SOFTMAX_ACCUMULATION_INTEGER_BITS)
-    exponent = bits_over_unit + 31 - INT8_BITS
+    exponent = bits_over_unit + 31 - output_bits
     unsaturated = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(scale, exps),
                                          exponent)
     low, high = INT_RANGES[p.dtype]  # the output's zero point is the type's lowest value

@@ -476,3 +476,16 @@ def test_int16_relu_n1_to_1_and_zero_points_are_refused():
     assert_refused(refused, "no kernel for int16 -> int16", tflite_refuses=False)
     assert_refused(uint8_model("RELU", INT8_SHAPE, (0.0005, 3), (0.0005, 0), dtype="int16"),
                    "zero point 0", tflite_refuses=False)
+
+
+@pytest.mark.parametrize("shape", [(4, 10), (2, 3, 50)])
+@pytest.mark.parametrize("input_q, beta", SOFTMAX_INT8_CASES[:5])
+def test_int8_to_int16_softmax(input_q, beta, shape):
+    """int8 in, int16 out: the int8 pipeline with 16 output bits; LiteRT ignores the int16
+    output's quantization (it writes 1/65536 and -32768), and so do we."""
+    b = ModelBuilder("float32")
+    x = b.input("x", shape, "int8", *input_q)
+    y = b.tensor("y", shape, "int16", 1 / 32768, 0)
+    b.op("SOFTMAX", [x], [y], {"beta": beta})
+    b.output(y)
+    assert_matches_and_varies(b.build(), min_distinct=4)

@@ -95,6 +95,9 @@ def test_quantize_rounds_halves_away_from_zero(target, scale, zero_point):
         ("uint8", "uint8", (0.03, 100), (0.011, 90)),
         ("int16", "int16", (1e-3, 0), (3e-3, 0)),
         ("int16", "int8", (1e-3, 0), (0.2, -7)),
+        ("int8", "int16", (0.05, 3), (0.002, 0)),
+        ("int8", "int16", (0.1, 0), (0.1, 0)),
+        ("int16", "int32", (1e-3, 0), (1e-4, 0)),
     ],
 )
 def test_requantize(shape, source, target, source_quant, target_quant):
@@ -107,7 +110,6 @@ def test_requantize(shape, source, target, source_quant, target_quant):
     "source, target, source_quant, target_quant",
     [
         ("float32", "int32", None, (0.1, 0)),
-        ("int8", "int16", (0.1, 0), (0.1, 0)),
         ("int16", "int16", (0.1, 5), (0.1, 0)),
         ("float32", "int16", None, (0.1, 3)),
     ],

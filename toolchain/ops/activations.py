@@ -52,7 +52,7 @@ from toolchain.ops.emit import (
     render_macro,
     written_vars,
 )
-from toolchain.ops.spec import OpSpec, Signature, kernels
+from toolchain.ops.spec import OpSpec, Signature, kernels, required_input
 from toolchain.ops.tables import logistic_float32, lookup_table, tanhf
 from toolchain.quant import (
     ACTIVATION_FLOAT_RANGE,
@@ -370,13 +370,14 @@ def prepare_prelu(graph: Graph, op: Operator) -> FloatPreluParams | QuantizedPre
 def prepare_softmax(graph: Graph, op: Operator) -> FloatSoftmaxParams | QuantizedSoftmaxParams:
     """int8: PreprocessSoftmaxScaling(beta, input_scale) in double, and the radius of input
     differences that can still contribute (CalculateInputRadius)."""
-    x, out = _operands(graph, op)
+    x, out = _softmax_operands(graph, op)
     depth, beta = _last_axis(x), _finite_option(op, "beta", 0.0)  # the schema's default
     if out.dtype == "float32":
         return FloatSoftmaxParams(depth, beta)
     in_scale, _ = per_tensor_quantization(x)
     out_scale, out_zp = per_tensor_quantization(out)
-    # TFLite checks an int8 output's quantization; a uint8 one it ignores, writing 1/256 and 0.
+    # TFLite checks an int8 output's quantization; a uint8 or int16 one it ignores, writing
+    # 1/256 and 0 (uint8) or 1/65536 and -32768 (int16).
     if out.dtype == "int8" and (out_zp != SOFTMAX_INT8_OUTPUT[1]
                                 or abs(out_scale - SOFTMAX_INT8_OUTPUT[0]) > 0.001 / 256):
         raise UnsupportedOpError("int8 output must have scale 1/256 and zero point -128")
@@ -387,6 +388,16 @@ def prepare_softmax(graph: Graph, op: Operator) -> FloatSoftmaxParams | Quantize
     multiplier, left_shift = quantize_multiplier(real, max_shift=SOFTMAX_MAX_LEFT_SHIFT)
     radius = math.floor(((1 << bits) - 1) * (1 << (31 - bits)) / (1 << left_shift))
     return QuantizedSoftmaxParams(out.dtype, depth, multiplier, left_shift, -radius)
+
+
+def _softmax_operands(graph: Graph, op: Operator) -> tuple[Tensor, Tensor]:
+    """SOFTMAX's input and output: of one dtype, or int8 in and int16 out."""
+    x, out = required_input(graph, op, 0, "input"), graph.tensors[op.outputs[0]]
+    if (x.dtype, out.dtype) == ("int8", "int16") and len(op.inputs) == len(op.outputs) == 1:
+        if x.shape != out.shape:
+            raise UnsupportedOpError(f"output shape {out.shape} differs from input {x.shape}")
+        return x, out
+    return _operands(graph, op)
 
 
 def prepare_l2_normalization(
@@ -455,6 +466,7 @@ def _base(ctx: OpContext) -> dict:
         "fn": ctx.fn,
         "prefix": ctx.prefix,
         "ctype": out.ctype,
+        "in_ctype": ctx.inputs[0].ctype,
         "x": ctx.inputs[0].ptr,
         "out": out.ptr,
         "empty": out.size == 0,
@@ -578,7 +590,22 @@ def _float_softmax(ctx: OpContext, p: FloatSoftmaxParams) -> dict:
 
 
 def _int8_softmax(ctx: OpContext, p: QuantizedSoftmaxParams) -> dict:
+    bits = 8 * np.dtype(p.dtype).itemsize
+    low = INT_RANGES[p.dtype][0]
+    # only an 8-bit output's final shift can exceed 31, where TFLite aborts
+    aborts = bits == 8
+    comment = (
+        f"reference_ops::Softmax for {ctx.inputs[0].dtype} in, {p.dtype} out (scale 1/2^{bits}, "
+        f"zero point {low}): the exponentials of the row's differences to its max (those below "
+        f"{p.diff_min} count as 0) summed in Q12.19, each times the sum's reciprocal. The "
+        "exponentials are computed twice (as TFLite does) rather than stored: no buffer. The "
+        "row's max and sum are read before any of it is written, and the last pass reads each "
+        "element before writing it: in-place safe."
+        + (f" TFLite aborts on a row whose exponentials sum to 512 or more (possible from 512 "
+           f"classes on); a void kernel cannot, so such a row is all {low} here: each probability "
+           "is then at most 1/512, under half an output step." if aborts else ""))
     return _rows(ctx, p.depth, "int8_softmax_row", {
+        "row_comment": c_comment(comment), "output_bits": bits, "aborts": aborts,
         "helpers": ("gemmlowp_exp",), **_int_range(ctx),
         "multiplier": p.input_multiplier, "left_shift": p.input_left_shift,
         "diff_min": c_int32(p.diff_min), "out_offset": _plus(INT_RANGES[p.dtype][0]),
@@ -647,7 +674,8 @@ _INT16_OPCODES = frozenset({"RELU", "RELU6", "LEAKY_RELU"})
 def _kernels(opcode: str) -> tuple[Signature, ...]:
     dtypes = ("float32", "int8", *(("uint8",) if opcode in _UINT8_OPCODES else ()),
               *(("int16",) if opcode in _INT16_OPCODES else ()))
-    return kernels("T, T -> T" if opcode == "PRELU" else "T -> T", T=dtypes)
+    widening = ("int8 -> int16",) if opcode == "SOFTMAX" else ()
+    return kernels("T, T -> T" if opcode == "PRELU" else "T -> T", *widening, T=dtypes)
 
 
 SPECS: tuple[OpSpec, ...] = tuple(

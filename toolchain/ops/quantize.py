@@ -84,9 +84,9 @@ class CastParams:
 # What QUANTIZE accepts: input dtype -> output dtypes (TFLite quantize.cc Prepare).
 _QUANTIZE_OUTPUTS: dict[str, frozenset[str]] = {
     "float32": frozenset({"int8", "uint8", "int16"}),
-    "int8": frozenset({"int8", "uint8"}),
+    "int8": frozenset({"int8", "uint8", "int16"}),
     "uint8": frozenset({"int8", "uint8"}),
-    "int16": frozenset({"int8", "int16"}),
+    "int16": frozenset({"int8", "int16", "int32"}),
 }
 _DEQUANTIZE_INPUTS = frozenset({"int8", "uint8", "int16"})
 _CAST_DTYPES = frozenset({"float32", "int64", "int32", "int16", "int8", "uint8", "bool"})
