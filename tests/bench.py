@@ -146,15 +146,28 @@ def host_c_ms(data: bytes, name: str) -> float:
 
 
 def quant_section() -> None:
-    """The example models in each quantization scheme, timed side by side in one run."""
+    """One model in each quantization scheme it runs in, timed side by side in one run: the
+    example CNNs (int8, uint8; int16 convolutions are not run yet) and a fully connected layer
+    (int8, uint8, int16)."""
+    from tests.ops.test_fully_connected import (
+        fully_connected_model,
+        int16_fully_connected_model,
+    )
+
+    models = {
+        **{model: {dtype: EXAMPLES[f"{model}_{dtype}"]() for dtype in ("int8", "uint8")}
+           for model in ("tiny_cnn", "residual_cnn")},
+        "fc 16x300->40": {**{dtype: fully_connected_model(dtype, (16, 300), 40, seed=3)
+                             for dtype in ("int8", "uint8")},
+                          "int16": int16_fully_connected_model((16, 300), 40, seed=3)},
+    }
     rows = []
-    for model in ("tiny_cnn", "residual_cnn"):
-        ms = {dtype: host_c_ms(EXAMPLES[f"{model}_{dtype}"](), f"{model}_{dtype}")
-              for dtype in ("int8", "uint8")}
-        rows.append([model, f"{ms['int8']:.4f}", f"{ms['uint8']:.4f}",
-                     ratio(ms["uint8"], ms["int8"])])
+    for name, by_dtype in models.items():
+        ms = {dtype: host_c_ms(data, f"{name}_{dtype}") for dtype, data in by_dtype.items()}
+        rows.append([name, *(fmt(ms.get(d)) for d in ("int8", "uint8", "int16")),
+                     ratio(ms.get("uint8"), ms["int8"]), ratio(ms.get("int16"), ms["int8"])])
     print("generated C (cc -O2, host) per inference (ms), one model in each scheme, same run")
-    print(table(["model", "int8", "uint8", "uint8/int8"], rows))
+    print(table(["model", "int8", "uint8", "int16", "uint8/int8", "int16/int8"], rows))
 
 
 def timed(make: Callable[[], object]) -> tuple[object, float]:
