@@ -213,3 +213,16 @@ def test_an_int16_model_matches_runtime_py():
         actual = backend.invoke_many(input_sets)
     assert_same_as_runtime_py(mp, input_sets, actual)
     assert len(np.unique(actual[0][0])) > 8
+
+
+@needs_mcu
+def test_a_hybrid_model_matches_runtime_py():
+    """Dynamic range on the Cortex-M4: float32 rows quantized as they are read, int8 weights."""
+    from tests.ops.test_fully_connected import hybrid_fully_connected_model
+
+    data = hybrid_fully_connected_model((3, 40), 7, "RELU", asymmetric=True, seed=2)
+    mp = plan_model(parse_model(data, "hybrid.tflite"), "greedy")
+    input_sets = [random_inputs(mp.graph, seed) for seed in range(3)]
+    with QemuBackend(mp) as backend:
+        actual = backend.invoke_many(input_sets)
+    assert_same_as_runtime_py(mp, input_sets, actual)

@@ -14,6 +14,7 @@ from toolchain.ops.fully_connected import (
     BatchMatMulFloatParams,
     BatchMatMulInt8Params,
     FullyConnectedFloatParams,
+    FullyConnectedHybridParams,
     FullyConnectedQuantizedParams,
 )
 
@@ -94,10 +95,67 @@ def batch_matmul_int8(p: BatchMatMulInt8Params, inputs, outputs) -> None:
     outputs[0][...] = result.astype(np.int8)
 
 
+f32 = np.float32
+
+
+def _round_as_tflite_x86(p: np.ndarray) -> np.ndarray:
+    """The x86 build's rounding of scaled float32 values: the first 8 * floor(n / 8) as
+    trunc(p +- 0.5f) with the addition in float32, the rest half away from zero."""
+    head = (p.size // 8) * 8
+    half = np.where(p[:head] < 0, f32(-0.5), f32(0.5)).astype(f32)
+    rounded = np.empty(p.size, np.int64)
+    rounded[:head] = np.trunc((p[:head] + half).astype(f32))
+    rounded[head:] = np.sign(p[head:]) * np.floor(np.abs(p[head:].astype(np.float64)) + 0.5)
+    return rounded
+
+
+def _symmetric_row(row: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
+    extent = f32(max(abs(row.min()), abs(row.max())))
+    if extent == 0:
+        return np.zeros(row.size, np.int64), f32(1.0), 0
+    scale, inverse = f32(extent / f32(127)), f32(f32(127) / extent)
+    return np.clip(_round_as_tflite_x86((row * inverse).astype(f32)), -127, 127), scale, 0
+
+
+def _asymmetric_row(row: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
+    low, high = f32(min(f32(0), row.min())), f32(max(f32(0), row.max()))
+    if low == high:
+        return np.zeros(row.size, np.int64), f32(1.0), 0
+    step = float(f32(high - low)) / 255.0  # the difference in float, the division in double
+    from_low, from_high = -128.0 - float(low) / step, 127.0 - float(high) / step
+    z = from_low if 128.0 + abs(float(low) / step) < 127.0 + abs(float(high) / step) else from_high
+    zero_point = -128 if z <= -128 else 127 if z >= 127 else int(
+        np.sign(z) * np.floor(abs(z) + 0.5))
+    scale = f32(step)
+    inverse = f32(1.0 / float(scale))
+    rounded = _round_as_tflite_x86((row * inverse).astype(f32))
+    return np.clip(zero_point + rounded, -128, 127), scale, zero_point
+
+
+def fully_connected_hybrid(p: FullyConnectedHybridParams, inputs, outputs) -> None:
+    """EvalHybridDense: each row quantized, int32 dot products, float rescale, bias, clamp."""
+    x, weights, bias = _fc_operands(p, inputs)
+    w = weights.astype(np.int64).reshape(p.units, p.depth)
+    filter_scales = np.asarray(p.filter_scales, f32)
+    out = np.zeros((p.batches, p.units), f32) if bias is None else np.tile(bias.astype(f32),
+                                                                           (p.batches, 1))
+    quantize = _asymmetric_row if p.asymmetric else _symmetric_row
+    for b in range(p.batches):
+        q, scale, zero_point = quantize(x[b].astype(f32))
+        acc = w @ q
+        if zero_point:
+            acc = acc - zero_point * np.asarray(p.row_sums, np.int64)
+        row_scale = (filter_scales * scale).astype(f32)  # one product per unit, or one
+        out[b] = out[b] + (wrap_int32(acc).astype(f32) * row_scale).astype(f32)
+    clamped = np.clip(out, f32(p.activation_min), f32(p.activation_max))
+    outputs[0][...] = clamped.reshape(outputs[0].shape)
+
+
 # Kernels by the params type prepare returned (one type per dtype path).
 _BY_PARAMS = {
     FullyConnectedFloatParams: fully_connected_float,
     FullyConnectedQuantizedParams: fully_connected_quantized,
+    FullyConnectedHybridParams: fully_connected_hybrid,
     BatchMatMulFloatParams: batch_matmul_float,
     BatchMatMulInt8Params: batch_matmul_int8,
 }

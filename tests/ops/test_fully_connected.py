@@ -174,14 +174,15 @@ def test_fully_connected_runtime_weights(dtype):
     assert_matches_and_varies(b.build())
 
 
-def test_fully_connected_refuses_hybrid():
+def test_fully_connected_refuses_hybrid_with_runtime_weights():
+    """Hybrid weights are constants: TFLite quantizes only the input as it runs."""
     b = ModelBuilder("float32")
     x = b.input("x", (1, 4), "float32")
-    w = b.const("w", np.ones((2, 4), np.int8), 0.1, 0)
+    w = b.input("w", (2, 4), "int8", 0.1, 0)
     y = b.tensor("y", (1, 2), "float32")
     b.op("FULLY_CONNECTED", [x, w, -1], [y])
     b.output(y)
-    assert_refused(b.build(), "no kernel for float32, int8")
+    assert_refused(b.build(), "quantized constant")
 
 
 def test_fully_connected_refuses_non_clamping_activation():
@@ -390,3 +391,73 @@ def test_fully_connected_int16(input_shape, units, per_channel):
 @pytest.mark.parametrize("bias", [True, False])
 def test_fully_connected_int16_activations(activation, bias):
     assert_matches_and_varies(int16_fully_connected_model((4, 24), 8, activation, bias, seed=1))
+
+
+# -- hybrid (dynamic range): float32 activations, int8 constant weights -------------------------
+
+
+def hybrid_fully_connected_model(input_shape: Sequence[int], units: int, activation: str = "NONE",
+                                 bias: bool = True, per_channel: bool = False,
+                                 asymmetric: bool = False, seed: int = 0) -> bytes:
+    rng = np.random.default_rng(seed)
+    depth = input_shape[-1]
+    batches = math.prod(input_shape) // depth
+    b = ModelBuilder("float32")
+    x = b.input("x", input_shape, "float32")
+    scale = rng.uniform(0.002, 0.02, units) if per_channel else 0.01
+    weights = b.const("w", rng.integers(-127, 128, (units, depth)).astype(np.int8), scale, 0)
+    bias_index = b.const("b", rng.normal(0, 0.5, units).astype("f4")) if bias else -1
+    out = b.tensor("y", (batches, units), "float32")
+    b.op("FULLY_CONNECTED", [x, weights, bias_index], [out],
+         {"fused_activation_function": activation, "asymmetric_quantize_inputs": asymmetric})
+    b.output(out)
+    return b.build()
+
+
+HYBRID_SHAPES = [((1, 8), 4), ((3, 16), 5), ((4, 13), 6), ((2, 3, 24), 7), ((2, 100), 9)]
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("input_shape, units", HYBRID_SHAPES)
+def test_fully_connected_hybrid(input_shape, units, per_channel, asymmetric):
+    """Bit for bit: the float32 results compare with no tolerance (see assert_bit_exact)."""
+    model = hybrid_fully_connected_model(input_shape, units, per_channel=per_channel,
+                                         asymmetric=asymmetric)
+    assert_bit_exact(model)
+
+
+@pytest.mark.parametrize("activation", ["RELU", "RELU6", "RELU_N1_TO_1"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_fully_connected_hybrid_activations(activation, bias):
+    assert_bit_exact(hybrid_fully_connected_model((4, 24), 8, activation, bias, seed=1))
+
+
+def test_fully_connected_hybrid_refuses_weights_of_minus_128():
+    b = ModelBuilder("float32")
+    x = b.input("x", (1, 4), "float32")
+    w = b.const("w", np.array([[-128, 1, 2, 3]], np.int8), 0.01, 0)
+    out = b.tensor("y", (1, 1), "float32")
+    b.op("FULLY_CONNECTED", [x, w, -1], [out], {})
+    b.output(out)
+    assert_refused(b.build(), "-128")
+
+
+def assert_bit_exact(model: bytes) -> None:
+    """runtime_py and the C against LiteRT with every float32 output bit equal."""
+    from runtime_py.interpreter import ArenaInterpreter
+    from toolchain.checking.c_backend import CBackend
+    from toolchain.checking.check import random_inputs
+    from toolchain.checking.oracle import LiteRTOracle
+    from toolchain.plan import plan_model
+    from toolchain.reader import parse_model
+
+    mp = plan_model(parse_model(model, "<built model>"), "greedy")
+    inputs = [random_inputs(mp.graph, seed) for seed in range(3)]
+    oracle = LiteRTOracle(model)
+    with CBackend(mp) as c:
+        c_outputs = c.invoke_many(inputs)
+    for values, from_c in zip(inputs, c_outputs):
+        want = oracle.invoke(values)[0]
+        for got in (ArenaInterpreter(mp).invoke(values)[0], from_c[0]):
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

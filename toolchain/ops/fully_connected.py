@@ -45,7 +45,7 @@ from toolchain.ops.emit import (
     render_macro,
     written_vars,
 )
-from toolchain.ops.spec import OpSpec, kernels, required_input
+from toolchain.ops.spec import MemoryRequest, OpSpec, kernels, required_input
 from toolchain.quant import (
     ACTIVATION_FLOAT_RANGE,
     activation_range_float,
@@ -62,6 +62,25 @@ from toolchain.schema import DTYPE_NAMES
 BIAS_SCALE_TOLERANCE = 0.02
 # BATCH_MATMUL operands may have rank 2 to 5 in TFLite.
 BATCH_MATMUL_RANKS = range(2, 6)
+
+
+@dataclass(frozen=True)
+class FullyConnectedHybridParams:
+    """float32 input, int8 constant weights (dynamic range): each input row is quantized to
+    int8 as it is read, symmetric (scale max|x| / 127) or, with `asymmetric`, over [min(0, x),
+    max(0, x)] with a zero point; its int32 dot products, less zero point * `row_sums[u]`, are
+    scaled back by the row's scale times the filter's (`filter_scales`: one, or one per unit),
+    then the float bias and the clamp. TFLite's x86 reference build rounds the first
+    8 * floor(depth / 8) scaled values as trunc(p +- 0.5f), the rest half away from zero."""
+
+    batches: int
+    depth: int
+    units: int
+    asymmetric: bool
+    filter_scales: tuple[float, ...]
+    row_sums: tuple[int, ...]
+    activation_min: float
+    activation_max: float
 
 
 @dataclass(frozen=True)
@@ -153,10 +172,10 @@ def prepare_fully_connected(
     if bias is not None and bias.num_elements != units:
         raise UnsupportedOpError(f"bias of {bias.num_elements} elements for {units} units")
     shape = dict(batches=batches, depth=depth, units=units)
+    if x.dtype == "float32" and weights.dtype == "int8":
+        return _fully_connected_hybrid(weights, bias, out, activation, shape, options)
     if x.dtype == "float32":
-        if weights.dtype != "float32":
-            raise UnsupportedOpError(f"hybrid: float32 input with {weights.dtype} weights")
-        _require_dtypes("float32", bias=bias, output=out)
+        _require_dtypes("float32", weights=weights, bias=bias, output=out)
         low, high = activation_range_float(activation)
         return FullyConnectedFloatParams(**shape, activation_min=low, activation_max=high)
     if x.dtype in ("int8", "uint8", "int16"):
@@ -201,6 +220,34 @@ def _fully_connected_quantized(x: Tensor, weights: Tensor, bias: Tensor | None, 
         activation_min=low,
         activation_max=high,
     )
+
+
+def _fully_connected_hybrid(weights: Tensor, bias: Tensor | None, out: Tensor, activation: str,
+                            shape: dict, options: dict) -> FullyConnectedHybridParams:
+    _require_dtypes("float32", bias=bias, output=out)
+    if weights.data is None or weights.quantization is None:
+        raise UnsupportedOpError("hybrid weights must be a quantized constant")
+    scales = scales_of(weights)
+    if len(scales) not in (1, shape["units"]) or (
+            len(scales) > 1 and weights.quantization.quantized_dimension != 0):
+        raise UnsupportedOpError(f"{len(scales)} filter scales for {shape['units']} units")
+    values = weights.data.astype(np.int64).reshape(shape["units"], shape["depth"])
+    if (values == -128).any():  # TFLite's x86 kernel counts -128 times a negative value as +128
+        raise UnsupportedOpError("hybrid weights holding -128 (TFLite's x86 kernel miscounts "
+                                 "them; converters write [-127, 127])")
+    asymmetric = bool(options.get("asymmetric_quantize_inputs", False))
+    low, high = activation_range_float(activation)
+    return FullyConnectedHybridParams(
+        **shape, asymmetric=asymmetric, filter_scales=tuple(float(s) for s in scales),
+        row_sums=tuple(int(v) for v in values.sum(axis=1)) if asymmetric else (),
+        activation_min=low, activation_max=high)
+
+
+def fully_connected_scratch(p) -> tuple[MemoryRequest, ...]:
+    """A hybrid kernel quantizes one input row at a time into the arena."""
+    if isinstance(p, FullyConnectedHybridParams):
+        return (MemoryRequest(p.depth, "an input row quantized to int8"),)
+    return ()
 
 
 def _check_int16(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor,
@@ -526,7 +573,104 @@ def fc_quantized_values(ctx: OpContext) -> dict:
     }
 
 
+def _round_lines(k: str, rounded: str, head: int) -> list[str]:
+    """`rounded` = the x86 build's rounding of p (see FullyConnectedHybridParams): below `head`
+    trunc(p +- 0.5f), the float addition on its own; from there half away from zero, exactly
+    (p - t is exact for |p| < 2^23)."""
+    return [f"if ({k} < {head}) {{",
+            "  const float h = p < 0.0f ? p - 0.5f : p + 0.5f;",
+            f"  {rounded} = (int32_t)h;",
+            "} else {",
+            "  const int32_t t = (int32_t)p;",
+            "  const float f = p - (float)t;",
+            f"  {rounded} = t + (f >= 0.5f) - (f <= -0.5f);",
+            "}"]
+
+
+def _quantize_row_lines(p: FullyConnectedHybridParams, k: ConstantLoop, xb: str) -> list[str]:
+    """Lines quantizing row `xb` into q: its scale in `scale` (and zero point in `zp`)."""
+    head = (p.depth // 8) * 8
+    first = "lo = 0.0f, hi = 0.0f" if p.asymmetric else f"lo = {xb}[0], hi = {xb}[0]"
+    scan = [f"float {first}, inv;", f"for ({k.header}) {{",
+            f"  lo = {xb}[{k.index}] < lo ? {xb}[{k.index}] : lo;",
+            f"  hi = {xb}[{k.index}] > hi ? {xb}[{k.index}] : hi;", "}"]
+    each = [f"  const float p = {xb}[{k.index}] * inv;", "  int32_t r;",
+            *("  " + line for line in _round_lines(k.index, "r", head))]
+    if not p.asymmetric:
+        return [*scan, "/* symmetric: scale max|x| / 127, values in [-127, 127] */",
+                "if (lo == 0.0f && hi == 0.0f) {", "  scale = 1.0f;",
+                f"  for ({k.header}) q[{k.index}] = 0;", "} else {",
+                "  const float extent = -lo > hi ? -lo : hi;",
+                "  scale = extent / 127.0f;", "  inv = 127.0f / extent;",
+                *("  " + line for line in [
+                    f"for ({k.header}) {{", *each,
+                    f"  q[{k.index}] = (int8_t)(r < -127 ? -127 : r > 127 ? 127 : r);", "}"]),
+                "}"]
+    return [*scan, "/* asymmetric over [min(0, x), max(0, x)]: the difference in float, the "
+            "zero point in double */",
+            "if (lo == hi) {", "  scale = 1.0f;", "  zp = 0;",
+            f"  for ({k.header}) q[{k.index}] = 0;", "} else {",
+            "  const double step = (double)(hi - lo) / 255.0;",
+            "  const double z = 128.0 - (double)lo / step < 127.0 + (double)hi / step",
+            "                   ? -128.0 - (double)lo / step : 127.0 - (double)hi / step;",
+            "  if (z <= -128.0) {", "    zp = -128;",
+            "  } else if (z >= 127.0) {", "    zp = 127;",
+            "  } else {", "    const int32_t t = (int32_t)z;",
+            "    const double f = z - (double)t;",
+            "    zp = t + (f >= 0.5) - (f <= -0.5);", "  }",
+            "  scale = (float)step;", "  inv = (float)(1.0 / (double)scale);",
+            *("  " + line for line in [
+                f"for ({k.header}) {{", *each, "  r += zp;",
+                f"  q[{k.index}] = (int8_t)(r < -128 ? -128 : r > 127 ? 127 : r);", "}"]),
+            "}"]
+
+
+def fc_hybrid_values(ctx: OpContext) -> dict:
+    p: FullyConnectedHybridParams = ctx.params
+    v = _fc_common(ctx)
+    unit, k = ConstantLoop("u", p.units), ConstantLoop("k", p.depth)
+    per_channel = len(p.filter_scales) > 1
+    tables = []
+    if per_channel:
+        tables.append({"comment": c_comment(f"FULLY_CONNECTED '{v['name']}': the filter scale "
+                                            "per unit"),
+                       "ctype": "float", "name": f"{v['prefix']}_filter_scale",
+                       "length": c_length(p.units),
+                       "data": c_array(np.asarray(p.filter_scales, np.float32))})
+    if p.asymmetric:
+        tables.append({"comment": c_comment(f"FULLY_CONNECTED '{v['name']}': the sum of each "
+                                            "filter row, times a row's zero point"),
+                       "ctype": "int32_t", "name": f"{v['prefix']}_row_sum",
+                       "length": c_length(p.units), "data": c_array(p.row_sums)})
+    quantize = [f"float scale;{' int32_t zp;' if p.asymmetric else ''}",
+                *_quantize_row_lines(p, k, v["xb"])]
+    if not per_channel:
+        quantize.append(f"scale *= {c_float(p.filter_scales[0])}; /* times the filter's */")
+    row_scale = f"{v['prefix']}_filter_scale[{unit.index}] * scale" if per_channel else "scale"
+    finish = []
+    if p.asymmetric:
+        finish.append(f"acc = (int32_t)((uint32_t)acc - (uint32_t)zp * "
+                      f"(uint32_t){v['prefix']}_row_sum[{unit.index}]);")
+    if per_channel:
+        finish.append(f"const float unit_scale = {row_scale};")
+        row_scale = "unit_scale"
+    finish += [f"y = (float)acc * {row_scale};",
+               (f"y = bias[{unit.index}] + y;" if v["bias"]
+                else "y = 0.0f + y; /* TFLite adds to a zeroed output: -0.0f becomes 0.0f */"),
+               f"{v['ob']}[{unit.index}] = arenac_clampf(y, {c_float(p.activation_min)}, "
+               f"{c_float(p.activation_max)});"]
+    comment = (f"FULLY_CONNECTED '{v['name']}' (hybrid: float32 input, int8 weights): each input "
+               "row quantized to int8 in the arena as TFLite's x86 reference build does, int32 "
+               "dot products, scaled back to float, bias and clamp")
+    return {**v, "comment": c_comment(comment), "tables": tables, "scratch": ctx.scratch[0],
+            "unit": unit, "depth": k, "row": c_offset("w", [(unit, p.depth)]),
+            "quantize": quantize, "finish": finish,
+            "counters": written_vars([v["batch"], k, unit]) or "k"}
+
+
 def emit_fully_connected(ctx: OpContext) -> Kernel:
+    if isinstance(ctx.params, FullyConnectedHybridParams):
+        return Kernel(render_macro(TEMPLATE, "fully_connected_hybrid", fc_hybrid_values(ctx)))
     if isinstance(ctx.params, FullyConnectedFloatParams):
         return Kernel(render_macro(TEMPLATE, "fully_connected_float", fc_float_values(ctx)))
     return Kernel(render_macro(TEMPLATE, "fully_connected_quantized", fc_quantized_values(ctx)))
@@ -622,8 +766,9 @@ def emit_batch_matmul(ctx: OpContext) -> Kernel:
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("FULLY_CONNECTED",
            kernels("float32, float32, float32? -> float32", "T, T, int32? -> T",
-                   "int16, int8, int64? -> int16", T=("int8", "uint8")),
-           prepare_fully_connected, emit_fully_connected),
+                   "int16, int8, int64? -> int16", "float32, int8, float32? -> float32",
+                   T=("int8", "uint8")),
+           prepare_fully_connected, emit_fully_connected, scratch=fully_connected_scratch),
     OpSpec("BATCH_MATMUL", kernels("T, T -> T", "int8, int8 -> int32", T=("float32", "int8")),
            prepare_batch_matmul, emit_batch_matmul),
 )
