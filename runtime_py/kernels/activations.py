@@ -42,7 +42,6 @@ from toolchain.quant import INT_RANGES
 
 f32 = np.float32
 INT8_MIN, INT8_MAX = -128, 127
-INT8_BITS = 8
 # The int8 softmax sums exponentials in Q12.19; TFLite checks that the shift taking their
 # reciprocal times an exponential to 8 bits is at most 31, which fails from this sum on.
 SOFTMAX_ACCUMULATION_INTEGER_BITS = 12
