@@ -83,6 +83,14 @@ def per_tensor_quantization(t: Tensor) -> tuple[float, int]:
     return scale, zero_point
 
 
+def require_int16_zero_points(*tensors: Tensor) -> None:
+    """TFLite's 16x8 scheme: every int16 tensor among `tensors` has zero point 0."""
+    for t in tensors:
+        if t.dtype == "int16" and t.quantization is not None and any(t.quantization.zero_point):
+            raise UnsupportedOpError(f"int16 tensor {t.name!r} needs zero point 0 (TFLite's "
+                                     "16x8 scheme)")
+
+
 def quantize_value(value: float, scale: float, zero_point: int) -> int:
     """TFLite's Quantize(f): zero_point + round(f / scale), the division done in float32."""
     return zero_point + tflite_round(float(np.float32(value) / np.float32(scale)))

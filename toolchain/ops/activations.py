@@ -60,6 +60,7 @@ from toolchain.quant import (
     activation_range_quantized,
     per_tensor_quantization,
     quantize_multiplier,
+    require_int16_zero_points,
 )
 
 f32 = np.float32
@@ -231,9 +232,7 @@ def _operands(graph: Graph, op: Operator, inputs: int = 1) -> tuple[Tensor, ...]
     if tensors[0].shape != tensors[-1].shape:
         raise UnsupportedOpError(
             f"output shape {tensors[-1].shape} differs from input shape {tensors[0].shape}")
-    if tensors[0].dtype == "int16" and any(
-            t.quantization is not None and any(t.quantization.zero_point) for t in tensors):
-        raise UnsupportedOpError("int16 tensors need zero point 0 (TFLite's 16x8 scheme)")
+    require_int16_zero_points(*tensors)
     return tensors
 
 

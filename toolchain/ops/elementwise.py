@@ -49,6 +49,7 @@ from toolchain.quant import (
     activation_range_quantized,
     per_tensor_quantization,
     quantize_multiplier,
+    require_int16_zero_points,
 )
 
 # The fused activations TFLite clamps with; it silently ignores any other for float and int32
@@ -207,8 +208,7 @@ def _require_int16_general_path(op: Operator, a: Tensor, b: Tensor, out: Tensor)
     """16x8 ADD and SUB: zero points 0, and TFLite's general path. With `pot_scale_int16` set
     (the schema's default when the options table is there) and every scale a power of two,
     TFLite takes a path of plain shifts instead, which we do not run."""
-    if any(per_tensor_quantization(t)[1] for t in (a, b, out)):
-        raise UnsupportedOpError("int16 tensors need zero point 0 (TFLite's 16x8 scheme)")
+    require_int16_zero_points(a, b, out)
     if op.options.get("pot_scale_int16", False) and all(
             _is_power_of_two(per_tensor_quantization(t)[0]) for t in (a, b, out)):
         raise UnsupportedOpError("int16 power-of-two scales with pot_scale_int16 (TFLite's "
@@ -245,9 +245,8 @@ def _prepare_int8_rescaled(op: Operator, a: Tensor, b: Tensor, out: Tensor, left
 def _prepare_int8_product(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> ScaledProductParams:
     """mul.cc: real multiplier in1_scale * in2_scale / out_scale, evaluated in float (the
     scales are floats and the expression is not cast) before it is widened to double."""
+    require_int16_zero_points(a, b, out)
     (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(per_tensor_quantization, (a, b, out))
-    if out.dtype == "int16" and (zp1 or zp2 or zp_out):
-        raise UnsupportedOpError("int16 tensors need zero point 0 (TFLite's 16x8 scheme)")
     real = float(np.float32(scale1) * np.float32(scale2) / np.float32(scale_out))
     multiplier, shift = quantize_multiplier(real)
     act_min, act_max = activation_range_quantized(_activation(op), out)

@@ -51,6 +51,7 @@ from toolchain.quant import (
     activation_range_float,
     activation_range_quantized,
     quantize_multiplier,
+    require_int16_zero_points,
     scale_of,
     scales_of,
     zero_point_of,
@@ -261,8 +262,7 @@ def _check_int16(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor,
     if bias_type not in ("float32", "int64"):  # float32, the default, means int64 here
         raise UnsupportedOpError(f"quantized_bias_type {bias_type}")
     _require_quantized(x, out)
-    if zero_point_of(x) or zero_point_of(out):
-        raise UnsupportedOpError("int16 input and output need zero point 0 (TFLite's 16x8)")
+    require_int16_zero_points(x, out)
 
 
 def _check_bias_scale(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor) -> None:

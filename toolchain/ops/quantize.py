@@ -36,7 +36,13 @@ from toolchain.ops.emit import (
     written_vars,
 )
 from toolchain.ops.spec import OpSpec, kernels, required_input
-from toolchain.quant import INT_RANGES, quantize_multiplier, scale_of, zero_point_of
+from toolchain.quant import (
+    INT_RANGES,
+    quantize_multiplier,
+    require_int16_zero_points,
+    scale_of,
+    zero_point_of,
+)
 
 
 @dataclass(frozen=True)
@@ -104,18 +110,12 @@ def _per_tensor(t: Tensor) -> None:
         raise UnsupportedOpError(f"{t.dtype} tensor {t.name!r} needs per-tensor quantization")
 
 
-def _zero_point_for_int16(t: Tensor) -> None:
-    if t.dtype == "int16" and zero_point_of(t) != 0:
-        raise UnsupportedOpError(f"int16 tensor {t.name!r} must have zero point 0")
-
-
 def prepare_quantize(graph: Graph, op: Operator) -> AffineQuantizeParams | RequantizeParams:
     source, target = _io(graph, op)
     if target.dtype not in _QUANTIZE_OUTPUTS.get(source.dtype, frozenset()):
         raise UnsupportedOpError(f"QUANTIZE from {source.dtype} to {target.dtype}")
     _per_tensor(target)
-    for t in (source, target):
-        _zero_point_for_int16(t)
+    require_int16_zero_points(source, target)
     output_min, output_max = INT_RANGES[target.dtype]
     if source.dtype == "float32":
         return AffineQuantizeParams(scale_of(target), zero_point_of(target), output_min, output_max)
@@ -134,7 +134,7 @@ def prepare_dequantize(graph: Graph, op: Operator) -> DequantizeParams:
     q = source.quantization
     if q is None:
         raise UnsupportedOpError(f"input {source.name!r} has no quantization")
-    _zero_point_for_int16(source)
+    require_int16_zero_points(source)
     channel_axis = q.quantized_dimension if q.per_channel else None
     if channel_axis is not None and not 0 <= channel_axis < len(source.shape):
         raise UnsupportedOpError(f"scales along axis {channel_axis} of {source.shape}")

@@ -38,7 +38,13 @@ from toolchain.ops.emit import (
     render_macro,
 )
 from toolchain.ops.spec import OpSpec, kernels, required_input
-from toolchain.quant import INT_RANGES, quantize_multiplier, scale_of, zero_point_of
+from toolchain.quant import (
+    INT_RANGES,
+    quantize_multiplier,
+    require_int16_zero_points,
+    scale_of,
+    zero_point_of,
+)
 from toolchain.schema import DTYPE_NAMES
 
 QUANTIZED = frozenset({"int8", "uint8", "int16"})
@@ -101,8 +107,7 @@ def _per_tensor(*tensors: Tensor) -> None:
     for t in tensors:
         if t.quantization is None or t.quantization.per_channel:
             raise UnsupportedOpError(f"{t.dtype} tensor {t.name!r} needs per-tensor quantization")
-        if t.dtype == "int16" and zero_point_of(t) != 0:
-            raise UnsupportedOpError(f"int16 tensor {t.name!r} must have zero point 0")
+    require_int16_zero_points(*tensors)
 
 
 def _requantized(params: ReduceParams, source: Tensor, out: Tensor, mean: bool) -> ReduceParams:

@@ -50,7 +50,7 @@ from toolchain.ops.emit import (
     render_macro,
 )
 from toolchain.ops.spec import OpSpec, kernels, required_input
-from toolchain.quant import zero_point_of
+from toolchain.quant import require_int16_zero_points, zero_point_of
 
 # Element types each op moves: TFLite's kernels copy them by size; UNPACK has no 64-bit kernel.
 MOVED_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64", "float32"})
@@ -197,12 +197,6 @@ def _require_same_quantization(inputs: Sequence[Tensor], outputs: Sequence[Tenso
                 f"{expected}: TFLite does not requantize here")
 
 
-def _require_int16_zero_point_zero(tensors: Sequence[Tensor]) -> None:
-    for t in tensors:
-        if t.dtype == "int16" and _tflite_quantization(t)[1] != 0:
-            raise UnsupportedOpError(f"int16 {t.name!r} needs zero point 0")
-
-
 # --- RESHAPE, SQUEEZE, EXPAND_DIMS --------------------------------------------------------
 
 
@@ -259,7 +253,7 @@ def prepare_expand_dims(graph: Graph, op: Operator) -> ReshapeParams:
     x = _moved(required_input(graph, op, 0, "input"))
     (out,) = _outputs(graph, op, x.dtype, 1)
     _require_same_quantization([x], [out])
-    _require_int16_zero_point_zero([x])
+    require_int16_zero_points(x)
     rank = len(x.shape)
     axis = _scalar(_constant(graph, op, 1, "axis"), "axis")
     if not -rank - 1 <= axis <= rank:
@@ -331,7 +325,7 @@ def prepare_concatenation(graph: Graph, op: Operator) -> AxisParams:
         raise UnsupportedOpError(f"fused activation {activation} (TFLite's kernel has none)")
     if first.dtype in ("int8", "uint8"):
         _require_same_quantization(values, [out])
-    _require_int16_zero_point_zero([*values, out])
+    require_int16_zero_points(*values, out)
     axis = _axis(int(op.options.get("axis", 0)), len(first.shape))
     others = [(t.shape[:axis], t.shape[axis + 1:]) for t in values]
     if any(o != others[0] for o in others):
