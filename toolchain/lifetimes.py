@@ -106,15 +106,17 @@ def compute_lifetimes(
     scratch: Sequence[ScratchRequest] = (),
     source: str | None = None,
     outside: Collection[int] = (),
+    roles: TensorRoles | None = None,
 ) -> Lifetimes:
     """Buffers (id, size, first, last) for every activation tensor and scratch request.
 
     `order` is the seam for a chosen schedule: any permutation of the operators in which every
     tensor is written before it is read. `outside` names tensors the caller keeps in buffers of
-    its own (inputs and outputs with external I/O): they get no arena space.
+    its own (inputs and outputs with external I/O): they get no arena space. `roles`, when
+    the caller has them already, spare deriving them again.
     """
     order = tuple(model_order(graph) if order is None else order)
-    roles = check_order(graph, order, source)
+    roles = check_order(graph, order, source, roles)
     step_of = {op: step for step, op in enumerate(order)}
     last_step = max(len(order) - 1, 0)
     tensors = graph.tensors

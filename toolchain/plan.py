@@ -9,6 +9,7 @@ from toolchain.ir import Model
 from toolchain.lifetimes import (
     Lifetimes,
     ScratchRequest,
+    TensorRoles,
     check_order,
     compute_lifetimes,
     model_order,
@@ -155,12 +156,13 @@ def plan_model(
     program = lower(model, graph_index)
     graph = program.graph
     scratch = (*program.scratch(), *scratch)
+    roles = TensorRoles.of(graph, model.source)  # derived once, for every step below
     if order is None:
-        check_order(graph, model_order(graph), model.source)  # TFLite runs the file's order
+        check_order(graph, model_order(graph), model.source, roles)  # TFLite runs this order
         order = schedule(graph, techniques.schedule, alignment, deadline.share(SCHEDULE_SHARE),
-                         scratch)
+                         scratch, roles)
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
-    lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside)
+    lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside, roles)
     overlaps = overlap_pairs(
         graph, lifetimes, program.bindings, techniques.inplace, techniques.overlap
     )

@@ -74,16 +74,18 @@ def schedule(
     alignment: int = 16,
     deadline: Deadline = NEVER,
     scratch: Sequence[ScratchRequest] = (),
+    roles: TensorRoles | None = None,
 ) -> tuple[int, ...]:
     """The execution order to plan with: "model" is the file's order; "auto" is `best_order`
     (searched until `deadline`) when it lowers the peak, else the file's order. The peak
-    counts the kernels' `scratch` as the planner will."""
+    counts the kernels' `scratch` as the planner will; `roles` are the graph's, if known."""
     if mode == "model":
         return model_order(graph)
     if mode != "auto":
         raise PlanError(f"unknown schedule {mode!r}; choose one of {', '.join(MODES)}")
-    problem = _Problem.of(graph, alignment, scratch)
-    best = _checked(graph, _best(problem, EXACT_LIMIT, deadline))
+    roles = roles or TensorRoles.of(graph)
+    problem = _Problem.of(graph, alignment, scratch, roles)
+    best = _checked(graph, _best(problem, EXACT_LIMIT, deadline), roles)
     model = model_order(graph)
     if best == model:
         return model
@@ -111,8 +113,9 @@ def best_order(
     return _checked(graph, _best(_Problem.of(graph, alignment, scratch), exact_limit, deadline))
 
 
-def _checked(graph: Graph, order: tuple[int, ...]) -> tuple[int, ...]:
-    check_order(graph, order)  # raises what the planner would on an invalid graph
+def _checked(graph: Graph, order: tuple[int, ...], roles: TensorRoles | None = None
+             ) -> tuple[int, ...]:
+    check_order(graph, order, roles=roles)  # raises what the planner would on an invalid graph
     return order
 
 
@@ -190,12 +193,13 @@ class _Problem:
         return counts
 
     @classmethod
-    def of(cls, graph: Graph, alignment: int, scratch: Sequence[ScratchRequest] = ()) -> _Problem:
+    def of(cls, graph: Graph, alignment: int, scratch: Sequence[ScratchRequest] = (),
+           roles: TensorRoles | None = None) -> _Problem:
         """The lifetimes rules (`TensorRoles`) as bytes per operator; a kernel's scratch is
         live while its operator runs, like an output nobody reads."""
         tensors = graph.tensors
         n = len(graph.operators)
-        roles = TensorRoles.of(graph)
+        roles = roles or TensorRoles.of(graph)
         planned, graph_inputs, outputs = roles.planned, roles.graph_inputs, roles.graph_outputs
         producer = roles.producer
         read: set[int] = set()
