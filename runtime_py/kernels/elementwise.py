@@ -10,12 +10,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from toolchain.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
+from toolchain.fixedpoint import (
+    multiply_by_quantized_multiplier,
+    rounding_divide_by_pot,
+    wrap_int32,
+)
 from toolchain.ops.elementwise import (
+    INT16_MASK_BITS,
     OPCODES,
     PlainParams,
     RescaledParams,
     ScaledProductParams,
+    ShiftedParams,
 )
 
 Binary = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -104,6 +110,23 @@ def _rescaled(p: RescaledParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.clip(scaled + p.output_offset, p.activation_min, p.activation_max)
 
 
+def _int16_rounding_divide_by_pot(x: np.ndarray, exponent: int) -> np.ndarray:
+    """gemmlowp's RoundingDivideByPOT on int16 values: the usual rounding shift up to 15 bits;
+    from 16 bits on its 16-bit mask is all ones, and every value rounds to 1 (0 included), or
+    to -1 if negative."""
+    if exponent >= INT16_MASK_BITS:
+        return np.where(x >= 0, 1, -1)
+    return rounding_divide_by_pot(x, exponent)
+
+
+def _shifted(p: ShiftedParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """int16 power-of-two ADD/SUB: the activation's range lies within int16, so its clamp
+    also saturates the sum or difference as TFLite does."""
+    raw = _COMBINE[p.opcode](_int16_rounding_divide_by_pot(a.astype(np.int64), p.input1_shift),
+                             _int16_rounding_divide_by_pot(b.astype(np.int64), p.input2_shift))
+    return np.clip(raw, p.activation_min, p.activation_max)
+
+
 def _scaled_product(p: ScaledProductParams, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     product = (a.astype(np.int64) + p.input1_offset) * (b.astype(np.int64) + p.input2_offset)
     scaled = multiply_by_quantized_multiplier(product, p.output_multiplier, p.output_shift)
@@ -113,6 +136,7 @@ def _scaled_product(p: ScaledProductParams, a: np.ndarray, b: np.ndarray) -> np.
 _EVALUATE: dict[type, Callable] = {
     PlainParams: _plain,
     RescaledParams: _rescaled,
+    ShiftedParams: _shifted,
     ScaledProductParams: _scaled_product,
 }
 

@@ -327,6 +327,7 @@ def test_uint8_oracle_output_varies(opcode):
 
 
 # -- int16 (16x8): zero points 0; ADD and SUB shift 15 bits, MUL as int8 --------------------
+# (power-of-two ADD/SUB, MAXIMUM/MINIMUM and the int16 refusals: test_elementwise_int16.py)
 
 INT16_QUANT: dict[str, tuple[Quant, Quant, Quant]] = {
     "ADD": ((0.0003, 0), (0.0007, 0), (0.001, 0)),
@@ -353,10 +354,3 @@ def test_int16_oracle_output_varies(opcode):
     output = oracle_outputs(binary_model(opcode, "int16", (4, 16), (4, 16),
                                          quant=INT16_QUANT[opcode]))[0]
     assert output.dtype == np.int16 and len(np.unique(output)) > 40
-
-
-def test_int16_power_of_two_add_is_refused():
-    """TFLite's shift path for power-of-two scales (pot_scale_int16) is not run here."""
-    model = binary_model("ADD", "int16", (4,), (4,), "NONE", ((2**-12, 0),) * 3)
-    with pytest.raises(UnsupportedOpError, match="power-of-two"):
-        prepare_graph(parse_model(model, "<built model>").main)

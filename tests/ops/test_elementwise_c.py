@@ -221,6 +221,51 @@ def test_int8_select_every_pair_of_values():
         assert_same(e, c)
 
 
+INT16_EXTREMES = np.array(
+    [-32768, -32767, -16385, -16384, -2, -1, 0, 1, 2, 3, 5, 6, 7, 16383, 16384, 32766, 32767],
+    np.int16,
+)
+# int16 (scale, zero point) of input1, input2 and each op's (activation, output quantization):
+# the power-of-two path with input2 shifted by 0, 3, 15, 16 and 31 bits (from 16 bits every
+# value rounds to +-1), and input1 shifted by 1, then the general path and MUL.
+INT16_CASES = {
+    "pot-no-shift": ((2**-12, 0), (2**-12, 0), {"ADD": (None, (2**-12, 0)),
+                                                 "SUB": ("RELU", (2**-12, 0))}),
+    "pot-shift-3": ((2**-9, 0), (2**-12, 0), {"ADD": ("RELU6", (2**-9, 0)),
+                                               "SUB": ("RELU_N1_TO_1", (2**-9, 0))}),
+    "pot-shift-15": ((2**-2, 0), (2**-17, 0), {"ADD": (None, (2**-2, 0)),
+                                                "SUB": (None, (2**-2, 0))}),
+    "pot-shift-16": ((2**-2, 0), (2**-18, 0), {"ADD": (None, (2**-2, 0)),
+                                                "SUB": ("RELU", (2**-2, 0))}),
+    "pot-shift-31": ((2**-2, 0), (2**-33, 0), {"ADD": (None, (2**-2, 0)),
+                                                "SUB": (None, (2**-2, 0))}),
+    "pot-input1-shift": ((2**-13, 0), (2**-12, 0), {"ADD": (None, (2**-12, 0)),
+                                                     "SUB": (None, (2**-12, 0))}),
+    "general": ((3e-4, 0), (7e-4, 0), {"ADD": (None, (1e-3, 0)), "SUB": ("RELU", (1e-3, 0)),
+                                       "MUL": ("RELU6", (5e-3, 0))}),
+    "select": ((3e-4, -5), (3e-4, -5), {"MAXIMUM": (None, (3e-4, -5)),
+                                        "MINIMUM": (None, (3e-4, -5))}),
+}
+
+
+@pytest.mark.parametrize("broadcast", [False, True], ids=["flat", "broadcast"])
+@pytest.mark.parametrize("case", INT16_CASES, ids=str)
+def test_int16_extremes(case, broadcast):
+    """Every pair of extreme int16 values through each int16 pipeline under the sanitizers,
+    bit-exact with runtime_py (ADD's power-of-two path runs flat only)."""
+    q1, q2, ops = INT16_CASES[case]
+    if broadcast:
+        if case.startswith("pot"):
+            ops = {op: v for op, v in ops.items() if op != "ADD"}
+        a, b = INT16_EXTREMES.reshape(-1, 1), INT16_EXTREMES.reshape(1, -1)
+    else:
+        a, b = every_pair(INT16_EXTREMES)
+    model = ops_model("int16", ops, a.shape, b.shape, q1, q2)
+    files, graph = c_sources(model)
+    for e, c in zip(python_outputs(model, [a, b]), run_c(files, graph, [a, b])):
+        assert_same(e, c)
+
+
 def in_place(text: str, fn: str, operand: str) -> str:
     """The model's C with `fn`'s output placed on its input `operand` ("a0" or "b0"), the model
     output read from there."""
@@ -239,12 +284,15 @@ def in_place(text: str, fn: str, operand: str) -> str:
         ("float32", "SQUARED_DIFFERENCE", (5, 1, 7), (5, 3, 7), "b0"),
         ("int32", "MAXIMUM", (2, 1, 3, 1, 2), (2, 4, 3, 5, 2), "b0"),
         ("float32", "DIV", (4, 6), (), "a0"),
+        ("int16", "SUB", (2, 3, 8), (3, 1), "a0"),
+        ("int16", "ADD", (2, 3, 8), (2, 3, 8), "b0"),
     ],
     ids=str,
 )
 def test_in_place(dtype, opcode, shape1, shape2, operand):
     """The output may share memory with an input of its shape."""
-    quant = {"int8": ((0.05, -3), (0.02, 10), (0.07, 2))}.get(dtype, ((None, None),) * 3)
+    quant = {"int8": ((0.05, -3), (0.02, 10), (0.07, 2)),
+             "int16": ((2**-10, 0), (2**-12, 0), (2**-10, 0))}.get(dtype, ((None, None),) * 3)
     model = ops_model(dtype, {opcode: (None, quant[2])}, shape1, shape2, *quant[:2])
     files, graph = c_sources(model)
     files["m.c"] = in_place(files["m.c"], f"m_op0_{opcode.lower()}", operand)

@@ -1,12 +1,16 @@
 """Params for the elementwise binary ops: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE.
 
-Three arithmetic shapes, following TFLite's reference kernels:
-- `PlainParams`: float32 and int32 (and int8/uint8 MAXIMUM/MINIMUM, which compare stored
+Four arithmetic shapes, following TFLite's reference kernels:
+- `PlainParams`: float32 and int32 (and int8/uint8/int16 MAXIMUM/MINIMUM, which compare stored
   values): the op in the tensor's own type, then the fused activation's clamp.
-- `RescaledParams`: int8 and uint8 ADD and SUB, int8 SQUARED_DIFFERENCE: each input is shifted
-  left and rescaled to a common scale by its own multiplier, combined, then rescaled to the
-  output. The legacy uint8 kernels compute exactly as the int8 ones, in their own range.
-- `ScaledProductParams`: int8 and uint8 MUL: the product of the offset inputs, rescaled once.
+- `RescaledParams`: int8, uint8 and int16 ADD and SUB, int8 SQUARED_DIFFERENCE: each input is
+  shifted left and rescaled to a common scale by its own multiplier, combined, then rescaled to
+  the output. The legacy uint8 kernels compute exactly as the int8 ones, in their own range.
+- `ShiftedParams`: int16 ADD and SUB whose scales are all powers of two (TFLite's
+  `pot_scale_int16` path): the input with the finer scale is divided by a power of two, the
+  sum or difference saturates to int16.
+- `ScaledProductParams`: int8, uint8 and int16 MUL: the product of the offset inputs, rescaled
+  once.
 
 C emission.
 
@@ -62,6 +66,11 @@ ADD_LEFT_SHIFT = 20
 INT16_ADD_LEFT_SHIFT = 15
 # CheckedLog2's tolerance: a scale this close to a power of two counts as one.
 POWER_OF_TWO_TOLERANCE = 1e-3
+# gemmlowp's rounding division of an int16 value takes exponents up to 31.
+MAX_POWER_OF_TWO_SHIFT = 31
+# From this many bits on, that division's 16-bit mask is all ones: every value rounds to 1, or
+# to -1 if negative (0 too rounds to 1), as LiteRT computes.
+INT16_MASK_BITS = 16
 # squared_difference.cc shifts less so that the square of the difference fits in int32.
 SQUARED_DIFFERENCE_LEFT_SHIFT = 7
 
@@ -111,6 +120,18 @@ class RescaledParams(BinaryOpParams):
     output_offset: int
     output_multiplier: int
     output_shift: int
+    activation_min: int
+    activation_max: int
+
+
+@dataclass(frozen=True)
+class ShiftedParams(BinaryOpParams):
+    """int16 ADD/SUB with power-of-two scales (zero points 0): each input divided by
+    2^input<n>_shift with rounding (at most one shift is not 0), then their sum or difference,
+    saturated to int16 and clamped."""
+
+    input1_shift: int
+    input2_shift: int
     activation_min: int
     activation_max: int
 
@@ -190,38 +211,67 @@ def _prepare_plain(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> PlainPara
 
 
 def _prepare_int8_select(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> PlainParams:
-    """int8 and uint8 MAXIMUM/MINIMUM compare stored values, which means something only when
-    both inputs and the output share one quantization (TFLite does not check; we refuse
-    otherwise)."""
+    """int8, uint8 and int16 MAXIMUM/MINIMUM compare stored values, which means something only
+    when both inputs and the output share one quantization (TFLite checks neither scales nor
+    zero points, int16 ones included; we refuse otherwise)."""
     if len({per_tensor_quantization(t) for t in (a, b, out)}) != 1:
         raise UnsupportedOpError(f"{out.dtype} inputs and output need identical quantization")
     return PlainParams(**_shapes(op, a, b, out), dtype=out.dtype, clamp_min=None, clamp_max=None)
 
 
-def _is_power_of_two(scale: float) -> bool:
-    """CheckedLog2 in float32: log2 of the scale within 1e-3 of an integer."""
+def _checked_log2(scale: float) -> int | None:
+    """CheckedLog2 in float32: the rounded log2 of the scale if that is within 1e-3 of it (the
+    scale is a power of two, near enough), else None."""
     log2 = float(np.float32(np.log(np.float32(scale))) * np.float32(1.0 / np.log(2.0)))
-    return abs(log2 - round(log2)) < POWER_OF_TWO_TOLERANCE
+    rounded = round(log2)
+    return rounded if abs(log2 - rounded) < POWER_OF_TWO_TOLERANCE else None
 
 
-def _require_int16_general_path(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> None:
-    """16x8 ADD and SUB: zero points 0, and TFLite's general path. With `pot_scale_int16` set
-    (the schema's default when the options table is there) and every scale a power of two,
-    TFLite takes a path of plain shifts instead, which we do not run."""
-    require_int16_zero_points(a, b, out)
-    if op.options.get("pot_scale_int16", False) and all(
-            _is_power_of_two(per_tensor_quantization(t)[0]) for t in (a, b, out)):
-        raise UnsupportedOpError("int16 power-of-two scales with pot_scale_int16 (TFLite's "
-                                 "shift path)")
+def _int16_power_of_two_log2s(op: Operator, a: Tensor, b: Tensor,
+                              out: Tensor) -> tuple[int, int, int] | None:
+    """TFLite's choice between the two 16x8 ADD/SUB paths: the shift path when the options set
+    `pot_scale_int16` (the schema's default once the options table is there; an op without
+    one reads false) and every scale is a power of two. Then the scales' log2, else None."""
+    if not op.options.get("pot_scale_int16", False):
+        return None
+    log2s = tuple(_checked_log2(per_tensor_quantization(t)[0]) for t in (a, b, out))
+    return None if None in log2s else log2s
+
+
+def _prepare_int16_shifted(op: Operator, a: Tensor, b: Tensor, out: Tensor,
+                           log2s: tuple[int, int, int]) -> ShiftedParams:
+    """add.cc / sub.cc on power-of-two scales: an input whose scale is 2^k times finer than the
+    output's is divided by 2^k; TFLite requires the other input to be at the output's scale."""
+    log2_1, log2_2, log2_out = log2s
+    shift1, shift2 = log2_out - log2_1, log2_out - log2_2
+    if min(shift1, shift2) < 0:
+        raise UnsupportedOpError("int16 power-of-two scales: an input scale is coarser than "
+                                 "the output's (TFLite refuses it)")
+    if shift1 and shift2:
+        raise UnsupportedOpError("int16 power-of-two scales: both input scales differ from "
+                                 "the output's (TFLite refuses it)")
+    if max(shift1, shift2) > MAX_POWER_OF_TWO_SHIFT:
+        raise UnsupportedOpError(f"int16 power-of-two scales: an input shift of more than "
+                                 f"{MAX_POWER_OF_TWO_SHIFT} bits")
+    if op.opcode == "ADD" and not a.num_elements == b.num_elements == out.num_elements:
+        raise UnsupportedOpError("int16 ADD with power-of-two scales does not broadcast "
+                                 "(TFLite aborts)")
+    act_min, act_max = activation_range_quantized(_activation(op), out)
+    return ShiftedParams(**_shapes(op, a, b, out), input1_shift=shift1, input2_shift=shift2,
+                         activation_min=act_min, activation_max=act_max)
 
 
 def _prepare_int8_rescaled(op: Operator, a: Tensor, b: Tensor, out: Tensor, left_shift: int,
-                           output_scale_power: int) -> RescaledParams:
+                           output_scale_power: int) -> RescaledParams | ShiftedParams:
     """The common-scale pipeline of add.cc / sub.cc / squared_difference.cc, in double as there:
     both inputs go to half the larger input scale and the output multiplier undoes that
-    (squared for SQUARED_DIFFERENCE: `output_scale_power` 2). int16 ADD and SUB shift less."""
+    (squared for SQUARED_DIFFERENCE: `output_scale_power` 2). int16 ADD and SUB (zero points
+    0) shift less, or take the shift path of power-of-two scales."""
     if out.dtype == "int16":
-        _require_int16_general_path(op, a, b, out)
+        require_int16_zero_points(a, b, out)
+        log2s = _int16_power_of_two_log2s(op, a, b, out)
+        if log2s is not None:
+            return _prepare_int16_shifted(op, a, b, out, log2s)
         left_shift = INT16_ADD_LEFT_SHIFT
     (scale1, zp1), (scale2, zp2), (scale_out, zp_out) = map(per_tensor_quantization, (a, b, out))
     twice_max_input_scale = 2.0 * max(scale1, scale2)
@@ -256,8 +306,8 @@ def _prepare_int8_product(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> Sc
         activation_min=act_min, activation_max=act_max)
 
 
-# The quantized pipeline of each op that runs on int8 (and on uint8, but SQUARED_DIFFERENCE: its
-# TFLite kernel takes int8 and int16 only).
+# The quantized pipeline of each op that runs on int8 (and on uint8 and int16, but
+# SQUARED_DIFFERENCE: its TFLite kernel computes int8 only).
 _QUANTIZED_PREPARE = {
     "ADD": partial(_prepare_int8_rescaled, left_shift=ADD_LEFT_SHIFT, output_scale_power=1),
     "SUB": partial(_prepare_int8_rescaled, left_shift=ADD_LEFT_SHIFT, output_scale_power=1),
@@ -272,10 +322,11 @@ _QUANTIZED_PREPARE = {
 OPCODES = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
 
 # dtypes each op runs on: float32 and int32 everywhere, the quantized types where it has a
-# pipeline (TFLite's SQUARED_DIFFERENCE takes no uint8; int16 runs ADD, SUB and MUL).
+# pipeline. TFLite's SQUARED_DIFFERENCE takes neither uint8 nor int16: its Eval fails on any
+# other output type than float32, int32 and int8.
 _QUANTIZED_DTYPES = {"ADD": {"int8", "uint8", "int16"}, "SUB": {"int8", "uint8", "int16"},
-                     "MUL": {"int8", "uint8", "int16"}, "MAXIMUM": {"int8", "uint8"},
-                     "MINIMUM": {"int8", "uint8"}, "SQUARED_DIFFERENCE": {"int8"}}
+                     "MUL": {"int8", "uint8", "int16"}, "MAXIMUM": {"int8", "uint8", "int16"},
+                     "MINIMUM": {"int8", "uint8", "int16"}, "SQUARED_DIFFERENCE": {"int8"}}
 DTYPES: dict[str, frozenset[str]] = {
     opcode: frozenset({"float32", "int32", *_QUANTIZED_DTYPES.get(opcode, ())})
     for opcode in OPCODES
@@ -283,7 +334,8 @@ DTYPES: dict[str, frozenset[str]] = {
 
 
 def prepare(graph: Graph, op: Operator) -> BinaryOpParams:
-    """int8 and uint8 take the op's quantized pipeline; float32 and int32 the plain one."""
+    """int8, uint8 and int16 take the op's quantized pipeline; float32 and int32 the plain
+    one."""
     a, b, out = _operands(graph, op)
     if out.dtype not in DTYPES[op.opcode]:
         raise UnsupportedOpError(f"{op.opcode} on {out.dtype}")
@@ -495,6 +547,37 @@ def _rescaled_computed_values(p: RescaledParams, prefix: str, ctype: str) -> dic
     }
 
 
+def _shifted_input(n: int, shift: int) -> dict:
+    """One input's division by 2^shift on the power-of-two path, as gemmlowp rounds an int16."""
+    if shift >= INT16_MASK_BITS:
+        return {"n": n, "value": "x >= 0 ? 1 : -1", "comment": c_comment(
+            f"input{n}'s scale is 2^{shift} times finer than the output's. TFLite divides it "
+            f"by 2^{shift} with a 16-bit rounding mask, all ones from {INT16_MASK_BITS} bits on: "
+            "every value rounds to 1 (0 included), or to -1 if negative.")}
+    return {"n": n, "value": f"arenac_rdbpot(x, {shift})", "comment": c_comment(
+        f"input{n}'s scale is 2^{shift} times finer than the output's: divided by 2^{shift}, "
+        "rounding halves away from zero.")}
+
+
+def _shifted_values(p: ShiftedParams, prefix: str, ctype: str) -> dict:
+    """int16 ADD and SUB on power-of-two scales: at most one input is shifted; the
+    activation's range lies within int16, so its clamp also saturates."""
+    shifts = (p.input1_shift, p.input2_shift)
+    how = ("each int16 input brought to the output's scale by a rounding right shift (where its "
+           "scale is finer), then combined." if any(shifts) else
+           "both int16 inputs are at the output's scale.")
+    return {
+        "macro": "shifted_op", "wide": WIDE_TYPE,
+        "comment": c_comment(f"TFLite's path for power-of-two scales: {how}"),
+        "inputs": [_shifted_input(n, shift) for n, shift in enumerate(shifts, 1) if shift],
+        "loads": tuple((lambda e, n=n: f"{prefix}_in{n}({e})") if shift else str
+                       for n, shift in enumerate(shifts, 1)),
+        "body": [f"{WIDE_TYPE} r = {_COMBINED[p.opcode]};",
+                 *_clamp_lines(str(p.activation_min), str(p.activation_max)),
+                 f"return ({ctype})r;"],
+    }
+
+
 def _table_load(table: str, offset: int) -> Load:
     """An element's rescaled value: the table entry of its value (the table starts at the
     type's lowest value, `offset` entries below zero)."""
@@ -522,6 +605,8 @@ def binary_values(ctx: OpContext) -> dict:
     out = ctx.outputs[0]
     if isinstance(p, RescaledParams):
         values = _rescaled_values(p, ctx.prefix, out.ctype)
+    elif isinstance(p, ShiftedParams):
+        values = _shifted_values(p, ctx.prefix, out.ctype)
     elif isinstance(p, ScaledProductParams):
         values = _product_values(p, ctx.prefix, out.ctype)
     else:
