@@ -2,7 +2,8 @@
 its own function, so one dispatcher serves every opcode.
 
 float32 follows the reference kernels' float32 formulas (exp and tanh evaluated in float64 and
-rounded, within an ulp of the C library's); int8 reproduces their integer pipelines bit for bit.
+rounded, within an ulp of the C library's); int8 and int16 reproduce their integer pipelines bit
+for bit.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from toolchain.ops.activations import (
     FloatLeakyReluParams,
     FloatPreluParams,
     FloatSoftmaxParams,
+    Int16SigmoidParams,
+    Int16SoftmaxParams,
     LookupTableParams,
     QuantizedHardSwishParams,
     QuantizedL2NormalizationParams,
@@ -37,6 +40,12 @@ from toolchain.ops.activations import (
     QuantizedPreluParams,
     QuantizedSoftmaxParams,
     RequantizeClampParams,
+)
+from toolchain.ops.tables import (
+    lut_lookup_int16,
+    sigmoid_table_uint16,
+    softmax_exp_lut,
+    softmax_reciprocal_lut,
 )
 from toolchain.quant import INT_RANGES
 
@@ -162,7 +171,7 @@ def _quantized_prelu(p: QuantizedPreluParams, x: np.ndarray, alpha: np.ndarray) 
         v >= 0,
         multiply_by_quantized_multiplier(v, p.identity_multiplier, p.identity_shift),
         multiply_by_quantized_multiplier(v * scaled_alpha, p.alpha_multiplier, p.alpha_shift))
-    return _to_int8(p.output_zero_point + rescaled)
+    return np.clip(p.output_zero_point + rescaled, p.low, p.high)
 
 
 def _saturating_left_shift_int16(x: np.ndarray, amount: int) -> np.ndarray:
@@ -222,6 +231,55 @@ def _quantized_softmax(p: QuantizedSoftmaxParams, x: np.ndarray) -> np.ndarray:
     return result.astype(p.dtype).reshape(x.shape)
 
 
+# -- int16 ----------------------------------------------------------------------------------
+
+# The sigmoid table's last segment: beyond it the kernels saturate.
+SIGMOID_LAST_SEGMENT = 255
+
+
+def _int16_sigmoid(p: Int16SigmoidParams, x: np.ndarray) -> np.ndarray:
+    """reference_integer_ops::Logistic / Tanh: x in steps of 1 / (3 * 4096), |x| interpolated
+    in the sigmoid table on its low 9 bits (LOGISTIC) or 8 (TANH, whose argument is doubled),
+    mirrored for negative x and rounded to 2^-15."""
+    v = (x.astype(np.int64) * p.multiplier + p.rounding) >> p.shift
+    a = np.abs(v)
+    bits = 9 if p.function == "LOGISTIC" else 8
+    segment = a >> bits
+    inside = segment < SIGMOID_LAST_SEGMENT
+    table = sigmoid_table_uint16().astype(np.int64)
+    low = table[np.minimum(segment, SIGMOID_LAST_SEGMENT - 1)]
+    high = table[np.minimum(segment, SIGMOID_LAST_SEGMENT - 1) + 1]
+    interpolated = (low << bits) + (a & ((1 << bits) - 1)) * (high - low)
+    if p.function == "LOGISTIC":  # 0.16 << 9, mirrored as 1 - sigmoid
+        r = np.where(inside, interpolated, 0x7FFF << 10)
+        r = np.where(v >= 0, r + (1 << 9), (1 << 25) - r + (1 << 9) - 1) >> 10
+    else:  # 2 sigmoid - 1 in 0.16 << 8, mirrored as -tanh
+        r = np.where(inside, interpolated, 0xFFFF << 8)
+        r = np.where(v >= 0, r - (1 << 23) + (1 << 7), (1 << 23) + (1 << 7) - 1 - r) >> 8
+    return r.astype(np.int16)
+
+
+def _int16_softmax(p: Int16SoftmaxParams, x: np.ndarray) -> np.ndarray:
+    """reference_ops::SoftmaxInt16: the exp table at each rescaled difference to the row's max
+    (recentred on the int16 range), times the reciprocal table at their sum normalized by its
+    leading zeros, shifted back to Q0.15."""
+    rows = _rows(x, p.depth).astype(np.int64)
+    scaled = multiply_by_quantized_multiplier(rows - rows.max(axis=1, keepdims=True),
+                                              p.input_multiplier, p.input_shift)
+    exps = lut_lookup_int16(softmax_exp_lut(),
+                            np.clip(scaled + gemmlowp.INT16_MAX, gemmlowp.INT16_MIN,
+                                    gemmlowp.INT16_MAX))
+    sums = exps.sum(axis=1, keepdims=True)  # int32 for rows of at most 2^16 classes
+    headroom = 32 - np.frexp(sums.astype(np.float64))[1]  # leading zeros of a 32-bit sum > 0
+    normalized = ((sums << (headroom - 1)) + (1 << 13)) >> 14
+    reciprocal = lut_lookup_int16(softmax_reciprocal_lut(),
+                                  np.clip(normalized - ((1 << 15) + (1 << 16)),
+                                          gemmlowp.INT16_MIN, gemmlowp.INT16_MAX))
+    right_shift = 31 - headroom
+    result = (exps * reciprocal + (np.int64(1) << (right_shift - 1))) >> right_shift
+    return np.clip(result, 0, gemmlowp.INT16_MAX).astype(np.int16).reshape(x.shape)
+
+
 def _quantized_l2_normalization(p: QuantizedL2NormalizationParams, x: np.ndarray) -> np.ndarray:
     """reference_integer_ops::L2Normalization: each row times its inverse norm from
     gemmlowp's fixed-point inverse square root, rescaled to 1/128."""
@@ -247,6 +305,8 @@ _BY_PARAMS: dict[type, Callable[..., np.ndarray]] = {
     QuantizedHardSwishParams: _quantized_hard_swish,
     QuantizedSoftmaxParams: _quantized_softmax,
     QuantizedL2NormalizationParams: _quantized_l2_normalization,
+    Int16SigmoidParams: _int16_sigmoid,
+    Int16SoftmaxParams: _int16_softmax,
 }
 
 

@@ -22,6 +22,7 @@ from tests.ops.test_activations import (
     SOFTMAX_MODELS,
     SOFTMAX_OUT,
     prelu_model,
+    uint8_model,
     unary_model,
 )
 from toolchain import builder
@@ -103,6 +104,54 @@ def test_chain_clean_under_sanitizers(dtype):
     assert_c_matches_runtime(model, [random_inputs(graph, seed) for seed in range(3)])
 
 
+# int16 steps of a chain: (opcode, options, output quantization); every int16 zero point is 0.
+INT16_STEPS: dict[str, tuple[dict, tuple[float, int]]] = {
+    "LOGISTIC": ({}, (2**-15, 0)),
+    "TANH": ({}, (2**-15, 0)),
+    "SOFTMAX": ({"beta": 1.0}, (2**-15, 0)),
+    "PRELU": ({}, (2e-4, 0)),
+    "LEAKY_RELU": ({"alpha": 0.2}, (3e-4, 0)),
+    "RELU6": ({}, (6 / 32767, 0)),
+}
+
+
+def int16_chain_model(shape: Sequence[int], steps: Sequence[str]) -> bytes:
+    """int16 activations in a chain from an input of scale 1e-4, each op's input dying at it;
+    PRELU with a per-channel int8 alpha."""
+    b = builder.ModelBuilder("float32")
+    x = b.input("x", shape, "int16", 1e-4, 0)
+    for k, opcode in enumerate(steps):
+        options, out_q = INT16_STEPS[opcode]
+        y = b.tensor(f"y{k}", shape, "int16", *out_q)
+        inputs = [x]
+        if opcode == "PRELU":
+            alpha = np.random.default_rng(k).integers(-128, 128, shape[-1:], dtype=np.int8)
+            inputs.append(b.const(f"alpha{k}", alpha, 0.005, 3))
+        b.op(opcode, inputs, [y], options or None)
+        x = y
+    b.output(x)
+    return b.build()
+
+
+INT16_CHAIN = ["TANH", "PRELU", "LOGISTIC", "SOFTMAX", "TANH", "LEAKY_RELU", "SOFTMAX",
+               "LOGISTIC", "RELU6"]
+
+
+@pytest.mark.parametrize("shape", [(3, 24), (2, 2, 5)])
+def test_int16_chain_matches_oracle(shape):
+    assert_matches_oracle(int16_chain_model(shape, INT16_CHAIN), inputs=3)
+
+
+def test_int16_chain_clean_under_sanitizers():
+    """Each op's tables under its own prefix; the shared helpers defined once."""
+    model = int16_chain_model((3, 24), INT16_CHAIN)
+    source = generate(planned(model), "m")["m.c"]
+    assert source.count("static const uint16_t m_op") == 4  # one sigmoid table per op
+    assert source.count("static inline int arenac_clz32(uint32_t x)") == 1
+    graph = parse_model(model, "<built model>").main
+    assert_c_matches_runtime(model, [random_inputs(graph, seed) for seed in range(3)])
+
+
 def run_overlapped(model: bytes, inputs: Sequence[np.ndarray], below: int, tmp_path) -> np.ndarray:
     """Run a one-op model's C (sanitized) with its output placed `below` bytes under the start of
     its input, by rewriting the generated offset table: the planner is not asked."""
@@ -149,6 +198,12 @@ OVERLAP_MODELS = {
     "float_softmax": lambda: unary_model("SOFTMAX", "float32", (4, 32), options={"beta": 1.0}),
     "float_l2": lambda: unary_model("L2_NORMALIZATION", "float32", (4, 32)),
     "float_prelu": lambda: prelu_model("float32", (4, 32), (1, 32)),
+    "int16_logistic": lambda: uint8_model("LOGISTIC", (4, 32), (10 / 32767, 0), (2**-15, 0),
+                                          dtype="int16"),
+    "int16_tanh": lambda: uint8_model("TANH", (4, 32), (2**-11, 0), (2**-15, 0), dtype="int16"),
+    "int16_softmax": lambda: uint8_model("SOFTMAX", (4, 32), (1e-4, 0), (2**-15, 0),
+                                         {"beta": 1.0}, dtype="int16"),
+    "int16_prelu": lambda: int16_chain_model((4, 32), ["PRELU"]),
 }
 
 

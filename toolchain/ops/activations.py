@@ -13,14 +13,21 @@
 - HARD_SWISH: int8 in 16-bit fixed point with an output and a "reluish" multiplier.
 - L2_NORMALIZATION: int8 through gemmlowp's inverse square root, output fixed at 1/128.
 
+int16 (16x8, zero points 0): RELU, RELU6 and LEAKY_RELU requantize as int8 does; LOGISTIC and
+TANH rescale the input to 1/(3 * 4096) per step and interpolate in a fixed sigmoid table
+(reference_integer_ops::Logistic / Tanh); SOFTMAX looks up exp and 1 / (1 + x) in two 513-entry
+tables (reference_ops::SoftmaxInt16); PRELU takes an int8 alpha and rescales as int8 does.
+TFLite has no int16 kernel for RELU_N1_TO_1 or HARD_SWISH.
+
 Real multipliers are derived as there: `a / b` and `a * b / c` of float scales are float32
-expressions widened to double; only SOFTMAX's beta * scale is multiplied in double.
+expressions widened to double; only int8 SOFTMAX's beta * scale is multiplied in double (int16
+SOFTMAX's in float32).
 
 C emission.
 
 C emitters for the activation ops (RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, HARD_SWISH,
-LEAKY_RELU, PRELU, SOFTMAX, L2_NORMALIZATION; float32 and int8), from the same params as
-runtime_py.
+LEAKY_RELU, PRELU, SOFTMAX, L2_NORMALIZATION; float32, int8 and int16), from the same params
+as runtime_py.
 
 Each params type has a function that turns it into the values of the template's macros
 (templates/c/activations.c.j2): which macro defines the op's per-element (or per-row) function,
@@ -53,7 +60,18 @@ from toolchain.ops.emit import (
     written_vars,
 )
 from toolchain.ops.spec import OpSpec, Signature, kernels, required_input
-from toolchain.ops.tables import logistic_float32, lookup_table, tanhf
+from toolchain.ops.tables import (
+    INT16_MAX,
+    SIGMOID_TABLE_LENGTH,
+    checked_log2,
+    logistic_float32,
+    lookup_table,
+    lut_lookup_int16,
+    sigmoid_table_uint16,
+    softmax_exp_lut,
+    softmax_reciprocal_lut,
+    tanhf,
+)
 from toolchain.quant import (
     ACTIVATION_FLOAT_RANGE,
     INT_RANGES,
@@ -79,6 +97,29 @@ HARD_SWISH_HIRES_SHIFT = 7
 HARD_SWISH_RELUISH_SCALE = f32(3.0) / f32(32768.0)
 # Its right shifts run on int16 values, where gemmlowp's rounding shift works up to 15 bits.
 HARD_SWISH_MAX_RIGHT_SHIFT = 15
+# int16 LOGISTIC and TANH: the input is rescaled to steps of 1 / (3 * 4096) (2^17 steps are
+# about 10.7) by a multiplier and a rounding right shift; TFLite doubles its multiplier (from
+# in_scale * 4096 * 3) until it exceeds this, at most 31 times.
+INT16_SIGMOID_STEPS_PER_UNIT = 3 * 4096
+INT16_SIGMOID_MULTIPLIER_FLOOR = 32767.0 / 2.0
+INT16_SIGMOID_MAX_SHIFT = 31
+# A power-of-two input scale 2^(k - 12) (12 fractional bits: 3 integer bits of 15) skips the
+# loop when k is one of these (TFLite's input_left_shift): the multiplier is then 3 * 2^k, with
+# no shift.
+INT16_SIGMOID_POT_FRACTION_BITS = 12
+INT16_POT_SHIFTS = {"LOGISTIC": (0,), "TANH": (0, 1)}
+# Its output has 15 fractional bits; LOGISTIC's output scale must be exactly 2^-15.
+INT16_SIGMOID_OUTPUT_LOG2 = -15
+# The input times the multiplier is an int32 product in TFLite: within range for every int16
+# input below this multiplier.
+INT16_SIGMOID_MULTIPLIER_LIMIT = 1 << 16
+# int16 SOFTMAX: differences to the row's max rescaled so that [-65535, 0] is [-10, 0], the
+# scale of its exp table's input; its output must be 1/32768 to within a thousandth.
+INT16_SOFTMAX_DIFF_SCALE = 10.0 / 65535.0
+INT16_SOFTMAX_OUTPUT_SCALE = f32(1.0) / f32(32768.0)
+INT16_SOFTMAX_OUTPUT_TOLERANCE = f32(0.001) * f32(1.0) / f32(32768.0)
+# Each exponential is at most 32767, so a row of at most this many sums within int32.
+INT16_SOFTMAX_MAX_DEPTH = 1 << 16
 
 
 # -- params ---------------------------------------------------------------------------------
@@ -151,11 +192,14 @@ class FloatPreluParams:
 
 @dataclass(frozen=True)
 class QuantizedPreluParams:
-    """int8 PRELU: v = x - input_zero_point; out = output_zero_point + (v >= 0 ?
-    rescale_identity(v) : rescale_alpha(v * (alpha - alpha_zero_point))), clamped."""
+    """int8 PRELU, or int16 with an int8 alpha: v = x - input_zero_point; out =
+    output_zero_point + (v >= 0 ? rescale_identity(v) : rescale_alpha(v * (alpha -
+    alpha_zero_point))), clamped to the output type's [low, high]."""
 
     input_shape: tuple[int, ...]
     alpha_shape: tuple[int, ...]
+    low: int
+    high: int
     input_zero_point: int
     alpha_zero_point: int
     output_zero_point: int
@@ -177,6 +221,34 @@ class QuantizedHardSwishParams:
     output_exponent: int
     reluish_multiplier: int
     reluish_exponent: int
+
+
+@dataclass(frozen=True)
+class Int16SigmoidParams:
+    """int16 LOGISTIC or TANH (`function`): v = (x * multiplier + rounding) >> shift is the
+    input in steps of 1 / (3 * 4096), interpolated in the sigmoid table (tables.
+    sigmoid_table_uint16) with 9 fractional bits (LOGISTIC) or 8 (TANH, as 2 sigmoid(2x) - 1);
+    the output scale is 2^-15. TFLite's power-of-two case is the multiplier 3 * 2^k, shift 0."""
+
+    function: str
+    multiplier: int
+    shift: int
+
+    @property
+    def rounding(self) -> int:
+        return 1 << (self.shift - 1) if self.shift else 0
+
+
+@dataclass(frozen=True)
+class Int16SoftmaxParams:
+    """int16 SOFTMAX over the last axis of `depth` (reference_ops::SoftmaxInt16): each
+    difference to the row's max rescaled by the multiplier (so [-65535, 0] is [-10, 0]) and
+    looked up in tables.softmax_exp_lut, their int32 sum's reciprocal in tables.
+    softmax_reciprocal_lut; output scale 1/32768, zero point 0."""
+
+    depth: int
+    input_multiplier: int
+    input_shift: int
 
 
 @dataclass(frozen=True)
@@ -276,24 +348,60 @@ def prepare_relu(graph: Graph, op: Operator) -> FloatClampParams | RequantizeCla
 # -- LOGISTIC, TANH, HARD_SWISH -------------------------------------------------------------
 
 
-def _prepare_lookup(graph: Graph, op: Operator, function: Callable[[np.ndarray], np.ndarray],
-                    required_output_scale: float | None) -> FloatFunctionParams | LookupTableParams:
+def _prepare_lookup(
+        graph: Graph, op: Operator, function: Callable[[np.ndarray], np.ndarray],
+        required_output_scale: float | None
+) -> FloatFunctionParams | LookupTableParams | Int16SigmoidParams:
     x, out = _operands(graph, op)
     if out.dtype == "float32":
         return FloatFunctionParams(op.opcode)
+    if out.dtype == "int16":
+        return _prepare_int16_sigmoid(op.opcode, x, out)
     (in_scale, in_zp), (out_scale, out_zp) = map(per_tensor_quantization, (x, out))
     if required_output_scale is not None and out_scale != required_output_scale:
         raise UnsupportedOpError(f"{out.dtype} output scale must be {required_output_scale}")
     return LookupTableParams(lookup_table(out.dtype, in_scale, in_zp, out_scale, out_zp, function))
 
 
-def prepare_logistic(graph: Graph, op: Operator) -> FloatFunctionParams | LookupTableParams:
+def prepare_logistic(
+        graph: Graph, op: Operator) -> FloatFunctionParams | LookupTableParams | Int16SigmoidParams:
     """TFLite requires the int8 or uint8 output scale 1/256 (any zero point)."""
     return _prepare_lookup(graph, op, logistic_float32, LOGISTIC_INT8_OUTPUT_SCALE)
 
 
-def prepare_tanh(graph: Graph, op: Operator) -> FloatFunctionParams | LookupTableParams:
+def prepare_tanh(
+        graph: Graph, op: Operator) -> FloatFunctionParams | LookupTableParams | Int16SigmoidParams:
     return _prepare_lookup(graph, op, tanhf, None)
+
+
+def _prepare_int16_sigmoid(opcode: str, x: Tensor, out: Tensor) -> Int16SigmoidParams:
+    """SigmoidPrepare / TanhPrepare for int16: LOGISTIC's output scale must be 2^-15 exactly,
+    TANH's a power of two within CheckedLog2's tolerance whose log2 rounds to -15 (and is then
+    taken as 2^-15)."""
+    in_scale, _ = per_tensor_quantization(x)
+    out_scale, _ = per_tensor_quantization(out)
+    if opcode == "LOGISTIC" and out_scale != 2.0**INT16_SIGMOID_OUTPUT_LOG2:
+        raise UnsupportedOpError("int16 LOGISTIC needs output scale 1/32768 (TFLite requires it)")
+    if checked_log2(out_scale) != (True, INT16_SIGMOID_OUTPUT_LOG2):
+        raise UnsupportedOpError(f"int16 {opcode} needs output scale 2^-15 (TFLite requires a "
+                                 f"power of two of log2 -15, this is {out_scale:.6g})")
+    is_pot, log2 = checked_log2(in_scale)
+    pot_shift = INT16_SIGMOID_POT_FRACTION_BITS + log2
+    if is_pot and pot_shift in INT16_POT_SHIFTS[opcode]:
+        return Int16SigmoidParams(opcode, 3 << pot_shift, 0)
+    real = in_scale * INT16_SIGMOID_STEPS_PER_UNIT  # double, as TFLite (the same rounding)
+    shift = 0
+    while real <= INT16_SIGMOID_MULTIPLIER_FLOOR and shift < INT16_SIGMOID_MAX_SHIFT:
+        shift += 1
+        real *= 2.0
+    multiplier = int(real)
+    if multiplier == 0:
+        raise UnsupportedOpError(f"int16 {opcode} input scale {in_scale:.6g} is too small "
+                                 "(TFLite's multiplier truncates to 0)")
+    if multiplier >= INT16_SIGMOID_MULTIPLIER_LIMIT:
+        raise UnsupportedOpError(f"int16 {opcode} input scale {in_scale:.6g} is too large: "
+                                 "TFLite's int32 input * multiplier would overflow")
+    return Int16SigmoidParams(opcode, multiplier, shift)
 
 
 def _int16_multiplier(real: float) -> tuple[int, int]:
@@ -340,10 +448,27 @@ def prepare_leaky_relu(graph: Graph,
                                     identity_shift, alpha_multiplier, alpha_shift)
 
 
+# int16 PRELU reads its alpha as int8 whatever its type, and rescales as int8 does.
+INT16_PRELU_DTYPES = ("int16", "int8", "int16")
+
+
+def _prelu_operands(graph: Graph, op: Operator) -> tuple[Tensor, Tensor, Tensor]:
+    """PRELU's input, alpha and output: of one dtype, or int16 with an int8 alpha, which
+    TFLite runs with any zero points (it checks none for PRELU)."""
+    if len(op.inputs) != 2 or len(op.outputs) != 1 or min(op.inputs) < 0:
+        raise UnsupportedOpError("PRELU needs 2 input(s) and one output")
+    x, alpha, out = (graph.tensors[i] for i in (*op.inputs, op.outputs[0]))
+    if (x.dtype, alpha.dtype, out.dtype) != INT16_PRELU_DTYPES:
+        return _operands(graph, op, inputs=2)
+    if x.shape != out.shape:
+        raise UnsupportedOpError(f"output shape {out.shape} differs from input shape {x.shape}")
+    return x, alpha, out
+
+
 def prepare_prelu(graph: Graph, op: Operator) -> FloatPreluParams | QuantizedPreluParams:
     """Alpha broadcasts to the input (numpy rules, which are TFLite's); TFLite's broadcasting
     kernel stops at rank 4."""
-    x, alpha, out = _operands(graph, op, inputs=2)
+    x, alpha, out = _prelu_operands(graph, op)
     try:
         broadcast = tuple(np.broadcast_shapes(x.shape, alpha.shape))
     except ValueError:
@@ -359,20 +484,24 @@ def prepare_prelu(graph: Graph, op: Operator) -> FloatPreluParams | QuantizedPre
     identity_multiplier, identity_shift = quantize_multiplier(_ratio(in_scale, out_scale))
     alpha_multiplier, alpha_shift = quantize_multiplier(
         _product_ratio(in_scale, alpha_scale, out_scale))
-    return QuantizedPreluParams(x.shape, alpha.shape, in_zp, alpha_zp, out_zp,
-                                identity_multiplier, identity_shift, alpha_multiplier, alpha_shift)
+    return QuantizedPreluParams(x.shape, alpha.shape, *INT_RANGES[out.dtype], in_zp, alpha_zp,
+                                out_zp, identity_multiplier, identity_shift, alpha_multiplier,
+                                alpha_shift)
 
 
 # -- SOFTMAX, L2_NORMALIZATION --------------------------------------------------------------
 
 
-def prepare_softmax(graph: Graph, op: Operator) -> FloatSoftmaxParams | QuantizedSoftmaxParams:
+def prepare_softmax(graph: Graph, op: Operator
+                    ) -> FloatSoftmaxParams | QuantizedSoftmaxParams | Int16SoftmaxParams:
     """int8: PreprocessSoftmaxScaling(beta, input_scale) in double, and the radius of input
     differences that can still contribute (CalculateInputRadius)."""
     x, out = _softmax_operands(graph, op)
     depth, beta = _last_axis(x), _finite_option(op, "beta", 0.0)  # the schema's default
     if out.dtype == "float32":
         return FloatSoftmaxParams(depth, beta)
+    if x.dtype == "int16":
+        return _prepare_int16_softmax(x, out, depth, beta)
     in_scale, _ = per_tensor_quantization(x)
     out_scale, out_zp = per_tensor_quantization(out)
     # TFLite checks an int8 output's quantization; a uint8 or int16 one it ignores, writing
@@ -387,6 +516,22 @@ def prepare_softmax(graph: Graph, op: Operator) -> FloatSoftmaxParams | Quantize
     multiplier, left_shift = quantize_multiplier(real, max_shift=SOFTMAX_MAX_LEFT_SHIFT)
     radius = math.floor(((1 << bits) - 1) * (1 << (31 - bits)) / (1 << left_shift))
     return QuantizedSoftmaxParams(out.dtype, depth, multiplier, left_shift, -radius)
+
+
+def _prepare_int16_softmax(x: Tensor, out: Tensor, depth: int, beta: float) -> Int16SoftmaxParams:
+    """SoftmaxPrepare for int16: the output scale checked in float32; the multiplier from
+    in_scale * beta in float32, divided by 10 / 65535 in double."""
+    in_scale, _ = per_tensor_quantization(x)
+    out_scale, _ = per_tensor_quantization(out)
+    if abs(f32(out_scale) - INT16_SOFTMAX_OUTPUT_SCALE) > INT16_SOFTMAX_OUTPUT_TOLERANCE:
+        raise UnsupportedOpError("int16 SOFTMAX needs output scale 1/32768 (TFLite requires it "
+                                 "to within 0.001/32768)")
+    if depth > INT16_SOFTMAX_MAX_DEPTH:
+        raise UnsupportedOpError(f"int16 SOFTMAX over {depth} classes: TFLite's int32 sum of "
+                                 f"exponentials could overflow (at most {INT16_SOFTMAX_MAX_DEPTH})")
+    multiplier, shift = quantize_multiplier(
+        float(f32(in_scale) * f32(beta)) / INT16_SOFTMAX_DIFF_SCALE)
+    return Int16SoftmaxParams(depth, multiplier, shift)
 
 
 def _softmax_operands(graph: Graph, op: Operator) -> tuple[Tensor, Tensor]:
@@ -455,8 +600,10 @@ LOOKUP_LENGTH = 256
 
 
 def _plus(value: int) -> str:
-    """`+ 3` or `- 10`: an added constant as it reads best after an operand."""
-    return f"+ {value}" if value >= 0 else f"- {-value}"
+    """` + 3`, ` - 10` or nothing: an added constant as it reads best right after an operand."""
+    if not value:
+        return ""
+    return f" + {value}" if value > 0 else f" - {-value}"
 
 
 def _base(ctx: OpContext) -> dict:
@@ -533,12 +680,22 @@ def _int8_leaky_relu(ctx: OpContext, p: QuantizedLeakyReluParams) -> dict:
 def _int8_hard_swish(ctx: OpContext, p: QuantizedHardSwishParams) -> dict:
     exponent = p.reluish_exponent
     return {"op_macro": "int8_hard_swish_op", "helpers": ("int16",), **_int_range(ctx),
-            "in_offset": _plus(-p.input_zero_point), "out_offset": _plus(p.output_zero_point),
+            "input": f"(x{_plus(-p.input_zero_point)})" if p.input_zero_point else "x",
+            "out_offset": _plus(p.output_zero_point),
             "output_multiplier": p.output_multiplier, "output_right_shift": -p.output_exponent,
             "reluish_multiplier": p.reluish_multiplier, "reluish_exponent": exponent,
             "splits_left_shift": exponent > 0,
             "reluish_pre_shift": min(exponent - 1, INT16_SHIFT_CAP),
             "shifts_right": exponent < 0, "reluish_right_shift": -exponent}
+
+
+def _int16_sigmoid(ctx: OpContext, p: Int16SigmoidParams) -> dict:
+    """The input rescale as one C expression of x (no rounding term or shift where there is
+    none: the power-of-two case multiplies by 3 * 2^k)."""
+    product = f"x * {p.multiplier}"
+    rescaled = f"({product} + {p.rounding}) >> {p.shift}" if p.shift else product
+    return {"op_macro": f"int16_{p.function.lower()}_op", "rescaled": rescaled,
+            "table_length": SIGMOID_TABLE_LENGTH, "table": c_array(sigmoid_table_uint16())}
 
 
 def _elementwise(ctx: OpContext, values: dict) -> dict:
@@ -551,20 +708,29 @@ def _elementwise(ctx: OpContext, values: dict) -> dict:
 
 def _prelu(ctx: OpContext, input_shape: tuple[int, ...], alpha_shape: tuple[int, ...],
            values: dict) -> dict:
-    """The broadcast of alpha over the input, as collapsed loops; x and the output walk all."""
+    """The broadcast of alpha over the input, as collapsed loops; x and the output walk all.
+    An int16 input's alpha is int8: its pointers are retyped, and a hoisted element is held in
+    int32_t, the type the op function takes."""
     loops = broadcast_loops(input_shape, alpha_shape, input_shape)
-    ctype = ctx.outputs[0].ctype
-    nest = broadcast_nest(loops, ctype, ctype, f"{ctx.prefix}_op", ivdep=False) if loops else None
-    return {**values, "macro": "prelu", "alpha": ctx.inputs[1].ptr, "nest": nest}
+    ctype, alpha_ctype = ctx.outputs[0].ctype, ctx.inputs[1].ctype
+    hoisted = ctype if alpha_ctype == ctype else "int32_t"
+    nest = (broadcast_nest(loops, ctype, hoisted, f"{ctx.prefix}_op", ivdep=False)
+            if loops else None)
+    if nest is not None and alpha_ctype != ctype:
+        for level in nest["outer"]:
+            level["pointers"][1] = level["pointers"][1].replace(
+                f"const {ctype} *", f"const {alpha_ctype} *", 1)
+    return {**values, "macro": "prelu", "alpha": ctx.inputs[1].ptr, "alpha_ctype": alpha_ctype,
+            "nest": nest}
 
 
 def _float_prelu(ctx: OpContext, p: FloatPreluParams) -> dict:
     return _prelu(ctx, p.input_shape, p.alpha_shape, {"op_macro": "float_prelu_op"})
 
 
-def _int8_prelu(ctx: OpContext, p: QuantizedPreluParams) -> dict:
+def _quantized_prelu(ctx: OpContext, p: QuantizedPreluParams) -> dict:
     return _prelu(ctx, p.input_shape, p.alpha_shape, {
-        "op_macro": "int8_prelu_op", **_int_range(ctx),
+        "op_macro": "quantized_prelu_op", "low": p.low, "high": p.high,
         "in_offset": _plus(-p.input_zero_point), "alpha_offset": _plus(-p.alpha_zero_point),
         "out_offset": _plus(p.output_zero_point),
         "identity_multiplier": p.identity_multiplier, "identity_shift": p.identity_shift,
@@ -611,6 +777,23 @@ def _int8_softmax(ctx: OpContext, p: QuantizedSoftmaxParams) -> dict:
         "sum_type": "int32_t" if p.depth < SOFTMAX_INT32_SUM_DEPTH else "int64_t"})
 
 
+def _int16_softmax(ctx: OpContext, p: Int16SoftmaxParams) -> dict:
+    """The two tables, with the bounds the C's comments state: their steps and values (so a
+    lookup needs no int16 wrap) and the exponential of a zero difference (so the sum's leading
+    zeros are few)."""
+    exp_lut, reciprocal_lut = softmax_exp_lut(), softmax_reciprocal_lut()
+    luts = np.concatenate([exp_lut, reciprocal_lut]).astype(np.int64)
+    steps = np.concatenate([np.diff(exp_lut.astype(np.int64)),
+                            np.diff(reciprocal_lut.astype(np.int64))])
+    peak = int(lut_lookup_int16(exp_lut, np.array(INT16_MAX)))
+    return _rows(ctx, p.depth, "int16_softmax_row", {
+        "helpers": ("shifts",), "lut_length": exp_lut.size,
+        "exp_lut": c_array(exp_lut), "reciprocal_lut": c_array(reciprocal_lut),
+        "lut_max_step": int(np.abs(steps).max()), "lut_min": int(luts.min()),
+        "lut_max": int(luts.max()), "peak": peak, "max_headroom": 32 - peak.bit_length(),
+        "multiplier": p.input_multiplier, "shift": p.input_shift})
+
+
 def _float_l2_normalization(ctx: OpContext, p: FloatL2NormalizationParams) -> dict:
     return _rows(ctx, p.depth, "float_l2_normalization_row", {"epsilon": c_float(p.epsilon)})
 
@@ -629,12 +812,14 @@ _ELEMENTWISE: dict[type, Callable[[OpContext, object], dict]] = {
     FloatLeakyReluParams: _float_leaky_relu,
     QuantizedLeakyReluParams: _int8_leaky_relu,
     QuantizedHardSwishParams: _int8_hard_swish,
+    Int16SigmoidParams: _int16_sigmoid,
 }
 _OTHERS: dict[type, Callable[[OpContext, object], dict]] = {
     FloatPreluParams: _float_prelu,
-    QuantizedPreluParams: _int8_prelu,
+    QuantizedPreluParams: _quantized_prelu,
     FloatSoftmaxParams: _float_softmax,
     QuantizedSoftmaxParams: _int8_softmax,
+    Int16SoftmaxParams: _int16_softmax,
     FloatL2NormalizationParams: _float_l2_normalization,
     QuantizedL2NormalizationParams: _int8_l2_normalization,
 }
@@ -665,16 +850,19 @@ def emit_activation(ctx: OpContext) -> Kernel:
 
 
 # The ops whose TFLite kernels also run legacy uint8 (as int8, in [0, 255]), and those that run
-# int16 (16x8, zero points 0) through the same requantization.
+# int16 (16x8, zero points 0); int16 PRELU takes an int8 alpha. TFLite has no int16 kernel for
+# RELU_N1_TO_1 or HARD_SWISH (it fails them when it runs them).
 _UINT8_OPCODES = frozenset({"RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "SOFTMAX"})
-_INT16_OPCODES = frozenset({"RELU", "RELU6", "LEAKY_RELU"})
+_INT16_OPCODES = frozenset({"RELU", "RELU6", "LEAKY_RELU", "LOGISTIC", "TANH", "SOFTMAX"})
 
 
 def _kernels(opcode: str) -> tuple[Signature, ...]:
     dtypes = ("float32", "int8", *(("uint8",) if opcode in _UINT8_OPCODES else ()),
               *(("int16",) if opcode in _INT16_OPCODES else ()))
+    if opcode == "PRELU":
+        return kernels("T, T -> T", "int16, int8 -> int16", T=dtypes)
     widening = ("int8 -> int16",) if opcode == "SOFTMAX" else ()
-    return kernels("T, T -> T" if opcode == "PRELU" else "T -> T", *widening, T=dtypes)
+    return kernels("T -> T", *widening, T=dtypes)
 
 
 SPECS: tuple[OpSpec, ...] = tuple(
