@@ -62,14 +62,11 @@ from toolchain.ops.emit import (
 from toolchain.ops.spec import OpSpec, Signature, kernels, required_input
 from toolchain.ops.tables import (
     INT16_MAX,
-    SIGMOID_TABLE_LENGTH,
     checked_log2,
     logistic_float32,
     lookup_table,
     lut_lookup_int16,
-    sigmoid_table_uint16,
     softmax_exp_lut,
-    softmax_reciprocal_lut,
     tanhf,
 )
 from toolchain.quant import (
@@ -695,7 +692,7 @@ def _int16_sigmoid(ctx: OpContext, p: Int16SigmoidParams) -> dict:
     product = f"x * {p.multiplier}"
     rescaled = f"({product} + {p.rounding}) >> {p.shift}" if p.shift else product
     return {"op_macro": f"int16_{p.function.lower()}_op", "rescaled": rescaled,
-            "table_length": SIGMOID_TABLE_LENGTH, "table": c_array(sigmoid_table_uint16())}
+            "helpers": ("int16_sigmoid_table",)}
 
 
 def _elementwise(ctx: OpContext, values: dict) -> dict:
@@ -778,19 +775,12 @@ def _int8_softmax(ctx: OpContext, p: QuantizedSoftmaxParams) -> dict:
 
 
 def _int16_softmax(ctx: OpContext, p: Int16SoftmaxParams) -> dict:
-    """The two tables, with the bounds the C's comments state: their steps and values (so a
-    lookup needs no int16 wrap) and the exponential of a zero difference (so the sum's leading
-    zeros are few)."""
-    exp_lut, reciprocal_lut = softmax_exp_lut(), softmax_reciprocal_lut()
-    luts = np.concatenate([exp_lut, reciprocal_lut]).astype(np.int64)
-    steps = np.concatenate([np.diff(exp_lut.astype(np.int64)),
-                            np.diff(reciprocal_lut.astype(np.int64))])
-    peak = int(lut_lookup_int16(exp_lut, np.array(INT16_MAX)))
+    """With the bound the C's comment states: the exponential of a zero difference, so the
+    sum's leading zeros are few."""
+    peak = int(lut_lookup_int16(softmax_exp_lut(), np.array(INT16_MAX)))
     return _rows(ctx, p.depth, "int16_softmax_row", {
-        "helpers": ("shifts",), "lut_length": exp_lut.size,
-        "exp_lut": c_array(exp_lut), "reciprocal_lut": c_array(reciprocal_lut),
-        "lut_max_step": int(np.abs(steps).max()), "lut_min": int(luts.min()),
-        "lut_max": int(luts.max()), "peak": peak, "max_headroom": 32 - peak.bit_length(),
+        "helpers": ("shifts", "int16_softmax_tables"), "peak": peak,
+        "max_headroom": 32 - peak.bit_length(),
         "multiplier": p.input_multiplier, "shift": p.input_shift})
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from toolchain.ir import Operator
+from toolchain.ops.tables import sigmoid_table_uint16, softmax_exp_lut, softmax_reciprocal_lut
 from toolchain.render import environment
 
 C_TYPES: dict[str, str] = {
@@ -96,13 +97,42 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "gemmlowp_exp": ("shifts",),
     "gemmlowp_inv_sqrt": ("shifts",),
     "int16": (),
+    "int16_sigmoid_table": (),
+    "int16_softmax_tables": (),
+}
+
+
+def _sigmoid_table() -> dict:
+    table = sigmoid_table_uint16()
+    return {"length": table.size, "table": c_array(table)}
+
+
+def _softmax_tables() -> dict:
+    """The two tables, with the bounds the C's comment states: their steps and values, so a
+    lookup needs no int16 wrap."""
+    exp_table, reciprocal_table = softmax_exp_lut(), softmax_reciprocal_lut()
+    both = np.concatenate([exp_table, reciprocal_table]).astype(np.int64)
+    steps = np.concatenate([np.diff(exp_table.astype(np.int64)),
+                            np.diff(reciprocal_table.astype(np.int64))])
+    return {"length": exp_table.size, "exp_table": c_array(exp_table),
+            "reciprocal_table": c_array(reciprocal_table),
+            "max_step": int(np.abs(steps).max()), "low": int(both.min()), "high": int(both.max())}
+
+
+# The values of the groups whose text lays out tables computed here.
+HELPER_VALUES: dict[str, Callable[[], dict]] = {
+    "int16_sigmoid_table": _sigmoid_table,
+    "int16_softmax_tables": _softmax_tables,
 }
 
 
 def helper_definitions(groups: Iterable[str]) -> list[str]:
     """The text of every group asked for and of the groups they build on, each once, a group
     after those it calls."""
-    return [str(family_macro(HELPERS_TEMPLATE, group)()).strip("\n") for group in _closure(groups)]
+    return [
+        str(family_macro(HELPERS_TEMPLATE, group)(**HELPER_VALUES.get(group, dict)())).strip("\n")
+        for group in _closure(groups)
+    ]
 
 
 LINE_LIMIT = 120  # characters of any generated line
