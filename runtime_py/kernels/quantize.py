@@ -6,11 +6,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from toolchain.fixedpoint import INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier
+from toolchain.fixedpoint import (
+    INT32_MAX,
+    INT32_MIN,
+    multiply_by_quantized_multiplier,
+    wrap_int32,
+)
 from toolchain.ops.quantize import (
     AffineQuantizeParams,
     CastParams,
     DequantizeParams,
+    PerChannelQuantizeParams,
     RequantizeParams,
 )
 
@@ -21,32 +27,50 @@ def _round_half_away(x: np.ndarray) -> np.ndarray:
     return np.copysign(np.floor(np.abs(x) + 0.5), x)
 
 
-def _affine_quantize(params: AffineQuantizeParams, x: np.ndarray) -> np.ndarray:
+def _affine(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, low: int, high: int
+            ) -> np.ndarray:
     """The rounded quotient goes through C's float -> int32 conversion before the zero point is
     added in int32: on x86 out of range and NaN become INT32_MIN, and the addition wraps."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        quotient = x.astype(np.float32) / np.float32(params.scale)
+        quotient = x.astype(np.float32) / scale.astype(np.float32)
     rounded = _round_half_away(quotient)
     in_range = (rounded >= INT32_MIN) & (rounded <= INT32_MAX)
     as_int32 = np.where(in_range, rounded, INT32_MIN).astype(np.int64)
-    q = (as_int32 + params.zero_point).astype(np.int32)  # modular, like the C addition
-    return np.clip(q, params.output_min, params.output_max)
+    q = (as_int32 + zero_point).astype(np.int32)  # modular, like the C addition
+    return np.clip(q, low, high)
+
+
+def _affine_quantize(params: AffineQuantizeParams, x: np.ndarray) -> np.ndarray:
+    return _affine(x, np.float32(params.scale), np.int64(params.zero_point), params.output_min,
+                   params.output_max)
+
+
+def _per_channel_quantize(params: PerChannelQuantizeParams, x: np.ndarray) -> np.ndarray:
+    shape = [1] * x.ndim
+    shape[params.channel_axis] = -1
+    return _affine(x, np.asarray(params.scales, np.float32).reshape(shape),
+                   np.asarray(params.zero_points, np.int64).reshape(shape), params.output_min,
+                   params.output_max)
 
 
 def _requantize(params: RequantizeParams, x: np.ndarray) -> np.ndarray:
-    shifted = x.astype(np.int64) - params.input_zero_point
+    """The zero points' subtraction and addition wrap around in int32, as TFLite's do (for
+    int32 inputs, or products at the ends of int32)."""
+    shifted = wrap_int32(x.astype(np.int64) - params.input_zero_point)
     scaled = multiply_by_quantized_multiplier(shifted, params.multiplier, params.shift)
-    return np.clip(scaled + params.output_zero_point, params.output_min, params.output_max)
+    return np.clip(wrap_int32(scaled + params.output_zero_point), params.output_min,
+                   params.output_max)
 
 
 _QUANTIZERS: dict[type, Callable[..., np.ndarray]] = {
     AffineQuantizeParams: _affine_quantize,
+    PerChannelQuantizeParams: _per_channel_quantize,
     RequantizeParams: _requantize,
 }
 
 
-def quantize(params: AffineQuantizeParams | RequantizeParams, inputs: list[np.ndarray | None],
-             outputs: list[np.ndarray]) -> None:
+def quantize(params: AffineQuantizeParams | PerChannelQuantizeParams | RequantizeParams,
+             inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> None:
     out = outputs[0]
     out[...] = _QUANTIZERS[type(params)](params, inputs[0]).astype(out.dtype)
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from toolchain.ops.resize import BilinearParams, Interpolation, NearestParams
 
-FIXED_SHIFT = 20  # the int8 blend carries two 10-bit weights
+FIXED_SHIFT = 20  # the int8 and int16 blend carries two 10-bit weights
 
 
 def resize_nearest(params: NearestParams, inputs: list[np.ndarray | None],

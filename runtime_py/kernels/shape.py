@@ -1,4 +1,5 @@
-"""numpy kernels for the shape family: copies of stored values, laid out as the params say.
+"""numpy kernels for the shape family: copies of stored values, laid out as the params say
+(uint8 CONCATENATION also rescales inputs quantized unlike its output).
 
 Every index was resolved and checked in toolchain.ops.shape, so each kernel is one numpy
 expression whose whole result exists before an output is written (numpy also buffers an
@@ -13,8 +14,10 @@ import numpy as np
 
 from toolchain.ops.shape import (
     AxisParams,
+    ConcatenationParams,
     GatherParams,
     PadParams,
+    Rescale,
     ReshapeParams,
     SliceParams,
     SplitParams,
@@ -37,8 +40,20 @@ def pad(params: PadParams, inputs: Arrays, outputs: Arrays) -> None:
     outputs[0][...] = np.pad(inputs[0], params.paddings, constant_values=params.value)
 
 
-def concatenation(params: AxisParams, inputs: Arrays, outputs: Arrays) -> None:
-    outputs[0][...] = np.concatenate(inputs, axis=params.axis)
+def _rescaled(rescale: Rescale | None, x: np.ndarray) -> np.ndarray:
+    """TFLite's ConcatenationWithScaling of one uint8 input, in float32 (float64 holds each
+    float32 value + 0.5 exactly, so the rounding half away from zero rounds once)."""
+    if rescale is None:
+        return x
+    value = (x.astype(np.float32) * np.float32(rescale.scale) + np.float32(rescale.bias))
+    wide = value.astype(np.float64)
+    rounded = np.copysign(np.floor(np.abs(wide) + 0.5), wide).astype(np.int64)
+    return np.clip(rounded + rescale.zero_point, 0, 255)
+
+
+def concatenation(params: ConcatenationParams, inputs: Arrays, outputs: Arrays) -> None:
+    parts = [_rescaled(r, x) for r, x in zip(params.rescales, inputs)]
+    outputs[0][...] = np.concatenate(parts, axis=params.axis).astype(outputs[0].dtype)
 
 
 def pack(params: AxisParams, inputs: Arrays, outputs: Arrays) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle
-from tests.ops.test_quantize import EDGES, unary_model
+from tests.ops.test_quantize import EDGES, ENDS, WRAPS, per_channel_model, unary_model
 from tests.ops.test_reductions import REDUCTIONS, arg_model, reduce_model
 from tests.ops.test_resize import resize_model
 from toolchain.builder import ModelBuilder
@@ -75,6 +75,39 @@ def test_quantize_edges(target, scale, zero_point):
     assert_c_matches(model, [halves])
     extremes = [np.inf, -np.inf, 1e30, -1e30, np.nan, 2.1e9 * scale, -2.1e9 * scale]
     assert_c_matches(model, [np.array(extremes + [0.0] * 34, np.float32)])
+
+
+@pytest.mark.parametrize("source, target, source_quant, target_quant", WRAPS)
+def test_requantize_wraps(source, target, source_quant, target_quant):
+    """int32 arithmetic wrapping around as TFLite's, spelled out in uint32_t (no UB)."""
+    values = ENDS[source]
+    model = unary_model("QUANTIZE", values.shape, source, target, source_quant, target_quant)
+    assert_c_matches(model, [values])
+
+
+def test_requantize_wraps_only_where_it_can():
+    """int8 and int16 inputs never leave int32 with an int8 output: plain int32 arithmetic."""
+    narrow = unary_model("QUANTIZE", (4,), "int16", "int8", (1e-3, 0), (0.2, -7))
+    wide = unary_model("QUANTIZE", (4,), "int32", "int8", (1e-9, 5), (0.05, -3))
+    assert "const int32_t q = arenac_mbqm((int32_t)x[i], " in c_source_of(narrow)
+    assert "arenac_mbqm((int32_t)((uint32_t)x[i] - 5u), " in c_source_of(wide)
+
+
+def c_source_of(model_bytes: bytes) -> str:
+    return generate(plan(model_bytes), "m")["m.c"]
+
+
+@pytest.mark.parametrize("target, zero_points", [("int8", [3, -7, 0]), ("uint8", [128, 0, 255]),
+                                                 ("int16", [0, 0, 0])])
+def test_quantize_per_channel_edges(target, zero_points):
+    """Halves, saturation and values beyond int32, each channel with its own scale."""
+    model = per_channel_model((4, 3, 5), "float32", target, None,
+                              ([0.5, 0.03, 2.0], zero_points), 1)
+    halves = ((np.arange(60) % 11 - 5 + 0.5) * np.resize([0.5, 0.03, 2.0], 60)).astype(np.float32)
+    assert_c_matches(model, [halves.reshape(4, 5, 3).transpose(0, 2, 1).copy()])
+    extremes = np.resize(np.array([np.inf, -np.inf, np.nan, 1e30, -3e9, 0.0, 7.0], np.float32),
+                         (4, 3, 5))
+    assert_c_matches(model, [extremes])
 
 
 CAST_DTYPES = ["float32", "int64", "int32", "int16", "int8", "uint8", "bool"]
@@ -178,6 +211,9 @@ def c_in_place(model_bytes: bytes, values: list[np.ndarray]) -> np.ndarray:
         ("QUANTIZE", "float32", "int8", None, (0.02, -3)),
         ("QUANTIZE", "float32", "int16", None, (1e-4, 0)),
         ("QUANTIZE", "int8", "uint8", (0.05, 3), (0.07, 120)),
+        ("QUANTIZE", "uint8", "int16", (0.05, 128), (0.002, 0)),
+        ("QUANTIZE", "int32", "int8", (1e-9, 7), (0.05, -3)),
+        ("QUANTIZE", "int32", "int16", (1e-6, 0), (0.1, 0)),
         ("DEQUANTIZE", "int8", "float32", (0.05, -3), None),
         ("DEQUANTIZE", "int16", "float32", (3.1e-4, 0), None),
         ("CAST", "int8", "int64", None, None),
@@ -201,6 +237,18 @@ def test_dequantize_per_channel_in_place():
     b.op("DEQUANTIZE", [x], [y])
     b.output(y)
     model = b.build()
+    values = random_inputs(parse_model(model).main, 2)
+    (expected,) = ArenaInterpreter(plan(model)).invoke(values)
+    np.testing.assert_array_equal(c_in_place(model, values), expected)
+
+
+@pytest.mark.parametrize(
+    "source, target, source_quant, target_quant",
+    [("float32", "int8", None, ([0.1, 0.02, 0.5], [0, 4, -9])),
+     ("float32", "int16", None, ([0.1, 0.02, 0.5], [0, 0, 0]))],
+)
+def test_quantize_per_channel_in_place(source, target, source_quant, target_quant):
+    model = per_channel_model((3, 4, 2), source, target, source_quant, target_quant, 0)
     values = random_inputs(parse_model(model).main, 2)
     (expected,) = ArenaInterpreter(plan(model)).invoke(values)
     np.testing.assert_array_equal(c_in_place(model, values), expected)
@@ -308,6 +356,12 @@ SANITIZED = [
     resize_model("RESIZE_BILINEAR", (1, 3, 3, 4), (10, 11), "float32", True, False),
     resize_model("RESIZE_NEAREST_NEIGHBOR", (1, 6, 7, 2), (1, 13), "int16", False, True),
     unary_model("QUANTIZE", (2, 5, 3), "int16", "int8", (1e-3, 0), (0.2, -7)),
+    resize_model("RESIZE_BILINEAR", (2, 5, 5, 3), (7, 3), "int16", False, True),
+    resize_model("RESIZE_BILINEAR", (1, 3, 3, 4), (10, 11), "int16", True, False),
+    resize_model("RESIZE_BILINEAR", (1, 8, 6, 1), (3, 4), "int16", False, False),
+    unary_model("QUANTIZE", (2, 5, 3), "int32", "int16", (2.5e-7, -70000), (0.01, 0)),
+    unary_model("QUANTIZE", (2, 5, 3), "uint8", "int16", (0.0123, 7), (0.03, 0)),
+    per_channel_model((2, 3, 4), "float32", "uint8", None, ([0.01, 0.05, 0.2], [128, 0, 9]), 1),
 ]
 
 

@@ -156,11 +156,39 @@ def test_reduce_other_quantized(opcode, dtype, source_quant, target_quant, shape
     assert_matches_oracle(model)
 
 
+@pytest.mark.parametrize("shape, axes, keep_dims", REDUCTIONS, ids=IDS)
+@pytest.mark.parametrize(
+    "source_quant, target_quant",
+    [((0.001, 0), (0.001, 0)), ((0.002, 0), (0.0007, 0)), ((3e-4, 0), (0.01, 0))],
+    ids=["same", "finer", "coarser"],
+)
+def test_mean_int16(shape, axes, keep_dims, source_quant, target_quant):
+    model = reduce_model("MEAN", shape, axes, keep_dims, "int16", source_quant, target_quant)
+    assert_varied(model)
+    assert_matches_oracle(model)
+
+
+@pytest.mark.parametrize("opcode", ["MEAN", "SUM", "REDUCE_MAX"])
+@pytest.mark.parametrize("source_zero_point, target_zero_point", [(3, 0), (0, -2)])
+def test_int16_refuses_zero_points(opcode, source_zero_point, target_zero_point):
+    """TFLite's Prepare requires int16 zero points of 0 for every reduction."""
+    model = reduce_model(opcode, (2, 3), [1], False, "int16", (0.1, source_zero_point),
+                         (0.1, target_zero_point))
+    with pytest.raises(UnsupportedOpError, match="zero point 0"):
+        prepare_graph(parse_model(model).main)
+    with pytest.raises(RuntimeError, match="zero_point"):
+        LiteRTOracle(model)
+
+
 @pytest.mark.parametrize("opcode", ["REDUCE_MAX", "REDUCE_MIN"])
-def test_extreme_refuses_requantization(opcode):
-    model = reduce_model(opcode, (2, 3), [1], False, "int8", (0.1, 0), (0.2, 0))
+@pytest.mark.parametrize("dtype, source_quant, target_quant",
+                         [("int8", (0.1, 0), (0.2, 0)), ("int16", (0.1, 0), (0.2, 0))])
+def test_extreme_refuses_requantization(opcode, dtype, source_quant, target_quant):
+    model = reduce_model(opcode, (2, 3), [1], False, dtype, source_quant, target_quant)
     with pytest.raises(UnsupportedOpError, match="equal input and output quantization"):
         prepare_graph(parse_model(model).main)
+    with pytest.raises(RuntimeError, match="scale"):  # TFLite checks when it evaluates
+        LiteRTOracle(model).invoke(random_inputs(parse_model(model).main, 0))
 
 
 def test_reduce_refuses_axis_computed_at_run_time():

@@ -53,7 +53,7 @@ MODE_IDS = ["plain", "align_corners", "half_pixel"]
 
 @pytest.mark.parametrize("shape, size", RESIZES)
 @pytest.mark.parametrize("align_corners, half_pixel_centers", MODES, ids=MODE_IDS)
-@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8"])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8", "int16"])
 def test_resize_bilinear(dtype, shape, size, align_corners, half_pixel_centers):
     model = resize_model("RESIZE_BILINEAR", shape, size, dtype, align_corners, half_pixel_centers)
     assert_varied(model)
@@ -69,6 +69,32 @@ def test_resize_nearest_neighbor(dtype, shape, size, align_corners, half_pixel_c
     )
     assert_varied(model)
     assert_matches_oracle(model)
+
+
+@pytest.mark.parametrize("quant", [(3e-4, 0), (0.02, 0), (1e-3, 7)])
+@pytest.mark.parametrize("align_corners, half_pixel_centers", MODES, ids=MODE_IDS)
+def test_resize_bilinear_int16_ignores_quantization(quant, align_corners, half_pixel_centers):
+    """TFLite blends the stored integers whatever the scales and zero points say."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 3, 2), "int16", *QUANT["int16"])
+    size = b.const("size", np.asarray((7, 5), np.int32))
+    y = b.tensor("y", (1, 7, 5, 2), "int16", *quant)
+    options = {"align_corners": align_corners, "half_pixel_centers": half_pixel_centers}
+    b.op("RESIZE_BILINEAR", [x, size], [y], options)
+    b.output(y)
+    assert_varied(b.build())
+    assert_matches_oracle(b.build())
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16"])
+def test_resize_bilinear_refuses_positions_past_the_input(dtype):
+    """2 -> 150 rows: the 10-bit scale rounds up (14/1024 per row, not 13.65), and TFLite's
+    last output rows read row 2 of a 2-row input."""
+    model = resize_model("RESIZE_BILINEAR", (1, 2, 3, 1), (150, 3), dtype)
+    with pytest.raises(UnsupportedOpError, match="past the input"):
+        prepare_graph(parse_model(model).main)
+    float_model = resize_model("RESIZE_BILINEAR", (1, 2, 3, 1), (150, 3), "float32")
+    prepare_graph(parse_model(float_model).main)  # float32 positions stay inside
 
 
 def test_resize_bilinear_refuses_both_alignments():

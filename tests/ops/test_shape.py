@@ -12,12 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from tests.opcheck import assert_matches_oracle
+from runtime_py.interpreter import ArenaInterpreter
+from tests.opcheck import assert_matches_oracle, assert_varied
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import random_inputs
 from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import UnsupportedOpError
 from toolchain.ops import prepare_graph
+from toolchain.plan import plan_model
 from toolchain.reader import parse_model
 
 # Activation quantization per dtype; int16 keeps zero point 0 as TFLite requires of it.
@@ -278,10 +281,22 @@ REQUANTIZATION_FREE = [
 ]
 
 
+@pytest.mark.parametrize("dtype, out_quant", [("int8", (0.1, 4)), ("int16", (0.01, 0))])
 @pytest.mark.parametrize("name", REQUANTIZATION_FREE)
-def test_int8_copies_stored_values_across_quantizations(name):
+def test_copies_stored_values_across_quantizations(name, dtype, out_quant):
     _, opcode, operands, options, outputs = CASES[CASE_IDS.index(name)]
-    assert_matches_oracle(build(opcode, "int8", operands, outputs, options, out_quant=(0.1, 4)))
+    assert_matches_oracle(build(opcode, dtype, operands, outputs, options, out_quant=out_quant))
+
+
+@pytest.mark.parametrize("padding", [[[0, 0], [1, 2], [2, 1], [0, 0]], [[1, 0], [0, 0], [0, 3],
+                                                                          [2, 2]]])
+def test_pad_int16(padding):
+    """int16 PAD fills with zero (its zero point), PADV2 with its constant."""
+    pad = build("PAD", "int16", [(2, 3, 4, 2), i32(padding)])
+    padv2 = build("PADV2", "int16", [(2, 3, 4, 2), i32(padding), OfDtype(-1234)])
+    for model in (pad, padv2):
+        assert_varied(model)
+        assert_matches_oracle(model)
 
 
 def test_pad_fills_with_the_output_zero_point():
@@ -427,3 +442,89 @@ def test_refuses_what_tflite_computes_wrongly(name):
 def test_refuses_output_shape_tflite_would_not_compute():
     model = build("TRANSPOSE", "float32", [(2, 3), i32([1, 0])], 1, None, [(2, 3)])
     assert "TFLite computes [3, 2]" in refused(model)
+
+
+# --- CONCATENATION across quantizations ----------------------------------------------------
+
+
+def concatenation_model(dtype: str, shapes, quants, out_quant, axis: int) -> bytes:
+    """CONCATENATION of inputs `shapes` quantized `quants` (None: unquantized) into an output
+    quantized `out_quant`."""
+    b = ModelBuilder()
+    xs = [b.input(f"x{i}", s, dtype, *(q or (None, None))) for i, (s, q) in
+          enumerate(zip(shapes, quants))]
+    out_shape = list(shapes[0])
+    out_shape[axis] = sum(s[axis] for s in shapes)
+    y = b.tensor("y", out_shape, dtype, *(out_quant or (None, None)))
+    b.op("CONCATENATION", xs, [y], {"axis": axis})
+    b.output(y)
+    return b.build()
+
+
+# (shapes, input quantizations, output quantization, axis): uint8 inputs quantized unlike the
+# output are rescaled in float32; inputs quantized alike are copied.
+UINT8_RESCALED = [
+    ([(2, 3, 2), (2, 1, 2), (2, 2, 2)], [(0.05, 128), (0.1, 100), (0.02, 0)], (0.05, 128), 1),
+    ([(1, 4), (1, 3)], [(0.05, 128), (0.1, 100)], (0.07, 120), 1),
+    ([(3, 5), (2, 5)], [(0.0123, 7), (0.0123, 9)], (0.0123, 7), 0),
+    ([(1, 2, 2, 3), (1, 2, 2, 5)], [(0.2, 0), (0.01, 255)], (0.03, 77), 3),
+    ([(2, 3), (2, 3), (2, 3)], [(0.1, 128), (0.1, 128), (0.1, 128)], (0.2, 100), -1),
+    ([(4, 1, 3), (4, 2, 3)], [(1 / 3, 10), (0.5, 128)], (1 / 6, 0), 1),
+]
+
+
+@pytest.mark.parametrize("shapes, quants, out_quant, axis", UINT8_RESCALED)
+def test_concatenation_uint8_rescales(shapes, quants, out_quant, axis):
+    model = concatenation_model("uint8", shapes, quants, out_quant, axis)
+    assert_varied(model)
+    assert_matches_oracle(model)
+
+
+def test_concatenation_uint8_rounds_halves_away_from_zero():
+    """Scale 1/2 and an even zero point: every odd q lands on a half."""
+    model = concatenation_model("uint8", [(2, 128), (2, 128)], [(0.1, 128), (0.05, 64)],
+                                (0.1, 100), 1)
+    values = [np.arange(256, dtype=np.uint8).reshape(2, 128)] * 2
+    expected = LiteRTOracle(model).invoke(values)
+    runtime = ArenaInterpreter(plan_model(parse_model(model), "greedy")).invoke(values)
+    with CBackend(plan_model(parse_model(model), "greedy")) as backend:
+        compiled = backend.invoke(values)
+    for e, r, c in zip(expected, runtime, compiled, strict=True):
+        np.testing.assert_array_equal(r, e)
+        np.testing.assert_array_equal(c, e)
+
+
+@pytest.mark.parametrize(
+    "quants, out_quant",
+    [([(1e-3, 0), (5e-3, 0)], (2e-3, 0)), ([(0.5, 0), (3e-4, 0), (0.002, 0)], (0.002, 0))],
+)
+def test_concatenation_int16_copies_across_scales(quants, out_quant):
+    """int16 CONCATENATION copies stored values whatever the scales (zero points are 0)."""
+    shapes = [(2, 3, 2)] * len(quants)
+    model = concatenation_model("int16", shapes, quants, out_quant, 1)
+    assert_varied(model)
+    assert_matches_oracle(model)
+
+
+@pytest.mark.parametrize(
+    "dtype, quants, out_quant, reason",
+    [
+        ("uint8", [None, (0.1, 128)], (0.1, 128), "scale of 0 or infinity"),
+        ("uint8", [(0.1, 128), (0.1, 128)], None, "scale of 0 or infinity"),
+        ("uint8", [(1.0, 0), (0.1, 128)], (1e-8, 0), "leaves int32"),
+        ("int8", [(0.1, 0), (0.1, 1)], (0.1, 0), "does not requantize"),
+        ("int16", [(0.1, 0), (0.1, 3)], (0.1, 0), "zero point 0"),
+        ("int16", [(0.1, 0), (0.1, 0)], (0.1, 2), "zero point 0"),
+    ],
+)
+def test_concatenation_refusals(dtype, quants, out_quant, reason):
+    model = concatenation_model(dtype, [(2, 3), (2, 3)], quants, out_quant, 0)
+    assert reason in refused(model)
+
+
+def test_padv2_int16_refuses_a_value_quantized_apart():
+    model = build("PADV2", "int16", [(2, 3), i32([[1, 0], [0, 0]]), np.asarray([3], np.int16)],
+                  1, out_shapes=[(3, 3)])
+    assert "constant_values quantized differently" in refused(model)
+    with pytest.raises(Exception):  # noqa: B017 (LiteRT raises RuntimeError or ValueError)
+        LiteRTOracle(model).invoke(random_inputs(parse_model(model).main, seed=0))

@@ -14,7 +14,7 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle
-from tests.ops.test_shape import CASE_IDS, CASES, build, i32
+from tests.ops.test_shape import CASE_IDS, CASES, UINT8_RESCALED, build, concatenation_model, i32
 from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import random_inputs
@@ -232,3 +232,34 @@ def test_chain_of_moves():
     model = b.build()
     assert_matches_oracle(model)
     assert_sanitized_c_matches_runtime(model)
+
+
+# --- uint8 CONCATENATION rescaling its inputs ---------------------------------------------
+
+
+@pytest.mark.parametrize("case", range(len(UINT8_RESCALED)))
+def test_concatenation_uint8_rescaled_sanitized(case):
+    model = concatenation_model("uint8", *UINT8_RESCALED[case])
+    assert_sanitized_c_matches_runtime(model, sets=3)
+
+
+def test_concatenation_uint8_rescaled_text():
+    """Inputs quantized as the output are copied with memcpy, the others rescaled through the
+    op's one helper."""
+    model = concatenation_model("uint8", *UINT8_RESCALED[0])
+    source = c_source(model)
+    assert source.count("static inline uint8_t m_op0_rescale(") == 1
+    body = kernel(model, "CONCATENATION")
+    assert "memcpy(&o[i0 * 12], &x0[i0 * 6], 6);" in body
+    assert "o[i0 * 12 + k + 6] = m_op0_rescale(x1[i0 * 2 + k], 2.e+00f, -2.e+02f);" in body
+    copies = concatenation_model("uint8", [(2, 3), (2, 3)], [(0.1, 5)] * 2, (0.1, 5), 0)
+    assert "rescale" not in c_source(copies)
+
+
+def test_concatenation_uint8_rescaled_empty_input():
+    """An input of extent 0 along the axis adds nothing, and no pointer to it is declared (the
+    C compiles without warnings)."""
+    model = concatenation_model("uint8", [(2, 0), (2, 3)], [(0.2, 1), (0.1, 5)], (0.1, 5), 1)
+    assert "x0" not in kernel(model, "CONCATENATION")
+    with CBackend(plan_model(parse_model(model))):
+        pass

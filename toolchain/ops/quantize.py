@@ -23,7 +23,6 @@ from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops import overlaps
 from toolchain.ops.emit import (
     ConstantLoop,
-    CTensor,
     Kernel,
     OpContext,
     c_array,
@@ -57,8 +56,26 @@ class AffineQuantizeParams:
 
 
 @dataclass(frozen=True)
+class PerChannelQuantizeParams:
+    """float32 -> integer with one scale and zero point per index of `channel_axis`, each
+    element computed as AffineQuantizeParams describes (TFLite's PerChannelQuantize)."""
+
+    scales: tuple[float, ...]  # float32 values
+    zero_points: tuple[int, ...]
+    channel_axis: int
+    output_min: int
+    output_max: int
+
+
+@dataclass(frozen=True)
 class RequantizeParams:
-    """integer -> integer: clamp((q - in_zp) * multiplier * 2^(shift-31) + out_zp)."""
+    """integer -> integer: clamp((q - in_zp) * multiplier * 2^(shift-31) + out_zp), the
+    subtraction and the addition in int32 (wrapping around as TFLite's do in practice).
+
+    `wraps` says whether either can leave int32 for some input: an int32 input minus its zero
+    point, or a product near the ends of int32 plus the output's zero point. Only then does
+    the C spell the wrap-around out.
+    """
 
     input_zero_point: int
     multiplier: int
@@ -66,6 +83,7 @@ class RequantizeParams:
     output_zero_point: int
     output_min: int
     output_max: int
+    wraps: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,12 +105,15 @@ class CastParams:
     method: str  # "nonzero", "saturate" or "convert": see _cast_method
 
 
-# What QUANTIZE accepts: input dtype -> output dtypes (TFLite quantize.cc Prepare).
+# What QUANTIZE runs: input dtype -> output dtypes (TFLite quantize.cc Prepare and Eval).
+# LiteRT refuses the rest in Prepare: no float32 or int32 output from float32, int8 or uint8,
+# no uint8 output from int16 or int32, and nothing from int32 but int8 and int16.
 _QUANTIZE_OUTPUTS: dict[str, frozenset[str]] = {
     "float32": frozenset({"int8", "uint8", "int16"}),
     "int8": frozenset({"int8", "uint8", "int16"}),
-    "uint8": frozenset({"int8", "uint8"}),
+    "uint8": frozenset({"int8", "uint8", "int16"}),
     "int16": frozenset({"int8", "int16", "int32"}),
+    "int32": frozenset({"int8", "int16"}),
 }
 _DEQUANTIZE_INPUTS = frozenset({"int8", "uint8", "int16"})
 _CAST_DTYPES = frozenset({"float32", "int64", "int32", "int16", "int8", "uint8", "bool"})
@@ -110,20 +131,53 @@ def _per_tensor(t: Tensor) -> None:
         raise UnsupportedOpError(f"{t.dtype} tensor {t.name!r} needs per-tensor quantization")
 
 
-def prepare_quantize(graph: Graph, op: Operator) -> AffineQuantizeParams | RequantizeParams:
+def _per_channel_quantize(target: Tensor) -> PerChannelQuantizeParams:
+    q = target.quantization
+    axis = q.quantized_dimension
+    if not 0 <= axis < len(target.shape) or target.shape[axis] != len(q.scale):
+        raise UnsupportedOpError(f"{len(q.scale)} scales along axis {axis} of {target.shape}")
+    return PerChannelQuantizeParams(tuple(q.scale), tuple(q.zero_point), axis,
+                                    *INT_RANGES[target.dtype])
+
+
+def _requantize_wraps(source: Tensor, multiplier: int, shift: int, output_zero_point: int
+                      ) -> bool:
+    """Whether (q - in_zp) or MultiplyByQuantizedMultiplier(...) + out_zp can leave int32."""
+    low, high = INT_RANGES[source.dtype]
+    zero_point = zero_point_of(source)
+    reach = max(abs(low - zero_point), abs(high - zero_point))  # of q - in_zp
+    if reach >= 2**31:
+        return True
+    scaled = reach << max(shift, 0)
+    if scaled >= 2**31:
+        return True  # the left shift wraps: any int32 may come out
+    # SRDHM and the rounding right shift add at most one to the exact |scaled * M / 2^31|.
+    product = -(-scaled * multiplier // 2**31) + 1
+    return (product >> max(-shift, 0)) + 1 + abs(output_zero_point) >= 2**31
+
+
+def prepare_quantize(graph: Graph, op: Operator
+                     ) -> AffineQuantizeParams | PerChannelQuantizeParams | RequantizeParams:
     source, target = _io(graph, op)
     if target.dtype not in _QUANTIZE_OUTPUTS.get(source.dtype, frozenset()):
         raise UnsupportedOpError(f"QUANTIZE from {source.dtype} to {target.dtype}")
-    _per_tensor(target)
+    if target.quantization is None:
+        raise UnsupportedOpError(f"output {target.name!r} has no quantization")
     require_int16_zero_points(source, target)
     output_min, output_max = INT_RANGES[target.dtype]
     if source.dtype == "float32":
+        if target.quantization.per_channel:
+            return _per_channel_quantize(target)
         return AffineQuantizeParams(scale_of(target), zero_point_of(target), output_min, output_max)
+    # TFLite requantizes with the tensors' single scales; a per-channel tensor has none there.
     _per_tensor(source)
+    _per_tensor(target)
     # Python floats are doubles: the float32 scales divide in double, as TFLite's Prepare does.
     multiplier, shift = quantize_multiplier(scale_of(source) / scale_of(target))
+    output_zero_point = zero_point_of(target)
     return RequantizeParams(
-        zero_point_of(source), multiplier, shift, zero_point_of(target), output_min, output_max
+        zero_point_of(source), multiplier, shift, output_zero_point, output_min, output_max,
+        _requantize_wraps(source, multiplier, shift, output_zero_point),
     )
 
 
@@ -198,32 +252,55 @@ def _common(ctx: OpContext) -> dict:
     }
 
 
+def _add_wrapping(value: int) -> str:
+    """` + 10u`, ` - 3u` or nothing: a constant added modulo 2^32 after a uint32_t operand."""
+    return f" + {value}u" if value > 0 else f" - {-value}u" if value < 0 else ""
+
+
+_AFFINE_NOTE = (
+    "round(x / scale) in float32, halves away from zero, then C's conversion to int32 as x86 "
+    "performs it (out of range and NaN give INT32_MIN, tested for here: the conversion would be "
+    "undefined in C), plus the zero point with int32 wrap-around, clamped.")
+
+
+def _affine_body(i: str, out_type: str, scale: str, zero_point: str, low: int, high: int
+                 ) -> list[str]:
+    """The statements quantizing x[i]; `zero_point` is the uint32_t addition after q."""
+    wrapped = f"(int32_t)(q{zero_point})" if zero_point else "(int32_t)q"
+    return [
+        f"const float r = roundf(x[{i}] / {scale});",
+        "const uint32_t q = r >= -2147483648.0f && r < 2147483648.0f ? (uint32_t)(int32_t)r "
+        ": 0x80000000u;",
+        f"out[{i}] = ({out_type})arenac_clamp({wrapped}, {c_int32(low)}, {c_int32(high)});",
+    ]
+
+
 def _affine_quantize(p: AffineQuantizeParams, v: dict) -> dict:
     """round(x / scale) in float32, then C's conversion to int32 as x86 performs it, the zero
     point added with int32 wrap-around (TFLite), clamped."""
-    zero_point = ("" if p.zero_point == 0 else f" + (uint32_t){p.zero_point}"
-                  if p.zero_point < 0 else f" + {p.zero_point}u")
-    i, out_type = v["i"], v["out_type"]
-    wrapped = f"(int32_t)(q{zero_point})" if zero_point else "(int32_t)q"
-    note = ("round(x / scale) in float32, halves away from zero, then C's conversion to int32 as "
-            "x86 performs it (out of range and NaN give INT32_MIN, tested for here: the "
-            "conversion would be undefined in C), plus the zero point with int32 wrap-around, "
-            "clamped.")
-    return {"note": c_comment(note, "  "), "body": [
-        f"const float r = roundf(x[{i}] / {c_float(p.scale)});",
-        "const uint32_t q = r >= -2147483648.0f && r < 2147483648.0f ? (uint32_t)(int32_t)r "
-        ": 0x80000000u;",
-        f"out[{i}] = ({out_type})arenac_clamp({wrapped}, {c_int32(p.output_min)}, "
-        f"{c_int32(p.output_max)});",
-    ]}
+    return {"note": c_comment(_AFFINE_NOTE, "  "),
+            "body": _affine_body(v["i"], v["out_type"], c_float(p.scale),
+                                 _add_wrapping(p.zero_point), p.output_min, p.output_max)}
 
 
 def _requantize(p: RequantizeParams, v: dict) -> dict:
     i, out_type = v["i"], v["out_type"]
-    return {"note": c_comment("Integer to integer: (x - input zero point) rescaled in fixed "
-                              "point, plus the output's.", "  "), "body": [
-        f"const int32_t q = arenac_mbqm((int32_t)x[{i}]{_add(-p.input_zero_point)}, "
-        f"{p.multiplier}, {p.shift}){_add(p.output_zero_point)};",
+    if p.wraps:
+        note = ("Integer to integer: (x - input zero point) rescaled in fixed point, plus the "
+                "output's; the subtraction and the addition wrap around in int32, as TFLite's "
+                "do.")
+        difference = (f"(int32_t)((uint32_t)x[{i}]{_add_wrapping(-p.input_zero_point)})"
+                      if p.input_zero_point else f"x[{i}]")
+        scaled = f"arenac_mbqm({difference}, {p.multiplier}, {p.shift})"
+        if p.output_zero_point:
+            scaled = f"(int32_t)((uint32_t){scaled}{_add_wrapping(p.output_zero_point)})"
+    else:
+        note = ("Integer to integer: (x - input zero point) rescaled in fixed point, plus the "
+                "output's.")
+        scaled = (f"arenac_mbqm((int32_t)x[{i}]{_add(-p.input_zero_point)}, {p.multiplier}, "
+                  f"{p.shift}){_add(p.output_zero_point)}")
+    return {"note": c_comment(note, "  "), "body": [
+        f"const int32_t q = {scaled};",
         f"out[{i}] = ({out_type})arenac_clamp(q, {c_int32(p.output_min)}, "
         f"{c_int32(p.output_max)});",
     ]}
@@ -232,8 +309,28 @@ def _requantize(p: RequantizeParams, v: dict) -> dict:
 def emit_quantize(ctx: OpContext) -> Kernel:
     v = _common(ctx)
     p = ctx.params
+    if isinstance(p, PerChannelQuantizeParams):
+        return _emit_per_channel_quantize(ctx, p, v)
     values = _affine_quantize(p, v) if isinstance(p, AffineQuantizeParams) else _requantize(p, v)
     return Kernel(_render("elementwise", {**v, **values}))
+
+
+def _channel_loops(shape: tuple[int, ...], axis: int) -> tuple[ConstantLoop, ...]:
+    """Loops over what lies before the channel axis, along it, and after it."""
+    return (ConstantLoop("o", math.prod(shape[:axis])), ConstantLoop("c", shape[axis]),
+            ConstantLoop("j", math.prod(shape[axis + 1:])))
+
+
+def _emit_per_channel_quantize(ctx: OpContext, p: PerChannelQuantizeParams, v: dict) -> Kernel:
+    o, c, j = _channel_loops(ctx.inputs[0].shape, p.channel_axis)
+    i = c_sum([(o, c.stop * j.stop), (c, j.stop), (j, 1)])
+    return Kernel(_render("per_channel", {
+        **v, "note": c_comment(_AFFINE_NOTE), "outer": o, "channel": c, "inner": j,
+        "counters": written_vars([o, c, j]), "channels_length": c_length(c.stop),
+        "scale_type": "float", "scales": c_array(p.scales), "zero_points": c_array(p.zero_points),
+        "body": _affine_body(i, v["out_type"], "scale", " + (uint32_t)zero_point",
+                             p.output_min, p.output_max),
+    }))
 
 
 def _dequantized(index: str, minus_zero_point: str, scale: str) -> str:
@@ -248,13 +345,6 @@ _DEQUANTIZE_NOTE = (
     "value.")
 
 
-def _dequantize_layout(p: DequantizeParams, x: CTensor) -> tuple[int, int, int]:
-    """(outer, channels, inner): the channel axis with what lies before and after it."""
-    shape = x.shape
-    return (math.prod(shape[: p.channel_axis]), shape[p.channel_axis],
-            math.prod(shape[p.channel_axis + 1:]))
-
-
 def emit_dequantize(ctx: OpContext) -> Kernel:
     p: DequantizeParams = ctx.params
     v = _common(ctx)
@@ -262,13 +352,12 @@ def emit_dequantize(ctx: OpContext) -> Kernel:
         value = _dequantized(v["i"], _add(-p.zero_points[0]), c_float(p.scales[0]))
         return Kernel(_render("elementwise", {**v, "note": c_comment(_DEQUANTIZE_NOTE, "  "),
                                               "body": [f"out[{v['i']}] = {value};"]}))
-    outer, channels, inner = _dequantize_layout(p, ctx.inputs[0])
-    o, c, j = ConstantLoop("o", outer), ConstantLoop("c", channels), ConstantLoop("j", inner)
-    i = c_sum([(o, channels * inner), (c, inner), (j, 1)])
-    return Kernel(_render("dequantize_per_channel", {
+    o, c, j = _channel_loops(ctx.inputs[0].shape, p.channel_axis)
+    i = c_sum([(o, c.stop * j.stop), (c, j.stop), (j, 1)])
+    return Kernel(_render("per_channel", {
         **v, "note": c_comment(_DEQUANTIZE_NOTE), "outer": o, "channel": c, "inner": j,
-        "counters": written_vars([o, c, j]), "channels_length": c_length(channels),
-        "scales": c_array(p.scales), "zero_points": c_array(p.zero_points),
+        "counters": written_vars([o, c, j]), "channels_length": c_length(c.stop),
+        "scale_type": "float", "scales": c_array(p.scales), "zero_points": c_array(p.zero_points),
         "body": [f"out[{i}] = {_dequantized(i, ' - zero_point', 'scale')};"],
     }))
 

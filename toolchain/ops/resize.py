@@ -2,8 +2,8 @@
 
 Which input rows and columns each output pixel reads, and with what weights, depends only on
 the shapes and options; prepare computes these tables once with TFLite's arithmetic (float32
-for the coordinates of float and nearest-neighbor resizing, 10-bit fixed point for int8
-bilinear), so the kernels only gather and blend.
+for the coordinates of float and nearest-neighbor resizing, 10-bit fixed point for int8 and
+int16 bilinear), so the kernels only gather and blend.
 
 C emission.
 
@@ -66,8 +66,9 @@ class BilinearParams:
     "float32": float32 weights and arithmetic, products associating left to right.
     "float32_rounded": the same on integer values (TFLite's ResizeBilinear<uint8_t>), then
     + 0.5 and truncation to the integer type.
-    "fixed10": integer weights in 1/1024; the int64 sum is rounded half away from zero to
-    a multiple of 2^20 and divided by it (truncating, as C does).
+    "fixed10": integer weights in 1/1024 (TFLite's ResizeBilinearInteger, int8 and int16);
+    the int64 sum is rounded half away from zero to a multiple of 2^20 and divided by it
+    (truncating, as C does).
     """
 
     method: str
@@ -165,9 +166,21 @@ def prepare_nearest(graph: Graph, op: Operator) -> NearestParams:
                          _nearest_indices(in_width, width, align, half))
 
 
+# TFLite's reference: float32 for float32 and (rounded) uint8, ResizeBilinearInteger's 10-bit
+# fixed point for int8 and int16.
 _BILINEAR_METHODS = {"float32": ("float32", _float_interpolation),
                      "uint8": ("float32_rounded", _float_interpolation),
-                     "int8": ("fixed10", _fixed_interpolation)}
+                     "int8": ("fixed10", _fixed_interpolation),
+                     "int16": ("fixed10", _fixed_interpolation)}
+# Largest magnitude of a stored value, per integer dtype the fixed-point blend reads.
+_MAGNITUDES = {"int8": 2**7, "int16": 2**15}
+
+
+def _blend_reach(params: BilinearParams, dtype: str) -> int:
+    """A bound on |sum of q * wy * wx| over the four corners, plus the rounding half."""
+    reach = [max((abs(lo) + abs(hi) for lo, hi in zip(t.low_weight, t.high_weight)), default=0)
+             for t in (params.rows, params.cols)]
+    return _MAGNITUDES[dtype] * reach[0] * reach[1] + (1 << (FIXED_SHIFT - 1))
 
 
 def prepare_bilinear(graph: Graph, op: Operator) -> BilinearParams:
@@ -179,20 +192,19 @@ def prepare_bilinear(graph: Graph, op: Operator) -> BilinearParams:
     _, in_height, in_width, _ = source.shape
     params = BilinearParams(method, interpolation(in_height, height, align, half),
                             interpolation(in_width, width, align, half))
-    if method == "fixed10":
-        # The C blend sums products |q| * |wy| * |wx| in int32 (runtime_py in int64). Weights
-        # lie in [-512, 1536] and |wy_lo| + |wy_hi| <= 2048, so the sum stays below 2^29.
-        reach = [max((abs(lo) + abs(hi) for lo, hi in zip(t.low_weight, t.high_weight)),
-                     default=0) for t in (params.rows, params.cols)]
-        if 128 * reach[0] * reach[1] + (1 << (FIXED_SHIFT - 1)) >= 2**31:
-            raise UnsupportedOpError("bilinear weights too large for the int32 blend")
+    for axis, table, size in (("row", params.rows, in_height), ("column", params.cols, in_width)):
+        if max(table.low, default=0) >= size:
+            # The integer path's 10-bit scale can round up so far that the last positions
+            # land past the input: TFLite reads memory beyond it.
+            raise UnsupportedOpError(f"{height}x{width} from {in_height}x{in_width}: TFLite's "
+                                     f"positions read {axis} {max(table.low)}, past the input")
     return params
 
 
 
 
 TEMPLATE = "c/resize.c.j2"
-FIXED_SHIFT = 20  # the int8 blend carries two 10-bit weights (runtime_py.kernels.resize)
+FIXED_SHIFT = 20  # the integer blend carries two 10-bit weights (runtime_py.kernels.resize)
 # The C types of the bilinear weights' tables, per method.
 WEIGHT_TYPES = {"float32": "float", "float32_rounded": "float", "fixed10": "int16_t"}
 BILINEAR_MACROS = {"float32": "bilinear_float", "float32_rounded": "bilinear_float",
@@ -258,6 +270,16 @@ def _weights(prefix: str, name: str, weights: tuple, method: str) -> dict:
     return _table(prefix, name, WEIGHT_TYPES[method], [convert(w) for w in weights])
 
 
+def _fixed_blend(c: str, wide: bool) -> list[str]:
+    """The four-corner sum of the fixed-point blend as lines of C, each product widened to
+    int64 first when the sum needs it."""
+    widen = "(int64_t)" if wide else ""
+    terms = [f"{widen}{corner}[{c}] * w_{corner}" for corner in ("tl", "bl", "tr", "br")]
+    if not wide:
+        return [" + ".join(terms) + ";"]
+    return [" + ".join(terms[:2]) + " +", " + ".join(terms[2:]) + ";"]
+
+
 def emit_bilinear(ctx: OpContext) -> Kernel:
     p: BilinearParams = ctx.params
     v = _common(ctx)
@@ -278,8 +300,12 @@ def emit_bilinear(ctx: OpContext) -> Kernel:
     }
     v.update({name: _look_up(t, v["out_y"]) for name, t in by_row.items()})
     v.update({name: _look_up(t, v["out_x"]) for name, t in by_column.items()})
+    # int8's blend fits int32 (|q| <= 2^7 and the weights' reach is at most 2^11 per axis);
+    # int16's needs int64, as TFLite's own sum.
+    wide = p.method == "fixed10" and _blend_reach(p, ctx.inputs[0].dtype) >= 2**31
     v.update(tables=[] if v["empty"] else [*by_row.values(), *by_column.values()],
              weight_type=WEIGHT_TYPES[p.method], shift=FIXED_SHIFT,
+             sum_type="int64_t" if wide else "int32_t", blend=_fixed_blend(v["c"], wide),
              store=(f"({v['ctype']})({FLOAT_SUM} + 0.5f)" if p.method == "float32_rounded"
                     else FLOAT_SUM),
              half=1 << (FIXED_SHIFT - 1), one=1 << FIXED_SHIFT,

@@ -1,11 +1,12 @@
-"""Params for the shape and data-movement family: ops that move stored values, never change one.
+"""Params for the shape and data-movement family: ops that move stored values.
 
-None of these ops computes: an int8 element is copied as its stored integer even where the
-output's quantization differs (TFLite's reference kernels do the same). TFLite refuses a
-quantization mismatch only for CONCATENATION (int8), PACK, UNPACK and EXPAND_DIMS; prepare
-refuses the same models, and everything TFLite derives from constant index tensors (slice
-bounds, split sizes, gather indices, pad values) is resolved here once, so a backend only
-copies.
+An int8 element is copied as its stored integer even where the output's quantization differs
+(TFLite's reference kernels do the same). TFLite refuses a quantization mismatch only for
+CONCATENATION (int8), PACK, UNPACK and EXPAND_DIMS; prepare refuses the same models. The one
+op that changes values is uint8 CONCATENATION, which rescales an input quantized unlike the
+output in float32, as TFLite does. Everything TFLite derives from constant index tensors
+(slice bounds, split sizes, gather indices, pad values) is resolved here once, so a backend
+only copies.
 
 C emission.
 
@@ -13,8 +14,9 @@ C emitters for the shape family (RESHAPE, SQUEEZE, EXPAND_DIMS, PAD, PADV2, CONC
 PACK, UNPACK, SPLIT, SPLIT_V, TRANSPOSE, SLICE, STRIDED_SLICE, GATHER), from the same params as
 runtime_py.
 
-These ops only move stored values, so Python reduces each one to a few loops with constant
-counts and strides around block copies: a memcpy of a contiguous run, or one element. Size-1
+These ops move stored values, so Python reduces each one to a few loops with constant counts
+and strides around block copies: a memcpy of a contiguous run, or one element (a uint8
+CONCATENATION rescales its unlike-quantized inputs element by element through a helper). Size-1
 dimensions vanish, adjacent dimensions that every copy walks alike merge, and the innermost
 contiguous stretch becomes the memcpy length, so e.g. a slice that keeps whole rows is one
 loop of memcpys. Every kernel writes its output(s) in order (a large TRANSPOSE tile by tile);
@@ -38,6 +40,7 @@ from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops import overlaps
 from toolchain.ops.emit import (
+    ConstantLoop,
     CTensor,
     Kernel,
     OpContext,
@@ -87,6 +90,28 @@ class AxisParams:
     """CONCATENATION, PACK, UNPACK: the (non-negative) axis they join along or split off."""
 
     axis: int
+
+
+@dataclass(frozen=True)
+class Rescale:
+    """How uint8 CONCATENATION moves an input quantized unlike the output (TFLite's
+    ConcatenationWithScaling), in float32: clamp(int32(round(q * scale + bias)) + zero_point,
+    0, 255), the product and the sum each rounded to float32, halves rounded away from zero.
+
+    scale = in_scale * (1 / out_scale) and bias = -in_zero_point * scale, both float32."""
+
+    scale: float  # float32 values
+    bias: float
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class ConcatenationParams:
+    """CONCATENATION along `axis`; per input, the Rescale TFLite applies, or None where it
+    copies the stored values."""
+
+    axis: int
+    rescales: tuple[Rescale | None, ...]
 
 
 @dataclass(frozen=True)
@@ -313,17 +338,43 @@ def _values(graph: Graph, op: Operator) -> list[Tensor]:
     return values
 
 
-def prepare_concatenation(graph: Graph, op: Operator) -> AxisParams:
-    """TFLite runs no fused activation here, and its int8 kernel does not requantize. Its
-    uint8 kernel requantizes an input quantized unlike the output, in float; we do not (yet),
-    and refuse such inputs rather than copy them."""
+# Largest |round(q * scale + bias)| a uint8 rescale may reach: the C converts it to int32 and
+# adds the output's zero point (at most 255) without leaving int32.
+MAX_RESCALED = 2**31 - 256
+
+
+def _rescale(t: Tensor, out: Tensor) -> Rescale | None:
+    """TFLite's ConcatenationWithScaling for one uint8 input: a copy when its (zero point,
+    scale) equal the output's, else the float32 rescale."""
+    (in_scale, in_zero_point), (out_scale, out_zero_point) = (_tflite_quantization(t),
+                                                              _tflite_quantization(out))
+    if (in_scale, in_zero_point) == (out_scale, out_zero_point):
+        return None
+    if not in_scale or not out_scale:
+        raise UnsupportedOpError(f"{t.name!r} is quantized {(in_scale, in_zero_point)}, the "
+                                 f"output {(out_scale, out_zero_point)}: TFLite rescales "
+                                 "between them with a scale of 0 or infinity")
+    scale = np.float32(in_scale) * (np.float32(1) / np.float32(out_scale))
+    bias = np.float32(-in_zero_point) * scale
+    # q * scale + bias grows with q: its ends lie at q = 0 and q = 255.
+    ends = [abs(float(np.float32(np.float32(q) * scale) + bias)) for q in (0, 255)]
+    if max(ends) + 0.5 >= MAX_RESCALED:
+        raise UnsupportedOpError(f"{t.name!r} rescaled by {float(scale):.6g} leaves int32, "
+                                 "where TFLite's conversion is undefined")
+    return Rescale(float(scale), float(bias), out_zero_point)
+
+
+def prepare_concatenation(graph: Graph, op: Operator) -> ConcatenationParams:
+    """TFLite runs no fused activation here, and its int8 kernel does not requantize (its
+    Prepare requires every input quantized as the output). Its uint8 kernel rescales each
+    input quantized unlike the output, in float32; int16 and the rest copy stored values."""
     values = _values(graph, op)
     first = values[0]
     (out,) = _outputs(graph, op, first.dtype, 1)
     activation = op.options.get("fused_activation_function", "NONE")
     if activation != "NONE":
         raise UnsupportedOpError(f"fused activation {activation} (TFLite's kernel has none)")
-    if first.dtype in ("int8", "uint8"):
+    if first.dtype == "int8":
         _require_same_quantization(values, [out])
     require_int16_zero_points(*values, out)
     axis = _axis(int(op.options.get("axis", 0)), len(first.shape))
@@ -332,7 +383,8 @@ def prepare_concatenation(graph: Graph, op: Operator) -> AxisParams:
         raise UnsupportedOpError(f"input shapes differ off axis {axis}")
     total = sum(t.shape[axis] for t in values)
     _expect_shape(out, (*first.shape[:axis], total, *first.shape[axis + 1:]))
-    return AxisParams(axis)
+    rescales = tuple(_rescale(t, out) if first.dtype == "uint8" else None for t in values)
+    return ConcatenationParams(axis, rescales)
 
 
 def prepare_pack(graph: Graph, op: Operator) -> AxisParams:
@@ -850,8 +902,61 @@ def _join(ctx: OpContext, shape: Sequence[int], axis: int, extents: Sequence[int
 
 
 def emit_concatenation(ctx: OpContext) -> Kernel:
-    p: AxisParams = ctx.params
-    return _join(ctx, ctx.outputs[0].shape, p.axis, [t.shape[p.axis] for t in ctx.inputs], False)
+    p: ConcatenationParams = ctx.params
+    extents = [t.shape[p.axis] for t in ctx.inputs]
+    if any(p.rescales):
+        return _concatenation_rescaled(ctx, p, extents)
+    return _join(ctx, ctx.outputs[0].shape, p.axis, extents, False)
+
+
+# TFLite's float32 arithmetic, which the helper repeats statement by statement.
+_RESCALE_NOTE = (
+    "TFLite's ConcatenationWithScaling: round(q * scale + bias) in float32, halves away from "
+    "zero, plus the output zero point, clamped to uint8. The product and the sum are separate "
+    "statements, so no compiler fuses them; the value lies within int32 (checked when "
+    "generating), where value - t is exact.")
+
+
+def _concatenation_rescaled(ctx: OpContext, p: ConcatenationParams,
+                            extents: Sequence[int]) -> Kernel:
+    """uint8 with some inputs rescaled: one loop over the outer dimensions; in it each input's
+    block is copied, or rescaled element by element through the op's helper."""
+    out = ctx.outputs[0]
+    outer = math.prod(out.shape[:p.axis])
+    inner = math.prod(out.shape[p.axis + 1:])
+    row = sum(extents) * inner
+    each_outer = ConstantLoop("i0", outer)
+    helper = f"{ctx.prefix}_rescale"
+    zero_point = next(r.zero_point for r in p.rescales if r)
+    parts, pointers, offset = [], [], 0
+    for k, (t, extent, rescale) in enumerate(zip(ctx.inputs, extents, p.rescales)):
+        block = extent * inner
+        if block and out.size:
+            name = _in_name(ctx, k)
+            pointers.append(f"const uint8_t *{name} = {t.ptr};")
+            dst = c_sum([(each_outer, row)], offset)
+            src = c_sum([(each_outer, block)])
+            if rescale is None:
+                parts.append({"copies": True, "dst_at": _at("o", dst), "src_at": _at(name, src),
+                              "bytes": block})
+            else:
+                each = ConstantLoop("k", block)
+                at = c_sum([(each_outer, row), (each, 1)], offset)
+                from_at = c_sum([(each_outer, block), (each, 1)])
+                parts.append({"copies": False, "each": each, "dst": f"o[{at}]",
+                              "value": f"{helper}({name}[{from_at}], {c_float(rescale.scale)}, "
+                                       f"{c_float(rescale.bias)})"})
+        offset += block
+    values = _base(ctx)
+    values.update(
+        helper=helper, note=c_comment(_RESCALE_NOTE), empty=not parts,
+        plus_zero_point=f" + {zero_point}" if zero_point else "",
+        out=out.ptr, pointers=pointers, outer=each_outer, parts=parts,
+        counters=", ".join([*(["i0"] if each_outer.written else []),
+                            *(["k"] if any(not q["copies"] and q["each"].written
+                                           for q in parts) else [])]),
+    )
+    return _render("concatenation_rescaled", values)
 
 
 def emit_pack(ctx: OpContext) -> Kernel:
