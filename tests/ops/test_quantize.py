@@ -218,10 +218,30 @@ def test_quantize_refuses_the_pairs_litert_refuses(source, target, message):
 
 
 @pytest.mark.parametrize(
+    "source, source_quant, target, target_quant",
+    [
+        ("int16", (1 / 32768, -32768), "int32", (1 / 65536, 0)),  # after an int8 -> int16 softmax
+        ("int16", (0.003, 5), "int32", (0.005, 3)),
+        ("int16", (0.003, 5), "int8", (0.005, -3)),
+        ("float32", None, "int16", (0.005, 17)),
+        ("int8", (0.003, 3), "int16", (0.005, 5)),
+        ("uint8", (0.003, 3), "int16", (0.005, -5)),
+        ("int32", (0.003, 3), "int16", (0.005, 5)),
+    ],
+)
+def test_quantize_int16_beside_another_type_takes_any_zero_point(source, source_quant, target,
+                                                                 target_quant):
+    """TFLite holds only int16 -> int16 to zero point 0 (the 16x8 scheme)."""
+    model = unary_model("QUANTIZE", (3, 20), source, target, source_quant, target_quant)
+    assert_varied(model)
+    assert_matches_oracle(model)
+
+
+@pytest.mark.parametrize(
     "source, target, source_quant, target_quant, reason",
     [
         ("int16", "int16", (0.1, 5), (0.1, 0), "zero point 0"),
-        ("float32", "int16", None, (0.1, 3), "zero point 0"),
+        ("int16", "int16", (0.1, 0), (0.1, -4), "zero point 0"),
         ("float32", "int8", None, None, "no quantization"),
     ],
 )
