@@ -64,8 +64,9 @@ def test_scratch_over_a_live_tensor_fails_verify_and_the_runtime():
         ArenaInterpreter(unsafe, verify_plan=False).invoke(random_inputs(mp.graph, 0))
 
 
-def hybrid_conv_model() -> bytes:
-    """A float32 model whose convolution filters are int8: a variant no kernel here runs."""
+def uint8_filter_model() -> bytes:
+    """A float32 model whose convolution filters are uint8: a variant no kernel here runs (TFLite
+    runs hybrid convolutions with int8 filters only)."""
     data = EXAMPLES["tiny_cnn_float32"]()
     model = fb.ModelT.InitFromPackedBuf(data, 0)
     graph = model.subgraphs[0]
@@ -73,7 +74,7 @@ def hybrid_conv_model() -> bytes:
         code = model.operatorCodes[op.opcodeIndex]
         if max(code.builtinCode, code.deprecatedBuiltinCode) == fb.BuiltinOperator.CONV_2D:
             weights = graph.tensors[op.inputs[1]]
-            weights.type = fb.TensorType.INT8
+            weights.type = fb.TensorType.UINT8
             buffer = model.buffers[weights.buffer]
             buffer.data = np.asarray(buffer.data, np.uint8)[: len(buffer.data) // 4]
             q = fb.QuantizationParametersT()
@@ -85,7 +86,7 @@ def hybrid_conv_model() -> bytes:
 
 
 def test_inspect_marks_exactly_the_ops_the_backends_refuse():
-    model = parse_model(hybrid_conv_model(), "hybrid.tflite")
+    model = parse_model(uint8_filter_model(), "uint8_filters.tflite")
     refused = unsupported_ops(model.main)
     convs = {op.index for op in model.main.operators if op.opcode == "CONV_2D"}
     assert set(refused) == convs
@@ -104,7 +105,7 @@ def walked_models() -> list[tuple[str, bytes]]:
     x = b.input("x", (1, 4, 4, 2), "float32")
     b.output(b.add(x, x))
     built.append(("add_twice", b.build()))
-    built.append(("hybrid", hybrid_conv_model()))
+    built.append(("uint8_filters", uint8_filter_model()))
     return built + [(p.stem, p.read_bytes()) for p in SHARED_MODEL_FILES]
 
 

@@ -1,9 +1,11 @@
 """numpy kernels for the convolution family, executing the params of toolchain.ops.conv.
 
-All arithmetic runs in float64: every int8 product and every int32 sum of them is an integer
-far below 2^53, so float64 sums (and BLAS matmuls) are exact whatever their order, and the int8
-path then follows TFLite's integer pipeline from the exact accumulator. float32 models get a
-more precise sum than TFLite's float32 loop, well within the check's tolerance.
+All arithmetic runs in float64: every int8 (or int16 x int8) product and every sum of them is
+an integer far below 2^53 (prepare bounds int16's int64 sums, bias included, by 2^47), so
+float64 sums (and BLAS matmuls) are exact whatever their order, and the integer paths then
+follow TFLite's pipeline from the exact accumulator. float32 models get a more precise sum than
+TFLite's float32 loop, well within the check's tolerance; hybrid ones (an int8 filter) sum
+their quantized input exactly and then round in float32 as TFLite does, bit for bit.
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from collections.abc import Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from runtime_py.hybrid import quantize_asymmetric, quantize_symmetric
+from toolchain.fixedpoint import wrap_int32
 from toolchain.ops.conv import (
     ConvParams,
     DepthwiseConvParams,
     FloatClamp,
+    HybridRescale,
     OutputStage,
     Requantize,
     TransposeConvParams,
+    WideRequantize,
     Window,
 )
 
@@ -70,12 +76,24 @@ def requantize(acc: np.ndarray, stage: Requantize) -> np.ndarray:
     return np.clip(x, *stage.clamp).astype(stage.dtype)
 
 
+def requantize_wide(acc: np.ndarray, stage: WideRequantize) -> np.ndarray:
+    """TFLite's int64 accumulator -> int16 by its 64-bit MultiplyByQuantizedMultiplier: one
+    rounding shift of acc * m (prepare keeps acc within +-2^47, so nothing overflows), the
+    int32 cast wrapping, then the clamp."""
+    x = acc.astype(np.int64)
+    x *= stage.multipliers
+    x += np.int64(1) << (stage.shifts - 1)
+    x >>= stage.shifts
+    return np.clip(wrap_int32(x), *stage.clamp).astype(stage.dtype)
+
+
 def _clamp(acc: np.ndarray, stage: FloatClamp) -> np.ndarray:
     return np.clip(acc, *stage.clamp).astype(np.float32)
 
 
 _OUTPUT_STAGES: dict[type, Callable[[np.ndarray, OutputStage], np.ndarray]] = {
     Requantize: requantize,
+    WideRequantize: requantize_wide,
     FloatClamp: _clamp,
 }
 
@@ -86,12 +104,47 @@ def _finish(acc: np.ndarray, bias: np.ndarray, stage: OutputStage, out: np.ndarr
     out[...] = _OUTPUT_STAGES[type(stage)](acc, stage)
 
 
+f32 = np.float32
+
+
+def _quantized(x: np.ndarray, stage: HybridRescale) -> tuple[np.ndarray, np.ndarray]:
+    """A hybrid kernel's input as TFLite quantizes it, image by image: the values minus their
+    zero point (what the sums multiply; padding adds 0), and each image's scale."""
+    quantize = quantize_asymmetric if stage.asymmetric else quantize_symmetric
+    values, scales = np.empty(x.shape), np.empty(x.shape[0], f32)
+    for b, image in enumerate(x):
+        q, scales[b], zero_point = quantize(image.reshape(-1).astype(f32))
+        values[b] = (q - zero_point).reshape(image.shape)
+    return values, scales
+
+
+def _rescale(acc: np.ndarray, scales: np.ndarray, bias: np.ndarray | None,
+             stage: HybridRescale, out: np.ndarray) -> None:
+    """The exact int32 sums [N, OH, OW, O] back to float32 in TFLite's order, every product and
+    sum rounded to float32, then the bias and the clamp."""
+    filter_scales = np.asarray(stage.filter_scales, f32)
+    image_scales = scales.reshape(-1, 1, 1, 1)
+    total = wrap_int32(acc.astype(np.int64)).astype(f32)
+    if stage.scales_first:
+        y = total * (filter_scales * image_scales).astype(f32)
+    else:
+        y = (total * filter_scales).astype(f32) * image_scales
+    y = y.astype(f32)
+    if bias is not None:
+        y = (y + bias.astype(f32)).astype(f32)
+    out[...] = np.clip(y, f32(stage.clamp[0]), f32(stage.clamp[1]))
+
+
 def conv_2d(params: ConvParams, inputs: list[np.ndarray | None],
             outputs: list[np.ndarray]) -> None:
     """im2col (one copy of the strided view) and one matmul per group."""
     out = outputs[0]
     batch, out_h, out_w, _ = out.shape
-    plane = _plane(inputs[0], params.window, params.input_offset)
+    hybrid = isinstance(params.output, HybridRescale)
+    x = inputs[0]
+    if hybrid:
+        x, image_scales = _quantized(x, params.output)
+    plane = _plane(x, params.window, params.input_offset)
     patches = _patches(plane, params.window, (out_h, out_w))
     groups = params.groups
     # [N, OH, OW, KH, KW, G, C/G] -> [G, N * OH * OW, KH * KW * C/G]
@@ -101,6 +154,9 @@ def conv_2d(params: ConvParams, inputs: list[np.ndarray | None],
     with np.errstate(invalid="ignore", over="ignore"):  # IEEE infinities and NaN, as in C
         acc = np.matmul(columns, params.weights)  # [G, pixels, O/G]
     acc = np.moveaxis(acc, 0, 1).reshape(out.shape)
+    if hybrid:
+        _rescale(acc, image_scales, params.bias, params.output, out)
+        return
     _finish(acc, params.bias, params.output, out)
 
 
@@ -109,12 +165,20 @@ def depthwise_conv_2d(params: DepthwiseConvParams, inputs: list[np.ndarray | Non
     """The receptive fields as a strided view, summed tap by tap or by per-channel matmuls,
     whichever numpy does faster for this shape."""
     out = outputs[0]
-    plane = _plane(inputs[0], params.window, params.input_offset)
+    hybrid = isinstance(params.output, HybridRescale)
+    x = inputs[0]
+    if hybrid:
+        x, image_scales = _quantized(x, params.output)
+    plane = _plane(x, params.window, params.input_offset)
     patches = _patches(plane, params.window, out.shape[1:3])
     in_channels, taps, _ = params.weights.shape
     sum_taps = _matmul_per_channel if taps > in_channels else _multiply_add_per_tap
     with np.errstate(invalid="ignore", over="ignore"):  # IEEE infinities and NaN, as in C
         acc = sum_taps(patches, params.weights)
+    if hybrid:
+        bias = inputs[2] if len(inputs) > 2 else None
+        _rescale(acc.reshape(out.shape), image_scales, bias, params.output, out)
+        return
     _finish(acc.reshape(out.shape), params.bias, params.output, out)
 
 

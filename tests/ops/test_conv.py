@@ -514,15 +514,18 @@ def test_refuses_unsupported_fused_activation():
     assert "fused activation TANH" in _refusal(model)
 
 
-def test_refuses_hybrid_float_input_with_int8_filter():
+def test_refuses_hybrid_transpose_conv():
+    """Hybrid CONV_2D and DEPTHWISE_CONV_2D run (tests/ops/test_conv_hybrid.py); hybrid
+    TRANSPOSE_CONV does not."""
     b = ModelBuilder("float32")
-    x = b.input("input", (1, 5, 5, 2), "float32")
+    shape = b.const("output_shape", np.array([1, 5, 5, 2], np.int32))
     filt = b.const("filter", np.ones((2, 3, 3, 2), np.int8), 0.1, 0)
-    bias = b.const("bias", np.zeros(2, np.float32))
+    x = b.input("input", (1, 5, 5, 2), "float32")
     out = b.tensor("output", (1, 5, 5, 2), "float32")
-    b.op("CONV_2D", [x, filt, bias], [out], {"padding": "SAME", "stride_h": 1, "stride_w": 1})
+    b.op("TRANSPOSE_CONV", [shape, filt, x], [out],
+         {"padding": "SAME", "stride_h": 1, "stride_w": 1})
     b.output(out)
-    assert "no kernel for float32, int8, float32 -> float32" in _refusal(b.build())
+    assert "no kernel for int32, int8, float32 -> float32" in _refusal(b.build())
 
 
 def test_refuses_filter_scales_along_another_axis():

@@ -11,6 +11,13 @@ reference/integer_ops/{conv,depthwise_conv,transpose_conv}.h):
   image only, so padding behaves as the input zero point (real 0); then bias, requantize,
   output zero point, clamp to the fused activation.
 - float32 sums input * filter in float, adds the bias and clamps.
+- 16x8 (int16 data, zero point 0, int8 filter) uses the same multipliers but sums in int64 and
+  requantizes with the 64-bit MultiplyByQuantizedMultiplier, unless a CONV_2D's or
+  TRANSPOSE_CONV's options say quantized_bias_type INT32: then int32 and the int8 one. No zero
+  points anywhere.
+- Hybrid (float32 data and output, int8 constant filter): each batch image is quantized to int8
+  at every invoke (symmetric for a CONV_2D with one filter scale, else asymmetric), summed as
+  int8 is, and scaled back to float32 (HybridRescale).
 
 C emission.
 
@@ -34,8 +41,20 @@ the accumulators plus as much for CONV_2D's column.
   in both the input and the [1, kh, kw, oc] filter. Taps outside the image are skipped (they
   add real zero); pixels whose window lies inside the image take one unrolled pass, and with
   fewer than 16 int8 channels (stride 1) several such pixels share one vector.
-- TRANSPOSE_CONV gathers instead of scattering (no int32 scratch plane): each output pixel sums
-  the input pixels whose kh x kw patch covers it.
+- TRANSPOSE_CONV gathers instead of scattering (no int32 or int64 scratch plane): each output
+  pixel sums the input pixels whose kh x kw patch covers it.
+
+16x8 (int16 data, int8 filter) sums in int64 and requantizes with TFLite's 64-bit
+MultiplyByQuantizedMultiplier (see WideRequantize), through the same loops: the column path's
+int16 column and int32 dot products (exact: prepare takes it only for depths whose products
+cannot overflow int32), then int64_t accumulators. With quantized_bias_type INT32 in a CONV_2D
+or TRANSPOSE_CONV's options, it sums in int32 and requantizes as int8 does.
+
+Hybrid (float32 data, int8 constant filter): each batch image is quantized to int8 into the
+op's scratch first, as TFLite's x86 reference build does (toolchain/ops/hybrid.py); the int8
+loops then run on it, the asymmetric zero point subtracted as the input offset (so padding is
+still 0), and each int32 sum goes back to float32 in TFLite's order of float products (see
+HybridRescale). The filter stays int8 in flash.
 
 int8 requantization is TFLite's MultiplyByQuantizedMultiplier recast in unsigned arithmetic with
 shifts by constants only, which SSE2 vectorizes (see requantize_constants); it is exact.
@@ -43,6 +62,7 @@ shifts by constants only, which SSE2 vectorizes (see requantize_constants); it i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,14 +79,17 @@ from toolchain.ops.emit import (
     c_array,
     c_comment,
     c_float,
+    c_int64,
     c_length,
     c_sum,
     render_macro,
     written_vars,
 )
+from toolchain.ops.hybrid import quantize_lines
 from toolchain.ops.spec import (
     INT32_MAX,
     MAX_PLANE_ELEMENTS,
+    MemoryRequest,
     OpSpec,
     kernels,
     required_input,
@@ -76,17 +99,25 @@ from toolchain.quant import (
     activation_range_float,
     activation_range_quantized,
     quantize_multiplier,
+    require_int16_zero_points,
     scale_of,
     scales_of,
     zero_point_of,
 )
+from toolchain.schema import DTYPE_NAMES
 
 FUSED_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Data dtype -> dtype its filter and bias must have.
-FILTER_DTYPE = {"int8": "int8", "uint8": "uint8", "float32": "float32"}
-BIAS_DTYPE = {"int8": "int32", "uint8": "int32", "float32": "float32"}
+FILTER_DTYPE = {"int8": "int8", "uint8": "uint8", "int16": "int8", "float32": "float32"}
+BIAS_DTYPE = {"int8": "int32", "uint8": "int32", "int16": "int64", "float32": "float32"}
 QUANTIZED = ("int8", "uint8")
+# |int16 * int8|: what each product of a 16x8 convolution adds to its accumulator at most.
+INT16_PRODUCT = 32768 * 128
+# TFLite's 64-bit MultiplyByQuantizedMultiplier asserts accumulators within +-2^47 and
+# exponents below 8.
+WIDE_REACH = 2**47
+MAX_WIDE_EXPONENT = 7
 # GetQuantizedConvolutionMultipler: TFLite refuses a bias scale this far (in output steps) from
 # input scale * filter scale.
 BIAS_SCALE_TOLERANCE = 0.02
@@ -124,13 +155,43 @@ class Requantize:
 
 
 @dataclass(frozen=True)
+class WideRequantize:
+    """int64 accumulator -> int16 (the 16x8 kernels): TFLite's 64-bit
+    MultiplyByQuantizedMultiplier, which rounds each channel's QuantizeMultiplier multiplier to
+    16 bits (`multipliers`) and divides once, halves rounding up: (acc * m + 2^(s - 1)) >> s
+    with s = 15 - exponent (`shifts`); then a cast to int32, which wraps, and the clamp. There
+    is no zero point."""
+
+    multipliers: np.ndarray
+    shifts: np.ndarray
+    clamp: tuple[int, int]
+    dtype: str = "int16"
+
+
+@dataclass(frozen=True)
+class HybridRescale:
+    """float32 input, int8 constant filter (dynamic range): TFLite quantizes each batch image
+    to int8 as it is read (toolchain/ops/hybrid.py), symmetric or `asymmetric` (with a zero
+    point), and sums filter * (value - zero point) in int32 over the taps inside the image;
+    that sum goes back to float32 through the image's scale and `filter_scales` (one, or one per
+    output channel): with `scales_first` as acc * (filter scale * image scale), else as
+    (acc * filter scale) * image scale, each product rounded to float32; then the float bias,
+    if any, and the clamp."""
+
+    asymmetric: bool
+    filter_scales: tuple[float, ...]
+    scales_first: bool
+    clamp: tuple[float, float]
+
+
+@dataclass(frozen=True)
 class FloatClamp:
     """float32 output: only the fused activation's clamp."""
 
     clamp: tuple[float, float]
 
 
-OutputStage = Requantize | FloatClamp
+OutputStage = Requantize | WideRequantize | HybridRescale | FloatClamp
 
 
 @dataclass(frozen=True)
@@ -258,14 +319,22 @@ def _tensor(graph: Graph, op: Operator, position: int) -> Tensor | None:
     return graph.tensors[index] if index >= 0 else None
 
 
+def _is_hybrid(data: Tensor, filt: Tensor) -> bool:
+    """float32 data with an int8 filter: TFLite's dynamic-range (hybrid) kernels."""
+    return data.dtype == "float32" and filt.dtype == "int8"
+
+
 def _check_dtypes(data: Tensor, out: Tensor, filt: Tensor, bias: Tensor | None) -> None:
     if data.dtype not in FILTER_DTYPE:
         raise UnsupportedOpError(f"{data.dtype} input")
-    if out.dtype != data.dtype or filt.dtype != FILTER_DTYPE[data.dtype]:
+    if out.dtype != data.dtype or (filt.dtype != FILTER_DTYPE[data.dtype]
+                                   and not _is_hybrid(data, filt)):
         raise UnsupportedOpError(
             f"{data.dtype} input with {filt.dtype} filter and {out.dtype} output"
         )
-    if bias is not None and bias.dtype != BIAS_DTYPE[data.dtype]:
+    # an int16 bias may be int32 too: _int16_accumulator decides
+    if bias is not None and bias.dtype != BIAS_DTYPE[data.dtype] and (
+            data.dtype != "int16" or bias.dtype != "int32"):
         raise UnsupportedOpError(f"{bias.dtype} bias with {data.dtype} input")
     if not filt.is_constant or (bias is not None and not bias.is_constant):
         raise UnsupportedOpError("filter and bias must be constant tensors")
@@ -283,7 +352,7 @@ def _bias_values(bias: Tensor | None, data: Tensor, channels: int) -> np.ndarray
     if bias.num_elements != channels:
         raise UnsupportedOpError(f"bias has {bias.num_elements} values for {channels} channels")
     if bias.quantization and any(bias.quantization.zero_point):
-        raise UnsupportedOpError("int32 bias with a non-zero zero point")
+        raise UnsupportedOpError(f"{bias.dtype} bias with a non-zero zero point")
     return bias.data.reshape(channels)
 
 
@@ -304,10 +373,34 @@ def _fused_activation(op: Operator) -> str:
     return activation
 
 
+def _int16_accumulator(op: Operator, bias: Tensor | None) -> str:
+    """What TFLite's 16x8 CONV_2D and TRANSPOSE_CONV sum in, and read their bias as: int64
+    unless the options' quantized_bias_type says INT32. FLOAT32, the schema's default, leaves
+    TFLite's int64: it would then read an int32 bias as int64 values, past the bias's end.
+    DEPTHWISE_CONV_2D has no such option and always sums in int64 (its bias must be int64)."""
+    if op.opcode == "DEPTHWISE_CONV_2D":
+        return "int64"
+    bias_type = DTYPE_NAMES.get(op.options.get("quantized_bias_type", 0), "unknown")
+    if bias_type not in ("float32", "int32", "int64"):
+        raise UnsupportedOpError(f"quantized_bias_type {bias_type.upper()} (TFLite takes INT32 "
+                                 "or INT64)")
+    accumulator = "int32" if bias_type == "int32" else "int64"
+    if bias is not None and bias.dtype != accumulator:
+        if bias_type == "float32":
+            raise UnsupportedOpError("int32 bias without quantized_bias_type INT32 (TFLite "
+                                     "reads it as int64 values)")
+        raise UnsupportedOpError(f"{bias.dtype} bias with quantized_bias_type "
+                                 f"{bias_type.upper()} (TFLite refuses)")
+    return accumulator
+
+
 def _output_stage(op: Operator, data: Tensor, filt: Tensor, bias: Tensor | None, out: Tensor,
-                  channels: int, channel_axis: int) -> OutputStage:
-    """The clamp (float32) or per-channel requantization (int8, uint8) of the accumulator."""
+                  channels: int, channel_axis: int, products: int = 0) -> OutputStage:
+    """The clamp (float32) or per-channel requantization (int8, uint8, int16) of the
+    accumulator, which sums at most `products` products per output (for int16's reach)."""
     activation = _fused_activation(op)
+    if _is_hybrid(data, filt):
+        return _hybrid_rescale(op, filt, channels)
     if data.dtype == "float32":
         low, high = activation_range_float(activation)
         return FloatClamp((max(low, -FLOAT32_MAX), min(high, FLOAT32_MAX)))
@@ -319,6 +412,10 @@ def _output_stage(op: Operator, data: Tensor, filt: Tensor, bias: Tensor | None,
     q = filt.quantization
     if any(q.zero_point):
         raise UnsupportedOpError("int8 filter with a non-zero zero point")
+    accumulator = "int32"
+    if data.dtype == "int16":
+        require_int16_zero_points(data, out)
+        accumulator = _int16_accumulator(op, bias)
     if q.per_channel and (len(q.scale) != channels or q.quantized_dimension != channel_axis):
         raise UnsupportedOpError(
             f"{len(q.scale)} filter scales along dimension {q.quantized_dimension}; expected "
@@ -326,7 +423,62 @@ def _output_stage(op: Operator, data: Tensor, filt: Tensor, bias: Tensor | None,
         )
     filter_scales = np.broadcast_to(np.asarray(scales_of(filt)), channels)
     real = [scale_of(data) * float(s) / scale_of(out) for s in filter_scales]
+    if accumulator == "int64":
+        _check_wide_reach(bias, products)
+        return _wide_requantize(real, activation, out)
     return _requantize(real, activation, out)
+
+
+def _hybrid_rescale(op: Operator, filt: Tensor, channels: int) -> HybridRescale:
+    """How TFLite's hybrid CONV_2D and DEPTHWISE_CONV_2D quantize their input and scale the
+    sums back (see HybridRescale); what they would compute otherwise is refused."""
+    q = filt.quantization
+    if q is None or not all(math.isfinite(s) and s > 0 for s in q.scale):
+        raise UnsupportedOpError("hybrid int8 filter without positive quantization scales")
+    scales = tuple(float(np.float32(s)) for s in q.scale)
+    clamp = activation_range_float(_fused_activation(op))
+    if op.opcode == "DEPTHWISE_CONV_2D":  # always per channel, the input asymmetric
+        if len(scales) != channels or (channels > 1 and q.quantized_dimension != 3):
+            raise UnsupportedOpError(
+                f"hybrid filter with {len(scales)} scales along dimension "
+                f"{q.quantized_dimension} (TFLite reads one per output channel, along dimension "
+                "3, past the end of fewer)")
+        return HybridRescale(True, scales, True, clamp)
+    if len(set(scales)) == 1:  # TFLite's per-tensor path, also for equal per-channel scales
+        if (filt.data == -128).any():
+            raise UnsupportedOpError("hybrid filter holding -128 with one scale (TFLite's x86 "
+                                     "kernel miscounts it; converters write [-127, 127])")
+        return HybridRescale(False, scales[:1], True, clamp)
+    if len(scales) != channels or q.quantized_dimension != 0:
+        raise UnsupportedOpError(f"hybrid filter with {len(scales)} scales along dimension "
+                                 f"{q.quantized_dimension}; expected {channels} along 0")
+    return HybridRescale(True, scales, False, clamp)
+
+
+def _check_wide_reach(bias: Tensor | None, products: int) -> None:
+    """TFLite's 64-bit requantization takes accumulators within +-2^47 (it asserts so, and its
+    product with the multiplier must not overflow): refuse a bias that could leave them."""
+    largest = int(np.abs(bias.data.astype(np.int64)).max(initial=0)) if bias is not None else 0
+    if largest + products * INT16_PRODUCT >= WIDE_REACH:
+        raise UnsupportedOpError(f"int64 bias values up to {largest}: the accumulators could "
+                                 "leave the +-2^47 TFLite's 64-bit requantization takes")
+
+
+def _wide_requantize(real: list[float], activation: str, out: Tensor) -> WideRequantize:
+    """The constants of TFLite's 64-bit MultiplyByQuantizedMultiplier (see WideRequantize)."""
+    multipliers, shifts = [], []
+    for r in real:
+        m, exponent = quantize_multiplier(r)
+        if exponent > MAX_WIDE_EXPONENT:
+            raise UnsupportedOpError(f"requantization by {r:.6g}: TFLite's 64-bit "
+                                     f"requantization shifts left by at most {MAX_WIDE_EXPONENT}")
+        multipliers.append((m + (1 << 15)) >> 16 if m < 0x7FFF0000 else 0x7FFF)
+        shifts.append(15 - exponent)
+    return WideRequantize(
+        multipliers=_frozen(np.array(multipliers, np.int64)),
+        shifts=_frozen(np.array(shifts, np.int64)),
+        clamp=activation_range_quantized(activation, out),
+    )
 
 
 def _uint8_output_stage(activation: str, data: Tensor, filt: Tensor, bias: Tensor | None,
@@ -388,6 +540,10 @@ def prepare_conv_2d(graph: Graph, op: Operator) -> ConvParams:
             f"filter {filt.shape} does not divide into groups of input channels {in_channels}"
         )
     groups = in_channels // group_channels
+    if _is_hybrid(data, filt) and groups > 1 and len(set(scales_of(filt))) == 1:
+        raise UnsupportedOpError("grouped hybrid CONV_2D with one filter scale (TFLite runs it "
+                                 "on its per-channel path, which reads a scale per output "
+                                 "channel)")
     (out_h, out_w), window = _gather_window(op, (height, width), (kh, kw))
     _check_plane(window, batch, in_channels)
     _check_output(out, (batch, out_h, out_w, out_channels))
@@ -401,7 +557,8 @@ def prepare_conv_2d(graph: Graph, op: Operator) -> ConvParams:
         input_offset=_input_offset(data),
         weights=_frozen(np.ascontiguousarray(weights.transpose(0, 2, 1))),
         bias=_bias_values(bias, data, out_channels),
-        output=_output_stage(op, data, filt, bias, out, out_channels, channel_axis=0),
+        output=_output_stage(op, data, filt, bias, out, out_channels, channel_axis=0,
+                             products=kh * kw * group_channels),
     )
 
 
@@ -427,7 +584,8 @@ def prepare_depthwise_conv_2d(graph: Graph, op: Operator) -> DepthwiseConvParams
         input_offset=_input_offset(data),
         weights=_frozen(np.ascontiguousarray(weights.transpose(1, 0, 2))),
         bias=_bias_values(bias, data, out_channels),
-        output=_output_stage(op, data, filt, bias, out, out_channels, channel_axis=3),
+        output=_output_stage(op, data, filt, bias, out, out_channels, channel_axis=3,
+                             products=kh * kw),
     )
 
 
@@ -473,7 +631,9 @@ def prepare_transpose_conv(graph: Graph, op: Operator) -> TransposeConvParams:
         input_offset=_input_offset(data),
         weights=_frozen(np.ascontiguousarray(weights)),
         bias=_bias_values(bias, data, out_channels),
-        output=_output_stage(op, data, filt, bias, out, out_channels, channel_axis=0),
+        output=_output_stage(op, data, filt, bias, out, out_channels, channel_axis=0,
+                             products=-(-kh // back.stride[0]) * -(-kw // back.stride[1])
+                             * in_channels),
     )
 
 
@@ -495,8 +655,8 @@ OUTPUT_BLOCK = 4
 # Depthwise windows of up to this many taps get an unrolled pass for interior pixels.
 MAX_UNROLLED_TAPS = 25
 # |(x + input_offset) * filter value|, the offset being minus the zero point: int8 data and
-# filter, or uint8 data and a uint8 filter minus its zero point.
-MAX_PRODUCT = {"int8": 255 * 128, "uint8": 255 * 255}
+# filter, uint8 data and a uint8 filter minus its zero point, or int16 data and an int8 filter.
+MAX_PRODUCT = {"int8": 255 * 128, "uint8": 255 * 255, "int16": INT16_PRODUCT}
 # The indentation of the template's lines; each loop or branch written around them adds as much.
 INDENT = "  "
 # Characters of an index expression written in place of a pointer to a single element.
@@ -582,6 +742,7 @@ def requantize_values(ctx: OpContext, stage: Requantize, count: int, blocks: int
     ctype = ctx.outputs[0].ctype
     return {
         "fn": f"{ctx.prefix}_requantize",
+        "wide": False,
         "offset": offset,
         "comment": c_comment(
             f"{lanes} -> {stage.dtype}: TFLite's MultiplyByQuantizedMultiplier (rounding "
@@ -604,15 +765,92 @@ def requantize_values(ctx: OpContext, stage: Requantize, count: int, blocks: int
     }
 
 
-def _plus(value: int) -> str:
-    """` + v` / ` - v` / `` for adding a constant in C text."""
+def wide_requantize_values(ctx: OpContext, stage: WideRequantize, count: int,
+                           blocks: int) -> dict:
+    """The template's `requantize_wide` macro: a function turning `count` int64 accumulators
+    into int16, output channels o0, o0 + 1, ... of one of `blocks` blocks (o0 is a parameter only
+    when the constants differ between channels and there are several blocks): TFLite's 64-bit
+    MultiplyByQuantizedMultiplier with the constants of `stage`."""
+    constants = {"mult": (stage.multipliers.tolist(), "int16_t"),
+                 "shift": (stage.shifts.tolist(), "uint8_t")}
+    per_channel = [name for name, (values, _) in constants.items() if len(set(values)) > 1]
+    offset = bool(per_channel) and blocks > 1
+    o = ConstantLoop("o", count)
+    at = c_sum([("o0", 1), (o, 1)]) if offset else o.index
+    tables, loads = [], []
+    for name in per_channel:
+        values, ctype = constants[name]
+        table = f"{ctx.prefix}_{name}"
+        tables.append({"name": table, "ctype": ctype, "length": c_length(len(values)),
+                       "data": c_array(values)})
+        loads.append(f"const {'int64_t' if name == 'mult' else 'int'} {name[0]} = {table}[{at}];")
+    mult = "m" if "mult" in per_channel else str(constants["mult"][0][0])
+    if "shift" in per_channel:
+        shift, rounding = "s", "((int64_t)1 << (s - 1))"
+    else:
+        shift = constants["shift"][0][0]
+        rounding = c_int64(1 << (shift - 1))
+    low, high = stage.clamp
+    first = "o0" if blocks > 1 else "0"
+    ctype = ctx.outputs[0].ctype
+    return {
+        "fn": f"{ctx.prefix}_requantize",
+        "wide": True,
+        "offset": offset,
+        "comment": c_comment(
+            f"{count} int64 accumulators of output channels {first}... -> int16: TFLite's 64-bit "
+            "MultiplyByQuantizedMultiplier (its multiplier rounded to 16 bits, one rounding "
+            "shift that rounds halves up; the accumulators stay within +-2^47, so the product "
+            "cannot overflow), cut to 32 bits as TFLite's cast does, then the activation clamp"),
+        "params": f"const int64_t *acc, {'int o0, ' if offset else ''}{ctype} *dst",
+        "each": o,
+        "counter": written_vars([o]),
+        "tables": tables,
+        "loads": loads,
+        "q": f"(int32_t)((acc[{o.index}] * {mult} + {rounding}) >> {shift})",
+        "clamp_min": low,
+        "clamp_max": high,
+        "store": f"dst[{o.index}] = ({ctype})q;",
+    }
+
+
+def _plus(value: int | str) -> str:
+    """` + v` / ` - v` / `` for adding a constant in C text, or a C term such as "-zp"."""
+    if isinstance(value, str):
+        return f" - {value[1:]}" if value.startswith("-") else f" + {value}"
     return f" + {value}" if value > 0 else f" - {-value}" if value < 0 else ""
 
 
-def _int_accumulator(products: int, dtype: str) -> str:
+def _int_accumulator(products: int, dtype: str, wide: bool = False) -> str:
     """int32_t when the sum of `products` products cannot overflow (what vectorizes best);
-    otherwise uint32_t, which wraps as TFLite's int32 accumulator does in practice."""
-    return "int32_t" if products * MAX_PRODUCT[dtype] <= INT32_MAX else "uint32_t"
+    otherwise uint32_t, which wraps as TFLite's int32 accumulator does in practice, or for a
+    `wide` (int64) accumulator int64_t."""
+    if products * MAX_PRODUCT[dtype] <= INT32_MAX:
+        return "int32_t"
+    return "int64_t" if wide else "uint32_t"
+
+
+def _kept(v: dict, acc: str, d: str, bias: str) -> str:
+    """`acc = d + bias` (bias read at `bias`, or no bias): in uint32_t for the int32 sums, which
+    wrap as TFLite's do; in int64_t, where nothing wraps, for the wide ones."""
+    if v["wide"]:
+        return f"{acc} = (int64_t){d}" + (f" + bias[{bias}];" if v["int_bias"] else ";")
+    return f"{acc} = (uint32_t){d}" + (f" + (uint32_t)bias[{bias}];" if v["int_bias"] else ";")
+
+
+def _added(v: dict, product: str) -> str:
+    """A product as an int accumulator adds it: cast to uint32_t (which wraps) unless wide."""
+    return product if v["wide"] else f"(uint32_t)({product})"
+
+
+def _summed_dtype(ctx: OpContext) -> str:
+    """The integer data a kernel's sums read: its input's, int8 for a hybrid (quantized) one."""
+    return "int8" if isinstance(ctx.params.output, HybridRescale) else ctx.inputs[0].dtype
+
+
+def _accumulator_bytes(p) -> int:
+    """Bytes of one accumulator of the kernel: int64_t for the wide sums, else 4."""
+    return 8 if isinstance(p.output, WideRequantize) else 4
 
 
 def _block(total: int, per_item_bytes: int) -> int:
@@ -783,48 +1021,127 @@ def _common(ctx: OpContext, x_index: int, bias_index: int, count: int, blocks: i
     batch = p.input_shape[0]
     _, out_h, out_w, out_channels = p.output_shape
     is_float = isinstance(p.output, FloatClamp)
-    ctype = x.ctype
+    hybrid = isinstance(p.output, HybridRescale)
+    # a hybrid kernel reads its input quantized to int8, in the scratch
+    ctype = "int8_t" if hybrid else x.ctype
     b, oy, ox = ConstantLoop("b", batch), ConstantLoop("oy", out_h), ConstantLoop("ox", out_w)
-    px, px_lines = _pointer("px", ctype, "out", [(b, out_h * out_w * out_channels),
-                                                  (oy, out_w * out_channels), (ox, out_channels)])
-    filt, filter_copy, w_ctype = ctx.inputs[1], None, ctype
+    px, px_lines = _pointer("px", out.ctype, "out", [(b, out_h * out_w * out_channels),
+                                                      (oy, out_w * out_channels),
+                                                      (ox, out_channels)])
+    filt, filter_copy = ctx.inputs[1], None
+    w_ctype = filt.ctype
     if filt.dtype == "uint8":
         filt, filter_copy, w_ctype = _offset_filter_copy(ctx)
     # the pointers a kernel may declare: name, type and tensor
     tensors = [("x", f"const {ctype}", x), ("w", f"const {w_ctype}", filt),
-               ("bias", f"const {'float' if is_float else 'int32_t'}", bias), ("out", ctype, out)]
+               ("out", out.ctype, out)]
+    if bias is not None:
+        tensors.insert(2, ("bias", f"const {bias.ctype}", bias))
+    if hybrid:
+        tensors[:1] = [("input", "const float", x),
+                       ("x", "int8_t", _Array(f"(int8_t *){ctx.scratch[0]}"))]
+    wide = isinstance(p.output, WideRequantize)
     v = {
         "fn": ctx.fn,
         "prefix": ctx.prefix,
         "name": f"{ctx.op.opcode} '{out.name}'",
         "is_float": is_float,
         "ctype": ctype,
-        "dtype": x.dtype,
+        # the integer data the sums read
+        "dtype": "int8" if hybrid else x.dtype,
         "w_ctype": w_ctype,
         "filter_copy": filter_copy,
         "bias": bias is not None,
-        "offset": p.input_offset,
-        "tensors": [t for t in tensors if t[2] is not None],
+        "int_bias": bias is not None and not (is_float or hybrid),
+        # hybrid: the asymmetric input's zero point, known at run time
+        "offset": "-zp" if hybrid and p.output.asymmetric else p.input_offset,
+        "tensors": tensors,
         "batch": b, "out_y": oy, "out_x": ox,
         "px": px, "pixel_lines": px_lines,
         "shape": p.input_shape,
         "count": count,
+        # int16's sums are int64 (unless its options ask for int32 ones); int8's int32 sums
+        # are kept in uint32_t, which wraps as TFLite's do in practice
+        "wide": wide,
+        "hybrid": _hybrid_values(ctx, b) if hybrid else None,
+        "batch_lines": [],
     }
-    if is_float:
+    if hybrid:
+        low, high = p.output.clamp
+        v.update(rq=None, acc_size=count, act_min=c_float(low), act_max=c_float(high),
+                 accumulators=[f"uint32_t acc[{count}];"], batch_lines=v["hybrid"]["lines"])
+    elif is_float:
         low, high = p.output.clamp
         v.update(rq=None, acc_size=count, act_min=c_float(low), act_max=c_float(high),
                  accumulators=[f"float acc[{count}];"])
+    elif wide:
+        v.update(rq=wide_requantize_values(ctx, p.output, count, blocks), acc_size=count,
+                 accumulators=[f"int64_t acc[{count}];"])
     else:
         rq = requantize_values(ctx, p.output, count, blocks, repeat)
         size = rq["padded"]
         v.update(rq=rq, acc_size=size, accumulators=[f"uint32_t acc[{size}];"])
         if size > count:
             v["accumulators"].append(f"{ctype} tail[{size}]; /* the requantization's whole "
-                                     f"vectors; {count} bytes are kept */")
+                                     f"vectors; {count} values are kept */")
     # the padding lanes of int8's accumulators hold 0 for good
     v["acc_init"] = ConstantLoop("o", v["acc_size"], count)
     v["acc_init_step"] = f"acc[{v['acc_init'].index}] = 0;"
     return v
+
+
+def _summed(v: dict, parenthesized: bool = False) -> str:
+    """What the integer sums multiply the filter with, for a comment."""
+    if v["hybrid"]:
+        text = "quantized input - zero point" if v["offset"] else "quantized input"
+    elif v["offset"]:
+        text = "input + input offset"
+    else:
+        return "input"
+    return f"({text})" if parenthesized and v["offset"] else text
+
+
+def _about(v: dict) -> str:
+    """The sentence a hybrid kernel's comment ends with ("" for the others)."""
+    if not v["hybrid"]:
+        return ""
+    return (" Hybrid: each batch image is first quantized to int8 into the scratch `x`, as "
+            "TFLite's x86 reference build does; each int32 sum goes back to float32 through the "
+            "image's scale and the filter's, then the bias and the clamp.")
+
+
+def _hybrid_values(ctx: OpContext, b: ConstantLoop) -> dict:
+    """A hybrid kernel's lines quantizing batch image b into the scratch (`x`), as TFLite does,
+    its filter scale table (per channel) and its rescaling of an int32 sum `{acc}` of output
+    channel `{o}` to float32 (a str.format pattern)."""
+    p = ctx.params
+    stage: HybridRescale = p.output
+    image = math.prod(p.input_shape[1:])
+    k = ConstantLoop("k", image)
+    src, src_lines = _pointer("xb", "const float", "input", [(b, image)])
+    dst, dst_lines = _pointer("q", "int8_t", "x", [(b, image)])
+    kind = "asymmetric, with a zero point" if stage.asymmetric else "symmetric"
+    lines = [_comment(f"this image of {image} values quantized to int8 ({kind}) as TFLite's x86 "
+                      "reference build does", _nested(b)),
+             *src_lines, *dst_lines,
+             "float scale;" + (" int32_t zp;" if stage.asymmetric else ""),
+             *quantize_lines(image, stage.asymmetric, k, src, dst)]
+    tables = []
+    table = f"{ctx.prefix}_filter_scale"
+    if len(stage.filter_scales) > 1:
+        tables.append({"comment": c_comment(f"{ctx.op.opcode} '{ctx.outputs[0].name}': the filter "
+                                            "scale per output channel"),
+                       "ctype": "float", "name": table,
+                       "length": c_length(len(stage.filter_scales)),
+                       "data": c_array(np.asarray(stage.filter_scales, np.float32))})
+        if stage.scales_first:
+            rescale = "(float)(int32_t){acc} * (" + table + "[{o}] * scale)"
+        else:
+            rescale = "(float)(int32_t){acc} * " + table + "[{o}] * scale"
+    else:
+        lines.append(f"scale *= {c_float(stage.filter_scales[0])}; /* times the filter's */")
+        rescale = "(float)(int32_t){acc} * scale"
+    return {"lines": lines, "loops": [k], "tables": tables, "rescale": rescale}
 
 
 @dataclass(frozen=True)
@@ -859,7 +1176,11 @@ def _read(filter_copy: dict | None, unread: tuple[str, ...]) -> dict | None:
 def _declarations(v: dict, arrays: list[str], loops: list, unread: tuple[str, ...] = ()
                   ) -> list[str]:
     """The lines opening a kernel: its pointers (but the `unread` ones, whose tensors it does not
-    point at then), arrays, accumulators and loop counters."""
+    point at then), arrays, accumulators and loop counters. A hybrid kernel always writes its
+    quantized input `x`."""
+    if v["hybrid"]:
+        unread = tuple(name for name in unread if name != "x")
+        loops = [*loops, *v["hybrid"]["loops"]]
     pointers = [f"{ctype} *{name} = {t.ptr};" for name, ctype, t in v["tensors"]
                 if name not in unread]
     counters = written_vars(sorted(loops, key=lambda loop: COUNTERS.index(loop.var)))
@@ -869,8 +1190,17 @@ def _declarations(v: dict, arrays: list[str], loops: list, unread: tuple[str, ..
 def _finish(v: dict, terms: list, depth: int) -> dict:
     """Turn acc[0..count) (output channels c_sum(terms), ...) into the outputs at px, inside
     `depth` written loops: a loop of one statement (float32's bias and clamp; `inline` when the
-    statement fits on the loop's line), or lines alone (int8's requantization)."""
+    statement fits on the loop's line) or of a few (hybrid's rescale, bias and clamp), or lines
+    alone (the integer requantizations)."""
     rq, px = v["rq"], v["px"]
+    if v["hybrid"]:
+        o = ConstantLoop("o", v["count"])
+        at = c_sum([*terms, (o, 1)])
+        lines = [f"float y = {v['hybrid']['rescale'].format(acc=f'acc[{o.index}]', o=at)};"]
+        if v["bias"]:
+            lines.append(f"y += bias[{at}];")
+        lines.append(f"{px}[{at}] = arenac_clampf(y, {v['act_min']}, {v['act_max']});")
+        return {"loop": o, "lines": lines, "inline": False}
     if rq is None:
         o = ConstantLoop("o", v["count"])
         at = c_sum([*terms, (o, 1)])
@@ -878,20 +1208,22 @@ def _finish(v: dict, terms: list, depth: int) -> dict:
         clamp = f"arenac_clampf(acc[{o.index}]{bias}, {v['act_min']}, {v['act_max']})"
         line = f"{px}[{at}] = {clamp};"
         inline = len(f"{INDENT * (1 + depth)}for ({o.header}) {line}") <= LINE_LIMIT
-        return {"loop": o, "line": line, "inline": inline}
+        return {"loop": o, "lines": [line], "inline": inline}
     first = f"{c_sum(terms)}, " if rq["offset"] else ""
     dst = _offset(px, terms)
     if v["acc_size"] > v["count"]:
+        kept = v["count"] * (2 if v["ctype"] == "int16_t" else 1)  # bytes
         return {"loop": None, "lines": [f"{rq['fn']}(acc, {first}tail);",
-                                        f"memcpy({dst}, tail, {v['count']});"]}
+                                        f"memcpy({dst}, tail, {kept});"]}
     return {"loop": None, "lines": [f"{rq['fn']}(acc, {first}{dst});"]}
 
 
 def _widened(element: str, offset: int, is_float: bool) -> str:
-    """A column value: the input `element` as it is (float32) or int16(element + offset)."""
-    if is_float:
+    """A column value: the input `element` as it is (float32, or an integer with no offset to
+    add) or int16(element + offset)."""
+    if is_float or not offset:
         return element
-    return f"(int16_t)({element}{_plus(offset)})" if offset else f"(int16_t){element}"
+    return f"(int16_t)({element}{_plus(offset)})"
 
 
 def _product(x: str, w: str, offset: int) -> str:
@@ -1028,9 +1360,8 @@ def _dot_products(v: dict, p: ConvParams, g: ConstantLoop, depth: int, col_size:
             "loops": [o, main, rest]}
 
     def keep(o: str, d: str) -> str:
-        """acc[o] = the int8 dot product d plus the bias, in uint32_t as TFLite's int32 sum
-        wraps."""
-        return f"acc[{o}] = (uint32_t){d}" + (f" + (uint32_t)bias[{o}];" if v["bias"] else ";")
+        """acc[o] = the integer dot product d plus the bias."""
+        return _kept(v, f"acc[{o}]", d, o)
 
     blocked = group_outputs - group_outputs % OUTPUT_BLOCK
     block = ConstantLoop("o", blocked, 0, OUTPUT_BLOCK)
@@ -1063,9 +1394,9 @@ def conv_values(ctx: OpContext) -> dict:
     is_float = isinstance(p.output, FloatClamp)
     # the column path keeps one pixel's accumulators and column on the stack (and sums at most
     # that many integer products in an int32)
-    column = (4 * out_channels <= MAX_STACK_BYTES
+    column = (_accumulator_bytes(p) * out_channels <= MAX_STACK_BYTES
               and (4 if is_float else 2) * depth <= MAX_STACK_BYTES
-              and (is_float or depth * MAX_PRODUCT[ctx.inputs[0].dtype] <= INT32_MAX))
+              and (is_float or depth * MAX_PRODUCT[_summed_dtype(ctx)] <= INT32_MAX))
     if not column:
         return _conv_direct_values(ctx)
     # int8 dot products of a depth that is not a multiple of VECTOR_STEP read an int16 copy of
@@ -1099,7 +1430,7 @@ def conv_values(ctx: OpContext) -> dict:
         v["wide"] = None
     (sh, sw), (dh, dw) = p.window.stride, p.window.dilation
     groups = f", {p.groups} groups" if p.groups > 1 else ""
-    as_int16 = "" if is_float else ", as input + input offset in int16 (padding is 0)"
+    as_int16 = "" if is_float else f", as {_summed(v)} in int16 (padding is 0)"
     v.update(
         **gather, **dots,
         kernel="conv_column", group=g, col_pad=col_pad,
@@ -1112,7 +1443,7 @@ def conv_values(ctx: OpContext) -> dict:
             f"output pixel{' and group' if p.groups > 1 else ''}, `col` holds the receptive "
             f"field in filter (ky, kx, c) order{as_int16}; each output channel is a dot product "
             "of col with its filter row. Pixels are written in NHWC order (ORDER CONTRACT, top "
-            "of conv.c.j2)."),
+            f"of conv.c.j2).{_about(v)}"),
     )
     return v
 
@@ -1142,11 +1473,7 @@ def _direct(v: dict, o0: ConstantLoop, o: ConstantLoop, gather: dict | None, lin
     """The values of the template's `direct`: per output pixel, blocks o0 of `count` output
     channels o0 + o, each channel's sum gathered from its window."""
     at = c_sum([(o0, 1), (o, 1)])
-    if v["is_float"]:
-        store = f"acc[{o.index}] = d;"
-    else:
-        bias = f" + (uint32_t)bias[{at}]" if v["bias"] else ""
-        store = f"acc[{o.index}] = (uint32_t)d{bias};"
+    store = f"acc[{o.index}] = d;" if v["is_float"] else _kept(v, f"acc[{o.index}]", "d", at)
     finish = _finish(v, [(o0, 1)], _nested(v["batch"], v["out_y"], v["out_x"], o0))
     loops = [v["batch"], v["out_y"], v["out_x"], o0, o, v["acc_init"],
              *(gather["loops"] if gather else []), finish["loop"] or o]
@@ -1166,10 +1493,11 @@ def _conv_direct_values(ctx: OpContext) -> dict:
     kh, kw = p.window.filter
     (sh, sw), (dh, dw), (pad_top, pad_left) = p.window.stride, p.window.dilation, p.window.padding
     group_channels, group_outputs = channels // p.groups, out_channels // p.groups
-    count = _block(out_channels, 4)
+    count = _block(out_channels, _accumulator_bytes(p))
     v = _common(ctx, 0, 2, count, out_channels // count)
     is_float = v["is_float"]
-    acc_type = "float" if is_float else _int_accumulator(kh * kw * group_channels, v["dtype"])
+    acc_type = "float" if is_float else _int_accumulator(kh * kw * group_channels, v["dtype"],
+                                                         v["wide"])
     o0, o = ConstantLoop("o0", out_channels, 0, count), ConstantLoop("o", count)
     ky, kx = ConstantLoop("ky", kh), ConstantLoop("kx", kw)
     iy = _inside("iy", [(v["out_y"], sh), (ky, dh)], -pad_top, height)
@@ -1184,12 +1512,12 @@ def _conv_direct_values(ctx: OpContext) -> dict:
         lines = ["/* the first input channel of this output channel's group */",
                  f"const int c0 = {channel} / {group_outputs} * {group_channels};"]
     groups = f", {p.groups} groups" if p.groups > 1 else ""
-    source = "input" if is_float else "(input + input offset)"
+    source = "input" if is_float else _summed(v, parenthesized=True)
     comment = c_comment(
         f"{v['name']}: {kh}x{kw} filter, stride {sh}x{sw}, dilation {dh}x{dw}{groups}; too large "
         f"for a stack column, so each output channel sums filter * {source} over the in-bounds "
         f"pixels of its window (padding adds zero), {count} channels at a time. Pixels are "
-        "written in NHWC order (ORDER CONTRACT, top of conv.c.j2).")
+        f"written in NHWC order (ORDER CONTRACT, top of conv.c.j2).{_about(v)}")
     return _direct(v, o0, o, gather, lines, acc_type, comment)
 
 
@@ -1286,7 +1614,7 @@ def depthwise_values(ctx: OpContext) -> dict:
     (sh, sw), (dh, dw), (pad_top, pad_left) = p.window.stride, p.window.dilation, p.window.padding
     is_float = isinstance(p.output, FloatClamp)
     # input channels per pass: their accumulators (block * multiplier) fit the stack
-    block = _block(channels, 4 * multiplier)
+    block = _block(channels, _accumulator_bytes(p) * multiplier)
     taps = kh * kw
     unrolled = multiplier == 1 and taps <= MAX_UNROLLED_TAPS
     y = _window_axis("y", ConstantLoop("oy", out_h), sh, dh, pad_top, height, kh)
@@ -1294,8 +1622,8 @@ def depthwise_values(ctx: OpContext) -> dict:
     # int8 with fewer channels than a vector: `span` horizontally adjacent interior pixels fill
     # the vector together (stride 1: their channels are contiguous in the input too)
     span, span_test = 1, None
-    if (unrolled and not is_float and channels < VECTOR_STEP and VECTOR_STEP % channels == 0
-            and sw == 1 and out_w >= VECTOR_STEP // channels):
+    if (unrolled and ctx.inputs[0].dtype in QUANTIZED and channels < VECTOR_STEP
+            and VECTOR_STEP % channels == 0 and sw == 1 and out_w >= VECTOR_STEP // channels):
         span = VECTOR_STEP // channels
         span_test = _span_test(y, x, out_w, pad_left, width, span, span - 1 + (kw - 1) * dw)
         span = span if span_test is not None else 1
@@ -1320,9 +1648,13 @@ def depthwise_values(ctx: OpContext) -> dict:
                                       f"{wp}[{c_sum([(lane, 1)], tap)}]", offset))
         return terms
 
-    def wrapped(head: str) -> str:
-        """An int8 sum in uint32_t, as TFLite's int32 sum wraps."""
-        return head if is_float else f"{head}(uint32_t)("
+    def wrapped(head: str) -> tuple[str, str]:
+        """The head and tail of a sum of products after `head`: an int8 sum in uint32_t, as
+        TFLite's int32 sum wraps; a wide sum in int (it fits: at most MAX_UNROLLED_TAPS
+        products), then added to the bias in int64_t."""
+        if is_float or (v["wide"] and not v["int_bias"]):
+            return head, ";"
+        return (f"{head}(" if v["wide"] else f"{head}(uint32_t)("), ");"
 
     if span > 1:
         lanes = ConstantLoop("c", VECTOR_STEP)
@@ -1355,16 +1687,17 @@ def depthwise_values(ctx: OpContext) -> dict:
     if whole is not None:
         xp, xp_lines = _pointer("xp", f"const {ctype}", "x", [*origin[0], (c0, 1)], origin[1])
         wp, wp_lines = _pointer("wp", f"const {v['w_ctype']}", "w", [(c0, 1)])
-        bias = (f"(uint32_t)bias[{c_sum([(c0, 1), (c, 1)])}] + " if v["bias"] and not is_float
-                else "")
+        bias = ""
+        if v["int_bias"]:
+            bias = f"{'' if v['wide'] else '(uint32_t)'}bias[{c_sum([(c0, 1), (c, 1)])}] + "
+        head, tail = wrapped(f"acc[{c.index}] = {bias}")
         v["unrolled"] = {
             "condition": " && ".join(whole),
             "comment": _comment("the whole window inside the image: each tap at a constant "
                                 "offset, one pass", depth_pixel + _nested(c0, bool(whole))),
             "lines": xp_lines + wp_lines,
             "lanes": c,
-            "sum": _sum_lines(wrapped(f"acc[{c.index}] = {bias}"),
-                              tap_terms(c, xp, wp, out_channels), ";" if is_float else ");"),
+            "sum": _sum_lines(head, tap_terms(c, xp, wp, out_channels), tail),
         }
     else:
         v["unrolled"] = None
@@ -1372,8 +1705,10 @@ def depthwise_values(ctx: OpContext) -> dict:
         v["taps"] = None
     else:
         count = ConstantLoop("c", block * multiplier)
-        init = (f"(uint32_t)bias[{c_sum([(c0, multiplier), (count, 1)])}]"
-                if v["bias"] and not is_float else "0")
+        init = "0"
+        if v["int_bias"]:
+            init = (f"{'' if v['wide'] else '(uint32_t)'}"
+                    f"bias[{c_sum([(c0, multiplier), (count, 1)])}]")
         terms, first = _nhwc(b, shape, [*y.origin, (y.tap, dh)], [*x.origin, (x.tap, dw)],
                              (y.constant, x.constant), [(c0, 1)])
         w_terms = [(y.tap, kw * out_channels), (x.tap, out_channels), (c0, multiplier)]
@@ -1387,8 +1722,7 @@ def depthwise_values(ctx: OpContext) -> dict:
             wv, w_lines = _walk("wp", f"const {v['w_ctype']}", "w", w_terms, 0, c)
             product = _product(xv, wv, offset)
             taps_v.update(lines=x_lines + w_lines, xv=None, multiplier=None,
-                          step=f"acc[{c.index}] += "
-                               f"{product if is_float else f'(uint32_t)({product})'};")
+                          step=f"acc[{c.index}] += {product if is_float else _added(v, product)};")
         elif runs:
             m = ConstantLoop("m", multiplier)
             loops.append(m)
@@ -1400,7 +1734,7 @@ def depthwise_values(ctx: OpContext) -> dict:
                 xv=f"const float xv = {xv};" if is_float
                 else f"const int32_t xv = {xv}{_plus(offset)};",
                 step=f"acc[{at}] += xv * {wp}[{at}];" if is_float
-                else f"acc[{at}] += (uint32_t)(xv * {wp}[{at}]);")
+                else f"acc[{at}] += {_added(v, f'xv * {wp}[{at}]')};")
         v["taps"] = taps_v
     finish = _finish(v, [(c0, multiplier)], depth_pixel + _nested(c0))
     loops.append(finish["loop"] or c)
@@ -1417,7 +1751,7 @@ def depthwise_values(ctx: OpContext) -> dict:
         comment=c_comment(
             f"{v['name']}: {kh}x{kw} filter, stride {sh}x{sw}, dilation {dh}x{dw}{multiplied}. "
             "Taps outside the image are skipped (padding adds zero). Pixels are written in NHWC "
-            "order (ORDER CONTRACT, top of conv.c.j2)."),
+            f"order (ORDER CONTRACT, top of conv.c.j2).{_about(v)}"),
     )
     return v
 
@@ -1435,12 +1769,12 @@ def transpose_conv_values(ctx: OpContext) -> dict:
     _, out_h, out_w, out_channels = p.output_shape
     kh, kw = p.window.filter
     (sh, sw), (pad_top, pad_left) = p.window.stride, p.window.padding
-    count = _block(out_channels, 4)
+    count = _block(out_channels, _accumulator_bytes(p))
     v = _common(ctx, 2, 3, count, out_channels // count)
     is_float = v["is_float"]
     # an output pixel receives at most ceil(kh / sh) * ceil(kw / sw) input pixels
     reach = -(-kh // sh) * -(-kw // sw)
-    acc_type = "float" if is_float else _int_accumulator(reach * channels, v["dtype"])
+    acc_type = "float" if is_float else _int_accumulator(reach * channels, v["dtype"], v["wide"])
     o0, o = ConstantLoop("o0", out_channels, 0, count), ConstantLoop("o", count)
     ky, kx = ConstantLoop("ky", kh), ConstantLoop("kx", kw)
     iy = _scattered("y", v["out_y"], ky, pad_top, sh, height)
@@ -1448,13 +1782,13 @@ def transpose_conv_values(ctx: OpContext) -> dict:
     gather = _gather(v, iy, ix, ky, kx, channels, [],
                      [(o0, kh * kw * channels), (o, kh * kw * channels), (ky, kw * channels),
                       (kx, channels)], acc_type)
-    source = "input" if is_float else "(input + input offset)"
+    source = "input" if is_float else _summed(v, parenthesized=True)
     comment = c_comment(
         f"{v['name']}: {kh}x{kw} filter, stride {sh}x{sw}, output {out_h}x{out_w} (the output "
         "shape operand, applied when this function was generated); each output channel of a "
         f"pixel sums filter[o][ky][kx] . {source} over the input pixels whose patch covers the "
-        f"pixel, {count} channels at a time (TFLite scatters the same products into an int32 "
-        "scratch plane).")
+        f"pixel, {count} channels at a time (TFLite scatters the same products into an "
+        f"{'int64' if v['wide'] else 'int32'} scratch plane).")
     return _direct(v, o0, o, gather, [], acc_type, comment)
 
 
@@ -1466,14 +1800,33 @@ def emit_transpose_conv(ctx: OpContext) -> Kernel:
 # data, optional bias).
 _CONVOLUTION = kernels("float32, float32, float32? -> float32", "int8, int8, int32? -> int8")
 
+
+def convolution_scratch(p) -> tuple[MemoryRequest, ...]:
+    """A hybrid kernel quantizes its input to int8 into the arena, image by image."""
+    if isinstance(p.output, HybridRescale):
+        return (MemoryRequest(math.prod(p.input_shape), "the input quantized to int8"),)
+    return ()
+
+
 SPECS: tuple[OpSpec, ...] = (
-    # TFLite's legacy uint8 CONV_2D requires its bias; DEPTHWISE_CONV_2D does not.
-    OpSpec("CONV_2D", (*_CONVOLUTION, *kernels("uint8, uint8, int32 -> uint8")), prepare_conv_2d,
-           emit_conv_2d, overlaps=overlaps.convolution),
-    OpSpec("DEPTHWISE_CONV_2D", (*_CONVOLUTION, *kernels("uint8, uint8, int32? -> uint8")),
-           prepare_depthwise_conv_2d, emit_depthwise_conv_2d, overlaps=overlaps.convolution),
+    # TFLite's legacy uint8 and 16x8 CONV_2D require their bias; DEPTHWISE_CONV_2D does not.
+    # A 16x8 int32 bias needs quantized_bias_type INT32 in the options (prepare checks).
+    # Hybrid (float32 data, int8 filter): TFLite requires CONV_2D's bias here too.
+    OpSpec("CONV_2D",
+           (*_CONVOLUTION, *kernels("uint8, uint8, int32 -> uint8", "int16, int8, int64 -> int16",
+                                    "int16, int8, int32 -> int16",
+                                    "float32, int8, float32 -> float32")),
+           prepare_conv_2d, emit_conv_2d, scratch=convolution_scratch,
+           overlaps=overlaps.convolution),
+    OpSpec("DEPTHWISE_CONV_2D",
+           (*_CONVOLUTION, *kernels("uint8, uint8, int32? -> uint8",
+                                    "int16, int8, int64? -> int16",
+                                    "float32, int8, float32? -> float32")),
+           prepare_depthwise_conv_2d, emit_depthwise_conv_2d, scratch=convolution_scratch,
+           overlaps=overlaps.convolution),
     OpSpec("TRANSPOSE_CONV",
            kernels("int32, float32, float32, float32? -> float32",
-                   "int32, int8, int8, int32? -> int8"),
+                   "int32, int8, int8, int32? -> int8", "int32, int8, int16, int64? -> int16",
+                   "int32, int8, int16, int32 -> int16"),
            prepare_transpose_conv, emit_transpose_conv),
 )

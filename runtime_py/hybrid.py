@@ -1,0 +1,44 @@
+"""The input quantization of TFLite's dynamic-range (hybrid) kernels in numpy, as its x86
+reference build computes it (toolchain/ops/hybrid.py describes it and writes it in C)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+f32 = np.float32
+
+
+def round_as_tflite_x86(p: np.ndarray) -> np.ndarray:
+    """The x86 build's rounding of scaled float32 values: the first 8 * floor(n / 8) as
+    trunc(p +- 0.5f) with the addition in float32, the rest half away from zero."""
+    head = (p.size // 8) * 8
+    half = np.where(p[:head] < 0, f32(-0.5), f32(0.5)).astype(f32)
+    rounded = np.empty(p.size, np.int64)
+    rounded[:head] = np.trunc((p[:head] + half).astype(f32))
+    rounded[head:] = np.sign(p[head:]) * np.floor(np.abs(p[head:].astype(np.float64)) + 0.5)
+    return rounded
+
+
+def quantize_symmetric(row: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
+    """float32 values -> (int8 values as int64, scale, zero point 0)."""
+    extent = f32(max(abs(row.min()), abs(row.max())))
+    if extent == 0:
+        return np.zeros(row.size, np.int64), f32(1.0), 0
+    scale, inverse = f32(extent / f32(127)), f32(f32(127) / extent)
+    return np.clip(round_as_tflite_x86((row * inverse).astype(f32)), -127, 127), scale, 0
+
+
+def quantize_asymmetric(row: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
+    """float32 values -> (int8 values as int64, scale, zero point)."""
+    low, high = f32(min(f32(0), row.min())), f32(max(f32(0), row.max()))
+    if low == high:
+        return np.zeros(row.size, np.int64), f32(1.0), 0
+    step = float(f32(high - low)) / 255.0  # the difference in float, the division in double
+    from_low, from_high = -128.0 - float(low) / step, 127.0 - float(high) / step
+    z = from_low if 128.0 + abs(float(low) / step) < 127.0 + abs(float(high) / step) else from_high
+    zero_point = -128 if z <= -128 else 127 if z >= 127 else int(
+        np.sign(z) * np.floor(abs(z) + 0.5))
+    scale = f32(step)
+    inverse = f32(1.0 / float(scale))
+    rounded = round_as_tflite_x86((row * inverse).astype(f32))
+    return np.clip(zero_point + rounded, -128, 127), scale, zero_point
