@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from runtime_py.hybrid import quantize_asymmetric as _asymmetric_row
+from runtime_py.hybrid import quantize_symmetric as _symmetric_row
 from toolchain.fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, wrap_int32
 from toolchain.ops.fully_connected import (
     BatchMatMulFloatParams,
+    BatchMatMulHybridParams,
     BatchMatMulInt8Params,
+    BatchMatMulInt16Params,
     FullyConnectedFloatParams,
     FullyConnectedHybridParams,
     FullyConnectedQuantizedParams,
@@ -54,7 +58,7 @@ def fully_connected_quantized(p: FullyConnectedQuantizedParams, inputs, outputs)
                            (weights.astype(np.int64) + p.filter_offset).T)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
-    if p.dtype != "int16":  # TFLite's int32 accumulator wraps; int16's is int64
+    if p.accumulator == "int32":  # TFLite's int32 accumulator wraps; int16's is int64 by default
         acc = wrap_int32(acc)
     # round(double(acc) * scale), scale per tensor or per unit (broadcast over the last axis)
     scaled = double_to_int32(round_half_away(acc * np.asarray(p.requant_scales, np.float64)))
@@ -95,41 +99,18 @@ def batch_matmul_int8(p: BatchMatMulInt8Params, inputs, outputs) -> None:
     outputs[0][...] = result.astype(np.int8)
 
 
+def batch_matmul_int16(p: BatchMatMulInt16Params, inputs, outputs) -> None:
+    """int64 sums, TFLite's int64 requantization."""
+    lhs, rhs = _adjoint_operands(p, inputs)
+    if lhs.shape[-1] * 2**30 < 2**53:  # every partial sum exact in float64
+        acc = exact_int_matmul(lhs, rhs)
+    else:
+        acc = np.matmul(lhs.astype(np.int64), rhs.astype(np.int64))
+    scaled = wrap_int32((acc * p.multiplier + (1 << (p.shift - 1))) >> p.shift)
+    outputs[0][...] = np.clip(scaled, -32768, 32767).astype(np.int16)
+
+
 f32 = np.float32
-
-
-def _round_as_tflite_x86(p: np.ndarray) -> np.ndarray:
-    """The x86 build's rounding of scaled float32 values: the first 8 * floor(n / 8) as
-    trunc(p +- 0.5f) with the addition in float32, the rest half away from zero."""
-    head = (p.size // 8) * 8
-    half = np.where(p[:head] < 0, f32(-0.5), f32(0.5)).astype(f32)
-    rounded = np.empty(p.size, np.int64)
-    rounded[:head] = np.trunc((p[:head] + half).astype(f32))
-    rounded[head:] = np.sign(p[head:]) * np.floor(np.abs(p[head:].astype(np.float64)) + 0.5)
-    return rounded
-
-
-def _symmetric_row(row: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
-    extent = f32(max(abs(row.min()), abs(row.max())))
-    if extent == 0:
-        return np.zeros(row.size, np.int64), f32(1.0), 0
-    scale, inverse = f32(extent / f32(127)), f32(f32(127) / extent)
-    return np.clip(_round_as_tflite_x86((row * inverse).astype(f32)), -127, 127), scale, 0
-
-
-def _asymmetric_row(row: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
-    low, high = f32(min(f32(0), row.min())), f32(max(f32(0), row.max()))
-    if low == high:
-        return np.zeros(row.size, np.int64), f32(1.0), 0
-    step = float(f32(high - low)) / 255.0  # the difference in float, the division in double
-    from_low, from_high = -128.0 - float(low) / step, 127.0 - float(high) / step
-    z = from_low if 128.0 + abs(float(low) / step) < 127.0 + abs(float(high) / step) else from_high
-    zero_point = -128 if z <= -128 else 127 if z >= 127 else int(
-        np.sign(z) * np.floor(abs(z) + 0.5))
-    scale = f32(step)
-    inverse = f32(1.0 / float(scale))
-    rounded = _round_as_tflite_x86((row * inverse).astype(f32))
-    return np.clip(zero_point + rounded, -128, 127), scale, zero_point
 
 
 def fully_connected_hybrid(p: FullyConnectedHybridParams, inputs, outputs) -> None:
@@ -151,6 +132,34 @@ def fully_connected_hybrid(p: FullyConnectedHybridParams, inputs, outputs) -> No
     outputs[0][...] = clamped.reshape(outputs[0].shape)
 
 
+def batch_matmul_hybrid(p: BatchMatMulHybridParams, inputs, outputs) -> None:
+    """EvalHybrid: every lhs row quantized, int32 sums, the zero point correction and the
+    rescale in float32 as TFLite's reference BatchMatMul does them."""
+    lhs, rhs = _adjoint_operands(p, inputs)
+    rows = lhs.astype(f32).reshape(p.lhs_rows, p.depth)
+    quantize = _asymmetric_row if p.asymmetric else _symmetric_row
+    q = np.empty((p.lhs_rows, p.depth), np.int64)
+    scales = np.empty(p.lhs_rows, f32)
+    zero_points = np.zeros(p.lhs_rows, np.int64)
+    for r in range(p.lhs_rows):
+        q[r], scales[r], zero_points[r] = quantize(rows[r])
+    if len(p.filter_scales) == 1:
+        scales = (scales * f32(p.filter_scales[0])).astype(f32)
+    batch = lhs.shape[:-2]
+    total = exact_int_matmul(q.reshape(*batch, p.rows, p.depth), rhs.astype(np.int64))
+    if p.asymmetric:
+        sums = np.asarray(p.row_sums, f32).reshape(*rhs.shape[:-2], 1, p.cols)
+        correction = (sums * zero_points.astype(f32).reshape(*batch, p.rows, 1)).astype(f32)
+        total = np.trunc((total.astype(f32) - correction).astype(f32))
+    else:
+        total = total.astype(f32)  # TFLite's int32 - float correction rounds beyond 2^24
+    scale = scales.reshape(*batch, p.rows, 1)
+    if len(p.filter_scales) > 1:
+        scale = (scale * np.asarray(p.filter_scales, f32)).astype(f32)
+    product = (scale * total.astype(f32)).astype(f32)
+    outputs[0][...] = (f32(0) + product).astype(f32)
+
+
 # Kernels by the params type prepare returned (one type per dtype path).
 _BY_PARAMS = {
     FullyConnectedFloatParams: fully_connected_float,
@@ -158,6 +167,8 @@ _BY_PARAMS = {
     FullyConnectedHybridParams: fully_connected_hybrid,
     BatchMatMulFloatParams: batch_matmul_float,
     BatchMatMulInt8Params: batch_matmul_int8,
+    BatchMatMulInt16Params: batch_matmul_int16,
+    BatchMatMulHybridParams: batch_matmul_hybrid,
 }
 
 

@@ -1,4 +1,6 @@
-"""FULLY_CONNECTED and BATCH_MATMUL against TFLite's reference kernels: bit-exact for int8."""
+"""FULLY_CONNECTED and BATCH_MATMUL against TFLite's reference kernels: bit-exact for integers,
+and bit for bit for the float32 outputs of the hybrid (dynamic-range) kernels. int16
+BATCH_MATMUL is in test_batch_matmul_int16.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 
 from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODELS
-from tests.opcheck import assert_matches_oracle, oracle_outputs
+from tests.opcheck import assert_matches_oracle, assert_varied, oracle_outputs
 from toolchain.builder import ModelBuilder
 from toolchain.checking.check import difference, random_inputs
 from toolchain.checking.oracle import LiteRTOracle
@@ -283,14 +285,14 @@ def test_batch_matmul_int8_to_int32(adj_y):
     assert_matches_and_varies(model)
 
 
-def test_batch_matmul_refuses_hybrid():
+def test_batch_matmul_refuses_float_lhs_with_int8_output():
     b = ModelBuilder("float32")
     lhs = b.input("lhs", (2, 3), "float32")
     rhs = b.const("rhs", np.ones((3, 2), np.int8), 0.1, 0)
-    out = b.tensor("out", (2, 2), "float32")
+    out = b.tensor("out", (2, 2), "int8", 0.1, 0)
     b.op("BATCH_MATMUL", [lhs, rhs], [out])
     b.output(out)
-    assert_refused(b.build(), "no kernel for float32, int8 -> float32")
+    assert_refused(b.build(), "no kernel for float32, int8 -> int8")
 
 
 # -- real models -----------------------------------------------------------------------------
@@ -358,7 +360,10 @@ def test_real_models_made_of_fully_connected_run_whole(name):
 
 def int16_fully_connected_model(input_shape: Sequence[int], units: int, activation: str = "NONE",
                                 bias: bool = True, per_channel: bool = False,
-                                seed: int = 0) -> bytes:
+                                seed: int = 0, bias_type: str | None = None,
+                                filter_zero_point: int = 0,
+                                runtime_weights: bool = False) -> bytes:
+    """`bias_type` sets the options' quantized_bias_type (INT32: an int32 bias and sums)."""
     rng = np.random.default_rng(seed)
     depth = input_shape[-1]
     batches = math.prod(input_shape) // depth
@@ -366,16 +371,24 @@ def int16_fully_connected_model(input_shape: Sequence[int], units: int, activati
     input_scale = 1 / 4096
     x = b.input("x", input_shape, "int16", input_scale, 0)
     scale = rng.uniform(0.002, 0.02, units) if per_channel else 0.01
-    weights = b.const("w", rng.integers(-127, 128, (units, depth)).astype(np.int8), scale, 0)
-    bias_index = (b.const("b", rng.integers(-300000, 300000, units).astype(np.int64),
+    zero_point = [0] * units if per_channel else filter_zero_point
+    if runtime_weights:
+        weights = b.input("w", (units, depth), "int8", scale, zero_point)
+    else:
+        weights = b.const("w", rng.integers(-127, 128, (units, depth)).astype(np.int8), scale,
+                          zero_point)
+    bias_dtype = np.int32 if bias_type == "INT32" else np.int64
+    bias_index = (b.const("b", rng.integers(-300000, 300000, units).astype(bias_dtype),
                           input_scale * np.asarray(scale), 0) if bias else -1)
     # int16 values are about 0.58 * 32768 in magnitude: the sums' real deviation
     std = math.sqrt(depth) * input_scale * 0.58 * 32768 * float(np.mean(scale)) * INT8_STD
     low, high = ACTIVATION_FLOAT_RANGE[activation]
     reach = max(min(SPREAD * std, high), -max(-SPREAD * std, low), 1e-3)
     out = b.tensor("y", (batches, units), "int16", reach / 32767, 0)
-    b.op("FULLY_CONNECTED", [x, weights, bias_index], [out],
-         {"fused_activation_function": activation}, version=7)
+    options = {"fused_activation_function": activation}
+    if bias_type is not None:
+        options["quantized_bias_type"] = bias_type
+    b.op("FULLY_CONNECTED", [x, weights, bias_index], [out], options, version=7)
     b.output(out)
     return b.build()
 
@@ -443,8 +456,9 @@ def test_fully_connected_hybrid_refuses_weights_of_minus_128():
     assert_refused(b.build(), "-128")
 
 
-def assert_bit_exact(model: bytes) -> None:
-    """runtime_py and the C against LiteRT with every float32 output bit equal."""
+def assert_bit_exact(model: bytes, inputs: list[list[np.ndarray]] | None = None) -> None:
+    """runtime_py and the C against LiteRT with every float32 output bit equal, on random
+    input sets or the given ones."""
     from runtime_py.interpreter import ArenaInterpreter
     from toolchain.checking.c_backend import CBackend
     from toolchain.checking.check import random_inputs
@@ -453,7 +467,7 @@ def assert_bit_exact(model: bytes) -> None:
     from toolchain.reader import parse_model
 
     mp = plan_model(parse_model(model, "<built model>"), "greedy")
-    inputs = [random_inputs(mp.graph, seed) for seed in range(3)]
+    inputs = inputs or [random_inputs(mp.graph, seed) for seed in range(3)]
     oracle = LiteRTOracle(model)
     with CBackend(mp) as c:
         c_outputs = c.invoke_many(inputs)
@@ -461,3 +475,238 @@ def assert_bit_exact(model: bytes) -> None:
         want = oracle.invoke(values)[0]
         for got in (ArenaInterpreter(mp).invoke(values)[0], from_c[0]):
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+# -- hybrid BATCH_MATMUL: float32 lhs, int8 constant rhs ---------------------------------------
+
+
+def hybrid_batch_matmul_model(lhs_shape: Sequence[int], rhs_shape: Sequence[int],
+                              adj_x: bool = False, adj_y: bool = False,
+                              per_channel: bool = False, asymmetric: bool = False,
+                              values: np.ndarray | None = None, seed: int = 0) -> bytes:
+    """One hybrid BATCH_MATMUL; per-channel scales run along the rhs columns."""
+    rng = np.random.default_rng(seed)
+    rows = lhs_shape[-1] if adj_x else lhs_shape[-2]
+    cols = rhs_shape[-2] if adj_y else rhs_shape[-1]
+    out_shape = (*np.broadcast_shapes(tuple(lhs_shape[:-2]), tuple(rhs_shape[:-2])), rows, cols)
+    b = ModelBuilder("float32")
+    lhs = b.input("lhs", lhs_shape, "float32")
+    values = rng.integers(-127, 128, rhs_shape).astype(np.int8) if values is None else values
+    scale = rng.uniform(0.002, 0.02, cols) if per_channel else 0.01
+    axis = len(rhs_shape) - (2 if adj_y else 1)
+    rhs = b.const("rhs", values, scale, [0] * cols if per_channel else 0, quantized_dimension=axis)
+    out = b.tensor("out", out_shape, "float32")
+    b.op("BATCH_MATMUL", [lhs, rhs], [out],
+         {"adj_x": adj_x, "adj_y": adj_y, "asymmetric_quantize_inputs": asymmetric})
+    b.output(out)
+    return b.build()
+
+
+HYBRID_MATMUL_SHAPES = [
+    ((3, 5), (5, 4)),
+    ((2, 3, 16), (16, 7)),  # a batched lhs, one rhs matrix
+    ((2, 3, 13), (1, 13, 6)),  # rhs batch of 1, which TFLite folds into the lhs rows
+    ((3, 9), (2, 9, 4)),  # the lhs rows reused for each rhs matrix
+    ((2, 1, 3, 20), (4, 20, 5)),  # batch dimensions broadcast both ways
+    ((1, 2, 1, 3, 9), (2, 1, 1, 9, 4)),  # rank 5
+]
+
+
+@pytest.mark.parametrize("lhs_shape, rhs_shape", HYBRID_MATMUL_SHAPES)
+@pytest.mark.parametrize(
+    "adj_x, adj_y", [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_batch_matmul_hybrid(lhs_shape, rhs_shape, adj_x, adj_y):
+    """Bit for bit, per-tensor and symmetric: each broadcast and adjoint pair."""
+    model = hybrid_batch_matmul_model(_adjusted(lhs_shape, adj_x), _adjusted(rhs_shape, adj_y),
+                                      adj_x, adj_y)
+    assert_bit_exact(model)
+    assert_varied(model, min_distinct=8)
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("lhs_shape, rhs_shape, adj_x, adj_y", [
+    ((2, 3, 16), (16, 7), False, False),
+    ((2, 13, 3), (1, 6, 13), True, True),
+    ((2, 1, 3, 20), (4, 5, 20), False, True),
+    ((2, 3, 4, 5), (2, 1, 5, 6), False, False),  # TFLite folds lhs batch 3 into the rows
+])
+def test_batch_matmul_hybrid_quantization(lhs_shape, rhs_shape, adj_x, adj_y, per_channel,
+                                          asymmetric):
+    """Per-channel rhs scales and asymmetric lhs rows, whose zero point TFLite takes off in
+    float."""
+    model = hybrid_batch_matmul_model(lhs_shape, rhs_shape, adj_x, adj_y, per_channel,
+                                      asymmetric, seed=1)
+    assert_bit_exact(model)
+    assert_varied(model, min_distinct=8)
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_batch_matmul_hybrid_sums_rounded_in_float(asymmetric):
+    """Sums beyond 2^24 (positive rows, large weights of one sign per column, depth 2048) round
+    as TFLite passes them through float, with the zero point correction when asymmetric."""
+    rng = np.random.default_rng(6)
+    values = (rng.integers(90, 128, (2048, 8)) * np.array([1, -1] * 4)).astype(np.int8)
+    model = hybrid_batch_matmul_model((4, 2048), (2048, 8), asymmetric=asymmetric,
+                                      values=values)
+    inputs = []
+    for _ in range(3):
+        x = rng.uniform(0.9, 1.0, (4, 2048)).astype(np.float32)
+        x[:, 0] = -0.5  # a zero point near -43: a large correction
+        inputs.append([x])
+    assert_bit_exact(model, inputs)
+
+
+def test_batch_matmul_hybrid_rhs_of_minus_128():
+    """TFLite's batch matmul multiplies in plain C: -128 weights are exact (unlike its
+    FULLY_CONNECTED's x86 kernel)."""
+    values = np.random.default_rng(3).choice([-128, -1, 1, 127], (24, 5)).astype(np.int8)
+    assert_bit_exact(hybrid_batch_matmul_model((3, 24), (24, 5), values=values))
+
+
+def test_batch_matmul_hybrid_zero_rows():
+    """A zero lhs row quantizes with scale 1, and its outputs are +0.0."""
+    from runtime_py.interpreter import ArenaInterpreter
+    from toolchain.checking.c_backend import CBackend
+    from toolchain.plan import plan_model
+
+    for asymmetric in (False, True):
+        model = hybrid_batch_matmul_model((3, 12), (12, 4), asymmetric=asymmetric)
+        x = np.random.default_rng(2).standard_normal((3, 12)).astype(np.float32)
+        x[1] = 0.0
+        x[2, :5] = -0.0
+        want = LiteRTOracle(model).invoke([x])[0]
+        mp = plan_model(parse_model(model, "<built model>"), "greedy")
+        with CBackend(mp) as c:
+            from_c = c.invoke([x])[0]
+        for got in (ArenaInterpreter(mp).invoke([x])[0], from_c):
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_batch_matmul_hybrid_refuses_runtime_rhs():
+    b = ModelBuilder("float32")
+    lhs = b.input("lhs", (2, 3), "float32")
+    rhs = b.input("rhs", (3, 2), "int8", 0.1, 0)
+    out = b.tensor("out", (2, 2), "float32")
+    b.op("BATCH_MATMUL", [lhs, rhs], [out])
+    b.output(out)
+    assert_refused(b.build(), "quantized constant")
+
+
+@pytest.mark.parametrize("lhs_shape, rhs_shape, adj_x", [
+    ((2, 3, 4, 5), (5, 6), False),
+    ((2, 3, 5, 4), (5, 6), True),
+    ((2, 3, 4, 5), (2, 3, 5, 6), False),
+])
+def test_batch_matmul_hybrid_refuses_two_lhs_batch_dimensions(lhs_shape, rhs_shape, adj_x):
+    """TFLite's kernel indexes the row scales by the sum of the batch indices."""
+    assert_refused(hybrid_batch_matmul_model(lhs_shape, rhs_shape, adj_x), "other rows' scales")
+
+
+@pytest.mark.parametrize("lhs_shape, rhs_shape, adj_x", [
+    ((4, 5), (2, 3, 5, 6), False),
+    ((1, 2, 1, 5, 3), (2, 1, 1, 5, 4), True),
+])
+def test_batch_matmul_hybrid_refuses_asymmetric_rhs_batches(lhs_shape, rhs_shape, adj_x):
+    """With asymmetric rows, TFLite's kernel reads the wrong matrix's column sums here; the
+    same shapes are fine when symmetric."""
+    for asymmetric in (True, False):
+        model = hybrid_batch_matmul_model(lhs_shape, rhs_shape, adj_x, asymmetric=asymmetric)
+        if asymmetric:
+            assert_refused(model, "column sums")
+        else:
+            assert_bit_exact(model)
+
+
+def test_batch_matmul_hybrid_refuses_per_channel_along_the_depth():
+    b = ModelBuilder("float32")
+    lhs = b.input("lhs", (2, 3), "float32")
+    rhs = b.const("rhs", np.ones((3, 2), np.int8), [0.1, 0.2, 0.3], [0, 0, 0],
+                  quantized_dimension=0)
+    out = b.tensor("out", (2, 2), "float32")
+    b.op("BATCH_MATMUL", [lhs, rhs], [out])
+    b.output(out)
+    assert_refused(b.build(), "per-channel scales must run along")
+
+
+def test_batch_matmul_hybrid_refuses_depth_beyond_int32_sums():
+    values = np.ones((70000, 2), np.int8)
+    assert_refused(hybrid_batch_matmul_model((1, 70000), (70000, 2), values=values),
+                   "int32 sums could overflow")
+
+
+# -- int16 FULLY_CONNECTED with an int32 bias (quantized_bias_type INT32) ----------------------
+
+
+@pytest.mark.parametrize("input_shape, units", [((1, 8), 4), ((3, 40), 7), ((2, 600), 16)])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_fully_connected_int16_int32_bias(input_shape, units, per_channel, bias):
+    """The options ask for an int32 bias: TFLite then sums in int32 (which wraps)."""
+    model = int16_fully_connected_model(input_shape, units, bias=bias, per_channel=per_channel,
+                                        bias_type="INT32")
+    assert_matches_oracle(model)
+    assert_varied(model, min_distinct=3)
+
+
+@pytest.mark.parametrize("activation", ["RELU", "RELU6", "RELU_N1_TO_1"])
+def test_fully_connected_int16_int32_bias_activations(activation):
+    model = int16_fully_connected_model((4, 24), 8, activation, bias_type="INT32", seed=1)
+    assert_matches_oracle(model)
+    assert_varied(model, min_distinct=3)
+
+
+@pytest.mark.parametrize("bias_type", [None, "INT64", "INT32"])
+@pytest.mark.parametrize("runtime_weights", [False, True])
+def test_fully_connected_int16_filter_zero_point(bias_type, runtime_weights):
+    """A per-tensor filter may be asymmetric: TFLite subtracts its zero point, in int64 or
+    int32 sums."""
+    model = int16_fully_connected_model((3, 40), 6, bias_type=bias_type, filter_zero_point=7,
+                                        runtime_weights=runtime_weights)
+    assert_matches_oracle(model)
+    assert_varied(model, min_distinct=8)
+
+
+def test_fully_connected_int16_int32_bias_wraps():
+    """600 products of 2^22 overflow int32: TFLite's int32 sums wrap, its int64 ones do not."""
+    from runtime_py.interpreter import ArenaInterpreter
+    from toolchain.checking.c_backend import CBackend
+    from toolchain.plan import plan_model
+
+    results = {}
+    for bias_type in ("INT32", "INT64"):
+        b = ModelBuilder("float32")
+        x = b.input("x", (1, 600), "int16", 1.0, 0)
+        w = b.const("w", np.full((2, 600), -128, np.int8), 1.0, 0)
+        y = b.tensor("y", (1, 2), "int16", 2.0**20, 0)
+        b.op("FULLY_CONNECTED", [x, w, -1], [y], {"quantized_bias_type": bias_type}, version=7)
+        b.output(y)
+        model = b.build()
+        values = [np.full((1, 600), -32768, np.int16)]
+        want = LiteRTOracle(model).invoke(values)[0]
+        mp = plan_model(parse_model(model, "<built model>"), "greedy")
+        with CBackend(mp, sanitize=True) as c:
+            from_c = c.invoke(values)[0]
+        for got in (ArenaInterpreter(mp).invoke(values)[0], from_c):
+            np.testing.assert_array_equal(got, want)
+        results[bias_type] = want
+    assert (results["INT32"] != results["INT64"]).all()
+
+
+@pytest.mark.parametrize("bias_dtype, bias_type, reason", [
+    ("int32", None, "int32 bias without quantized_bias_type INT32"),
+    ("int32", "INT64", "bias of type int32 with quantized_bias_type INT64"),
+    ("int64", "INT32", "bias of type int64 with quantized_bias_type INT32"),
+    ("int64", "INT8", "quantized_bias_type int8"),
+])
+def test_fully_connected_int16_refuses_bias_types(bias_dtype, bias_type, reason):
+    b = ModelBuilder("float32")
+    x = b.input("x", (1, 4), "int16", 1 / 4096, 0)
+    w = b.const("w", np.ones((2, 4), np.int8), 0.01, 0)
+    bias = b.const("b", np.zeros(2, bias_dtype), 0.01 / 4096, 0)
+    y = b.tensor("y", (1, 2), "int16", 0.001, 0)
+    options = {} if bias_type is None else {"quantized_bias_type": bias_type}
+    b.op("FULLY_CONNECTED", [x, w, bias], [y], options, version=7)
+    b.output(y)
+    assert_refused(b.build(), reason)

@@ -1,6 +1,7 @@
 """The generated C of FULLY_CONNECTED and BATCH_MATMUL beyond tests/ops/test_fully_connected.py
-(which already runs it through assert_matches_oracle): sanitized builds, loop tails, wide
-accumulators, the folded-offset path, requantization overflow and deterministic text."""
+and test_batch_matmul_int16.py (which already run it through assert_matches_oracle): sanitized
+builds, loop tails, wide accumulators, the folded-offset path, requantization overflow and
+deterministic text."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import numpy as np
 import pytest
 
 from tests.conftest import SHARED_MODELS
-from tests.ops.test_fully_connected import batch_matmul_model, fully_connected_model
+from tests.ops.test_batch_matmul_int16 import int16_batch_matmul_model
+from tests.ops.test_fully_connected import (
+    batch_matmul_model,
+    fully_connected_model,
+    hybrid_batch_matmul_model,
+    int16_fully_connected_model,
+)
 from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import check_plan, difference
@@ -146,6 +153,40 @@ def test_batch_matmul_int8_wrapping_accumulator():
     )
 
 
+@pytest.mark.parametrize("lhs, rhs, adj_x, adj_y, rhs_dtype", [
+    ((2, 1, 5, 3), (4, 2, 5), True, True, "int16"),
+    ((2, 3, 7), (1, 7, 4), False, False, "int16"),
+    ((3, 40), (40, 300), False, False, "int16"),  # too wide for an int64 row accumulator
+    ((2, 3, 7), (7, 4), False, False, "int8"),  # 16x8
+])
+def test_batch_matmul_int16_sanitized(lhs, rhs, adj_x, adj_y, rhs_dtype):
+    model = int16_batch_matmul_model(lhs, rhs, adj_x, adj_y, rhs_dtype=rhs_dtype)
+    assert ("int64_t acc[" in c_text(model)) == (rhs[-1] <= 128 and not adj_y)
+    assert_c_matches(model, inputs=2)
+
+
+@pytest.mark.parametrize("lhs, rhs, adj_x, adj_y, per_channel, asymmetric", [
+    ((2, 3, 16), (16, 7), False, False, True, True),
+    ((2, 13, 3), (1, 6, 13), True, True, False, True),
+    ((1, 9), (9, 1), False, False, False, False),  # every loop of one trip
+    ((2, 300), (300, 260), False, False, True, False),  # too wide for a row accumulator
+])
+def test_batch_matmul_hybrid_sanitized(lhs, rhs, adj_x, adj_y, per_channel, asymmetric):
+    model = hybrid_batch_matmul_model(lhs, rhs, adj_x, adj_y, per_channel, asymmetric)
+    assert_c_matches(model, inputs=2)
+
+
+@pytest.mark.parametrize("shape, units, options", [
+    ((3, 37), 5, {}),
+    ((2, 640), 9, {"per_channel": True, "activation": "RELU6"}),
+    ((4, 48), 6, {"bias": False, "filter_zero_point": -4}),
+])
+def test_fully_connected_int16_int32_bias_sanitized(shape, units, options):
+    model = int16_fully_connected_model(shape, units, bias_type="INT32", **options)
+    assert "_output(uint32_t sum" in c_text(model)  # wrapping as TFLite's int32 sums
+    assert_c_matches(model)
+
+
 # -- whole models and text -------------------------------------------------------------------
 
 
@@ -164,6 +205,9 @@ def test_generated_text_is_deterministic():
         fully_connected_model("int8", (2, 40), 6, per_channel=True),
         fully_connected_model("float32", (2, 40), 6),
         batch_matmul_model("int8", (2, 3, 5), (1, 5, 4)),
+        int16_batch_matmul_model((2, 3, 5), (1, 5, 4)),
+        hybrid_batch_matmul_model((2, 5, 3), (2, 4, 5), True, True, True, True),
+        int16_fully_connected_model((2, 40), 6, bias_type="INT32"),
     ]
     for model in models:
         assert c_text(model) == c_text(bytes(model))

@@ -6,7 +6,11 @@ different int8 requantizations live here, because the reference kernels differ:
   round(acc * (input_scale * filter_scale / output_scale)), the scales widened to double one by
   one; it does not use a fixed-point multiplier.
 - BATCH_MATMUL uses the fixed-point multiplier (QuantizeMultiplier of float(lhs * rhs scales) /
-  output scale) and MultiplyByQuantizedMultiplier.
+  output scale) and MultiplyByQuantizedMultiplier: the int32 one for int8, the int64 one (a
+  16-bit multiplier, one rounding half up) for int16, whose sums are int64.
+- Hybrid BATCH_MATMUL (float32 lhs, int8 constant rhs) quantizes every lhs row as hybrid
+  FULLY_CONNECTED does, but its kernel is a plain loop: the zero point correction goes through
+  float, and so does every sum.
 
 C emission.
 
@@ -45,6 +49,7 @@ from toolchain.ops.emit import (
     render_macro,
     written_vars,
 )
+from toolchain.ops.hybrid import quantize_lines
 from toolchain.ops.spec import MemoryRequest, OpSpec, kernels, required_input
 from toolchain.quant import (
     ACTIVATION_FLOAT_RANGE,
@@ -63,6 +68,12 @@ from toolchain.schema import DTYPE_NAMES
 BIAS_SCALE_TOLERANCE = 0.02
 # BATCH_MATMUL operands may have rank 2 to 5 in TFLite.
 BATCH_MATMUL_RANKS = range(2, 6)
+# TFLite's int64 MultiplyByQuantizedMultiplier shifts right by 15 - exponent, at least 1 bit.
+MBQM64_MAX_EXPONENT = 14
+INT64_MAX = 2**63 - 1
+# Hybrid BATCH_MATMUL sums int8 products in int32, and corrects them by up to depth * 2^14 more
+# for the zero point: both stay in int32 up to this depth.
+HYBRID_MAX_DEPTH = 65535
 
 
 @dataclass(frozen=True)
@@ -98,9 +109,9 @@ class FullyConnectedFloatParams:
 @dataclass(frozen=True)
 class FullyConnectedQuantizedParams:
     """int8, legacy uint8 and int16 (`dtype`, int8 weights for int16): acc = sum((filter +
-    filter_offset) * (input + input_offset)) + bias in int32 (int64 for int16, whose bias is
-    int64), then round(acc * requant_scales) in double, + output_offset, clamped (TFLite's
-    reference kernels requantize all three so).
+    filter_offset) * (input + input_offset)) + bias in `accumulator` (int32, which wraps; int64
+    for int16 unless its options ask for an int32 bias), then round(acc * requant_scales) in
+    double, + output_offset, clamped (TFLite's reference kernels requantize all three so).
 
     `requant_scales` has one entry (per tensor) or one per unit (per channel), as Python floats
     (C doubles). Per-channel weights are symmetric: TFLite ignores their zero point, so
@@ -117,6 +128,7 @@ class FullyConnectedQuantizedParams:
     requant_scales: tuple[float, ...]
     activation_min: int
     activation_max: int
+    accumulator: str = "int32"
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,40 @@ class BatchMatMulInt8Params:
     output_shift: int
     activation_min: int
     activation_max: int
+
+
+@dataclass(frozen=True)
+class BatchMatMulInt16Params:
+    """int16 -> int16 (an int16 rhs, or an int8 one: 16x8), zero points 0: acc = sum(lhs * rhs)
+    in int64, then TFLite's int64 MultiplyByQuantizedMultiplier, (acc * multiplier +
+    2^(shift - 1)) >> shift: QuantizeMultiplier's multiplier rounded to 16 bits, shift = 15 - its
+    exponent, one rounding (half up); the result truncated to int32 and clamped to int16."""
+
+    adj_x: bool
+    adj_y: bool
+    multiplier: int
+    shift: int
+
+
+@dataclass(frozen=True)
+class BatchMatMulHybridParams:
+    """float32 lhs, int8 constant rhs (dynamic range): each of the `lhs_rows` lhs rows of `depth`
+    (after adj_x) is quantized to int8 as FullyConnectedHybridParams describes, its scale times
+    the filter's when that is per tensor. out(i, j) = 0.0f + scale_i * (float)total with
+    total = (int32)((float)sum_k q(i, k) * rhs(k, j) - (float)row_sums[rb][j] * (float)zp_i),
+    in float32 as TFLite's reference computes it (the correction too, and it rounds sums beyond
+    2^24); scale_i times filter_scales[j] first when per channel. `row_sums` holds the sum of
+    each rhs column per rhs batch matrix (asymmetric only)."""
+
+    adj_x: bool
+    adj_y: bool
+    asymmetric: bool
+    rows: int
+    depth: int
+    cols: int
+    lhs_rows: int
+    filter_scales: tuple[float, ...]
+    row_sums: tuple[int, ...]
 
 
 # -- FULLY_CONNECTED -------------------------------------------------------------------------
@@ -187,8 +233,9 @@ def prepare_fully_connected(
 def _fully_connected_quantized(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor,
                                activation: str, shape: dict, options: dict
                                ) -> FullyConnectedQuantizedParams:
+    accumulator = "int32"
     if x.dtype == "int16":
-        _check_int16(x, weights, bias, out, options)
+        accumulator = _check_int16(x, weights, bias, out, options)
     else:
         _require_dtypes(x.dtype, weights=weights, output=out)
         _require_dtypes("int32", bias=bias)
@@ -220,6 +267,7 @@ def _fully_connected_quantized(x: Tensor, weights: Tensor, bias: Tensor | None, 
         requant_scales=requant,
         activation_min=low,
         activation_max=high,
+        accumulator=accumulator,
     )
 
 
@@ -252,17 +300,25 @@ def fully_connected_scratch(p) -> tuple[MemoryRequest, ...]:
 
 
 def _check_int16(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor,
-                 options: dict) -> None:
-    """16x8: int8 weights, zero points 0, and the int64 bias TFLite reads unless the options
-    say INT32 (whose int32 accumulator we do not run)."""
+                 options: dict) -> str:
+    """16x8: int8 weights, zero points 0, and the accumulator TFLite sums in (its bias type):
+    int64 unless the options say quantized_bias_type INT32 (FLOAT32, the default, means int64
+    here: TFLite then reads an int32 bias as int64, past its end)."""
     _require_dtypes("int8", weights=weights)
     _require_dtypes("int16", output=out)
-    _require_dtypes("int64", bias=bias)
     bias_type = DTYPE_NAMES.get(options.get("quantized_bias_type", 0), "unknown")
-    if bias_type not in ("float32", "int64"):  # float32, the default, means int64 here
+    if bias_type not in ("float32", "int32", "int64"):
         raise UnsupportedOpError(f"quantized_bias_type {bias_type}")
+    accumulator = "int32" if bias_type == "int32" else "int64"
+    if bias is not None and bias.dtype != accumulator:
+        if bias.dtype == "int32" and bias_type == "float32":
+            raise UnsupportedOpError("int32 bias without quantized_bias_type INT32 (TFLite "
+                                     "reads it as int64)")
+        raise UnsupportedOpError(f"bias of type {bias.dtype} with quantized_bias_type "
+                                 f"{bias_type.upper()}")
     _require_quantized(x, out)
     require_int16_zero_points(x, out)
+    return accumulator
 
 
 def _check_bias_scale(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor) -> None:
@@ -280,16 +336,21 @@ def _check_bias_scale(x: Tensor, weights: Tensor, bias: Tensor | None, out: Tens
 
 def prepare_batch_matmul(
     graph: Graph, op: Operator
-) -> BatchMatMulFloatParams | BatchMatMulInt8Params:
+) -> BatchMatMulFloatParams | BatchMatMulInt8Params | BatchMatMulInt16Params \
+        | BatchMatMulHybridParams:
     if len(op.inputs) != 2:
         raise UnsupportedOpError(f"{len(op.inputs)} inputs (BATCH_MATMUL takes 2)")
     lhs, rhs = required_input(graph, op, 0, "lhs"), required_input(graph, op, 1, "rhs")
     out = graph.tensors[op.outputs[0]]
     adj_x, adj_y = bool(op.options.get("adj_x", False)), bool(op.options.get("adj_y", False))
     _check_matmul_shapes(lhs.shape, rhs.shape, out.shape, adj_x, adj_y)
+    if lhs.dtype == "float32" and rhs.dtype == "int8":
+        return _batch_matmul_hybrid(lhs, rhs, out, adj_x, adj_y, op.options)
     if lhs.dtype == "float32":
         _require_dtypes("float32", rhs=rhs, output=out)
         return BatchMatMulFloatParams(adj_x=adj_x, adj_y=adj_y)
+    if lhs.dtype == "int16":
+        return _batch_matmul_int16(lhs, rhs, out, adj_x, adj_y)
     if lhs.dtype != "int8":
         raise UnsupportedOpError(f"input type {lhs.dtype}")
     _require_dtypes("int8", rhs=rhs)
@@ -317,6 +378,92 @@ def prepare_batch_matmul(
         activation_min=-128,
         activation_max=127,
     )
+
+
+def _batch_matmul_int16(lhs: Tensor, rhs: Tensor, out: Tensor, adj_x: bool,
+                        adj_y: bool) -> BatchMatMulInt16Params:
+    """int16 x int16, or int16 x int8 (16x8): the same int64 kernel."""
+    if rhs.dtype not in ("int16", "int8"):
+        raise UnsupportedOpError(f"rhs of type {rhs.dtype} (expected int16 or int8)")
+    _require_dtypes("int16", output=out)
+    _require_quantized(lhs, rhs, out)
+    if any(len(scales_of(t)) > 1 for t in (lhs, rhs, out)):
+        raise UnsupportedOpError("per-channel quantization")
+    require_int16_zero_points(lhs, rhs, out)
+    if zero_point_of(rhs):  # TFLite checks the int8 rhs of 16x8 too
+        raise UnsupportedOpError(f"int8 rhs {rhs.name!r} of an int16 BATCH_MATMUL needs zero "
+                                 "point 0")
+    # The scale product in float32, as for int8. The int64 MultiplyByQuantizedMultiplier
+    # shifts right by 15 - exponent: it needs an exponent below 15.
+    product = float(np.float32(scale_of(lhs)) * np.float32(scale_of(rhs)))
+    multiplier, exponent = quantize_multiplier(product / scale_of(out),
+                                               max_shift=MBQM64_MAX_EXPONENT)
+    reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
+    shift = 15 - exponent
+    depth = lhs.shape[-2] if adj_x else lhs.shape[-1]
+    # |acc| <= depth * 2^15 * 2^15 (2^7 for int8): acc * multiplier + 2^(shift - 1) must stay
+    # in int64
+    largest = 2**15 * (2**15 if rhs.dtype == "int16" else 2**7)
+    if depth * largest * reduced + 2 ** (shift - 1) > INT64_MAX:
+        raise UnsupportedOpError(f"depth {depth}: int64 products of the sums could overflow")
+    return BatchMatMulInt16Params(adj_x=adj_x, adj_y=adj_y, multiplier=reduced, shift=shift)
+
+
+def _batch_matmul_hybrid(lhs: Tensor, rhs: Tensor, out: Tensor, adj_x: bool, adj_y: bool,
+                         options: dict) -> BatchMatMulHybridParams:
+    _require_dtypes("float32", output=out)
+    if rhs.data is None or rhs.quantization is None:
+        raise UnsupportedOpError("hybrid rhs must be a quantized constant")
+    rows = lhs.shape[-1] if adj_x else lhs.shape[-2]
+    depth = lhs.shape[-2] if adj_x else lhs.shape[-1]
+    cols = rhs.shape[-2] if adj_y else rhs.shape[-1]
+    if depth > HYBRID_MAX_DEPTH:
+        raise UnsupportedOpError(f"hybrid depth {depth}: int32 sums could overflow (at most "
+                                 f"{HYBRID_MAX_DEPTH})")
+    scales = scales_of(rhs)
+    column_axis = len(rhs.shape) - (2 if adj_y else 1)
+    if len(scales) > 1 and (len(scales) != cols
+                            or rhs.quantization.quantized_dimension != column_axis):
+        raise UnsupportedOpError(f"{len(scales)} rhs scales: per-channel scales must run along "
+                                 f"its {cols} columns (dimension {column_axis})")
+    asymmetric = bool(options.get("asymmetric_quantize_inputs", False))
+    lhs_batch, rhs_batch = _hybrid_kernel_batches(lhs.shape, rhs.shape, adj_x)
+    if sum(d > 1 for d in lhs_batch) > 1:
+        raise UnsupportedOpError(f"hybrid lhs {lhs.shape}: with two batch dimensions above 1, "
+                                 "TFLite's kernel reads other rows' scales")
+    if asymmetric and (sum(d > 1 for d in rhs_batch) > 1 or rhs_batch[0] > 1):
+        raise UnsupportedOpError(f"hybrid rhs {rhs.shape} with asymmetric inputs: TFLite's "
+                                 "kernel reads other matrices' column sums")
+    values = rhs.data.astype(np.int64)
+    sums = values.sum(axis=-1 if adj_y else -2).reshape(-1)  # per batch matrix, per column
+    return BatchMatMulHybridParams(
+        adj_x=adj_x, adj_y=adj_y, asymmetric=asymmetric, rows=rows, depth=depth, cols=cols,
+        lhs_rows=lhs.num_elements // depth, filter_scales=tuple(float(s) for s in scales),
+        row_sums=tuple(int(v) for v in sums) if asymmetric else ())
+
+
+def _hybrid_kernel_batches(lhs: tuple[int, ...], rhs: tuple[int, ...], adj_x: bool
+                           ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The batch dimensions of TFLite's hybrid kernel, padded on the left to 3: without adj_x,
+    an rhs batch dimension of 1 just above the matrix folds the lhs one there into its rows."""
+    if not adj_x and len(lhs) > 2 and len(rhs) > 2 and rhs[-3] == 1:
+        lhs = (*lhs[:-3], lhs[-3] * lhs[-2], lhs[-1])
+        rhs = (*rhs[:-3], *rhs[-2:])
+    return tuple((1,) * (5 - len(lhs)) + lhs[:-2]), tuple((1,) * (5 - len(rhs)) + rhs[:-2])
+
+
+def batch_matmul_scratch(p) -> tuple[MemoryRequest, ...]:
+    """A hybrid kernel quantizes every lhs row into the arena, with its scale (and zero
+    point); with adj_x each row is first gathered from its column."""
+    if not isinstance(p, BatchMatMulHybridParams):
+        return ()
+    requests = [MemoryRequest(p.lhs_rows * p.depth, "the lhs rows quantized to int8"),
+                MemoryRequest(4 * p.lhs_rows, "the scale of each lhs row")]
+    if p.asymmetric:
+        requests.append(MemoryRequest(4 * p.lhs_rows, "the zero point of each lhs row"))
+    if p.adj_x:
+        requests.append(MemoryRequest(4 * p.depth, "an lhs row gathered from its column"))
+    return tuple(requests)
 
 
 def _check_matmul_shapes(lhs: tuple[int, ...], rhs: tuple[int, ...], out: tuple[int, ...],
@@ -376,12 +523,15 @@ FLOAT_LANES = 8
 # each input load serves four filter rows and four sums run in parallel.
 UNIT_BLOCK = 4
 # BATCH_MATMUL with a row-major rhs accumulates whole output rows in a stack array of at most
-# this many elements; wider outputs fall back to dot products down the rhs columns.
-MAX_ROW_ACCUMULATOR = 256
+# this many bytes; wider outputs fall back to dot products down the rhs columns.
+MAX_ROW_ACCUMULATOR_BYTES = 1024
+ACCUMULATOR_BYTES = {"float": 4, "int32_t": 4, "uint32_t": 4, "int64_t": 8}
 INT32_MAX = 2**31 - 1
-# |(int8 + offset) * (int8 + offset)| when both offsets may reach +-128 (zero points in int8).
+# |(int8 + offset) * (int8 + offset)| when both offsets may reach +-128 (zero points in int8);
+# int16 inputs have no offset, their int8 filter may.
 MAX_OFFSET_PRODUCT = 255 * 255
-MAX_RAW_PRODUCT = {"int8": 128 * 128, "uint8": 255 * 255}
+MAX_OFFSET_PRODUCT_INT16 = 32768 * 255
+MAX_RAW_PRODUCT = {"int8": 128 * 128, "uint8": 255 * 255, "int16": 32768 * 128}
 # Per-unit scales printed this many to a line.
 SCALES_PER_LINE = 4
 
@@ -483,9 +633,10 @@ def fc_quantized_values(ctx: OpContext) -> dict:
         row_terms = c_array(_wrap_int32(terms)) if terms.any() else None
     per_channel = len(p.requant_scales) > 1
     scales = [_c_double(s) for s in p.requant_scales]
-    wide = p.dtype == "int16"  # TFLite's 16x8 accumulator and bias are int64
+    wide = p.accumulator == "int64"  # TFLite's 16x8 accumulator and bias, unless asked int32
+    offset_product = MAX_OFFSET_PRODUCT_INT16 if p.dtype == "int16" else MAX_OFFSET_PRODUCT
     acc_type = "int64_t" if wide else _accumulator(
-        p.depth, MAX_RAW_PRODUCT[p.dtype] if folded else MAX_OFFSET_PRODUCT)
+        p.depth, MAX_RAW_PRODUCT[p.dtype] if folded else offset_product)
     filter_offset = p.filter_offset if folded else 0
     # an input and a filter element at depth {d} of a row, offset unless folded
     x_term = "{row}[{d}]" if folded else _offset(p.input_offset, "{row}[{d}]")
@@ -521,7 +672,7 @@ def fc_quantized_values(ctx: OpContext) -> dict:
         return f"dot += ({acc_type}){x} * {w};"
 
     def store(unit: str, dot: str) -> str:
-        sum_value = dot if wide else f"(uint32_t){dot}{xterm}"
+        sum_value = f"{dot}{xterm}" if wide else f"(uint32_t){dot}{xterm}"
         return f"{v['ob']}[{unit}] = {prefix}_output({sum_value}, {unit});"
 
     bias = " + bias[u]" if v["bias"] else ""
@@ -553,6 +704,10 @@ def fc_quantized_values(ctx: OpContext) -> dict:
         + (" + (uint32_t)bias[u]" if v["bias"] else "") + ");",
         "filter_offset": filter_offset,
         "sums_rows": filter_offset != 0,  # the filter offset times each input row's sum
+        "xsum_type": "int64_t" if p.dtype == "int16" else "int32_t",  # int16 rows may not fit
+        "xterm_type": "int64_t" if wide else "uint32_t",
+        "xterm": (f"(int64_t){filter_offset} * xsum" if wide
+                  else f"(uint32_t){filter_offset} * (uint32_t)xsum"),
         "depth_loop": row_sum,
         "scales": ",\n  ".join(", ".join(scales[i:i + SCALES_PER_LINE])
                                for i in range(0, len(scales), SCALES_PER_LINE))
@@ -573,56 +728,10 @@ def fc_quantized_values(ctx: OpContext) -> dict:
     }
 
 
-def _round_lines(k: str, rounded: str, head: int) -> list[str]:
-    """`rounded` = the x86 build's rounding of p (see FullyConnectedHybridParams): below `head`
-    trunc(p +- 0.5f), the float addition on its own; from there half away from zero, exactly
-    (p - t is exact for |p| < 2^23)."""
-    return [f"if ({k} < {head}) {{",
-            "  const float h = p < 0.0f ? p - 0.5f : p + 0.5f;",
-            f"  {rounded} = (int32_t)h;",
-            "} else {",
-            "  const int32_t t = (int32_t)p;",
-            "  const float f = p - (float)t;",
-            f"  {rounded} = t + (f >= 0.5f) - (f <= -0.5f);",
-            "}"]
-
-
-def _quantize_row_lines(p: FullyConnectedHybridParams, k: ConstantLoop, xb: str) -> list[str]:
-    """Lines quantizing row `xb` into q: its scale in `scale` (and zero point in `zp`)."""
-    head = (p.depth // 8) * 8
-    first = "lo = 0.0f, hi = 0.0f" if p.asymmetric else f"lo = {xb}[0], hi = {xb}[0]"
-    scan = [f"float {first}, inv;", f"for ({k.header}) {{",
-            f"  lo = {xb}[{k.index}] < lo ? {xb}[{k.index}] : lo;",
-            f"  hi = {xb}[{k.index}] > hi ? {xb}[{k.index}] : hi;", "}"]
-    each = [f"  const float p = {xb}[{k.index}] * inv;", "  int32_t r;",
-            *("  " + line for line in _round_lines(k.index, "r", head))]
-    if not p.asymmetric:
-        return [*scan, "/* symmetric: scale max|x| / 127, values in [-127, 127] */",
-                "if (lo == 0.0f && hi == 0.0f) {", "  scale = 1.0f;",
-                f"  for ({k.header}) q[{k.index}] = 0;", "} else {",
-                "  const float extent = -lo > hi ? -lo : hi;",
-                "  scale = extent / 127.0f;", "  inv = 127.0f / extent;",
-                *("  " + line for line in [
-                    f"for ({k.header}) {{", *each,
-                    f"  q[{k.index}] = (int8_t)(r < -127 ? -127 : r > 127 ? 127 : r);", "}"]),
-                "}"]
-    return [*scan, "/* asymmetric over [min(0, x), max(0, x)]: the difference in float, the "
-            "zero point in double */",
-            "if (lo == hi) {", "  scale = 1.0f;", "  zp = 0;",
-            f"  for ({k.header}) q[{k.index}] = 0;", "} else {",
-            "  const double step = (double)(hi - lo) / 255.0;",
-            "  const double z = 128.0 - (double)lo / step < 127.0 + (double)hi / step",
-            "                   ? -128.0 - (double)lo / step : 127.0 - (double)hi / step;",
-            "  if (z <= -128.0) {", "    zp = -128;",
-            "  } else if (z >= 127.0) {", "    zp = 127;",
-            "  } else {", "    const int32_t t = (int32_t)z;",
-            "    const double f = z - (double)t;",
-            "    zp = t + (f >= 0.5) - (f <= -0.5);", "  }",
-            "  scale = (float)step;", "  inv = (float)(1.0 / (double)scale);",
-            *("  " + line for line in [
-                f"for ({k.header}) {{", *each, "  r += zp;",
-                f"  q[{k.index}] = (int8_t)(r < -128 ? -128 : r > 127 ? 127 : r);", "}"]),
-            "}"]
+def _quantize_row_lines(p, k: ConstantLoop, xb: str) -> list[str]:
+    """Lines quantizing row `xb` (p.depth values) into q: its scale in `scale` (and zero point in
+    `zp`)."""
+    return quantize_lines(p.depth, p.asymmetric, k, xb, "q")
 
 
 def fc_hybrid_values(ctx: OpContext) -> dict:
@@ -692,7 +801,7 @@ def _batch_strides(shape: tuple[int, ...], batch: tuple[int, ...]) -> list[int]:
 
 
 def batch_matmul_values(ctx: OpContext) -> dict:
-    p: BatchMatMulFloatParams | BatchMatMulInt8Params = ctx.params
+    p: BatchMatMulFloatParams | BatchMatMulInt8Params | BatchMatMulInt16Params = ctx.params
     lhs, rhs, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     rows, cols = out.shape[-2], out.shape[-1]
     depth = lhs.shape[-2] if p.adj_x else lhs.shape[-1]
@@ -702,9 +811,7 @@ def batch_matmul_values(ctx: OpContext) -> dict:
     lhs_i, lhs_k = (1, rows) if p.adj_x else (depth, 1)
     rhs_k, rhs_j = (1, depth) if p.adj_y else (cols, 1)
     is_float = isinstance(p, BatchMatMulFloatParams)
-    # row form: acc[j] += lhs(i, k) * rhs row k, contiguous in j (vectorizes, also for float:
-    # each acc[j] still sums its products in k order); else dot products in k.
-    row_form = not p.adj_y and cols <= MAX_ROW_ACCUMULATOR
+    is_int16 = isinstance(p, BatchMatMulInt16Params)
     batches = [ConstantLoop(f"b{n}", size) for n, size in enumerate(padded)]
     i, j, k = ConstantLoop("i", rows), ConstantLoop("j", cols), ConstantLoop("k", depth)
     lhs_strides, rhs_strides = _batch_strides(lhs.shape, batch), _batch_strides(rhs.shape, batch)
@@ -714,15 +821,25 @@ def batch_matmul_values(ctx: OpContext) -> dict:
     lhs_term, rhs_term = "lhs(i, k)", "rhs(k, j)"
     acc_type = "float"
     requantize = False
-    if not is_float:
+    if is_int16:
+        acc_type, requantize = "int64_t", True
+    elif not is_float:
         max_product = MAX_OFFSET_PRODUCT if p.requantize else MAX_RAW_PRODUCT["int8"]
         acc_type, requantize = _accumulator(depth, max_product), p.requantize
         lhs_offset, rhs_offset = _plus(p.lhs_offset), _plus(p.rhs_offset)
         lhs_term, rhs_term = _offset(p.lhs_offset, lhs_term), _offset(p.rhs_offset, rhs_term)
 
+    # row form: acc[j] += lhs(i, k) * rhs row k, contiguous in j (vectorizes, also for float:
+    # each acc[j] still sums its products in k order); else dot products in k.
+    row_form = not p.adj_y and cols * ACCUMULATOR_BYTES[acc_type] <= MAX_ROW_ACCUMULATOR_BYTES
+
     def stored(acc: str) -> str:
         if is_float:
             return f"orow[{j.index}] = {acc};"
+        if is_int16:
+            scaled = f"({acc} * {p.multiplier} + ((int64_t)1 << {p.shift - 1})) >> {p.shift}"
+            return (f"orow[{j.index}] = (int16_t)arenac_clamp((int32_t)(uint32_t)({scaled}), "
+                    "-32768, 32767);")
         if requantize:
             # clamp(v + offset, lo, hi) == clamp(v, lo - offset, hi - offset) + offset, without
             # the int32 overflow the left side could hit.
@@ -735,10 +852,13 @@ def batch_matmul_values(ctx: OpContext) -> dict:
     lhs_at = f"l[{c_sum([(i, lhs_i), (k, lhs_k)])}]"
     comment = (f"{ctx.op.opcode} '{out.name}': for each of {padded[0]}x{padded[1]}x{padded[2]} "
                f"batches, out(i, j) = sum over k of {lhs_term} * {rhs_term}"
-               + (", requantized" if requantize else "") + "; written row by row")
+               + (", requantized" if requantize else "") + "; written row by row"
+               + (". int16: the sum in int64, requantized as TFLite's int64 "
+                  "MultiplyByQuantizedMultiplier does, by a 16-bit multiplier and one rounding "
+                  "right shift (half up), then truncated to int32" if is_int16 else ""))
     return {
         "fn": ctx.fn, "comment": c_comment(comment),
-        "ctype": lhs.ctype, "out_type": out.ctype, "acc_type": acc_type,
+        "ctype": lhs.ctype, "rhs_type": rhs.ctype, "out_type": out.ctype, "acc_type": acc_type,
         "lhs": lhs.ptr, "rhs": rhs.ptr, "out": out.ptr, "cols": cols,
         "batches": batches, "row": i, "col": j, "depth": k,
         "broadcasts": any(b.written and 0 in (sl, sr)
@@ -759,16 +879,139 @@ def batch_matmul_values(ctx: OpContext) -> dict:
     }
 
 
+def batch_matmul_hybrid_values(ctx: OpContext) -> dict:
+    p: BatchMatMulHybridParams = ctx.params
+    lhs, rhs, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    prefix, name = ctx.prefix, out.name
+    rows, depth, cols = p.rows, p.depth, p.cols
+    batch = tuple(out.shape[:-2])
+    padded = (1,) * (3 - len(batch)) + batch
+    per_channel = len(p.filter_scales) > 1
+    k = ConstantLoop("k", depth)
+
+    # Stage 1: every lhs row quantized into the arena, as hybrid FULLY_CONNECTED does. With
+    # adj_x a row is a column of the stored matrix: it is gathered first.
+    if p.adj_x:
+        lhs_batch, row = ConstantLoop("lb", p.lhs_rows // rows), ConstantLoop("i", rows)
+        quantize_loops = [lhs_batch, row]
+        row_terms = [(lhs_batch, rows), (row, 1)]
+        gather = [f"for ({k.header}) column[{k.index}] = "
+                  f"lhs[{c_sum([(lhs_batch, rows * depth), (k, rows), (row, 1)])}];"]
+        source = ["const float *xr = column;"]
+    else:
+        row = ConstantLoop("row", p.lhs_rows)
+        quantize_loops = [row]
+        row_terms = [(row, 1)]
+        gather = []
+        source = [f"const float *xr = {c_offset('lhs', [(row, depth)])};"]
+    r = c_sum(row_terms)
+    q_at = c_offset("quantized", [(loop, n * depth) for loop, n in row_terms])
+    quantize = [*gather, *source, f"int8_t *q = {q_at};",
+                f"float scale;{' int32_t zp;' if p.asymmetric else ''}",
+                *_quantize_row_lines(p, k, "xr")]
+    if per_channel:
+        quantize.append(f"row_scale[{r}] = scale;")
+    else:
+        quantize.append(f"row_scale[{r}] = scale * {c_float(p.filter_scales[0])}; "
+                        "/* times the filter's */")
+    if p.asymmetric:
+        quantize.append(f"row_zp[{r}] = zp;")
+
+    # Stage 2: int32 sums of each quantized row with the rhs columns, then TFLite's float
+    # correction and rescale.
+    batches = [ConstantLoop(f"b{n}", size) for n, size in enumerate(padded)]
+    i, j = ConstantLoop("i", rows), ConstantLoop("j", cols)
+    lhs_strides = _batch_strides(lhs.shape, batch)  # quantized rows: the lhs's layout
+    rhs_strides = _batch_strides(rhs.shape, batch)
+    out_strides = [padded[1] * padded[2] * rows * cols, padded[2] * rows * cols, rows * cols]
+    rhs_k, rhs_j = (1, depth) if p.adj_y else (cols, 1)
+    row_form = not p.adj_y and cols * 4 <= MAX_ROW_ACCUMULATOR_BYTES
+    # per-row (and per-column) tables advance by one entry where the matrices advance by depth
+    lhs_terms, rhs_terms = list(zip(batches, lhs_strides)), list(zip(batches, rhs_strides))
+    row_table = [(b, stride // depth) for b, stride in lhs_terms]
+    pointers = [f"const int8_t *l = {c_offset('quantized', lhs_terms)};",
+                f"const float *s = {c_offset('row_scale', row_table)};"]
+    if p.asymmetric:
+        sums = c_offset(f"{prefix}_column_sum", [(b, stride // depth) for b, stride in rhs_terms])
+        pointers += [f"const int32_t *z = {c_offset('row_zp', row_table)};",
+                     f"const int32_t *sums = {sums};"]
+    pointers += [f"const int8_t *w = {c_offset('rhs', rhs_terms)};",
+                 f"float *o = {c_offset('out', list(zip(batches, out_strides)))};"]
+
+    def finish(acc: str) -> list[str]:
+        lines = []
+        total = f"(float){acc}"
+        if p.asymmetric:
+            lines.append(f"const int32_t total = (int32_t)((float){acc} - (float)sums[{j.index}] "
+                         f"* (float)z[{i.index}]);")
+            total = "(float)total"
+        scale = f"s[{i.index}]"
+        if per_channel:
+            lines.append(f"const float scale = s[{i.index}] * {prefix}_filter_scale[{j.index}];")
+            scale = "scale"
+        lines.append(f"orow[{j.index}] = 0.0f + {scale} * {total};")
+        return lines
+
+    tables = []
+    if per_channel:
+        tables.append({"comment": c_comment(f"BATCH_MATMUL '{name}': the rhs scale per column"),
+                       "ctype": "float", "name": f"{prefix}_filter_scale",
+                       "length": c_length(cols),
+                       "data": c_array(np.asarray(p.filter_scales, np.float32))})
+    if p.asymmetric:
+        tables.append({"comment": c_comment(f"BATCH_MATMUL '{name}': the sum of each rhs column "
+                                            "per rhs matrix, times a row's zero point"),
+                       "ctype": "int32_t", "name": f"{prefix}_column_sum",
+                       "length": c_length(len(p.row_sums)), "data": c_array(p.row_sums)})
+    scratch = dict(zip(["quantized", "row_scale", *(["row_zp"] if p.asymmetric else [])],
+                       ctx.scratch))
+    if p.adj_x:
+        scratch["column"] = ctx.scratch[-1]
+    ctypes = {"quantized": "int8_t", "row_scale": "float", "row_zp": "int32_t",
+              "column": "float"}
+    comment = (f"BATCH_MATMUL '{name}' (hybrid: float32 lhs, int8 rhs): every lhs row quantized "
+               "to int8 in the arena as TFLite's x86 reference build does, int32 sums with the "
+               "rhs columns, then as TFLite's reference kernel: "
+               + ("the zero point correction in float, truncated back to int32, "
+                  if p.asymmetric else "")
+               + "the sum in float (which rounds beyond 2^24), times the row's scale"
+               + (" times the column's" if per_channel else "")
+               + ", added to 0.0f (so -0.0f becomes 0.0f)")
+    return {
+        "fn": ctx.fn, "comment": c_comment(comment), "tables": tables,
+        "lhs": lhs.ptr, "rhs": rhs.ptr, "out": out.ptr,
+        "scratch": [{"ctype": ctypes[key], "name": key, "at": at} for key, at in scratch.items()],
+        "quantize_loops": quantize_loops, "quantize": quantize,
+        "batches": batches, "pointers": pointers, "broadcasts": any(
+            b.written and 0 in (sl, sr) for b, sl, sr in zip(batches, lhs_strides, rhs_strides)),
+        "row": i, "col": j, "depth": k, "cols": cols,
+        "qrow": c_offset("l", [(i, depth)]), "orow": c_offset("o", [(i, cols)]),
+        "row_form": row_form,
+        "wrow": c_offset("w", [(k, rhs_k)]),
+        "row_step": f"acc[{j.index}] += a * wrow[{j.index}];",
+        "row_finish": finish(f"acc[{j.index}]"),
+        "dot_step": f"acc += qi[{k.index}] * w[{c_sum([(k, rhs_k), (j, rhs_j)])}];",
+        "dot_finish": finish("acc"),
+        "counters": ", ".join(dict.fromkeys(
+            [loop.var for loop in [*quantize_loops, *batches, i, j] if loop.written] + ["k"])),
+    }
+
+
 def emit_batch_matmul(ctx: OpContext) -> Kernel:
+    if isinstance(ctx.params, BatchMatMulHybridParams):
+        return Kernel(render_macro(TEMPLATE, "batch_matmul_hybrid",
+                                   batch_matmul_hybrid_values(ctx)))
     return Kernel(render_macro(TEMPLATE, "batch_matmul", batch_matmul_values(ctx)))
 
 
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("FULLY_CONNECTED",
            kernels("float32, float32, float32? -> float32", "T, T, int32? -> T",
-                   "int16, int8, int64? -> int16", "float32, int8, float32? -> float32",
+                   "int16, int8, int32|int64? -> int16", "float32, int8, float32? -> float32",
                    T=("int8", "uint8")),
            prepare_fully_connected, emit_fully_connected, scratch=fully_connected_scratch),
-    OpSpec("BATCH_MATMUL", kernels("T, T -> T", "int8, int8 -> int32", T=("float32", "int8")),
-           prepare_batch_matmul, emit_batch_matmul),
+    OpSpec("BATCH_MATMUL",
+           kernels("T, T -> T", "int8, int8 -> int32", "float32, int8 -> float32",
+                   "int16, int8 -> int16", T=("float32", "int8", "int16")),
+           prepare_batch_matmul, emit_batch_matmul, scratch=batch_matmul_scratch),
 )
