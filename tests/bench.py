@@ -146,16 +146,15 @@ def host_c_ms(data: bytes, name: str) -> float:
 
 
 def quant_section() -> None:
-    """One model in each quantization scheme it runs in, timed side by side in one run: the
-    example CNNs (int8, uint8; int16 convolutions are not run yet) and a fully connected layer
-    (int8, uint8, int16)."""
+    """One model in each quantization scheme, timed side by side in one run: the example CNNs
+    and a fully connected layer, each in int8, uint8 and int16."""
     from tests.ops.test_fully_connected import (
         fully_connected_model,
         int16_fully_connected_model,
     )
 
     models = {
-        **{model: {dtype: EXAMPLES[f"{model}_{dtype}"]() for dtype in ("int8", "uint8")}
+        **{model: {dtype: EXAMPLES[f"{model}_{dtype}"]() for dtype in ("int8", "uint8", "int16")}
            for model in ("tiny_cnn", "residual_cnn")},
         "fc 16x300->40": {**{dtype: fully_connected_model(dtype, (16, 300), 40, seed=3)
                              for dtype in ("int8", "uint8")},

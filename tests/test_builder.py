@@ -32,9 +32,9 @@ def run(data: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
 
 
 def random_input(data: bytes, rng: np.random.Generator) -> np.ndarray:
-    """The full integer range for int8 and uint8 models, [-1, 1) for float ones."""
+    """The full integer range for quantized models, [-1, 1) for float ones."""
     detail = interpreter(data).get_input_details()[0]
-    if detail["dtype"] in (np.int8, np.uint8):
+    if detail["dtype"] in (np.int8, np.uint8, np.int16):
         info = np.iinfo(detail["dtype"])
         return rng.integers(info.min, info.max + 1, detail["shape"], dtype=detail["dtype"])
     return rng.uniform(-1.0, 1.0, detail["shape"]).astype(np.float32)

@@ -74,7 +74,7 @@ def assert_same_as_runtime_py(mp: ModelPlan, input_sets, actual) -> None:
 @needs_mcu
 @pytest.mark.parametrize(
     "name", ["tiny_cnn_int8", "residual_cnn_int8", "tiny_cnn_float32", "residual_cnn_float32",
-             "tiny_cnn_uint8"]
+             "tiny_cnn_uint8", "tiny_cnn_int16"]
 )
 def test_built_models_match_runtime_py(name):
     mp = example_plan(name)

@@ -102,8 +102,9 @@ _INT8_VERSIONS = {
     "SOFTMAX": 2,
 }
 
-# Quantized softmax outputs are fixed by TFLite: [0, 1) in steps of 1/256.
-_SOFTMAX_SCALE = 1.0 / 256.0
+# Quantized softmax outputs are fixed by TFLite: [0, 1) in steps of 1/256 (1/32768 in int16).
+_SOFTMAX_QUANT = {"int8": (1.0 / 256.0, -128), "uint8": (1.0 / 256.0, 0),
+                  "int16": (1.0 / 32768.0, 0)}
 # int8 activations cover this many estimated standard deviations either side of the bias.
 _COVERAGE = 5.0
 _BIAS_STD = 0.1
@@ -183,14 +184,20 @@ def _pair(value: Pair) -> tuple[int, int]:
 
 
 # The stored range of each quantized activation type the builder writes.
-_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
+_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+
+# The bias type of each quantized scheme: int16 activations (16x8) take int64 biases, as
+# TFLite's converter writes them.
+_BIAS_TYPES = {"int8": np.int32, "uint8": np.int32, "int16": np.int64}
 
 
 def _activation_quant(lo: float, hi: float, dtype: str) -> tuple[float, int]:
-    """int8 or uint8 scale and zero point covering [lo, hi] (widened to contain 0, as TFLite
-    requires)."""
+    """Scale and zero point covering [lo, hi] (widened to contain 0, as TFLite requires); int16
+    is symmetric with zero point 0, as TFLite's 16x8 scheme requires."""
     low, high = _RANGES[dtype]
     lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if dtype == "int16":
+        return max(-lo, hi, 1e-6) / high, 0
     scale = max(hi - lo, 1e-6) / 255.0
     zero_point = int(np.clip(round(low - lo / scale), low, high))
     return scale, zero_point
@@ -200,8 +207,9 @@ class ModelBuilder:
     """Accumulates tensors, operators and buffers of one subgraph; `build` serializes them."""
 
     def __init__(self, dtype: str = "float32", seed: int = 0, description: str = "arenac"):
-        if dtype not in ("float32", "int8", "uint8"):
-            raise ValueError(f"dtype must be 'float32', 'int8' or 'uint8', not {dtype!r}")
+        if dtype not in ("float32", "int8", "uint8", "int16"):
+            raise ValueError(
+                f"dtype must be 'float32', 'int8', 'uint8' or 'int16', not {dtype!r}")
         self.dtype = dtype
         self.description = description
         self.rng = np.random.default_rng(seed)
@@ -460,11 +468,10 @@ class ModelBuilder:
         return out
 
     def softmax(self, x: int, beta: float = 1.0) -> int:
-        """Softmax over the last dimension; a quantized output uses TFLite's fixed 1/256 and the
-        type's lowest value as zero point."""
+        """Softmax over the last dimension; a quantized 8-bit output uses TFLite's fixed 1/256
+        and the type's lowest value as zero point, int16 1/32768 and zero point 0."""
         name = self._layer("softmax")
-        scale, zero_point = ((_SOFTMAX_SCALE, _RANGES[self.dtype][0]) if self.dtype in _RANGES
-                             else (None, None))
+        scale, zero_point = _SOFTMAX_QUANT.get(self.dtype, (None, None))
         out = self.tensor(name, self.shape(x), self.dtype, scale, zero_point)
         self.op("SOFTMAX", [x], [out], {"beta": beta}, self._version("SOFTMAX"))
         return out
@@ -582,17 +589,18 @@ class ModelBuilder:
         options: dict[str, object],
         activation: str,
     ) -> int:
-        """Add filter and bias constants and the operator; quantizes them in int8 mode (per
-        channel, symmetric) and in uint8 mode (per tensor, asymmetric, as legacy converters)."""
+        """Add filter and bias constants and the operator; quantizes them in int8 and int16 mode
+        (int8 weights per channel, symmetric) and in uint8 mode (per tensor, asymmetric, as
+        legacy converters)."""
         name = self._layer(kind)
         axes = tuple(i for i in range(weights.ndim) if i != channel_axis)
         bias = self.rng.normal(0.0, _BIAS_STD, weights.shape[channel_axis])
-        if self.dtype == "int8":
+        if self.dtype in ("int8", "int16"):
             weight_scale = np.abs(weights).max(axis=axes) / 127.0
             broadcast = np.expand_dims(weight_scale, axes)
             q_weights = np.clip(np.round(weights / broadcast), -127, 127).astype(np.int8)
             bias_scale = self._input_scale(x) * weight_scale
-            q_bias = np.round(bias / bias_scale).astype(np.int32)
+            q_bias = np.round(bias / bias_scale).astype(_BIAS_TYPES[self.dtype])
             weights, bias = q_weights * broadcast, q_bias * bias_scale
             filter_index = self.const(
                 f"{name}/filter", q_weights, weight_scale, 0, quantized_dimension=channel_axis

@@ -11,7 +11,8 @@ from pathlib import Path
 from toolchain.builder import ModelBuilder
 
 # Quantized inputs cover [-1, 1) like the float models' inputs (uint8: legacy quantization).
-_INPUT_QUANT = {"float32": (None, None), "int8": (1.0 / 128.0, 0), "uint8": (1.0 / 128.0, 128)}
+_INPUT_QUANT = {"float32": (None, None), "int8": (1.0 / 128.0, 0), "uint8": (1.0 / 128.0, 128),
+                "int16": (1.0 / 32768.0, 0)}
 
 
 def _input(b: ModelBuilder, shape: tuple[int, ...]) -> int:
@@ -59,7 +60,7 @@ def residual_cnn(dtype: str, seed: int = 0) -> bytes:
 EXAMPLES: dict[str, Callable[[], bytes]] = {
     f"{model.__name__}_{dtype}": partial(model, dtype)
     for model in (tiny_cnn, residual_cnn)
-    for dtype in ("float32", "int8", "uint8")
+    for dtype in ("float32", "int8", "uint8", "int16")
 }
 
 
