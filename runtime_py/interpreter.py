@@ -28,6 +28,7 @@ import numpy as np
 from runtime_py.kernels import KERNELS
 from toolchain.errors import PlanError, RuntimeBackendError
 from toolchain.ir import Operator, Tensor
+from toolchain.ops import planned_shape_values
 from toolchain.ops.overlaps import OverlapRule
 from toolchain.plan import ModelPlan
 from toolchain.planners import verify
@@ -69,6 +70,7 @@ class ArenaInterpreter:
         self.model_plan = model_plan
         self.graph = graph = model_plan.graph
         self.source = model_plan.model.source
+        self.shape_values = planned_shape_values(graph)
         if verify_plan:
             try:
                 verify(model_plan.plan)
@@ -123,6 +125,12 @@ class ArenaInterpreter:
                     f"input {i} ({expected.name!r}) must be "
                     f"{expected.dtype}{list(expected.shape)}, "
                     f"got {value.dtype}{list(value.shape)}",
+                    self.source,
+                )
+            if t in self.shape_values and not np.array_equal(value, self.shape_values[t]):
+                raise RuntimeBackendError(
+                    f"input {i} ({expected.name!r}) is an output shape, "
+                    f"{self.shape_values[t].tolist()} when planned, got {value.tolist()}",
                     self.source,
                 )
         self.arena.fill(POISON)

@@ -116,12 +116,15 @@ def depthwise_model(input_shape: tuple[int, ...], kernel=(3, 3), multiplier: int
 def transpose_conv_model(input_shape: tuple[int, ...], out_channels: int, out_hw, kernel=(3, 3),
                          stride=(2, 2), padding: str = "SAME", activation: str = "NONE",
                          per_channel: bool = True, bias: str | None = "int64",
-                         bias_type: str | None = None, seed: int = 0) -> bytes:
+                         bias_type: str | None = None, seed: int = 0,
+                         shape_input: bool = False) -> bytes:
+    """`shape_input`: the output shape is the model's first input, as some converters write it."""
     batch, _, _, channels = input_shape
     rng = np.random.default_rng(seed)
     b = ModelBuilder("float32")
     out_shape = (batch, *out_hw, out_channels)
-    shape_index = b.const("output_shape", np.asarray(out_shape, np.int32))
+    shape_index = (b.input("output_shape", (4,), "int32") if shape_input
+                   else b.const("output_shape", np.asarray(out_shape, np.int32)))
     shape = (out_channels, *kernel, channels)
     fan_in = max(math.prod(kernel) / math.prod(stride), 1.0) * channels
     filt, bias_index, out_scale = _filter_and_bias(b, rng, shape, 0, per_channel, fan_in, bias,
@@ -419,3 +422,24 @@ def test_requantize_wide_equals_tflite():
     assert np.unique(expected).size > 1000
     np.testing.assert_array_equal(requantize_wide(acc.astype(np.float64), stage), expected)
 
+
+
+def test_transpose_conv_output_shape_given_at_run_time(tmp_path, capsys):
+    """The output shape as a model input (TFLite's converter writes some so): planned as
+    declared, checked with that value, and any other value refused with one line."""
+    from toolchain.cli import main
+
+    model = transpose_conv_model((1, 1, 5, 8), 4, (3, 12), kernel=(3, 4), stride=(1, 2),
+                                 padding="VALID", shape_input=True)
+    assert_exact_and_varied(model)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    np.save(tmp_path / "x.npy", np.zeros((1, 1, 5, 8), np.int16))
+    for shape, status in [((1, 3, 12, 4), 0), ((1, 3, 12, 5), 2)]:
+        np.save(tmp_path / "shape.npy", np.asarray(shape, np.int32))
+        args = ["run", str(path), "--input", str(tmp_path / "shape.npy"), "--input",
+                str(tmp_path / "x.npy"), "--output-dir", str(tmp_path / "out")]
+        assert main(args) == status
+    err = capsys.readouterr().err.strip()
+    assert err == (f"arenac: {path}: input 0 ('output_shape') is an output shape, "
+                   "[1, 3, 12, 4] when planned, got [1, 3, 12, 5]")

@@ -16,15 +16,19 @@ import numpy as np
 from runtime_py.interpreter import ArenaInterpreter
 from toolchain.checking.oracle_process import ORACLE_TIMEOUT, run_oracle
 from toolchain.ir import Graph, Tensor
+from toolchain.ops import planned_shape_values
 from toolchain.plan import ModelPlan
 
 FLOAT_RTOL = 1e-5
 
 
 def random_inputs(graph: Graph, seed: int) -> list[np.ndarray]:
-    """Quantized inputs over the dtype's full range; floats from a standard normal."""
+    """Quantized inputs over the dtype's full range; floats from a standard normal; an input
+    holding an output's shape, that shape."""
     rng = np.random.default_rng(seed)
-    return [random_tensor(graph.tensors[t], rng) for t in graph.inputs]
+    shapes = planned_shape_values(graph)
+    return [shapes[t] if t in shapes else random_tensor(graph.tensors[t], rng)
+            for t in graph.inputs]
 
 
 def random_tensor(t: Tensor, rng: np.random.Generator) -> np.ndarray:

@@ -56,6 +56,21 @@ def kernel_for(spec: OpSpec, graph: Graph, op: Operator) -> Signature:
     raise UnsupportedOpError(f"no kernel for {describe(inputs)} -> {describe(outputs)}")
 
 
+def planned_shape_values(graph: Graph) -> dict[int, np.ndarray]:
+    """The value each non-constant shape input must hold (see OpSpec.shape_input): the shape
+    of the output it describes, which the plan fixed."""
+    values = {}
+    for op in graph.operators:
+        spec = REGISTRY.get(op.opcode)
+        if spec is None or spec.shape_input is None or spec.shape_input >= len(op.inputs):
+            continue
+        index = op.inputs[spec.shape_input]
+        if index >= 0 and not graph.tensors[index].is_constant:
+            dtype = np.dtype(graph.tensors[index].dtype)
+            values[index] = np.asarray(graph.tensors[op.outputs[0]].shape, dtype)
+    return values
+
+
 @dataclass(frozen=True)
 class Refusal:
     """Why one operator has no binding: `invalid` for a model that cannot mean the op, else a

@@ -1828,5 +1828,5 @@ SPECS: tuple[OpSpec, ...] = (
            kernels("int32, float32, float32, float32? -> float32",
                    "int32, int8, int8, int32? -> int8", "int32, int8, int16, int64? -> int16",
                    "int32, int8, int16, int32 -> int16"),
-           prepare_transpose_conv, emit_transpose_conv),
+           prepare_transpose_conv, emit_transpose_conv, shape_input=0),
 )

@@ -32,6 +32,12 @@ class MemoryRequest:
 PORTABLE_C = "c"
 TARGETS = (PORTABLE_C,)
 
+# The interpreters whose arithmetic a kernel reproduces, and `check` compares with: LiteRT's
+# reference kernels, or TFLite Micro's where LiteRT's kernel is wrong for the operands (it
+# reads or writes them as another type).
+LITERT_REF = "litert-ref"
+TFLM = "tflm"
+
 
 @dataclass(frozen=True)
 class Signature:
@@ -40,7 +46,8 @@ class Signature:
     `optional` inputs may be absent (TFLite's index -1, or a shorter input list: a convolution
     without bias); a side in `repeats` ("inputs", "outputs") repeats its last position any
     number of times (CONCATENATION's operands, SPLIT's results). `form` is the signature as
-    written in the registry, shared by every signature one written form expands to.
+    written in the registry, shared by every signature one written form expands to. `oracle`
+    is the interpreter whose results the kernel reproduces bit for bit.
     """
 
     inputs: tuple[frozenset[str], ...]
@@ -50,6 +57,7 @@ class Signature:
     targets: frozenset[str] = frozenset({PORTABLE_C})
     form: str = ""
     bound: tuple[tuple[str, str], ...] = ()  # the dtype each name of `form` stands for here
+    oracle: str = LITERT_REF
 
     def matches(self, inputs: Sequence[str | None], outputs: Sequence[str | None]) -> bool:
         """Whether an op with these operand dtypes (None for an absent one) runs on it."""
@@ -69,22 +77,26 @@ class Signature:
         )
 
 
-def kernels(*forms: str, targets: Iterable[str] = TARGETS, **variables: Iterable[str]
-            ) -> tuple[Signature, ...]:
+def kernels(*forms: str, targets: Iterable[str] = TARGETS, oracle: str = LITERT_REF,
+            **variables: Iterable[str]) -> tuple[Signature, ...]:
     """Signatures from their written form, `"int8, int8, int32? -> int8"`: `a|b` allows
     either dtype, a trailing `?` marks an input that may be absent, a trailing `...` a last
     position that repeats. A name given in `variables` (`T=("int8", "float32")`) stands for
-    each of its dtypes in turn, the same one at every position it appears."""
+    each of its dtypes in turn, the same one at every position it appears. `oracle` names the
+    interpreter the kernels reproduce (LITERT_REF unless LiteRT's kernel is wrong for them)."""
+    if oracle not in (LITERT_REF, TFLM):
+        raise ValueError(f"unknown oracle {oracle!r}")
     found = []
     for form in forms:
         words = set(re.findall(r"\w+", form))
         names = sorted(n for n in variables if n in words)
         for values in product(*(sorted(variables[n]) for n in names)):
-            found.append(_parse(form, dict(zip(names, values)), frozenset(targets)))
+            found.append(_parse(form, dict(zip(names, values)), frozenset(targets), oracle))
     return tuple(found)
 
 
-def _parse(form: str, bound: dict[str, str], targets: frozenset[str]) -> Signature:
+def _parse(form: str, bound: dict[str, str], targets: frozenset[str],
+           oracle: str = LITERT_REF) -> Signature:
     sides: dict[str, list[frozenset[str]]] = {"inputs": [], "outputs": []}
     optional: set[int] = set()
     repeats: set[str] = set()
@@ -98,7 +110,7 @@ def _parse(form: str, bound: dict[str, str], targets: frozenset[str]) -> Signatu
                 optional.add(i)
             sides[side].append(frozenset(bound.get(d, d) for d in word.split("|")))
     return Signature(tuple(sides["inputs"]), tuple(sides["outputs"]), frozenset(optional),
-                     frozenset(repeats), targets, form, tuple(sorted(bound.items())))
+                     frozenset(repeats), targets, form, tuple(sorted(bound.items())), oracle)
 
 
 def describe(dtypes: Sequence[str | None]) -> str:
@@ -140,6 +152,9 @@ class OpSpec:
     scratch: Callable[[Any], tuple[MemoryRequest, ...]] | None = None
     # The outputs the kernel's loop order lets share an input's memory (toolchain/ops/overlaps).
     overlaps: Rule | None = None
+    # The input that holds the output's shape (TRANSPOSE_CONV's output_shape). Shapes are fixed
+    # when the model is planned: given at run time, it must hold the declared output shape.
+    shape_input: int | None = None
 
 
 def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tensor:
