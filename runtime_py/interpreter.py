@@ -32,6 +32,7 @@ from toolchain.ops import planned_shape_values
 from toolchain.ops.overlaps import OverlapRule
 from toolchain.plan import ModelPlan
 from toolchain.planners import verify
+from toolchain.quant import variable_fill
 
 POISON = 0xA5
 FREE = -1  # the owner of a byte no live buffer holds
@@ -103,10 +104,11 @@ class ArenaInterpreter:
         )
 
     def reset(self) -> None:
-        """Return every variable tensor to its initial value (zero where the file gives none)."""
+        """Return every variable tensor to its initial value (where the file gives none, an
+        int8 variable's zero point and zero for other types, as TFLite's interpreters)."""
         for t in self.model_plan.lifetimes.variables:
             tensor = self.graph.tensors[t]
-            self.views[t][...] = tensor.data if tensor.data is not None else 0
+            self.views[t][...] = tensor.data if tensor.data is not None else variable_fill(tensor)
 
     def invoke(
         self, inputs: Sequence[np.ndarray], observe: Observer | None = None

@@ -278,6 +278,19 @@ class ModelBuilder:
         buffer = self._add_buffer(array) if array.any() else 0
         return self._add_tensor(name, array.shape, array.dtype, None, buffer, variable=True)
 
+    def state(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: str,
+        scale: Quant = None,
+        zero_point: int | Sequence[int] | None = None,
+    ) -> int:
+        """Add a variable tensor that starts at zero (no data), quantized like an activation:
+        the output and cell state of a quantized recurrent op."""
+        return self._add_tensor(name, shape, dtype, _quantization(scale, zero_point, 0),
+                                variable=True)
+
     def output(self, index: int) -> None:
         """Mark a tensor as a model output."""
         self._outputs.append(index)

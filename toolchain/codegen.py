@@ -32,6 +32,7 @@ from toolchain.ops.emit import (
 from toolchain.ops.spec import PORTABLE_C
 from toolchain.plan import ModelPlan
 from toolchain.planners import verify
+from toolchain.quant import variable_fill
 from toolchain.render import render
 from toolchain.text import c_identifier, c_text
 
@@ -171,7 +172,9 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
             if graph.tensors[t].data is None
             else c_array(np.frombuffer(graph.tensors[t].data.tobytes(), np.uint8)),
             "init_name": f"{name}_state_init{k}",
-            "comment": f"tensor {t} '{c_text(graph.tensors[t].name)}'",
+            "fill": variable_fill(graph.tensors[t]),
+            "comment": f"tensor {t} '{c_text(graph.tensors[t].name)}'"
+            + (", its zero point" if variable_fill(graph.tensors[t]) else ""),
         }
         for k, t in enumerate(mp.lifetimes.variables)
     ]

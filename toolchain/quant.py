@@ -65,6 +65,13 @@ def zero_point_of(t: Tensor) -> int:
     return t.quantization.zero_point[0] if t.quantization else 0
 
 
+def variable_fill(t: Tensor) -> int:
+    """The value every element of a variable tensor without data starts at, and returns to on
+    reset: its zero point for int8 (TFLite's interpreters memset an int8 variable to it), zero
+    for every other type."""
+    return zero_point_of(t) if t.dtype == "int8" else 0
+
+
 def scales_of(t: Tensor) -> tuple[float, ...]:
     return t.quantization.scale if t.quantization else (1.0,)
 

@@ -7,14 +7,15 @@ copy equal to it.
 from __future__ import annotations
 
 from toolchain.ops import REGISTRY
-from toolchain.ops.spec import Signature
+from toolchain.ops.spec import TFLM, Signature
 
 BEGIN = "<!-- support-matrix:begin -->"
 END = "<!-- support-matrix:end -->"
 
 
 def kernel_lines(kernels: tuple[Signature, ...]) -> list[str]:
-    """Each written signature once, with the dtypes its names stand for."""
+    """Each written signature once, with the dtypes its names stand for, and the oracle where
+    it is TFLite Micro's interpreter rather than LiteRT's reference kernels."""
     lines = []
     for form in dict.fromkeys(k.form for k in kernels):
         values: dict[str, list[str]] = {}
@@ -22,8 +23,10 @@ def kernel_lines(kernels: tuple[Signature, ...]) -> list[str]:
             if k.form == form:
                 for name, dtype in k.bound:
                     values.setdefault(name, []).append(dtype)
-        names = "; ".join(f"{n}: {', '.join(dict.fromkeys(v))}" for n, v in values.items())
-        lines.append(f"`{form}`".replace("|", "\\|") + (f" ({names})" if names else ""))
+        notes = [f"{n}: {', '.join(dict.fromkeys(v))}" for n, v in values.items()]
+        if any(k.form == form and k.oracle == TFLM for k in kernels):
+            notes.append("as TFLite Micro")
+        lines.append(f"`{form}`".replace("|", "\\|") + (f" ({'; '.join(notes)})" if notes else ""))
     return lines
 
 

@@ -14,9 +14,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from runtime_py.interpreter import ArenaInterpreter
-from toolchain.checking.oracle_process import ORACLE_TIMEOUT, run_oracle
+from toolchain.checking.oracle_process import (
+    ORACLE_TIMEOUT,
+    OracleRun,
+    Refused,
+    run_in_child,
+    run_oracle,
+    short,
+)
+from toolchain.errors import RuntimeBackendError
 from toolchain.ir import Graph, Tensor
-from toolchain.ops import planned_shape_values
+from toolchain.ops import oracle_of, planned_shape_values
+from toolchain.ops.spec import TFLM
 from toolchain.plan import ModelPlan
 
 FLOAT_RTOL = 1e-5
@@ -115,10 +124,7 @@ def check_plan(
     graph = model_plan.graph
     runtime = ArenaInterpreter(model_plan)  # unsupported ops fail here, before the oracle runs
     input_sets = [random_inputs(graph, seed + i) for i in range(inputs)]
-    oracle = run_oracle(
-        model_bytes, input_sets, len(graph.outputs), model_plan.model.source,
-        timeout=oracle_timeout,
-    )
+    oracle = oracle_run(model_plan, model_bytes, input_sets, (), oracle_timeout)
     backends: list[tuple[str, Backend]] = list(extra)
     if runtime_py:
         backends.insert(0, ("runtime_py", lambda sets: [runtime.invoke(v) for v in sets]))
@@ -141,6 +147,37 @@ def check_plan(
             for row, e, a in zip(backend_rows, want, got):
                 row.add(difference(e, a))
     return report
+
+
+def oracle_run(
+    model_plan: ModelPlan,
+    model_bytes: bytes,
+    input_sets: list[list[np.ndarray]],
+    tensors: Sequence[int],
+    timeout: float,
+) -> OracleRun:
+    """`run_oracle`, or TFLite Micro alone when some kernel reproduces its arithmetic: LiteRT's
+    kernel is wrong for that op's operands, so LiteRT can neither answer nor stand in."""
+    graph, source = model_plan.graph, model_plan.model.source
+    oracle, bound = oracle_of(model_plan.program.bindings)
+    if oracle != TFLM:
+        return run_oracle(model_bytes, input_sets, len(graph.outputs), source, tensors, timeout)
+    ops = f"op {bound[0].op} {bound[0].opcode} ({bound[0].kernel.form})" + (
+        f" and {len(bound) - 1} more" if len(bound) > 1 else "")
+    if tensors:
+        raise RuntimeBackendError(
+            f"per-layer comparison needs LiteRT's interpreter, whose kernel is wrong for {ops}",
+            source,
+        )
+    try:
+        return run_in_child("tflm", model_bytes, input_sets, len(graph.outputs), source, (),
+                            timeout)
+    except Refused as e:
+        raise RuntimeBackendError(
+            f"the TFLite Micro interpreter, the oracle for {ops}, refuses the model "
+            f"({short(str(e))})",
+            source,
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -167,10 +204,7 @@ def check_layers(
         seen.update(zip(graph.operators[op_index].outputs, outputs))
 
     runtime.invoke(values, observe=record)
-    oracle = run_oracle(
-        model_bytes, [values], len(graph.outputs), model_plan.model.source,
-        tensors=sorted(seen), timeout=oracle_timeout,
-    )
+    oracle = oracle_run(model_plan, model_bytes, [values], sorted(seen), oracle_timeout)
     (expected,) = oracle.tensors
     layers = []
     for op_index in model_plan.lifetimes.order:

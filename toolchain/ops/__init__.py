@@ -9,6 +9,7 @@ agree because they ask it alike.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,12 +27,13 @@ from toolchain.ops import (
     reductions,
     resize,
     shape,
+    svdf,
 )
 from toolchain.ops.overlaps import declared_overlaps
-from toolchain.ops.spec import Binding, OpSpec, Signature, describe
+from toolchain.ops.spec import LITERT_REF, TFLM, Binding, OpSpec, Signature, describe
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize)
+            resize, svdf)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 
@@ -108,6 +110,14 @@ def _raise_if_invalid(spec: OpSpec, graph: Graph, op: Operator) -> None:
         raise
     except Exception:  # a variant of dtypes no kernel runs: the signature's refusal stands
         return
+
+
+def oracle_of(bindings: Sequence[Binding | None]) -> tuple[str, tuple[Binding, ...]]:
+    """The interpreter a graph's kernels reproduce, which `check` compares them with: LiteRT's
+    reference kernels, unless some kernel follows TFLite Micro's because LiteRT's is wrong for
+    its operands (those bindings come along, for messages)."""
+    tflm = tuple(b for b in bindings if b is not None and b.kernel.oracle == TFLM)
+    return (TFLM, tflm) if tflm else (LITERT_REF, ())
 
 
 def bind_graph(graph: Graph) -> tuple[tuple[Binding | None, ...], tuple[Refusal, ...]]:

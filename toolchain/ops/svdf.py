@@ -1,0 +1,456 @@
+"""Params and C for SVDF: a fully connected layer factored into a feature and a time filter
+over a memory of past activations (a variable tensor, the op's state).
+
+Operands: input [batches, input_size], weights_feature [filters, input_size], weights_time
+[filters, memory], an optional bias [units], the state [batches, filters * memory] and the
+output [batches, units], where units = filters / rank. Each invoke:
+
+1. the state slides one element toward its start (the whole buffer at once, as TFLite does):
+   each (batch, filter) row of `memory` values drops its oldest, and its newest slot is
+   written in step 2;
+2. feature: each filter's dot product with the input row goes into its newest slot;
+3. time: each filter's dot product with its row of the state;
+4. each unit sums the time results of its `rank` consecutive filters, adds its bias, and is
+   written out (requantized, or through the fused activation in float).
+
+Which interpreter's arithmetic each kernel reproduces:
+- int8 with an int16 state and int16 weights_time, what TFLite's converter writes: LiteRT's
+  reference kernel. Its multipliers are float32 expressions widened to double, the state's zero
+  point is ignored, the fused activation must be RELU and is never applied (the output's clamp
+  to int8 is all there is), and the bias may be absent.
+- int8 with an int8 state and int8 weights_time (what TFLite Micro's keyword models hold):
+  TFLite Micro's kernel, because LiteRT reads both as int16 whatever their type, past the end
+  of the buffers, and writes the state so (it corrupts its own heap). TFLite Micro adds the
+  state's zero point to each new value, the sum stored by a narrowing cast that wraps, and
+  subtracts it again in the time sums; its multipliers are double expressions; it needs a bias
+  whose scale is state scale * weights_time scale (within 1e-5); the activation is never
+  applied. Checks of these models run TFLite Micro (Signature.oracle).
+- float32: LiteRT's reference kernel on x86, whose sums come from its NEON code compiled for
+  SSE: four lane sums over the first n - n % 4 products, the lanes added in order, then the rest
+  one at a time; the bias is added after the rank sums, then the activation.
+
+C emission.
+
+The integer kernel folds the zero points into per-filter and per-unit constants: the input's
+into the feature sums (zero point * the filter row's sum), the state's into the unit sums
+(with the bias). The time sums of a unit's `rank` filters are one dot product, since the
+filters are consecutive rows of weights_time and of the state and integer sums may be taken in
+any order (they wrap modulo 2^32, as TFLite's int32 sums do). The float kernel keeps TFLite's
+order of additions, so a unit of rank > 1 sums its filters' results from the arena.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolchain.errors import ModelError, UnsupportedOpError
+from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ops.emit import (
+    ConstantLoop,
+    Kernel,
+    OpContext,
+    c_array,
+    c_comment,
+    c_length,
+    c_pointer,
+    c_sum,
+    render_macro,
+    written_vars,
+)
+from toolchain.ops.spec import TFLM, MemoryRequest, OpSpec, kernels, required_input
+from toolchain.quant import INT_RANGES, per_tensor_quantization, quantize_multiplier
+
+# TFLite Micro refuses an int8-state SVDF whose bias scale is further than this (absolutely)
+# from state scale * weights_time scale.
+BIAS_SCALE_TOLERANCE = 1e-5
+# The float activations TFLite's SVDF applies through ApplyActivationToVector and arenac
+# reproduces (TANH and SIGMOID there are Eigen's vectorized approximations).
+FLOAT_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+# Float sums run this many lane accumulators, as TFLite's NEON code (on SSE) does.
+LANES = 4
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class SvdfShape:
+    batches: int
+    input_size: int
+    filters: int
+    memory: int
+    rank: int
+
+    @property
+    def units(self) -> int:
+        return self.filters // self.rank
+
+    @property
+    def state_size(self) -> int:
+        return self.batches * self.filters * self.memory
+
+
+@dataclass(frozen=True)
+class SvdfIntegerParams:
+    """int8 input and output, int8 weights_feature, weights_time and state of `state_dtype`.
+
+    new = clamp(MBQM(sum((x - input_zero_point) * weights_feature), feature multiplier),
+    state type) + state_zero_point, stored into the state type (wrapping); then per unit
+    acc = bias + sum over its filters of sum((state - state_zero_point) * weights_time) in
+    int32 (wrapping), out = clamp(MBQM(acc, output multiplier) + output_zero_point, int8).
+    For the int16 state (LiteRT) state_zero_point is 0.
+    """
+
+    shape: SvdfShape
+    state_dtype: str
+    input_zero_point: int
+    state_zero_point: int
+    feature_multiplier: int
+    feature_shift: int
+    output_multiplier: int
+    output_shift: int
+    output_zero_point: int
+
+
+@dataclass(frozen=True)
+class SvdfFloatParams:
+    """float32, sums in TFLite's x86 lane order (see the module's docstring), then
+    `activation` as std::max / std::min apply it."""
+
+    shape: SvdfShape
+    activation: str
+
+
+def prepare_svdf(graph: Graph, op: Operator) -> SvdfIntegerParams | SvdfFloatParams:
+    x = required_input(graph, op, 0, "input")
+    weights_feature = required_input(graph, op, 1, "weights_feature")
+    weights_time = required_input(graph, op, 2, "weights_time")
+    state = required_input(graph, op, 4, "activation state")
+    bias = graph.tensors[op.inputs[3]] if op.inputs[3] >= 0 else None
+    out = graph.tensors[op.outputs[0]]
+    if len(op.inputs) != 5 or len(op.outputs) != 1:
+        raise ModelError(f"{len(op.inputs)} inputs and {len(op.outputs)} outputs (TFLite's "
+                         "SVDF takes 5 and gives 1)")
+    if not state.is_variable:
+        raise ModelError("the activation state (input 4) is not a variable tensor")
+    rank = int(op.options.get("rank", 0))
+    if rank < 1:
+        raise ModelError(f"rank {rank} (TFLite's SVDF needs one of at least 1)")
+    shape = _shape(x, weights_feature, weights_time, bias, state, out, rank)
+    for role, t in (("weights_feature", weights_feature), ("weights_time", weights_time),
+                    ("bias", bias)):
+        if t is not None and not t.is_constant:
+            raise UnsupportedOpError(f"{role} is not a constant")
+    activation = op.options.get("fused_activation_function", "NONE")
+    if x.dtype == "float32":
+        if activation not in FLOAT_ACTIVATIONS:
+            raise UnsupportedOpError(f"fused activation {activation} (float SVDF runs "
+                                     f"{', '.join(FLOAT_ACTIVATIONS)})")
+        return SvdfFloatParams(shape, activation)
+    x_scale, x_zero_point = per_tensor_quantization(x)
+    feature_scale = _scale(weights_feature)
+    time_scale = _scale(weights_time)
+    state_scale, state_zero_point = per_tensor_quantization(state)
+    out_scale, out_zero_point = per_tensor_quantization(out)
+    if state.dtype == "int16":  # LiteRT's kernel
+        if activation != "RELU":
+            raise UnsupportedOpError(f"fused activation {activation}: LiteRT's integer SVDF "
+                                     "runs only RELU (and never applies it)")
+        if state_zero_point:
+            raise UnsupportedOpError(f"int16 state with zero point {state_zero_point} (LiteRT "
+                                     "ignores it, TFLite Micro applies it)")
+        f32 = np.float32
+        feature = float(f32(f32(x_scale) * f32(feature_scale)) / f32(state_scale))
+        output = float(f32(f32(state_scale) * f32(time_scale)) / f32(out_scale))
+    else:  # TFLite Micro's kernel
+        if bias is None:
+            raise UnsupportedOpError("int8-state SVDF without a bias (TFLite Micro's kernel "
+                                     "reads one)")
+        bias_scale = bias.quantization.scale[0] if bias.quantization else 0.0
+        expected = float(np.float32(state_scale) * np.float32(time_scale))
+        if not abs(bias_scale - expected) < BIAS_SCALE_TOLERANCE:
+            raise UnsupportedOpError(f"bias scale {bias_scale:.6g} is not state scale * "
+                                     f"weights_time scale ({expected:.6g}; TFLite Micro "
+                                     "refuses it)")
+        feature = x_scale * feature_scale / state_scale
+        output = state_scale * time_scale / out_scale
+    feature_multiplier, feature_shift = quantize_multiplier(feature)
+    output_multiplier, output_shift = quantize_multiplier(output)
+    return SvdfIntegerParams(
+        shape, state.dtype, x_zero_point, state_zero_point if state.dtype == "int8" else 0,
+        feature_multiplier, feature_shift, output_multiplier, output_shift, out_zero_point)
+
+
+def _shape(x: Tensor, weights_feature: Tensor, weights_time: Tensor, bias: Tensor | None,
+           state: Tensor, out: Tensor, rank: int) -> SvdfShape:
+    """The dimensions, which TFLite's Prepare checks one against another."""
+    for role, t in (("input", x), ("weights_feature", weights_feature),
+                    ("weights_time", weights_time), ("activation state", state),
+                    ("output", out)):
+        if len(t.shape) != 2:
+            raise UnsupportedOpError(f"{role} of shape {list(t.shape)} (must be 2-D)")
+    (batches, input_size), (filters, depth) = x.shape, weights_feature.shape
+    memory = weights_time.shape[1]
+    if depth != input_size or weights_time.shape[0] != filters:
+        raise UnsupportedOpError(f"weights_feature {list(weights_feature.shape)} and "
+                                 f"weights_time {list(weights_time.shape)} do not fit input "
+                                 f"{list(x.shape)}")
+    if filters % rank:
+        raise UnsupportedOpError(f"{filters} filters are not a multiple of rank {rank}")
+    shape = SvdfShape(batches, input_size, filters, memory, rank)
+    if bias is not None and bias.shape != (shape.units,):
+        raise UnsupportedOpError(f"bias of shape {list(bias.shape)} for {shape.units} units")
+    if state.shape != (batches, filters * memory):
+        raise UnsupportedOpError(f"activation state of shape {list(state.shape)} (must be "
+                                 f"[{batches}, {filters * memory}])")
+    if out.shape != (batches, shape.units):
+        raise UnsupportedOpError(f"output of shape {list(out.shape)} (must be "
+                                 f"[{batches}, {shape.units}])")
+    if 0 in (batches, input_size, filters, memory):
+        raise UnsupportedOpError("an empty dimension")
+    return shape
+
+
+def _scale(t: Tensor) -> float:
+    """The per-tensor scale of a weight tensor (TFLite ignores its zero point)."""
+    q = t.quantization
+    if q is None or len(q.scale) != 1 or not (math.isfinite(q.scale[0]) and q.scale[0] > 0):
+        raise UnsupportedOpError(f"{t.dtype} tensor {t.name!r} needs one positive scale")
+    return float(q.scale[0])
+
+
+def svdf_scratch(p: SvdfIntegerParams | SvdfFloatParams) -> tuple[MemoryRequest, ...]:
+    """Float units of rank > 1 add their filters' time sums in TFLite's order, from here."""
+    if isinstance(p, SvdfFloatParams) and p.shape.rank > 1:
+        return (MemoryRequest(4 * p.shape.filters, "the time sums of one batch's filters"),)
+    return ()
+
+
+# -- C emission ------------------------------------------------------------------------------
+
+TEMPLATE = "c/svdf.c.j2"
+
+
+def _wrap_int32(values: np.ndarray) -> np.ndarray:
+    return ((values.astype(np.int64) + 2**31) & 0xFFFFFFFF) - 2**31
+
+
+def _accumulator(bound: int) -> str:
+    """int32_t for sums that cannot leave it, else uint32_t, which wraps as TFLite's do."""
+    return "int32_t" if bound <= INT32_MAX else "uint32_t"
+
+
+def _plus(value: int) -> str:
+    return f" + {value}" if value > 0 else f" - {-value}" if value < 0 else ""
+
+
+def _mbqm_bound(multiplier: int, shift: int) -> int:
+    """The largest |MultiplyByQuantizedMultiplier(x, multiplier, shift)| over int32 x."""
+    if shift > 0:
+        return 2**31  # the left shift wraps: anything
+    return -(-multiplier // 2**-shift) + 1  # |SRDHM| <= multiplier, then a rounding shift
+
+
+def _common(ctx: OpContext) -> dict:
+    """The pointers every kernel reads (the integer one folds the bias into a table)."""
+    x, weights_feature, weights_time, _, state = ctx.inputs
+    return {"fn": ctx.fn, "prefix": ctx.prefix, "x": x.ptr, "wf": weights_feature.ptr,
+            "wt": weights_time.ptr, "state": state.ptr, "out": ctx.outputs[0].ptr}
+
+
+def _shift(p: SvdfShape) -> str | None:
+    """The state's slide: every element moves one place toward the start (a row's first value
+    falls onto the previous row's newest slot, which the feature step then writes)."""
+    moved = p.state_size - 1
+    if not moved:
+        return None
+    return (f"memmove(state, state + 1, {moved} * sizeof *state); /* each row of {p.memory} drops "
+            "its oldest */")
+
+
+def svdf_integer_values(ctx: OpContext) -> dict:
+    p: SvdfIntegerParams = ctx.params
+    s = p.shape
+    x, weights_feature, weights_time, bias, state = ctx.inputs
+    out = ctx.outputs[0]
+    wf = np.asarray(weights_feature.data, np.int64).reshape(s.filters, s.input_size)
+    wt = np.asarray(weights_time.data, np.int64).reshape(s.filters, s.memory)
+    low, high = INT_RANGES[p.state_dtype]
+    batch, unit = ConstantLoop("b", s.batches), ConstantLoop("u", s.units)
+    filt, c = ConstantLoop("f", s.filters), ConstantLoop("c", s.input_size)
+    k = ConstantLoop("k", s.rank * s.memory)
+    xb, x_decl = c_pointer("xb", "const int8_t", "x", [(batch, s.input_size)])
+    sb, s_decl = c_pointer("sb", state.ctype, "state", [(batch, s.filters * s.memory)])
+    ob, o_decl = c_pointer("ob", "int8_t", "out", [(batch, s.units)])
+    wr, wr_decl = c_pointer("wr", "const int8_t", "wf", [(filt, s.input_size)])
+    tr, tr_decl = c_pointer("tr", f"const {weights_time.ctype}", "wt",
+                            [(unit, s.rank * s.memory)])
+    sr, sr_decl = c_pointer("sr", f"const {state.ctype}", sb, [(unit, s.rank * s.memory)])
+    tables = []
+
+    # feature: sum(w * (x - zp)) = sum(w * x) - zp * sum(w), the second term per filter
+    feature_terms = _wrap_int32(-p.input_zero_point * wf.sum(axis=1))
+    if feature_terms.any():
+        tables.append({"comment": c_comment(f"SVDF '{out.name}': minus the input's zero point "
+                                            "times each feature row's sum"),
+                       "name": f"{ctx.prefix}_feature_term", "length": c_length(s.filters),
+                       "data": c_array(feature_terms)})
+        feature_start = f"{ctx.prefix}_feature_term[{filt.index}]"
+    else:
+        feature_start = "0"
+    feature_bound = int((np.abs(wf).sum(axis=1) * 128 + np.abs(feature_terms)).max())
+    feature_acc = _accumulator(feature_bound)
+    dot = "dot" if feature_acc == "int32_t" else "(int32_t)dot"
+    product = f"{wr}[{c.index}] * {xb}[{c.index}]"
+    feature_step = (f"dot += {product};" if feature_acc == "int32_t"
+                    else f"dot += (uint32_t)({product});")
+    new = f"arenac_clamp(arenac_mbqm({dot}, {p.feature_multiplier}, {p.feature_shift}), " \
+          f"{low}, {high})"
+    newest = c_sum([(filt, s.memory)], s.memory - 1)
+    feature_store = f"{sb}[{newest}] = ({state.ctype})" + (
+        f"({new}{_plus(p.state_zero_point)});" if p.state_zero_point else f"{new};")
+
+    # time: per unit, bias - state zp * sum of its weights_time rows, + sum(wt * state)
+    unit_wt = wt.reshape(s.units, s.rank * s.memory)
+    bias_values = (np.zeros(s.units, np.int64) if bias is None
+                   else np.asarray(bias.data, np.int64))
+    unit_terms = _wrap_int32(bias_values - p.state_zero_point * unit_wt.sum(axis=1))
+    if unit_terms.any():
+        what = "its bias" if bias is not None and bias_values.any() else ""
+        if p.state_zero_point:
+            what += " minus the state's zero point times the sum of its weights_time rows"
+        tables.append({"comment": c_comment(f"SVDF '{out.name}': per unit, {what.strip()}"),
+                       "name": f"{ctx.prefix}_unit_term", "length": c_length(s.units),
+                       "data": c_array(unit_terms)})
+        unit_start = f"{ctx.prefix}_unit_term[{unit.index}]"
+    else:
+        unit_start = "0"
+    state_max = 2 ** (INT_RANGES[p.state_dtype][1].bit_length())
+    unit_bound = int((np.abs(unit_wt).sum(axis=1) * state_max + np.abs(unit_terms)).max())
+    unit_acc = _accumulator(unit_bound)
+    product = f"{tr}[{k.index}] * {sr}[{k.index}]"
+    time_step = (f"acc += {product};" if unit_acc == "int32_t"
+                 else f"acc += (uint32_t)({product});")
+    start = unit_start if unit_acc == "int32_t" or unit_start == "0" else f"(uint32_t){unit_start}"
+    acc = "acc" if unit_acc == "int32_t" else "(int32_t)acc"
+    scaled = f"arenac_mbqm({acc}, {p.output_multiplier}, {p.output_shift})"
+    zero_point = p.output_zero_point
+    if zero_point and _mbqm_bound(p.output_multiplier, p.output_shift) + abs(zero_point) \
+            > INT32_MAX:
+        wrap = f" + {zero_point}u" if zero_point > 0 else f" - {-zero_point}u"
+        scaled = f"(int32_t)((uint32_t){scaled}{wrap})"
+    else:
+        scaled += _plus(zero_point)
+    output_store = f"{ob}[{unit.index}] = (int8_t)arenac_clamp({scaled}, -128, 127);"
+
+    who = ("TFLite Micro computes it (LiteRT reads an int8 state as int16)"
+           if p.state_dtype == "int8" else "LiteRT computes it")
+    comment = (f"SVDF '{out.name}' (int8, an {p.state_dtype} state), as {who}: the state "
+               "slides one step, each filter's feature sum is requantized into its newest slot"
+               + (" plus the state's zero point (the sum wraps in int8)"
+                  if p.state_zero_point else "")
+               + ", then each unit adds "
+               + ("its filter's" if s.rank == 1 else f"its {s.rank} filters'")
+               + " time products (weights_time times the state"
+               + (" less its zero point" if p.state_zero_point else "")
+               + ") to its bias and is requantized; the fused activation is never applied")
+    return {
+        **_common(ctx), "comment": c_comment(comment), "tables": tables,
+        "wt_type": weights_time.ctype, "state_type": state.ctype,
+        "shift": _shift(s),
+        "batch": batch, "batch_pointers": x_decl + s_decl + o_decl,
+        "filter": filt, "filter_pointers": wr_decl, "depth": c,
+        "feature_start": f"{feature_acc} dot = {feature_start};", "feature_step": feature_step,
+        "feature_store": feature_store,
+        "unit": unit, "unit_pointers": tr_decl + sr_decl, "memory": k,
+        "unit_start": f"{unit_acc} acc = {start};", "time_step": time_step,
+        "output_store": output_store,
+        "counters": written_vars([batch, filt, c, unit, k]),
+    }
+
+
+def _lanes(term, var: str, n: int) -> dict:
+    """A float sum of n terms into `sum`, in TFLite's x86 lane order: `term(terms, constant)`
+    is the C text of the term at index c_sum(terms, constant). The lanes start at +0.0f and
+    can never hold -0.0f, so neither can the sum: adding it to TFLite's zeroed accumulator
+    changes nothing, and is not written."""
+    head = n - n % LANES
+    main, tail = ConstantLoop(var, head, 0, LANES), ConstantLoop(var, n, head)
+    return {"main": main, "tail": tail,
+            "steps": [f"lane{j} += {term([(main, 1)], j)};" for j in range(LANES)],
+            "first": "((lane0 + lane1) + lane2) + lane3" if main.runs else "0.0f",
+            "tail_step": f"sum += {term([(tail, 1)], 0)};"}
+
+
+def _activation_lines(activation: str) -> list[str]:
+    """`activation` on `sum` as TFLite's std::max(low, std::min(sum, high)) evaluates it (a NaN
+    becomes the low bound)."""
+    low, high = {"RELU": ("0.0f", None), "RELU6": ("0.0f", "6.0f"),
+                 "RELU_N1_TO_1": ("-1.0f", "1.0f")}.get(activation, (None, None))
+    lines = [f"sum = {high} < sum ? {high} : sum;"] if high else []
+    return lines + ([f"sum = {low} < sum ? sum : {low};"] if low else [])
+
+
+def svdf_float_values(ctx: OpContext) -> dict:
+    p: SvdfFloatParams = ctx.params
+    s = p.shape
+    out, bias = ctx.outputs[0], ctx.inputs[3]
+    v = {**_common(ctx), "bias": bias.ptr if bias is not None else None}
+    batch, filt = ConstantLoop("b", s.batches), ConstantLoop("f", s.filters)
+    unit = ConstantLoop("u", s.units)
+    xb, x_decl = c_pointer("xb", "const float", "x", [(batch, s.input_size)])
+    sb, s_decl = c_pointer("sb", "float", "state", [(batch, s.filters * s.memory)])
+    ob, o_decl = c_pointer("ob", "float", "out", [(batch, s.units)])
+    wr, wr_decl = c_pointer("wr", "const float", "wf", [(filt, s.input_size)])
+    feature = _lanes(lambda terms, j: f"{wr}[{c_sum(terms, j)}] * {xb}[{c_sum(terms, j)}]",
+                     "c", s.input_size)
+    # the time sums run over filters, or directly over units when each unit is one filter
+    time_loop = unit if s.rank == 1 else filt
+    tr, tr_decl = c_pointer("tr", "const float", "wt", [(time_loop, s.memory)])
+    sr, sr_decl = c_pointer("sr", "const float", sb, [(time_loop, s.memory)])
+    time = _lanes(lambda terms, j: f"{tr}[{c_sum(terms, j)}] * {sr}[{c_sum(terms, j)}]",
+                  "m", s.memory)
+    finish = [*([f"sum += bias[{unit.index}];"] if v["bias"] else []),
+              *_activation_lines(p.activation), f"{ob}[{unit.index}] = sum;"]
+    reduce = None
+    if s.rank > 1:
+        reduce = _lanes(lambda terms, j: f"partial[{c_sum([(unit, s.rank), *terms], j)}]",
+                        "r", s.rank)
+    comment = (f"SVDF '{out.name}' (float32, as LiteRT's reference kernel computes it on x86): "
+               "the state slides one step, each filter's feature sum goes into its newest slot, "
+               "and each unit's output is "
+               + ("its filter's time sum" if s.rank == 1 else
+                  f"the sum of its {s.rank} filters' time sums")
+               + (" plus its bias" if v["bias"] else "")
+               + (f", through {p.activation}" if p.activation != "NONE" else "")
+               + ". Every sum runs four lanes (term i into lane i mod 4) up to the last multiple "
+               "of four terms, adds the lanes in order, then the other terms one at a time, as "
+               "TFLite's NEON code compiled for SSE does")
+    loops = [batch, filt, unit, feature["main"], feature["tail"], time["main"], time["tail"]]
+    return {
+        **v, "comment": c_comment(comment), "shift": _shift(s),
+        "scratch": ctx.scratch[0] if reduce is not None else None,
+        "batch": batch, "batch_pointers": x_decl + s_decl + o_decl,
+        "filter": filt, "filter_pointers": wr_decl, "feature": feature,
+        "feature_store": f"{sb}[{c_sum([(filt, s.memory)], s.memory - 1)}] = sum;",
+        "time_loop": time_loop, "time_pointers": tr_decl + sr_decl, "time": time,
+        "time_store": finish if reduce is None else [f"partial[{filt.index}] = sum;"],
+        "unit": unit, "reduce": reduce, "finish": finish,
+        "counters": written_vars(loops + ([reduce["main"], reduce["tail"]] if reduce else [])),
+    }
+
+
+def emit_svdf(ctx: OpContext) -> Kernel:
+    if isinstance(ctx.params, SvdfFloatParams):
+        return Kernel(render_macro(TEMPLATE, "svdf_float", svdf_float_values(ctx)))
+    return Kernel(render_macro(TEMPLATE, "svdf_integer", svdf_integer_values(ctx)))
+
+
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec("SVDF",
+           (*kernels("float32, float32, float32, float32?, float32 -> float32",
+                     "int8, int8, int16, int32?, int16 -> int8"),
+            *kernels("int8, int8, int8, int32, int8 -> int8", oracle=TFLM)),
+           prepare_svdf, emit_svdf, scratch=svdf_scratch),
+)
