@@ -245,3 +245,22 @@ def test_a_kernel_whose_output_lies_below_its_input_runs():
     with QemuBackend(mp) as backend:
         actual = backend.invoke_many(input_sets)
     assert_same_as_runtime_py(mp, input_sets, actual)
+
+
+@needs_mcu
+@pytest.mark.parametrize("state", ["int16", "int8"])
+def test_a_recurrent_model_keeps_its_state_across_invokes(state):
+    """SVDF on the Cortex-M4: five invokes in one run, the state (also an output) carried from
+    each to the next as runtime_py carries it."""
+    from tests.ops.test_svdf import svdf_model
+
+    mp = plan_model(parse_model(svdf_model(state, seed=3), "svdf.tflite"), "greedy")
+    input_sets = [random_inputs(mp.graph, seed) for seed in range(5)]
+    with QemuBackend(mp) as backend:
+        actual = backend.invoke_many(input_sets)
+    runtime = ArenaInterpreter(mp)
+    expected = [runtime.invoke(values) for values in input_sets]
+    for want, have in zip(expected, actual):
+        for w, h in zip(want, have):
+            np.testing.assert_array_equal(h, w)
+    assert not np.array_equal(actual[0][1], actual[4][1])  # the state moved

@@ -128,9 +128,11 @@ def toolchain_available() -> bool:
 
 
 def uses_external_io(mp: ModelPlan) -> bool:
-    """A plan made with external_io=True keeps the graph's inputs and outputs out of the arena."""
+    """A plan made with external_io=True keeps the graph's inputs and outputs out of the arena
+    (a variable among them lives in the state block either way)."""
     planned = mp.offset_of_tensor()
-    return any(t not in planned for t in (*mp.graph.inputs, *mp.graph.outputs))
+    return any(t not in planned and not mp.graph.tensors[t].is_variable
+               for t in (*mp.graph.inputs, *mp.graph.outputs))
 
 
 def mcu_sources(mp: ModelPlan, name: str = "model") -> dict[str, str]:
