@@ -1,7 +1,8 @@
 """`make bench`: figures measured side by side in one run, printed as ratios.
 
 Not a test: timings vary from machine to machine, so nothing here asserts; it prints.
-Usage: python -m tests.bench [plan] [scaling] [wide] [c] [quant] [runtime] [mcu] [MODEL.tflite ...]
+Usage: python -m tests.bench [plan] [state] [scaling] [wide] [c] [quant] [runtime] [mcu]
+       [MODEL.tflite ...]
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from runtime_py.interpreter import ArenaInterpreter
-from tests.conftest import SHARED_MODEL_FILES
+from tests.conftest import RECURRENT_MODEL_FILES, SHARED_MODEL_FILES
 from tests.wide import wide_graph_timing
 from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import random_inputs
 from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
 from toolchain.errors import ArenacError
 from toolchain.examples import EXAMPLES
+from toolchain.ops import unsupported_ops
 from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
 from toolchain.planners import Buffer, lower_bound, make_plan
 from toolchain.reader import parse_model, read_model
@@ -211,6 +213,28 @@ def plan_section(paths: list[Path]) -> None:
     print(f"sum: ours {ours} bytes, TFLM heads {heads} bytes, ratio {ours / heads:.3f}")
 
 
+def state_section(paths: list[Path]) -> None:
+    """Models with state: our arena and state block beside TFLM's whole arena (head: planned
+    activations, tail: persistent state and the interpreter's bookkeeping) on the same file."""
+    rows = []
+    for path in paths:
+        model = read_model(path)
+        mp = plan_model(model)
+        state = mp.state_layout()[1]
+        data = path.read_bytes()
+        tflm = try_backend(lambda d=data, m=model: TFLMOracle(d, len(m.main.outputs),
+                                                                arena_size=4 << 20))
+        figures = tflm.allocations() if tflm else {}
+        runs = "yes" if not unsupported_ops(model.main) else "no (refused ops)"
+        rows.append([path.stem, mp.arena_bytes, state, mp.arena_bytes + state,
+                     figures.get("head", "n/a"), figures.get("tail", "n/a"),
+                     figures.get("total", "n/a"), ratio(mp.arena_bytes + state,
+                                                        figures.get("total")), runs])
+    print("models with state: arena + state block (bytes) beside TFLM's total arena, same file")
+    print(table(["model", "arena", "state", "arena+state", "tflm head", "tflm tail",
+                 "tflm total", "ours/tflm", "runs"], rows))
+
+
 def random_buffers(count: int, seed: int) -> list[Buffer]:
     """Lives of a random schedule: sizes from 16 B to 64 KiB, lives up to 1/20 of the ops."""
     rng = np.random.default_rng(seed)
@@ -287,13 +311,16 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     sections = [a for a in argv if not a.endswith(".tflite")] or [
-        "plan", "scaling", "wide", "c", "quant", "runtime", "mcu"]
+        "plan", "state", "scaling", "wide", "c", "quant", "runtime", "mcu"]
     paths = [Path(a) for a in argv if a.endswith(".tflite")] or SHARED_MODEL_FILES
     if not paths:
         print("no models: pass .tflite paths or provide ../shared/models", file=sys.stderr)
         return 2
     if "plan" in sections:
         plan_section(paths)
+        print()
+    if "state" in sections and RECURRENT_MODEL_FILES:
+        state_section(RECURRENT_MODEL_FILES)
         print()
     if "scaling" in sections:
         scaling_section()
