@@ -291,6 +291,11 @@ class ModelBuilder:
         return self._add_tensor(name, shape, dtype, _quantization(scale, zero_point, 0),
                                 variable=True)
 
+    def intermediates(self, tensors: Sequence[int]) -> None:
+        """Give the operator added last these intermediate tensors (the integer LSTM reads the
+        scales of its gates and of its hidden values from them)."""
+        self._operators[-1].intermediates = list(tensors)
+
     def output(self, index: int) -> None:
         """Mark a tensor as a model output."""
         self._outputs.append(index)

@@ -17,6 +17,7 @@ from runtime_py.kernels import (
     conv,
     elementwise,
     fully_connected,
+    lstm,
     pooling,
     quantize,
     reductions,
@@ -28,6 +29,6 @@ from runtime_py.kernels import (
 Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf)
+            resize, svdf, lstm)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

@@ -22,6 +22,7 @@ from toolchain.ops import (
     conv,
     elementwise,
     fully_connected,
+    lstm,
     pooling,
     quantize,
     reductions,
@@ -33,7 +34,7 @@ from toolchain.ops.overlaps import declared_overlaps
 from toolchain.ops.spec import LITERT_REF, TFLM, Binding, OpSpec, Signature, describe
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf)
+            resize, svdf, lstm)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 

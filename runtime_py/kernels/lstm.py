@@ -1,0 +1,308 @@
+"""numpy kernels for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM.
+
+The output state and the cell state arrive among the inputs as views of the interpreter's state
+block; the kernel updates them in place, so they carry over to the next invoke.
+
+The integer kernel follows LiteRT's 8x8_16 path step by step, with gemmlowp's int16 fixed-point
+logistic and tanh written out below over int64 arrays holding int16 values. Every intermediate
+of those functions stays within int16 (checked exhaustively against gemmlowp's wrapping int16
+arithmetic), so they need no wrap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime_py.gemmlowp import inv_sqrt_quantized_multiplier_exp
+from runtime_py.gemmlowp import saturating_rounding_doubling_high_mul_int16 as mul16
+from toolchain.fixedpoint import multiply_by_quantized_multiplier as mbqm
+from toolchain.fixedpoint import rounding_divide_by_pot, wrap_int32
+from toolchain.ops.lstm import (
+    CELL_STATE,
+    EXP_BARREL_SHIFTER16,
+    EXP_MINUS_ONE_EIGHTH16,
+    FORTY_EIGHT_OVER_SEVENTEEN16,
+    GATE_BIASES,
+    GATE_INTEGER_BITS,
+    GATES,
+    INPUT,
+    INPUT_WEIGHTS,
+    LAYER_NORM_COEFFICIENTS,
+    MINUS_THIRTY_TWO_OVER_SEVENTEEN16,
+    ONE_EIGHTH16,
+    ONE_Q2,
+    ONE_THIRD16,
+    OUTPUT_STATE,
+    PEEPHOLE_WEIGHTS,
+    PROJECTION_BIAS,
+    PROJECTION_WEIGHTS,
+    RECURRENT_WEIGHTS,
+    LstmFloatParams,
+    LstmIntegerParams,
+    LstmShape,
+)
+
+INT16_MIN, INT16_MAX = -(2**15), 2**15 - 1
+
+
+# -- gemmlowp's int16 fixed point ------------------------------------------------------------
+
+
+def saturating_shift16(x, amount: int) -> np.ndarray:
+    """x * 2^amount saturated to int16 (gemmlowp's SaturatingRoundingMultiplyByPOT, amount >= 0)."""
+    return np.clip(np.asarray(x, np.int64) << amount, INT16_MIN, INT16_MAX)
+
+
+def exp_on_negative_values16(a, integer_bits: int) -> np.ndarray:
+    """exp(a) in Q0.15 for int16 a <= 0 with `integer_bits` integer bits: the lowest quarter by a
+    Taylor expansion around -1/8, each higher bit of -a by a factor exp(-2^k)."""
+    a = np.asarray(a, np.int64)
+    fractional_bits = 15 - integer_bits
+    quarter = 1 << (fractional_bits - 2)
+    a_mod_quarter_minus_quarter = (a & (quarter - 1)) - quarter
+    remainder = a_mod_quarter_minus_quarter - a
+    x = saturating_shift16(a_mod_quarter_minus_quarter, integer_bits) + ONE_EIGHTH16
+    x2 = mul16(x, x)
+    x3 = mul16(x2, x)
+    x4 = mul16(x2, x2)
+    polynomial = rounding_divide_by_pot(
+        mul16(rounding_divide_by_pot(x4, 2) + x3, ONE_THIRD16) + x2, 1)
+    result = np.clip(EXP_MINUS_ONE_EIGHTH16 + mul16(EXP_MINUS_ONE_EIGHTH16, x + polynomial),
+                     INT16_MIN, INT16_MAX)
+    # -a rounded up to whole quarters (below 2^15: no bit beyond the integer bits is set)
+    quarters = remainder >> (fractional_bits - 2)
+    for k, (_, multiplier) in enumerate(EXP_BARREL_SHIFTER16):
+        result = np.where((quarters >> k) & 1 == 1, mul16(result, multiplier), result)
+    if integer_bits > 5:
+        result = np.where(a < -(1 << (20 - integer_bits)), 0, result)
+    return np.where(a == 0, INT16_MAX, result)
+
+
+def reciprocal_q2(a) -> np.ndarray:
+    """1 / (1 + a) in Q2.13 for Q0.15 a in [0, 1): three Newton-Raphson steps on half the
+    denominator, as gemmlowp's one_over_one_plus_x_for_x_in_0_1 starts."""
+    half_denominator = (np.asarray(a, np.int64) + 32768) // 2  # RoundingHalfSum(a, 1), a >= 0
+    x = FORTY_EIGHT_OVER_SEVENTEEN16 + mul16(half_denominator, MINUS_THIRTY_TWO_OVER_SEVENTEEN16)
+    for _ in range(3):
+        x = x + saturating_shift16(mul16(x, ONE_Q2 - mul16(half_denominator, x)), 2)
+    return x
+
+
+def logistic16(a) -> np.ndarray:
+    """gemmlowp logistic of Q3.12 int16 values, in Q0.15."""
+    a = np.asarray(a, np.int64)
+    positive = saturating_shift16(reciprocal_q2(
+        exp_on_negative_values16(np.where(a > 0, -a, a), GATE_INTEGER_BITS)), 1)
+    return np.where(a == 0, 1 << 14, np.where(a > 0, positive, INT16_MAX - positive))
+
+
+def tanh16(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp tanh of int16 values with `integer_bits` integer bits, in Q0.15."""
+    a = np.asarray(a, np.int64)
+    t = saturating_shift16(reciprocal_q2(
+        exp_on_negative_values16(np.where(a < 0, a, -a), integer_bits + 1)) - ONE_Q2, 2)
+    return np.where(a == 0, 0, np.where(a < 0, -t, t))
+
+
+# -- integer LSTM ----------------------------------------------------------------------------
+
+
+def _sat16(x) -> np.ndarray:
+    return np.clip(x, INT16_MIN, INT16_MAX)
+
+
+def _product(v: np.ndarray, weights: np.ndarray, bias) -> np.ndarray:
+    """bias + v . weights^T over int8 values, exactly (float64 sums of small integers)."""
+    total = np.matmul(v.astype(np.float64), weights.T.astype(np.float64)).astype(np.int64)
+    return total + np.asarray(bias, np.int64)
+
+
+def _c_divide(a: np.ndarray, b: int) -> np.ndarray:
+    """C's integer division by a positive b: truncated toward zero."""
+    return np.where(a < 0, -((-a) // b), a // b)
+
+
+def _layer_norm(gate: np.ndarray, coefficients: np.ndarray, bias: np.ndarray, g) -> np.ndarray:
+    """LiteRT's integer ApplyLayerNorm over each row. The normalized value times the
+    coefficient plus the bias can pass int32 (over a cell count that is not a power of two the
+    variance truncates, even below 1, to the guard): LiteRT's build computes it in 64 bits, and
+    its quotient by 1024 then wraps to int32."""
+    n = gate.shape[-1]
+    total, squares = gate.sum(axis=-1), (gate * gate).sum(axis=-1)
+    mean = _c_divide(total * 1024, n)
+    variance = _c_divide(squares * ((1 << 20) // n) - mean * mean, 1 << 20)
+    variance = np.where(variance < 1, g.variance_guard, variance)
+    multiplier, shift = inv_sqrt_quantized_multiplier_exp(variance, -1)
+    rescaled = mbqm(1024 * gate - mean[:, None], multiplier[:, None], shift[:, None])
+    scaled = rescaled * coefficients + bias
+    rounded = wrap_int32(_c_divide(np.where(scaled > 0, scaled + 512, scaled - 512), 1024))
+    return _sat16(mbqm(rounded, g.norm_multiplier, g.norm_shift))
+
+
+def _integer_gate(p: LstmIntegerParams, name: str, ops: dict, x, h, c) -> np.ndarray:
+    g = p.gate(name)
+    s = p.shape
+    k = GATES.index(name)
+    gate = _sat16(mbqm(_product(x, ops["w_in"][k], g.input_bias),
+                       g.input_multiplier, g.input_shift))
+    gate = _sat16(gate + mbqm(_product(h, ops["w_rec"][k], g.recurrent_bias),
+                              g.recurrent_multiplier, g.recurrent_shift))
+    if g.peephole_multiplier:
+        # LiteRT walks n_output values of the weights, the cell state and the gate (flat over
+        # the step's rows): the first n_output cells of each row when rows == 1
+        flat_gate, flat_c = gate.reshape(-1).copy(), c.reshape(-1)
+        n = s.rows * s.n_output
+        weights = np.tile(ops["peephole"][name][:s.n_output].astype(np.int64), s.rows)
+        flat_gate[:n] = _sat16(flat_gate[:n] + mbqm(weights * flat_c[:n], g.peephole_multiplier,
+                                                    g.peephole_shift))
+        gate = flat_gate.reshape(gate.shape)
+    if p.layer_norm:
+        gate = _layer_norm(gate, ops["norm"][k], ops["bias"][k], g)
+    if name == "cell":
+        return tanh16(gate, GATE_INTEGER_BITS)  # tanh whatever the fused activation says
+    return logistic16(gate)
+
+
+def _integer_step(p: LstmIntegerParams, ops: dict, x, h, c) -> np.ndarray:
+    """One step over x [rows, n_input] with h [rows, n_output] and c [rows, n_cell] (int64,
+    updated); returns the new output state."""
+    input_gate = None if p.cifg else _integer_gate(p, "input", ops, x, h, c)
+    forget_gate = _integer_gate(p, "forget", ops, x, h, c)
+    cell_gate = _integer_gate(p, "cell", ops, x, h, c)
+    if p.cifg:
+        input_gate = INT16_MAX - forget_gate
+    kept = rounding_divide_by_pot(forget_gate * c, 15)
+    added = rounding_divide_by_pot(input_gate * cell_gate, p.cell_shift)
+    c[...] = _sat16(kept + added)
+    if p.cell_clip > 0:
+        c[...] = np.clip(c, -p.cell_clip, p.cell_clip)
+    output_gate = _integer_gate(p, "output", ops, x, h, c)
+    product = output_gate * tanh16(c, p.cell_integer_bits)
+    if not p.projection:
+        return np.clip(mbqm(product, p.hidden_multiplier, p.hidden_shift)
+                       + p.hidden_zero_point, -128, 127)
+    hidden = np.clip(mbqm(product, p.hidden_multiplier, p.hidden_shift) - p.hidden_zero_point,
+                     -128, 127)
+    out = np.clip(mbqm(_product(hidden, ops["projection"], p.projection_bias),
+                       p.projection_multiplier, p.projection_shift) + p.output_zero_point,
+                  -128, 127)
+    if p.projection_clip > 0:
+        out = np.clip(out, -p.projection_clip, p.projection_clip)
+    return out
+
+
+def _sequence(shape: LstmShape, step, inputs, outputs, state_dtype) -> None:
+    """Runs `step(x, h, c)` as LiteRT's loops do and writes the states back in place."""
+    x = inputs[INPUT]
+    h_view, c_view = inputs[OUTPUT_STATE], inputs[CELL_STATE]
+    h = h_view.reshape(shape.batch, shape.n_output).astype(state_dtype)
+    c = c_view.reshape(shape.batch, shape.n_cell).astype(state_dtype)
+    y = np.zeros(outputs[0].shape, state_dtype)
+    if shape.time_major:
+        for t in range(shape.time):
+            h = step(x[t].astype(state_dtype), h, c)
+            y[t] = h
+    else:
+        for b in range(shape.batch):
+            hb, cb = h[b:b + 1], c[b:b + 1]
+            for t in range(shape.time):
+                hb = step(x[b, t:t + 1].astype(state_dtype), hb, cb)
+                y[b, t] = hb[0]
+            h[b] = hb[0]
+            c[b] = cb[0]
+    h_view[...] = h.reshape(h_view.shape)
+    c_view[...] = c.reshape(c_view.shape)
+    outputs[0][...] = y
+
+
+def _gate_operands(inputs) -> dict:
+    def at(position: int):
+        return inputs[position] if position < len(inputs) else None
+
+    return {
+        "w_in": [at(i) for i in INPUT_WEIGHTS],
+        "w_rec": [at(i) for i in RECURRENT_WEIGHTS],
+        "bias": [at(i) for i in GATE_BIASES],
+        "norm": [at(i) for i in LAYER_NORM_COEFFICIENTS],
+        "peephole": {g: at(i) for g, i in PEEPHOLE_WEIGHTS.items()},
+        "projection": at(PROJECTION_WEIGHTS),
+        "projection_bias": at(PROJECTION_BIAS),
+    }
+
+
+def _integer_operands(inputs) -> dict:
+    ops = _gate_operands(inputs)
+    for key in ("w_in", "w_rec", "bias", "norm"):
+        ops[key] = [None if v is None else v.astype(np.int64) for v in ops[key]]
+    if ops["projection"] is not None:
+        ops["projection"] = ops["projection"].astype(np.int64)
+    return ops
+
+
+# -- float LSTM ------------------------------------------------------------------------------
+
+
+def _float_activation(x: np.ndarray, activation: str) -> np.ndarray:
+    one = np.float32(1.0)
+    if activation == "TANH":
+        return np.tanh(x)
+    if activation == "SIGMOID":
+        return one / (one + np.exp(-x))
+    if activation == "RELU":
+        return np.maximum(x, np.float32(0.0))
+    if activation == "RELU6":
+        return np.clip(x, np.float32(0.0), np.float32(6.0))
+    return np.clip(x, -one, one)  # RELU_N1_TO_1
+
+
+def _float_gate(p: LstmFloatParams, name: str, ops: dict, x, h, c, activation) -> np.ndarray:
+    k = GATES.index(name)
+    bias = ops["bias"][k]
+    gate = np.zeros((x.shape[0], p.shape.n_cell), np.float32) if p.layer_norm else \
+        np.broadcast_to(bias, (x.shape[0], p.shape.n_cell)).astype(np.float32)
+    gate = gate + x @ ops["w_in"][k].T
+    gate = gate + h @ ops["w_rec"][k].T
+    if p.peephole and name != "cell":
+        gate = gate + ops["peephole"][name] * c
+    if p.layer_norm:
+        mean = gate.sum(axis=-1, keepdims=True) / np.float32(p.shape.n_cell)
+        diff = gate - mean
+        variance = (diff * diff).sum(axis=-1, keepdims=True) / np.float32(p.shape.n_cell)
+        gate = diff * (np.float32(1.0) / np.sqrt(variance + np.float32(1e-8)))
+        gate = gate * ops["norm"][k] + bias
+    return _float_activation(gate.astype(np.float32), activation)
+
+
+def _float_step(p: LstmFloatParams, ops: dict, x, h, c) -> np.ndarray:
+    input_gate = None if p.cifg else _float_gate(p, "input", ops, x, h, c, "SIGMOID")
+    forget_gate = _float_gate(p, "forget", ops, x, h, c, "SIGMOID")
+    cell_gate = _float_gate(p, "cell", ops, x, h, c, p.activation)
+    if p.cifg:
+        input_gate = np.float32(1.0) - forget_gate
+    c[...] = forget_gate * c + input_gate * cell_gate
+    if p.cell_clip > 0:
+        c[...] = np.clip(c, -np.float32(p.cell_clip), np.float32(p.cell_clip))
+    output_gate = _float_gate(p, "output", ops, x, h, c, "SIGMOID")
+    out = output_gate * _float_activation(c, p.activation)
+    if p.projection:
+        out = out @ ops["projection"].T
+        if p.projection_bias:
+            out = out + ops["projection_bias"]
+        if p.projection_clip > 0:
+            out = np.clip(out, -np.float32(p.projection_clip), np.float32(p.projection_clip))
+    return out.astype(np.float32)
+
+
+def unidirectional_sequence_lstm(p, inputs, outputs) -> None:
+    if isinstance(p, LstmIntegerParams):
+        ops = _integer_operands(inputs)
+        _sequence(p.shape, lambda x, h, c: _integer_step(p, ops, x, h, c), inputs, outputs,
+                  np.int64)
+    else:
+        ops = _gate_operands(inputs)
+        with np.errstate(all="ignore"):  # IEEE infinities and NaN, as in C
+            _sequence(p.shape, lambda x, h, c: _float_step(p, ops, x, h, c), inputs, outputs,
+                      np.float32)
+
+
+KERNELS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": unidirectional_sequence_lstm}

@@ -1,0 +1,877 @@
+"""Params for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM.
+
+Follows LiteRT's reference kernel (tflite/kernels/unidirectional_sequence_lstm.cc, lstm_eval.cc
+and the portable tensor_utils), in two forms:
+- int8 activations and weights with an int16 cell state (LiteRT's "8x8_16" integer path). Every
+  gate's pre-activation is an int16 in Q3.12 (with layer norm, at the scale of the op's
+  intermediate tensor for that gate): the input and the recurrent matrix products are each
+  requantized by their own multiplier and saturated in turn, the zero points folded into
+  per-row biases here. The gates go through gemmlowp's int16 fixed-point logistic and tanh, the
+  cell update rounds each of its products once, and the hidden values are requantized at the
+  scale of the op's fifth intermediate tensor. TFLite Micro's integer LSTM is another algorithm
+  (table-driven int16 sigmoid and tanh, double rounding in the cell update): arenac follows
+  LiteRT, the oracle, and the two disagree on the same model.
+- float32, with the fused activation on the cell gate and on the cell (LiteRT's integer path
+  uses tanh there whatever the option says, and so does arenac's).
+
+The output state and the cell state are variable tensors: they persist in the state block
+across invokes and the kernels read and write them in place (an int8 output state starts at its
+zero point, as in LiteRT).
+
+What LiteRT's kernel does that arenac does not reproduce is refused here: a cell-state scale
+whose tanh LiteRT skips (it then reads a stale scratch buffer), peephole weights walked past the
+cell state (a projection to more outputs than cells), models on which LiteRT's prepare silently
+leaves its multipliers at zero (a missing quantization), sums that would overflow LiteRT's int32
+arithmetic, diagonal recurrent weights and the hybrid kernel.
+
+C emission.
+
+One function per op runs the whole sequence: for each step (each batch row in turn when the input
+is batch-major, all of them at once when time-major, as LiteRT steps), a static step function
+computes the gates into arena scratch, updates the cell state and writes the output state and
+the output row. The integer gates use gemmlowp's int16 fixed-point functions, written beside the
+step once per op.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from runtime_py.gemmlowp import (
+    EXP_BARREL_SHIFTER,
+    EXP_MINUS_ONE_EIGHTH,
+    FORTY_EIGHT_OVER_SEVENTEEN_Q2,
+    MINUS_THIRTY_TWO_OVER_SEVENTEEN_Q2,
+    ONE_THIRD,
+)
+from toolchain.errors import ModelError, UnsupportedOpError
+from toolchain.fixedpoint import rounding_divide_by_pot
+from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ops.emit import (
+    COMMENT_WIDTH,
+    ConstantLoop,
+    Kernel,
+    OpContext,
+    c_array,
+    c_comment,
+    c_float,
+    c_offset,
+    c_sum,
+    render_macro,
+    written_vars,
+)
+from toolchain.ops.spec import INT32_MAX, MemoryRequest, OpSpec, kernels, required_input
+from toolchain.ops.tables import checked_log2
+from toolchain.quant import quantize_multiplier
+
+TEMPLATE = "c/lstm.c.j2"
+
+GATES = ("input", "forget", "cell", "output")
+# Positions of the op's inputs (LiteRT's lstm::full tensor indices).
+INPUT = 0
+INPUT_WEIGHTS = (1, 2, 3, 4)  # input -> each gate, [n_cell, n_input]
+RECURRENT_WEIGHTS = (5, 6, 7, 8)  # output state -> each gate, [n_cell, n_output]
+PEEPHOLE_WEIGHTS = {"input": 9, "forget": 10, "output": 11}  # cell state -> gate, [n_cell]
+GATE_BIASES = (12, 13, 14, 15)
+PROJECTION_WEIGHTS, PROJECTION_BIAS = 16, 17
+OUTPUT_STATE, CELL_STATE = 18, 19
+LAYER_NORM_COEFFICIENTS = (20, 21, 22, 23)
+HIDDEN_INTERMEDIATE = 4
+
+# The integer gates' pre-activations without layer norm: Q3.12.
+GATE_SCALE_LOG2 = -12
+GATE_INTEGER_BITS = 3
+# LiteRT's int16 tanh exists for 0 to 6 integer bits; for a cell scale outside 2^-15..2^-9 it
+# writes nothing and the hidden values come from a stale scratch buffer.
+CELL_INTEGER_BITS = range(0, 7)
+# LiteRT's float activations of the cell gate and the cell (ApplyActivationToVector); NONE
+# leaves its output buffer unwritten there, so the gate keeps stale scratch.
+FLOAT_ACTIVATIONS = ("TANH", "RELU", "RELU6", "RELU_N1_TO_1")
+
+
+def constant16(raw32: int) -> int:
+    """A gemmlowp Q0.31 (or Q2.29) constant as its int16 FixedPoint holds it: rounded to 16
+    bits."""
+    return int(rounding_divide_by_pot(raw32, 16))
+
+
+# gemmlowp's constants of exp, logistic and tanh in int16.
+EXP_MINUS_ONE_EIGHTH16 = constant16(EXP_MINUS_ONE_EIGHTH)
+ONE_THIRD16 = constant16(ONE_THIRD)
+EXP_BARREL_SHIFTER16 = tuple((e, constant16(m)) for e, m in EXP_BARREL_SHIFTER)
+FORTY_EIGHT_OVER_SEVENTEEN16 = constant16(FORTY_EIGHT_OVER_SEVENTEEN_Q2)
+MINUS_THIRTY_TWO_OVER_SEVENTEEN16 = constant16(MINUS_THIRTY_TWO_OVER_SEVENTEEN_Q2)
+ONE_EIGHTH16 = 1 << 12  # 1/8 in Q0.15
+ONE_Q2 = 1 << 13  # 1.0 in Q2.13
+# int8 operands of a matrix product are at most 128 in magnitude.
+INT8_MAGNITUDE = 128
+INT16_MAGNITUDE = 32768
+
+
+@dataclass(frozen=True)
+class LstmShape:
+    """The sequence: `time` steps of `batch` rows of `n_input` values; `n_cell` cells and
+    `n_output` outputs (n_cell, or the projection's rows). A time-major input is [time, batch,
+    n_input], else [batch, time, n_input]; the output is the same with n_output."""
+
+    batch: int
+    time: int
+    n_input: int
+    n_cell: int
+    n_output: int
+    time_major: bool
+
+    @property
+    def rows(self) -> int:
+        """Batch rows one step computes: all of them time-major, one at a time otherwise."""
+        return self.batch if self.time_major else 1
+
+
+@dataclass(frozen=True)
+class IntegerGate:
+    """One gate of the integer LSTM. Its pre-activation is
+    sat16(sat16(mbqm(input_bias + x . W_in)) + mbqm(recurrent_bias + h . W_rec)), in Q3.12 or,
+    with layer norm, at its intermediate's scale; the biases fold the zero points in (the gate's
+    own bias too, unless layer norm adds it after normalizing). A peephole adds
+    mbqm(w_peephole * c); layer norm rescales by norm_multiplier and norm_shift (LiteRT's +12
+    included) and falls back to `variance_guard` for a variance below 1."""
+
+    name: str
+    input_multiplier: int
+    input_shift: int
+    recurrent_multiplier: int
+    recurrent_shift: int
+    input_bias: tuple[int, ...]
+    recurrent_bias: tuple[int, ...]
+    peephole_multiplier: int = 0
+    peephole_shift: int = 0
+    norm_multiplier: int = 0
+    norm_shift: int = 0
+    variance_guard: int = 0
+
+
+@dataclass(frozen=True)
+class LstmIntegerParams:
+    """int8 activations and weights, int16 cell state (LiteRT's 8x8_16 kernel).
+
+    `gates` holds the input gate (absent under CIFG, where it is 32767 - forget), forget, cell
+    and output gates. The cell update is c = clip(sat16(rdbpot(f * c, 15) + rdbpot(i * g,
+    cell_shift))); the hidden value is mbqm(o * tanh(c), hidden) + hidden_zero_point, tanh(c)
+    read with cell_integer_bits; with a projection the hidden value takes -hidden_zero_point
+    (as LiteRT) and the output is sat8(mbqm(projection_bias + hidden . W_proj) +
+    output_zero_point), clipped to +-projection_clip when that is positive. A clip of 0 is off.
+    """
+
+    shape: LstmShape
+    gates: tuple[IntegerGate, ...]
+    cifg: bool
+    peephole: bool
+    layer_norm: bool
+    projection: bool
+    cell_shift: int
+    cell_integer_bits: int
+    cell_clip: int
+    hidden_multiplier: int
+    hidden_shift: int
+    hidden_zero_point: int
+    output_zero_point: int
+    projection_multiplier: int = 0
+    projection_shift: int = 0
+    projection_bias: tuple[int, ...] = ()
+    projection_clip: int = 0
+
+    def gate(self, name: str) -> IntegerGate:
+        return next(g for g in self.gates if g.name == name)
+
+
+@dataclass(frozen=True)
+class LstmFloatParams:
+    """float32 (LiteRT's EvalFloat): gate = act(bias + W_in . x + W_rec . h [+ w_peep * c]),
+    with layer norm act(coefficients * normalize(...) + bias); sigmoid for the input, forget and
+    output gates, `activation` for the cell gate. c = clip(f * c + i * g) (i = 1 - f under
+    CIFG), h = o * activation(c), then the projection W_proj . h + bias, clipped. A clip of 0 is
+    off."""
+
+    shape: LstmShape
+    cifg: bool
+    peephole: bool
+    layer_norm: bool
+    projection: bool
+    projection_bias: bool
+    activation: str
+    cell_clip: float
+    projection_clip: float
+
+
+# -- prepare ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Operands:
+    """The op's tensors by role (None where absent) and the sizes they agree on."""
+
+    x: Tensor
+    input_weights: dict[str, Tensor]
+    recurrent_weights: dict[str, Tensor]
+    peephole: dict[str, Tensor]
+    biases: dict[str, Tensor]
+    norm: dict[str, Tensor]
+    projection: Tensor | None
+    projection_bias: Tensor | None
+    output_state: Tensor
+    cell_state: Tensor
+    output: Tensor
+    shape: LstmShape
+
+
+def prepare_lstm(graph: Graph, op: Operator) -> LstmIntegerParams | LstmFloatParams:
+    operands = _operands(graph, op)
+    activation = op.options.get("fused_activation_function", "NONE")
+    if operands.x.dtype == "float32":
+        return _prepare_float(operands, op, activation)
+    return _prepare_integer(graph, op, operands)
+
+
+def _operands(graph: Graph, op: Operator) -> _Operands:
+    """LiteRT's Prepare and CheckInputTensorDimensions, on every dtype."""
+    if len(op.inputs) not in (20, 24):
+        raise ModelError(f"{len(op.inputs)} inputs (LiteRT's kernel takes 20 or 24)")
+    if len(op.outputs) != 1:
+        raise ModelError(f"{len(op.outputs)} outputs (LiteRT's kernel writes 1)")
+
+    def optional(position: int) -> Tensor | None:
+        if position >= len(op.inputs) or op.inputs[position] < 0:
+            return None
+        return graph.tensors[op.inputs[position]]
+
+    options = op.options
+    if options.get("diagonal_recurrent_tensors", False):
+        raise UnsupportedOpError("diagonal recurrent weights")
+    cell_clip = float(options.get("cell_clip", 0.0))
+    proj_clip = float(options.get("proj_clip", 0.0))
+    if not (cell_clip >= 0 and proj_clip >= 0):
+        raise ModelError(f"cell_clip {cell_clip} and proj_clip {proj_clip} must not be negative")
+    x = required_input(graph, op, INPUT, "input")
+    if len(x.shape) != 3:
+        raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT reads [batch, time, "
+                                 "features] or, time-major, [time, batch, features])")
+    time_major = bool(options.get("time_major", False))
+    time, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
+    n_input = x.shape[2]
+
+    input_weights, recurrent_weights, biases, norm = {}, {}, {}, {}
+    for k, gate in enumerate(GATES):
+        w, r = optional(INPUT_WEIGHTS[k]), optional(RECURRENT_WEIGHTS[k])
+        if gate == "input":
+            if (w is None) != (r is None):
+                raise ModelError("the input gate's input and recurrent weights must be both "
+                                 "present or both absent (CIFG)")
+        elif w is None or r is None:
+            raise ModelError(f"the {gate} gate's weights are missing")
+        if w is not None:
+            input_weights[gate], recurrent_weights[gate] = w, r
+    n_cell = input_weights["output"].shape[0] if input_weights["output"].shape else 0
+    if any(len(r.shape) == 1 for r in recurrent_weights.values()):
+        raise UnsupportedOpError("diagonal (1-D) recurrent weights")
+    n_output = recurrent_weights["output"].shape[1] if len(
+        recurrent_weights["output"].shape) == 2 else 0
+    for gate in input_weights:
+        _require_shape(input_weights[gate], (n_cell, n_input), f"the {gate} gate's input weights")
+        _require_shape(recurrent_weights[gate], (n_cell, n_output),
+                       f"the {gate} gate's recurrent weights")
+    cifg = "input" not in input_weights
+
+    peephole = {g: optional(PEEPHOLE_WEIGHTS[g]) for g in PEEPHOLE_WEIGHTS}
+    if peephole["output"] is not None:
+        if peephole["forget"] is None or (peephole["input"] is None and not cifg):
+            raise ModelError("peephole weights must be present for every gate or none")
+    elif any(w is not None for w in peephole.values()):
+        raise ModelError("peephole weights must be present for every gate or none")
+    peephole = {g: w for g, w in peephole.items()
+                if w is not None and not (cifg and g == "input")}
+    for gate, w in peephole.items():
+        _require_shape(w, (n_cell,), f"the {gate} gate's peephole weights")
+
+    for k, gate in enumerate(GATES):
+        bias = optional(GATE_BIASES[k])
+        if gate == "input" and cifg:
+            if bias is not None:
+                raise ModelError("an input gate bias under CIFG (no input gate)")
+            continue
+        if bias is None:
+            raise ModelError(f"the {gate} gate's bias is missing")
+        _require_shape(bias, (n_cell,), f"the {gate} gate's bias")
+        biases[gate] = bias
+
+    projection, projection_bias = optional(PROJECTION_WEIGHTS), optional(PROJECTION_BIAS)
+    if projection is not None:
+        _require_shape(projection, (n_output, n_cell), "the projection weights")
+    elif projection_bias is not None:
+        raise ModelError("a projection bias without projection weights")
+    elif n_output != n_cell:
+        raise ModelError(f"{n_output} outputs for {n_cell} cells without a projection")
+    if projection_bias is not None:
+        _require_shape(projection_bias, (n_output,), "the projection bias")
+
+    if len(op.inputs) == 24 and optional(LAYER_NORM_COEFFICIENTS[1]) is not None:
+        for k, gate in enumerate(GATES):
+            coefficients = optional(LAYER_NORM_COEFFICIENTS[k])
+            if gate == "input" and cifg:
+                if coefficients is not None:
+                    raise ModelError("input gate layer norm coefficients under CIFG")
+                continue
+            if coefficients is None:
+                raise ModelError(f"the {gate} gate's layer norm coefficients are missing")
+            _require_shape(coefficients, (n_cell,), f"the {gate} gate's layer norm coefficients")
+            norm[gate] = coefficients
+
+    states = []
+    for position, what, size in ((OUTPUT_STATE, "output state", batch * n_output),
+                                 (CELL_STATE, "cell state", batch * n_cell)):
+        state = required_input(graph, op, position, what)
+        if not state.is_variable:
+            raise ModelError(f"the {what} (input {position}) is not a variable tensor")
+        if state.num_elements != size:
+            raise ModelError(f"the {what} holds {state.num_elements} values, not {size}")
+        states.append(state)
+    if op.inputs[OUTPUT_STATE] == op.inputs[CELL_STATE]:
+        raise UnsupportedOpError("the output state and the cell state are one tensor")
+    output = graph.tensors[op.outputs[0]]
+    expected = (*x.shape[:-1], n_output)
+    if output.shape != expected:
+        raise UnsupportedOpError(f"output of shape {list(output.shape)} (LiteRT writes "
+                                 f"{list(expected)})")
+    shape = LstmShape(batch, time, n_input, n_cell, n_output, time_major)
+    return _Operands(x, input_weights, recurrent_weights, peephole, biases, norm, projection,
+                     projection_bias, states[0], states[1], output, shape)
+
+
+def _require_shape(t: Tensor, shape: tuple[int, ...], what: str) -> None:
+    if tuple(t.shape) != shape:
+        raise ModelError(f"{what} have shape {list(t.shape)}, not {list(shape)}")
+
+
+def _prepare_float(o: _Operands, op: Operator, activation: str) -> LstmFloatParams:
+    if activation not in FLOAT_ACTIVATIONS:
+        raise UnsupportedOpError(f"fused activation {activation} (LiteRT's float kernel "
+                                 "leaves the cell gate unwritten for it)")
+    return LstmFloatParams(
+        shape=o.shape, cifg="input" not in o.input_weights, peephole=bool(o.peephole),
+        layer_norm=bool(o.norm), projection=o.projection is not None,
+        projection_bias=o.projection_bias is not None, activation=activation,
+        cell_clip=float(np.float32(op.options.get("cell_clip", 0.0))),
+        projection_clip=float(np.float32(op.options.get("proj_clip", 0.0))))
+
+
+def _prepare_integer(graph: Graph, op: Operator, o: _Operands) -> LstmIntegerParams:
+    """PopulateQuantizedLstmParams8x8_16 and PopulatePrecomputedZPTimesWeightsWithBias."""
+    shape, f32 = o.shape, np.float32
+    in_scale, in_zp = _quantized(o.x, "the input")
+    out_state_scale, out_state_zp = _quantized(o.output_state, "the output state")
+    cell_scale, _ = _quantized(o.cell_state, "the cell state")
+    is_pot, cell_log2 = checked_log2(cell_scale)
+    if not is_pot:
+        raise UnsupportedOpError(f"cell state scale {cell_scale:.6g} is not a power of two "
+                                 "(LiteRT then leaves its multipliers at zero)")
+    if 15 + cell_log2 not in CELL_INTEGER_BITS:
+        raise UnsupportedOpError(f"cell state scale 2^{cell_log2}: LiteRT's int16 tanh of the "
+                                 "cell takes 2^-15 to 2^-9 and skips it otherwise")
+    output_scale, _ = _quantized(o.output, "the output")
+    if len(op.intermediates) != 5:
+        raise ModelError(f"{len(op.intermediates)} intermediate tensors (the integer kernel "
+                         "reads 5: the gates' and the hidden scales)")
+    intermediates = [graph.tensors[t] for t in op.intermediates]
+    hidden_scale, hidden_zp = _quantized(intermediates[HIDDEN_INTERMEDIATE],
+                                         "the hidden intermediate (5th)")
+    layer_norm = bool(o.norm)
+    if o.peephole and shape.n_output > shape.n_cell:
+        raise UnsupportedOpError(f"peephole weights with {shape.n_output} outputs for "
+                                 f"{shape.n_cell} cells (LiteRT reads past the cell state)")
+    for t in _weights_and_biases(o):
+        if t.data is None:
+            raise UnsupportedOpError(f"tensor {t.name!r} is not a constant (the zero points "
+                                     "are folded into the biases at prepare)")
+
+    gates = []
+    for k, name in enumerate(GATES):
+        if name not in o.input_weights:
+            continue
+        gate_scale = f32(2.0**GATE_SCALE_LOG2)
+        if layer_norm:
+            gate_scale = f32(_quantized(intermediates[k], f"intermediate {k}")[0])
+        w_in, w_rec = o.input_weights[name], o.recurrent_weights[name]
+        in_real = f32(f32(_quantized(w_in, "weights")[0]) * f32(in_scale)) / gate_scale
+        rec_real = f32(f32(_quantized(w_rec, "weights")[0]) * f32(out_state_scale)) / gate_scale
+        w_in_values, w_rec_values = _int64(w_in), _int64(w_rec)
+        bias = _int64(o.biases[name])
+        input_bias = (0 if layer_norm else bias) - in_zp * w_in_values.sum(axis=1)
+        recurrent_bias = -out_state_zp * w_rec_values.sum(axis=1)
+        m_in, s_in = _multiplier(float(in_real), f"the {name} gate's input scale")
+        m_rec, s_rec = _multiplier(float(rec_real), f"the {name} gate's recurrent scale")
+        _require_sum_fits(w_in_values, input_bias, INT8_MAGNITUDE, m_in, s_in, INT16_MAGNITUDE,
+                          f"the {name} gate's input product")
+        _require_sum_fits(w_rec_values, recurrent_bias, INT8_MAGNITUDE, m_rec, s_rec,
+                          INT16_MAGNITUDE, f"the {name} gate's recurrent product")
+        extra = {}
+        if name in o.peephole:
+            w = o.peephole[name]
+            real = f32(2.0**cell_log2 * float(f32(_quantized(w, "peephole weights")[0]))
+                       / float(gate_scale))
+            m, s = _multiplier(float(real), f"the {name} gate's peephole scale")
+            _require_sum_fits(_int64(w)[:, None], np.zeros(shape.n_cell, np.int64),
+                              INT16_MAGNITUDE, m, s, INT16_MAGNITUDE,
+                              f"the {name} gate's peephole product")
+            extra.update(peephole_multiplier=m, peephole_shift=s)
+        if layer_norm:
+            norm_scale = f32(_quantized(o.norm[name], "layer norm coefficients")[0])
+            m, s = _multiplier(float(norm_scale), f"the {name} gate's layer norm scale")
+            if s + 12 > 30:
+                raise UnsupportedOpError(f"the {name} gate's layer norm scale {norm_scale:.6g} "
+                                         "needs a left shift beyond 30 bits")
+            guard = max(1, int(f32(f32(10000) * norm_scale)))
+            extra.update(norm_multiplier=m, norm_shift=s + 12, variance_guard=guard)
+        gates.append(IntegerGate(name, m_in, s_in, m_rec, s_rec, _int32s(input_bias, name),
+                                 _int32s(recurrent_bias, name), **extra))
+
+    hidden_real = f32(2.0**-15 / float(f32(hidden_scale)) * 2.0**-15)
+    m_hidden, s_hidden = _multiplier(float(hidden_real), "the hidden scale")
+    _require_sum_fits(np.ones((1, 1), np.int64), np.zeros(1, np.int64), 2**30, m_hidden,
+                      s_hidden, INT8_MAGNITUDE, "the hidden product")
+    cell_clip = float(op.options.get("cell_clip", 0.0))
+    proj_clip = float(op.options.get("proj_clip", 0.0))
+    extra = {}
+    if o.projection is not None:
+        proj_scale = _quantized(o.projection, "the projection weights")[0]
+        real = f32(f32(proj_scale) * f32(hidden_scale)) / f32(out_state_scale)
+        m, s = _multiplier(float(real), "the projection scale")
+        weights = _int64(o.projection)
+        bias = (np.zeros(shape.n_output, np.int64) if o.projection_bias is None
+                else _int64(o.projection_bias)) + hidden_zp * weights.sum(axis=1)
+        _require_sum_fits(weights, bias, INT8_MAGNITUDE, m, s, INT8_MAGNITUDE,
+                          "the projection product")
+        clip = 0
+        if proj_clip > 0:
+            clip = int(min(max(f32(proj_clip) / f32(output_scale), f32(-128)), f32(127)))
+        extra = dict(projection_multiplier=m, projection_shift=s,
+                     projection_bias=_int32s(bias, "projection"), projection_clip=clip)
+    qcell_clip = 0
+    if cell_clip > 0:
+        qcell_clip = int(min(max(f32(cell_clip) / f32(cell_scale), f32(-32768)), f32(32767)))
+    return LstmIntegerParams(
+        shape=shape, gates=tuple(gates), cifg="input" not in o.input_weights,
+        peephole=bool(o.peephole), layer_norm=layer_norm, projection=o.projection is not None,
+        cell_shift=30 + cell_log2, cell_integer_bits=15 + cell_log2, cell_clip=qcell_clip,
+        hidden_multiplier=m_hidden, hidden_shift=s_hidden, hidden_zero_point=hidden_zp,
+        output_zero_point=out_state_zp, **extra)
+
+
+def _weights_and_biases(o: _Operands) -> list[Tensor]:
+    return [*o.input_weights.values(), *o.recurrent_weights.values(), *o.peephole.values(),
+            *o.biases.values(), *o.norm.values(),
+            *(t for t in (o.projection, o.projection_bias) if t is not None)]
+
+
+def _quantized(t: Tensor, what: str) -> tuple[float, int]:
+    """The per-tensor scale and zero point LiteRT reads (its legacy params)."""
+    q = t.quantization
+    if q is None or not q.scale:
+        raise UnsupportedOpError(f"{what} ({t.name!r}) is not quantized (LiteRT then leaves "
+                                 "the multipliers at zero)")
+    if len(q.scale) != 1:
+        raise UnsupportedOpError(f"{what} ({t.name!r}) is quantized per channel")
+    scale = float(q.scale[0])
+    if not (scale > 0 and math.isfinite(scale)):
+        raise UnsupportedOpError(f"{what} ({t.name!r}) has scale {scale}")
+    return scale, int(q.zero_point[0]) if q.zero_point else 0
+
+
+def _multiplier(real: float, what: str) -> tuple[int, int]:
+    try:
+        return quantize_multiplier(real)
+    except UnsupportedOpError as e:
+        raise UnsupportedOpError(f"{what}: {e.message}") from None
+
+
+def _int64(t: Tensor) -> np.ndarray:
+    return np.asarray(t.data, dtype=np.int64)
+
+
+def _int32s(values: np.ndarray, what: str) -> tuple[int, ...]:
+    if np.abs(values).max(initial=0) > INT32_MAX:
+        raise UnsupportedOpError(f"the {what} bias with the zero points folded in leaves int32")
+    return tuple(int(v) for v in values)
+
+
+def _require_sum_fits(weights: np.ndarray, bias: np.ndarray, operand: int, multiplier: int,
+                      shift: int, addend: int, what: str) -> None:
+    """LiteRT sums bias + operand . weights in int32, requantizes it (left-shifting first when
+    the shift is positive) and adds up to `addend` more, all in int32: refuse what could
+    overflow there, where LiteRT's result is undefined."""
+    total = int((np.abs(bias) + operand * np.abs(weights).sum(axis=1)).max(initial=0))
+    shifted = total << max(shift, 0)
+    requantized = (shifted * multiplier >> 31) + 1
+    if shifted > INT32_MAX or requantized + addend > INT32_MAX:
+        raise UnsupportedOpError(f"{what} could overflow LiteRT's int32 arithmetic")
+
+
+def lstm_scratch(p: LstmIntegerParams | LstmFloatParams) -> tuple[MemoryRequest, ...]:
+    """The gate buffers of one step (the output gate reuses the forget gate's, which the cell
+    update consumes), and the hidden values a projection reads."""
+    values = p.shape.rows * p.shape.n_cell
+    size = 2 if isinstance(p, LstmIntegerParams) else 4
+    requests = [] if p.cifg else [MemoryRequest(values * size, "the input gate")]
+    requests += [MemoryRequest(values * size, "the forget gate, then the output gate"),
+                 MemoryRequest(values * size, "the cell gate")]
+    if p.projection:
+        requests.append(MemoryRequest(values * (1 if size == 2 else 4),
+                                      "the hidden values before the projection"))
+    return tuple(requests)
+
+
+# -- C emission ------------------------------------------------------------------------------
+
+GATE_ACTIVATIONS = {"input": "sigmoid", "forget": "sigmoid", "cell": "tanh", "output": "sigmoid"}
+
+
+def _plus(value: int) -> str:
+    return f" + {value}" if value > 0 else (f" - {-value}" if value < 0 else "")
+
+
+def _wrapped(head: str, args: list[str], tail: str = "", indent: int = 2) -> list[str]:
+    """`head(args)tail` as lines of at most COMMENT_WIDTH characters once indented by `indent`
+    spaces (the template's): arguments that do not fit go on, aligned, to the next line."""
+    lines, line = [], f"{head}("
+    for k, arg in enumerate(args):
+        piece = arg + (", " if k < len(args) - 1 else f"){tail}")
+        if indent + len(line) + len(piece.rstrip()) > COMMENT_WIDTH and line.strip() != head + "(":
+            lines.append(line.rstrip())
+            line = " " * (len(head) + 1)
+        line += piece
+    return [*lines, line]
+
+
+def _signature(prefix: str, name: str, params: list[str]) -> str:
+    return "\n".join(_wrapped(f"static void {prefix}_{name}", params, indent=0))
+
+
+def _table(comment: str, ctype: str, name: str, values: tuple) -> dict:
+    return {"comment": c_comment(comment), "ctype": ctype, "name": name,
+            "length": len(values), "data": c_array(values)}
+
+
+def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
+    """What both dtypes' C lays out alike: the sequence loops, the step's row and value loops,
+    the matrix-product helper's indices and the scratch buffers."""
+    p = ctx.params
+    s = p.shape
+    prefix = ctx.prefix
+    rows, cells = ConstantLoop("r", s.rows), ConstantLoop("u", s.n_cell)
+    outputs, values = ConstantLoop("u", s.n_output), ConstantLoop("j", s.rows * s.n_cell)
+    if s.time_major:
+        batch, time = ConstantLoop("b", 1), ConstantLoop("t", s.time)
+        args = [c_offset("x", [(time, s.batch * s.n_input)]), "h", "c",
+                c_offset("y", [(time, s.batch * s.n_output)])]
+        order = (f"the {s.time} time steps in turn, each over all {s.batch} batch rows "
+                 "(time-major)")
+    else:
+        batch, time = ConstantLoop("b", s.batch), ConstantLoop("t", s.time)
+        args = [c_offset("x", [(batch, s.time * s.n_input), (time, s.n_input)]),
+                c_offset("h", [(batch, s.n_output)]), c_offset("c", [(batch, s.n_cell)]),
+                c_offset("y", [(batch, s.time * s.n_output), (time, s.n_output)])]
+        order = (f"each of the {s.batch} batch rows through its {s.time} time steps "
+                 "(batch-major)" if s.batch > 1 else f"the {s.time} time steps in turn")
+    names = [*([] if p.cifg else ["input_gate"]), "forget_gate", "cell_gate",
+             *(["hidden"] if p.projection else [])]
+    buffers = []
+    for name, at in zip(names, ctx.scratch, strict=True):
+        kind = ctype if name == "hidden" else gate_ctype
+        buffers.append(f"{kind} *{name} = ({kind} *){at};")
+    buffers.append(f"{gate_ctype} *output_gate = forget_gate; /* the cell update consumes the "
+                   "forget gate first */")
+    row_pointers = []
+    if rows.written:
+        row_pointers = [f"const {ctype} *vr = v + r * depth;",
+                        f"{gate_ctype} *g = gate + r * {s.n_cell};"]
+    gate_u = f"g[{cells.index}]" if rows.written else f"gate[{cells.index}]"
+    x, y = ctx.inputs[INPUT], ctx.outputs[0]
+    step_vars = [values, *([rows, outputs] if p.projection else [])]
+    return {
+        "fn": ctx.fn, "prefix": prefix, "ctype": ctype, "cell_ctype": gate_ctype,
+        "x": x.ptr, "y": y.ptr, "h": ctx.inputs[OUTPUT_STATE].ptr,
+        "c": ctx.inputs[CELL_STATE].ptr,
+        "batch": batch, "time": time, "step_args": ", ".join(args),
+        "counters": written_vars([batch, time]),
+        "order": (f" The sequence: {order}, the output state and the cell state carried from "
+                  "step to step and from invoke to invoke."),
+        "rows": rows, "cells": cells, "outputs": outputs, "elements": values,
+        "row_index": "r" if rows.written else "0",
+        "row_pointers": row_pointers, "vk": "vr[k]" if rows.written else "v[k]",
+        "gate_u": gate_u, "weights_row": "w + u * depth" if cells.written else "w",
+        "accumulate_counters": ", ".join(filter(None, [written_vars([rows, cells]), "k"])),
+        "buffers": buffers,
+        "step_counters": ", ".join(filter(None, [written_vars(step_vars),
+                                                 "k" if p.projection else ""])),
+        "n_input": s.n_input, "n_output": s.n_output, "n_cell": s.n_cell,
+        "gate_bytes": f"{s.rows * s.n_cell} * sizeof({gate_ctype})",
+        "output_bytes": (f"{s.rows * s.n_output}" if ctype != "float"
+                         else f"{s.rows * s.n_output} * sizeof(float)"),
+        "projection": p.projection,
+        "projection_row": c_offset(ctx.inputs[PROJECTION_WEIGHTS].ptr, [(outputs, s.n_cell)])
+        if p.projection else "",
+        "hidden_k": f"hidden[{c_sum([(rows, s.n_cell), ('k', 1)])}]",
+        "output_at": c_sum([(rows, s.n_output), (outputs, 1)]),
+        "layer_norm": p.layer_norm,
+        "norm_row": c_offset("gate", [(rows, s.n_cell)]),
+        "norm_counters": ", ".join(filter(None, [written_vars([rows]), "j"])),
+        "step_comment": c_comment(
+            f"One step of {s.rows} batch row{'s' if s.rows > 1 else ''}: x [{s.rows}]"
+            f"[{s.n_input}] in, the output state h [{s.rows}][{s.n_output}] and the cell state "
+            f"c [{s.rows}][{s.n_cell}] updated in place, y [{s.rows}][{s.n_output}] a copy of "
+            "the new output state. The gates live in the arena's scratch."),
+    }
+
+
+def _variants(p) -> str:
+    found = [name for name, on in (("CIFG (the input gate is 1 - forget)", p.cifg),
+                                   ("peephole", p.peephole), ("layer norm", p.layer_norm),
+                                   (f"projection to {p.shape.n_output} outputs", p.projection))
+             if on]
+    return ", with " + ", ".join(found) if found else ""
+
+
+def lstm_integer_values(ctx: OpContext) -> dict:
+    p: LstmIntegerParams = ctx.params
+    s = p.shape
+    v = _shared_values(ctx, "int8_t", "int16_t")
+    prefix, name = ctx.prefix, ctx.outputs[0].name
+    values = v["elements"]
+    j = values.index
+    tables, gates = [], []
+    for gate in p.gates:
+        k = GATES.index(gate.name)
+        buffer = f"{gate.name}_gate"
+        input_bias = recurrent_bias = "NULL"
+        if any(gate.input_bias):
+            input_bias = f"{prefix}_{gate.name}_gate_bias"
+            what = ("the input zero point times each row of its input weights, negated (layer "
+                    "norm adds the bias after normalizing)" if p.layer_norm else
+                    "its bias less the input zero point times each row of its input weights")
+            tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate.name} gate's input "
+                                 f"product starts from {what}", "int32_t", input_bias,
+                                 gate.input_bias))
+        if any(gate.recurrent_bias):
+            recurrent_bias = f"{prefix}_{gate.name}_gate_recurrent_bias"
+            tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate.name} gate's recurrent "
+                                 "product starts from minus the output state's zero point "
+                                 "times each row of its recurrent weights", "int32_t",
+                                 recurrent_bias, gate.recurrent_bias))
+        function = (f"{prefix}_tanh({buffer}[{j}], {GATE_INTEGER_BITS})"
+                    if gate.name == "cell" else f"{prefix}_logistic({buffer}[{j}])")
+        scale = "its layer norm's scale" if p.layer_norm else "Q3.12"
+        lines = [f"memset({buffer}, 0, {s.rows * s.n_cell} * sizeof(int16_t));",
+                 *_wrapped(f"{prefix}_accumulate",
+                           [buffer, "x", str(s.n_input), ctx.inputs[INPUT_WEIGHTS[k]].ptr,
+                            input_bias, str(gate.input_multiplier), str(gate.input_shift)], ";"),
+                 *_wrapped(f"{prefix}_accumulate",
+                           [buffer, "h", str(s.n_output), ctx.inputs[RECURRENT_WEIGHTS[k]].ptr,
+                            recurrent_bias, str(gate.recurrent_multiplier),
+                            str(gate.recurrent_shift)], ";")]
+        if gate.peephole_multiplier:
+            lines += _wrapped(f"{prefix}_peephole",
+                              [buffer, ctx.inputs[PEEPHOLE_WEIGHTS[gate.name]].ptr, "c",
+                               str(gate.peephole_multiplier), str(gate.peephole_shift)], ";")
+        if p.layer_norm:
+            lines += _wrapped(f"{prefix}_layer_norm",
+                              [buffer, ctx.inputs[LAYER_NORM_COEFFICIENTS[k]].ptr,
+                               ctx.inputs[GATE_BIASES[k]].ptr, str(gate.norm_multiplier),
+                               str(gate.norm_shift), str(gate.variance_guard)], ";")
+        gates.append({
+            "name": gate.name, "lines": lines,
+            "comment": f"/* {gate.name} gate: the {GATE_ACTIVATIONS[gate.name]} of its "
+                       f"pre-activation at {scale} */",
+            "activation": f"{buffer}[{j}] = (int16_t){function};",
+        })
+    if p.projection and any(p.projection_bias):
+        what = ("its bias plus" if ctx.inputs[PROJECTION_BIAS] is not None else "")
+        tables.append(_table(f"{ctx.op.opcode} '{name}': the projection starts from {what} "
+                             "the hidden zero point times each row of its weights", "int32_t",
+                             f"{prefix}_projection_bias", p.projection_bias))
+    clip = p.cell_clip
+    cell_min, cell_max = (-clip, clip) if clip > 0 else (-32768, 32767)
+    output_min, output_max = (-p.projection_clip, p.projection_clip) if p.projection_clip > 0 \
+        else (-128, 127)
+    bits = p.cell_integer_bits
+    hidden = f"arenac_mbqm(product, {p.hidden_multiplier}, {p.hidden_shift})"
+    if p.projection:
+        hidden_store = (f"hidden[{j}] = (int8_t)arenac_clamp({hidden}"
+                        f"{_plus(-p.hidden_zero_point)}, -128, 127);")
+        hidden_comment = (f"output state: o * tanh(c), c read as Q{bits}.{15 - bits}, "
+                          "requantized to int8 hidden values (less their zero point, as LiteRT), "
+                          "then projected")
+    else:
+        hidden_store = (f"h[{j}] = (int8_t)arenac_clamp({hidden}{_plus(p.hidden_zero_point)}, "
+                        "-128, 127);")
+        hidden_comment = (f"output state: o * tanh(c), c read as Q{bits}.{15 - bits}, "
+                          "requantized to int8")
+    used_bits = {GATE_INTEGER_BITS, GATE_INTEGER_BITS + 1, bits + 1}
+    barrel = []
+    for bit, (exponent, multiplier) in enumerate(EXP_BARREL_SHIFTER16):
+        if exponent >= max(used_bits):
+            break  # -a is below 2^(integer bits): its bit for 2^exponent is clear
+        power = f"1/{2**-exponent}" if exponent < 0 else str(2**exponent)
+        factor = (f"result = arenac_srdhm16(result, {multiplier}); /* exp(-{power}) */"
+                  if multiplier else f"result = 0; /* exp(-{power}) rounds to 0 */")
+        barrel.append(f"if (quarters & {1 << bit}) {factor}")
+    peephole_comment = "/* Adds the peephole terms mbqm(w[u] * c[u]) to one gate */"
+    if s.n_output < s.n_cell:
+        peephole_comment = c_comment(
+            f"Adds the peephole terms mbqm(w[u] * c[u]) to one gate. As LiteRT, over "
+            f"n_output = {s.n_output} values (not the {s.n_cell} cells), flat over the step's "
+            "rows: row r's terms land at r * n_output.")
+    comment = (f"{ctx.op.opcode} '{name}' (int8, int16 cell state at 2^{p.cell_shift - 30}): "
+               f"{s.time} steps of {s.batch} batch row{'s' if s.batch > 1 else ''}, "
+               f"{s.n_input} inputs, {s.n_cell} cells{_variants(p)}. As LiteRT's integer "
+               "kernel computes it: each gate's input and recurrent products requantized to "
+               "int16 and saturated in turn, gemmlowp's int16 logistic and tanh, the cell "
+               "update's products each rounded once, the hidden values at the scale of the "
+               "op's fifth intermediate tensor. The zero points are folded into the biases.")
+    return {
+        **v, "sequence_comment": c_comment(comment + v["order"]), "tables": tables,
+        "gates": gates,
+        "one_eighth": ONE_EIGHTH16, "one_third": ONE_THIRD16,
+        "exp_eighth": EXP_MINUS_ONE_EIGHTH16, "barrel": barrel,
+        "exp_clamp": max(used_bits) > 5,
+        "forty_eight_over_seventeen": FORTY_EIGHT_OVER_SEVENTEEN16,
+        "minus_thirty_two_over_seventeen": MINUS_THIRTY_TWO_OVER_SEVENTEEN16,
+        "one_q2": ONE_Q2,
+        "accumulate_signature": _signature(prefix, "accumulate", [
+            "int16_t *gate", "const int8_t *v", "int depth", "const int8_t *w",
+            "const int32_t *bias", "int32_t multiplier", "int shift"]),
+        "peephole": p.peephole, "peephole_comment": peephole_comment,
+        "peephole_signature": _signature(prefix, "peephole", [
+            "int16_t *gate", "const int16_t *weights", "const int16_t *c", "int32_t multiplier",
+            "int shift"]),
+        "peephole_counters": written_vars([v["rows"], v["outputs"]]),
+        "peephole_at": c_sum([(v["rows"], s.n_output), (v["outputs"], 1)]),
+        "norm_signature": _signature(prefix, "layer_norm", [
+            "int16_t *gate", "const int16_t *coefficients", "const int32_t *bias",
+            "int32_t multiplier", "int shift", "int32_t variance_guard"]),
+        "norm_step": (1 << 20) // s.n_cell,
+        "update_comment": c_comment(
+            f"cell state: f * c / 2^15 + i * g / 2^{p.cell_shift}, each product rounded once, "
+            "saturated" + (f" and clipped to +-{clip}" if clip > 0 else "")
+            + (" (CIFG: i = 32767 - f)" if p.cifg else ""), "  "),
+        "input_gate_value": f"(32767 - forget_gate[{j}])" if p.cifg else f"input_gate[{j}]",
+        "cell_shift": p.cell_shift, "cell_min": cell_min, "cell_max": cell_max,
+        "cell_integer_bits": bits,
+        "hidden_comment": c_comment(hidden_comment, "  "), "hidden_store": hidden_store,
+        "projection_start": f"{prefix}_projection_bias[{v['outputs'].index}]"
+        if p.projection and any(p.projection_bias) else "0",
+        "projection_multiplier": p.projection_multiplier,
+        "projection_shift": p.projection_shift,
+        "output_zp": _plus(p.output_zero_point), "output_min": output_min,
+        "output_max": output_max,
+    }
+
+
+def _float_activation(activation: str, value: str) -> str:
+    if activation == "TANH":
+        return f"tanhf({value})"
+    if activation == "SIGMOID":
+        return f"1.0f / (1.0f + expf(-{value}))"
+    if activation == "RELU":
+        return f"({value} > 0.0f ? {value} : 0.0f)"
+    if activation == "RELU6":
+        return f"arenac_clampf({value}, 0.0f, 6.0f)"
+    return f"arenac_clampf({value}, -1.0f, 1.0f)"  # RELU_N1_TO_1
+
+
+def lstm_float_values(ctx: OpContext) -> dict:
+    p: LstmFloatParams = ctx.params
+    s = p.shape
+    v = _shared_values(ctx, "float", "float")
+    name = ctx.outputs[0].name
+    values, rows, cells = v["elements"], v["rows"], v["cells"]
+    j = values.index
+    gates = []
+    for gate in GATES:
+        if gate == "input" and p.cifg:
+            continue
+        k = GATES.index(gate)
+        buffer = f"{gate}_gate"
+        activation = p.activation if gate == "cell" else "SIGMOID"
+        at = c_sum([(rows, s.n_cell), (cells, 1)])
+        peephole = ""
+        if p.peephole and gate != "cell":
+            peephole = (f"{buffer}[{at}] += {ctx.inputs[PEEPHOLE_WEIGHTS[gate]].ptr}"
+                        f"[{cells.index}] * c[{at}];")
+        bias = ctx.inputs[GATE_BIASES[k]].ptr
+        gates.append({
+            "name": gate, "buffer": buffer,
+            "comment": f"/* {gate} gate: {activation.lower()} of "
+                       + ("its normalized sum */" if p.layer_norm else "its sum */"),
+            "bias": bias, "bias_rows": "" if p.layer_norm else c_offset(buffer,
+                                                                        [(rows, s.n_cell)]),
+            "input_weights": ctx.inputs[INPUT_WEIGHTS[k]].ptr,
+            "recurrent_weights": ctx.inputs[RECURRENT_WEIGHTS[k]].ptr,
+            "peephole": bool(peephole), "peephole_step": peephole,
+            "layer_norm": ctx.inputs[LAYER_NORM_COEFFICIENTS[k]].ptr if p.layer_norm else "",
+            "activation": f"{buffer}[{j}] = {_float_activation(activation, f'{buffer}[{j}]')};",
+        })
+    input_gate = f"(1.0f - forget_gate[{j}])" if p.cifg else f"input_gate[{j}]"
+    update = [f"c[{j}] = forget_gate[{j}] * c[{j}] + {input_gate} * cell_gate[{j}];"]
+    if p.cell_clip > 0:
+        update.append(f"c[{j}] = arenac_clampf(c[{j}], {c_float(-p.cell_clip)}, "
+                      f"{c_float(p.cell_clip)});")
+    target = "hidden" if p.projection else "h"
+    hidden_store = (f"{target}[{j}] = output_gate[{j}] * "
+                    f"{_float_activation(p.activation, f'c[{j}]')};")
+    projected = "dot"
+    if p.projection_bias:
+        projected = f"dot + {ctx.inputs[PROJECTION_BIAS].ptr}[{v['outputs'].index}]"
+    if p.projection_clip > 0:
+        projected = (f"arenac_clampf({projected}, {c_float(-p.projection_clip)}, "
+                     f"{c_float(p.projection_clip)})")
+    comment = (f"{ctx.op.opcode} '{name}' (float32): {s.time} steps of {s.batch} batch "
+               f"row{'s' if s.batch > 1 else ''}, {s.n_input} inputs, {s.n_cell} "
+               f"cells{_variants(p)}; {p.activation.lower()} on the cell gate and the cell, "
+               "sigmoid on the others, in LiteRT's order of operations (its matrix products "
+               "and activations may round differently).")
+    return {
+        **v, "sequence_comment": c_comment(comment + v["order"]), "gates": gates,
+        "row_bytes": f"{s.n_cell} * sizeof(float)",
+        "n_cell_float": f"{s.n_cell}.0f",
+        "update_comment": "/* cell state: f * c + i * g"
+                          + (f", clipped to +-{p.cell_clip:g}" if p.cell_clip > 0 else "")
+                          + (" (CIFG: i = 1 - f)" if p.cifg else "") + " */",
+        "cell_update": update,
+        "step_counters": ", ".join(filter(None, [
+            written_vars([values, *([rows] if p.peephole or not p.layer_norm else []),
+                          *([cells] if p.peephole else []),
+                          *([rows, v["outputs"]] if p.projection else [])]),
+            "k" if p.projection else ""])),
+        "hidden_comment": f"/* output state: o * {p.activation.lower()}(c)"
+                          + (", then projected */" if p.projection else " */"),
+        "hidden_store": hidden_store, "projection_value": projected,
+    }
+
+
+def emit_lstm(ctx: OpContext) -> Kernel:
+    if isinstance(ctx.params, LstmFloatParams):
+        return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_float_values(ctx)))
+    helpers = ("int16", "gemmlowp_inv_sqrt") if ctx.params.layer_norm else ("int16",)
+    return Kernel(render_macro(TEMPLATE, "lstm_integer", lstm_integer_values(ctx)), helpers)
+
+
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec("UNIDIRECTIONAL_SEQUENCE_LSTM",
+           kernels("int8, int8?, int8, int8, int8, int8?, int8, int8, int8, "
+                   "int16?, int16?, int16?, int32?, int32, int32, int32, int8?, int32?, "
+                   "int8, int16, int16?, int16?, int16?, int16? -> int8",
+                   "T, T?, T, T, T, T?, T, T, T, T?, T?, T?, T?, T, T, T, T?, T?, T, T, "
+                   "T?, T?, T?, T? -> T", T=("float32",)),
+           prepare_lstm, emit_lstm, scratch=lstm_scratch),
+)
