@@ -16,6 +16,12 @@ plan's buffers, so a plan that misstates either is caught too.
 Free bytes always hold POISON: the arena is poisoned before every run and a buffer's bytes are
 poisoned once its last reader has run, so a kernel that reads bytes nobody wrote for it sees
 poison instead of a lucky leftover.
+
+State persists across invocations in a block of its own, as the plan lays it out
+(ModelPlan.state_slots): variable tensors, resource variables (a handle operand is the view of
+its variable there) and one flag byte per subgraph CALL_ONCE runs. `reset` returns the block to
+its initial values; the steps of CALL_ONCE's subgraph, which follow its step, run only while its
+flag is clear.
 """
 
 from __future__ import annotations
@@ -30,9 +36,8 @@ from toolchain.errors import PlanError, RuntimeBackendError
 from toolchain.ir import Operator, Tensor
 from toolchain.ops import planned_shape_values
 from toolchain.ops.overlaps import OverlapRule
-from toolchain.plan import ModelPlan
+from toolchain.plan import ModelPlan, StateSlot
 from toolchain.planners import verify
-from toolchain.quant import variable_fill
 
 POISON = 0xA5
 FREE = -1  # the owner of a byte no live buffer holds
@@ -83,20 +88,36 @@ class ArenaInterpreter:
         holders = len(model_plan.lifetimes.tensor_of)
         self.owner = np.full(model_plan.arena_bytes, FREE,
                              dtype=np.int16 if holders < 2**15 else np.int32)
-        state_offsets, state_bytes = model_plan.state_layout()
-        self.state = np.zeros(state_bytes, dtype=np.uint8)
+        self.state = self.state_block(model_plan.state_bytes)
         self.views: dict[int, np.ndarray] = {}
         for tensor, offset in model_plan.offset_of_tensor().items():
             self.views[tensor] = self._view(self.arena, offset, graph.tensors[tensor])
-        for tensor, offset in state_offsets.items():
-            self.views[tensor] = self._view(self.state, offset, graph.tensors[tensor])
+        for slot in model_plan.state_slots:
+            if slot.tensor is not None:
+                self.views[slot.tensor] = self._view(self.state, slot.offset, slot)
         for t in graph.tensors:
             if t.is_constant and not t.is_variable:
                 self.views[t.index] = t.data
+            elif t.is_handle:  # the view of the variable it names, which its ops copy from or to
+                slot = model_plan.state_of_handle(t.index)
+                self.views[t.index] = (np.zeros(0, np.uint8) if slot is None
+                                       else self._view(self.state, slot.offset, slot))
+        # Step of each CALL_ONCE -> (its flag's offset in the state block, the step after the
+        # steps of the subgraph it runs): they run on the first invoke after a reset only.
+        self.calls = {
+            step: (model_plan.call_once_slot(model_plan.program.calls[op]).offset,
+                   model_plan.call_spans[step])
+            for step, op in enumerate(model_plan.lifetimes.order)
+            if step in model_plan.call_spans
+        }
         self.reset()
 
+    def state_block(self, nbytes: int) -> np.ndarray:
+        """The persistent block state lives in: its own memory, never the arena."""
+        return np.zeros(nbytes, dtype=np.uint8)
+
     @staticmethod
-    def _view(block: np.ndarray, offset: int, tensor: Tensor) -> np.ndarray:
+    def _view(block: np.ndarray, offset: int, tensor: Tensor | StateSlot) -> np.ndarray:
         return (
             block[offset : offset + tensor.nbytes]
             .view(np.dtype(tensor.dtype))
@@ -104,11 +125,12 @@ class ArenaInterpreter:
         )
 
     def reset(self) -> None:
-        """Return every variable tensor to its initial value (where the file gives none, an
-        int8 variable's zero point and zero for other types, as TFLite's interpreters)."""
-        for t in self.model_plan.lifetimes.variables:
-            tensor = self.graph.tensors[t]
-            self.views[t][...] = tensor.data if tensor.data is not None else variable_fill(tensor)
+        """Return the state block to its initial values: every variable tensor as the file
+        gives it (zeros, or the zero point of int8, where it gives none), resource variables
+        unassigned, and every CALL_ONCE due to run its subgraph again."""
+        for slot in self.model_plan.state_slots:
+            self.state[slot.offset : slot.offset + slot.nbytes] = np.frombuffer(slot.init,
+                                                                                np.uint8)
 
     def invoke(
         self, inputs: Sequence[np.ndarray], observe: Observer | None = None
@@ -141,7 +163,15 @@ class ArenaInterpreter:
             self._claim(claim, 0, None)
         for t, value in zip(graph.inputs, values):
             self.views[t][...] = value
-        for step, plan in enumerate(self.layout.steps):
+        step = 0
+        while step < len(self.layout.steps):
+            after = step + 1
+            if step in self.calls:
+                flag, end = self.calls[step]
+                if self.state[flag]:  # the subgraph ran since the last reset: skip its steps
+                    after = end
+                self.state[flag] = 1
+            plan = self.layout.steps[step]
             op = graph.operators[plan.op_index]
             for claim in plan.claims:
                 self._claim(claim, step, op)
@@ -152,6 +182,7 @@ class ArenaInterpreter:
                 observe(plan.op_index, [o.copy() for o in outs])
             for holder in plan.releases:
                 self._release(holder)
+            step = after
         return [self.views[t].copy() for t in graph.outputs]
 
     def _claim(self, claim: Claim, step: int, op: Operator | None) -> None:

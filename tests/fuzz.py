@@ -70,6 +70,7 @@ from toolchain.schema import DTYPE_NAMES, OPCODE_CODES, fb
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "fuzz.tflite"  # every refusal must name it
 PLAN_TIME_LIMIT = 0.2
+STATEFUL_SETS = 3  # invokes in a row, state kept, for a model with state
 STARTUP_SECONDS = 120  # imports on a loaded machine; not counted against any stage
 WORKER_MEMORY_BYTES = 4 << 30  # the Python stages; an absurd allocation fails, not the machine
 SANITIZER_ENV = {
@@ -1013,13 +1014,15 @@ def run_pipeline(
     c_plan = planning.plan(model, external_io=True) if planning.external_io else model_plan
     graph = model_plan.graph
     stage("runtime_py")
-    inputs = random_inputs(graph, 0)
+    # a model with state runs a short sequence, state kept, as the harness runs its sets
+    sets = [random_inputs(graph, k) for k in range(STATEFUL_SETS if model_plan.state_bytes else 1)]
     overflowed: list[bool] = []
+    runtime = ArenaInterpreter(model_plan)
     expected = [
-        np.array(v, copy=True)
-        for v in ArenaInterpreter(model_plan).invoke(
-            inputs, observe=lambda _, outs: overflowed.append(any(map(float_overflow, outs)))
-        )
+        [np.array(v, copy=True)
+         for v in runtime.invoke(
+             inputs, observe=lambda _, outs: overflowed.append(any(map(float_overflow, outs))))]
+        for inputs in sets
     ]
     stage("generate")
     files = generate(c_plan, "model", external_io=planning.external_io)
@@ -1033,9 +1036,9 @@ def run_pipeline(
         text = str(e).replace(workdir + os.sep, "")
         return Outcome("compile-error", "compile", text, _normalized(text))
     stage("run_c")
-    output_bytes = sum(graph.tensors[t].nbytes for t in graph.outputs)
+    output_bytes = len(sets) * sum(graph.tensors[t].nbytes for t in graph.outputs)
     out_path = os.path.join(workdir, "outputs.bin")
-    stdin = b"".join(np.ascontiguousarray(v).tobytes() for v in inputs)
+    stdin = b"".join(np.ascontiguousarray(v).tobytes() for inputs in sets for v in inputs)
     try:
         with open(out_path, "wb") as out:
             result = subprocess.run(
@@ -1062,17 +1065,17 @@ def run_pipeline(
         return Outcome("mismatch", "compare",
                        f"the harness wrote {len(raw)} bytes, expected {output_bytes}",
                        "output size", compiled=True)
-    actual = split_outputs(raw, graph, 1)[0]
-    for i, (want, got) in enumerate(zip(expected, actual)):
-        d = difference(want, got)
-        if d.mismatches and not (want.dtype.kind == "f" and any(overflowed)):
-            t = graph.tensors[graph.outputs[i]]
-            return Outcome(
-                "mismatch", "compare",
-                f"output {i} ({t.dtype}{list(t.shape)}): {d.mismatches} elements differ, "
-                f"max |diff| {d.max_abs_diff}",
-                f"{t.dtype} output differs", compiled=True,
-            )
+    for k, actual in enumerate(split_outputs(raw, graph, len(sets))):
+        for i, (want, got) in enumerate(zip(expected[k], actual)):
+            d = difference(want, got)
+            if d.mismatches and not (want.dtype.kind == "f" and any(overflowed)):
+                t = graph.tensors[graph.outputs[i]]
+                return Outcome(
+                    "mismatch", "compare",
+                    f"output {i} ({t.dtype}{list(t.shape)}) of invoke {k}: {d.mismatches} "
+                    f"elements differ, max |diff| {d.max_abs_diff}",
+                    f"{t.dtype} output differs", compiled=True,
+                )
     return Outcome("ok", "compare", compiled=True)
 
 

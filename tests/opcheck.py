@@ -13,9 +13,12 @@ from toolchain.reader import parse_model
 
 
 def assert_matches_oracle(
-    model_bytes: bytes, inputs: int = 3, seed: int = 0, planner: str = "greedy", c: bool = True
+    model_bytes: bytes, inputs: int = 3, seed: int = 0, planner: str = "greedy", c: bool = True,
+    sequence: int | None = None,
 ) -> None:
-    """Bit-exact for integer outputs, 1e-5 relative for float, on `inputs` random input sets.
+    """Bit-exact for integer outputs, 1e-5 relative for float, on `inputs` random input sets
+    (each a sequence of `sequence` invokes with the state kept; by default 3 for a model with
+    state, else 1).
 
     The compiled C joins unless `c` is off.
     """
@@ -26,7 +29,8 @@ def assert_matches_oracle(
         backend = CBackend(mp)
         extra.append(("c", backend.invoke_many))
     try:
-        report = check_plan(mp, model_bytes, inputs=inputs, seed=seed, extra=extra)
+        report = check_plan(mp, model_bytes, inputs=inputs, seed=seed, extra=extra,
+                            sequence=sequence)
     finally:
         if extra:
             backend.close()

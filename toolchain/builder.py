@@ -2,9 +2,11 @@
 
 Everything goes through the generated TFLite schema's object API (`...T` classes and `.Pack`), so
 no flatbuffer layout is written by hand. Two layers: a generic one (`input`, `const`, `tensor`,
-`op`, `custom`, `build`) that can express any single-subgraph model, and layer helpers
-(`conv_2d`, `softmax`, ...) that draw weights from the builder's seeded generator and choose
-int8 quantization from a per-tensor estimate of the float range.
+`op`, `custom`, `build`, and `subgraph` for the further subgraphs an operator runs) that can
+express any model, and layer helpers (`conv_2d`, `softmax`, ..., and the resource-variable ops
+`var_handle`, `read_variable`, `assign_variable`, `call_once` the converter writes for streaming
+models) that draw weights from the builder's seeded generator and choose int8 quantization from
+a per-tensor estimate of the float range.
 """
 
 from __future__ import annotations
@@ -152,7 +154,9 @@ def _options(opcode: str, options: dict[str, object]) -> tuple[int, object] | No
         attr = _camel(key)
         if not hasattr(table, attr):
             raise ValueError(f"{name} has no field {key!r}")
-        if isinstance(value, str):
+        # A string names an enum member, except in the string fields (a variable's name),
+        # which the object API leaves None until set.
+        if isinstance(value, str) and (key in _ENUM_FIELDS or getattr(table, attr) is not None):
             enum = _ENUM_FIELDS.get(key)
             if enum is None or not hasattr(enum, value):
                 raise ValueError(f"{name}.{key}: invalid value {value!r}")
@@ -162,6 +166,9 @@ def _options(opcode: str, options: dict[str, object]) -> tuple[int, object] | No
 
 
 def _tensor_type(dtype: str | np.dtype) -> int:
+    """The TensorType code of a numpy dtype, or of a name such as "resource" numpy lacks."""
+    if isinstance(dtype, str) and dtype in TENSOR_TYPES:
+        return TENSOR_TYPES[dtype]
     return TENSOR_TYPES[np.dtype(dtype).name]
 
 
@@ -204,7 +211,11 @@ def _activation_quant(lo: float, hi: float, dtype: str) -> tuple[float, int]:
 
 
 class ModelBuilder:
-    """Accumulates tensors, operators and buffers of one subgraph; `build` serializes them."""
+    """Accumulates tensors, operators and buffers of one subgraph; `build` serializes them.
+
+    The builder made by the constructor writes subgraph 0 (the main graph); `subgraph` adds
+    another one, whose builder shares this one's buffers, operator codes and random generator.
+    `build` on any of them serializes the whole model."""
 
     def __init__(self, dtype: str = "float32", seed: int = 0, description: str = "arenac"):
         if dtype not in ("float32", "int8", "uint8", "int16"):
@@ -223,6 +234,22 @@ class ModelBuilder:
         self._metadata: list[fb.MetadataT] = []
         self._rms: dict[int, float] = {}  # estimated root mean square of each layer's output
         self._layer_counts: dict[str, int] = {}
+        self.index = 0  # this subgraph's index in the model
+        self._name = "main"
+        self._subgraphs: list[ModelBuilder] = [self]  # every subgraph of the model, in order
+
+    def subgraph(self, name: str) -> ModelBuilder:
+        """Add a subgraph to the model (an initialization graph that CALL_ONCE runs, ...) and
+        return the builder of its tensors, operators, inputs and outputs; its `index` is the
+        number operators call it by. It shares the model's buffers, operator codes, metadata
+        and random generator."""
+        sub = ModelBuilder.__new__(ModelBuilder)
+        sub.__dict__.update(self.__dict__)  # the shared lists and dicts are the same objects
+        sub._tensors, sub._operators, sub._inputs, sub._outputs = [], [], [], []
+        sub._rms, sub._layer_counts = {}, {}
+        sub.index, sub._name = len(self._subgraphs), name
+        self._subgraphs.append(sub)
+        return sub
 
     # -- tensors -------------------------------------------------------------------------------
 
@@ -268,15 +295,23 @@ class ModelBuilder:
             buffer=self._add_buffer(array),
         )
 
-    def variable(self, name: str, array: np.ndarray) -> int:
+    def variable(
+        self,
+        name: str,
+        array: np.ndarray,
+        scale: Quant = None,
+        zero_point: int | Sequence[int] | None = None,
+    ) -> int:
         """Add a variable tensor (state kept across invocations) that starts as `array`.
 
-        All-zero state is written without data: runtimes start variables at zero, and the TFLite
-        interpreter rejects variable tensors that carry a buffer.
+        All-zero state is written without data: runtimes start variables at zero (an int8 one
+        at its zero point), and the TFLite interpreter rejects variable tensors that carry a
+        buffer.
         """
         array = np.asarray(array)
         buffer = self._add_buffer(array) if array.any() else 0
-        return self._add_tensor(name, array.shape, array.dtype, None, buffer, variable=True)
+        return self._add_tensor(name, array.shape, array.dtype,
+                                _quantization(scale, zero_point, 0), buffer, variable=True)
 
     def state(
         self,
@@ -349,26 +384,31 @@ class ModelBuilder:
     # -- serialization -------------------------------------------------------------------------
 
     def build(self) -> bytes:
-        """Serialize the model; the same sequence of calls always yields the same bytes."""
-        if not self._outputs:
+        """Serialize the model (every subgraph, whichever builder is asked); the same sequence
+        of calls always yields the same bytes."""
+        main = self._subgraphs[0]
+        if not main._outputs:
             raise ValueError("the model has no outputs; call output()")
-        subgraph = fb.SubGraphT(
-            tensors=self._tensors,
-            inputs=self._inputs,
-            outputs=self._outputs,
-            operators=self._operators,
-            name="main",
-        )
+        subgraphs = [
+            fb.SubGraphT(
+                tensors=g._tensors,
+                inputs=g._inputs,
+                outputs=g._outputs,
+                operators=g._operators,
+                name=g._name,
+            )
+            for g in self._subgraphs
+        ]
         signature = fb.SignatureDefT(
-            inputs=self._tensor_maps(self._inputs),
-            outputs=self._tensor_maps(self._outputs),
+            inputs=main._tensor_maps(main._inputs),
+            outputs=main._tensor_maps(main._outputs),
             signatureKey=SIGNATURE_KEY,
             subgraphIndex=0,
         )
         model = fb.ModelT(
             version=SCHEMA_VERSION,
             operatorCodes=self._opcodes,
-            subgraphs=[subgraph],
+            subgraphs=subgraphs,
             description=self.description,
             buffers=self._buffers,
             metadata=self._metadata or None,
@@ -493,6 +533,39 @@ class ModelBuilder:
         out = self.tensor(name, self.shape(x), self.dtype, scale, zero_point)
         self.op("SOFTMAX", [x], [out], {"beta": beta}, self._version("SOFTMAX"))
         return out
+
+    # -- resource variables (what the converter writes for streaming models) -------------------
+
+    def var_handle(self, shared_name: str, container: str = "") -> int:
+        """A VAR_HANDLE naming the resource variable `shared_name`; returns its handle tensor.
+        Handles of one name in any subgraph of the model name the same variable."""
+        handle = self._add_tensor(f"{shared_name}/handle", (), "resource", None)
+        self.op("VAR_HANDLE", [], [handle], {"container": container, "shared_name": shared_name})
+        return handle
+
+    def read_variable(
+        self,
+        handle: int,
+        shape: Sequence[int],
+        dtype: str,
+        scale: Quant = None,
+        zero_point: int | Sequence[int] | None = None,
+        name: str | None = None,
+    ) -> int:
+        """READ_VARIABLE: a tensor holding the variable's current value."""
+        value = self.tensor(name or self._layer("read_variable"), shape, dtype, scale, zero_point)
+        self.op("READ_VARIABLE", [handle], [value])
+        return value
+
+    def assign_variable(self, handle: int, value: int) -> None:
+        """ASSIGN_VARIABLE: the variable takes `value` (kept across invocations)."""
+        self.op("ASSIGN_VARIABLE", [handle, value], [])
+
+    def call_once(self, init: ModelBuilder | int) -> None:
+        """CALL_ONCE: run subgraph `init` (a builder from `subgraph`, or its index) on the
+        first invocation only."""
+        index = init if isinstance(init, int) else init.index
+        self.op("CALL_ONCE", [], [], {"init_subgraph_index": index})
 
     # -- internals -----------------------------------------------------------------------------
 

@@ -139,7 +139,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     mp = planned(args)
     runtime = ArenaInterpreter(mp)
-    outputs = runtime.invoke([load_input(p) for p in args.input])
+    arrays = [load_input(p) for p in args.input]
+    steps, stacked = input_steps(mp.graph, arrays, args.input, args.model)
+    results = [runtime.invoke(values) for values in steps]  # state carries from step to step
+    outputs = [np.stack([r[i] for r in results]) if stacked else results[0][i]
+               for i in range(len(mp.graph.outputs))]
     make_directory(args.output_dir)
     saved = []
     for i, value in enumerate(outputs):
@@ -156,13 +160,52 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "model": args.model,
                 "planner": args.planner,
                 "arena_bytes": mp.arena_bytes,
+                "state_bytes": mp.state_bytes,
+                "steps": len(steps) if stacked else None,
                 "outputs": saved,
             }
         )
     else:
+        if stacked:
+            print(f"{len(steps)} steps, state kept from one to the next")
         for o in saved:
             print(f"output {o['index']}: {o['dtype']}{o['shape']} -> {o['path']}")
     return 0
+
+
+def input_steps(graph, arrays: list, paths: list[str], model: str):
+    """The input sets of a run, and whether the files stack them: a file holding one input's
+    shape runs once; one of shape [T, *shape] holds that input for T consecutive invokes.
+    Every input's file must be of the same kind, and stacked ones of the same T."""
+    import numpy as np
+
+    if len(arrays) != len(graph.inputs):
+        raise ArenacError(f"model takes {len(graph.inputs)} inputs, got {len(arrays)} "
+                          "(one --input per model input)", model)
+    kinds = []
+    for i, (t, value, path) in enumerate(zip(graph.inputs, arrays, paths)):
+        tensor = graph.tensors[t]
+        shape = tuple(value.shape)
+        if value.dtype == np.dtype(tensor.dtype) and shape == tensor.shape:
+            kinds.append(None)
+        elif value.dtype == np.dtype(tensor.dtype) and shape[1:] == tensor.shape and shape[0]:
+            kinds.append(shape[0])
+        else:
+            dims = list(tensor.shape)
+            raise ArenacError(
+                f"input {i} ({tensor.name!r}) must be {tensor.dtype}{dims} (one invoke) or "
+                f"{tensor.dtype}{['T', *dims]} (T invokes in a row); the file holds "
+                f"{value.dtype}{list(shape)}".replace("'T'", "T"),
+                path,
+            )
+    if len(set(kinds)) > 1:
+        said = ", ".join("one value" if k is None else f"{k} steps" for k in kinds)
+        raise ArenacError(f"the input files must hold as many steps each; they hold {said}",
+                          model)
+    steps = kinds[0] if kinds else None
+    if steps is None:
+        return [arrays], False
+    return [[a[k] for a in arrays] for k in range(steps)], True
 
 
 def cmd_gen(args: argparse.Namespace) -> int:
@@ -244,6 +287,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         report = check_plan(
             mp, model_bytes, args.inputs, args.seed, extra,
             runtime_py="runtime_py" in args.backends, oracle_timeout=args.oracle_timeout,
+            sequence=args.sequence,
         )
     emit_json(report.as_dict()) if args.json else print(check_text(report, args.inputs))
     return 0 if report.ok else 1
@@ -259,17 +303,26 @@ def check_text(report, inputs: int) -> str:
             format_diff(o.max_abs_diff),
             o.mismatches,
             "ok" if o.mismatches == 0 else "DIFFERS",
+            "-" if o.first_mismatch is None
+            else f"sequence {o.first_mismatch[0]} invoke {o.first_mismatch[1]}",
         ]
         for o in report.outputs
     ]
+    if report.sequence > 1 or report.state_bytes:
+        said = (f"{inputs} random sequence(s) of {report.sequence} invokes; state kept within "
+                "a sequence, reset between")
+    else:
+        said = f"{inputs} random input set(s)"
+    state = f", state {report.state_bytes} bytes" if report.state_bytes else ""
     return "\n".join(
         [
             f"model     {report.model}",
-            f"plan      {report.planner}, arena {report.arena_bytes} bytes",
+            f"plan      {report.planner}, arena {report.arena_bytes} bytes{state}",
             f"backends  {report.backends[0]} (oracle) vs {', '.join(report.backends[1:])}",
-            f"inputs    {inputs} random input set(s)",
+            f"inputs    {said}",
             "",
-            table(["output", "dtype", "max |diff|", "mismatches", "verdict"], rows),
+            table(["output", "dtype", "max |diff|", "mismatches", "verdict", "first differs"],
+                  rows),
             "",
             "verdict: " + ("all backends agree" if report.ok else "MISMATCH"),
         ]
@@ -402,13 +455,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         required=True,
         metavar="FILE.npy",
-        help="one .npy file per model input, in order (repeat the option)",
+        help="one .npy file per model input, in order (repeat the option); a file of shape "
+             "[T, *input shape] runs T invokes in a row, state kept",
     )
     run.add_argument(
         "--output-dir",
         default=".",
         metavar="DIR",
-        help="where output_<i>.npy files go (default: .)",
+        help="where output_<i>.npy files go, stacked [T, *shape] for stacked inputs "
+             "(default: .)",
     )
     check = sub.choices["check"]
     check.add_argument(
@@ -416,7 +471,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive,
         default=3,
         metavar="N",
-        help="number of random input sets (default: 3)",
+        help="number of random input sets, each a sequence of --sequence invokes (default: 3)",
+    )
+    check.add_argument(
+        "--sequence",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="invokes per input set, in a row with the state kept; every backend is reset "
+             "between sets (default: 3 for a model with state, else 1)",
     )
     check.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     check.add_argument(

@@ -19,6 +19,7 @@ from toolchain.lifetimes import overlap_pairs
 from toolchain.ops import REGISTRY
 from toolchain.ops.emit import (
     C_TYPES,
+    Callee,
     CTensor,
     Kernel,
     OpContext,
@@ -30,9 +31,8 @@ from toolchain.ops.emit import (
     needs_math_h,
 )
 from toolchain.ops.spec import PORTABLE_C
-from toolchain.plan import ModelPlan
+from toolchain.plan import ModelPlan, StateSlot
 from toolchain.planners import verify
-from toolchain.quant import variable_fill
 from toolchain.render import render
 from toolchain.text import c_identifier, c_text
 
@@ -85,64 +85,115 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     scratch_of: dict[int, list[str]] = {}  # op -> its scratch, by slot of the offset table
     for k, (request, _) in enumerate(scratch, start=len(offsets)):
         scratch_of.setdefault(request.op, []).append(f"({name}_arena + {name}_offsets[{k}])")
-    state_offsets, state_bytes = mp.state_layout()
+    program = mp.program
+    state_at = {slot.tensor: slot for slot in mp.state_slots if slot.tensor is not None}
     external = set(graph.inputs) | set(graph.outputs) if external_io else set()
 
     def pointer(t: int) -> str:
         tensor = graph.tensors[t]
+        if tensor.is_handle:  # a handle is its variable's bytes in the state block
+            slot = mp.state_of_handle(t)
+            if slot is None:
+                return "NULL"  # names a variable that nothing assigns or reads
+            return f"(({C_TYPES[slot.dtype]} *)({name}_state + {slot.offset}))"
         ctype = C_TYPES[tensor.dtype]
         if tensor.is_constant and not tensor.is_variable:
-            return f"{name}_t{t}"  # kernels read a constant from flash, even an output's
+            return constant_name(t)  # kernels read a constant from flash, even an output's
         if t in external:
             if t in graph.inputs:
                 return f"(({ctype} *){name}_io_in[{graph.inputs.index(t)}])"
             return f"(({ctype} *){name}_io_out[{graph.outputs.index(t)}])"
         if t in slot_of:
             return f"(({ctype} *)({name}_arena + {name}_offsets[{slot_of[t]}]))"
-        if t in state_offsets:
-            return f"(({ctype} *)({name}_state + {state_offsets[t]}))"
-        return f"{name}_t{t}"
+        if t in state_at:
+            return f"(({ctype} *)({name}_state + {state_at[t].offset}))"
+        return constant_name(t)
+
+    def constant_name(t: int) -> str:
+        return f"{name}_{program.tensor_symbol(t)}"
 
     def c_tensor(t: int) -> CTensor | None:
         if t < 0:
             return None
         tensor = graph.tensors[t]
+        if tensor.is_handle:
+            slot = mp.state_of_handle(t)
+            variable = program.resources[program.handles[t]] if slot else None
+            return CTensor(t, c_text(variable.name if variable else tensor.name),
+                           slot.dtype if slot else "uint8", slot.shape if slot else (0,),
+                           pointer(t), None, used)
         data = tensor.data if tensor.is_constant and not tensor.is_variable else None
         return CTensor(t, c_text(tensor.name), tensor.dtype, tensor.shape, pointer(t), data, used)
 
+    order = mp.lifetimes.order
+    steps_of: dict[int, list[int]] = {}  # subgraph -> its steps, in order
+    for step, op_index in enumerate(order):
+        steps_of.setdefault(program.op_origin(op_index)[0], []).append(step)
+    fns = {op_index: kernel_function(name, mp, op_index) for op_index in order}
     used: set[int] = set()  # tensors some kernel points at
-    kernels: list[Kernel] = []
-    calls = []
-    for step, op_index in enumerate(mp.lifetimes.order):
-        op = graph.operators[op_index]
-        fn = f"{name}_op{op_index}_{op.opcode.lower()}"
-        context = OpContext(
-            fn,
-            f"{name}_op{op_index}",
-            op,
-            params[op_index],
-            tuple(c_tensor(t) for t in op.inputs),
-            tuple(c_tensor(t) for t in op.outputs),
-            tuple(scratch_of.get(op_index, ())),
-        )
-        try:
-            kernels.append(REGISTRY[op.opcode].emit(context))
-        except ArenacError as e:  # an emitter's refusal names the op and the file
-            raise type(e)(f"op {op_index} {op.opcode}: {e.message}", source) from None
-        calls.append({"fn": fn, "step": step, "comment": f"op {op_index} {op.opcode}"})
+    kernel_of: dict[int, Kernel] = {}
 
-    texts = [k.text for k in kernels]
+    def call(step: int) -> str:
+        """The line that runs a step: a call, or for an op with no code a comment saying why."""
+        op_index = order[step]
+        kernel = kernel_of[op_index]
+        what = f"step {step}: {mp.step_label(step)}"
+        if not kernel.text:
+            return f"/* {what}: {kernel.note} */"
+        return f"{fns[op_index]}(); /* {what} */"
+
+    # Every op's kernel, a CALL_ONCE after the steps of the subgraph it runs (their calls are
+    # its body); the file defines the kernels a CALL_ONCE calls before it, as C needs.
+    texts: list[str] = []
+    helpers: list[str] = []
+    flags = {slot.subgraph: f"{name}_state[{slot.offset}]"
+             for slot in mp.state_slots if slot.kind == "call_once"}
+
+    def emit_subgraph(subgraph: int) -> None:
+        for step in steps_of.get(subgraph, ()):
+            op_index = order[step]
+            op = graph.operators[op_index]
+            callee = None
+            if op_index in program.calls:
+                target = program.calls[op_index]
+                emit_subgraph(target)
+                callee = Callee(c_subgraph(program, target),
+                                tuple(call(s) for s in steps_of.get(target, ())), flags[target])
+            context = OpContext(
+                fns[op_index],
+                f"{name}_{program.op_symbol(op_index)}",
+                op,
+                params[op_index],
+                tuple(c_tensor(t) for t in op.inputs),
+                tuple(c_tensor(t) for t in op.outputs),
+                tuple(scratch_of.get(op_index, ())),
+                callee,
+                program.op_label(op_index),
+            )
+            try:
+                kernel = REGISTRY[op.opcode].emit(context)
+            except ArenacError as e:  # an emitter's refusal names the op and the file
+                raise type(e)(f"{program.op_label(op_index)} {op.opcode}: {e.message}",
+                              source) from None
+            kernel_of[op_index] = kernel
+            if kernel.text:
+                texts.append(kernel.text)
+            helpers.extend(kernel.helpers)
+
+    emit_subgraph(mp.graph_index)
+    calls = [call(step) for step in steps_of.get(mp.graph_index, ())]
     input_ptrs = [pointer(t) for t in graph.inputs]
     output_ptrs = [pointer(t) for t in graph.outputs]
     copies = external_copies(graph, name) if external_io else []
     referenced = {*used, *graph.inputs, *graph.outputs}
     constants = [
         {
-            "name": f"{name}_t{t.index}",
+            "name": constant_name(t.index),
             "ctype": C_TYPES[t.dtype],
             "length": c_length(t.num_elements),
             "initializer": c_array(t.data),
-            "comment": f"tensor {t.index} '{c_text(t.name)}' {t.dtype}{list(t.shape)}",
+            "comment": f"{program.tensor_label(t.index)} '{c_text(t.name)}' "
+                       f"{t.dtype}{list(t.shape)}",
         }
         for t in graph.tensors
         if t.is_constant and not t.is_variable and t.index in referenced
@@ -151,33 +202,22 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     offset_rows = [
         {
             "offset": offsets[t],
-            "comment": f"t{t} '{c_text(rows[t].name)}': {rows[t].bytes} bytes, "
-            f"ops {rows[t].first_op}-{rows[t].last_op}",
+            "comment": f"{program.tensor_symbol(t)} '{c_text(rows[t].name)}': {rows[t].bytes} "
+            f"bytes, ops {rows[t].first_op}-{rows[t].last_op}",
         }
         for t in offsets
     ] + [
         {
             "offset": offset,
-            "comment": f"scratch of op {request.op} ({c_text(request.purpose)}): "
+            "comment": f"scratch of {program.op_label(request.op)} ({c_text(request.purpose)}): "
             f"{request.size} bytes",
         }
         for request, offset in scratch
     ]
-    state = [
-        {
-            "offset": state_offsets[t],
-            "nbytes": graph.tensors[t].nbytes,
-            "length": c_length(graph.tensors[t].nbytes),
-            "init": None
-            if graph.tensors[t].data is None
-            else c_array(np.frombuffer(graph.tensors[t].data.tobytes(), np.uint8)),
-            "init_name": f"{name}_state_init{k}",
-            "fill": variable_fill(graph.tensors[t]),
-            "comment": f"tensor {t} '{c_text(graph.tensors[t].name)}'"
-            + (", its zero point" if variable_fill(graph.tensors[t]) else ""),
-        }
-        for k, t in enumerate(mp.lifetimes.variables)
-    ]
+    state = [state_info(slot, k, name, program) for k, slot in enumerate(mp.state_slots)]
+    image = bytearray(mp.state_bytes)  # what the state block starts as
+    for slot in mp.state_slots:
+        image[slot.offset : slot.offset + slot.nbytes] = slot.init
     inputs = [io_info(graph.tensors[t], i, t not in external) for i, t in enumerate(graph.inputs)]
     outputs = [
         io_info(graph.tensors[t], i, t not in external) for i, t in enumerate(graph.outputs)
@@ -192,8 +232,9 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         "arena_bytes": mp.arena_bytes,
         "arena_length": c_length(mp.arena_bytes),
         "lower_bound_bytes": mp.lower_bound_bytes,
-        "state_bytes": state_bytes,
-        "state_length": c_length(state_bytes),
+        "state_bytes": mp.state_bytes,
+        "state_length": c_length(mp.state_bytes),
+        "state_image": c_array(np.frombuffer(bytes(image), np.uint8)) if any(image) else None,
         "external_io": external_io,
         "inputs": inputs,
         "outputs": outputs,
@@ -206,7 +247,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         "offsets": offset_rows,
         "constants": constants,
         "state": state,
-        "helpers": helper_definitions(group for k in kernels for group in k.helpers),
+        "helpers": helper_definitions(helpers),
         "kernels": texts,
         "calls": calls,
         "copies": copies,
@@ -215,6 +256,44 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         f"{name}.h": render("c/model.h.j2", **values),
         f"{name}.c": render("c/model.c.j2", **values),
         f"{name}_main.c": render("c/harness.c.j2", **values),
+    }
+
+
+def kernel_function(name: str, mp: ModelPlan, op: int) -> str:
+    """The C function of one op's kernel: NAME_op3_add, NAME_sg1_op0_assign_variable."""
+    return f"{name}_{mp.program.op_symbol(op)}_{mp.graph.operators[op].opcode.lower()}"
+
+
+def c_subgraph(program, graph: int) -> str:
+    """A subgraph as comments name it: its index, and its name spelled for a comment."""
+    name = program.model.graphs[graph].name
+    return f"{graph} '{c_text(name)}'" if name else str(graph)
+
+
+def state_info(slot: StateSlot, k: int, name: str, program) -> dict:
+    """What the templates say of one slot of the state block: where it is, how a reset
+    restores it (one byte value, or a copy of `init`), and what it is in words."""
+    if slot.kind == "variable":
+        what = (f"{program.tensor_label(slot.tensor)} '{c_text(slot.name)}' "
+                f"{slot.dtype}{list(slot.shape)}")
+        if slot.dtype == "int8" and slot.fill:  # the byte of an int8 variable's zero point
+            what += f", its zero point {slot.fill - 256 if slot.fill > 127 else slot.fill}"
+    elif slot.kind == "resource":
+        what = f"resource variable '{c_text(slot.name)}' {slot.dtype}{list(slot.shape)}"
+    else:
+        what = f"whether CALL_ONCE ran subgraph {c_subgraph(program, slot.subgraph)}"
+    span = (f"byte {slot.offset}" if slot.nbytes <= 1
+            else f"bytes {slot.offset}-{slot.offset + slot.nbytes - 1}")
+    return {
+        "offset": slot.offset,
+        "nbytes": slot.nbytes,
+        "length": c_length(slot.nbytes),
+        "fill": slot.fill if slot.nbytes else 0,
+        "init": None if slot.fill is not None or not slot.nbytes
+        else c_array(np.frombuffer(slot.init, np.uint8)),
+        "init_name": f"{name}_state_init{k}",
+        "comment": what,
+        "span": span,
     }
 
 

@@ -36,7 +36,6 @@ from toolchain.builder import FILE_IDENTIFIER, AlignedBufferT
 from toolchain.errors import ModelError, PlanError
 from toolchain.files import write_atomic
 from toolchain.ir import Model
-from toolchain.lifetimes import model_order
 from toolchain.plan import ModelPlan
 from toolchain.planners import Placement, verify
 from toolchain.reader import parse_model
@@ -64,13 +63,16 @@ def offline_offsets(model: Model, model_plan: ModelPlan) -> list[int]:
             "plan this model",
             model.source,
         )
-    graph = model.graphs[index]
-    if len(graph.tensors) != len(planned_graph.tensors):
-        raise PlanError(
-            f"the plan is for a graph of {len(planned_graph.tensors)} tensors, but subgraph "
-            f"{index} of the model has {len(graph.tensors)}: it was made from another model",
-            model.source,
-        )
+    program = model_plan.program
+    for g in program.subgraphs:  # the graph and the subgraphs it calls (CALL_ONCE)
+        planned_count = len(program.model.graphs[g].tensors)
+        have = len(model.graphs[g].tensors) if g < len(model.graphs) else None
+        if have != planned_count:
+            raise PlanError(
+                f"the plan is for a graph of {planned_count} tensors, but subgraph {g} of the "
+                f"model has {'none' if have is None else have}: it was made from another model",
+                model.source,
+            )
     plan = model_plan.plan
     if plan.alignment % TFLM_ALIGNMENT:
         raise PlanError(
@@ -80,7 +82,8 @@ def offline_offsets(model: Model, model_plan: ModelPlan) -> list[int]:
         )
     offsets = model_plan.offset_of_tensor()
     for t, offset in offsets.items():
-        tensor, planned = graph.tensors[t], planned_graph.tensors[t]
+        g, i = program.tensor_origin(t)
+        tensor, planned = model.graphs[g].tensors[i], planned_graph.tensors[t]
         if tensor.is_constant or tensor.is_variable or tensor.nbytes != planned.nbytes:
             raise PlanError(
                 f"the plan places tensor {t} ({planned.name!r}, {planned.nbytes} bytes), which "
@@ -91,11 +94,14 @@ def offline_offsets(model: Model, model_plan: ModelPlan) -> list[int]:
             raise PlanError(f"tensor {t} offset {offset} does not fit in int32", model.source)
     _check_in_file_order(model, model_plan, offsets)
 
-    base = sum(len(g.tensors) for g in model.graphs[:index])
+    # entries follow the tensors of every subgraph, concatenated in subgraph order; a called
+    # subgraph's tensors live within its caller's step in TFLM's lifetimes as in arenac's
+    bases = [sum(len(g.tensors) for g in model.graphs[:k]) for k in range(len(model.graphs))]
     entries = [ONLINE] * sum(len(g.tensors) for g in model.graphs)
     for t, offset in offsets.items():
-        if graph.tensors[t].nbytes:
-            entries[base + t] = offset
+        g, i = program.tensor_origin(t)
+        if planned_graph.tensors[t].nbytes:
+            entries[bases[g] + i] = offset
     _check_variables(model, entries)
     return entries
 
@@ -117,7 +123,7 @@ def _check_in_file_order(model: Model, model_plan: ModelPlan, offsets: dict[int,
     """
     index = model_plan.graph_index
     lifetimes = model_plan.lifetimes
-    if lifetimes.order != model_order(model.graphs[index]):
+    if lifetimes.order != model_plan.program.file_order():
         raise PlanError(
             "the plan was made for another operator order, but TFLM runs the operators in the "
             "file's order; plan with the file's order",

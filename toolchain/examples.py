@@ -8,6 +8,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+import numpy as np
+
 from toolchain.builder import ModelBuilder
 
 # Quantized inputs cover [-1, 1) like the float models' inputs (uint8: legacy quantization).
@@ -57,10 +59,45 @@ def residual_cnn(dtype: str, seed: int = 0) -> bytes:
     return b.build()
 
 
+def streaming_kws(dtype: str, seed: int = 0) -> bytes:
+    """A streaming keyword spotter as TFLite's converter writes one: each invocation takes one
+    frame of 8 features, a resource variable keeps the 3 frames before it (CALL_ONCE's
+    initialization subgraph sets them to zero on the first invocation), and a fully connected
+    layer scores the 4-frame window (~330 params)."""
+    frame, history = 8, 3
+    b = ModelBuilder(dtype, seed)
+    scale, zero_point = _INPUT_QUANT[dtype]
+    past_shape = (1, frame * history)
+    init = b.subgraph("init")
+    init.assign_variable(
+        init.var_handle("frames"),
+        init.const("frames/zero", np.full(past_shape, zero_point or 0, np.dtype(dtype)), scale,
+                   zero_point),
+    )
+    x = _input(b, (1, frame))
+    b.call_once(init)
+    handle = b.var_handle("frames")
+    past = b.read_variable(handle, past_shape, dtype, scale, zero_point, name="frames/past")
+    window = b.tensor("window", (1, frame * (history + 1)), dtype, scale, zero_point)
+    b.op("CONCATENATION", [past, x], [window], {"axis": 1})
+    kept = b.tensor("frames/kept", past_shape, dtype, scale, zero_point)
+    begin = b.const("frames/begin", np.asarray([0, frame], np.int32))
+    size = b.const("frames/size", np.asarray(past_shape, np.int32))
+    b.op("SLICE", [window, begin, size], [kept])
+    b.assign_variable(handle, kept)
+    b.output(b.softmax(b.fully_connected(window, 10)))
+    return b.build()
+
+
+# The schemes each example is built in: the CNNs in every one; the streaming model, whose
+# checks also run TFLite Micro, only where TFLite Micro's kernels agree with LiteRT's (its int16
+# FULLY_CONNECTED rescales in fixed point, LiteRT's in double).
 EXAMPLES: dict[str, Callable[[], bytes]] = {
     f"{model.__name__}_{dtype}": partial(model, dtype)
-    for model in (tiny_cnn, residual_cnn)
-    for dtype in ("float32", "int8", "uint8", "int16")
+    for model, dtypes in ((tiny_cnn, ("float32", "int8", "uint8", "int16")),
+                          (residual_cnn, ("float32", "int8", "uint8", "int16")),
+                          (streaming_kws, ("float32", "int8", "uint8")))
+    for dtype in dtypes
 }
 
 

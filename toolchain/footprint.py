@@ -32,6 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from toolchain.codegen import kernel_function
 from toolchain.firmware import BOARD, CPU, McuBuild, build_mcu, run_tool, tool
 from toolchain.plan import ModelPlan
 
@@ -194,16 +195,14 @@ def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
     symbols = symbol_sizes(build.elf)
     flash = sum(sections.get(s, 0) for s in FLASH_SECTIONS)
     ram = sum(sections.get(s, 0) for s in RAM_SECTIONS)
-    weights = sum(size for sym, (_, size) in symbols.items() if re.fullmatch(rf"{name}_t\d+", sym))
+    weights = sum(size for sym, (_, size) in symbols.items()
+                  if re.fullmatch(rf"{name}_(?:sg\d+_)?t\d+", sym))
     code = sections.get(".text", 0)
     arena = symbols.get(f"{name}_arena", ("b", 0))[1]
     state = symbols.get(f"{name}_state", ("b", 0))[1]
 
     graph = mp.graph
-    kernel_names = {
-        index: f"{name}_op{index}_{graph.operators[index].opcode.lower()}"
-        for index in mp.lifetimes.order
-    }
+    kernel_names = {index: kernel_function(name, mp, index) for index in mp.lifetimes.order}
     kernels = [
         {
             "op": index,

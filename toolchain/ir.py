@@ -40,6 +40,9 @@ DTYPE_BITS: dict[str, int] = {
     "variant": 0,
 }
 
+# Tensors of these types hold no numbers: a resource handle names a resource variable.
+HANDLE_DTYPES = frozenset({"resource", "variant"})
+
 
 @dataclass(frozen=True, eq=False)
 class Quantization:
@@ -71,6 +74,11 @@ class Tensor:
     @property
     def is_constant(self) -> bool:
         return self.data is not None
+
+    @property
+    def is_handle(self) -> bool:
+        """A resource handle: it names a variable and has no bytes of its own."""
+        return self.dtype in HANDLE_DTYPES
 
     @property
     def num_elements(self) -> int:

@@ -4,7 +4,8 @@ The rules are those of the method arenac is built on: a tensor's life starts at 
 operator that produces it (step 0 for graph inputs) and ends at the step of its last consumer
 (the last step for graph outputs); a tensor nobody reads lives only during its producer's step.
 Constants stay in flash and variables (recurrent state) persist, so neither is planned here:
-they are listed beside the planned buffers.
+they are listed beside the planned buffers. Resource handles (VAR_HANDLE's outputs) hold no bytes:
+they name a resource variable, which lives in the state block too.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class TensorRoles:
     operator writes each. `compute_lifetimes` and the scheduler's memory model both start
     from it, so the two cannot disagree on what is planned."""
 
-    planned: tuple[bool, ...]  # per tensor: neither constant (flash) nor variable (state)
+    planned: tuple[bool, ...]  # per tensor: not constant (flash), variable (state) or a handle
     graph_inputs: frozenset[int]  # planned graph inputs: live from the first step
     graph_outputs: frozenset[int]  # live until the last step
     producer: dict[int, int]  # planned tensor (not a graph input) -> the op that writes it
@@ -59,7 +60,7 @@ class TensorRoles:
     def of(cls, graph: Graph, source: str | None = None) -> TensorRoles:
         """Raises ModelError for a tensor two operators write."""
         tensors = graph.tensors
-        planned = tuple(not t.is_constant and not t.is_variable for t in tensors)
+        planned = tuple(not (t.is_constant or t.is_variable or t.is_handle) for t in tensors)
         graph_inputs = frozenset(t for t in graph.inputs if 0 <= t < len(tensors) and planned[t])
         producer: dict[int, int] = {}
         for op in graph.operators:

@@ -1,9 +1,13 @@
-"""A model's arena plan: lifetimes of one graph, planned offsets, and the figures beside them."""
+"""A model's arena plan: lifetimes of one graph (with the subgraphs it calls), planned offsets,
+the state block beside the arena, and the figures beside them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from toolchain.ir import Model
 from toolchain.lifetimes import (
@@ -12,7 +16,6 @@ from toolchain.lifetimes import (
     TensorRoles,
     check_order,
     compute_lifetimes,
-    model_order,
     overlap_pairs,
 )
 from toolchain.planners import (
@@ -27,6 +30,7 @@ from toolchain.planners import (
 )
 from toolchain.planners.csvio import load_offsets
 from toolchain.program import Program, lower
+from toolchain.quant import variable_fill
 from toolchain.schedule import schedule
 
 STATE_ALIGNMENT = 16
@@ -45,6 +49,30 @@ class BufferRow:
     first_op: int
     last_op: int
     offset: int
+
+
+@dataclass(frozen=True)
+class StateSlot:
+    """One piece of the state block, the memory that persists across invocations (outside the
+    arena, never reused): a variable tensor, a resource variable, or the flag byte recording
+    that CALL_ONCE ran a subgraph. `init` is what the block starts as and what a reset
+    restores (`nbytes` bytes)."""
+
+    kind: str  # "variable", "resource" or "call_once"
+    name: str
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: tuple[int, ...]
+    init: bytes
+    tensor: int | None = None  # a variable tensor's index
+    resource: int | None = None  # a resource variable's position in Program.resources
+    subgraph: int | None = None  # the subgraph whose run a call_once flag records
+
+    @property
+    def fill(self) -> int | None:
+        """The byte every byte of `init` is, or None when they differ."""
+        return self.init[0] if self.init and self.init == self.init[:1] * self.nbytes else None
 
 
 @dataclass(frozen=True)
@@ -85,13 +113,60 @@ class ModelPlan:
         offsets = [off for t, off in zip(self.lifetimes.tensor_of, self.plan.offsets) if t is None]
         return list(zip(self.lifetimes.scratch, offsets))
 
-    def state_layout(self) -> tuple[dict[int, int], int]:
-        """Variables persist in a block of their own: tensor -> offset there, and its size."""
-        offsets, size = {}, 0
+    @property
+    def state_slots(self) -> tuple[StateSlot, ...]:
+        """The state block's layout: variable tensors, then resource variables, each aligned to
+        STATE_ALIGNMENT, then one flag byte per subgraph that CALL_ONCE runs."""
+        return self._state[0]
+
+    @property
+    def state_bytes(self) -> int:
+        return self._state[1]
+
+    @cached_property
+    def _state(self) -> tuple[tuple[StateSlot, ...], int]:
+        program, tensors = self.program, self.graph.tensors
+        slots, offset = [], 0
         for t in self.lifetimes.variables:
-            offsets[t] = size
-            size += align_up(self.graph.tensors[t].nbytes, STATE_ALIGNMENT)
-        return offsets, size
+            tensor = tensors[t]
+            slots.append(StateSlot("variable", tensor.name, offset, tensor.nbytes, tensor.dtype,
+                                   tensor.shape, initial_bytes(tensor), tensor=t))
+            offset += align_up(tensor.nbytes, STATE_ALIGNMENT)
+        for i, v in enumerate(program.resources):
+            slots.append(StateSlot("resource", v.name, offset, v.nbytes, v.dtype, v.shape,
+                                   bytes(v.nbytes), resource=i))
+            offset += align_up(v.nbytes, STATE_ALIGNMENT)
+        for g in dict.fromkeys(program.calls.values()):
+            slots.append(StateSlot("call_once", f"subgraph {program.subgraph_label(g)} ran",
+                                   offset, 1, "uint8", (), bytes(1), subgraph=g))
+            offset += 1
+        return tuple(slots), offset
+
+    def state_layout(self) -> tuple[dict[int, int], int]:
+        """Variable tensors persist in the state block: tensor -> offset there, and the block's
+        size (resource variables and CALL_ONCE flags included)."""
+        offsets = {s.tensor: s.offset for s in self.state_slots if s.kind == "variable"}
+        return offsets, self.state_bytes
+
+    def state_of_handle(self, tensor: int) -> StateSlot | None:
+        """The slot of the resource variable a handle tensor names (None if it names one that
+        nothing assigns)."""
+        index = self.program.handles.get(tensor)
+        return next((s for s in self.state_slots if s.resource == index), None) \
+            if index is not None else None
+
+    def call_once_slot(self, subgraph: int) -> StateSlot:
+        return next(s for s in self.state_slots if s.subgraph == subgraph)
+
+    @cached_property
+    def call_spans(self) -> dict[int, int]:
+        """Step of each CALL_ONCE that runs a subgraph -> the step after that subgraph's last."""
+        return self.program.call_spans(self.lifetimes.order)
+
+    def step_label(self, step: int) -> str:
+        """"op 3 ADD", "subgraph 1 op 0 VAR_HANDLE": the op that runs at a step."""
+        op = self.lifetimes.order[step]
+        return f"{self.program.op_label(op)} {self.graph.operators[op].opcode}"
 
     def rows(self) -> list[BufferRow]:
         tensors = self.graph.tensors
@@ -150,7 +225,9 @@ def plan_model(
     solver's solution (MiniMalloc CSV) instead of a planner; they are verified like any plan.
     The graph is lowered to a Program first, so the scratch its kernels request is planned
     with the tensors; `scratch` adds requests beyond those (TFLite Micro's own kernels', when
-    a plan is made for it).
+    a plan is made for it). The subgraphs the graph calls (CALL_ONCE) are planned with it,
+    their steps right after their call: `order` then runs over the program's ops
+    (toolchain.program), and must keep each called subgraph's steps together after its call.
     """
     deadline = Deadline.after(time_limit)
     program = lower(model, graph_index)
@@ -158,9 +235,10 @@ def plan_model(
     scratch = (*program.scratch(), *scratch)
     roles = TensorRoles.of(graph, model.source)  # derived once, for every step below
     if order is None:
-        check_order(graph, model_order(graph), model.source, roles)  # TFLite runs this order
-        order = schedule(graph, techniques.schedule, alignment, deadline.share(SCHEDULE_SHARE),
-                         scratch, roles)
+        check_order(graph, program.file_order(), model.source, roles)  # TFLite runs this order
+        order = schedule_program(program, techniques.schedule, alignment,
+                                 deadline.share(SCHEDULE_SHARE), scratch, roles)
+    program.call_spans(order)  # a called subgraph's steps must follow its call
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
     lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside, roles)
     overlaps = overlap_pairs(
@@ -181,6 +259,29 @@ def plan_model(
         naive_bytes=naive_sum(lifetimes.buffers, alignment),
         overlap_bound_bytes=lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment),
     )
+
+
+def schedule_program(program: Program, mode: str, alignment: int, deadline: Deadline,
+                     scratch: Sequence[ScratchRequest], roles: TensorRoles) -> tuple[int, ...]:
+    """The execution order: each subgraph scheduled on its own (toolchain.schedule), the steps
+    of a called subgraph right after the CALL_ONCE that runs them."""
+    if not program.calls:
+        return schedule(program.graph, mode, alignment, deadline, scratch, roles)
+    orders = {}
+    for g in program.subgraphs:
+        ops = program.ops_of(g)
+        local = [ScratchRequest(r.op - ops.start, r.size, r.purpose)
+                 for r in scratch if r.op in ops]
+        orders[g] = schedule(program.model.graphs[g], mode, alignment, deadline, local)
+    return program.flatten(orders)
+
+
+def initial_bytes(tensor) -> bytes:
+    """What a variable tensor starts as: its data when the file gives some, else its fill (the
+    zero point of int8, as TFLite and TFLite Micro reset it; zeros otherwise)."""
+    if tensor.data is not None:
+        return tensor.data.tobytes()
+    return np.full(tensor.num_elements, variable_fill(tensor), np.dtype(tensor.dtype)).tobytes()
 
 
 def loaded_plan(path: str, buffers, overlaps, alignment: int) -> Placement:

@@ -188,6 +188,7 @@ class _Parser:
             self.operator(op, i, len(tensors), where)
             for i, op in enumerate(self.items(g.OperatorsLength(), g.Operators, 4, "operators"))
         )
+        tensors = _empty_constants(tensors, operators, inputs)
         return Graph(index, self.text(g.Name()), tensors, operators, inputs, outputs)
 
     def tensor_refs(
@@ -320,6 +321,21 @@ def _plain(field: str, value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return value
+
+
+def _empty_constants(tensors: tuple[Tensor, ...], operators: tuple[Operator, ...],
+                     inputs: tuple[int, ...]) -> tuple[Tensor, ...]:
+    """A tensor of no elements that no operator writes and no caller fills is a constant with
+    no bytes (the converter writes such shape operands, e.g. a RESHAPE to a scalar): its
+    buffer is empty because there is nothing to hold, not because it is computed."""
+    written = {t for op in operators for t in op.outputs} | set(inputs)
+    return tuple(
+        _with_data(t, np.zeros(0, np.uint8))
+        if t.data is None and t.num_elements == 0 and not t.is_variable and not t.is_handle
+        and t.index not in written and DTYPE_BITS[t.dtype] > 0
+        else t
+        for t in tensors
+    )
 
 
 def _with_data(tensor: Tensor, raw: np.ndarray) -> Tensor:

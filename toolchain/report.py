@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from toolchain.errors import ArenacError
 from toolchain.ir import Model, Tensor
 from toolchain.ops import unsupported_ops
 from toolchain.plan import BufferRow, ModelPlan
@@ -40,10 +41,21 @@ def describe_tensor(t: Tensor) -> str:
 
 # --- inspect ----------------------------------------------------------------------------
 def inspect_data(model: Model) -> dict[str, Any]:
-    """The model as plain data: operators in execution order, tensors, totals."""
+    """The model as plain data: operators in execution order, tensors, totals.
+
+    Operators are marked unsupported exactly as `run` refuses them: the main graph and the
+    subgraphs it calls as one program (toolchain.program), any other subgraph on its own."""
+    program = program_of(model)
+    refusals: dict[int, dict[int, str]] = {}
+    if program is not None:
+        for r in program.refusals:
+            if r.op >= 0:
+                graph, op = program.op_origin(r.op)
+                refusals.setdefault(graph, {})[op] = r.message
     graphs = []
     for g in model.graphs:
-        unsupported = unsupported_ops(g)
+        in_program = program is not None and g.index in program.subgraphs
+        unsupported = refusals.get(g.index, {}) if in_program else unsupported_ops(g)
         ops = [
             {
                 "index": op.index,
@@ -67,6 +79,8 @@ def inspect_data(model: Model) -> dict[str, Any]:
                 if t.is_constant
                 else "variable"
                 if t.is_variable
+                else "handle"
+                if t.is_handle
                 else "activation",
                 "scale": list(t.quantization.scale) if t.quantization else None,
                 "zero_point": list(t.quantization.zero_point) if t.quantization else None,
@@ -93,7 +107,22 @@ def inspect_data(model: Model) -> dict[str, Any]:
         "metadata": sorted(model.metadata),
         "signatures": [s.key for s in model.signature_defs],
         "graphs": graphs,
+        "resource_variables": [
+            {"name": v.name, "dtype": v.dtype, "shape": list(v.shape), "bytes": v.nbytes}
+            for v in (program.resources if program is not None else ())
+        ],
     }
+
+
+def program_of(model: Model):
+    """The main graph lowered with the subgraphs it calls, or None when the model cannot mean
+    it (an invalid op: each graph is then shown on its own, with that op's reason)."""
+    from toolchain.program import lower
+
+    try:
+        return lower(model)
+    except ArenacError:
+        return None
 
 
 def inspect_text(data: dict[str, Any]) -> str:
@@ -134,6 +163,10 @@ def inspect_text(data: dict[str, Any]) -> str:
             f"\nweights {g['weight_bytes']} bytes, activations {g['activation_bytes']} bytes"
             f" (unplanned sum), state {g['variable_bytes']} bytes"
         )
+    if data["resource_variables"]:
+        out.append("\nresource variables (state, beside the variable tensors): " + ", ".join(
+            f"{display_text(v['name'])} {v['dtype']}{v['shape']} ({v['bytes']} bytes)"
+            for v in data["resource_variables"]))
     return "\n".join(out)
 
 
@@ -161,7 +194,8 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
         ],
         "buffers": [
             {
-                "tensor": r.tensor,
+                "tensor": None if r.tensor is None else mp.program.tensor_origin(r.tensor)[1],
+                "subgraph": None if r.tensor is None else mp.program.tensor_origin(r.tensor)[0],
                 "name": r.name,
                 "bytes": r.bytes,
                 "first_op": r.first_op,
@@ -174,6 +208,14 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
             {"tensor": t, "name": graph.tensors[t].name, "bytes": graph.tensors[t].nbytes}
             for t in mp.lifetimes.variables
         ],
+        "state_bytes": mp.state_bytes,
+        "state": [
+            {"kind": slot.kind, "name": slot.name, "offset": slot.offset, "bytes": slot.nbytes,
+             "dtype": slot.dtype, "shape": list(slot.shape),
+             "subgraph": slot.subgraph if slot.kind == "call_once" else None}
+            for slot in mp.state_slots
+        ],
+        "subgraphs": subgraph_steps(mp),
         "scratch": [
             {"op": s.op, "bytes": s.size, "purpose": s.purpose} for s in mp.lifetimes.scratch
         ],
@@ -190,15 +232,51 @@ def ratio(a: int, b: int) -> float:
     return round(a / b, 4) if b else 1.0
 
 
+def subgraph_steps(mp: ModelPlan) -> list[dict[str, Any]]:
+    """Each subgraph the plan runs, with its steps and the CALL_ONCE that runs it."""
+    program, order = mp.program, mp.lifetimes.order
+    called_by = {g: op for op, g in program.calls.items()}
+    return [
+        {
+            "subgraph": g,
+            "name": mp.model.graphs[g].name,
+            "steps": [step for step, op in enumerate(order) if program.op_origin(op)[0] == g],
+            "called_by_op": None if g not in called_by else program.op_origin(called_by[g])[1],
+            "caller": None if g not in called_by else program.op_origin(called_by[g])[0],
+        }
+        for g in program.subgraphs
+    ]
+
+
+def step_ranges(steps: list[int]) -> str:
+    """[0, 3, 4, 5] -> "0, 3-5"."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][1] + 1:
+            runs[-1][1] = step
+        else:
+            runs.append([step, step])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
+
+
 def plan_text(mp: ModelPlan) -> str:
     rows = mp.rows()
+    program = mp.program
+    several = bool(program.calls)
+    scratch = iter(mp.lifetimes.scratch)
+    subgraph_of = [program.tensor_origin(t)[0] if t is not None
+                   else program.op_origin(next(scratch).op)[0]
+                   for t in mp.lifetimes.tensor_of]
+    headers = ["map", *(["subgraph"] if several else []), "tensor", "name", "bytes", "first",
+               "last", "offset"]
     out = [
         table(
-            ["map", "tensor", "name", "bytes", "first", "last", "offset"],
+            headers,
             [
                 [
                     symbol(r.buffer),
-                    "-" if r.tensor is None else r.tensor,
+                    *([subgraph_of[r.buffer]] if several else []),
+                    "-" if r.tensor is None else program.tensor_origin(r.tensor)[1],
                     r.name,
                     r.bytes,
                     r.first_op,
@@ -209,15 +287,27 @@ def plan_text(mp: ModelPlan) -> str:
             ],
         )
     ]
-    variables = mp.lifetimes.variables
-    if variables:
-        out.append(
-            "\nstate (persistent, outside the arena): "
-            + ", ".join(
-                f"{mp.graph.tensors[t].name} ({mp.graph.tensors[t].nbytes} bytes)"
-                for t in variables
-            )
-        )
+    if several:
+        out.append("")
+        for g in subgraph_steps(mp):
+            label = f"subgraph {program.subgraph_label(g['subgraph'])}"
+            line = f"{display_text(label)}: steps {step_ranges(g['steps'])}"
+            if g["called_by_op"] is not None:
+                caller = ("op" if g["caller"] == mp.graph_index
+                          else f"subgraph {g['caller']} op")
+                line += (f", within the step of {caller} {g['called_by_op']} CALL_ONCE "
+                         "(first invoke after a reset only)")
+            out.append(line)
+    if mp.state_slots:
+        out.append("")
+        out.append(f"state block: {mp.state_bytes} bytes kept across invokes, outside the arena "
+                   "(never reused); a reset restores them")
+        out.append(table(
+            ["offset", "bytes", "kind", "name", "holds"],
+            [[slot.offset, slot.nbytes, slot.kind, display_text(slot.name),
+              "flag" if slot.kind == "call_once" else f"{slot.dtype}{list(slot.shape)}"]
+             for slot in mp.state_slots],
+        ))
     out.append("")
     proof = {True: ", proven optimal", False: ", not proven optimal", None: ""}
     out.append(f"planner      {mp.plan.planner} (alignment {mp.plan.alignment})"
@@ -227,6 +317,8 @@ def plan_text(mp: ModelPlan) -> str:
         out.append(f"overlaps     {len(shared)} outputs placed over their dying inputs, "
                    f"{sum(shared_bytes(mp, o.below, o.above) for o in shared)} bytes shared")
     out.append(f"arena        {mp.arena_bytes} bytes")
+    if mp.state_slots:
+        out.append(f"state        {mp.state_bytes} bytes (persistent, beside the arena)")
     out.append(
         f"lower bound  {mp.lower_bound_bytes} bytes "
         f"(arena / lower bound = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f}; "
@@ -279,7 +371,11 @@ def memory_map_text(rows: list[BufferRow], arena: int, steps: int, height: int =
         ]
         lines.append(f"{row_index * band:>9} |{''.join(cells)}|")
     lines.append(" " * 10 + "+" + "-" * width + "+")
-    lines.append(" " * 11 + "op 0" + f"op {steps - 1}".rjust(max(0, width - 4)))
+    last = f"op {steps - 1}"
+    if width > len("op 0") + len(last):
+        lines.append(" " * 11 + "op 0" + last.rjust(width - len("op 0")))
+    else:  # too narrow for both labels
+        lines.append(" " * 11 + ("op 0" if steps == 1 else f"ops 0-{steps - 1}"))
     return "\n".join(lines)
 
 

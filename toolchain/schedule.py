@@ -58,7 +58,6 @@ _CLOCK_EVERY = 1024
 _STATEFUL_OPCODES = frozenset(
     {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE", "CALL", "IF", "WHILE", "CUSTOM"}
 )
-_HANDLE_DTYPES = frozenset({"resource", "variant"})
 
 
 def peak_bytes(graph: Graph, order: Sequence[int], alignment: int = 16,
@@ -281,7 +280,7 @@ def _stateful(graph: Graph, op: Operator) -> bool:
     if op.opcode in _STATEFUL_OPCODES:
         return True
     return any(
-        t >= 0 and (graph.tensors[t].is_variable or graph.tensors[t].dtype in _HANDLE_DTYPES)
+        t >= 0 and (graph.tensors[t].is_variable or graph.tensors[t].is_handle)
         for t in (*op.inputs, *op.outputs)
     )
 

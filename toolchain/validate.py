@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from toolchain.errors import ModelError
-from toolchain.ir import DTYPE_BITS, Graph, Model, Tensor
+from toolchain.ir import DTYPE_BITS, Graph, Model, Operator, Tensor
 
 # The default cap on any single tensor and on a graph's activations and state together:
 # far above any microcontroller's RAM, far below what would exhaust the host running arenac.
@@ -35,15 +35,86 @@ def integer_range(dtype: str) -> tuple[int, int] | None:
 
 def validate_model(model: Model, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
     """Raise one ModelError naming the file and the first tensor or op that is invalid."""
+    entries = {0} | {s.subgraph for s in model.signature_defs}
     for graph in model.graphs:
-        _GraphChecks(graph, model.source, max_bytes).run()
+        _GraphChecks(graph, model.source, max_bytes, graph.index in entries).run()
+    check_calls(model)
+
+
+def called_subgraph(op: Operator) -> int | None:
+    """The subgraph a CALL_ONCE runs (its init_subgraph_index), None for any other op."""
+    if op.opcode != "CALL_ONCE":
+        return None
+    return op.options.get("init_subgraph_index")
+
+
+def check_calls(model: Model) -> None:
+    """Every CALL_ONCE names an initialization subgraph TFLite can run: another subgraph of
+    the file, without inputs or outputs, and no chain of calls leads back to its caller."""
+    graphs = model.graphs
+    calls: dict[int, list[int]] = {}
+    for graph in graphs:
+        where = f"subgraph {graph.index} op" if graph.index else "op"
+        for op in graph.operators:
+            if op.opcode != "CALL_ONCE":
+                continue
+            what = f"{where} {op.index} CALL_ONCE"
+            target = called_subgraph(op)
+            if op.inputs or op.outputs:
+                raise ModelError(f"{what} has inputs or outputs; it takes none", model.source)
+            if not isinstance(target, int):
+                raise ModelError(f"{what}: its options lack init_subgraph_index", model.source)
+            if not 0 <= target < len(graphs):
+                raise ModelError(
+                    f"{what} calls subgraph {target}, but the model has {len(graphs)} subgraphs",
+                    model.source,
+                )
+            if target == graph.index:
+                raise ModelError(f"{what} calls its own subgraph {target}", model.source)
+            init = graphs[target]
+            if init.inputs or init.outputs:
+                raise ModelError(
+                    f"{what} calls subgraph {target}, which has inputs or outputs; an "
+                    "initialization subgraph has neither",
+                    model.source,
+                )
+            calls.setdefault(graph.index, []).append(target)
+    cycle = _cycle(calls)
+    if cycle:
+        path = " -> ".join(f"subgraph {g}" for g in cycle)
+        raise ModelError(f"CALL_ONCE calls form a cycle: {path}", model.source)
+
+
+def _cycle(edges: dict[int, list[int]]) -> list[int]:
+    """A cycle of the directed graph `edges` as a path that ends where it starts, or []."""
+    state: dict[int, int] = {}  # 1 while on the path, 2 once finished
+    for start in sorted(edges):
+        if start in state:
+            continue
+        path, stack = [start], [iter(edges.get(start, ()))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(edges.get(nxt, ())))
+    return []
 
 
 class _GraphChecks:
-    def __init__(self, graph: Graph, source: str, max_bytes: int):
+    def __init__(self, graph: Graph, source: str, max_bytes: int, entry: bool = True):
         self.graph = graph
         self.source = source
         self.max_bytes = max_bytes
+        # a caller fills an entry point's inputs; a subgraph that an operator runs (IF's
+        # branches, WHILE's body) may also pass resource handles in and out
+        self.entry = entry
         self.where = f"subgraph {graph.index}: " if graph.index else ""
 
     def fail(self, message: str) -> ModelError:
@@ -137,7 +208,7 @@ class _GraphChecks:
                 raise self.fail(f"graph input {i} is {_name(tensors[t])}, a variable")
         for kind, indices in (("input", graph.inputs), ("output", graph.outputs)):
             for i, t in enumerate(indices):
-                if tensors[t].dtype not in IO_DTYPES:
+                if tensors[t].dtype not in IO_DTYPES and (self.entry or not tensors[t].is_handle):
                     raise self.fail(
                         f"graph {kind} {i} is {_name(tensors[t])} of type {tensors[t].dtype}, "
                         "which no caller can fill or read as plain numbers"

@@ -24,11 +24,12 @@ from runtime_py.kernels import (
     resize,
     shape,
     svdf,
+    variables,
 )
 
 Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm)
+            resize, svdf, lstm, variables)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

@@ -349,7 +349,8 @@ def test_state_lives_outside_the_arena_and_resets_to_its_zero_point():
     state = mp.graph.operators[0].inputs[4]
     assert state in offsets and size == 48 and state not in mp.offset_of_tensor()
     text = generate(mp, "kw")["kw.c"]
-    assert "memset(kw_state + 0, -50, 40); /* tensor 4 'state', its zero point */" in text
+    assert ("memset(kw_state + 0, 206, 40); /* tensor 4 'state' int8[1, 40], its zero point -50"
+            " */") in text
     assert "memmove(state, state + 1, 39 * sizeof *state);" in text
     runtime = ArenaInterpreter(mp)
     assert (runtime.views[state] == -50).all()

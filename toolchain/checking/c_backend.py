@@ -1,7 +1,8 @@
 """The compiled C backend: generated files built with the system `cc` and run on raw bytes.
 
 The host harness reads input sets from stdin and writes outputs to stdout, so one process
-serves every input set of a check.
+serves every input set of a check; the model's state carries from one set to the next, and the
+harness resets it every `sequence` sets when asked.
 """
 
 from __future__ import annotations
@@ -117,12 +118,16 @@ class CBackend:
             self.close()
             raise
 
-    def invoke_many(self, input_sets: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
-        """Run every input set in one process; outputs per set."""
+    def invoke_many(self, input_sets: Sequence[Sequence[np.ndarray]],
+                    sequence: int | None = None) -> list[list[np.ndarray]]:
+        """Run every input set in one process, in order; outputs per set. The model's state
+        carries from set to set; with `sequence`, it is reset before sets `sequence`,
+        2 * `sequence`, ... (the process starts from the initial state)."""
         stdin = b"".join(np.ascontiguousarray(v).tobytes() for values in input_sets for v in values)
         try:
             result = subprocess.run(
-                [self.binary], input=stdin, capture_output=True, timeout=RUN_TIMEOUT
+                [self.binary, "1", str(sequence or 0)], input=stdin, capture_output=True,
+                timeout=RUN_TIMEOUT,
             )
         except subprocess.TimeoutExpired:
             raise RuntimeBackendError(
@@ -144,6 +149,7 @@ class CBackend:
         return split_outputs(result.stdout, self.graph, len(input_sets))
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One invoke from the initial state."""
         return self.invoke_many([inputs])[0]
 
     def close(self) -> None:

@@ -4,6 +4,13 @@ Quantized outputs must be identical; float outputs may differ by 1e-5 relative t
 magnitude of the expected tensor (TFLite's float kernels sum in another order). The oracle
 runs in a child process (toolchain.checking.oracle_process): a model that crashes it ends the
 check with one error, not arenac.
+
+Inputs come as sequences: every backend runs the invokes of one sequence one after the other,
+keeping the model's state (variable tensors, resource variables, whether CALL_ONCE ran), and
+is reset between sequences; the oracle starts each sequence in a freshly loaded interpreter,
+which is the state a reset must return to. A model with state is checked over sequences of
+STATEFUL_SEQUENCE invokes unless told otherwise, so that state kept wrongly, or a reset that
+does not restore it, shows as a mismatch.
 """
 
 from __future__ import annotations
@@ -29,6 +36,14 @@ from toolchain.ops.spec import TFLM
 from toolchain.plan import ModelPlan
 
 FLOAT_RTOL = 1e-5
+# Invokes per sequence for a model with state, unless told otherwise: enough for state to
+# reach an invoke that reads what an earlier one wrote, twice.
+STATEFUL_SEQUENCE = 3
+
+
+def default_sequence(model_plan: ModelPlan) -> int:
+    """Invokes per sequence: STATEFUL_SEQUENCE for a model with state, else 1."""
+    return STATEFUL_SEQUENCE if model_plan.state_bytes else 1
 
 
 def random_inputs(graph: Graph, seed: int) -> list[np.ndarray]:
@@ -78,10 +93,15 @@ class OutputReport:
     dtype: str
     max_abs_diff: float = 0.0
     mismatches: int = 0
+    # [sequence, invoke] where this output first differs (0-based; sequences after the first
+    # start after a reset), None while it agrees
+    first_mismatch: list[int] | None = None
 
-    def add(self, d: Difference) -> None:
+    def add(self, d: Difference, sequence: int = 0, invoke: int = 0) -> None:
         self.max_abs_diff = max(self.max_abs_diff, d.max_abs_diff)
         self.mismatches += d.mismatches
+        if d.mismatches and self.first_mismatch is None:
+            self.first_mismatch = [sequence, invoke]
 
 
 @dataclass
@@ -91,6 +111,9 @@ class CheckReport:
     arena_bytes: int
     backends: list[str]
     outputs: list[OutputReport] = field(default_factory=list)
+    sequences: int = 1
+    sequence: int = 1  # invokes per sequence, state kept; a reset between sequences
+    state_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -102,13 +125,32 @@ class CheckReport:
             "ok": self.ok,
             "planner": self.planner,
             "arena_bytes": self.arena_bytes,
+            "state_bytes": self.state_bytes,
+            "sequences": self.sequences,
+            "sequence": self.sequence,
             "backends": self.backends,
             "outputs": [vars(o) for o in self.outputs],
         }
 
 
-# A backend runs a list of input sets and returns the outputs of each set.
-Backend = Callable[[list[list[np.ndarray]]], list[list[np.ndarray]]]
+# A backend runs a list of input sets in order, keeping the model's state, reset before sets
+# `sequence`, 2 * `sequence`, ... (never when 0 or None), and returns the outputs of each set.
+Backend = Callable[[list[list[np.ndarray]], int | None], list[list[np.ndarray]]]
+
+
+def runtime_py_backend(runtime: ArenaInterpreter) -> Backend:
+    """runtime_py as a backend: `reset` between sequences."""
+
+    def run(input_sets: list[list[np.ndarray]], sequence: int | None = None
+            ) -> list[list[np.ndarray]]:
+        outputs = []
+        for i, values in enumerate(input_sets):
+            if sequence and i and i % sequence == 0:
+                runtime.reset()
+            outputs.append(runtime.invoke(values))
+        return outputs
+
+    return run
 
 
 def check_plan(
@@ -119,20 +161,27 @@ def check_plan(
     extra: Sequence[tuple[str, Backend]] = (),
     runtime_py: bool = True,
     oracle_timeout: float = ORACLE_TIMEOUT,
+    sequence: int | None = None,
 ) -> CheckReport:
-    """Run the oracle, runtime_py and any extra backends on `inputs` random input sets."""
+    """Run the oracle, runtime_py and any extra backends on `inputs` random sequences of
+    `sequence` invokes each (default_sequence when None): state is kept within a sequence and
+    reset between them. Input set k (counting over all sequences) is drawn with seed + k."""
     graph = model_plan.graph
+    sequence = default_sequence(model_plan) if sequence is None else sequence
     runtime = ArenaInterpreter(model_plan)  # unsupported ops fail here, before the oracle runs
-    input_sets = [random_inputs(graph, seed + i) for i in range(inputs)]
-    oracle = oracle_run(model_plan, model_bytes, input_sets, (), oracle_timeout)
+    input_sets = [random_inputs(graph, seed + i) for i in range(inputs * sequence)]
+    oracle = oracle_run(model_plan, model_bytes, input_sets, (), oracle_timeout, sequence)
     backends: list[tuple[str, Backend]] = list(extra)
     if runtime_py:
-        backends.insert(0, ("runtime_py", lambda sets: [runtime.invoke(v) for v in sets]))
+        backends.insert(0, ("runtime_py", runtime_py_backend(runtime)))
     report = CheckReport(
         model_plan.model.source,
         model_plan.plan.planner,
         model_plan.arena_bytes,
         [oracle.name] + [n for n, _ in backends],
+        sequences=inputs,
+        sequence=sequence,
+        state_bytes=model_plan.state_bytes,
     )
     report.outputs = [
         OutputReport(f"{name}:{graph.tensors[t].name}", graph.tensors[t].dtype)
@@ -141,11 +190,11 @@ def check_plan(
     ]
     rows = iter(report.outputs)
     for _, run in backends:
-        actual = run(input_sets)
+        actual = run(input_sets, sequence)
         backend_rows = [next(rows) for _ in graph.outputs]
-        for want, got in zip(oracle.outputs, actual):
+        for k, (want, got) in enumerate(zip(oracle.outputs, actual)):
             for row, e, a in zip(backend_rows, want, got):
-                row.add(difference(e, a))
+                row.add(difference(e, a), *divmod(k, sequence))
     return report
 
 
@@ -155,13 +204,15 @@ def oracle_run(
     input_sets: list[list[np.ndarray]],
     tensors: Sequence[int],
     timeout: float,
+    sequence: int | None = None,
 ) -> OracleRun:
     """`run_oracle`, or TFLite Micro alone when some kernel reproduces its arithmetic: LiteRT's
     kernel is wrong for that op's operands, so LiteRT can neither answer nor stand in."""
     graph, source = model_plan.graph, model_plan.model.source
     oracle, bound = oracle_of(model_plan.program.bindings)
     if oracle != TFLM:
-        return run_oracle(model_bytes, input_sets, len(graph.outputs), source, tensors, timeout)
+        return run_oracle(model_bytes, input_sets, len(graph.outputs), source, tensors, timeout,
+                          sequence)
     ops = f"op {bound[0].op} {bound[0].opcode} ({bound[0].kernel.form})" + (
         f" and {len(bound) - 1} more" if len(bound) > 1 else "")
     if tensors:
@@ -171,7 +222,7 @@ def oracle_run(
         )
     try:
         return run_in_child("tflm", model_bytes, input_sets, len(graph.outputs), source, (),
-                            timeout)
+                            timeout, sequence)
     except Refused as e:
         raise RuntimeBackendError(
             f"the TFLite Micro interpreter, the oracle for {ops}, refuses the model "
@@ -195,13 +246,17 @@ def check_layers(
     oracle_timeout: float = ORACLE_TIMEOUT,
 ) -> list[LayerDifference]:
     """Every op's output against the oracle's own intermediate tensor, in execution order."""
-    graph = model_plan.graph
+    graph, program = model_plan.graph, model_plan.program
     runtime = ArenaInterpreter(model_plan)
     values = random_inputs(graph, seed)
     seen: dict[int, np.ndarray] = dict(zip(graph.inputs, values))
+    # the oracle returns the tensors of the main graph only, and handles hold no values
+    main = set(program.ops_of(program.graph_index))
 
     def record(op_index: int, outputs: list[np.ndarray]) -> None:
-        seen.update(zip(graph.operators[op_index].outputs, outputs))
+        if op_index in main:
+            seen.update((t, v) for t, v in zip(graph.operators[op_index].outputs, outputs)
+                        if not graph.tensors[t].is_handle)
 
     runtime.invoke(values, observe=record)
     oracle = oracle_run(model_plan, model_bytes, [values], sorted(seen), oracle_timeout)
@@ -209,7 +264,9 @@ def check_layers(
     layers = []
     for op_index in model_plan.lifetimes.order:
         op = graph.operators[op_index]
-        out = [difference(expected[t], seen[t]) for t in op.outputs]
+        out = [difference(expected[t], seen[t]) for t in op.outputs if t in seen]
+        if op_index not in main or not out:
+            continue  # a called subgraph's op, or one that writes no values (VAR_HANDLE, ...)
         ins = tuple(
             difference(expected[t], seen[t]) for t in op.inputs if t >= 0 and t in seen
         )

@@ -76,14 +76,17 @@ def run_oracle(
     source: str | None = None,
     tensors: Sequence[int] = (),
     timeout: float = ORACLE_TIMEOUT,
+    sequence: int | None = None,
 ) -> OracleRun:
     """LiteRT's reference kernels on every input set, or TFLM when LiteRT refuses the model.
 
+    The interpreter keeps the model's state from one set to the next; with `sequence`, a fresh
+    interpreter (the state a reset returns to) takes sets `sequence`, 2 * `sequence`, ...
     Intermediate `tensors` need LiteRT: TFLM reuses their memory and cannot return them.
     """
     try:
         return run_in_child("litert-ref", model_bytes, input_sets, output_count, source,
-                            tensors, timeout)
+                            tensors, timeout, sequence)
     except Refused as litert:
         if tensors:
             raise RuntimeBackendError(
@@ -93,7 +96,8 @@ def run_oracle(
             ) from None
         litert_reason = str(litert)
     try:
-        return run_in_child("tflm", model_bytes, input_sets, output_count, source, (), timeout)
+        return run_in_child("tflm", model_bytes, input_sets, output_count, source, (), timeout,
+                            sequence)
     except Refused as tflm:
         raise RuntimeBackendError(
             f"no oracle accepts the model (LiteRT: {short(litert_reason)}; "
@@ -110,6 +114,7 @@ def run_in_child(
     source: str | None,
     tensors: Sequence[int],
     timeout: float,
+    sequence: int | None = None,
 ) -> OracleRun:
     """One interpreter in one child process; raises Refused when it will not load the model."""
     arrays = [np.frombuffer(model_bytes, np.uint8)]
@@ -121,6 +126,7 @@ def run_in_child(
         "output_count": output_count,
         "inputs": [len(values) for values in input_sets],
         "tensors": [int(t) for t in tensors],
+        "sequence": int(sequence or 0),
         "memory_budget": budget,
     })
     for array in arrays:
@@ -279,18 +285,23 @@ def answer(stream: BinaryIO) -> tuple[dict, list[np.ndarray]]:
     limit_memory(request["memory_budget"])
     model = read_array(stream).tobytes()
     input_sets = [[read_array(stream) for _ in range(n)] for n in request["inputs"]]
-    try:
+    def load():
         if request["oracle"] == "tflm":
-            oracle = TFLMOracle(model, request["output_count"])
-        else:
-            oracle = LiteRTOracle(model, preserve_all_tensors=bool(request["tensors"]))
+            return TFLMOracle(model, request["output_count"])
+        return LiteRTOracle(model, preserve_all_tensors=bool(request["tensors"]))
+
+    try:
+        oracle = load()
     except MemoryError:
         raise  # not a refusal: the parent reports the memory budget
     except Exception as e:  # LiteRT raises ValueError or RuntimeError, TFLM anything
         return {"refused": first_line(e)}, []
     arrays: list[np.ndarray] = []
+    sequence = request.get("sequence", 0)
     try:
-        for values in input_sets:
+        for i, values in enumerate(input_sets):
+            if sequence and i and i % sequence == 0:
+                oracle = load()  # a reset: the state of a freshly loaded model
             arrays += oracle.invoke(values)
             arrays += [oracle.tensor(t) for t in request["tensors"]]
     except MemoryError:

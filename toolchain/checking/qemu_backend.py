@@ -108,10 +108,13 @@ class QemuBackend:
             self.close()
             raise
 
-    def invoke_many(self, input_sets: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
-        """Run every input set in one QEMU process; outputs per set."""
+    def invoke_many(self, input_sets: Sequence[Sequence[np.ndarray]],
+                    sequence: int | None = None) -> list[list[np.ndarray]]:
+        """Run every input set in one QEMU process, in order; outputs per set. The model's
+        state carries from set to set; with `sequence`, it is reset before sets `sequence`,
+        2 * `sequence`, ..."""
         inputs = [self.graph.tensors[t] for t in self.graph.inputs]
-        chunks = [struct.pack("<I", len(input_sets))]
+        chunks = [struct.pack("<II", len(input_sets), sequence or 0)]
         for values in input_sets:
             if len(values) != len(inputs):
                 raise RuntimeBackendError(

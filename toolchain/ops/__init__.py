@@ -9,14 +9,14 @@ agree because they ask it alike.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from toolchain.errors import ArenacError, ModelError, UnsupportedOpError
-from toolchain.ir import Graph, Operator
+from toolchain.ir import HANDLE_DTYPES, Graph, Operator
 from toolchain.ops import (
     activations,
     conv,
@@ -29,12 +29,13 @@ from toolchain.ops import (
     resize,
     shape,
     svdf,
+    variables,
 )
 from toolchain.ops.overlaps import declared_overlaps
 from toolchain.ops.spec import LITERT_REF, TFLM, Binding, OpSpec, Signature, describe
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm)
+            resize, svdf, lstm, variables)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 
@@ -89,7 +90,7 @@ def bind(graph: Graph, op: Operator) -> Binding:
     spec = REGISTRY.get(op.opcode)
     if spec is None:
         raise UnsupportedOpError("no kernel for this operator")
-    _check_operands(graph, op)
+    _check_operands(spec, graph, op)
     with np.errstate(all="ignore"):  # a float overflow surfaces as a refused value
         try:
             kernel = kernel_for(spec, graph, op)
@@ -121,17 +122,20 @@ def oracle_of(bindings: Sequence[Binding | None]) -> tuple[str, tuple[Binding, .
     return (TFLM, tflm) if tflm else (LITERT_REF, ())
 
 
-def bind_graph(graph: Graph) -> tuple[tuple[Binding | None, ...], tuple[Refusal, ...]]:
+def bind_graph(
+    graph: Graph, label: Callable[[Operator], str] | None = None
+) -> tuple[tuple[Binding | None, ...], tuple[Refusal, ...]]:
     """Every op's binding (None where it has none) and every refusal, graph-wide ones first.
 
-    Any exception other than the toolchain's own is a check a prepare lacks, and still becomes
-    one refusal naming the op rather than a traceback.
+    `label(op)` names an op in refusals ("op 3" by default; "subgraph 1 op 0" for the ops of a
+    called subgraph). Any exception other than the toolchain's own is a check a prepare lacks,
+    and still becomes one refusal naming the op rather than a traceback.
     """
     bindings: list[Binding | None] = []
     refusals = [Refusal(-1, problem) for problem in _unstorable(graph)]
     for op in graph.operators:
         opcode = (op.custom_code or "CUSTOM") if op.opcode == "CUSTOM" else op.opcode
-        where = f"op {op.index} {opcode}"
+        where = f"{label(op) if label else f'op {op.index}'} {opcode}"
         try:
             bindings.append(bind(graph, op))
             continue
@@ -171,12 +175,13 @@ def _unstorable(graph: Graph) -> list[str]:
             for role, t in roles if graph.tensors[t].dtype not in OPERAND_DTYPES]
 
 
-def _check_operands(graph: Graph, op: Operator) -> None:
-    """What every backend assumes of every op: outputs exist and operands have a C type."""
-    if not op.outputs:
+def _check_operands(spec: OpSpec, graph: Graph, op: Operator) -> None:
+    """What every backend assumes of every op: outputs exist (unless no kernel of the op has
+    any: ASSIGN_VARIABLE, CALL_ONCE) and operands have a C type, or are resource handles."""
+    if not op.outputs and all(k.outputs for k in spec.kernels):
         raise ModelError("has no outputs")
     for t in (*op.inputs, *op.outputs):
-        if t >= 0 and graph.tensors[t].dtype not in OPERAND_DTYPES:
+        if t >= 0 and graph.tensors[t].dtype not in OPERAND_DTYPES | HANDLE_DTYPES:
             tensor = graph.tensors[t]
             raise UnsupportedOpError(f"tensor {t} ({tensor.name!r}) of type {tensor.dtype}")
 

@@ -65,9 +65,21 @@ class CTensor:
 
 
 @dataclass(frozen=True)
+class Callee:
+    """The subgraph an operator runs (CALL_ONCE's initialization subgraph), as C: its name for
+    comments (already spelled for one), the statements that run its steps in order, and an
+    lvalue byte of the state block that records it has run since the last reset."""
+
+    label: str
+    statements: tuple[str, ...]
+    flag: str
+
+
+@dataclass(frozen=True)
 class OpContext:
     """One operator to emit: `fn` is the name of the `static void fn(void)` to define and
-    `prefix` a unique prefix for any file-scope constants the emitter adds."""
+    `prefix` a unique prefix for any file-scope constants the emitter adds. `label` names the
+    op in comments ("op 3", "subgraph 1 op 0")."""
 
     fn: str
     prefix: str
@@ -76,15 +88,19 @@ class OpContext:
     inputs: tuple[CTensor | None, ...]
     outputs: tuple[CTensor, ...]
     scratch: tuple[str, ...] = ()  # `uint8_t *` expressions of the op's scratch in the arena
+    callee: Callee | None = None  # the subgraph the op runs, if it runs one
+    label: str = ""
 
 
 @dataclass(frozen=True)
 class Kernel:
     """One op's C: its definitions, and the helper groups they call (HELPER_GROUPS), which the
-    file defines once, ahead of every kernel."""
+    file defines once, ahead of every kernel. An op with nothing to do at run time has no text;
+    `note` then says why, in the comment the generator writes where it would be called."""
 
     text: str
     helpers: tuple[str, ...] = ()
+    note: str = ""
 
 
 Emitter = Callable[[OpContext], Kernel]
