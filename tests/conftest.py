@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
-SHARED_MODEL_FILES = sorted(SHARED_MODELS.glob("*.tflite")) if SHARED_MODELS.is_dir() else []
 # Recurrent models from TFLM's examples: their state persists across invokes.
 RECURRENT_MODEL_FILES = sorted((SHARED_MODELS / "recurrent").glob("*.tflite"))
+# Every shared model, the recurrent ones included.
+SHARED_MODEL_FILES = sorted(SHARED_MODELS.glob("*.tflite")) + RECURRENT_MODEL_FILES
 
 needs_shared_models = pytest.mark.skipif(
     not SHARED_MODEL_FILES, reason=f"reference models not found in {SHARED_MODELS}"

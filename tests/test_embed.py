@@ -87,9 +87,16 @@ def check_embedded(data: bytes, planner: str, model=None) -> tuple[int, int, int
     assert len(out_after) == len(out_before)
     for b, a in zip(out_before, out_after):
         assert a.dtype == b.dtype and np.array_equal(a, b)
-    # No scratch in these models: TFLM's head is the embedded plan's arena, to the byte.
-    assert head_after == mp.arena_bytes
+    assert_head_holds_the_plan(head_after, mp.arena_bytes, model)
     return mp.arena_bytes, head_before, head_after
+
+
+def assert_head_holds_the_plan(head: int, arena: int, model) -> None:
+    """TFLM's head is the embedded plan's arena, to the byte, unless its kernels take scratch
+    of their own (its SVDF and LSTM do), which it places after the plan's tensors."""
+    own_scratch = any(op.opcode in ("SVDF", "UNIDIRECTIONAL_SEQUENCE_LSTM")
+                      for op in model.main.operators)
+    assert head >= arena if own_scratch else head == arena
 
 
 def tree(obj):
@@ -417,4 +424,4 @@ def test_cli_embed_matches_what_plan_reports(capsys, tmp_path, path):
     inputs = random_inputs(model.main, seed=3)
     for want, got in zip(original.invoke(inputs), embedded.invoke(inputs)):
         assert np.array_equal(want, got)
-    assert embedded.allocations()["head"] == planned["arena_bytes"]
+    assert_head_holds_the_plan(embedded.allocations()["head"], planned["arena_bytes"], model)

@@ -329,8 +329,10 @@ def _empty_constants(tensors: tuple[Tensor, ...], operators: tuple[Operator, ...
     no bytes (the converter writes such shape operands, e.g. a RESHAPE to a scalar): its
     buffer is empty because there is nothing to hold, not because it is computed."""
     written = {t for op in operators for t in op.outputs} | set(inputs)
+    nothing = np.zeros(0, np.uint8)
+    nothing.flags.writeable = False  # read-only like every other constant's view
     return tuple(
-        _with_data(t, np.zeros(0, np.uint8))
+        _with_data(t, nothing)
         if t.data is None and t.num_elements == 0 and not t.is_variable and not t.is_handle
         and t.index not in written and DTYPE_BITS[t.dtype] > 0
         else t
