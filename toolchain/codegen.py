@@ -33,9 +33,13 @@ from toolchain.ops.spec import PORTABLE_C
 from toolchain.plan import ModelPlan
 from toolchain.planners import verify
 from toolchain.render import render
+from toolchain.targets import get_target
 from toolchain.text import c_identifier, c_text
 
 SOURCE_LIMIT = 160  # characters of the model's path in the files' first comment
+# The fixed-point functions every file may define (templates/c/model.c.j2): each is defined only
+# where a kernel calls it, so that no compiler warns of an unused static function.
+FIXED_POINT = ("arenac_srdhm", "arenac_rdbpot", "arenac_mbqm", "arenac_clamp")
 
 
 @dataclass(frozen=True)
@@ -74,9 +78,11 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     check_graph(graph, source)
     check_plan(mp, external_io)
     params = mp.program.params()
-    elsewhere = [b for b in mp.program.bindings if PORTABLE_C not in b.kernel.targets]
+    target = get_target(mp.program.target, source)
+    elsewhere = [b for b in mp.program.bindings
+                 if PORTABLE_C not in b.kernel.targets and target.name not in b.kernel.targets]
     if elsewhere:
-        raise UnsupportedOpError("no portable C kernel for " + ", ".join(
+        raise UnsupportedOpError(f"no C kernel for {target.name} runs " + ", ".join(
             f"op {b.op} {b.opcode} ({b.kernel.form})" for b in elsewhere), source)
     offsets = mp.offset_of_tensor()
     slot_of = {t: k for k, t in enumerate(offsets)}
@@ -124,8 +130,10 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
             tuple(c_tensor(t) for t in op.outputs),
             tuple(scratch_of.get(op_index, ())),
         )
+        binding = mp.program.bindings[op_index]
+        emitter = binding.variant if binding.variant is not None else REGISTRY[op.opcode]
         try:
-            kernels.append(REGISTRY[op.opcode].emit(context))
+            kernels.append(emitter.emit(context))
         except ArenacError as e:  # an emitter's refusal names the op and the file
             raise type(e)(f"op {op_index} {op.opcode}: {e.message}", source) from None
         calls.append({"fn": fn, "step": step, "comment": f"op {op_index} {op.opcode}"})
@@ -180,6 +188,11 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         io_info(graph.tensors[t], i, t not in external) for i, t in enumerate(graph.outputs)
     ]
     uses_float = any(t.dtype == "float32" for t in graph.tensors)
+    helpers = helper_definitions(group for k in kernels for group in k.helpers)
+    words = c_words([*texts, *helpers])
+    fixed_point = {f for f in FIXED_POINT if f in words}
+    if "arenac_mbqm" in fixed_point:  # it calls both
+        fixed_point |= {"arenac_srdhm", "arenac_rdbpot"}
     values = {
         "name": name,
         "guard": name.upper() + "_H",
@@ -203,7 +216,11 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         "offsets": offset_rows,
         "constants": constants,
         "state": state,
-        "helpers": helper_definitions(group for k in kernels for group in k.helpers),
+        "helpers": helpers,
+        "fixed_point": fixed_point,
+        "includes": sorted({header for k in kernels for header in k.includes}),
+        "target": None if target.guard is None else {
+            "name": target.name, "title": target.title, "guard": target.guard},
         "kernels": texts,
         "calls": calls,
         "copies": copies,

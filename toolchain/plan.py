@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from toolchain.errors import ArenacError
 from toolchain.ir import Model
 from toolchain.lifetimes import (
     Lifetimes,
@@ -28,6 +29,7 @@ from toolchain.planners import (
 from toolchain.planners.csvio import load_offsets
 from toolchain.program import Program, lower
 from toolchain.schedule import schedule
+from toolchain.targets import GENERIC
 
 STATE_ALIGNMENT = 16
 # The most of the time limit the schedule search may take; the planners have the rest.
@@ -137,6 +139,8 @@ def plan_model(
     techniques: Techniques = Techniques(),
     offsets_csv: str | None = None,
     time_limit: float = 2.0,
+    target: str = GENERIC,
+    portable: bool = False,
     **options,
 ) -> ModelPlan:
     """Plan one graph of `model`; the result is verified.
@@ -150,10 +154,17 @@ def plan_model(
     solver's solution (MiniMalloc CSV) instead of a planner; they are verified like any plan.
     The graph is lowered to a Program first, so the scratch its kernels request is planned
     with the tensors; `scratch` adds requests beyond those (TFLite Micro's own kernels', when
-    a plan is made for it).
+    a plan is made for it). `target` (toolchain.targets) picks the kernels, whose scratch and
+    overlaps the plan follows; `portable` keeps to its portable kernels.
     """
     deadline = Deadline.after(time_limit)
-    program = lower(model, graph_index)
+    program = lower(model, graph_index, target, portable)
+    needed = max((b.variant.scratch_alignment for b in program.bindings
+                  if b is not None and b.variant is not None), default=1)
+    if alignment < needed:
+        raise ArenacError(f"the {target} kernels read their scratch in {needed}-byte words: "
+                          f"plan with an alignment of at least {needed} (not {alignment})",
+                          model.source)
     graph = program.graph
     scratch = (*program.scratch(), *scratch)
     roles = TensorRoles.of(graph, model.source)  # derived once, for every step below

@@ -15,18 +15,23 @@ from toolchain.ir import Graph, Model
 from toolchain.lifetimes import ScratchRequest
 from toolchain.ops import Refusal, bind_graph, refusal_error
 from toolchain.ops.spec import Binding
+from toolchain.targets import GENERIC, get_target
 
 
 @dataclass(frozen=True, eq=False)
 class Program:
     """One graph of a model with each operator's binding (None where no kernel binds it, with
     the reason among `refusals`). A plan can be made for a graph with refused operators, so
-    that `plan` shows a model it cannot run; the backends ask `params()`, which refuses."""
+    that `plan` shows a model it cannot run; the backends ask `params()`, which refuses.
+    `target` (toolchain.targets) is what the kernels were bound for; with `portable`, its
+    portable kernels only (the baseline its own kernels are measured against)."""
 
     model: Model
     graph_index: int
     bindings: tuple[Binding | None, ...]
     refusals: tuple[Refusal, ...]
+    target: str = GENERIC
+    portable: bool = False
 
     @property
     def graph(self) -> Graph:
@@ -48,10 +53,13 @@ class Program:
         )
 
 
-def lower(model: Model, graph_index: int = 0) -> Program:
-    """Bind every operator of one graph; an op the model cannot mean fails here, before any
-    planning (a variant no kernel runs is kept as a refusal)."""
-    bindings, refusals = bind_graph(model.graphs[graph_index])
+def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
+          portable: bool = False) -> Program:
+    """Bind every operator of one graph for `target` (with `portable`, to its portable
+    kernels only); an op the model cannot mean fails here, before any planning (a variant no
+    kernel runs is kept as a refusal)."""
+    get_target(target, model.source)  # an unknown name is one clear error
+    bindings, refusals = bind_graph(model.graphs[graph_index], GENERIC if portable else target)
     if any(r.invalid for r in refusals):
         raise refusal_error(refusals, model.source)
-    return Program(model, graph_index, bindings, refusals)
+    return Program(model, graph_index, bindings, refusals, target, portable)
