@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 MODEL ?=
 OUT ?= out
+TARGET ?= cortex-m4
 DEMO := build/demo_int8.tflite
 
 .PHONY: demo test lint bench fuzz gen check plan mcu clean
@@ -41,10 +42,12 @@ gen: $(STAMP)
 check: $(STAMP)
 	$(BIN)/arenac check $(MODEL)
 
-# The generated C on a Cortex-M4 (QEMU mps2-an386) against runtime_py, then its footprint.
+# The generated C for TARGET (default cortex-m4: QEMU mps2-an386) against runtime_py under QEMU,
+# its footprint, and its instructions per inference.
 mcu: $(STAMP)
-	$(BIN)/arenac check $(MODEL) --backends runtime_py,qemu --inputs 1
-	$(BIN)/python -m toolchain.footprint $(MODEL) --kernels
+	$(BIN)/arenac check $(MODEL) --target $(TARGET) --backends runtime_py,qemu --inputs 1
+	$(BIN)/python -m toolchain.footprint $(MODEL) --kernels --target $(TARGET)
+	$(BIN)/arenac bench $(MODEL) --target $(TARGET)
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench

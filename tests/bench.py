@@ -1,7 +1,7 @@
 """`make bench`: figures measured side by side in one run, printed as ratios.
 
 Not a test: timings vary from machine to machine, so nothing here asserts; it prints.
-Usage: python -m tests.bench [plan] [state] [scaling] [wide] [c] [quant] [runtime] [mcu]
+Usage: python -m tests.bench [plan] [state] [scaling] [wide] [c] [quant] [runtime] [mcu] [speed]
        [MODEL.tflite ...]
 """
 
@@ -290,6 +290,59 @@ def mcu_section(paths: list[Path]) -> None:
     print(table(["model", "tflm head", "exported arena", "tflm head with plan"], heads))
 
 
+# MLPerf Tiny v1.0 inference results on a Cortex-M4 (NUCLEO-L4R5ZI, 120 MHz), in ms: the
+# reference submission (TFLite Micro 2.3.1 with CMSIS-NN) and the best result, per benchmark.
+MLPERF_TINY_M4 = {
+    "vww_96_int8": ("VWW", 600.6, 88.9),
+    "kws_ref_model": ("KWS", 181.9, 43.2),
+    "pretrainedResnet_quant": ("IC", 704.2, 165.1),
+    "ad01_int8": ("AD", 10.05, 4.05),
+}
+MLPERF_MHZ = 120
+
+
+def speed_section(paths: list[Path]) -> None:
+    """Instructions per inference of the generated C on every Cortex-M target under QEMU
+    (arm-none-eabi-gcc -O2, `arenac bench`), the target's kernels beside its portable ones, and
+    MLPerf Tiny's published Cortex-M4 figures as cycles (a cycle is never less than an
+    instruction on that core). Deterministic counts: no timing involved."""
+    from toolchain.bench import bench
+    from toolchain.checking.qemu_backend import missing
+    from toolchain.ops import VARIANTS
+    from toolchain.targets import TARGETS
+
+    if missing():
+        print(f"speed: skipped, not on PATH: {', '.join(missing())}")
+        return
+    targets = [t for t in TARGETS.values() if t.board is not None]
+    rows, references = [], []
+    for path in paths:
+        model = read_model(path)
+        for target in targets:
+            has_own = any(v.runs_on(target.name) for vs in VARIANTS.values() for v in vs)
+            own = bench(plan_model(model, target=target.name))
+            base = bench(plan_model(model, target=target.name, portable=True)) if has_own else own
+            rows.append([path.stem, target.name, f"{own.instructions:,}",
+                         f"{base.instructions:,}", ratio(base.instructions, own.instructions),
+                         own.flash, base.flash, own.ram, own.arena_bytes,
+                         "ok" if own.outputs_match and base.outputs_match else "DIFFERS"])
+            if target.name == "cortex-m4" and path.stem in MLPERF_TINY_M4:
+                name, reference_ms, best_ms = MLPERF_TINY_M4[path.stem]
+                reference, best = (int(ms * MLPERF_MHZ * 1000) for ms in (reference_ms, best_ms))
+                references.append([path.stem, name, f"{own.instructions:,}", f"{reference:,}",
+                                   f"{best:,}", ratio(own.instructions, best)])
+    print("instructions per inference under QEMU (-icount), arm-none-eabi-gcc -O2: the target's "
+          "own kernels beside its portable kernels (same target), flash and RAM in bytes")
+    print(table(["model", "target", "instructions", "portable", "portable/own", "flash",
+                 "flash portable", "ram", "arena", "outputs"], rows))
+    if references:
+        print()
+        print(f"cortex-m4 beside MLPerf Tiny v1.0 on a Cortex-M4 at {MLPERF_MHZ} MHz (cycles = "
+              "ms x 120,000; TFLM 2.3.1 + CMSIS-NN reference, and the best result)")
+        print(table(["model", "benchmark", "instructions", "reference cycles", "best cycles",
+                     "instructions/best"], references))
+
+
 def wide_section() -> None:
     """`arenac plan --time-limit 2` on 10,000 and 100,000 parallel branches, whole command."""
     print("arenac plan --json --time-limit 2 on wide graphs (one process each, reading included)")
@@ -299,6 +352,11 @@ def wide_section() -> None:
         rows.append([figures["operators"], figures["seconds"], figures["planner"],
                      figures["arena_bytes"], figures["lower_bound_bytes"]])
     print(table(["operators", "seconds", "planner", "arena", "lower bound"], rows))
+
+
+def runs(path: Path) -> bool:
+    """Whether every operator of the model has a kernel."""
+    return try_backend(lambda: plan_model(read_model(path)).program.params()) is not None
 
 
 def fmt(ms: float | None) -> str:
@@ -311,7 +369,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     sections = [a for a in argv if not a.endswith(".tflite")] or [
-        "plan", "state", "scaling", "wide", "c", "quant", "runtime", "mcu"]
+        "plan", "state", "scaling", "wide", "c", "quant", "runtime", "mcu", "speed"]
     paths = [Path(a) for a in argv if a.endswith(".tflite")] or SHARED_MODEL_FILES
     if not paths:
         print("no models: pass .tflite paths or provide ../shared/models", file=sys.stderr)
@@ -361,9 +419,13 @@ def main(argv: list[str]) -> int:
             )
         )
         print()
+    int8 = [p for p in paths if read_model(p).main.tensors[read_model(p).main.inputs[0]].dtype
+            == "int8"]
     if "mcu" in sections:
-        mcu_section([p for p in paths if read_model(p).main.tensors[
-            read_model(p).main.inputs[0]].dtype == "int8"])
+        mcu_section(int8)
+        print()
+    if "speed" in sections:
+        speed_section([p for p in int8 if runs(p)])
     return 0
 
 

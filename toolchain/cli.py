@@ -106,6 +106,8 @@ def planned(args: argparse.Namespace):
         techniques=techniques,
         offsets_csv=getattr(args, "load_offsets", None),
         time_limit=args.time_limit,
+        target=getattr(args, "target", "generic"),
+        portable=getattr(args, "portable", False),
         **options,
     )
 
@@ -251,6 +253,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from toolchain.checking.c_backend import CBackend
     from toolchain.checking.check import check_layers, check_plan
 
+    if args.backends is None:  # portable C on the host; a target's C on its QEMU machine
+        args.backends = ("runtime_py", "c") if args.target == "generic" else ("runtime_py", "qemu")
+    if "c" in args.backends and args.target != "generic":
+        raise ArenacError(f"the c backend builds for this host; C made for --target "
+                          f"{args.target} runs under --backends runtime_py,qemu", args.model)
     mp = planned(args)
     with open(args.model, "rb") as f:
         model_bytes = f.read()
@@ -291,6 +298,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     emit_json(report.as_dict()) if args.json else print(check_text(report, args.inputs))
     return 0 if report.ok else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from toolchain.bench import bench, bench_text
+
+    result = bench(planned(args), optimization=f"-{args.optimize}")
+    emit_json(result.as_dict()) if args.json else print(bench_text(result))
+    return 0 if result.outputs_match is not False else 1
 
 
 def check_text(report, inputs: int) -> str:
@@ -379,6 +394,23 @@ def add_planning(p: argparse.ArgumentParser) -> None:
                    help="operator order: memory-aware (auto, default) or the file's (model)")
 
 
+def add_target(p: argparse.ArgumentParser, default: str = "generic") -> None:
+    from toolchain.targets import TARGETS
+
+    p.add_argument("--target", type=target_name, default=default, metavar="T",
+                   help=f"what the C is made for: {', '.join(TARGETS)}; it picks the kernels "
+                        f"(default: {default})")
+
+
+def target_name(text: str) -> str:
+    from toolchain.targets import TARGETS
+
+    if text not in TARGETS:
+        raise argparse.ArgumentTypeError(
+            f"unknown target {text!r}; the targets are {', '.join(TARGETS)}")
+    return text
+
+
 def byte_count(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 2**63:
         raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got {text!r}")
@@ -417,6 +449,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callabl
         cmd_check,
         [add_model, add_planning],
     ),
+    "bench": (
+        "count the instructions the C executes per inference on a Cortex-M under QEMU",
+        cmd_bench,
+        [add_model, add_planning],
+    ),
     "embed": (
         "write a copy of the model carrying the plan for TFLite Micro (OfflineMemoryAllocation)",
         cmd_embed,
@@ -437,6 +474,15 @@ def build_parser() -> argparse.ArgumentParser:
         for add in adders:
             add(p)
         p.set_defaults(handler=handler)
+    for command in ("plan", "run", "gen", "check"):
+        add_target(sub.choices[command])
+    bench = sub.choices["bench"]
+    add_target(bench, "cortex-m4")
+    bench.add_argument("--portable", action="store_true",
+                       help="the portable kernels only, built for the target (the baseline its "
+                            "own kernels are measured against)")
+    bench.add_argument("--optimize", choices=["O2", "Os", "O3"], default="O2",
+                       help="arm-none-eabi-gcc's optimization level (default: O2)")
     plan = sub.choices["plan"]
     plan.add_argument("--svg", metavar="FILE", help="write the memory map as SVG")
     plan.add_argument(
@@ -485,9 +531,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--backends",
         type=backend_list,
-        default=("runtime_py", "c"),
+        default=None,
         metavar="LIST",
-        help="comma-separated: runtime_py, c, qemu (Cortex-M4 under QEMU); default: runtime_py,c",
+        help="comma-separated: runtime_py, c (this host), qemu (the target's QEMU machine, a "
+             "Cortex-M4 for generic); default: runtime_py,c, or runtime_py,qemu with a --target",
     )
     check.add_argument("--oracle-timeout", type=seconds, default=120.0, metavar="S",
                        help="time each TFLite interpreter may take, in its child process "

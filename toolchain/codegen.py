@@ -34,9 +34,13 @@ from toolchain.ops.spec import PORTABLE_C
 from toolchain.plan import ModelPlan, StateSlot
 from toolchain.planners import verify
 from toolchain.render import render
+from toolchain.targets import get_target
 from toolchain.text import c_identifier, c_text
 
 SOURCE_LIMIT = 160  # characters of the model's path in the files' first comment
+# The fixed-point functions every file may define (templates/c/model.c.j2): each is defined only
+# where a kernel calls it, so that no compiler warns of an unused static function.
+FIXED_POINT = ("arenac_srdhm", "arenac_rdbpot", "arenac_mbqm", "arenac_clamp")
 
 
 @dataclass(frozen=True)
@@ -75,10 +79,13 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     check_graph(graph, source)
     check_plan(mp, external_io)
     params = mp.program.params()
-    elsewhere = [b for b in mp.program.bindings if PORTABLE_C not in b.kernel.targets]
+    target = get_target(mp.program.target, source)
+    elsewhere = [b for b in mp.program.bindings
+                 if PORTABLE_C not in b.kernel.targets and target.name not in b.kernel.targets]
     if elsewhere:
-        raise UnsupportedOpError("no portable C kernel for " + ", ".join(
-            f"op {b.op} {b.opcode} ({b.kernel.form})" for b in elsewhere), source)
+        raise UnsupportedOpError(f"no C kernel for {target.name} runs " + ", ".join(
+            f"{mp.program.op_label(b.op)} {b.opcode} ({b.kernel.form})" for b in elsewhere),
+            source)
     offsets = mp.offset_of_tensor()
     slot_of = {t: k for k, t in enumerate(offsets)}
     scratch = mp.scratch_offsets()
@@ -145,7 +152,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     # Every op's kernel, a CALL_ONCE after the steps of the subgraph it runs (their calls are
     # its body); the file defines the kernels a CALL_ONCE calls before it, as C needs.
     texts: list[str] = []
-    helpers: list[str] = []
+    groups: list[str] = []  # the helper groups the kernels call
     flags = {slot.subgraph: f"{name}_state[{slot.offset}]"
              for slot in mp.state_slots if slot.kind == "call_once"}
 
@@ -155,10 +162,10 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
             op = graph.operators[op_index]
             callee = None
             if op_index in program.calls:
-                target = program.calls[op_index]
-                emit_subgraph(target)
-                callee = Callee(c_subgraph(program, target),
-                                tuple(call(s) for s in steps_of.get(target, ())), flags[target])
+                called = program.calls[op_index]
+                emit_subgraph(called)
+                callee = Callee(c_subgraph(program, called),
+                                tuple(call(s) for s in steps_of.get(called, ())), flags[called])
             context = OpContext(
                 fns[op_index],
                 f"{name}_{program.op_symbol(op_index)}",
@@ -170,15 +177,17 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
                 callee,
                 program.op_label(op_index),
             )
+            binding = program.bindings[op_index]
+            emitter = binding.variant if binding.variant is not None else REGISTRY[op.opcode]
             try:
-                kernel = REGISTRY[op.opcode].emit(context)
+                kernel = emitter.emit(context)
             except ArenacError as e:  # an emitter's refusal names the op and the file
                 raise type(e)(f"{program.op_label(op_index)} {op.opcode}: {e.message}",
                               source) from None
             kernel_of[op_index] = kernel
             if kernel.text:
                 texts.append(kernel.text)
-            helpers.extend(kernel.helpers)
+            groups.extend(kernel.helpers)
 
     emit_subgraph(mp.graph_index)
     calls = [call(step) for step in steps_of.get(mp.graph_index, ())]
@@ -223,6 +232,11 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         io_info(graph.tensors[t], i, t not in external) for i, t in enumerate(graph.outputs)
     ]
     uses_float = any(t.dtype == "float32" for t in graph.tensors)
+    helpers = helper_definitions(groups)
+    words = c_words([*texts, *helpers])
+    fixed_point = {f for f in FIXED_POINT if f in words}
+    if "arenac_mbqm" in fixed_point:  # it calls both
+        fixed_point |= {"arenac_srdhm", "arenac_rdbpot"}
     values = {
         "name": name,
         "guard": name.upper() + "_H",
@@ -247,7 +261,11 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         "offsets": offset_rows,
         "constants": constants,
         "state": state,
-        "helpers": helper_definitions(helpers),
+        "helpers": helpers,
+        "fixed_point": fixed_point,
+        "includes": sorted({header for k in kernel_of.values() for header in k.includes}),
+        "target": None if target.guard is None else {
+            "name": target.name, "title": target.title, "guard": target.guard},
         "kernels": texts,
         "calls": calls,
         "copies": copies,

@@ -1,12 +1,14 @@
-"""The generated C as firmware for a Cortex-M4: QEMU's mps2-an386 board, built with
-arm-none-eabi-gcc.
+"""The generated C as firmware for a Cortex-M target under QEMU, built with arm-none-eabi-gcc.
 
 `build_mcu` writes the model's C (toolchain.codegen) beside a startup file, a linker script and
-an MCU harness (templates/mcu/), and links them with arm-none-eabi-gcc and newlib-nano. The
-build passes -fno-inline-functions-called-once -fno-inline-small-functions so that each kernel
-stays a function of its own (a call per op, about 0.5% more code; without them -Os inlines most
-kernels into NAME_invoke), and -fstack-usage so that toolchain.footprint can bound the stack.
-The `static inline` fixed-point helpers are still inlined.
+an MCU harness (templates/mcu/), and links them with arm-none-eabi-gcc and newlib-nano, with the
+flags of the plan's target (toolchain.targets: -mcpu, the FPU and the float ABI) and the memory
+map of its QEMU machine. A plan made for `generic` (portable C) is built for DEFAULT_MCU, the
+Cortex-M4 of QEMU's mps2-an386. The build passes -fno-inline-functions-called-once
+-fno-inline-small-functions so that each kernel stays a function of its own (a call per op,
+about 0.5% more code; without them -Os inlines most kernels into NAME_invoke), and
+-fstack-usage so that toolchain.footprint can bound the stack. The `static inline` fixed-point
+helpers are still inlined.
 
 Python computes every value; the templates only lay out text.
 """
@@ -22,37 +24,30 @@ from toolchain.codegen import c_identifier, generate, io_info
 from toolchain.errors import RuntimeBackendError
 from toolchain.plan import ModelPlan
 from toolchain.render import render
+from toolchain.targets import DEFAULT_MCU, GENERIC, TARGETS, Board, Region, Target
 
-BOARD = "mps2-an386"
-CPU = "cortex-m4"
 TOOL_PREFIX = "arm-none-eabi-"
 TOOLS = ("gcc", "size", "nm", "objdump")
-
-
-@dataclass(frozen=True)
-class Region:
-    name: str
-    origin: int
-    length: int
-
-
-# QEMU's mps2-an386 memory map (hw/arm/mps2.c, and `info mtree` in QEMU 7.2): 4 MiB of ZBT
-# SSRAM1 at 0x00000000, where the core fetches its vector table, and 4 MiB of ZBT SSRAM2&3 at
-# 0x20000000. On the real FPGA board SSRAM1 holds the code the MCC loads; it is the flash here.
-FLASH = Region("ZBT SSRAM1 (code)", 0x00000000, 0x00400000)
-RAM = Region("ZBT SSRAM2&3 (data)", 0x20000000, 0x00400000)
 STACK_RESERVE = 32 * 1024  # bytes kept free at the top of RAM for the stack
 STACK_PAINT = 0xA5C3A5C3
 SECTION_ALIGNMENT = 16
 
-# Hard float: the AN386's Cortex-M4 has the FPv4-SP unit (QEMU models it), float kernels then
-# use single-precision FPU instructions instead of soft-float calls, and the IEEE results are
-# the same either way (-std=c99 keeps -ffp-contract=off: no fused multiply-adds). The int8
-# kernels do not touch the FPU; Reset_Handler enables it (CPACR) before anything else runs.
-ARCH_FLAGS = ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16")
+# The Cortex-M4 (QEMU's mps2-an386) that portable C is built for, and its map.
+DEFAULT = TARGETS[DEFAULT_MCU]
+BOARD = DEFAULT.board.machine
+CPU = DEFAULT_MCU
+FLASH = DEFAULT.board.code
+RAM = DEFAULT.board.ram
+
+# Hard float where the core has an FPU (QEMU models it): float kernels then use FPU
+# instructions instead of soft-float calls, and the IEEE results are the same either way
+# (-std=c99 keeps -ffp-contract=off: no fused multiply-adds). The int8 kernels do not touch the
+# FPU; Reset_Handler enables it (CPACR) before anything else runs. The flags per target are in
+# toolchain.targets.
+ARCH_FLAGS = DEFAULT.flags
+OPTIMIZATION = "-Os"
 C_FLAGS = (
     "-std=c99",
-    "-Os",
     "-Wall",
     "-Wextra",
     "-Wpedantic",
@@ -69,6 +64,20 @@ C_FLAGS = (
     "-fno-delete-null-pointer-checks",
 )
 LINK_FLAGS = ("--specs=nano.specs", "-nostartfiles", "-Wl,--gc-sections")
+# The Cortex-M4 core's SCB->CPACR, whose CP10 and CP11 fields switch the FPU (and MVE) on.
+CPACR = "0xE000ED88"
+
+
+def mcu_target(mp: ModelPlan) -> Target:
+    """The target a plan's firmware is built for: its own, or DEFAULT_MCU for portable C."""
+    return TARGETS[DEFAULT_MCU if mp.program.target == GENERIC else mp.program.target]
+
+
+def board_of(target: Target, source: str | None = None) -> Board:
+    if target.board is None:
+        raise RuntimeBackendError(f"QEMU has no machine for {target.name}", source)
+    return target.board
+
 
 # ARM semihosting operations and constants ("Semihosting for AArch32 and AArch64", v2.0).
 SEMIHOSTING = {
@@ -99,7 +108,7 @@ EXCEPTIONS = (  # Cortex-M exception numbers 2..15 after the reset vector
     "MemManage",
     "BusFault",
     "UsageFault",
-    None,
+    None,  # SecureFault on Armv8-M Mainline (Target.armv8m)
     None,
     None,
     None,
@@ -142,37 +151,17 @@ def mcu_sources(mp: ModelPlan, name: str = "model") -> dict[str, str]:
         raise RuntimeBackendError(
             f"the name {name!r} collides with an MCU file; choose another", mp.model.source
         )
+    target = mcu_target(mp)
+    board = board_of(target, mp.model.source)
     external_io = uses_external_io(mp)
     files = generate(mp, name, external_io=external_io)
     del files[f"{name}_main.c"]
     graph = mp.graph
-    board = {"board": BOARD, "cpu": CPU}
-    handlers = [{"name": "Reset", "function": "Reset_Handler"}] + [
-        {"name": e or "reserved", "function": "Fault_Handler" if e else "0"} for e in EXCEPTIONS
-    ]
-    files["semihosting.h"] = render("mcu/semihosting.h.j2", sys=SEMIHOSTING)
-    files["startup.c"] = render(
-        "mcu/startup.c.j2",
-        **board,
-        handlers=handlers,
-        vectors_at=f"0x{FLASH.origin:08x}",
-        enable_fpu="-mfloat-abi=hard" in ARCH_FLAGS,
-        cpacr_address="0xE000ED88",
-        cpacr_full_access=f"0x{0xF << 20:08x}",
-        stack_paint=f"0x{STACK_PAINT:08X}",
-        fault_status=STATUS["fault"],
-    )
-    files["link.ld"] = render(
-        "mcu/link.ld.j2",
-        **board,
-        flash={"name": FLASH.name, "origin": f"0x{FLASH.origin:08x}", "length": FLASH.length},
-        ram={"name": RAM.name, "origin": f"0x{RAM.origin:08x}", "length": RAM.length},
-        section_alignment=SECTION_ALIGNMENT,
-        stack_reserve=STACK_RESERVE,
-    )
+    where = {"board": board.machine, "cpu": target.name}
+    files.update(support_files(target))
     files[f"{name}_mcu.c"] = render(
         "mcu/mcu_main.c.j2",
-        **board,
+        **where,
         name=name,
         external_io=external_io,
         inputs=[io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.inputs)],
@@ -184,6 +173,46 @@ def mcu_sources(mp: ModelPlan, name: str = "model") -> dict[str, str]:
         stack_reserve=STACK_RESERVE,
     )
     return files
+
+
+def support_files(target: Target) -> dict[str, str]:
+    """semihosting.h, startup.c and link.ld for the target's board."""
+    board = board_of(target)
+    where = {"board": board.machine, "cpu": target.name}
+    names = [*EXCEPTIONS]
+    if target.armv8m:
+        names[5] = "SecureFault"
+    handlers = [{"name": "Reset", "function": "Reset_Handler"}] + [
+        {"name": e or "reserved", "function": "Fault_Handler" if e else "0"} for e in names
+    ]
+    vectors = board.vectors
+    return {
+        "semihosting.h": render("mcu/semihosting.h.j2", sys=SEMIHOSTING),
+        "startup.c": render(
+            "mcu/startup.c.j2",
+            **where,
+            handlers=handlers,
+            vectors_at=f"0x{(vectors or board.code).origin:08x}",
+            enable_fpu=target.fpu,
+            cpacr_address=CPACR,
+            cpacr_full_access=f"0x{0xF << 20:08x}",
+            stack_paint=f"0x{STACK_PAINT:08X}",
+            fault_status=STATUS["fault"],
+        ),
+        "link.ld": render(
+            "mcu/link.ld.j2",
+            **where,
+            vectors=None if vectors is None else region_values(vectors),
+            flash=region_values(board.code),
+            ram=region_values(board.ram),
+            section_alignment=SECTION_ALIGNMENT,
+            stack_reserve=STACK_RESERVE,
+        ),
+    }
+
+
+def region_values(region: Region) -> dict:
+    return {"name": region.name, "origin": f"0x{region.origin:08x}", "length": region.length}
 
 
 @dataclass(frozen=True)
@@ -212,26 +241,31 @@ def run_tool(command: list[str], directory: str, what: str, source: str | None =
     return result.stdout
 
 
-def build_mcu(mp: ModelPlan, directory: str, name: str = "model") -> McuBuild:
-    """Write, compile and link the firmware in `directory`; returns where everything is."""
+def build_mcu(mp: ModelPlan, directory: str, name: str = "model",
+              optimization: str = OPTIMIZATION, files: dict[str, str] | None = None,
+              sources: tuple[str, ...] | None = None) -> McuBuild:
+    """Write, compile and link the firmware in `directory`; returns where everything is.
+    `files` replaces mcu_sources(mp, name) and `sources` the C files compiled (every .c file):
+    toolchain.bench builds its own harness, which includes the model's C."""
     name = c_identifier(name)
     source = mp.model.source
     gcc = tool("gcc", source)
-    files = mcu_sources(mp, name)
+    flags = mcu_target(mp).flags
+    files = mcu_sources(mp, name) if files is None else files
     for file_name, text in files.items():
         with open(os.path.join(directory, file_name), "w") as f:
             f.write(text)
-    sources = [f for f in files if f.endswith(".c")]
+    sources = [f for f in files if f.endswith(".c")] if sources is None else list(sources)
     run_tool(
-        [gcc, *ARCH_FLAGS, *C_FLAGS, "-c", *sources], directory, "arm-none-eabi-gcc (compile)",
-        source,
+        [gcc, *flags, optimization, *C_FLAGS, "-c", *sources], directory,
+        "arm-none-eabi-gcc (compile)", source,
     )
     objects = tuple(os.path.join(directory, f[:-2] + ".o") for f in sources)
     elf = os.path.join(directory, f"{name}.elf")
     run_tool(
         [
             gcc,
-            *ARCH_FLAGS,
+            *flags,
             *LINK_FLAGS,
             "-T",
             "link.ld",

@@ -1,9 +1,11 @@
-"""The footprint of the generated C on a Cortex-M4, from the firmware toolchain.firmware builds.
+"""The footprint of the generated C on a Cortex-M (the plan's target; a Cortex-M4 for portable
+C), from the firmware toolchain.firmware builds.
 
 `footprint` measures the linked ELF with arm-none-eabi-size, -nm and -objdump, and GCC's
 -fstack-usage (.su) files:
 
-- flash = .text + .rodata + .ARM.extab/.ARM.exidx + .data's initial values, split into
+- flash = .text + .rodata + .ARM.extab/.ARM.exidx + .data's initial values (+ .vectors where
+  the board keeps the vector table apart), split into
   `weights` (the const `NAME_t<N>` arrays), `code` (.text: kernels, startup, harness, C
   library) and `constants` (the rest: offset table, per-channel rescaling tables, state
   initializers, library tables);
@@ -33,10 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolchain.codegen import kernel_function
-from toolchain.firmware import BOARD, CPU, McuBuild, build_mcu, run_tool, tool
+from toolchain.firmware import McuBuild, build_mcu, mcu_target, run_tool, tool
 from toolchain.plan import ModelPlan
+from toolchain.targets import TARGETS
 
-FLASH_SECTIONS = (".text", ".rodata", ".ARM.extab", ".ARM.exidx", ".data")
+FLASH_SECTIONS = (".vectors", ".text", ".rodata", ".ARM.extab", ".ARM.exidx", ".data")
 RAM_SECTIONS = (".data", ".bss")
 
 
@@ -215,11 +218,12 @@ def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
     ]
 
     stack = worst_stack(build)
+    target = mcu_target(mp)
     return {
         "model": mp.model.source,
         "planner": mp.plan.planner,
-        "board": BOARD,
-        "cpu": CPU,
+        "board": target.board.machine,
+        "cpu": target.name,
         "flash": flash,
         "weights": weights,
         "code": code,
@@ -288,15 +292,18 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m toolchain.footprint",
-        description=f"flash, RAM and stack of each model's C built for {CPU} ({BOARD})",
+        description="flash, RAM and stack of each model's C built for a Cortex-M target",
     )
     parser.add_argument("models", nargs="+", metavar="MODEL", help=".tflite files")
     parser.add_argument("--planner", default="greedy", help="arena planner (default: greedy)")
+    parser.add_argument("--target", default="generic", choices=[t for t in TARGETS],
+                        help="kernels and core (default: generic, portable C on a Cortex-M4)")
     parser.add_argument("--kernels", action="store_true", help="also flash per kernel")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     try:
-        rows = [footprint(plan_model(read_model(m), args.planner)) for m in args.models]
+        rows = [footprint(plan_model(read_model(m), args.planner, target=args.target))
+                for m in args.models]
     except ArenacError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ from functools import cached_property
 
 import numpy as np
 
+from toolchain.errors import ArenacError
 from toolchain.ir import Model
 from toolchain.lifetimes import (
     Lifetimes,
@@ -32,6 +33,7 @@ from toolchain.planners.csvio import load_offsets
 from toolchain.program import Program, lower
 from toolchain.quant import variable_fill
 from toolchain.schedule import schedule
+from toolchain.targets import GENERIC
 
 STATE_ALIGNMENT = 16
 # The most of the time limit the schedule search may take; the planners have the rest.
@@ -212,6 +214,8 @@ def plan_model(
     techniques: Techniques = Techniques(),
     offsets_csv: str | None = None,
     time_limit: float = 2.0,
+    target: str = GENERIC,
+    portable: bool = False,
     **options,
 ) -> ModelPlan:
     """Plan one graph of `model`; the result is verified.
@@ -228,9 +232,17 @@ def plan_model(
     a plan is made for it). The subgraphs the graph calls (CALL_ONCE) are planned with it,
     their steps right after their call: `order` then runs over the program's ops
     (toolchain.program), and must keep each called subgraph's steps together after its call.
+    `target` (toolchain.targets) picks the kernels, whose scratch and overlaps the plan
+    follows; `portable` keeps to its portable kernels.
     """
     deadline = Deadline.after(time_limit)
-    program = lower(model, graph_index)
+    program = lower(model, graph_index, target, portable)
+    needed = max((b.variant.scratch_alignment for b in program.bindings
+                  if b is not None and b.variant is not None), default=1)
+    if alignment < needed:
+        raise ArenacError(f"the {target} kernels read their scratch in {needed}-byte words: "
+                          f"plan with an alignment of at least {needed} (not {alignment})",
+                          model.source)
     graph = program.graph
     scratch = (*program.scratch(), *scratch)
     roles = TensorRoles.of(graph, model.source)  # derived once, for every step below

@@ -25,6 +25,7 @@ from toolchain.ir import Graph, Model, Operator
 from toolchain.lifetimes import ScratchRequest
 from toolchain.ops import Refusal, bind_graph, refusal_error
 from toolchain.ops.spec import Binding
+from toolchain.targets import GENERIC, get_target
 from toolchain.validate import called_subgraph
 
 
@@ -75,7 +76,9 @@ class Program:
 
     `layout` is None when the graph calls no subgraph; then `graph` is the model's own.
     `resources` are the resource variables its ops use, `handles` maps each handle tensor to
-    its variable (a position in `resources`)."""
+    its variable (a position in `resources`).
+    `target` (toolchain.targets) is what the kernels were bound for; with `portable`, its
+    portable kernels only (the baseline its own kernels are measured against)."""
 
     model: Model
     graph_index: int
@@ -84,6 +87,8 @@ class Program:
     layout: SubgraphLayout | None = None
     resources: tuple[ResourceVariable, ...] = ()
     handles: Mapping[int, int] = field(default_factory=dict)
+    target: str = GENERIC
+    portable: bool = False
 
     @property
     def graph(self) -> Graph:
@@ -208,9 +213,12 @@ class Program:
                 for step, op in enumerate(order) if op in self.calls}
 
 
-def lower(model: Model, graph_index: int = 0) -> Program:
-    """Bind every operator of one graph and of the subgraphs it calls; an op the model cannot
-    mean fails here, before any planning (a variant no kernel runs is kept as a refusal)."""
+def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
+          portable: bool = False) -> Program:
+    """Bind every operator of one graph and of the subgraphs it calls for `target` (with
+    `portable`, to its portable kernels only); an op the model cannot mean fails here, before
+    any planning (a variant no kernel runs is kept as a refusal)."""
+    get_target(target, model.source)  # an unknown name is one clear error
     layout = lay_out(model, graph_index)
     if layout is None:
         graph, label = model.graphs[graph_index], None
@@ -221,10 +229,11 @@ def lower(model: Model, graph_index: int = 0) -> Program:
             origin, index = layout.op_origin[op.index]
             return f"op {index}" if origin == graph_index else f"subgraph {origin} op {index}"
 
-    bindings, refusals = bind_graph(graph, label)
+    bindings, refusals = bind_graph(graph, GENERIC if portable else target, label)
     if any(r.invalid for r in refusals):
         raise refusal_error(refusals, model.source)
-    program = Program(model, graph_index, bindings, refusals, layout)
+    program = Program(model, graph_index, bindings, refusals, layout, target=target,
+                      portable=portable)
     resources, handles, problems = resource_variables(program)
     return replace(program, refusals=(*refusals, *problems), resources=resources,
                    handles=handles)

@@ -6,7 +6,7 @@ copy equal to it.
 
 from __future__ import annotations
 
-from toolchain.ops import REGISTRY
+from toolchain.ops import REGISTRY, VARIANTS
 from toolchain.ops.spec import TFLM, Signature
 
 BEGIN = "<!-- support-matrix:begin -->"
@@ -32,13 +32,20 @@ def kernel_lines(kernels: tuple[Signature, ...]) -> list[str]:
 
 def support_matrix_markdown() -> str:
     """One row per op: the operand dtypes its kernels run (inputs -> outputs; `?` an input
-    that may be absent, `...` a position that repeats) and the targets they are emitted for."""
+    that may be absent, `...` a position that repeats) and the targets they are emitted for;
+    then one row per target kernel (toolchain.ops.VARIANTS), which some of those ops bind on
+    the targets it names."""
     lines = ["| op | kernels: inputs -> outputs | targets |", "|---|---|---|"]
     for opcode in sorted(REGISTRY):
         kernels = REGISTRY[opcode].kernels
         targets = sorted({t for k in kernels for t in k.targets})
         lines.append(f"| {opcode} | {'<br>'.join(kernel_lines(kernels))} | "
                      f"{', '.join(targets)} |")
+    for opcode in sorted(VARIANTS):
+        for variant in VARIANTS[opcode]:
+            targets = sorted({t for k in variant.kernels for t in k.targets})
+            lines.append(f"| {opcode} ({variant.name}) | "
+                         f"{'<br>'.join(kernel_lines(variant.kernels))} | {', '.join(targets)} |")
     return "\n".join([BEGIN, *lines, END])
 
 

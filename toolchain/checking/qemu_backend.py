@@ -1,4 +1,5 @@
-"""The generated C on an emulated Cortex-M4: QEMU's mps2-an386 board, I/O through semihosting.
+"""The generated C on an emulated Cortex-M: the QEMU machine of the plan's target
+(toolchain.targets; mps2-an386's Cortex-M4 for portable C), I/O through semihosting.
 
 The firmware (toolchain.firmware.build_mcu: the model's C, a startup file, a linker script and
 an MCU harness, built with arm-none-eabi-gcc -Os and newlib-nano) reads every input set from
@@ -28,14 +29,15 @@ import numpy as np
 from toolchain.checking.c_backend import split_outputs
 from toolchain.errors import RuntimeBackendError
 from toolchain.firmware import (
-    BOARD,
     INPUT_FILE,
     OUTPUT_FILE,
     STATUS,
     STATUS_MEANING,
     TOOL_PREFIX,
     TOOLS,
+    board_of,
     build_mcu,
+    mcu_target,
     tool,
 )
 from toolchain.footprint import measure
@@ -65,12 +67,13 @@ def available() -> bool:
     return not missing()
 
 
-def qemu_command(elf: str) -> list[str]:
+def qemu_command(elf: str, machine: str = "mps2-an386", extra: Sequence[str] = ()) -> list[str]:
     """QEMU without display, network or monitor; semihosting reads and writes host files."""
     return [
         qemu(),
         "-M",
-        BOARD,
+        machine,
+        *extra,
         "-nographic",
         "-monitor",
         "none",
@@ -97,6 +100,7 @@ class QemuBackend:
         tool("gcc", self.source)  # a clear error before any work when a program is missing
         qemu(self.source)
         self.model_plan = model_plan
+        self.machine = board_of(mcu_target(model_plan), self.source).machine
         self.graph = model_plan.graph
         self.timeout = timeout
         self.stack_peak: int | None = None  # bytes, from the last run
@@ -140,7 +144,7 @@ class QemuBackend:
         start = time.perf_counter()
         try:
             result = subprocess.run(
-                qemu_command(self.build.elf),
+                qemu_command(self.build.elf, self.machine),
                 cwd=run_dir,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,

@@ -5,12 +5,17 @@ dtypes each kernel runs and the targets it is emitted for, the prepare that turn
 into frozen params, the C emitter, the scratch it asks for and the overlaps its loop order
 makes safe. `bind` is the one question every command asks: `inspect`, `run`, `gen` and `check`
 agree because they ask it alike.
+
+Kernels written for some targets only (TargetKernel: the DSP-extension kernels of
+toolchain/ops/arm_dsp.py) are listed per opcode in `VARIANTS`; binding for such a target takes
+the first that accepts the op, from the same params, and the portable kernel otherwise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -19,6 +24,7 @@ from toolchain.errors import ArenacError, ModelError, UnsupportedOpError
 from toolchain.ir import HANDLE_DTYPES, Graph, Operator
 from toolchain.ops import (
     activations,
+    arm_dsp,
     conv,
     elementwise,
     fully_connected,
@@ -32,12 +38,32 @@ from toolchain.ops import (
     variables,
 )
 from toolchain.ops.overlaps import declared_overlaps
-from toolchain.ops.spec import LITERT_REF, TFLM, Binding, OpSpec, Signature, describe
+from toolchain.ops.spec import (
+    LITERT_REF,
+    TFLM,
+    Binding,
+    OpSpec,
+    Signature,
+    TargetKernel,
+    describe,
+)
+from toolchain.targets import GENERIC
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
             resize, svdf, lstm, variables)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
+
+# Target kernels per opcode, tried in this order before the portable kernel.
+TARGET_FAMILIES = (arm_dsp,)
+VARIANTS: dict[str, tuple[TargetKernel, ...]] = {}
+for _variant in (v for family in TARGET_FAMILIES for v in family.TARGET_KERNELS):
+    VARIANTS[_variant.opcode] = (*VARIANTS.get(_variant.opcode, ()), _variant)
+
+
+def all_kernels(opcode: str) -> tuple[Signature, ...]:
+    """Every signature of an op: its portable kernels' and its target kernels'."""
+    return (*REGISTRY[opcode].kernels, *(k for v in VARIANTS.get(opcode, ()) for k in v.kernels))
 
 # Element types the backends store (a C type each); an operand of any other type is refused
 # before a kernel or an emitter sees it, whatever role the op gives it.
@@ -85,8 +111,9 @@ class Refusal:
     invalid: bool = False
 
 
-def bind(graph: Graph, op: Operator) -> Binding:
-    """The op bound to its kernel; raises UnsupportedOpError or ModelError (without the file)."""
+def bind(graph: Graph, op: Operator, target: str = GENERIC) -> Binding:
+    """The op bound to its kernel for `target` (a toolchain.targets name); raises
+    UnsupportedOpError or ModelError (without the file)."""
     spec = REGISTRY.get(op.opcode)
     if spec is None:
         raise UnsupportedOpError("no kernel for this operator")
@@ -98,9 +125,32 @@ def bind(graph: Graph, op: Operator) -> Binding:
             _raise_if_invalid(spec, graph, op)
             raise
         params = spec.prepare(graph, op)
+    variant = target_kernel(graph, op, params, target)
+    if variant is not None:
+        return variant
     scratch = spec.scratch(params) if spec.scratch else ()
     return Binding(op.index, op.opcode, kernel, params, tuple(scratch),
                    tuple(declared_overlaps(graph, op, spec.overlaps)))
+
+
+def target_kernel(graph: Graph, op: Operator, params: Any, target: str) -> Binding | None:
+    """The binding of the first target kernel for `target` that runs the op, if any."""
+    inputs, outputs = operand_dtypes(graph, op)
+    for variant in VARIANTS.get(op.opcode, ()):
+        signature = next((k for k in variant.kernels
+                          if target in k.targets and k.matches(inputs, outputs)), None)
+        if signature is None or variant.accepts(graph, op, params) is not None:
+            continue
+        scratch = variant.scratch(params) if variant.scratch else ()
+        rule = None if variant.overlaps is None else partial(_with_params, variant.overlaps,
+                                                              params=params)
+        return Binding(op.index, op.opcode, signature, params, tuple(scratch),
+                       tuple(declared_overlaps(graph, op, rule)), variant)
+    return None
+
+
+def _with_params(rule: Any, graph: Graph, op: Operator, params: Any) -> list:
+    return rule(graph, op, params)
 
 
 def _raise_if_invalid(spec: OpSpec, graph: Graph, op: Operator) -> None:
@@ -123,9 +173,10 @@ def oracle_of(bindings: Sequence[Binding | None]) -> tuple[str, tuple[Binding, .
 
 
 def bind_graph(
-    graph: Graph, label: Callable[[Operator], str] | None = None
+    graph: Graph, target: str = GENERIC, label: Callable[[Operator], str] | None = None
 ) -> tuple[tuple[Binding | None, ...], tuple[Refusal, ...]]:
-    """Every op's binding (None where it has none) and every refusal, graph-wide ones first.
+    """Every op's binding for `target` (None where it has none) and every refusal, graph-wide
+    ones first.
 
     `label(op)` names an op in refusals ("op 3" by default; "subgraph 1 op 0" for the ops of a
     called subgraph). Any exception other than the toolchain's own is a check a prepare lacks,
@@ -137,7 +188,7 @@ def bind_graph(
         opcode = (op.custom_code or "CUSTOM") if op.opcode == "CUSTOM" else op.opcode
         where = f"{label(op) if label else f'op {op.index}'} {opcode}"
         try:
-            bindings.append(bind(graph, op))
+            bindings.append(bind(graph, op, target))
             continue
         except ModelError as e:
             refusals.append(Refusal(op.index, f"{where}: {e.message}", invalid=True))

@@ -94,13 +94,15 @@ class OpContext:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One op's C: its definitions, and the helper groups they call (HELPER_GROUPS), which the
-    file defines once, ahead of every kernel. An op with nothing to do at run time has no text;
+    """One op's C: its definitions, the helper groups they call (HELPER_GROUPS), which the
+    file defines once, ahead of every kernel, and the system headers they need (`includes`,
+    such as a target kernel's <arm_acle.h>). An op with nothing to do at run time has no text;
     `note` then says why, in the comment the generator writes where it would be called."""
 
     text: str
     helpers: tuple[str, ...] = ()
     note: str = ""
+    includes: tuple[str, ...] = ()
 
 
 Emitter = Callable[[OpContext], Kernel]
@@ -115,7 +117,13 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "int16": (),
     "int16_sigmoid_table": (),
     "int16_softmax_tables": (),
+    "arm_dsp": (),
+    **{f"arm_dsp_{part}": ("arm_dsp",) for part in (
+        "rounding", "partial", "widen_2", "widen_1", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1")},
 }
+# Groups laid out by another template than HELPERS_TEMPLATE: the target kernels' own.
+HELPER_TEMPLATES: dict[str, str] = {
+    group: "c/arm_dsp.c.j2" for group in HELPER_GROUPS if group.startswith("arm_dsp")}
 
 
 def _sigmoid_table() -> dict:
@@ -146,7 +154,8 @@ def helper_definitions(groups: Iterable[str]) -> list[str]:
     """The text of every group asked for and of the groups they build on, each once, a group
     after those it calls."""
     return [
-        str(family_macro(HELPERS_TEMPLATE, group)(**HELPER_VALUES.get(group, dict)())).strip("\n")
+        str(family_macro(HELPER_TEMPLATES.get(group, HELPERS_TEMPLATE), group)(
+            **HELPER_VALUES.get(group, dict)())).strip("\n")
         for group in _closure(groups)
     ]
 

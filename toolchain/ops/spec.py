@@ -28,7 +28,8 @@ class MemoryRequest:
     purpose: str
 
 
-# Targets a kernel can be emitted for: the portable C every C compiler builds.
+# Targets a kernel can be emitted for: the portable C every C compiler builds (and every
+# target runs), or the names of toolchain.targets (a kernel for some cores only).
 PORTABLE_C = "c"
 TARGETS = (PORTABLE_C,)
 
@@ -119,10 +120,38 @@ def describe(dtypes: Sequence[str | None]) -> str:
 
 
 @dataclass(frozen=True)
+class TargetKernel:
+    """A kernel of one op written for some targets only (its signatures' `targets`), bound
+    there in place of the op's portable kernel when it `accepts` the op: it runs from the same
+    params (the OpSpec's prepare), so runtime_py and every other backend compute the same
+    values, but emits its own C and asks for its own scratch and overlaps, which follow its own
+    loop order.
+
+    `accepts(graph, op, params)` is None when the kernel runs this op, else the reason it
+    does not (the portable kernel then does); `overlaps(graph, op, params)` lists the rules
+    its write order makes safe (toolchain/ops/overlaps.py); `name` says what it is in reports.
+    `scratch_alignment`: the alignment its scratch needs (the plan's must be at least that).
+    """
+
+    opcode: str
+    name: str
+    kernels: tuple[Signature, ...]
+    accepts: Callable[[Graph, Operator, Any], str | None]
+    emit: Callable[[Any], Any]
+    scratch: Callable[[Any], tuple[MemoryRequest, ...]] | None = None
+    overlaps: Callable[[Graph, Operator, Any], list[OverlapRule]] | None = None
+    scratch_alignment: int = 1
+
+    def runs_on(self, target: str) -> bool:
+        return any(target in k.targets for k in self.kernels)
+
+
+@dataclass(frozen=True)
 class Binding:
     """One operator bound to its kernel before anything is planned: what every backend runs
     from (`params`), the memory the kernel asks for (`scratch`), and the outputs its loop order
-    lets share an input's memory (`overlaps`, every rule; the techniques switched on pick)."""
+    lets share an input's memory (`overlaps`, every rule; the techniques switched on pick).
+    `variant` is the target kernel bound in place of the portable one, if any."""
 
     op: int
     opcode: str
@@ -130,6 +159,7 @@ class Binding:
     params: Any
     scratch: tuple[MemoryRequest, ...] = ()
     overlaps: tuple[OverlapRule, ...] = ()
+    variant: TargetKernel | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,453 @@
+"""`--target`: the kernels a target binds, the C it generates (and refuses to compile for
+another), its firmware under QEMU, and `arenac bench`'s instruction counts.
+
+The QEMU tests need arm-none-eabi-gcc and qemu-system-arm (skipped without them, failing with
+CI set, as in test_mcu.py); the DSP kernels are checked bit-exact against TFLite's reference
+kernels and runtime_py on built FULLY_CONNECTED and 1x1 CONV_2D models and on the shared int8
+models that use them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from runtime_py.interpreter import ArenaInterpreter
+from runtime_py.kernels.fully_connected import double_to_int32, round_half_away
+from tests.conftest import SHARED_MODELS, needs_shared_models
+from tests.ops.test_conv import conv_model
+from tests.ops.test_fully_connected import fully_connected_model
+from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
+from toolchain import targets as target_table
+from toolchain.bench import bench
+from toolchain.checking.c_backend import compiler
+from toolchain.checking.check import check_plan, random_inputs
+from toolchain.checking.qemu_backend import QemuBackend
+from toolchain.cli import main
+from toolchain.codegen import generate
+from toolchain.errors import ArenacError, RuntimeBackendError
+from toolchain.firmware import mcu_sources
+from toolchain.fixedpoint import multiply_by_quantized_multiplier
+from toolchain.ops import arm_dsp
+from toolchain.ops.rounding import fc_multiplier, single_roundings
+from toolchain.plan import ModelPlan, plan_model
+from toolchain.quant import quantize_multiplier
+from toolchain.reader import parse_model
+from toolchain.targets import TARGETS, get_target
+
+DSP = ("cortex-m4", "cortex-m7", "cortex-m33")
+
+
+def planned(model: bytes, target: str, **options) -> ModelPlan:
+    return plan_model(parse_model(model, "built.tflite"), "greedy", target=target, **options)
+
+
+def kernels_bound(mp: ModelPlan) -> list[str]:
+    return [b.variant.name if b.variant else "portable" for b in mp.program.bindings]
+
+
+def pointwise_model(seed: int = 0) -> bytes:
+    """1x1 CONV_2D (stride 1), 1x1 CONV_2D (stride 2), FULLY_CONNECTED: odd sizes everywhere."""
+    from toolchain.builder import ModelBuilder
+
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder("int8")
+    x = b.input("x", (1, 5, 7, 6), "int8", 0.05, 3)
+
+    def conv(x: int, shape: tuple, channels: int, stride: int, activation: str,
+             input_scale: float) -> int:
+        depth = shape[-1]
+        scales = rng.uniform(0.004, 0.012, channels)
+        weights = b.const("w", rng.integers(-127, 128, (channels, 1, 1, depth)).astype(np.int8),
+                          list(scales), 0, quantized_dimension=0)
+        bias = b.const("b", rng.integers(-400, 400, channels).astype(np.int32),
+                       list(input_scale * scales), 0)
+        out_shape = (shape[0], -(-shape[1] // stride), -(-shape[2] // stride), channels)
+        y = b.tensor("y", out_shape, "int8", 0.08, -5)
+        b.op("CONV_2D", [x, weights, bias], [y],
+             {"padding": "SAME", "stride_h": stride, "stride_w": stride,
+              "dilation_h_factor": 1, "dilation_w_factor": 1,
+              "fused_activation_function": activation}, 3)
+        return y
+
+    y = conv(x, (1, 5, 7, 6), 9, 1, "NONE", 0.05)
+    y = conv(y, (1, 5, 7, 9), 5, 2, "RELU", 0.08)
+    flat = b.tensor("flat", (1, 3 * 4 * 5), "int8", 0.08, -5)
+    b.op("RESHAPE", [y], [flat], {"new_shape": [1, 60]})
+    weights = b.const("fw", rng.integers(-127, 128, (7, 60)).astype(np.int8), 0.01, 0)
+    bias = b.const("fb", rng.integers(-3000, 3000, 7).astype(np.int32), 0.0008)
+    out = b.tensor("out", (1, 7), "int8", 0.1, 2)
+    b.op("FULLY_CONNECTED", [flat, weights, bias], [out], {"fused_activation_function": "NONE"},
+         4)
+    b.output(out)
+    return b.build()
+
+
+# -- the registry and the plan --------------------------------------------------------------
+
+
+def test_targets_and_their_guards():
+    assert list(TARGETS)[0] == "generic" and TARGETS["generic"].guard is None
+    assert set(TARGETS) == {"generic", "cortex-m0plus", "cortex-m4", "cortex-m7", "cortex-m33",
+                            "cortex-m55"}
+    assert TARGETS["cortex-m4"].guard == "!defined(__ARM_ARCH_7EM__) || !defined(__ARM_FEATURE_DSP)"
+    assert "defined(__ARM_FEATURE_MVE)" in TARGETS["cortex-m33"].guard  # refused on an M55
+    assert TARGETS["cortex-m0plus"].board.machine == "mps2-an385"
+    with pytest.raises(ArenacError, match="unknown target 'cortex-m3'"):
+        get_target("cortex-m3")
+
+
+def test_a_dsp_target_binds_its_kernels_and_others_the_portable_ones():
+    model = pointwise_model()
+    for target in DSP:
+        assert kernels_bound(planned(model, target)) == ["dsp-1x1", "dsp-1x1", "portable", "dsp"]
+    for target in ("generic", "cortex-m0plus", "cortex-m55"):
+        assert set(kernels_bound(planned(model, target))) == {"portable"}
+    assert set(kernels_bound(planned(model, "cortex-m4", portable=True))) == {"portable"}
+    # a 3x3 convolution keeps the portable kernel
+    conv3 = conv_model("int8", True, (1, 6, 6, 4), 8, (3, 3))
+    assert kernels_bound(planned(conv3, "cortex-m4")) == ["portable"]
+
+
+def test_target_kernels_bring_their_scratch_and_overlap_into_the_plan():
+    model = pointwise_model()
+    mp = planned(model, "cortex-m4")
+    scratch = {r.op: r for r in mp.program.scratch()}
+    # two pixels of 6 channels, padded to 8: 2 * 2 words * 2 groups * 4 bytes
+    assert scratch[0].size == 32 and "widened" in scratch[0].purpose
+    assert scratch[3].size == 8 * 15  # one row of 60 values: 15 groups
+    rule = mp.program.bindings[0].overlaps[0]
+    # 35 pixels, 6 channels in and 9 out: before the last one, 34 pixels' outputs are written
+    # and the input is read from pixel 34 on
+    assert rule.kind == "windowed" and rule.shift == 34 * (9 - 6)
+    assert mp.program.bindings[0].overlaps != planned(model, "generic").program.bindings[0].overlaps
+    ArenaInterpreter(mp).invoke(random_inputs(mp.graph, 0))  # runtime_py checks every claim
+
+
+def test_pointwise_overlap_follows_the_write_order():
+    """The rule, replayed: every output byte the kernel writes lands on input bytes it no longer
+    reads, for outputs placed exactly the declared shift below the input."""
+    for shape, channels, stride in [((1, 6, 5, 8), 16, 1), ((2, 5, 6, 8), 4, 2),
+                                    ((1, 7, 7, 3), 5, 2), ((3, 4, 5, 12), 12, 1)]:
+        mp = planned(conv_model("int8", False, shape, channels, (1, 1), (stride, stride)),
+                     "cortex-m4")
+        m = arm_dsp.conv_matmul(mp.program.params()[0])
+        shift = mp.program.bindings[0].overlaps[0].shift
+        blocks = m.blocks()
+        for index, (first, count) in enumerate(blocks):
+            written_end = (first + count) * m.channels - shift  # relative to the input
+            later = [m.input_at(p) for b, n in blocks[index + 1:] for p in range(b, b + n)]
+            assert all(written_end <= start for start in later)
+
+
+def test_generated_c_names_its_target_and_generic_c_is_unchanged():
+    model = pointwise_model()
+    generic = generate(planned(model, "generic"), "net")["net.c"]
+    assert "#error" not in generic and "arm_acle" not in generic and "Target:" not in generic
+    c = generate(planned(model, "cortex-m4"), "net")["net.c"]
+    assert " * Target: cortex-m4 (" in c
+    assert "#if !defined(__ARM_ARCH_7EM__) || !defined(__ARM_FEATURE_DSP)\n#error" in c
+    assert "#include <arm_acle.h>" in c and "__smlad" in c
+    assert c.index("#error") < c.index("#include <arm_acle.h>")
+    assert max(len(line) for line in c.splitlines()) <= 120
+
+
+def test_c_for_a_target_does_not_compile_on_the_host(tmp_path):
+    files = generate(planned(pointwise_model(), "cortex-m4"), "net")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    result = subprocess.run([*compiler(), "-std=c99", "-c", "net.c", "-o", "net.o"],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "net.c was generated for cortex-m4" in result.stderr
+
+
+# -- requantization in one rounding --------------------------------------------------------
+
+
+def test_single_rounding_equals_both_references_exhaustively():
+    """Proven by thresholds, checked on every accumulator of small ranges: TFLite's
+    MultiplyByQuantizedMultiplier and FULLY_CONNECTED's double rounding."""
+    rng = np.random.default_rng(3)
+    scales = np.exp(rng.uniform(np.log(2e-4), np.log(0.3), 6))
+    acc_lo, acc_hi = -rng.integers(1, 40000, 6), rng.integers(1, 40000, 6)
+    low, high = -128 - 17, 127 - 17
+    quantized = [quantize_multiplier(float(s)) for s in scales]
+    mult = np.array([m for m, _ in quantized], np.int64)[:, None]
+    exp = np.array([e for _, e in quantized], np.int64)[:, None]
+
+    def mbqm(acc):
+        return multiply_by_quantized_multiplier(acc, mult, exp)
+
+    def double(acc):
+        return double_to_int32(round_half_away(acc.astype(np.float64) * scales[:, None]))
+
+    found = [fc_multiplier(float(s)) for s in scales]
+    cases = [(mbqm, [m for m, _ in quantized], [31 - e for _, e in quantized]),
+             (double, [f[0] for f in found], [f[1] for f in found])]
+    for reference, multipliers, shifts in cases:
+        roundings = single_roundings(reference, low, high, acc_lo, acc_hi, multipliers, shifts)
+        assert roundings is not None
+        for c, r in enumerate(roundings):
+            acc = np.arange(acc_lo[c], acc_hi[c] + 1, dtype=np.int64)
+            want = np.clip(reference(np.broadcast_to(acc, (6, acc.size)))[c], low, high)
+            rounding = np.where(acc < 0, r.negative_rounding, r.rounding)
+            got = np.clip((acc * r.multiplier + rounding) >> r.shift, low, high)
+            np.testing.assert_array_equal(got, want)
+
+
+def test_single_rounding_refuses_what_it_cannot_match():
+    # a multiplier far from the reference's scale cannot reproduce its thresholds
+    def reference(acc):
+        return np.round(acc / 3.0).astype(np.int64)
+
+    assert single_roundings(reference, -100, 100, np.array([-300]), np.array([300]),
+                            [2**30], [32]) is None
+    assert fc_multiplier(0.5) is None and fc_multiplier(0.0) is None
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("command", ["gen", "check", "plan", "bench"])
+def test_an_unknown_target_is_one_clear_line(capsys, tmp_path, command):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(pointwise_model())
+    extra = ["-o", str(tmp_path / "out")] if command == "gen" else []
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, str(path), *extra, "--target", "cortex-m3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "unknown target 'cortex-m3'" in err and "cortex-m4" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_check_refuses_host_c_for_a_target(capsys, tmp_path):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(pointwise_model())
+    code, out, err = run(capsys, "check", str(path), "--target", "cortex-m4", "--backends", "c")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "runs under --backends runtime_py,qemu" in err
+    assert str(path) in err
+
+
+def test_target_kernels_need_word_aligned_plans(capsys, tmp_path):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(pointwise_model())
+    code, _, err = run(capsys, "plan", str(path), "--target", "cortex-m4", "--align", "2")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "alignment of at least 4 (not 2)" in err and str(path) in err
+    assert run(capsys, "plan", str(path), "--target", "cortex-m0plus", "--align", "2")[0] == 0
+
+
+def test_gen_writes_target_c(capsys, tmp_path):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(pointwise_model())
+    code, out, _ = run(capsys, "gen", str(path), "-o", str(tmp_path / "c"), "--target",
+                       "cortex-m33")
+    assert code == 0
+    assert "generated for cortex-m33" in (tmp_path / "c" / "m.c").read_text()
+
+
+# -- under QEMU ------------------------------------------------------------------------------
+
+
+def assert_qemu_matches_oracle(model: bytes, target: str = "cortex-m4", inputs: int = 2) -> None:
+    """The target's C under QEMU, runtime_py and TFLite's reference kernels agree bit for
+    bit (the outputs vary: a kernel cannot pass by saturating)."""
+    mp = planned(model, target)
+    assert set(kernels_bound(mp)) - {"portable"}, "no target kernel to check"
+    with QemuBackend(mp) as backend:
+        report = check_plan(mp, model, inputs, 0, [("qemu", backend.invoke_many)])
+    assert report.ok, report.as_dict()
+    outputs = ArenaInterpreter(mp).invoke(random_inputs(mp.graph, 0))
+    assert all(np.unique(o).size > 2 for o in outputs)
+
+
+@needs_mcu
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 5, 7, 8), out_channels=16),  # depth a multiple of 4, odd pixel count
+    dict(input_shape=(2, 4, 3, 6), out_channels=7, per_channel=True),  # batches, odd channels
+    dict(input_shape=(1, 6, 5, 13), out_channels=5, stride=(2, 2), activation="RELU"),
+    dict(input_shape=(1, 1, 1, 40), out_channels=10, activation="RELU6", bias=False),
+    dict(input_shape=(1, 3, 9, 70), out_channels=3, stride=(1, 2), per_channel=True),
+])
+def test_dsp_1x1_convolution_is_bit_exact(case):
+    case = {"per_channel": False, **case}
+    model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                       case.pop("out_channels"), (1, 1), **case)
+    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-1x1"]
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 8), units=4),
+    dict(input_shape=(3, 21), units=5, activation="RELU", per_channel=True),
+    dict(input_shape=(2, 3, 8), units=6, bias=False),
+    dict(input_shape=(1, 300), units=9, activation="RELU6"),  # unrolled loop and a rest
+])
+def test_dsp_fully_connected_is_bit_exact(case):
+    model = fully_connected_model("int8", **case)
+    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp"]
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+@pytest.mark.parametrize("target", ["cortex-m7", "cortex-m33"])
+def test_dsp_kernels_on_the_other_dsp_cores(target):
+    assert_qemu_matches_oracle(pointwise_model(1), target)
+
+
+@needs_mcu
+def test_reference_arithmetic_where_no_single_rounding_matches(monkeypatch):
+    """Without a proven single rounding the kernels requantize as the references do (the
+    convolution's MultiplyByQuantizedMultiplier, FULLY_CONNECTED's double)."""
+    monkeypatch.setattr(arm_dsp, "single_roundings", lambda *args: None)
+    model = pointwise_model(2)
+    c = generate(planned(model, "cortex-m4"), "net")["net.c"]
+    assert "arenac_mbqm(acc" in c and "(double)acc *" in c and "one rounding" not in c
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+def test_the_overlap_the_dsp_kernel_declares_is_used_and_safe():
+    model = conv_model("int8", False, (1, 8, 8, 16), 16, (1, 1))
+    mp = planned(model, "cortex-m4")
+    assert mp.plan.overlaps, "a 16 -> 16 channel 1x1 output may lie over its input"
+    assert mp.arena_bytes < planned(model, "generic").arena_bytes
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+@pytest.mark.parametrize("target", ["cortex-m0plus", "cortex-m55"])
+def test_every_target_runs_on_its_machine(target):
+    model = pointwise_model(3)
+    mp = planned(model, target)
+    with QemuBackend(mp) as backend:
+        assert backend.machine == TARGETS[target].board.machine
+        report = check_plan(mp, model, 1, 0, [("qemu", backend.invoke_many)], runtime_py=False)
+    assert report.ok
+
+
+@needs_mcu
+@pytest.mark.parametrize("built, compiled", [("cortex-m4", "cortex-m0plus"),
+                                             ("cortex-m33", "cortex-m4"),
+                                             ("cortex-m0plus", "cortex-m33"),
+                                             ("cortex-m55", "cortex-m33")])
+def test_c_for_one_target_refuses_another(tmp_path, built, compiled):
+    files = mcu_sources(planned(pointwise_model(), built), "net")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    flags = TARGETS[compiled].flags
+    result = subprocess.run([shutil.which("arm-none-eabi-gcc"), *flags, "-std=c99", "-c",
+                             "net.c", "-o", "net.o"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert f"net.c was generated for {built}" in result.stderr
+    ok = subprocess.run([shutil.which("arm-none-eabi-gcc"), *TARGETS[built].flags, "-std=c99",
+                         "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-O2", "-c", "net.c",
+                         "-o", "net.o"], cwd=tmp_path, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+
+
+CLANG = shutil.which("clang") or shutil.which("clang-14")
+
+
+@needs_mcu
+@pytest.mark.skipif(CLANG is None, reason="clang is not installed")
+@pytest.mark.parametrize("target", DSP)
+def test_clang_builds_the_dsp_kernels(tmp_path, target):
+    """ACLE intrinsics: Clang builds the same C, strict flags, with the rotation fused."""
+    files = mcu_sources(planned(pointwise_model(), target), "net")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    # newlib's headers, from the cross GCC's own search list
+    listing = subprocess.run([shutil.which("arm-none-eabi-gcc"), "-E", "-Wp,-v", "-x", "c",
+                              os.devnull], capture_output=True, text=True).stderr
+    include = next(line.strip() for line in listing.splitlines()
+                   if line.strip().endswith("arm-none-eabi/include"))
+    result = subprocess.run([CLANG, "--target=arm-none-eabi", *TARGETS[target].flags,
+                             "-isystem", include, "-std=c99", "-O2",
+                             "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-S", "net.c", "-o",
+                             "net.s"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assembly = (tmp_path / "net.s").read_text()
+    assert "smlad" in assembly and "ror #8" in assembly
+
+
+# -- bench -------------------------------------------------------------------------------------
+
+
+@needs_mcu
+def test_bench_counts_are_deterministic_and_the_dsp_kernels_execute_fewer():
+    model = pointwise_model(4)
+    own = bench(planned(model, "cortex-m4"))
+    again = bench(planned(model, "cortex-m4"))
+    portable = bench(planned(model, "cortex-m4", portable=True))
+    assert own.outputs_match and portable.outputs_match
+    assert own.instructions == again.instructions
+    assert [s.instructions for s in own.steps] == [s.instructions for s in again.steps]
+    assert [s.kernel for s in own.steps] == ["dsp-1x1", "dsp-1x1", "portable", "dsp"]
+    for mine, theirs in zip(own.steps, portable.steps):
+        if mine.kernel != "portable":
+            assert mine.instructions < theirs.instructions
+    # the whole invoke: its steps and the calls between them
+    assert sum(s.instructions for s in own.steps) <= own.instructions
+    assert own.counter_overhead > 0 and own.board == "mps2-an386"
+
+
+@needs_mcu
+def test_bench_checks_the_counter_it_reads(monkeypatch):
+    board = target_table.BOARDS["mps2-an386"]
+    wrong = target_table.Board(**{**board.__dict__, "counter_hz": board.counter_hz * 2})
+    monkeypatch.setitem(TARGETS, "cortex-m4",
+                        target_table.Target(**{**TARGETS["cortex-m4"].__dict__, "board": wrong}))
+    with pytest.raises(RuntimeBackendError, match="does not count instructions as expected"):
+        bench(planned(pointwise_model(), "cortex-m4"))
+
+
+@needs_mcu
+def test_bench_command_json(capsys, tmp_path):
+    import json
+
+    path = tmp_path / "m.tflite"
+    path.write_bytes(pointwise_model())
+    code, out, _ = run(capsys, "bench", str(path), "--json", "--optimize", "Os")
+    data = json.loads(out)
+    assert code == 0 and data["target"] == "cortex-m4" and data["optimization"] == "-Os"
+    assert data["outputs_match"] is True and data["instructions_per_inference"] > 0
+    assert [s["opcode"] for s in data["steps"]] == ["CONV_2D", "CONV_2D", "RESHAPE",
+                                                    "FULLY_CONNECTED"]
+    code, out, _ = run(capsys, "bench", str(path), "--portable")
+    assert code == 0 and "(portable kernels)" in out and "instructions per inference:" in out
+
+
+# -- the shared models -------------------------------------------------------------------------
+
+SHARED_INT8 = ["vww_96_int8", "kws_ref_model", "ad01_int8", "pretrainedResnet_quant",
+               "person_detect", "micro_speech_quantized", "hello_world_int8"]
+
+
+@needs_mcu
+@needs_shared_models
+@pytest.mark.parametrize("name", SHARED_INT8)
+def test_shared_models_are_bit_exact_with_the_dsp_kernels(name):
+    path = SHARED_MODELS / f"{name}.tflite"
+    data = path.read_bytes()
+    mp = plan_model(parse_model(data, str(path)), target="cortex-m4")
+    assert {"dsp", "dsp-1x1"} & set(kernels_bound(mp))
+    with QemuBackend(mp) as backend:
+        report = check_plan(mp, data, 1, 0, [("qemu", backend.invoke_many)])
+    assert report.ok, report.as_dict()
+

@@ -1,0 +1,496 @@
+"""Kernels for the Arm cores with the DSP extension: cortex-m4, cortex-m7 and cortex-m33.
+
+They run from the params of the portable kernels (toolchain/ops/conv.py, fully_connected.py)
+and compute the same int32 sums and the same requantized values, bit for bit; only the order
+of the work and the instructions differ. The C uses ACLE's intrinsics from <arm_acle.h>
+(__sxtb16, __smlad), which GCC and Clang both provide for these cores; templates/c/arm_dsp.c.j2
+lays it out.
+
+Pointwise matrix multiply (int8 FULLY_CONNECTED, and CONV_2D with a 1x1 filter, any stride):
+the output is a matrix of pixels (FULLY_CONNECTED: batch rows) by output channels (units), each
+value a dot product of a pixel's input channels with a filter row. Two pixels by two channels
+at a time (2x2 register blocking: four sums, each input word and weight word loaded once for
+two products):
+
+- the two pixels' inputs are widened once into the op's scratch (planned in the arena: 16
+  bytes per four input channels) as int16 pairs, four values x0..x3 becoming the words (x0, x2)
+  and (x1, x3), which is what __sxtb16 and its rotated form make of one word;
+- the filter is reordered at generation time so that the rows of each pair of channels
+  alternate four weights at a time (the 2x2 step reads eight consecutive bytes), each row
+  padded with zeros to a multiple of four; the weights widen in the loop as the inputs did, so
+  lane (x0, x2) meets (w0, w2) and lane (x1, x3) meets (w1, w3): __smlad adds both products;
+- the bias and the input offset times each filter row's sum are folded into one int32 per
+  channel (wrapping as TFLite's int32 sums do), so the loop is a plain int8 dot product;
+- the requantization is one 32 x 32 -> 64-bit multiply-add and a shift where
+  toolchain/ops/rounding.py proves it equal to the reference's rounding (FULLY_CONNECTED's
+  double one, the convolutions' MultiplyByQuantizedMultiplier) on every accumulator the op can
+  produce; otherwise it is the reference's arithmetic itself.
+
+Its write order differs from the portable convolution's: all the output channels of two pixels
+after both pixels' inputs were read. `pointwise_overlaps` declares what that order makes safe
+for CONV_2D; FULLY_CONNECTED declares no overlap, as its portable kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolchain.fixedpoint import multiply_by_quantized_multiplier
+from toolchain.ir import Graph, Operator
+from toolchain.ops.conv import ConvParams, Requantize
+from toolchain.ops.emit import (
+    ConstantLoop,
+    Kernel,
+    OpContext,
+    c_array,
+    c_comment,
+    c_int64,
+    c_length,
+    c_offset,
+    c_sum,
+    render_macro,
+    written_vars,
+)
+from toolchain.ops.fully_connected import FullyConnectedQuantizedParams
+from toolchain.ops.overlaps import OverlapRule
+from toolchain.ops.rounding import (
+    SingleRounding,
+    accumulator_range,
+    fc_multiplier,
+    single_roundings,
+)
+from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
+
+DSP_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m33")
+TEMPLATE = "c/arm_dsp.c.j2"
+GROUP = 4  # int8 values a word holds
+WORD = 4  # the scratch is read in words (LDRD needs them aligned)
+UNROLLED = 16  # depth groups written out without a loop
+UNROLL = 8  # depth groups a loop trip takes beyond that
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """The pointwise product an op computes: `batches` images of `rows` rows of `pixels`
+    pixels; pixel i of row r of image b reads `depth` input values from element
+    b * image_in + r * row_in + i * pixel_in of the input and writes `channels` outputs, the
+    output pixels following each other. `weights` [channels, depth] and `bias` [channels] as
+    int64; `input_offset` is added to every input value."""
+
+    batches: int
+    rows: int
+    pixels: int
+    image_in: int
+    row_in: int
+    pixel_in: int
+    depth: int
+    channels: int
+    weights: np.ndarray
+    bias: np.ndarray
+    input_offset: int
+
+    @property
+    def groups(self) -> int:
+        return -(-self.depth // GROUP)
+
+    def sums(self) -> np.ndarray:
+        """Per channel, bias + input offset * the filter row's sum, wrapped to int32."""
+        total = self.bias + self.input_offset * self.weights.sum(axis=1)
+        return ((total + 2**31) & 0xFFFFFFFF) - 2**31
+
+    def accumulators(self) -> tuple[np.ndarray, np.ndarray]:
+        return accumulator_range(self.weights, self.input_offset, self.bias)
+
+    def packed(self) -> np.ndarray:
+        """The filter as the loops read it: for each pair of channels, their rows four weights
+        at a time, alternating; an odd last channel's row alone; rows padded with zeros."""
+        padded = np.zeros((self.channels, self.groups * GROUP), np.int64)
+        padded[:, :self.depth] = self.weights
+        pairs = self.channels // 2
+        quads = padded[:pairs * 2].reshape(pairs, 2, self.groups, GROUP).transpose(0, 2, 1, 3)
+        return np.concatenate([quads.reshape(-1), padded[pairs * 2:].reshape(-1)])
+
+    def blocks(self) -> list[tuple[int, int]]:
+        """The blocks of pixels in the order the kernel runs them: (first output pixel, how
+        many), two at a time along each row."""
+        return [((b * self.rows + r) * self.pixels + i, min(2, self.pixels - i))
+                for b in range(self.batches) for r in range(self.rows)
+                for i in range(0, self.pixels, 2)]
+
+    def input_at(self, pixel: int) -> int:
+        """The first input element output pixel `pixel` reads."""
+        image, rest = divmod(pixel, self.rows * self.pixels)
+        row, i = divmod(rest, self.pixels)
+        return image * self.image_in + row * self.row_in + i * self.pixel_in
+
+
+def conv_matmul(p: ConvParams) -> Matmul:
+    batch, height, width, depth = p.input_shape
+    _, out_h, out_w, channels = p.output_shape
+    stride_h, stride_w = p.window.stride
+    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)  # [channels, depth]
+    bias = np.asarray(p.bias, np.float64).astype(np.int64)
+    if stride_h == 1 and stride_w == 1:  # every pixel in turn, as one row
+        return Matmul(1, 1, batch * out_h * out_w, 0, 0, depth, depth, channels, weights, bias,
+                      p.input_offset)
+    return Matmul(batch, out_h, out_w, height * width * depth, stride_h * width * depth,
+                  stride_w * depth, depth, channels, weights, bias, p.input_offset)
+
+
+def fc_matmul(p: FullyConnectedQuantizedParams, weights: np.ndarray | None,
+              bias: np.ndarray | None) -> Matmul:
+    w = (np.zeros((p.units, p.depth), np.int64) if weights is None
+         else np.asarray(weights, np.int64).reshape(p.units, p.depth))
+    b = np.zeros(p.units, np.int64) if bias is None else np.asarray(bias, np.int64).reshape(-1)
+    return Matmul(1, 1, p.batches, 0, 0, p.depth, p.depth, p.units, w, b, p.input_offset)
+
+
+def accepts_conv(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, ConvParams) or not isinstance(p.output, Requantize):
+        return "not an int8 convolution"
+    if p.output.dtype != "int8" or graph.tensors[op.inputs[0]].dtype != "int8":
+        return "not an int8 convolution"
+    if p.groups != 1:
+        return "a grouped convolution"
+    if p.window.filter != (1, 1) or p.window.padding != (0, 0):
+        return "not a 1x1 filter"
+    batch, height, width, _ = p.input_shape
+    _, out_h, out_w, _ = p.output_shape
+    stride_h, stride_w = p.window.stride
+    if (out_h - 1) * stride_h >= height or (out_w - 1) * stride_w >= width or batch < 1:
+        return "an output pixel outside the input"
+    return None
+
+
+def accepts_fc(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, FullyConnectedQuantizedParams) or p.dtype != "int8":
+        return "not an int8 FULLY_CONNECTED"
+    if p.filter_offset != 0:
+        return "a filter with a zero point"
+    weights = graph.tensors[op.inputs[1]]
+    if not weights.is_constant or weights.data is None:
+        return "weights computed at run time"
+    bias_index = op.inputs[2] if len(op.inputs) > 2 else -1
+    if bias_index >= 0 and (graph.tensors[bias_index].data is None
+                            or not graph.tensors[bias_index].is_constant):
+        return "bias computed at run time"
+    return None
+
+
+def pointwise_scratch(m: Matmul) -> tuple[MemoryRequest, ...]:
+    """Room for one block's inputs widened: 8 bytes per four input values and pixel."""
+    pixels = 2 if m.pixels > 1 else 1
+    return (MemoryRequest(pixels * m.groups * 8,
+                          f"the inputs of {pixels} pixel{'s' if pixels > 1 else ''} widened "
+                          "to int16 pairs"),)
+
+
+def pointwise_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[OverlapRule]:
+    """The output may start `shift` bytes below the input: after each block of pixels the
+    kernel has written the outputs of every pixel up to it, and later reads only the inputs of
+    the pixels after it, from the next one's first input byte on (int8: bytes are elements)."""
+    m = conv_matmul(p)
+    blocks = m.blocks()
+    shift = 0
+    for (first, count), (following, _) in zip(blocks, blocks[1:]):
+        shift = max(shift, (first + count) * m.channels - m.input_at(following))
+    return [OverlapRule(0, 0, shift, kind="windowed")]
+
+
+# -- requantization ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputStage:
+    """How the kernel turns a channel's int32 sum into int8: `single` (one rounding per
+    channel, proven) or, without one, the reference's arithmetic: `multipliers`/`shifts`
+    (MultiplyByQuantizedMultiplier) or `scales` (FULLY_CONNECTED's double rounding)."""
+
+    low: int  # the clamp, before the zero point is added
+    high: int
+    zero_point: int
+    single: tuple[SingleRounding, ...] | None = None
+    multipliers: tuple[int, ...] = ()
+    shifts: tuple[int, ...] = ()
+    scales: tuple[float, ...] = ()
+
+
+def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
+    zp = stage.output_zero_point
+    low, high = stage.clamp[0] - zp, stage.clamp[1] - zp
+    multipliers = [int(v) for v in stage.multipliers.tolist()]
+    shifts = [int(v) for v in stage.shifts.tolist()]
+    if len(multipliers) == 1:
+        multipliers, shifts = multipliers * m.channels, shifts * m.channels
+    mult = np.asarray(multipliers, np.int64)[:, None]
+    exp = np.asarray(shifts, np.int64)[:, None]
+    acc_lo, acc_hi = m.accumulators()
+    single = None
+    if all(s <= 0 for s in shifts) and acc_lo.min() >= INT32_MIN and acc_hi.max() <= INT32_MAX:
+        single = single_roundings(
+            lambda acc: multiply_by_quantized_multiplier(acc, mult, exp), low, high, acc_lo,
+            acc_hi, multipliers, [31 + max(-s, 1 if mu == 0 else 0)
+                                  for mu, s in zip(multipliers, shifts)])
+    return OutputStage(low, high, zp, tuple(single) if single else None, tuple(multipliers),
+                       tuple(shifts))
+
+
+def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
+    # runtime_py's own rounding is the reference (imported here: runtime_py imports the ops)
+    from runtime_py.kernels.fully_connected import double_to_int32, round_half_away
+
+    zp = p.output_offset
+    low, high = p.activation_min - zp, p.activation_max - zp
+    scales = list(p.requant_scales) * (m.channels if len(p.requant_scales) == 1 else 1)
+    found = [fc_multiplier(s) for s in scales]
+    acc_lo, acc_hi = m.accumulators()
+    single = None
+    if all(found) and acc_lo.min() >= INT32_MIN and acc_hi.max() <= INT32_MAX:
+        column = np.asarray(scales, np.float64)[:, None]
+        single = single_roundings(
+            lambda acc: double_to_int32(round_half_away(acc.astype(np.float64) * column)),
+            low, high, acc_lo, acc_hi, [f[0] for f in found], [f[1] for f in found])
+    return OutputStage(low, high, zp, tuple(single) if single else None,
+                       scales=tuple(scales))
+
+
+def _double(value: float) -> str:
+    text = repr(float(value))
+    return text if ("." in text or "e" in text) else text + ".0"
+
+
+def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str], str]:
+    """The tables, body lines and comment of the op's output function."""
+    tables: list[dict] = []
+
+    def per_channel(name: str, ctype: str, values: list, literal=str) -> str:
+        """A constant when every channel has the same, else a table indexed by c."""
+        if len(set(values)) == 1:
+            return literal(values[0])
+        tables.append({"name": f"{prefix}_{name}", "ctype": ctype, "align": "",
+                       "length": c_length(len(values)),
+                       "data": _lines([literal(v) for v in values]),
+                       "comment": c_comment(f"Per output channel: the {name.replace('_', ' ')} "
+                                            "of the requantization")})
+        return f"{prefix}_{name}[c]"
+
+    clamp = f"arenac_clamp(q, {stage.low}, {stage.high})"
+    store = f"return (int8_t)({clamp}{_plus(stage.zero_point)});"
+    if stage.single is not None:
+        s = stage.single
+        fields = [(r.rounding, r.negative_rounding, r.multiplier, r.shift - 32) for r in s]
+        if len(set(fields)) == 1:
+            rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
+                                               str(fields[0][2]), str(fields[0][3]))
+            lines = []
+        else:
+            tables.append({
+                "name": f"{prefix}_rounding", "ctype": "arenac_rounding", "align": "",
+                "length": c_length(len(fields)),
+                "data": ",\n  ".join(f"{{ {c_int64(a)}, {c_int64(b)}, {m}, {n} }}"
+                                      for a, b, m, n in fields),
+                "comment": c_comment("Per output channel: rounding, negative rounding, "
+                                     "multiplier and shift of the requantization")})
+            lines = [f"const arenac_rounding *r = &{prefix}_rounding[c];"]
+            rounding, negative, mult, shift = ("r->rounding", "r->negative_rounding",
+                                               "r->multiplier", "r->shift")
+        lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
+                  f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
+                  + (f" >> {shift};" if shift != "0" else ";"),
+                  store]
+        comment = ("one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc: "
+                   "at generation time toolchain/ops/rounding.py proved it equal, after the "
+                   "clamp, to the reference's requantization on every sum this op can produce")
+    elif stage.scales:
+        scale = per_channel("scale", "double", list(stage.scales), _double)
+        lines = [f"const double scaled = (double)acc * {scale};",
+                 "int32_t q = INT32_MIN;",
+                 "if (scaled > -2147483648.5 && scaled < 2147483647.5) {",
+                 "  const int32_t t = (int32_t)scaled;",
+                 "  const double frac = scaled - (double)t;",
+                 "  q = t + (frac >= 0.5) - (frac <= -0.5);",
+                 "}",
+                 f"return (int8_t)arenac_clamp((int32_t)((uint32_t)q{_plus(stage.zero_point)}"
+                 f"{'u' if stage.zero_point else ''}), {stage.low + stage.zero_point}, "
+                 f"{stage.high + stage.zero_point});"]
+        comment = ("TFLite's FULLY_CONNECTED rescale in double: round((double)acc * scale), "
+                   "halves away from zero (no single rounding matched it)")
+    else:
+        mult = per_channel("multiplier", "int32_t", list(stage.multipliers))
+        shift = per_channel("shift", "int8_t", list(stage.shifts))
+        lines = [f"const int32_t q = arenac_mbqm(acc, {mult}, {shift});", store]
+        comment = ("TFLite's MultiplyByQuantizedMultiplier (no single rounding matched it)")
+    if not any("[c]" in line for line in lines):
+        lines.insert(0, "(void)c;")
+    return tables, lines, comment
+
+
+def _lines(items: list[str], width: int = 96) -> str:
+    """Initializer items, comma-separated, in lines of at most `width` characters."""
+    lines, line = [], ""
+    for item in items:
+        if line and len(line) + len(item) + 2 > width:
+            lines.append(line)
+            line = ""
+        line = f"{line}, {item}" if line else item
+    return ",\n  ".join([*lines, line])
+
+
+def _plus(value: int) -> str:
+    return f" + {value}" if value > 0 else f" - {-value}" if value < 0 else ""
+
+
+# -- emission --------------------------------------------------------------------------------
+
+
+def _steps(kind: str, m: Matmul) -> dict:
+    """The calls of one block's depth steps: written out up to UNROLLED groups, else a loop of
+    UNROLL groups a trip and the rest written out."""
+    x_words = 4 if kind[0] == "2" else 2
+    w_bytes = 8 if kind[2] == "2" else 4
+
+    def call(k: ConstantLoop | None, extra: int) -> str:
+        terms = [(k, x_words)] if k is not None else []
+        w_terms = [(k, w_bytes)] if k is not None else []
+        return (f"arenac_mac_{kind}(acc, {c_offset('pairs', terms, extra * x_words)}, "
+                f"{c_offset('w', w_terms, extra * w_bytes)});")
+
+    groups = m.groups
+    if groups <= UNROLLED:
+        return {"loop": None, "body": [], "rest": [call(None, g) for g in range(groups)]}
+    main = groups - groups % UNROLL
+    k = ConstantLoop("k", main, 0, UNROLL)
+    return {"loop": k, "body": [call(k, u) for u in range(UNROLL)],
+            "rest": [call(None, g) for g in range(main, groups)]}
+
+
+def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str]) -> list[dict]:
+    blocks = []
+    pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
+    odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
+    for loop, width in ((pairs, 2), (odd, 1)):
+        if not loop.runs:
+            continue
+        kind = f"{pixels}x{width}"
+        w_at = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP)])
+        sums = [f"{prefix}_sum[{c_sum([(loop, 1)], j)}]" for j in range(width)]
+        head = [f"const int8_t *w = {w_at};",
+                f"int32_t acc[{pixels * width}] = {{ {', '.join(sums * pixels)} }};"]
+        stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output(acc[{i * width + j}], "
+                  f"{c_sum([(loop, 1)], j)});"
+                  for i in range(pixels) for j in range(width)]
+        blocks.append({"loop": loop, "head": head, "steps": _steps(kind, m), "stores": stores,
+                       "kind": kind})
+    return blocks
+
+
+def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -> dict:
+    prefix = ctx.prefix
+    batches, rows = ConstantLoop("b", m.batches), ConstantLoop("r", m.rows)
+    even = m.pixels - m.pixels % 2
+    pair = ConstantLoop("p", even, 0, 2)
+    single = ConstantLoop("p", m.pixels, even)
+    full, tail = divmod(m.depth, GROUP)
+    row_head = []
+    xr, orow = "x", "out"
+    if m.batches > 1 or m.rows > 1:
+        row_out = m.pixels * m.channels
+        out_at = c_offset("out", [(batches, m.rows * row_out), (rows, row_out)])
+        row_head = [
+            f"const int8_t *xr = {c_offset('x', [(batches, m.image_in), (rows, m.row_in)])};",
+            f"int8_t *orow = {out_at};"]
+        xr, orow = "xr", "orow"
+
+    def head(count: int, loop: ConstantLoop) -> list[str]:
+        """The block's pointers, and its inputs widened into the scratch."""
+        lines = [f"const int8_t *x0 = {c_offset(xr, [(loop, m.pixel_in)])};"]
+        out = c_offset(orow, [(loop, m.channels)])
+        if count == 2:
+            lines += [f"const int8_t *x1 = x0 + {m.pixel_in};",
+                      f"int8_t *o0 = {out}, *o1 = o0 + {m.channels};"]
+        else:
+            lines.append(f"int8_t *o0 = {out};")
+        if full:
+            lines.append(f"arenac_widen_2(pairs, x0, x1, {full});" if count == 2 else
+                         f"arenac_widen_1(pairs, x0, {full});")
+        words = 2 * count  # per group
+        for i in range(count if tail else 0):
+            lines.append(f"arenac_widen4({c_offset('pairs', [], full * words + 2 * i)}, "
+                         f"arenac_load_partial(x{i} + {full * GROUP}, {tail}));")
+        return lines
+
+    pixels = []
+    for loop, count in ((pair, 2), (single, 1)):
+        if loop.runs:
+            pixels.append({"loop": loop, "head": head(count, loop), "count": count,
+                           "channels": _channel_blocks(prefix, m, count, ["o0", "o1"][:count])})
+    tables, output, output_comment = output_values(prefix, stage)
+    packed = m.packed()
+    tables = [
+        {"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
+         "length": c_length(packed.size), "data": c_array(packed),
+         "comment": c_comment(
+             f"{what}: the filter ({m.channels} x {m.depth}) in the order the loop reads it: "
+             "for each pair of output channels, their rows four weights at a time, "
+             f"alternating; each row padded with zeros to {m.groups * GROUP}")},
+        {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
+         "length": c_length(m.channels), "data": c_array(m.sums()),
+         "comment": c_comment(f"{what}: per output channel, bias + input offset * the filter "
+                              "row's sum (int32, wrapped)")},
+        *tables,
+    ]
+    blocks = [b for p in pixels for b in p["channels"]]
+    helpers = {"arm_dsp", *(f"arm_dsp_mac_{b['kind']}" for b in blocks)}
+    helpers |= {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
+    helpers |= {"arm_dsp_partial"} if tail else set()
+    if any(t["ctype"] == "arenac_rounding" for t in tables):
+        helpers.add("arm_dsp_rounding")
+    counters = written_vars([batches, rows, pair, single, *[b["loop"] for b in blocks],
+                             *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
+    comment = c_comment(
+        f"{what} for the Arm DSP extension: a matrix multiply of "
+        f"{m.batches * m.rows * m.pixels} pixels of {m.depth} values by {m.channels} filter "
+        f"rows, {'two pixels' if m.pixels > 1 else 'one pixel'} by two output channels at a "
+        "time: the inputs widened once to int16 pairs in the arena, the filter read four int8 "
+        "weights a word, each __smlad adding two products")
+    return {
+        "fn": ctx.fn, "prefix": prefix, "comment": comment, "tables": tables,
+        "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
+        "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
+        "scratch": ctx.scratch[0], "counters": counters, "batches": batches, "rows": rows,
+        "row_head": row_head, "pixels": pixels, "helpers": tuple(sorted(helpers)),
+    }
+
+
+def emit_conv(ctx: OpContext) -> Kernel:
+    p: ConvParams = ctx.params
+    m = conv_matmul(p)
+    values = pointwise_values(ctx, m, conv_output(m, p.output),
+                              f"CONV_2D '{ctx.outputs[0].name}' 1x1")
+    return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
+                  includes=("arm_acle.h",))
+
+
+def emit_fc(ctx: OpContext) -> Kernel:
+    p: FullyConnectedQuantizedParams = ctx.params
+    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    m = fc_matmul(p, ctx.inputs[1].data, None if bias is None else bias.data)
+    values = pointwise_values(ctx, m, fc_output(m, p),
+                              f"FULLY_CONNECTED '{ctx.outputs[0].name}'")
+    return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
+                  includes=("arm_acle.h",))
+
+
+_INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
+
+TARGET_KERNELS: tuple[TargetKernel, ...] = (
+    TargetKernel("CONV_2D", "dsp-1x1", _INT8, accepts_conv, emit_conv,
+                 scratch=lambda p: pointwise_scratch(conv_matmul(p)),
+                 overlaps=pointwise_overlaps, scratch_alignment=WORD),
+    TargetKernel("FULLY_CONNECTED", "dsp", _INT8, accepts_fc, emit_fc,
+                 scratch=lambda p: pointwise_scratch(fc_matmul(p, None, None)),
+                 scratch_alignment=WORD),
+)

@@ -1,0 +1,132 @@
+"""One multiply-add and one shift in place of a reference's requantization, proven equal at
+generation time.
+
+A requantization q(acc) of an int32 accumulator is a non-decreasing step function of it:
+TFLite's FULLY_CONNECTED rounds acc * scale in double (round half away from zero), its
+convolutions apply MultiplyByQuantizedMultiplier's two roundings. So is
+
+    f(acc) = floor((acc * M + R) / 2^N)
+
+for M >= 0. The kernel clamps the result to [low, high] (the activation's range less the
+output zero point), so clamp(f) == clamp(q) on every accumulator in [acc_lo, acc_hi] (the
+values the op can produce) exactly when f and q first reach each value v in (low, high] at the
+same accumulator t_v, its threshold: f(t_v) >= v and f(t_v - 1) < v, that is
+
+    v * 2^N - t_v * M  <=  R  <=  v * 2^N - (t_v - 1) * M - 1.
+
+`single_roundings` finds every threshold of q by bisection on q itself (the reference
+function, which runtime_py runs), intersects those intervals and returns an R in them, or None
+when they do not meet (the kernel then keeps the reference's arithmetic). On a Cortex-M the
+rounding is then a 32 x 32 -> 64-bit multiply-accumulate and a shift (SMLAL), where the
+double rounding costs a software double multiply and MultiplyByQuantizedMultiplier a dozen
+instructions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# N is at least 32, so the C takes the high word of the 64-bit sum and shifts it by N - 32.
+MIN_SHIFT, MAX_SHIFT = 32, 62
+# R stays within this, so that acc * M + R cannot overflow int64 (|acc * M| < 2^62).
+MAX_ROUNDING = 2**62
+
+
+@dataclass(frozen=True)
+class SingleRounding:
+    """f(acc) = (acc * multiplier + rounding) >> shift for one output channel, with
+    `negative_rounding` in place of `rounding` for acc < 0: both references round halves away
+    from zero, so their thresholds below zero sit one step (of the product) apart from those
+    above."""
+
+    multiplier: int
+    rounding: int
+    negative_rounding: int
+    shift: int
+
+
+def thresholds(q: Callable[[np.ndarray], np.ndarray], values: np.ndarray, lo: np.ndarray,
+               hi: np.ndarray) -> np.ndarray:
+    """Per channel (rows) and value (columns), the smallest accumulator in [lo, hi] at which
+    q reaches the value, or hi + 1 where it never does. `q` maps an int64 array of
+    accumulators, one row per channel, to the reference's results."""
+    low = np.repeat(lo[:, None], values.size, axis=1).astype(np.int64)
+    high = np.repeat(hi[:, None] + 1, values.size, axis=1).astype(np.int64)
+    target = np.broadcast_to(values[None, :], low.shape)
+    while (low < high).any():
+        mid = low + (high - low) // 2
+        reached = q(np.minimum(mid, hi[:, None])) >= target
+        high = np.where(reached & (low < high), mid, high)
+        low = np.where(~reached & (low < high), mid + 1, low)
+    return low
+
+
+def single_roundings(q: Callable[[np.ndarray], np.ndarray], low: int, high: int,
+                     acc_lo: np.ndarray, acc_hi: np.ndarray, multipliers: list[int],
+                     shifts: list[int]) -> list[SingleRounding] | None:
+    """A SingleRounding per channel that equals q after clamping to [low, high] on every
+    accumulator in [acc_lo, acc_hi] (per channel), with the given M and N; None if one
+    channel has none."""
+    acc_lo, acc_hi = np.asarray(acc_lo, np.int64), np.asarray(acc_hi, np.int64)
+    values = np.arange(low + 1, high + 1, dtype=np.int64)
+    # thresholds among the negative accumulators, then among the others
+    below = thresholds(q, values, np.minimum(acc_lo, -1), np.minimum(acc_hi, -1))
+    above = thresholds(q, values, np.maximum(acc_lo, 0), np.maximum(acc_hi, 0))
+    result = []
+    for channel, (m, n) in enumerate(zip(multipliers, shifts)):
+        if not (0 <= m <= INT32_MAX and MIN_SHIFT <= n <= MAX_SHIFT):
+            return None
+        first, last = int(acc_lo[channel]), int(acc_hi[channel])
+        half = 1 << (n - 1)
+        negative = half if first >= 0 else _rounding(
+            values, below[channel], first, min(last, -1), m, n)
+        positive = half if last < 0 else _rounding(
+            values, above[channel], max(first, 0), last, m, n)
+        if negative is None or positive is None:
+            return None
+        ends = [(first * m + (negative if first < 0 else positive)) >> n,
+                (last * m + (negative if last < 0 else positive)) >> n]
+        if not all(INT32_MIN <= e <= INT32_MAX for e in ends):
+            return None
+        result.append(SingleRounding(m, positive, negative, n))
+    return result
+
+
+def _rounding(values: np.ndarray, found: np.ndarray, first: int, last: int, m: int,
+              n: int) -> int | None:
+    """An R for which f matches the thresholds `found` of q on [first, last], or None."""
+    r_lo, r_hi = -MAX_ROUNDING, MAX_ROUNDING
+    for v, t in zip(values.tolist(), found.tolist()):
+        if t <= last:  # f(t) >= v
+            r_lo = max(r_lo, (v << n) - t * m)
+        if t > first:  # f(t - 1) < v
+            r_hi = min(r_hi, (v << n) - (t - 1) * m - 1)
+    if r_lo > r_hi:
+        return None
+    return min(max(1 << (n - 1), r_lo), r_hi)  # the usual half, where it fits
+
+
+def fc_multiplier(scale: float) -> tuple[int, int] | None:
+    """M in [2^30, 2^31) and N with M / 2^N the nearest to `scale` (None out of reach)."""
+    if not 0.0 < scale < 0.5:
+        return None
+    n = 30 - int(np.floor(np.log2(scale)))
+    m = int(round(scale * 2.0**n))
+    if m >= 2**31:
+        m, n = m >> 1, n - 1
+    return (m, n) if MIN_SHIFT <= n <= MAX_SHIFT else None
+
+
+def accumulator_range(weights: np.ndarray, offset: int, bias: np.ndarray,
+                      dtype_range: tuple[int, int] = (-128, 127)) -> tuple[np.ndarray, np.ndarray]:
+    """Per output channel (rows of `weights`, one weight per depth), the least and greatest
+    bias + sum(w * (x + offset)) over inputs x in `dtype_range`."""
+    w = np.asarray(weights, np.int64)
+    a, b = dtype_range[0] + offset, dtype_range[1] + offset
+    low = np.minimum(w * a, w * b).sum(axis=1) + np.asarray(bias, np.int64)
+    high = np.maximum(w * a, w * b).sum(axis=1) + np.asarray(bias, np.int64)
+    return low, high

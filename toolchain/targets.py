@@ -1,0 +1,162 @@
+"""The machines arenac generates C for: `--target` on plan, gen, check and bench.
+
+A target picks three things:
+
+- the kernels: each op binds the first registered kernel whose signature lists the target
+  (toolchain.ops.VARIANTS: the DSP-extension kernels of toolchain/ops/arm_dsp.py for
+  cortex-m4, cortex-m7 and cortex-m33), else its portable C kernel (PORTABLE_C), which every
+  target runs;
+- the C compiler's flags for the firmware (toolchain.firmware): arm-none-eabi-gcc's -mcpu, the
+  FPU and the float ABI;
+- the QEMU machine the firmware runs on, with its memory map and the counter the benchmark
+  reads (toolchain.bench).
+
+The generated file says which target it was made for and refuses to compile for another: an
+`#error` unless the compiler's architecture macros (ACLE's __ARM_ARCH_*, __ARM_FEATURE_DSP,
+__ARM_FEATURE_MVE) are those of the target. They name an architecture, not a core, so code made
+for cortex-m4 also compiles for cortex-m7 (both Armv7E-M with DSP, the same kernels).
+
+QEMU 7.2 has no Cortex-M0+ machine. Its only Armv6-M one, the micro:bit (a Cortex-M0), has
+16 KiB of RAM; cortex-m0plus therefore runs on mps2-an385, a Cortex-M3. The image is built
+for Armv6-M (-mcpu=cortex-m0plus: 16-bit Thumb and the few 32-bit instructions Armv6-M
+has), and the M3 executes each of those instructions as an M0+ does, so the outputs and the
+instruction counts are those of the M0+ code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolchain.errors import ArenacError
+
+GENERIC = "generic"
+
+
+@dataclass(frozen=True)
+class Region:
+    """A memory of the board: code and constants, or data."""
+
+    name: str
+    origin: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Board:
+    """A QEMU machine the firmware runs on.
+
+    `code` holds the vector table (where the core fetches it at reset), the code and the
+    constants; `ram` the data, the arena and the stack. `counter` is the address of the MPS2
+    FPGA's free-running COUNTER register (FPGAIO, prescaler 0 after reset), which counts
+    `counter_hz` ticks per second of QEMU's virtual clock: under -icount that clock advances by
+    a fixed time per instruction, so the counter measures executed instructions.
+    `secure`: the core starts in the Secure state (Armv8-M with TrustZone), so the firmware is
+    linked at the Secure aliases of the memories and of the peripherals. `vectors`: where the
+    core fetches its vector table at reset when that is not the start of `code`."""
+
+    machine: str
+    core: str
+    code: Region
+    ram: Region
+    counter: int
+    counter_hz: int
+    secure: bool = False
+    vectors: Region | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """One `--target`: `flags` are arm-none-eabi-gcc's for the firmware, `requires` the C
+    preprocessor conditions the generated file checks (none for generic), `board` the QEMU
+    machine it runs on (None: generated and compiled, but not run)."""
+
+    name: str
+    title: str
+    arch: str = ""  # the Arm architecture, as -march spells it
+    flags: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+    board: Board | None = None
+    fpu: bool = False  # the firmware enables the FPU (CPACR) before anything else runs
+    armv8m: bool = False  # Armv8-M Mainline: exception 7 is the SecureFault
+
+    @property
+    def guard(self) -> str | None:
+        """The `#if` condition under which the generated file refuses to compile."""
+        if not self.requires:
+            return None
+        return " || ".join(r[1:] if r.startswith("!") else f"!{r}" for r in self.requires)
+
+
+# QEMU's mps2-an385/an386/an500 (hw/arm/mps2.c; `info mtree` in QEMU 7.2): 4 MiB of ZBT SSRAM1
+# at 0x00000000, where the core fetches its vector table, 4 MiB of ZBT SSRAM2&3 at 0x20000000,
+# and the FPGAIO block at 0x40028000 with a 25 MHz prescale clock. On the real FPGA board
+# SSRAM1 holds the code the MCC loads; it is the flash here.
+MPS2_CODE = Region("ZBT SSRAM1 (code)", 0x00000000, 0x00400000)
+MPS2_RAM = Region("ZBT SSRAM2&3 (data)", 0x20000000, 0x00400000)
+MPS2_COUNTER = 0x40028000 + 0x18
+MPS2_COUNTER_HZ = 25_000_000
+
+BOARDS = {
+    "mps2-an386": Board("mps2-an386", "Cortex-M4", MPS2_CODE, MPS2_RAM, MPS2_COUNTER,
+                        MPS2_COUNTER_HZ),
+    "mps2-an500": Board("mps2-an500", "Cortex-M7", MPS2_CODE, MPS2_RAM, MPS2_COUNTER,
+                        MPS2_COUNTER_HZ),
+    "mps2-an385": Board("mps2-an385", "Cortex-M3", MPS2_CODE, MPS2_RAM, MPS2_COUNTER,
+                        MPS2_COUNTER_HZ),
+    # AN505 (hw/arm/mps2-tz.c, SSE-200): the core boots Secure with its vector table at
+    # 0x10000000, the Secure alias of the 4 MiB SSRAM1; SSRAM2 and SSRAM3 (2 MiB each) follow
+    # each other at 0x38000000 (Secure alias of 0x28000000); the FPGAIO at 0x50302000 (Secure
+    # alias of 0x40302000) counts at 20 MHz.
+    "mps2-an505": Board("mps2-an505", "Cortex-M33",
+                        Region("SSRAM1 (code, Secure alias)", 0x10000000, 0x00400000),
+                        Region("SSRAM2+3 (data, Secure alias)", 0x38000000, 0x00400000),
+                        0x50302000 + 0x18, 20_000_000, secure=True),
+    # AN547 (hw/arm/mps2-tz.c, SSE-300): Secure boot with the vector table in the 512 KiB
+    # ITCM at 0x10000000 (the code and constants go to the 2 MiB SRAM after it, at the Secure
+    # alias 0x11000000: the linker script keeps the vectors in the ITCM), data in the 4 MiB
+    # of ISRAM0+1 at 0x31000000; the FPGAIO at 0x59302000 counts at 20 MHz (QEMU 7.2 leaves
+    # the AN547's at the device's default).
+    "mps3-an547": Board("mps3-an547", "Cortex-M55",
+                        Region("SRAM (code, Secure alias)", 0x11000000, 0x00200000),
+                        Region("ISRAM0+1 (data, Secure alias)", 0x31000000, 0x00400000),
+                        0x59302000 + 0x18, 20_000_000, secure=True,
+                        vectors=Region("ITCM (vector table)", 0x10000000, 0x00080000)),
+}
+
+_DSP = ("defined(__ARM_FEATURE_DSP)",)
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target(GENERIC, "portable C99 for any compiler (the default)"),
+        Target("cortex-m0plus", "Cortex-M0+: Armv6-M, no DSP extension", "armv6-m",
+               ("-mcpu=cortex-m0plus", "-mthumb", "-mfloat-abi=soft"),
+               ("defined(__ARM_ARCH_6M__)",), BOARDS["mps2-an385"]),
+        Target("cortex-m4", "Cortex-M4: Armv7E-M with the DSP extension, FPv4-SP", "armv7e-m",
+               ("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"),
+               ("defined(__ARM_ARCH_7EM__)", *_DSP), BOARDS["mps2-an386"], fpu=True),
+        Target("cortex-m7", "Cortex-M7: Armv7E-M with the DSP extension, FPv5", "armv7e-m",
+               ("-mcpu=cortex-m7", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-d16"),
+               ("defined(__ARM_ARCH_7EM__)", *_DSP), BOARDS["mps2-an500"], fpu=True),
+        Target("cortex-m33", "Cortex-M33: Armv8-M Mainline with the DSP extension",
+               "armv8-m.main",
+               ("-mcpu=cortex-m33", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv5-sp-d16"),
+               ("defined(__ARM_ARCH_8M_MAIN__)", *_DSP, "!defined(__ARM_FEATURE_MVE)"),
+               BOARDS["mps2-an505"], fpu=True, armv8m=True),
+        Target("cortex-m55", "Cortex-M55: Armv8.1-M Mainline with Helium (MVE)",
+               "armv8.1-m.main",
+               ("-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard"),
+               ("defined(__ARM_ARCH_8M_MAIN__)", "defined(__ARM_FEATURE_MVE)"),
+               BOARDS["mps3-an547"], fpu=True, armv8m=True),
+    )
+}
+
+# The target `check --backends qemu` and `make mcu` build portable C for when none is given.
+DEFAULT_MCU = "cortex-m4"
+
+
+def get_target(name: str, source: str | None = None) -> Target:
+    """The target called `name`, or one clear error listing the known ones."""
+    if name not in TARGETS:
+        raise ArenacError(f"unknown target {name!r} (targets: {', '.join(TARGETS)})", source)
+    return TARGETS[name]
