@@ -365,10 +365,13 @@ CLANG = shutil.which("clang") or shutil.which("clang-14")
 
 
 @needs_mcu
-@pytest.mark.skipif(CLANG is None, reason="clang is not installed")
 @pytest.mark.parametrize("target", DSP)
 def test_clang_builds_the_dsp_kernels(tmp_path, target):
     """ACLE intrinsics: Clang builds the same C, strict flags, with the rotation fused."""
+    if CLANG is None:
+        if os.environ.get("CI"):
+            pytest.fail("clang is not on PATH (Debian: clang-14); CI is set, so it must run")
+        pytest.skip("clang is not installed")
     files = mcu_sources(planned(pointwise_model(), target), "net")
     for name, text in files.items():
         (tmp_path / name).write_text(text)
