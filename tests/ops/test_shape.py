@@ -528,3 +528,23 @@ def test_padv2_int16_refuses_a_value_quantized_apart():
     assert "constant_values quantized differently" in refused(model)
     with pytest.raises(Exception):  # noqa: B017 (LiteRT raises RuntimeError or ValueError)
         LiteRTOracle(model).invoke(random_inputs(parse_model(model).main, seed=0))
+
+
+@pytest.mark.parametrize("opcode, options, shape", [
+    ("RESHAPE", {"new_shape": [6]}, (6,)),
+    ("SQUEEZE", {"squeeze_dims": [0]}, (2, 3)),
+    ("EXPAND_DIMS", None, (1, 1, 2, 3)),
+])
+def test_bool_is_renamed_as_any_type(opcode, options, shape):
+    """The ops that only rename bytes take bool, as TFLite's do (a converter reshapes the bool
+    condition an IF reads)."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 2, 3), "bool")
+    y = b.tensor("y", shape, "bool")
+    operands = {"RESHAPE": [x, b.const("shape", i32(shape))], "SQUEEZE": [x],
+                "EXPAND_DIMS": [x, b.const("axis", i32([0]))]}[opcode]
+    b.op(opcode, operands, [y], options)
+    b.output(y)
+    model = b.build()
+    assert_varied(model)
+    assert_matches_oracle(model)

@@ -57,6 +57,9 @@ from toolchain.quant import require_int16_zero_points, zero_point_of
 
 # Element types each op moves: TFLite's kernels copy them by size; UNPACK has no 64-bit kernel.
 MOVED_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64", "float32"})
+# The ops that only rename their input's bytes take bool too (TFLite's converter reshapes the
+# bool conditions it passes to IF).
+ALIASED_DTYPES = MOVED_DTYPES | {"bool"}
 INDEX_DTYPES = ("int32", "int64")
 QUANTIZED_INTEGERS = ("int8", "uint8", "int16")
 # Rank limits of TFLite's kernels.
@@ -242,7 +245,7 @@ def prepare_reshape(graph: Graph, op: Operator) -> ReshapeParams:
 
     A shape tensor computed at run time is taken to agree with the output's static shape.
     """
-    x = _moved(required_input(graph, op, 0, "input"))
+    x = _moved(required_input(graph, op, 0, "input"), ALIASED_DTYPES)
     (out,) = _outputs(graph, op, x.dtype, 1)
     shape_index = op.inputs[1] if len(op.inputs) > 1 else -1
     shape_tensor = graph.tensors[shape_index] if shape_index >= 0 else None
@@ -259,7 +262,7 @@ def prepare_reshape(graph: Graph, op: Operator) -> ReshapeParams:
 
 def prepare_squeeze(graph: Graph, op: Operator) -> ReshapeParams:
     """Drop the listed size-1 axes, or every size-1 axis when none are listed."""
-    x = _moved(required_input(graph, op, 0, "input"))
+    x = _moved(required_input(graph, op, 0, "input"), ALIASED_DTYPES)
     (out,) = _outputs(graph, op, x.dtype, 1)
     rank = len(x.shape)
     if rank > MAX_SQUEEZE_RANK:
@@ -275,7 +278,7 @@ def prepare_squeeze(graph: Graph, op: Operator) -> ReshapeParams:
 
 def prepare_expand_dims(graph: Graph, op: Operator) -> ReshapeParams:
     """Insert a size-1 axis; TFLite requires the output quantized exactly as the input."""
-    x = _moved(required_input(graph, op, 0, "input"))
+    x = _moved(required_input(graph, op, 0, "input"), ALIASED_DTYPES)
     (out,) = _outputs(graph, op, x.dtype, 1)
     _require_same_quantization([x], [out])
     require_int16_zero_points(x)
@@ -1072,13 +1075,14 @@ def emit_pad(ctx: OpContext) -> Kernel:
 
 # Index inputs (shapes, paddings, begins, axes, ...) are int32 or int64, as TFLite allows.
 _MOVED = {"T": MOVED_DTYPES}
+_ALIASED = {"T": ALIASED_DTYPES}
 
 SPECS: tuple[OpSpec, ...] = (
-    OpSpec("RESHAPE", kernels("T, I? -> T", **_MOVED, I=INDEX_DTYPES), prepare_reshape,
+    OpSpec("RESHAPE", kernels("T, I? -> T", **_ALIASED, I=INDEX_DTYPES), prepare_reshape,
            emit_reshape, overlaps=overlaps.alias),
-    OpSpec("SQUEEZE", kernels("T -> T", **_MOVED), prepare_squeeze, emit_reshape,
+    OpSpec("SQUEEZE", kernels("T -> T", **_ALIASED), prepare_squeeze, emit_reshape,
            overlaps=overlaps.alias),
-    OpSpec("EXPAND_DIMS", kernels("T, I -> T", **_MOVED, I=INDEX_DTYPES), prepare_expand_dims,
+    OpSpec("EXPAND_DIMS", kernels("T, I -> T", **_ALIASED, I=INDEX_DTYPES), prepare_expand_dims,
            emit_reshape, overlaps=overlaps.alias),
     OpSpec("PAD", kernels("T, I -> T", **_MOVED, I=INDEX_DTYPES), prepare_pad, emit_pad),
     OpSpec("PADV2", kernels("T, I, T? -> T", **_MOVED, I=INDEX_DTYPES), prepare_pad, emit_pad),
