@@ -3,8 +3,8 @@ another), its firmware under QEMU, and `arenac bench`'s instruction counts.
 
 The QEMU tests need arm-none-eabi-gcc and qemu-system-arm (skipped without them, failing with
 CI set, as in test_mcu.py); the DSP kernels are checked bit-exact against TFLite's reference
-kernels and runtime_py on built FULLY_CONNECTED and 1x1 CONV_2D models and on the shared int8
-models that use them.
+kernels and runtime_py on built FULLY_CONNECTED, 1x1 CONV_2D and DEPTHWISE_CONV_2D models and
+on the shared int8 models that use them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels.fully_connected import double_to_int32, round_half_away
 from tests.conftest import SHARED_MODELS, needs_shared_models
-from tests.ops.test_conv import conv_model
+from tests.ops.test_conv import conv_model, depthwise_model
 from tests.ops.test_fully_connected import fully_connected_model
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from toolchain import targets as target_table
@@ -302,6 +302,57 @@ def test_dsp_fully_connected_is_bit_exact(case):
     model = fully_connected_model("int8", **case)
     assert kernels_bound(planned(model, "cortex-m4")) == ["dsp"]
     assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 6, 7, 5), kernel=(3, 3)),  # odd channel count, SAME
+    dict(input_shape=(1, 9, 8, 6), kernel=(3, 3), stride=(2, 2), per_channel=True),
+    dict(input_shape=(1, 7, 9, 3), kernel=(3, 3), padding="VALID", activation="RELU6"),
+    dict(input_shape=(2, 8, 7, 7), kernel=(3, 3), stride=(2, 2), padding="VALID",
+         per_channel=True, input_zero_point=-128),
+    dict(input_shape=(1, 6, 10, 4), kernel=(5, 4), stride=(1, 2), per_channel=True,
+         activation="RELU", bias=False),
+    dict(input_shape=(1, 5, 5, 8), kernel=(1, 1), per_channel=True),
+])
+def test_dsp_depthwise_convolution_is_bit_exact(case):
+    case = {"per_channel": False, **case}
+    model = depthwise_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                            case.pop("kernel"), **case)
+    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-depthwise"]
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+@pytest.mark.parametrize("target", ["cortex-m7", "cortex-m33"])
+def test_dsp_depthwise_on_the_other_dsp_cores(target):
+    model = depthwise_model("int8", True, (1, 7, 6, 9), (3, 3), stride=(2, 2), seed=1)
+    assert kernels_bound(planned(model, target)) == ["dsp-depthwise"]
+    assert_qemu_matches_oracle(model, target)
+
+
+@needs_mcu
+def test_the_overlap_the_dsp_depthwise_kernel_declares_is_used_and_safe():
+    model = depthwise_model("int8", True, (1, 10, 10, 8), (3, 3), stride=(2, 2), seed=2)
+    mp = planned(model, "cortex-m4")
+    assert kernels_bound(mp) == ["dsp-depthwise"]
+    assert mp.plan.overlaps, "a stride-2 output may lie over the rows of its input already read"
+    assert mp.program.bindings[0].overlaps == planned(model, "generic").program.bindings[0].overlaps
+    assert_qemu_matches_oracle(model)
+
+
+def test_dsp_depthwise_leaves_what_it_does_not_run_to_the_portable_kernel():
+    for kwargs in [dict(multiplier=2), dict(dilation=(2, 2))]:
+        model = depthwise_model("int8", True, (1, 8, 8, 4), (3, 3), **kwargs)
+        assert kernels_bound(planned(model, "cortex-m4")) == ["portable"]
+    # more filter words than a core keeps in registers
+    wide = depthwise_model("int8", True, (1, 12, 12, 2), (11, 7), padding="VALID")
+    assert kernels_bound(planned(wide, "cortex-m4")) == ["portable"]
+    model = depthwise_model("int8", True, (1, 8, 8, 4), (3, 3))
+    scratch = planned(model, "cortex-m4").program.scratch()[0]
+    # 4 channels x 3 filter rows x a line of 11 int16 values: 8 pixels, the last window's two
+    # pairs of taps reaching 4 values past the 7th
+    assert scratch.size == 4 * 3 * (7 + 4) * 2 and "widened" in scratch.purpose
 
 
 @needs_mcu

@@ -29,6 +29,14 @@ two products):
 Its write order differs from the portable convolution's: all the output channels of two pixels
 after both pixels' inputs were read. `pointwise_overlaps` declares what that order makes safe
 for CONV_2D; FULLY_CONNECTED declares no overlap, as its portable kernel.
+
+Depthwise (int8 DEPTHWISE_CONV_2D, depth multiplier 1, no dilation, any filter and stride,
+SAME or VALID): see `Depthwise`. The input rows are widened to int16 into a ring of filter-
+height rows in the scratch, channel-planar, the padding filled with the input zero point so
+that the folded sums hold on every window; two adjacent taps of a channel are then one word
+and one __smlad, the filter packed as int16 pairs at generation time and kept in registers
+along an output row. Same sums, same requantization (`conv_output`), and the portable
+convolution's row overlap rule, which its order keeps.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ import numpy as np
 
 from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ir import Graph, Operator
-from toolchain.ops.conv import ConvParams, Requantize
+from toolchain.ops import overlaps
+from toolchain.ops.conv import ConvParams, DepthwiseConvParams, Requantize
 from toolchain.ops.emit import (
     ConstantLoop,
     Kernel,
@@ -484,6 +493,164 @@ def emit_fc(ctx: OpContext) -> Kernel:
                   includes=("arm_acle.h",))
 
 
+# -- DEPTHWISE_CONV_2D ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Depthwise:
+    """An int8 DEPTHWISE_CONV_2D with depth multiplier 1, as the DSP kernel runs it.
+
+    For each output row, the kernel copies the input rows its windows read and the previous
+    output row's did not into the scratch, a ring of `kh` rows (padded row r at slot r % kh),
+    as int16, one line of `line` values per channel (channel-planar), the left and right
+    padding and the rows above and below the image filled with the input zero point
+    (whose product with the input offset added is 0, as the reference's skipped taps). Two
+    horizontally adjacent taps of a channel are then one word of that line, and one __smlad
+    adds both products with the filter's pair of weights, packed at generation time (an odd
+    filter width pairs its last tap with a zero weight)."""
+
+    batches: int
+    height: int
+    width: int
+    channels: int
+    out_h: int
+    out_w: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    weights: np.ndarray  # [channels, kh * kw]
+    bias: np.ndarray
+    input_offset: int
+
+    @property
+    def pairs(self) -> int:
+        return -(-self.kw // 2)
+
+    @property
+    def line(self) -> int:
+        """Values of one widened line: the last window's last pair included."""
+        return (self.out_w - 1) * self.stride[1] + 2 * self.pairs
+
+    def matmul(self) -> Matmul:
+        """The same sums as a matrix multiply: what the output stage is proven on. Taps outside
+        the image add 0, which every tap's range holds, so the whole window's range bounds all."""
+        return Matmul(1, 1, 1, 0, 0, self.kh * self.kw, self.kh * self.kw, self.channels,
+                      self.weights, self.bias, self.input_offset)
+
+    def packed(self) -> np.ndarray:
+        """Per channel and filter row, the weights as int16 pairs in int32 words, the lower
+        half for the left tap (the one at the lower address)."""
+        w = np.zeros((self.channels, self.kh, 2 * self.pairs), np.int64)
+        w[:, :, :self.kw] = self.weights.reshape(self.channels, self.kh, self.kw)
+        low, high = w[:, :, 0::2] & 0xFFFF, (w[:, :, 1::2] & 0xFFFF) << 16
+        return (((low | high) + 2**31) & 0xFFFFFFFF) - 2**31
+
+
+def depthwise_of(p) -> Depthwise:
+    batch, height, width, channels = p.input_shape
+    _, out_h, out_w, _ = p.output_shape
+    kh, kw = p.window.filter
+    weights = np.asarray(p.weights[:, :, 0], np.float64).astype(np.int64)  # [channels, taps]
+    bias = np.asarray(p.bias, np.float64).astype(np.int64)
+    return Depthwise(batch, height, width, channels, out_h, out_w, kh, kw,
+                     tuple(p.window.stride), tuple(p.window.padding), weights, bias,
+                     p.input_offset)
+
+
+MAX_DEPTHWISE_WORDS = 32  # filter words a channel keeps in registers, written out
+
+
+def accepts_depthwise(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, DepthwiseConvParams) or not isinstance(p.output, Requantize):
+        return "not an int8 depthwise convolution"
+    if p.output.dtype != "int8" or graph.tensors[op.inputs[0]].dtype != "int8":
+        return "not an int8 depthwise convolution"
+    if p.depth_multiplier != 1:
+        return "a depth multiplier other than 1"
+    if tuple(p.window.dilation) != (1, 1):
+        return "a dilated filter"
+    kh, kw = p.window.filter
+    if kh * -(-kw // 2) > MAX_DEPTHWISE_WORDS:
+        return "a filter too large to keep in registers"
+    if p.input_shape[0] < 1 or p.output_shape[1] < 1 or p.output_shape[2] < 1:
+        return "an empty tensor"
+    return None
+
+
+def depthwise_scratch(p) -> tuple[MemoryRequest, ...]:
+    d = depthwise_of(p)
+    return (MemoryRequest(d.kh * d.channels * d.line * 2,
+                          f"the {d.kh} input rows an output row reads, widened to int16, "
+                          "per channel"),)
+
+
+def depthwise_overlaps(graph: Graph, op: Operator, p) -> list[OverlapRule]:
+    """The portable convolution's rule, row by row of the output: this kernel reads an input
+    row only when it widens it, before it writes the first output row whose window holds it,
+    so after output row r it has read no input row below the last of r's window, and it reads
+    none above the first of it again."""
+    return overlaps.convolution(graph, op)
+
+
+def emit_depthwise(ctx: OpContext) -> Kernel:
+    p = ctx.params
+    d = depthwise_of(p)
+    prefix = ctx.prefix
+    m = d.matmul()
+    tables, output, output_comment = output_values(prefix, conv_output(m, p.output))
+    name = ctx.outputs[0].name
+    what = f"DEPTHWISE_CONV_2D '{name}' {d.kh}x{d.kw}"
+    tables = [
+        {"name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
+         "length": c_length(d.channels * d.kh * d.pairs), "data": c_array(d.packed().ravel(), 8),
+         "comment": c_comment(
+             f"{what}: per channel and filter row, the weights of two adjacent taps as an "
+             "int16 pair (left tap in the lower half" +
+             (", the last one with 0)" if d.kw % 2 else ")"))},
+        {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
+         "length": c_length(d.channels), "data": c_array(m.sums()),
+         "comment": c_comment(f"{what}: per channel, bias + input offset * the filter's sum "
+                              "(int32, wrapped)")},
+        *tables,
+    ]
+    words = [f"w{ky * d.pairs + j}" for ky in range(d.kh) for j in range(d.pairs)]
+    sh, sw = d.stride
+    slot = d.channels * d.line
+    loads = [f"const int32_t {w} = wc[{i}];" for i, w in enumerate(words)]
+    # row ky of the window: slot (oy * sh + ky) % kh
+    row_lines = [f"const int16_t *row{ky} = rows + (oy * {sh}{f' + {ky}' if ky else ''}) % "
+                 f"{d.kh} * {slot};" for ky in range(d.kh)]
+    at = "ox" if sw == 1 else f"ox * {sw}"
+    pixel_lines = [f"const int16_t *r{ky} = row{ky} + c * {d.line} + {at};"
+                   for ky in range(d.kh)]
+    macs = [f"acc = __smlad(arenac_load32((const int8_t *)(r{ky}{f' + {2 * j}' if j else ''}))"
+            f", w{ky * d.pairs + j}, acc);" for ky in range(d.kh) for j in range(d.pairs)]
+    # stride below the filter height: the window's rows overlap the previous output row's
+    first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
+                 "oy" if sh == 1 else f"oy * {sh}")
+    values = {
+        "fn": ctx.fn, "prefix": prefix, "tables": tables,
+        "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
+        "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
+        "scratch": ctx.scratch[0],
+        "comment": c_comment(
+            f"{what} for the Arm DSP extension, output row by output row: the input rows it "
+            f"reads that the previous one did not widened to int16 into a ring of {d.kh} in "
+            f"the arena (a line of {d.line} values per channel, the padding the input zero "
+            "point), then per channel its filter words kept in registers and each __smlad "
+            "adding two taps' products"),
+        "d": d, "zero_point": -d.input_offset, "slot": slot, "loads": loads, "macs": macs,
+        "row_lines": row_lines, "pixel_lines": pixel_lines, "first_row": first_row,
+        "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
+        "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
+        "helpers": tuple(sorted({"arm_dsp"} | ({"arm_dsp_rounding"} if any(
+            t["ctype"] == "arenac_rounding" for t in tables) else set()))),
+    }
+    return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
+                  includes=("arm_acle.h",))
+
+
 _INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
@@ -492,5 +659,8 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
                  overlaps=pointwise_overlaps, scratch_alignment=WORD),
     TargetKernel("FULLY_CONNECTED", "dsp", _INT8, accepts_fc, emit_fc,
                  scratch=lambda p: pointwise_scratch(fc_matmul(p, None, None)),
+                 scratch_alignment=WORD),
+    TargetKernel("DEPTHWISE_CONV_2D", "dsp-depthwise", _INT8, accepts_depthwise,
+                 emit_depthwise, scratch=depthwise_scratch, overlaps=depthwise_overlaps,
                  scratch_alignment=WORD),
 )
