@@ -4,10 +4,13 @@ both against TFLite's reference kernels."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import check_plan, random_inputs
 from toolchain.checking.oracle import LiteRTOracle
+from toolchain.errors import UnsupportedOpError
+from toolchain.ops import prepare_graph
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model
 
@@ -50,3 +53,10 @@ def assert_varied(model_bytes: bytes, min_distinct: int = 2) -> None:
     """The oracle's outputs take several values, so a wrong kernel cannot pass by saturating."""
     for output in oracle_outputs(model_bytes):
         assert output.size == 1 or np.unique(output).size >= min_distinct, "(nearly) constant"
+
+
+def refusal(model: bytes) -> str:
+    """Why prepare refuses the model's op (the test fails if it does not)."""
+    with pytest.raises(UnsupportedOpError) as error:
+        prepare_graph(parse_model(model, "<built model>").main)
+    return error.value.message

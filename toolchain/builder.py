@@ -313,19 +313,6 @@ class ModelBuilder:
         return self._add_tensor(name, array.shape, array.dtype,
                                 _quantization(scale, zero_point, 0), buffer, variable=True)
 
-    def state(
-        self,
-        name: str,
-        shape: Sequence[int],
-        dtype: str,
-        scale: Quant = None,
-        zero_point: int | Sequence[int] | None = None,
-    ) -> int:
-        """Add a variable tensor that starts at zero (no data), quantized like an activation:
-        the output and cell state of a quantized recurrent op."""
-        return self._add_tensor(name, shape, dtype, _quantization(scale, zero_point, 0),
-                                variable=True)
-
     def intermediates(self, tensors: Sequence[int]) -> None:
         """Give the operator added last these intermediate tensors (the integer LSTM reads the
         scales of its gates and of its hidden values from them)."""

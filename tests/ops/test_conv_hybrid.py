@@ -17,14 +17,12 @@ import pytest
 
 import toolchain.ops.conv as conv_codegen
 from runtime_py.interpreter import ArenaInterpreter
-from tests.opcheck import assert_varied
+from tests.opcheck import assert_varied, refusal
 from tests.ops.test_conv_c import CONSTANT_FOR, c_text
 from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import random_inputs
 from toolchain.checking.oracle import LiteRTOracle
-from toolchain.errors import UnsupportedOpError
-from toolchain.ops import prepare_graph
 from toolchain.ops.emit import LINE_LIMIT
 from toolchain.plan import ModelPlan, plan_model
 from toolchain.reader import parse_model
@@ -116,12 +114,6 @@ def assert_bit_exact(model: bytes, mp: ModelPlan | None = None,
 def assert_exact_and_varied(model: bytes) -> None:
     assert_bit_exact(model)
     assert_varied(model, min_distinct=20)
-
-
-def refusal(model: bytes) -> str:
-    with pytest.raises(UnsupportedOpError) as error:
-        prepare_graph(parse_model(model, "<built model>").main)
-    return error.value.message
 
 
 # -- CONV_2D -----------------------------------------------------------------------------------

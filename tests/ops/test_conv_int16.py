@@ -17,14 +17,11 @@ import pytest
 
 import toolchain.ops.conv as conv_codegen
 from runtime_py.kernels.conv import requantize_wide
-from tests.opcheck import assert_matches_oracle, assert_varied
+from tests.opcheck import assert_matches_oracle, assert_varied, refusal
 from tests.ops.test_conv_c import CONSTANT_FOR, assert_c_matches, c_text, overlapped_plan
 from toolchain.builder import ModelBuilder
-from toolchain.errors import UnsupportedOpError
-from toolchain.ops import prepare_graph
 from toolchain.ops.conv import WideRequantize
 from toolchain.ops.emit import LINE_LIMIT
-from toolchain.reader import parse_model
 
 INPUT_SCALE = 1 / 4096
 # Root mean square of int16 values uniform over the whole range, and of int8 filter values
@@ -142,12 +139,6 @@ def transpose_conv_model(input_shape: tuple[int, ...], out_channels: int, out_hw
 def assert_exact_and_varied(model: bytes) -> None:
     assert_matches_oracle(model)
     assert_varied(model, min_distinct=20)
-
-
-def refusal(model: bytes) -> str:
-    with pytest.raises(UnsupportedOpError) as error:
-        prepare_graph(parse_model(model, "<built model>").main)
-    return error.value.message
 
 
 # -- CONV_2D -----------------------------------------------------------------------------------

@@ -133,8 +133,8 @@ def _int8_model(cfg: Lstm, n_inputs: int) -> Built:
         if cfg.projection_bias:
             ids[17] = b.const("projection_bias", rng.integers(-2000, 2001, o).astype(np.int32),
                               hidden_scale * 0.01, 0)
-    h = b.state("output_state", (cfg.batch, o), "int8", state_scale, state_zp)
-    cs = b.state("cell_state", (cfg.batch, c), "int16", cfg.cell_scale, 0)
+    h = b.variable("output_state", np.zeros((cfg.batch, o), "int8"), state_scale, state_zp)
+    cs = b.variable("cell_state", np.zeros((cfg.batch, c), "int16"), cfg.cell_scale, 0)
     ids[18], ids[19] = h, cs
     intermediates = []
     for k, gate in enumerate(GATES):
@@ -179,8 +179,8 @@ def _float_model(cfg: Lstm, n_inputs: int) -> Built:
         ids[16] = b.const("projection", normal(o, c))
         if cfg.projection_bias:
             ids[17] = b.const("projection_bias", normal(o, scale=0.1))
-    h = b.state("output_state", (cfg.batch, o), "float32")
-    cs = b.state("cell_state", (cfg.batch, c), "float32")
+    h = b.variable("output_state", np.zeros((cfg.batch, o), "float32"))
+    cs = b.variable("cell_state", np.zeros((cfg.batch, c), "float32"))
     ids[18], ids[19] = h, cs
     y = b.tensor("y", (*cfg.input_shape[:2], o), "float32")
     b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids[:n_inputs], [y], _options(cfg))
@@ -485,8 +485,8 @@ def test_refuses_per_channel_weights():
         ids[k] = b.const(f"w{k}", np.ones((2, 3), np.int8), [0.1, 0.2], [0, 0])
         ids[k + 4] = b.const(f"r{k}", np.ones((2, 2), np.int8), 0.1, 0)
         ids[k + 11] = b.const(f"b{k}", np.zeros(2, np.int32), 0.01, 0)
-    ids[18] = b.state("h", (1, 2), "int8", 0.01, 0)
-    ids[19] = b.state("c", (1, 2), "int16", 2.0**-12, 0)
+    ids[18] = b.variable("h", np.zeros((1, 2), "int8"), 0.01, 0)
+    ids[19] = b.variable("c", np.zeros((1, 2), "int16"), 2.0**-12, 0)
     y = b.tensor("y", (1, 2, 2), "int8", 0.01, 0)
     b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"time_major": False})
     b.intermediates([b.tensor(f"i{k}", (0,), "int8", 0.01, 0) for k in range(5)])
@@ -504,8 +504,8 @@ def test_refuses_weights_computed_at_run_time():
         ids[k] = w
         ids[k + 4] = b.const(f"r{k}", np.ones((2, 2), np.int8), 0.1, 0)
         ids[k + 11] = b.const(f"b{k}", np.zeros(2, np.int32), 0.01, 0)
-    ids[18] = b.state("h", (1, 2), "int8", 0.01, 0)
-    ids[19] = b.state("c", (1, 2), "int16", 2.0**-12, 0)
+    ids[18] = b.variable("h", np.zeros((1, 2), "int8"), 0.01, 0)
+    ids[19] = b.variable("c", np.zeros((1, 2), "int16"), 2.0**-12, 0)
     y = b.tensor("y", (1, 2, 2), "int8", 0.01, 0)
     b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"time_major": False})
     b.intermediates([b.tensor(f"i{k}", (0,), "int8", 0.01, 0) for k in range(5)])
@@ -536,8 +536,8 @@ def test_refuses_hybrid_weights():
         ids[k] = b.const(f"w{k}", np.ones((2, 3), np.int8), 0.1, 0)
         ids[k + 4] = b.const(f"r{k}", np.ones((2, 2), np.int8), 0.1, 0)
         ids[k + 11] = b.const(f"b{k}", np.zeros(2, np.float32))
-    ids[18] = b.state("h", (1, 2), "float32")
-    ids[19] = b.state("c", (1, 2), "float32")
+    ids[18] = b.variable("h", np.zeros((1, 2), "float32"))
+    ids[19] = b.variable("c", np.zeros((1, 2), "float32"))
     y = b.tensor("y", (1, 2, 2), "float32")
     b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"time_major": False})
     b.output(y)
@@ -669,8 +669,8 @@ def test_two_integer_lstms_in_one_file_keep_their_own_helpers():
                                  .astype(np.int8), 0.02, 0)
             ins[12 + k] = b.const(f"b{layer}{k}", rng.integers(-3000, 3000, 5)
                                   .astype(np.int32), 0.02 / 64, 0)
-        ins[18] = b.state(f"h{layer}", (1, 5), "int8", 1 / 128, 0)
-        ins[19] = b.state(f"c{layer}", (1, 5), "int16", 2.0**-12, 0)
+        ins[18] = b.variable(f"h{layer}", np.zeros((1, 5), "int8"), 1 / 128, 0)
+        ins[19] = b.variable(f"c{layer}", np.zeros((1, 5), "int16"), 2.0**-12, 0)
         y = b.tensor(f"y{layer}", (1, 3, 5), "int8", 1 / 128, 0)
         b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ins, [y], {"fused_activation_function": "TANH"})
         b.intermediates([*(b.tensor(f"i{layer}{k}", (0,), "float32") for k in range(4)),
@@ -706,8 +706,8 @@ def probe_model(biases: dict[str, np.ndarray]) -> Built:
         ids[1 + k] = b.const(f"{gate}_w", np.zeros((n, 2), np.int8), 1 / 64, 0)
         ids[5 + k] = b.const(f"{gate}_r", np.zeros((n, n), np.int8), 1 / 32, 0)
         ids[12 + k] = b.const(f"{gate}_b", biases[gate].astype(np.int32), 1 / 4096, 0)
-    ids[18] = b.state("h", (1, n), "int8", PROBE_HIDDEN_SCALE, 0)
-    ids[19] = b.state("c", (1, n), "int16", 2.0**-12, 0)
+    ids[18] = b.variable("h", np.zeros((1, n), "int8"), PROBE_HIDDEN_SCALE, 0)
+    ids[19] = b.variable("c", np.zeros((1, n), "int16"), 2.0**-12, 0)
     y = b.tensor("y", (1, 2, n), "int8", PROBE_HIDDEN_SCALE, 0)
     b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"fused_activation_function": "TANH"})
     b.intermediates([*(b.tensor(f"i{k}", (0,), "float32") for k in range(4)),
@@ -848,8 +848,8 @@ def test_layer_norm_past_int32_as_litert_computes_it(norm_scale):
         bias = np.arange(n, dtype=np.int64) * 300 + (2_000_000_000 if k % 2 else 0)
         ids[12 + k] = b.const(f"{gate}_b", bias.astype(np.int32), 2.0**-12, 0)
         ids[20 + k] = b.const(f"{gate}_norm", coefficients, norm_scale, 0)
-    ids[18] = b.state("h", (1, n), "int8", 1 / 128, 0)
-    ids[19] = b.state("c", (1, n), "int16", 2.0**-12, 0)
+    ids[18] = b.variable("h", np.zeros((1, n), "int8"), 1 / 128, 0)
+    ids[19] = b.variable("c", np.zeros((1, n), "int16"), 2.0**-12, 0)
     y = b.tensor("y", (1, 3, n), "int8", 1 / 128, 0)
     b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"fused_activation_function": "TANH"})
     b.intermediates([*(b.tensor(f"i{k}", (0,), "int16", 2.0**-12, 0) for k in range(4)),

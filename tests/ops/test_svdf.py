@@ -73,7 +73,8 @@ def svdf_model(state: str = "int16", batches: int = 1, input_size: int = 12, fil
     if extreme_bias:
         biases[0] = 2**31 - 1 - spread // 4
     bias_index = b.const("bias", biases, bias_scale, 0) if bias else -1
-    s = b.state("state", (batches, filters * memory), state, state_scale, state_zero_point)
+    s = b.variable("state", np.zeros((batches, filters * memory), state), state_scale,
+                   state_zero_point)
     y = b.tensor("y", (batches, units), "int8", output_scale, output_zero_point)
     b.op("SVDF", [x, wf, wt, bias_index, s], [y],
          {"rank": rank, "fused_activation_function": activation}, version=version)
@@ -95,7 +96,7 @@ def float_svdf_model(batches: int = 1, input_size: int = 16, filters: int = 8, m
     wt = b.const("weights_time", time.astype(np.float32))
     bias_index = (b.const("bias", rng.standard_normal(filters // rank).astype(np.float32))
                   if bias else -1)
-    s = b.state("state", (batches, filters * memory), "float32")
+    s = b.variable("state", np.zeros((batches, filters * memory), "float32"))
     y = b.tensor("y", (batches, filters // rank), "float32")
     b.op("SVDF", [x, wf, wt, bias_index, s], [y],
          {"rank": rank, "fused_activation_function": activation})
@@ -364,7 +365,7 @@ def test_an_int8_variable_starts_at_its_zero_point_for_every_op():
     """TFLite's interpreters memset an int8 variable to its zero point (an ADD reads it)."""
     b = ModelBuilder("int8")
     x = b.input("x", (1, 4), "int8", 0.1, 0)
-    s = b.state("s", (1, 4), "int8", 0.1, 7)
+    s = b.variable("s", np.zeros((1, 4), "int8"), 0.1, 7)
     y = b.tensor("y", (1, 4), "int8", 0.1, 0)
     b.op("ADD", [x, s], [y], {}, 2)
     b.output(y)
