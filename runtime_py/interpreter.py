@@ -22,11 +22,20 @@ State persists across invocations in a block of its own, as the plan lays it out
 its variable there) and one flag byte per subgraph CALL_ONCE runs. `reset` returns the block to
 its initial values; the steps of CALL_ONCE's subgraph, which follow its step, run only while its
 flag is clear.
+
+IF and WHILE run the steps of their subgraphs that follow their step (toolchain.program): IF
+one branch's, WHILE its condition's and body's as long as the condition holds, with the copies
+their Control lists. Steps that do not run are passed over: their outputs are never claimed,
+but what dies there is released as the plan says. A tensor such a copy or test reads, and a
+loop value, is held while its block runs: its release waits until the copy or test has read it
+(the plan keeps it alive that long), and a loop value's until the loop ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +47,7 @@ from toolchain.ops import planned_shape_values
 from toolchain.ops.overlaps import OverlapRule
 from toolchain.plan import ModelPlan, StateSlot
 from toolchain.planners import verify
+from toolchain.program import Control, Copy
 
 POISON = 0xA5
 FREE = -1  # the owner of a byte no live buffer holds
@@ -102,14 +112,18 @@ class ArenaInterpreter:
                 slot = model_plan.state_of_handle(t.index)
                 self.views[t.index] = (np.zeros(0, np.uint8) if slot is None
                                        else self._view(self.state, slot.offset, slot))
-        # Step of each CALL_ONCE -> (its flag's offset in the state block, the step after the
-        # steps of the subgraph it runs): they run on the first invoke after a reset only.
-        self.calls = {
-            step: (model_plan.call_once_slot(model_plan.program.calls[op]).offset,
-                   model_plan.call_spans[step])
-            for step, op in enumerate(model_plan.lifetimes.order)
-            if step in model_plan.call_spans
-        }
+        program, order = model_plan.program, model_plan.lifetimes.order
+        self.spans = model_plan.spans  # step -> the steps of each subgraph its op runs
+        # Step of each CALL_ONCE -> its flag's offset in the state block: the steps of the
+        # subgraph it runs run on the first invoke after a reset only.
+        self.flags = {step: model_plan.call_once_slot(program.calls[op]).offset
+                      for step, op in enumerate(order) if op in program.calls}
+        self.controls: dict[int, Control] = {step: program.controls[op]
+                                             for step, op in enumerate(order)
+                                             if op in program.controls}
+        self.held: Counter[int] = Counter()  # holders whose release waits, and how many wait
+        self.deferred: set[int] = set()  # held holders whose release came
+        self.observe: Observer | None = None
         self.reset()
 
     def state_block(self, nbytes: int) -> np.ndarray:
@@ -159,31 +173,117 @@ class ArenaInterpreter:
                 )
         self.arena.fill(POISON)
         self.owner.fill(FREE)
+        self.held.clear()
+        self.deferred.clear()
+        self.observe = observe
         for claim in self.layout.input_claims:
             self._claim(claim, 0, None)
         for t, value in zip(graph.inputs, values):
             self.views[t][...] = value
-        step = 0
-        while step < len(self.layout.steps):
-            after = step + 1
-            if step in self.calls:
-                flag, end = self.calls[step]
-                if self.state[flag]:  # the subgraph ran since the last reset: skip its steps
-                    after = end
-                self.state[flag] = 1
-            plan = self.layout.steps[step]
-            op = graph.operators[plan.op_index]
+        self._run(range(len(self.layout.steps)), True)
+        return [self.views[t].copy() for t in graph.outputs]
+
+    def _run(self, steps: range, active: bool) -> None:
+        """Runs the steps of one block (`active`), or passes over them."""
+        step = steps.start
+        while step < steps.stop:
+            step = self._step(step, active)
+
+    def _step(self, step: int, active: bool) -> int:
+        """One step and the steps of the subgraphs its op runs; returns the step after them."""
+        plan = self.layout.steps[step]
+        op = self.graph.operators[plan.op_index]
+        if active:
             for claim in plan.claims:
                 self._claim(claim, step, op)
             ins = [self.views[t] if t >= 0 else None for t in op.inputs]
-            outs = [self.views[t] for t in op.outputs]
-            KERNELS[op.opcode](self.params[plan.op_index], ins, outs)
-            if observe is not None:
-                observe(plan.op_index, [o.copy() for o in outs])
-            for holder in plan.releases:
+            KERNELS[op.opcode](self.params[plan.op_index], ins,
+                               [self.views[t] for t in op.outputs])
+        blocks = self.spans.get(step, ())
+        if step in self.controls:
+            self._control(step, self.controls[step], blocks, active)
+        else:
+            ran = bool(self.state[self.flags[step]]) if step in self.flags else False
+            if active and step in self.flags:
+                self.state[self.flags[step]] = 1
+            self._finish(step)
+            for steps in blocks:  # CALL_ONCE: its subgraph, unless it ran since the last reset
+                self._run(steps, active and not ran)
+        if active and self.observe is not None:  # after its subgraphs: what it hands on
+            self.observe(plan.op_index, [self.views[t].copy() for t in op.outputs])
+        return blocks[-1].stop if blocks else step + 1
+
+    def _control(self, step: int, control: Control, blocks: tuple[range, ...],
+                 active: bool) -> None:
+        """IF: the chosen branch's steps, the other's passed over; WHILE: the condition's and
+        the body's steps, again as long as the condition holds."""
+        if control.opcode == "IF":
+            chosen = (0 if self._holds(control.condition) else 1) if active else None
+            if chosen is not None and not blocks[chosen]:
+                self._copy(control.blocks[chosen].copies)  # nothing to run: its values as they are
+            self._finish(step)
+            for k, (block, steps) in enumerate(zip(control.blocks, blocks)):
+                with self._hold(c.src for c in block.copies):
+                    self._run(steps, k == chosen)
+                    if k == chosen and steps:
+                        self._copy(block.copies)
+            return
+        body, (test_steps, body_steps) = control.blocks[1], blocks
+        if active:
+            self._copy(control.entry)
+        with self._hold(control.carried):
+            self._finish(step)
+            while True:
+                with self._hold((control.condition,)):
+                    self._run(test_steps, active)
+                    going = active and self._holds(control.condition)
+                with self._hold(c.src for c in body.copies):
+                    self._run(body_steps, going)
+                    if not going:
+                        break
+                    self._copy(body.copies)
+
+    def _finish(self, step: int) -> None:
+        """Releases what dies at a step, but what is held only once nothing holds it."""
+        for holder in self.layout.steps[step].releases:
+            if self.held[holder]:
+                self.deferred.add(holder)
+            else:
                 self._release(holder)
-            step = after
-        return [self.views[t].copy() for t in graph.outputs]
+
+    @contextmanager
+    def _hold(self, tensors: Iterable[int]) -> Iterator[None]:
+        holders = [self.layout.holder_of[t] for t in tensors if t in self.layout.holder_of]
+        self.held.update(holders)
+        yield
+        self.held.subtract(holders)
+        for holder in holders:
+            if not self.held[holder] and holder in self.deferred:
+                self.deferred.discard(holder)
+                self._release(holder)
+
+    def _holds(self, tensor: int) -> bool:
+        """Whether a condition holds, read where the plan keeps it."""
+        self._check_owned(tensor, "tests")
+        return bool(self.views[tensor].reshape(-1)[0])
+
+    def _copy(self, copies: Iterable[Copy]) -> None:
+        """An IF's or WHILE's copies: the bytes of each source into its destination, both
+        still held where the plan put them."""
+        for c in copies:
+            self._check_owned(c.src, "copies")
+            self._check_owned(c.dst, "copies into")
+            self.views[c.dst][...] = self.views[c.src].reshape(self.views[c.dst].shape)
+
+    def _check_owned(self, tensor: int, what: str) -> None:
+        """A tensor an IF or WHILE reads or writes itself still holds its bytes."""
+        holder = self.layout.holder_of.get(tensor)
+        if holder is None:
+            return  # a constant
+        start, end = self.layout.spans[holder]
+        if not (self.owner[start:end] == holder).all():
+            raise PlanError(f"an IF or WHILE {what} {self.layout.labels[holder]}, whose bytes "
+                            "the plan gave to another tensor by then", self.source)
 
     def _claim(self, claim: Claim, step: int, op: Operator | None) -> None:
         """Gives `claim.holder` its bytes, or raises PlanError if they hold what must survive;
@@ -300,6 +400,10 @@ class ArenaLayout:
             for t in (*op.inputs, *op.outputs):
                 if t in self.holder_of:
                     death[self.holder_of[t]] = step
+        lives, _ = model_plan.program.control_lives(model_plan.lifetimes.order)
+        for t, step in lives.items():  # what IF and WHILE copy or test after their readers
+            if t in self.holder_of:
+                death[self.holder_of[t]] = max(death.get(self.holder_of[t], step), step)
         for t in graph.outputs:
             if t in self.holder_of:
                 death.pop(self.holder_of[t], None)

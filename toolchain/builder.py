@@ -554,6 +554,33 @@ class ModelBuilder:
         index = init if isinstance(init, int) else init.index
         self.op("CALL_ONCE", [], [], {"init_subgraph_index": index})
 
+    # -- control flow --------------------------------------------------------------------------
+
+    def if_(self, cond: int, then: ModelBuilder, else_: ModelBuilder,
+            inputs: Sequence[int]) -> list[int]:
+        """IF: run subgraph `then` when the bool `cond` holds, else `else_`, on `inputs` (each
+        branch declares as many inputs, and as many outputs); returns the IF's outputs, typed
+        like `then`'s."""
+        outputs = [self._copy_of(then, t, self._layer("if")) for t in then._outputs]
+        self.op("IF", [cond, *inputs], outputs,
+                {"then_subgraph_index": then.index, "else_subgraph_index": else_.index})
+        return outputs
+
+    def while_(self, cond: ModelBuilder, body: ModelBuilder, inputs: Sequence[int]) -> list[int]:
+        """WHILE: the loop values start as `inputs`; while subgraph `cond` outputs true for
+        them, subgraph `body` computes the next ones. Returns the final values."""
+        outputs = [self._copy_of(self, t, self._layer("while")) for t in inputs]
+        self.op("WHILE", list(inputs), outputs,
+                {"cond_subgraph_index": cond.index, "body_subgraph_index": body.index})
+        return outputs
+
+    def _copy_of(self, graph: ModelBuilder, tensor: int, name: str) -> int:
+        """A new tensor of this subgraph typed like `tensor` of `graph`."""
+        t = graph._tensors[tensor]
+        self._tensors.append(fb.TensorT(shape=list(t.shape), type=t.type, buffer=0, name=name,
+                                        quantization=t.quantization))
+        return len(self._tensors) - 1
+
     # -- internals -----------------------------------------------------------------------------
 
     def _add_tensor(

@@ -20,6 +20,8 @@ from toolchain.ops import REGISTRY
 from toolchain.ops.emit import (
     C_TYPES,
     Callee,
+    CBlock,
+    CControl,
     CTensor,
     Kernel,
     OpContext,
@@ -156,6 +158,37 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
     flags = {slot.subgraph: f"{name}_state[{slot.offset}]"
              for slot in mp.state_slots if slot.kind == "call_once"}
 
+    def byte_pointer(t: int) -> str:
+        """Where a tensor's bytes are, for the copies of IF and WHILE."""
+        if t in slot_of and t not in external:
+            return f"{name}_arena + {name}_offsets[{slot_of[t]}]"
+        used.add(t)
+        return pointer(t)
+
+    def copy_lines(moves, verb: str = "<-") -> tuple[str, ...]:
+        """The statements of IF's and WHILE's copies, each after a comment saying what."""
+        lines = []
+        for move in moves:
+            dst, src = graph.tensors[move.dst], graph.tensors[move.src]
+            if dst.nbytes:
+                lines.append(f"/* {program.tensor_label(move.dst)} '{c_text(dst.name)}' {verb} "
+                             f"{program.tensor_label(move.src)} '{c_text(src.name)}' */")
+                lines.append(f"memcpy({byte_pointer(move.dst)}, {byte_pointer(move.src)}, "
+                             f"{dst.nbytes});")
+        return tuple(lines)
+
+    def c_control(op_index: int) -> CControl:
+        """An IF's or WHILE's blocks as C, the kernels of their steps emitted first."""
+        control = program.controls[op_index]
+        blocks = []
+        for block in control.blocks:
+            emit_subgraph(block.subgraph)
+            blocks.append(CBlock(c_subgraph(program, block.subgraph),
+                                 (*(call(s) for s in steps_of.get(block.subgraph, ())),
+                                  *copy_lines(block.copies))))
+        return CControl(c_tensor(control.condition), tuple(blocks),
+                        copy_lines(control.entry, "starts as"))
+
     def emit_subgraph(subgraph: int) -> None:
         for step in steps_of.get(subgraph, ()):
             op_index = order[step]
@@ -166,6 +199,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
                 emit_subgraph(called)
                 callee = Callee(c_subgraph(program, called),
                                 tuple(call(s) for s in steps_of.get(called, ())), flags[called])
+            control = c_control(op_index) if op_index in program.controls else None
             context = OpContext(
                 fns[op_index],
                 f"{name}_{program.op_symbol(op_index)}",
@@ -176,6 +210,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
                 tuple(scratch_of.get(op_index, ())),
                 callee,
                 program.op_label(op_index),
+                control,
             )
             binding = program.bindings[op_index]
             emitter = binding.variant if binding.variant is not None else REGISTRY[op.opcode]
@@ -396,7 +431,8 @@ def check_plan(mp: ModelPlan, external_io: bool) -> None:
         raise PlanError(
             "the plan's buffers (sizes or lives) are not the ones this graph needs", source
         )
-    allowed = set(overlap_pairs(graph, mp.lifetimes, mp.program.bindings))
+    kept = mp.program.control_lives(mp.lifetimes.order)[1]
+    allowed = set(overlap_pairs(graph, mp.lifetimes, mp.program.bindings, kept=kept))
     for o in mp.plan.overlaps:
         if o not in allowed:
             raise PlanError(

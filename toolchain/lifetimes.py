@@ -10,7 +10,7 @@ they name a resource variable, which lives in the state block too.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from toolchain.errors import ModelError
@@ -108,13 +108,16 @@ def compute_lifetimes(
     source: str | None = None,
     outside: Collection[int] = (),
     roles: TensorRoles | None = None,
+    lives: Mapping[int, int] | None = None,
 ) -> Lifetimes:
     """Buffers (id, size, first, last) for every activation tensor and scratch request.
 
     `order` is the seam for a chosen schedule: any permutation of the operators in which every
     tensor is written before it is read. `outside` names tensors the caller keeps in buffers of
     its own (inputs and outputs with external I/O): they get no arena space. `roles`, when
-    the caller has them already, spare deriving them again.
+    the caller has them already, spare deriving them again. `lives` gives tensors a step they
+    live to at least, beyond their readers (what IF and WHILE copy between the steps of their
+    subgraphs: toolchain.program.Program.control_lives).
     """
     order = tuple(model_order(graph) if order is None else order)
     roles = check_order(graph, order, source, roles)
@@ -131,6 +134,9 @@ def compute_lifetimes(
     for t in roles.graph_outputs:
         if t in first:
             last[t] = last_step
+    for t, step in (lives or {}).items():
+        if t in first:
+            last[t] = max(last.get(t, first[t]), step)
     live = [t for t in range(len(tensors)) if t in first and t not in outside]
     buffers = [
         Buffer(id=i, size=tensors[t].nbytes, first=first[t], last=last.get(t, first[t]))
@@ -157,6 +163,7 @@ def overlap_pairs(
     bindings: Sequence[Binding | None],
     inplace: bool = True,
     overlap: bool = True,
+    kept: Collection[int] = (),
 ) -> tuple[Overlap, ...]:
     """Overlaps the planner may use: an op's output over one of its inputs that dies there.
 
@@ -164,7 +171,8 @@ def overlap_pairs(
     aliases and elementwise rewrites, `overlap` windowed ones. Only pairs whose lives touch at
     exactly that op qualify: the input's last step and the
     output's first step are both the op's step. A graph output never dies, even when its last
-    reader runs at the last step, so nothing may be placed over it.
+    reader runs at the last step, so nothing may be placed over it; nor may anything be placed
+    over a `kept` tensor (one that IF or WHILE reads after its last reader ran).
     """
     buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
     graph_outputs = set(graph.outputs)
@@ -178,7 +186,7 @@ def overlap_pairs(
             below = buffer_of.get(op.outputs[rule.output])
             if above is None or below is None or above == below:
                 continue
-            if op.inputs[rule.input] in graph_outputs:
+            if op.inputs[rule.input] in graph_outputs or op.inputs[rule.input] in kept:
                 continue
             if lifetimes.buffers[above].last == step and lifetimes.buffers[below].first == step:
                 pairs.append(Overlap(below, above, rule.shift, rule.any_offset))

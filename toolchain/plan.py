@@ -165,6 +165,11 @@ class ModelPlan:
         """Step of each CALL_ONCE that runs a subgraph -> the step after that subgraph's last."""
         return self.program.call_spans(self.lifetimes.order)
 
+    @cached_property
+    def spans(self) -> dict[int, tuple[range, ...]]:
+        """Step of each op that runs subgraphs (CALL_ONCE, IF, WHILE) -> the steps of each."""
+        return self.program.spans(self.lifetimes.order)
+
     def step_label(self, step: int) -> str:
         """"op 3 ADD", "subgraph 1 op 0 VAR_HANDLE": the op that runs at a step."""
         op = self.lifetimes.order[step]
@@ -250,11 +255,11 @@ def plan_model(
         check_order(graph, program.file_order(), model.source, roles)  # TFLite runs this order
         order = schedule_program(program, techniques.schedule, alignment,
                                  deadline.share(SCHEDULE_SHARE), scratch, roles)
-    program.call_spans(order)  # a called subgraph's steps must follow its call
+    lives, kept = program.control_lives(order)  # a called subgraph's steps follow its call
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
-    lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside, roles)
+    lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside, roles, lives)
     overlaps = overlap_pairs(
-        graph, lifetimes, program.bindings, techniques.inplace, techniques.overlap
+        graph, lifetimes, program.bindings, techniques.inplace, techniques.overlap, kept
     )
     if offsets_csv is not None:
         plan = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
@@ -276,8 +281,8 @@ def plan_model(
 def schedule_program(program: Program, mode: str, alignment: int, deadline: Deadline,
                      scratch: Sequence[ScratchRequest], roles: TensorRoles) -> tuple[int, ...]:
     """The execution order: each subgraph scheduled on its own (toolchain.schedule), the steps
-    of a called subgraph right after the CALL_ONCE that runs them."""
-    if not program.calls:
+    of a called subgraph right after the op that runs them (CALL_ONCE, IF, WHILE)."""
+    if program.layout is None:
         return schedule(program.graph, mode, alignment, deadline, scratch, roles)
     orders = {}
     for g in program.subgraphs:

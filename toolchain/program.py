@@ -12,6 +12,16 @@ of a called subgraph follow its caller's step in the execution order (`Program.f
 tensors live within that call, and its caller's tensors alive across the call stay alive
 through it. The resource variables the ops name (`ResourceVariable`) persist in the state
 block, as variable tensors do.
+
+IF and WHILE run subgraphs too, each laid out once, its steps after the op's step in the order
+the op names them (IF: then, else; WHILE: condition, body), so that both branches of an IF, and
+the condition and body of a WHILE, share the memory of one step. A subgraph's inputs are not
+copies: its ops read the tensors the op passes in their place (`SubgraphLayout.aliases`): an IF
+branch reads the IF's inputs, a WHILE's condition and body read its loop values, which are the
+WHILE's outputs. What a subgraph hands back is copied out after its steps (`Control`): a
+branch's outputs into the IF's outputs, the body's outputs into the loop values; the WHILE's step
+copies its inputs into the loop values first. Those copies are planned: what they read lives
+until its block's last step, the loop values across the whole WHILE (`Program.control_lives`).
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from toolchain.lifetimes import ScratchRequest
 from toolchain.ops import Refusal, bind_graph, refusal_error
 from toolchain.ops.spec import Binding
 from toolchain.targets import GENERIC, get_target
-from toolchain.validate import called_subgraph
+from toolchain.validate import called_subgraphs, same_shape
 
 
 @dataclass(frozen=True)
@@ -52,12 +62,48 @@ def variable_name(key: tuple[str, str]) -> str:
     return f"{container}/{shared_name}" if container else shared_name
 
 
+@dataclass(frozen=True)
+class Copy:
+    """A copy of tensor `src` into tensor `dst` (both of `graph`, `dst`'s bytes) that a
+    control-flow op makes itself, between the steps of its subgraphs."""
+
+    dst: int
+    src: int
+
+
+@dataclass(frozen=True)
+class Block:
+    """A subgraph a control-flow op runs, and the copies that carry its results out after its
+    steps (into IF's outputs; into WHILE's loop values)."""
+
+    subgraph: int
+    copies: tuple[Copy, ...] = ()
+
+
+@dataclass(frozen=True)
+class Control:
+    """An IF or WHILE of `graph` with the subgraphs it runs, as `blocks` in step order.
+
+    IF: blocks (then, else); `condition` is its input 0. WHILE: blocks (condition, body);
+    `condition` is the condition subgraph's output, `carried` the loop values (its outputs that
+    hold numbers), which `entry` fills from its inputs before the first test."""
+
+    op: int
+    opcode: str
+    condition: int
+    blocks: tuple[Block, ...]
+    entry: tuple[Copy, ...] = ()
+    carried: tuple[int, ...] = ()
+
+
 @dataclass(frozen=True, eq=False)
 class SubgraphLayout:
     """The subgraphs a program runs laid into one graph: subgraph `g`'s tensor i is tensor
     `tensor_base[g] + i` of `graph`, its op j op `op_base[g] + j`. `calls` maps each CALL_ONCE
     (by op of `graph`) to the subgraph it runs; a CALL_ONCE of a subgraph that an earlier one
-    runs already is absent (it never has anything left to do)."""
+    runs already is absent (it never has anything left to do). `controls` maps each IF and
+    WHILE to what it runs; `aliases` maps each input tensor of a subgraph they run to the tensor
+    its ops read in its place (already followed through nested subgraphs)."""
 
     graph: Graph
     subgraphs: tuple[int, ...]  # the main graph first, then the called ones in call order
@@ -66,6 +112,8 @@ class SubgraphLayout:
     op_origin: tuple[tuple[int, int], ...]
     tensor_origin: tuple[tuple[int, int], ...]
     calls: Mapping[int, int]
+    controls: Mapping[int, Control] = field(default_factory=dict)
+    aliases: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,8 +148,26 @@ class Program:
         return self.layout.calls if self.layout else {}
 
     @property
+    def controls(self) -> Mapping[int, Control]:
+        """IF and WHILE op -> what it runs (empty when the graph has none)."""
+        return self.layout.controls if self.layout else {}
+
+    @property
+    def aliases(self) -> Mapping[int, int]:
+        """Input tensor of a subgraph that IF or WHILE runs -> the tensor read in its place."""
+        return self.layout.aliases if self.layout else {}
+
+    @property
     def subgraphs(self) -> tuple[int, ...]:
         return self.layout.subgraphs if self.layout else (self.graph_index,)
+
+    def runs(self, op: int) -> tuple[int, ...]:
+        """The subgraphs whose steps follow op `op`'s, in order."""
+        if op in self.calls:
+            return (self.calls[op],)
+        if op in self.controls:
+            return tuple(block.subgraph for block in self.controls[op].blocks)
+        return ()
 
     def params(self) -> list[Any]:
         """Every operator's params, or one error naming every operator no kernel binds."""
@@ -160,8 +226,8 @@ class Program:
     # --- execution orders -------------------------------------------------------------------
     def flatten(self, orders: Mapping[int, Sequence[int]]) -> tuple[int, ...]:
         """The execution order of the whole program from each subgraph's own order (op indices
-        of that subgraph): the main graph's, with each call followed by its subgraph's steps."""
-        calls = self.calls
+        of that subgraph): the main graph's, with each op that runs subgraphs followed by their
+        steps."""
         steps: list[int] = []
 
         def walk(graph: int) -> None:
@@ -169,8 +235,8 @@ class Program:
             for local in orders[graph]:
                 op = base + local
                 steps.append(op)
-                if op in calls:
-                    walk(calls[op])
+                for sub in self.runs(op):
+                    walk(sub)
 
         walk(self.graph_index)
         return tuple(steps)
@@ -190,27 +256,77 @@ class Program:
 
     def call_spans(self, order: Sequence[int]) -> dict[int, int]:
         """Step of each CALL_ONCE that runs a subgraph -> the step after that subgraph's last
-        (nested calls included). Raises PlanError unless every call is followed by exactly the
-        steps of its subgraph."""
-        if not self.calls:
+        (nested calls included). Raises PlanError unless every op that runs subgraphs is
+        followed by exactly their steps."""
+        spans = self.spans(order)
+        order = tuple(order)
+        return {step: blocks[-1].stop for step, blocks in spans.items()
+                if order[step] in self.calls}
+
+    def spans(self, order: Sequence[int]) -> dict[int, tuple[range, ...]]:
+        """Step of each op that runs subgraphs -> the steps of each subgraph it runs, in order
+        (nested ones included). Raises PlanError unless every such op is followed by exactly
+        the steps of its subgraphs."""
+        if self.layout is None:
             return {}
         order = tuple(order)
         if self.flatten(self.local_orders(order)) != order:
             raise PlanError(
                 "the execution order does not run each called subgraph's steps right after the "
-                "CALL_ONCE that runs them",
+                "CALL_ONCE, IF or WHILE that runs them",
                 self.model.source,
             )
         sizes: dict[int, int] = {}
 
         def size(graph: int) -> int:
             if graph not in sizes:
-                sizes[graph] = sum(1 + (size(self.calls[op]) if op in self.calls else 0)
+                sizes[graph] = sum(1 + sum(size(sub) for sub in self.runs(op))
                                    for op in self.ops_of(graph))
             return sizes[graph]
 
-        return {step: step + 1 + size(self.calls[op])
-                for step, op in enumerate(order) if op in self.calls}
+        spans = {}
+        for step, op in enumerate(order):
+            start, blocks = step + 1, []
+            for sub in self.runs(op):
+                blocks.append(range(start, start + size(sub)))
+                start += size(sub)
+            if blocks:
+                spans[step] = tuple(blocks)
+        return spans
+
+    def control_lives(self, order: Sequence[int]) -> tuple[dict[int, int], frozenset[int]]:
+        """What IF and WHILE need of the plan beyond their ops' operands: tensor -> the last
+        step it must live to (a block's copies read their sources after its last step, or
+        right after the op's step for a block without steps; the loop values live across the
+        whole WHILE), and the tensors those copies and tests read, which no op may overwrite
+        in place."""
+        lives: dict[int, int] = {}
+        kept: set[int] = set()
+
+        def need(tensor: int, step: int) -> None:
+            lives[tensor] = max(lives.get(tensor, step), step)
+
+        order = tuple(order)
+        for step, blocks in self.spans(order).items():
+            control = self.controls.get(order[step])
+            if control is None:
+                continue
+            end = blocks[-1].stop - 1  # the last step within the op's span
+            ends = []  # where each block's copies run: after its last step
+            for block in blocks:
+                ends.append(block.stop - 1 if block else (ends[-1] if ends else step))
+            if control.opcode == "WHILE":
+                need(control.condition, ends[0])
+                kept.add(control.condition)
+                for t in control.carried:
+                    need(t, end)
+                    kept.add(t)
+            for block, at in zip(control.blocks, ends):
+                for copy in block.copies:
+                    need(copy.src, at)
+                    need(copy.dst, end)
+                    kept.add(copy.src)
+        return lives, frozenset(kept)
 
 
 def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
@@ -219,7 +335,7 @@ def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
     `portable`, to its portable kernels only); an op the model cannot mean fails here, before
     any planning (a variant no kernel runs is kept as a refusal)."""
     get_target(target, model.source)  # an unknown name is one clear error
-    layout = lay_out(model, graph_index)
+    layout, laid = lay_out(model, graph_index)
     if layout is None:
         graph, label = model.graphs[graph_index], None
     else:
@@ -232,44 +348,75 @@ def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
     bindings, refusals = bind_graph(graph, GENERIC if portable else target, label)
     if any(r.invalid for r in refusals):
         raise refusal_error(refusals, model.source)
-    program = Program(model, graph_index, bindings, refusals, layout, target=target,
-                      portable=portable)
+    laid_refusals = tuple(Refusal(op, f"{label(graph.operators[op]) if label else f'op {op}'} "
+                                      f"{graph.operators[op].opcode}: {message}")
+                          for op, message in laid)
+    program = Program(model, graph_index, bindings, (*refusals, *laid_refusals), layout,
+                      target=target, portable=portable)
     resources, handles, problems = resource_variables(program)
-    return replace(program, refusals=(*refusals, *problems), resources=resources,
+    return replace(program, refusals=(*program.refusals, *problems), resources=resources,
                    handles=handles)
 
 
-def lay_out(model: Model, graph_index: int) -> SubgraphLayout | None:
-    """The graph and the subgraphs it calls laid into one, or None when it calls none.
+def lay_out(model: Model, graph_index: int) -> tuple[SubgraphLayout | None,
+                                                     list[tuple[int, str]]]:
+    """The graph and the subgraphs it runs laid into one (None when it runs none), and what
+    no backend runs as planned copies of fixed size, as (op of the laid-out graph, reason).
 
-    The reader validated every call (toolchain.validate.check_calls); a subgraph is laid out
-    once, at the first call that reaches it."""
+    The reader validated every call (toolchain.validate.check_calls). A subgraph is laid out
+    once: at the first CALL_ONCE that reaches it, or for the one IF or WHILE that runs it (a
+    subgraph that two of them, or one twice, run is refused: its tensors would need a place
+    per caller)."""
     graphs = model.graphs
     order = [graph_index]
-    callers: list[tuple[int, int, int]] = []  # (caller subgraph, its op, the subgraph called)
+    runs: list[tuple[int, int, tuple[int, ...]]] = []  # (caller subgraph, its op, run)
+    problems: list[tuple[int, int, str]] = []  # (subgraph, its op, reason)
+    controlled: set[int] = set()  # the subgraphs an IF or WHILE runs
 
     def visit(g: int) -> None:
         for op in graphs[g].operators:
-            target = called_subgraph(op)
-            if isinstance(target, int) and 0 <= target < len(graphs) and target not in order:
-                order.append(target)
-                callers.append((g, op.index, target))
-                visit(target)
+            targets = called_subgraphs(op)
+            if not targets or not all(isinstance(t, int) and 0 <= t < len(graphs)
+                                      for t in targets):
+                continue
+            if op.opcode == "CALL_ONCE":
+                if targets[0] in controlled:
+                    problems.append((g, op.index, f"runs subgraph {targets[0]}, which an IF or "
+                                                  "WHILE runs too"))
+                elif targets[0] not in order:
+                    order.append(targets[0])
+                    runs.append((g, op.index, targets))
+                    visit(targets[0])
+                continue
+            shared = next((t for t in targets if t in order or targets.count(t) > 1), None)
+            if shared is not None:
+                problems.append((g, op.index, f"runs subgraph {shared}, which another operator "
+                                              "or branch runs too; each IF and WHILE needs "
+                                              "subgraphs of its own"))
+                continue
+            order.extend(targets)
+            controlled.update(targets)
+            for t in targets:
+                visit(t)
+            runs.append((g, op.index, targets))
 
     visit(graph_index)
-    if len(order) == 1:
-        return None
+    if len(order) == 1:  # what it runs was refused: its ops keep their indices
+        return None, [(op, message) for _, op, message in problems]
     op_base, tensor_base = {}, {}
     ops, tensors = 0, 0
     for g in order:
         op_base[g], tensor_base[g] = ops, tensors
         ops += len(graphs[g].operators)
         tensors += len(graphs[g].tensors)
+    aliases = _aliases(graphs, runs, tensor_base)
+
+    def moved(refs: tuple[int, ...], base: int, alias: bool = False) -> tuple[int, ...]:
+        return tuple(-1 if r < 0 else _follow(aliases, r + base) if alias else r + base
+                     for r in refs)
+
     merged_tensors, merged_ops = [], []
     tensor_origin, op_origin = [], []
-    def moved(refs: tuple[int, ...], base: int) -> tuple[int, ...]:
-        return tuple(r + base if r >= 0 else r for r in refs)
-
     for g in order:
         base = tensor_base[g]
         for t in graphs[g].tensors:
@@ -277,16 +424,106 @@ def lay_out(model: Model, graph_index: int) -> SubgraphLayout | None:
             tensor_origin.append((g, t.index))
         for op in graphs[g].operators:
             merged_ops.append(replace(op, index=op_base[g] + op.index,
-                                      inputs=moved(op.inputs, base),
+                                      inputs=moved(op.inputs, base, alias=True),
                                       outputs=moved(op.outputs, base),
                                       intermediates=moved(op.intermediates, base)))
             op_origin.append((g, op.index))
     main = graphs[graph_index]
     graph = Graph(graph_index, main.name, tuple(merged_tensors), tuple(merged_ops), main.inputs,
                   main.outputs)
-    calls = {op_base[g] + op: target for g, op, target in callers}
-    return SubgraphLayout(graph, tuple(order), op_base, tensor_base, tuple(op_origin),
-                          tuple(tensor_origin), calls)
+    calls = {op_base[g] + op: targets[0] for g, op, targets in runs
+             if graphs[g].operators[op].opcode == "CALL_ONCE"}
+    controls = {}
+    for g, local, targets in runs:
+        op = graphs[g].operators[local]
+        if op.opcode != "CALL_ONCE":
+            results = [moved(graphs[t].outputs, tensor_base[t], alias=True) for t in targets]
+            control, problem = _control(graph.operators[op_base[g] + local], graph, targets,
+                                        results)
+            controls[control.op] = control
+            if problem:
+                problems.append((g, local, problem))
+    resolved = {t: _follow(aliases, t) for t in aliases}
+    layout = SubgraphLayout(graph, tuple(order), op_base, tensor_base, tuple(op_origin),
+                            tuple(tensor_origin), calls, controls, resolved)
+    return layout, [(op_base[g] + op, message) for g, op, message in problems]
+
+
+def _aliases(graphs, runs, tensor_base) -> dict[int, int]:
+    """Tensor of `graph` -> the tensor read in its place: each input of an IF branch is the
+    IF's input after the condition; each input of a WHILE's condition and body its loop value
+    (the WHILE's output), or for a resource handle the WHILE's input (a handle names the same
+    variable in every iteration), as the WHILE's handle outputs do."""
+    aliases: dict[int, int] = {}
+    for g, local, targets in runs:
+        op, base = graphs[g].operators[local], tensor_base[g]
+        if op.opcode == "IF":
+            for t in targets:
+                for k, i in enumerate(graphs[t].inputs):
+                    aliases[tensor_base[t] + i] = base + op.inputs[k + 1]
+        elif op.opcode == "WHILE":
+            for k, (v, o) in enumerate(zip(op.inputs, op.outputs)):
+                handle = graphs[g].tensors[v].is_handle
+                for t in targets:
+                    aliases[tensor_base[t] + graphs[t].inputs[k]] = base + (v if handle else o)
+                if handle:
+                    aliases[base + o] = base + v
+    for g, local, targets in runs:  # inner ones first: a branch's results are known
+        op, base = graphs[g].operators[local], tensor_base[g]
+        if op.opcode != "IF":
+            continue
+        for j, o in enumerate(op.outputs):
+            sources = {_follow(aliases, tensor_base[t] + graphs[t].outputs[j]) for t in targets}
+            if graphs[g].tensors[o].is_handle and len(sources) == 1:
+                aliases[base + o] = sources.pop()
+    return aliases
+
+
+def _follow(aliases: Mapping[int, int], tensor: int) -> int:
+    while tensor in aliases:
+        tensor = aliases[tensor]
+    return tensor
+
+
+def _control(op: Operator, graph: Graph, targets: tuple[int, ...],
+             results: list[tuple[int, ...]]) -> tuple[Control, str | None]:
+    """The Control of an IF or WHILE (`op` of the laid-out `graph`, its inputs already
+    followed through aliases) given the tensors each subgraph it runs hands back (`results`),
+    and why no backend runs it as planned copies, if so."""
+    tensors = graph.tensors
+    outputs = op.outputs
+    problem = None
+    if op.opcode == "IF":
+        for j, o in enumerate(outputs):
+            sources = {r[j] for r in results}
+            if tensors[o].is_handle and len(sources) > 1:
+                problem = (f"output {j} is a resource handle that the branches choose between; "
+                           "a handle both branches pass through is supported")
+        blocks = tuple(Block(t, tuple(Copy(o, r) for o, r in zip(outputs, result)
+                                      if not tensors[o].is_handle))
+                       for t, result in zip(targets, results))
+        return Control(op.index, op.opcode, op.inputs[0], blocks), problem
+    inputs = op.inputs
+    (condition,), body = results
+    copies = []
+    for k, (o, r) in enumerate(zip(outputs, body)):
+        value, result = tensors[o], tensors[r]
+        if value.is_handle:
+            if r != inputs[k]:
+                problem = (f"its body hands back another resource handle as loop value {k}; "
+                           "a handle passed through unchanged is supported")
+        elif r in outputs and r != o:
+            problem = (f"its body hands back loop value {outputs.index(r)} as loop value {k}; "
+                       "values passed through unchanged or computed are supported")
+        elif value.nbytes != result.nbytes or not same_shape(value, result):
+            problem = (f"its body changes loop value {k} from {value.dtype}{list(value.shape)} "
+                       f"to {result.dtype}{list(result.shape)}; arenac plans fixed shapes only")
+        elif r != o:
+            copies.append(Copy(o, r))
+    carried = tuple(o for o in outputs if not tensors[o].is_handle)
+    entry = tuple(Copy(o, v) for o, v in zip(outputs, inputs) if not tensors[o].is_handle)
+    blocks = (Block(targets[0]), Block(targets[1], tuple(copies)))
+    return Control(op.index, op.opcode, condition, blocks, entry, carried), problem
 
 
 def resource_variables(

@@ -232,20 +232,38 @@ def ratio(a: int, b: int) -> float:
     return round(a / b, 4) if b else 1.0
 
 
+# What a subgraph is to the op that runs it, by that op and the subgraph's position among those
+# it runs.
+ROLES = {"CALL_ONCE": ("first invoke after a reset only",),
+         "IF": ("its then branch", "its else branch"),
+         "WHILE": ("its condition, before each iteration", "its body, while the condition holds")}
+
+
 def subgraph_steps(mp: ModelPlan) -> list[dict[str, Any]]:
-    """Each subgraph the plan runs, with its steps and the CALL_ONCE that runs it."""
+    """Each subgraph the plan runs, with its steps, the op that runs it (CALL_ONCE, IF, WHILE)
+    and what it is to that op."""
     program, order = mp.program, mp.lifetimes.order
-    called_by = {g: op for op, g in program.calls.items()}
-    return [
-        {
+    called_by = {g: (op, k) for op in range(len(program.graph.operators))
+                 for k, g in enumerate(program.runs(op))}
+    rows = []
+    for g in program.subgraphs:
+        op, k = called_by.get(g, (None, 0))
+        opcode = None if op is None else program.graph.operators[op].opcode
+        rows.append({
             "subgraph": g,
             "name": mp.model.graphs[g].name,
-            "steps": [step for step, op in enumerate(order) if program.op_origin(op)[0] == g],
-            "called_by_op": None if g not in called_by else program.op_origin(called_by[g])[1],
-            "caller": None if g not in called_by else program.op_origin(called_by[g])[0],
-        }
-        for g in program.subgraphs
-    ]
+            "steps": [step for step, o in enumerate(order) if program.op_origin(o)[0] == g],
+            "called_by_op": None if op is None else program.op_origin(op)[1],
+            "caller": None if op is None else program.op_origin(op)[0],
+            "called_by": opcode,
+            "role": None if op is None else ROLES[opcode][k],
+            "inputs_read_as": [
+                dict(zip(("subgraph", "tensor"), program.tensor_origin(program.aliases[t])))
+                for t in (program.layout.tensor_base[g] + i for i in mp.model.graphs[g].inputs)
+                if t in program.aliases
+            ] if program.layout else [],
+        })
+    return rows
 
 
 def step_ranges(steps: list[int]) -> str:
@@ -262,7 +280,7 @@ def step_ranges(steps: list[int]) -> str:
 def plan_text(mp: ModelPlan) -> str:
     rows = mp.rows()
     program = mp.program
-    several = bool(program.calls)
+    several = program.layout is not None
     scratch = iter(mp.lifetimes.scratch)
     subgraph_of = [program.tensor_origin(t)[0] if t is not None
                    else program.op_origin(next(scratch).op)[0]
@@ -295,8 +313,13 @@ def plan_text(mp: ModelPlan) -> str:
             if g["called_by_op"] is not None:
                 caller = ("op" if g["caller"] == mp.graph_index
                           else f"subgraph {g['caller']} op")
-                line += (f", within the step of {caller} {g['called_by_op']} CALL_ONCE "
-                         "(first invoke after a reset only)")
+                line += (f", within the step of {caller} {g['called_by_op']} {g['called_by']} "
+                         f"({g['role']})")
+            if g["inputs_read_as"]:
+                line += "; it reads its inputs in place: " + ", ".join(
+                    f"tensor {a['tensor']}" if a["subgraph"] == mp.graph_index
+                    else f"subgraph {a['subgraph']} tensor {a['tensor']}"
+                    for a in g["inputs_read_as"])
             out.append(line)
     if mp.state_slots:
         out.append("")

@@ -24,6 +24,8 @@ def kernel_lines(kernels: tuple[Signature, ...]) -> list[str]:
                 for name, dtype in k.bound:
                     values.setdefault(name, []).append(dtype)
         notes = [f"{n}: {', '.join(dict.fromkeys(v))}" for n, v in values.items()]
+        each = next(k.each for k in kernels if k.form == form)
+        notes += [f"each {n} any of {', '.join(v)}" for n, v in each]
         if any(k.form == form and k.oracle == TFLM for k in kernels):
             notes.append("as TFLite Micro")
         lines.append(f"`{form}`".replace("|", "\\|") + (f" ({'; '.join(notes)})" if notes else ""))

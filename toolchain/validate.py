@@ -41,48 +41,140 @@ def validate_model(model: Model, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
     check_calls(model)
 
 
-def called_subgraph(op: Operator) -> int | None:
-    """The subgraph a CALL_ONCE runs (its init_subgraph_index), None for any other op."""
-    if op.opcode != "CALL_ONCE":
-        return None
-    return op.options.get("init_subgraph_index")
+# The options naming the subgraphs an operator runs, in the order it names them.
+SUBGRAPH_OPTIONS: dict[str, tuple[str, ...]] = {
+    "CALL_ONCE": ("init_subgraph_index",),
+    "IF": ("then_subgraph_index", "else_subgraph_index"),
+    "WHILE": ("cond_subgraph_index", "body_subgraph_index"),
+}
+
+
+def called_subgraphs(op: Operator) -> tuple:
+    """The subgraphs an operator runs (CALL_ONCE's initialization subgraph, IF's branches,
+    WHILE's condition and body), as its options give them; () for any other op."""
+    return tuple(op.options.get(key) for key in SUBGRAPH_OPTIONS.get(op.opcode, ()))
 
 
 def check_calls(model: Model) -> None:
-    """Every CALL_ONCE names an initialization subgraph TFLite can run: another subgraph of
-    the file, without inputs or outputs, and no chain of calls leads back to its caller."""
+    """Every operator that runs subgraphs names subgraphs TFLite can run with its operands:
+    other subgraphs of the file, whose inputs and outputs match the operator's in number, type
+    and shape (CALL_ONCE's have none), and no chain of calls leads back to its caller."""
     graphs = model.graphs
     calls: dict[int, list[int]] = {}
+    checks = []
     for graph in graphs:
         where = f"subgraph {graph.index} op" if graph.index else "op"
         for op in graph.operators:
-            if op.opcode != "CALL_ONCE":
+            if op.opcode not in SUBGRAPH_OPTIONS:
                 continue
-            what = f"{where} {op.index} CALL_ONCE"
-            target = called_subgraph(op)
-            if op.inputs or op.outputs:
-                raise ModelError(f"{what} has inputs or outputs; it takes none", model.source)
-            if not isinstance(target, int):
-                raise ModelError(f"{what}: its options lack init_subgraph_index", model.source)
-            if not 0 <= target < len(graphs):
-                raise ModelError(
-                    f"{what} calls subgraph {target}, but the model has {len(graphs)} subgraphs",
-                    model.source,
-                )
-            if target == graph.index:
-                raise ModelError(f"{what} calls its own subgraph {target}", model.source)
-            init = graphs[target]
-            if init.inputs or init.outputs:
-                raise ModelError(
-                    f"{what} calls subgraph {target}, which has inputs or outputs; an "
-                    "initialization subgraph has neither",
-                    model.source,
-                )
-            calls.setdefault(graph.index, []).append(target)
+            what = f"{where} {op.index} {op.opcode}"
+            for key, target in zip(SUBGRAPH_OPTIONS[op.opcode], called_subgraphs(op)):
+                if not isinstance(target, int):
+                    raise ModelError(f"{what}: its options lack {key}", model.source)
+                if not 0 <= target < len(graphs):
+                    raise ModelError(
+                        f"{what} calls subgraph {target}, but the model has {len(graphs)} "
+                        "subgraphs",
+                        model.source,
+                    )
+                if target == graph.index:
+                    raise ModelError(f"{what} calls its own subgraph {target}", model.source)
+                calls.setdefault(graph.index, []).append(target)
+            checks.append((graph, op, what))
     cycle = _cycle(calls)
     if cycle:
         path = " -> ".join(f"subgraph {g}" for g in cycle)
-        raise ModelError(f"CALL_ONCE calls form a cycle: {path}", model.source)
+        kinds = sorted({op.opcode for g in cycle[:-1] for op in graphs[g].operators
+                        if op.opcode in SUBGRAPH_OPTIONS})
+        raise ModelError(f"{'/'.join(kinds)} calls form a cycle: {path}", model.source)
+    for graph, op, what in checks:
+        _OPERAND_CHECKS[op.opcode](graph, op, graphs, what, model.source)
+
+
+def _check_call_once(graph: Graph, op: Operator, graphs, what: str, source: str) -> None:
+    if op.inputs or op.outputs:
+        raise ModelError(f"{what} has inputs or outputs; it takes none", source)
+    (target,) = called_subgraphs(op)
+    if graphs[target].inputs or graphs[target].outputs:
+        raise ModelError(
+            f"{what} calls subgraph {target}, which has inputs or outputs; an "
+            "initialization subgraph has neither",
+            source,
+        )
+
+
+def _check_if(graph: Graph, op: Operator, graphs, what: str, source: str) -> None:
+    """The condition is one bool (LiteRT takes no other type); the other inputs are each
+    branch's inputs, its outputs each branch's outputs."""
+    if not op.inputs or op.inputs[0] < 0:
+        raise ModelError(f"{what} has no condition (input 0)", source)
+    cond = graph.tensors[op.inputs[0]]
+    if cond.dtype != "bool" or cond.num_elements != 1:
+        raise ModelError(f"{what}: its condition {_name(cond)} is {cond.dtype}"
+                         f"{list(cond.shape)}, not one bool", source)
+    for role, target in zip(("then", "else"), called_subgraphs(op)):
+        branch = graphs[target]
+        _match(graph, op.inputs[1:], "input", branch, branch.inputs, "input",
+               f"{what}: {role} subgraph {target}", source, first=1)
+        _match(graph, op.outputs, "output", branch, branch.outputs, "output",
+               f"{what}: {role} subgraph {target}", source)
+
+
+def _check_while(graph: Graph, op: Operator, graphs, what: str, source: str) -> None:
+    """Loop values: the operator's inputs, the condition's and the body's inputs, the body's
+    outputs and the operator's outputs agree in number and type (as LiteRT requires) and,
+    but for a body that changes a shape (refused by toolchain.program), in shape."""
+    cond_index, body_index = called_subgraphs(op)
+    if cond_index == body_index:
+        raise ModelError(f"{what}: its condition and body are the same subgraph "
+                         f"{cond_index}", source)
+    if len(op.outputs) != len(op.inputs):
+        raise ModelError(f"{what} has {len(op.inputs)} inputs but {len(op.outputs)} outputs; "
+                         "each loop value is both", source)
+    cond, body = graphs[cond_index], graphs[body_index]
+    _match(graph, op.inputs, "input", cond, cond.inputs, "input",
+           f"{what}: condition subgraph {cond_index}", source)
+    if len(cond.outputs) != 1:
+        raise ModelError(f"{what}: condition subgraph {cond_index} has {len(cond.outputs)} "
+                         "outputs, not one", source)
+    result = cond.tensors[cond.outputs[0]]
+    if result.dtype != "bool" or result.num_elements != 1 or len(result.shape) > 1:
+        raise ModelError(f"{what}: condition subgraph {cond_index} outputs {_name(result)} "
+                         f"{result.dtype}{list(result.shape)}, not one bool", source)
+    _match(graph, op.inputs, "input", body, body.inputs, "input",
+           f"{what}: body subgraph {body_index}", source)
+    _match(body, body.inputs, "input", body, body.outputs, "output",
+           f"{what}: body subgraph {body_index}", source, shapes=False)
+    changes = any(not same_shape(body.tensors[i], body.tensors[o])
+                  for i, o in zip(body.inputs, body.outputs))
+    _match(graph, op.inputs, "input", graph, op.outputs, "output", what, source,
+           shapes=not changes)
+
+
+_OPERAND_CHECKS = {"CALL_ONCE": _check_call_once, "IF": _check_if, "WHILE": _check_while}
+
+
+def _match(graph: Graph, operands, kind: str, sub: Graph, ends, end_kind: str, what: str,
+           source: str, first: int = 0, shapes: bool = True) -> None:
+    """Tensors `operands` of `graph` (its `kind`s, numbered from `first`) and `ends` of `sub`
+    (its `end_kind`s) agree in number, type and, with `shapes`, shape."""
+    if len(operands) != len(ends):
+        raise ModelError(f"{what} has {len(ends)} {end_kind}s for the op's {len(operands)} "
+                         f"{kind}s" + (" after the condition" if first else ""), source)
+    for k, (a, b) in enumerate(zip(operands, ends)):
+        if a < 0 or b < 0:
+            raise ModelError(f"{what}: {kind} {k + first} or {end_kind} {k} is absent", source)
+        x, y = graph.tensors[a], sub.tensors[b]
+        if x.dtype != y.dtype or (shapes and not same_shape(x, y)):
+            raise ModelError(
+                f"{what}: {end_kind} {k} {_name(y)} is {y.dtype}{list(y.shape)}, but "
+                f"{kind} {k + first} {_name(x)} is {x.dtype}{list(x.shape)}", source)
+
+
+def same_shape(a: Tensor, b: Tensor) -> bool:
+    """Equal shapes; a scalar and a [1] count as one (LiteRT runs them as the same)."""
+    return a.shape == b.shape or (a.num_elements == b.num_elements == 1
+                                  and len(a.shape) <= 1 and len(b.shape) <= 1)
 
 
 def _cycle(edges: dict[int, list[int]]) -> list[int]:

@@ -76,6 +76,26 @@ class Callee:
 
 
 @dataclass(frozen=True)
+class CBlock:
+    """A subgraph a control-flow operator runs, as C: its name for comments (already spelled
+    for one) and the statements that run its steps, then copy its results out."""
+
+    label: str
+    statements: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CControl:
+    """What IF and WHILE emit around their subgraphs' steps: the bool they test, their blocks
+    in order (IF: then, else; WHILE: condition, body) and the statements before them (WHILE:
+    the loop values start as its inputs)."""
+
+    condition: CTensor
+    blocks: tuple[CBlock, ...]
+    entry: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class OpContext:
     """One operator to emit: `fn` is the name of the `static void fn(void)` to define and
     `prefix` a unique prefix for any file-scope constants the emitter adds. `label` names the
@@ -90,6 +110,7 @@ class OpContext:
     scratch: tuple[str, ...] = ()  # `uint8_t *` expressions of the op's scratch in the arena
     callee: Callee | None = None  # the subgraph the op runs, if it runs one
     label: str = ""
+    control: CControl | None = None  # what an IF or WHILE runs
 
 
 @dataclass(frozen=True)

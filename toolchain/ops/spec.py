@@ -59,6 +59,7 @@ class Signature:
     form: str = ""
     bound: tuple[tuple[str, str], ...] = ()  # the dtype each name of `form` stands for here
     oracle: str = LITERT_REF
+    each: tuple[tuple[str, tuple[str, ...]], ...] = ()  # names standing for any dtype of theirs
 
     def matches(self, inputs: Sequence[str | None], outputs: Sequence[str | None]) -> bool:
         """Whether an op with these operand dtypes (None for an absent one) runs on it."""
@@ -79,12 +80,15 @@ class Signature:
 
 
 def kernels(*forms: str, targets: Iterable[str] = TARGETS, oracle: str = LITERT_REF,
+            each: dict[str, Iterable[str]] | None = None,
             **variables: Iterable[str]) -> tuple[Signature, ...]:
     """Signatures from their written form, `"int8, int8, int32? -> int8"`: `a|b` allows
     either dtype, a trailing `?` marks an input that may be absent, a trailing `...` a last
     position that repeats. A name given in `variables` (`T=("int8", "float32")`) stands for
-    each of its dtypes in turn, the same one at every position it appears. `oracle` names the
-    interpreter the kernels reproduce (LITERT_REF unless LiteRT's kernel is wrong for them)."""
+    each of its dtypes in turn, the same one at every position it appears; a name given in
+    `each` for any of its dtypes at each position on its own (the operands IF passes on). `oracle`
+    names the interpreter the kernels reproduce (LITERT_REF unless LiteRT's kernel is wrong for
+    them)."""
     if oracle not in (LITERT_REF, TFLM):
         raise ValueError(f"unknown oracle {oracle!r}")
     found = []
@@ -92,12 +96,14 @@ def kernels(*forms: str, targets: Iterable[str] = TARGETS, oracle: str = LITERT_
         words = set(re.findall(r"\w+", form))
         names = sorted(n for n in variables if n in words)
         for values in product(*(sorted(variables[n]) for n in names)):
-            found.append(_parse(form, dict(zip(names, values)), frozenset(targets), oracle))
+            found.append(_parse(form, dict(zip(names, values)), frozenset(targets), oracle,
+                                {n: tuple(sorted(v)) for n, v in (each or {}).items()}))
     return tuple(found)
 
 
 def _parse(form: str, bound: dict[str, str], targets: frozenset[str],
-           oracle: str = LITERT_REF) -> Signature:
+           oracle: str = LITERT_REF, each: dict[str, tuple[str, ...]] | None = None) -> Signature:
+    each = each or {}
     sides: dict[str, list[frozenset[str]]] = {"inputs": [], "outputs": []}
     optional: set[int] = set()
     repeats: set[str] = set()
@@ -109,9 +115,11 @@ def _parse(form: str, bound: dict[str, str], targets: frozenset[str],
             if word.endswith("?"):
                 word = word[:-1]
                 optional.add(i)
-            sides[side].append(frozenset(bound.get(d, d) for d in word.split("|")))
+            sides[side].append(frozenset(x for d in word.split("|")
+                                         for x in each.get(d, (bound.get(d, d),))))
     return Signature(tuple(sides["inputs"]), tuple(sides["outputs"]), frozenset(optional),
-                     frozenset(repeats), targets, form, tuple(sorted(bound.items())), oracle)
+                     frozenset(repeats), targets, form, tuple(sorted(bound.items())), oracle,
+                     tuple(sorted(each.items())))
 
 
 def describe(dtypes: Sequence[str | None]) -> str:
