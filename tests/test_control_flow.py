@@ -534,3 +534,22 @@ def assert_clean_failure(result, path, words: str) -> None:
     assert len(lines) == 1, result.stderr
     assert str(path) in lines[0] and words in lines[0], lines[0]
     assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("name", ["if_float", "counter_loop", "if_in_while"])
+def test_tflite_micro_runs_the_embedded_plan(name):
+    """embed writes every subgraph's planned offsets; TFLite Micro runs the file with them as
+    without, on inputs taking both branches (its own copies of the subgraphs' inputs, which
+    arenac reads in place, come on top of the plan: its head is at least the arena)."""
+    pytest.importorskip("tflite_micro")
+    from tests.test_embed import plain, run_both
+    from toolchain.embed import embed_plan
+
+    data = MODELS[name]()
+    model = parse_model(data)
+    mp = plain(model)
+    out = embed_plan(data, mp)
+    for seed in range(4):
+        before, after, _, head = run_both(data, out, model.main, seed)
+        assert all(np.array_equal(a, b) for a, b in zip(before, after))
+        assert head >= mp.arena_bytes
