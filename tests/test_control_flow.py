@@ -15,6 +15,7 @@ import pytest
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle
 from tests.test_codegen import style_problems
+from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from toolchain.builder import FILE_IDENTIFIER, ModelBuilder
 from toolchain.checking.check import random_inputs
 from toolchain.checking.oracle import LiteRTOracle
@@ -553,3 +554,26 @@ def test_tflite_micro_runs_the_embedded_plan(name):
         before, after, _, head = run_both(data, out, model.main, seed)
         assert all(np.array_equal(a, b) for a, b in zip(before, after))
         assert head >= mp.arena_bytes
+
+
+@needs_mcu
+@pytest.mark.parametrize("name", ["if_int8", "fc_loop", "variable_in_branch"])
+def test_control_flow_on_the_cortex_m4(name):
+    """The firmware under QEMU (Cortex-M4) gives runtime_py's outputs bit for bit, sequences of
+    invokes with the state kept included."""
+    from toolchain.checking import check
+    from toolchain.checking.qemu_backend import QemuBackend
+
+    mp = planned(MODELS[name]())
+    sets = [random_inputs(mp.graph, k) for k in range(6)]
+    runtime = ArenaInterpreter(mp)
+    want = []
+    for k, values in enumerate(sets):
+        if k and k % 3 == 0:
+            runtime.reset()
+        want.append(runtime.invoke(values))
+    with QemuBackend(mp) as backend:
+        got = backend.invoke_many(sets, 3)
+    for expected, actual in zip(want, got):
+        for e, a in zip(expected, actual):
+            assert check.difference(e, a).mismatches == 0
