@@ -401,6 +401,7 @@ class ArenaLayout:
                 if t in self.holder_of:
                     death[self.holder_of[t]] = step
         lives, _ = model_plan.program.control_lives(model_plan.lifetimes.order)
+        self.controlled = {self.holder_of[t] for t in lives if t in self.holder_of}
         for t, step in lives.items():  # what IF and WHILE copy or test after their readers
             if t in self.holder_of:
                 death[self.holder_of[t]] = max(death.get(self.holder_of[t], step), step)
@@ -465,6 +466,8 @@ class ArenaLayout:
             return f"which is read until step {end}"
         if op is None:
             return "another graph input"
+        if victim in self.controlled:
+            return "which an IF or WHILE copies or tests after this step"
         if victim not in {self.holder_of.get(t) for t in op.inputs}:
             return "which is written at this step too"
         return "an input of this op; " + self.refusals.get(

@@ -215,6 +215,47 @@ def variable_in_branch() -> bytes:
     return b.build()
 
 
+def variable_in_loop() -> bytes:
+    """A WHILE carries the handle of 'acc' (passed through unchanged): each iteration reads the
+    variable, adds the input and assigns it back; after the loop the main graph reads it through
+    the WHILE's handle output. n = max(int8 input, 0) % small: the trip count of each invoke."""
+    b = ModelBuilder("float32")
+    init = b.subgraph("init")
+    init.assign_variable(init.var_handle("acc"), init.const("acc/zero",
+                                                             np.zeros((1, 4), np.float32)))
+    cond, body = b.subgraph("cond"), b.subgraph("body")
+    for g in (cond, body):
+        g.i, g.n = g.input("i", (1,), "int32"), g.input("n", (1,), "int32")
+        g.handle, g.x = g.input("handle", (), "resource"), g.input("x", (1, 4), "float32")
+    left = cond.tensor("left", (1,), "int32")
+    cond.op("SUB", [cond.n, cond.i], [left])
+    going = cond.tensor("going", (1,), "bool")
+    cond.op("CAST", [left], [going])
+    cond.output(going)
+    old = body.read_variable(body.handle, (1, 4), "float32", name="acc/old")
+    new = body.tensor("acc/new", (1, 4), "float32")
+    body.op("ADD", [old, body.x], [new])
+    body.assign_variable(body.handle, new)
+    i_next = body.tensor("i_next", (1,), "int32")
+    body.op("ADD", [body.i, body.const("one", np.ones(1, np.int32))], [i_next])
+    for t in (i_next, body.n, body.handle, body.x):
+        body.output(t)
+    raw = b.input("n", (1,), "int8")
+    wide = b.tensor("n32", (1,), "int32")
+    b.op("CAST", [raw], [wide])
+    low = b.tensor("n_low", (1,), "int32")
+    b.op("MAXIMUM", [wide, b.const("zero", np.zeros(1, np.int32))], [low])
+    n = b.tensor("n_clipped", (1,), "int32")
+    b.op("MINIMUM", [low, b.const("most", np.full(1, 5, np.int32))], [n])
+    x = b.input("x", (1, 4), "float32")
+    b.call_once(init)
+    handle = b.var_handle("acc")
+    _, _, passed, _ = b.while_(cond, body, [b.const("start", np.zeros(1, np.int32)), n, handle,
+                                            x])
+    b.output(b.read_variable(passed, (1, 4), "float32", name="acc/final"))
+    return b.build()
+
+
 def if_pass_through() -> bytes:
     """Branches that hand back an input unchanged, a constant, and a value computed before
     other ops of the branch; the else branch has no ops at all."""
@@ -251,6 +292,7 @@ MODELS = {
     "fc_loop": fc_loop,
     "if_in_while": if_in_while,
     "variable_in_branch": variable_in_branch,
+    "variable_in_loop": variable_in_loop,
 }
 
 
@@ -315,6 +357,12 @@ def test_a_variable_updated_in_a_branch_over_sequences():
     assert_matches_oracle(data, inputs=2, seed=5, sequence=6)
 
 
+def test_a_variable_updated_in_a_loop_body_over_sequences():
+    """The body's assignments accumulate over iterations and invokes; the WHILE's handle output
+    names the same variable (LiteRT, runtime_py, C)."""
+    assert_matches_oracle(variable_in_loop(), inputs=3, sequence=4)
+
+
 # --- planning every subgraph -----------------------------------------------------------------
 
 
@@ -366,6 +414,24 @@ def test_the_plan_names_what_runs_each_subgraph():
             "tensor 12") in text
     assert "within the step of subgraph 2 op 2 IF (its else branch)" in text
     assert "subgraph  tensor" in text.splitlines()[0].replace("map  ", "")
+
+
+@pytest.mark.parametrize("name", ["counter_loop", "if_pass_through"])
+def test_runtime_py_catches_a_plan_that_forgets_the_copies(monkeypatch, name):
+    """A plan made as if no copy ran after a block's steps (the copies' sources dying at their
+    last reader, the loop values at theirs) overlaps what the copies still read; runtime_py's
+    owner map says so at the step that clobbers it, with the static proof switched off."""
+    from toolchain.errors import PlanError
+    from toolchain.program import Program
+
+    real = Program.control_lives
+    monkeypatch.setattr(Program, "control_lives", lambda self, order: ({}, frozenset()))
+    mp = planned(MODELS[name](), planner="greedy")
+    monkeypatch.setattr(Program, "control_lives", real)
+    runtime = ArenaInterpreter(mp, verify_plan=False)
+    with pytest.raises(PlanError, match="IF or WHILE"):
+        for k in range(6):
+            runtime.invoke(random_inputs(mp.graph, k))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -577,3 +643,28 @@ def test_control_flow_on_the_cortex_m4(name):
     for expected, actual in zip(want, got):
         for e, a in zip(expected, actual):
             assert check.difference(e, a).mismatches == 0
+
+
+@pytest.mark.parametrize("name", ["if_pass_through", "counter_loop", "variable_in_branch"])
+def test_external_io_copies_from_and_into_the_callers_buffers(tmp_path, name):
+    """With external I/O a value passed through a branch comes from the caller's input buffer
+    and a loop value that is a graph output lives in the caller's output buffer."""
+    from toolchain.checking.c_backend import compile_files, split_outputs, write_files
+
+    data = MODELS[name]()
+    mp = planned(data, external_io=True)
+    files = generate(mp, "ext", external_io=True)
+    for text in files.values():
+        assert style_problems(text) == []
+    write_files(files, str(tmp_path))
+    binary = compile_files(str(tmp_path), "ext")
+    sets = [random_inputs(mp.graph, k) for k in range(6)]
+    raw = subprocess.run([binary, "1", "3"],
+                         input=b"".join(v.tobytes() for s in sets for v in s),
+                         capture_output=True, check=True).stdout
+    runtime = ArenaInterpreter(planned(data))
+    for k, got in enumerate(split_outputs(raw, mp.graph, 6)):
+        if k and k % 3 == 0:
+            runtime.reset()
+        for a, e in zip(got, runtime.invoke(sets[k])):
+            assert np.array_equal(a, e)
