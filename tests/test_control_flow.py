@@ -416,6 +416,28 @@ def test_the_plan_names_what_runs_each_subgraph():
     assert "subgraph  tensor" in text.splitlines()[0].replace("map  ", "")
 
 
+def test_an_empty_branch_goes_unwritten():
+    """An IF whose then branch only assigns a variable and whose else branch does nothing:
+    one `if` without `else`, bit-exact over sequences."""
+    b = ModelBuilder("float32")
+    then, otherwise = b.subgraph("then"), b.subgraph("else")
+    for g in (then, otherwise):
+        g.handle, g.x = g.input("handle", (), "resource"), g.input("x", (1, 4), "float32")
+    then.assign_variable(then.handle, then.x)
+    init = b.subgraph("init")
+    init.assign_variable(init.var_handle("last"), init.const("zero", np.zeros((1, 4),
+                                                                             np.float32)))
+    c, x = b.input("c", (1,), "bool"), b.input("x", (1, 4), "float32")
+    b.call_once(init)
+    handle = b.var_handle("last")
+    b.if_(c, then, otherwise, [handle, x])
+    b.output(b.read_variable(handle, (1, 4), "float32", name="last/read"))
+    data = b.build()
+    source = generate(planned(data), "m")["m.c"]
+    assert "  if (condition[0]) {\n" in source and "else" not in source.split("_if(void)")[1]
+    assert_matches_oracle(data, inputs=3, sequence=3)
+
+
 @pytest.mark.parametrize("name", ["counter_loop", "if_pass_through"])
 def test_runtime_py_catches_a_plan_that_forgets_the_copies(monkeypatch, name):
     """A plan made as if no copy ran after a block's steps (the copies' sources dying at their
@@ -442,6 +464,7 @@ def test_generated_c_reads_like_careful_hand_written_c(name):
     source = files["m.c"]
     if "IF" in {op.opcode for op in planned(MODELS[name]()).graph.operators}:
         assert "  if (condition[0]) {\n" in source and "  } else {\n" in source
+        assert "{\n  }" not in source
     if "loop" in name or "while" in name:
         assert "  for (;;) {\n" in source and "    if (!condition[0]) break;\n" in source
     assert "malloc" not in source

@@ -102,8 +102,9 @@ class SubgraphLayout:
     `tensor_base[g] + i` of `graph`, its op j op `op_base[g] + j`. `calls` maps each CALL_ONCE
     (by op of `graph`) to the subgraph it runs; a CALL_ONCE of a subgraph that an earlier one
     runs already is absent (it never has anything left to do). `controls` maps each IF and
-    WHILE to what it runs; `aliases` maps each input tensor of a subgraph they run to the tensor
-    its ops read in its place (already followed through nested subgraphs)."""
+    WHILE to what it runs; `aliases` maps each input tensor of a subgraph they run, and each
+    resource handle they hand back, to the tensor ops read in its place (already followed
+    through nested subgraphs)."""
 
     graph: Graph
     subgraphs: tuple[int, ...]  # the main graph first, then the called ones in call order
@@ -154,7 +155,8 @@ class Program:
 
     @property
     def aliases(self) -> Mapping[int, int]:
-        """Input tensor of a subgraph that IF or WHILE runs -> the tensor read in its place."""
+        """Input tensor of a subgraph that IF or WHILE runs (or a handle it hands back) -> the
+        tensor read in its place."""
         return self.layout.aliases if self.layout else {}
 
     @property

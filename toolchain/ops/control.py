@@ -56,8 +56,11 @@ def prepare_while(graph: Graph, op: Operator) -> WhileParams:
 
 
 def emit_if(ctx: OpContext) -> Kernel:
+    """An `if`/`else` around the branches' statements (a branch with none goes unwritten)."""
     control = ctx.control
     then, otherwise = control.blocks
+    if not then.statements and not otherwise.statements:
+        return Kernel("", note="neither branch has anything to do: no code")
     comment = (f"IF '{control.condition.name}': runs subgraph {then.label} when it holds, else "
                f"subgraph {otherwise.label}; the branch's results are copied into the IF's "
                "outputs.")

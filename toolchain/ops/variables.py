@@ -10,9 +10,10 @@ on the first invocation after a reset; toolchain.program inlines that subgraph's
 after it, and the backends skip them once a byte of the state block says they ran.
 
 What TFLite would do differently from a copy of a fixed size, or fail on, is refused here or by
-toolchain.program: a handle that no VAR_HANDLE of the subgraph writes (LiteRT also takes int32
-resource ids, whose numbering the file does not fix), a variable assigned or read with
-different types or sizes, and a read before anything assigned the variable.
+toolchain.program: a handle that no VAR_HANDLE writes (LiteRT also takes int32 resource ids,
+whose numbering the file does not fix; a handle IF or WHILE passes into a subgraph is the
+caller's, as toolchain.program lays it out), a variable assigned or read with different types
+or sizes, and a read before anything assigned the variable.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ def handle_of(graph: Graph, op: Operator) -> int:
     if op.inputs[0] in graph.inputs:
         raise UnsupportedOpError(
             f"its variable handle (input 0, tensor {handle.index} {handle.name!r}) is an input "
-            "of the subgraph, as IF and WHILE pass one; handles written by a VAR_HANDLE of the "
-            "subgraph are supported"
+            "of the subgraph: the handle an IF or WHILE passes in, which names a variable only "
+            "where the subgraph runs with its caller"
         )
     writers = [w for w in graph.operators if op.inputs[0] in w.outputs]
     if not writers or writers[0].opcode != "VAR_HANDLE":
