@@ -691,3 +691,15 @@ def test_external_io_copies_from_and_into_the_callers_buffers(tmp_path, name):
             runtime.reset()
         for a, e in zip(got, runtime.invoke(sets[k])):
             assert np.array_equal(a, e)
+
+
+def test_generated_control_flow_is_clean_under_sanitizers():
+    """The branches', loops' and copies' C under AddressSanitizer and UBSan, against LiteRT."""
+    from toolchain.checking.c_backend import CBackend
+    from toolchain.checking.check import check_plan
+
+    for name in ("if_pass_through", "if_in_while", "variable_in_loop"):
+        data = MODELS[name]()
+        mp = planned(data)
+        with CBackend(mp, sanitize=True) as backend:
+            assert check_plan(mp, data, inputs=3, extra=[("c", backend.invoke_many)]).ok
