@@ -1,4 +1,5 @@
-"""numpy kernels for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM.
+"""numpy kernels for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM and
+BIDIRECTIONAL_SEQUENCE_LSTM (one cell's sequence, run once per cell).
 
 The output state and the cell state arrive among the inputs as views of the interpreter's state
 block; the kernel updates them in place, so they carry over to the next invoke.
@@ -18,25 +19,18 @@ from runtime_py.gemmlowp import saturating_rounding_doubling_high_mul_int16 as m
 from toolchain.fixedpoint import multiply_by_quantized_multiplier as mbqm
 from toolchain.fixedpoint import rounding_divide_by_pot, wrap_int32
 from toolchain.ops.lstm import (
-    CELL_STATE,
     EXP_BARREL_SHIFTER16,
     EXP_MINUS_ONE_EIGHTH16,
     FORTY_EIGHT_OVER_SEVENTEEN16,
-    GATE_BIASES,
     GATE_INTEGER_BITS,
     GATES,
-    INPUT,
-    INPUT_WEIGHTS,
-    LAYER_NORM_COEFFICIENTS,
     MINUS_THIRTY_TWO_OVER_SEVENTEEN16,
     ONE_EIGHTH16,
     ONE_Q2,
     ONE_THIRD16,
-    OUTPUT_STATE,
-    PEEPHOLE_WEIGHTS,
-    PROJECTION_BIAS,
-    PROJECTION_WEIGHTS,
-    RECURRENT_WEIGHTS,
+    BidirectionalLstmParams,
+    CellLayout,
+    CellWiring,
     LstmFloatParams,
     LstmIntegerParams,
     LstmShape,
@@ -191,47 +185,57 @@ def _integer_step(p: LstmIntegerParams, ops: dict, x, h, c) -> np.ndarray:
     return out
 
 
-def _sequence(shape: LstmShape, step, inputs, outputs, state_dtype) -> None:
-    """Runs `step(x, h, c)` as LiteRT's loops do and writes the states back in place."""
-    x = inputs[INPUT]
-    h_view, c_view = inputs[OUTPUT_STATE], inputs[CELL_STATE]
+def _sequence(shape: LstmShape, wiring: CellWiring, step, inputs, outputs, state_dtype) -> None:
+    """Runs `step(x, a, h, c)` (a: the auxiliary input's rows, or None) as LiteRT's loops do,
+    writes the cell's columns of its output and the states back in place."""
+    lead = (shape.time, shape.batch) if shape.time_major else (shape.batch, shape.time)
+    x = inputs[wiring.input].reshape(*lead, shape.n_input).astype(state_dtype)
+    aux = None if wiring.aux_input is None else \
+        inputs[wiring.aux_input].reshape(*lead, wiring.n_aux).astype(state_dtype)
+    h_view, c_view = inputs[wiring.layout.output_state], inputs[wiring.layout.cell_state]
     h = h_view.reshape(shape.batch, shape.n_output).astype(state_dtype)
     c = c_view.reshape(shape.batch, shape.n_cell).astype(state_dtype)
-    y = np.zeros(outputs[0].shape, state_dtype)
+    y = np.zeros((*lead, shape.n_output), state_dtype)
+    times = range(shape.time - 1, -1, -1) if wiring.reverse else range(shape.time)
     if shape.time_major:
-        for t in range(shape.time):
-            h = step(x[t].astype(state_dtype), h, c)
+        for t in times:
+            h = step(x[t], None if aux is None else aux[t], h, c)
             y[t] = h
     else:
         for b in range(shape.batch):
             hb, cb = h[b:b + 1], c[b:b + 1]
-            for t in range(shape.time):
-                hb = step(x[b, t:t + 1].astype(state_dtype), hb, cb)
+            for t in times:
+                hb = step(x[b, t:t + 1], None if aux is None else aux[b, t:t + 1], hb, cb)
                 y[b, t] = hb[0]
             h[b] = hb[0]
             c[b] = cb[0]
     h_view[...] = h.reshape(h_view.shape)
     c_view[...] = c.reshape(c_view.shape)
-    outputs[0][...] = y
+    out = outputs[wiring.output]
+    width = wiring.output_width or shape.n_output
+    columns = out.reshape(*lead, width)[..., wiring.output_offset:
+                                        wiring.output_offset + shape.n_output]
+    columns[...] = y
 
 
-def _gate_operands(inputs) -> dict:
+def _gate_operands(inputs, layout: CellLayout) -> dict:
     def at(position: int):
         return inputs[position] if position < len(inputs) else None
 
     return {
-        "w_in": [at(i) for i in INPUT_WEIGHTS],
-        "w_rec": [at(i) for i in RECURRENT_WEIGHTS],
-        "bias": [at(i) for i in GATE_BIASES],
-        "norm": [at(i) for i in LAYER_NORM_COEFFICIENTS],
-        "peephole": {g: at(i) for g, i in PEEPHOLE_WEIGHTS.items()},
-        "projection": at(PROJECTION_WEIGHTS),
-        "projection_bias": at(PROJECTION_BIAS),
+        "w_in": [at(i) for i in layout.input_weights],
+        "w_aux": [at(i) for i in layout.aux_weights],
+        "w_rec": [at(i) for i in layout.recurrent_weights],
+        "bias": [at(i) for i in layout.biases],
+        "norm": [at(i) for i in layout.layer_norm] or [None] * len(GATES),
+        "peephole": {g: at(i) for g, i in layout.peephole_of.items()},
+        "projection": at(layout.projection),
+        "projection_bias": at(layout.projection_bias),
     }
 
 
-def _integer_operands(inputs) -> dict:
-    ops = _gate_operands(inputs)
+def _integer_operands(inputs, layout: CellLayout) -> dict:
+    ops = _gate_operands(inputs, layout)
     for key in ("w_in", "w_rec", "bias", "norm"):
         ops[key] = [None if v is None else v.astype(np.int64) for v in ops[key]]
     if ops["projection"] is not None:
@@ -255,12 +259,15 @@ def _float_activation(x: np.ndarray, activation: str) -> np.ndarray:
     return np.clip(x, -one, one)  # RELU_N1_TO_1
 
 
-def _float_gate(p: LstmFloatParams, name: str, ops: dict, x, h, c, activation) -> np.ndarray:
+def _float_gate(p: LstmFloatParams, name: str, ops: dict, x, a, h, c,
+                activation) -> np.ndarray:
     k = GATES.index(name)
     bias = ops["bias"][k]
     gate = np.zeros((x.shape[0], p.shape.n_cell), np.float32) if p.layer_norm else \
         np.broadcast_to(bias, (x.shape[0], p.shape.n_cell)).astype(np.float32)
     gate = gate + x @ ops["w_in"][k].T
+    if a is not None:
+        gate = gate + a @ ops["w_aux"][k].T
     gate = gate + h @ ops["w_rec"][k].T
     if p.peephole and name != "cell":
         gate = gate + ops["peephole"][name] * c
@@ -273,16 +280,16 @@ def _float_gate(p: LstmFloatParams, name: str, ops: dict, x, h, c, activation) -
     return _float_activation(gate.astype(np.float32), activation)
 
 
-def _float_step(p: LstmFloatParams, ops: dict, x, h, c) -> np.ndarray:
-    input_gate = None if p.cifg else _float_gate(p, "input", ops, x, h, c, "SIGMOID")
-    forget_gate = _float_gate(p, "forget", ops, x, h, c, "SIGMOID")
-    cell_gate = _float_gate(p, "cell", ops, x, h, c, p.activation)
+def _float_step(p: LstmFloatParams, ops: dict, x, a, h, c) -> np.ndarray:
+    input_gate = None if p.cifg else _float_gate(p, "input", ops, x, a, h, c, "SIGMOID")
+    forget_gate = _float_gate(p, "forget", ops, x, a, h, c, "SIGMOID")
+    cell_gate = _float_gate(p, "cell", ops, x, a, h, c, p.activation)
     if p.cifg:
         input_gate = np.float32(1.0) - forget_gate
     c[...] = forget_gate * c + input_gate * cell_gate
     if p.cell_clip > 0:
         c[...] = np.clip(c, -np.float32(p.cell_clip), np.float32(p.cell_clip))
-    output_gate = _float_gate(p, "output", ops, x, h, c, "SIGMOID")
+    output_gate = _float_gate(p, "output", ops, x, a, h, c, "SIGMOID")
     out = output_gate * _float_activation(c, p.activation)
     if p.projection:
         out = out @ ops["projection"].T
@@ -294,15 +301,24 @@ def _float_step(p: LstmFloatParams, ops: dict, x, h, c) -> np.ndarray:
 
 
 def unidirectional_sequence_lstm(p, inputs, outputs) -> None:
+    """One cell's sequence (any op's: p.wiring says where its tensors are)."""
+    layout = p.wiring.layout
     if isinstance(p, LstmIntegerParams):
-        ops = _integer_operands(inputs)
-        _sequence(p.shape, lambda x, h, c: _integer_step(p, ops, x, h, c), inputs, outputs,
-                  np.int64)
+        ops = _integer_operands(inputs, layout)
+        _sequence(p.shape, p.wiring, lambda x, a, h, c: _integer_step(p, ops, x, h, c), inputs,
+                  outputs, np.int64)
     else:
-        ops = _gate_operands(inputs)
+        ops = _gate_operands(inputs, layout)
         with np.errstate(all="ignore"):  # IEEE infinities and NaN, as in C
-            _sequence(p.shape, lambda x, h, c: _float_step(p, ops, x, h, c), inputs, outputs,
-                      np.float32)
+            _sequence(p.shape, p.wiring, lambda x, a, h, c: _float_step(p, ops, x, a, h, c),
+                      inputs, outputs, np.float32)
 
 
-KERNELS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": unidirectional_sequence_lstm}
+def bidirectional_sequence_lstm(p: BidirectionalLstmParams, inputs, outputs) -> None:
+    """The forward cell's sequence, then the backward cell's, as LiteRT runs them."""
+    for cell in (p.forward, p.backward):
+        unidirectional_sequence_lstm(cell, inputs, outputs)
+
+
+KERNELS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": unidirectional_sequence_lstm,
+           "BIDIRECTIONAL_SEQUENCE_LSTM": bidirectional_sequence_lstm}

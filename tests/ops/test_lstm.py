@@ -204,16 +204,23 @@ def input_sets(cfg: Lstm, count: int, seed: int = 1) -> list[np.ndarray]:
     return [rng.integers(-128, 128, cfg.input_shape).astype(np.int8) for _ in range(count)]
 
 
-def oracle_sequence(model: bytes, inputs: Sequence[np.ndarray], resets: Sequence[bool],
+def model_inputs(value) -> list[np.ndarray]:
+    """One invoke's inputs: an array for a model of one input, or a list of arrays."""
+    return list(value) if isinstance(value, list) else [value]
+
+
+def oracle_sequence(model: bytes, inputs: Sequence, resets: Sequence[bool],
                     states: Sequence[int] = ()) -> list[list[np.ndarray]]:
     """LiteRT's outputs (then the `states` tensors: variables, or any tensor LiteRT keeps)
-    invoke after invoke; its variables are reset before invoke k where resets[k]."""
+    invoke after invoke; its variables are reset before invoke k where resets[k]. Each of
+    `inputs` is one invoke's (model_inputs)."""
     oracle = LiteRTOracle(model, preserve_all_tensors=True)
     results = []
     for value, reset in zip(inputs, resets, strict=True):
         if reset:
             oracle.interpreter.reset_all_variables()
-        results.append([*oracle.invoke([value]), *(oracle.tensor(t) for t in states)])
+        results.append([*oracle.invoke(model_inputs(value)),
+                        *(oracle.tensor(t) for t in states)])
     return results
 
 
@@ -229,7 +236,7 @@ def runtime_sequence(mp, inputs, resets, states: Sequence[int] = ()) -> list[lis
     for value, reset in zip(inputs, resets, strict=True):
         if reset:
             runtime.reset()
-        outputs = runtime.invoke([value], observe)
+        outputs = runtime.invoke(model_inputs(value), observe)
         results.append([*outputs, *(written.get(t, runtime.views[t]).copy() for t in states)])
     return results
 
@@ -272,7 +279,8 @@ def c_sequence(mp, inputs, resets, sanitize: bool = False) -> list[list[np.ndarr
     with tempfile.TemporaryDirectory(prefix="arenac-lstm-") as directory:
         write_files(files, directory)
         binary = compile_files(directory, "model", SANITIZE_FLAGS if sanitize else ())
-        stdin = b"".join((b"r" if reset else b"c") + np.ascontiguousarray(value).tobytes()
+        stdin = b"".join((b"r" if reset else b"c")
+                         + b"".join(np.ascontiguousarray(v).tobytes() for v in model_inputs(value))
                          for value, reset in zip(inputs, resets, strict=True))
         result = subprocess.run([binary], input=stdin, capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode(errors="replace")

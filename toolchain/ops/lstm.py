@@ -1,4 +1,8 @@
-"""Params for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM.
+"""Params for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM and BIDIRECTIONAL_SEQUENCE_LSTM.
+
+A cell's code is written once: `CellLayout` says where its tensors sit among its op's inputs
+and `CellWiring` which input it reads and where its output goes; the bidirectional op is two
+such cells (LiteRT's float EvalFloat twice, the backward one walking time from the end).
 
 Follows LiteRT's reference kernel (tflite/kernels/unidirectional_sequence_lstm.cc, lstm_eval.cc
 and the portable tensor_utils), in two forms:
@@ -36,7 +40,7 @@ step once per op.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -52,6 +56,7 @@ from toolchain.fixedpoint import rounding_divide_by_pot
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops.emit import (
     COMMENT_WIDTH,
+    LINE_LIMIT,
     ConstantLoop,
     Kernel,
     OpContext,
@@ -80,6 +85,75 @@ PROJECTION_WEIGHTS, PROJECTION_BIAS = 16, 17
 OUTPUT_STATE, CELL_STATE = 18, 19
 LAYER_NORM_COEFFICIENTS = (20, 21, 22, 23)
 HIDDEN_INTERMEDIATE = 4
+
+
+@dataclass(frozen=True)
+class CellLayout:
+    """Where one LSTM cell's tensors sit among its op's inputs: the unidirectional op holds one
+    cell, the bidirectional op a forward and a backward cell (and weights for an auxiliary
+    input). `peephole` is the input, forget and output gates' in turn."""
+
+    input_weights: tuple[int, ...]
+    recurrent_weights: tuple[int, ...]
+    peephole: tuple[int, ...]
+    biases: tuple[int, ...]
+    projection: int
+    projection_bias: int
+    output_state: int
+    cell_state: int
+    layer_norm: tuple[int, ...] = ()
+    aux_weights: tuple[int, ...] = ()
+
+    @property
+    def peephole_of(self) -> dict[str, int]:
+        return dict(zip(PEEPHOLE_WEIGHTS, self.peephole, strict=True))
+
+
+UNIDIRECTIONAL = CellLayout(INPUT_WEIGHTS, RECURRENT_WEIGHTS, tuple(PEEPHOLE_WEIGHTS.values()),
+                            GATE_BIASES, PROJECTION_WEIGHTS, PROJECTION_BIAS, OUTPUT_STATE,
+                            CELL_STATE, LAYER_NORM_COEFFICIENTS)
+
+
+@dataclass(frozen=True)
+class CellWiring:
+    """How one cell's sequence meets its op: the input it reads (and the auxiliary input whose
+    `n_aux` values per row its layout's aux weights multiply, if any), the output it writes
+    from column `output_offset` of rows `output_width` wide (its n_output unless the two cells
+    of a bidirectional op merge their outputs), and whether it walks time backwards."""
+
+    layout: CellLayout = UNIDIRECTIONAL
+    input: int = INPUT
+    aux_input: int | None = None
+    n_aux: int = 0
+    output: int = 0
+    output_offset: int = 0
+    output_width: int | None = None
+    reverse: bool = False
+    what: str = ""  # the cell as comments name it ("the forward cell"), "" for the only one
+
+
+# BIDIRECTIONAL_SEQUENCE_LSTM's 48 inputs: the input, each cell's 17 weights and biases (the
+# unidirectional op's first 17, in the same order), the four states, the auxiliary input and
+# each cell's four weights for it. It has no layer norm.
+BIDIRECTIONAL_INPUTS = 48
+CELL_TENSORS = 17
+AUX_INPUT = 39
+
+
+def _bidirectional_layout(cell: int) -> CellLayout:
+    """The forward (0) or the backward (1) cell's positions."""
+    base = cell * CELL_TENSORS
+
+    def shifted(positions: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(base + k for k in positions)
+
+    return CellLayout(shifted(INPUT_WEIGHTS), shifted(RECURRENT_WEIGHTS),
+                      shifted(tuple(PEEPHOLE_WEIGHTS.values())), shifted(GATE_BIASES),
+                      base + PROJECTION_WEIGHTS, base + PROJECTION_BIAS, 35 + 2 * cell,
+                      36 + 2 * cell, aux_weights=tuple(40 + 4 * cell + k for k in range(4)))
+
+
+FORWARD, BACKWARD = _bidirectional_layout(0), _bidirectional_layout(1)
 
 # The integer gates' pre-activations without layer norm: Q3.12.
 GATE_SCALE_LOG2 = -12
@@ -182,6 +256,7 @@ class LstmIntegerParams:
     projection_shift: int = 0
     projection_bias: tuple[int, ...] = ()
     projection_clip: int = 0
+    wiring: CellWiring = CellWiring()
 
     def gate(self, name: str) -> IntegerGate:
         return next(g for g in self.gates if g.name == name)
@@ -204,6 +279,19 @@ class LstmFloatParams:
     activation: str
     cell_clip: float
     projection_clip: float
+    wiring: CellWiring = CellWiring()
+
+
+@dataclass(frozen=True)
+class BidirectionalLstmParams:
+    """BIDIRECTIONAL_SEQUENCE_LSTM: two float cells over one sequence, the backward one walking
+    it from its end; their wirings say which input each reads (the backward cell reads the
+    auxiliary input instead when the op has one without weights for it), and which output and
+    columns each writes (one output, the forward cell's columns first, when merged)."""
+
+    forward: LstmFloatParams
+    backward: LstmFloatParams
+    merge_outputs: bool
 
 
 # -- prepare ---------------------------------------------------------------------------------
@@ -228,19 +316,109 @@ class _Operands:
 
 
 def prepare_lstm(graph: Graph, op: Operator) -> LstmIntegerParams | LstmFloatParams:
-    operands = _operands(graph, op)
-    activation = op.options.get("fused_activation_function", "NONE")
-    if operands.x.dtype == "float32":
-        return _prepare_float(operands, op, activation)
-    return _prepare_integer(graph, op, operands)
-
-
-def _operands(graph: Graph, op: Operator) -> _Operands:
-    """LiteRT's Prepare and CheckInputTensorDimensions, on every dtype."""
     if len(op.inputs) not in (20, 24):
         raise ModelError(f"{len(op.inputs)} inputs (LiteRT's kernel takes 20 or 24)")
     if len(op.outputs) != 1:
         raise ModelError(f"{len(op.outputs)} outputs (LiteRT's kernel writes 1)")
+    wiring = CellWiring()
+    operands = _operands(graph, op, wiring)
+    _require_output(graph, op, 0, (*operands.x.shape[:-1], operands.shape.n_output))
+    activation = op.options.get("fused_activation_function", "NONE")
+    if operands.x.dtype == "float32":
+        return _prepare_float(operands, op, activation, wiring)
+    return _prepare_integer(graph, op, operands)
+
+
+def prepare_bidirectional_lstm(graph: Graph, op: Operator) -> BidirectionalLstmParams:
+    """LiteRT's bidirectional Prepare and Eval: EvalFloat once per cell."""
+    options = op.options
+    merge = bool(options.get("merge_outputs", False))
+    if len(op.inputs) != BIDIRECTIONAL_INPUTS:
+        raise ModelError(f"{len(op.inputs)} inputs (LiteRT's kernel takes 48)")
+    if len(op.outputs) != (1 if merge else 2):
+        raise ModelError(f"{len(op.outputs)} outputs (LiteRT's kernel writes "
+                         f"{'1 with merge_outputs' if merge else '2 without merge_outputs'})")
+    x = required_input(graph, op, INPUT, "input")
+    aux = None if op.inputs[AUX_INPUT] < 0 else graph.tensors[op.inputs[AUX_INPUT]]
+    present = [op.inputs[k] >= 0 for layout in (FORWARD, BACKWARD)
+               for k in layout.aux_weights[1:]]
+    if any(present) and not all(present):
+        raise ModelError("the auxiliary weights of the forget, cell and output gates must be "
+                         "present for both cells or for neither")
+    with_weights = all(present)
+    if aux is not None or with_weights:
+        if aux is None:
+            raise ModelError("auxiliary weights without the auxiliary input (input 39)")
+        if len(aux.shape) != 3 or aux.shape[:2] != x.shape[:2] or (
+                not with_weights and aux.shape != x.shape):
+            raise ModelError(f"the auxiliary input has shape {list(aux.shape)} (LiteRT needs "
+                             f"{list(x.shape[:2])} ahead of its features"
+                             + ("" if with_weights else f", and {x.shape[2]} features without "
+                                "weights for it") + ")")
+    cells = []
+    for layout, direction in ((FORWARD, "forward"), (BACKWARD, "backward")):
+        # Without weights for it, the auxiliary input is the backward cell's input.
+        reads = AUX_INPUT if aux is not None and not with_weights and layout is BACKWARD \
+            else INPUT
+        wiring = CellWiring(layout, reads, AUX_INPUT if with_weights else None,
+                            aux.shape[2] if with_weights else 0, reverse=layout is BACKWARD,
+                            what=f"the {direction} cell")
+        try:
+            o = _operands(graph, op, wiring)
+            if with_weights:
+                _check_aux_weights(graph, op, o, layout, aux.shape[2])
+        except (ModelError, UnsupportedOpError) as e:
+            raise type(e)(f"the {direction} cell: {e.message}") from None
+        if o.norm:
+            raise ModelError("layer norm coefficients (the bidirectional op has none)")
+        cells.append((o, wiring))
+    (fw, fw_wiring), (bw, bw_wiring) = cells
+    if (fw.shape.n_cell, fw.shape.n_output) != (bw.shape.n_cell, bw.shape.n_output):
+        raise ModelError(f"the forward cell has {fw.shape.n_cell} cells and {fw.shape.n_output} "
+                         f"outputs, the backward {bw.shape.n_cell} and {bw.shape.n_output} "
+                         "(LiteRT checks both against the forward cell's)")
+    n_output = fw.shape.n_output
+    if merge:
+        if not fw.shape.time_major and fw.shape.batch > 1:
+            raise UnsupportedOpError(
+                f"merged outputs of {fw.shape.batch} batch-major rows (LiteRT steps each row's "
+                "output state by the merged width and runs past the state's end)")
+        _require_output(graph, op, 0, (*x.shape[:-1], 2 * n_output))
+        fw_wiring = replace(fw_wiring, output_width=2 * n_output)
+        bw_wiring = replace(bw_wiring, output_width=2 * n_output, output_offset=n_output)
+    else:
+        _require_output(graph, op, 0, (*x.shape[:-1], n_output))
+        _require_output(graph, op, 1, (*x.shape[:-1], n_output))
+        bw_wiring = replace(bw_wiring, output=1)
+    activation = options.get("fused_activation_function", "NONE")
+    return BidirectionalLstmParams(_prepare_float(fw, op, activation, fw_wiring),
+                                   _prepare_float(bw, op, activation, bw_wiring), merge)
+
+
+def _check_aux_weights(graph: Graph, op: Operator, o: _Operands, layout: CellLayout,
+                       n_aux: int) -> None:
+    """CheckAuxInputTensorDimensions: [n_cell, n_aux] for each gate the cell computes (LiteRT
+    reads the input gate's whenever the cell has that gate)."""
+    for k, gate in enumerate(GATES):
+        position = layout.aux_weights[k]
+        if gate not in o.input_weights:
+            continue
+        if op.inputs[position] < 0:
+            raise ModelError(f"the {gate} gate's auxiliary weights are missing")
+        _require_shape(graph.tensors[op.inputs[position]], (o.shape.n_cell, n_aux),
+                       f"the {gate} gate's auxiliary weights")
+
+
+def _require_output(graph: Graph, op: Operator, index: int, expected: tuple[int, ...]) -> None:
+    output = graph.tensors[op.outputs[index]]
+    if output.shape != expected:
+        raise UnsupportedOpError(f"output of shape {list(output.shape)} (LiteRT writes "
+                                 f"{list(expected)})")
+
+
+def _operands(graph: Graph, op: Operator, wiring: CellWiring) -> _Operands:
+    """LiteRT's Prepare and CheckInputTensorDimensions for one cell, on every dtype."""
+    layout = wiring.layout
 
     def optional(position: int) -> Tensor | None:
         if position >= len(op.inputs) or op.inputs[position] < 0:
@@ -254,7 +432,7 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
     proj_clip = float(options.get("proj_clip", 0.0))
     if not (cell_clip >= 0 and proj_clip >= 0):
         raise ModelError(f"cell_clip {cell_clip} and proj_clip {proj_clip} must not be negative")
-    x = required_input(graph, op, INPUT, "input")
+    x = required_input(graph, op, wiring.input, "input")
     if len(x.shape) != 3:
         raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT reads [batch, time, "
                                  "features] or, time-major, [time, batch, features])")
@@ -264,7 +442,7 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
 
     input_weights, recurrent_weights, biases, norm = {}, {}, {}, {}
     for k, gate in enumerate(GATES):
-        w, r = optional(INPUT_WEIGHTS[k]), optional(RECURRENT_WEIGHTS[k])
+        w, r = optional(layout.input_weights[k]), optional(layout.recurrent_weights[k])
         if gate == "input":
             if (w is None) != (r is None):
                 raise ModelError("the input gate's input and recurrent weights must be both "
@@ -284,7 +462,7 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
                        f"the {gate} gate's recurrent weights")
     cifg = "input" not in input_weights
 
-    peephole = {g: optional(PEEPHOLE_WEIGHTS[g]) for g in PEEPHOLE_WEIGHTS}
+    peephole = {g: optional(at) for g, at in layout.peephole_of.items()}
     if peephole["output"] is not None:
         if peephole["forget"] is None or (peephole["input"] is None and not cifg):
             raise ModelError("peephole weights must be present for every gate or none")
@@ -296,7 +474,7 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
         _require_shape(w, (n_cell,), f"the {gate} gate's peephole weights")
 
     for k, gate in enumerate(GATES):
-        bias = optional(GATE_BIASES[k])
+        bias = optional(layout.biases[k])
         if gate == "input" and cifg:
             if bias is not None:
                 raise ModelError("an input gate bias under CIFG (no input gate)")
@@ -306,7 +484,8 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
         _require_shape(bias, (n_cell,), f"the {gate} gate's bias")
         biases[gate] = bias
 
-    projection, projection_bias = optional(PROJECTION_WEIGHTS), optional(PROJECTION_BIAS)
+    projection = optional(layout.projection)
+    projection_bias = optional(layout.projection_bias)
     if projection is not None:
         _require_shape(projection, (n_output, n_cell), "the projection weights")
     elif projection_bias is not None:
@@ -316,9 +495,9 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
     if projection_bias is not None:
         _require_shape(projection_bias, (n_output,), "the projection bias")
 
-    if len(op.inputs) == 24 and optional(LAYER_NORM_COEFFICIENTS[1]) is not None:
+    if layout.layer_norm and optional(layout.layer_norm[1]) is not None:
         for k, gate in enumerate(GATES):
-            coefficients = optional(LAYER_NORM_COEFFICIENTS[k])
+            coefficients = optional(layout.layer_norm[k])
             if gate == "input" and cifg:
                 if coefficients is not None:
                     raise ModelError("input gate layer norm coefficients under CIFG")
@@ -329,21 +508,17 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
             norm[gate] = coefficients
 
     states = []
-    for position, what, size in ((OUTPUT_STATE, "output state", batch * n_output),
-                                 (CELL_STATE, "cell state", batch * n_cell)):
+    for position, what, size in ((layout.output_state, "output state", batch * n_output),
+                                 (layout.cell_state, "cell state", batch * n_cell)):
         state = required_input(graph, op, position, what)
         if not state.is_variable:
             raise ModelError(f"the {what} (input {position}) is not a variable tensor")
         if state.num_elements != size:
             raise ModelError(f"the {what} holds {state.num_elements} values, not {size}")
         states.append(state)
-    if op.inputs[OUTPUT_STATE] == op.inputs[CELL_STATE]:
+    if op.inputs[layout.output_state] == op.inputs[layout.cell_state]:
         raise UnsupportedOpError("the output state and the cell state are one tensor")
-    output = graph.tensors[op.outputs[0]]
-    expected = (*x.shape[:-1], n_output)
-    if output.shape != expected:
-        raise UnsupportedOpError(f"output of shape {list(output.shape)} (LiteRT writes "
-                                 f"{list(expected)})")
+    output = graph.tensors[op.outputs[wiring.output]]
     shape = LstmShape(batch, time, n_input, n_cell, n_output, time_major)
     return _Operands(x, input_weights, recurrent_weights, peephole, biases, norm, projection,
                      projection_bias, states[0], states[1], output, shape)
@@ -354,7 +529,8 @@ def _require_shape(t: Tensor, shape: tuple[int, ...], what: str) -> None:
         raise ModelError(f"{what} have shape {list(t.shape)}, not {list(shape)}")
 
 
-def _prepare_float(o: _Operands, op: Operator, activation: str) -> LstmFloatParams:
+def _prepare_float(o: _Operands, op: Operator, activation: str,
+                   wiring: CellWiring) -> LstmFloatParams:
     if activation not in FLOAT_ACTIVATIONS:
         raise UnsupportedOpError(f"fused activation {activation} (LiteRT's float kernel "
                                  "leaves the cell gate unwritten for it)")
@@ -363,7 +539,7 @@ def _prepare_float(o: _Operands, op: Operator, activation: str) -> LstmFloatPara
         layer_norm=bool(o.norm), projection=o.projection is not None,
         projection_bias=o.projection_bias is not None, activation=activation,
         cell_clip=float(np.float32(op.options.get("cell_clip", 0.0))),
-        projection_clip=float(np.float32(op.options.get("proj_clip", 0.0))))
+        projection_clip=float(np.float32(op.options.get("proj_clip", 0.0))), wiring=wiring)
 
 
 def _prepare_integer(graph: Graph, op: Operator, o: _Operands) -> LstmIntegerParams:
@@ -531,6 +707,16 @@ def lstm_scratch(p: LstmIntegerParams | LstmFloatParams) -> tuple[MemoryRequest,
     return tuple(requests)
 
 
+def bidirectional_scratch(p: BidirectionalLstmParams) -> tuple[MemoryRequest, ...]:
+    """The cells run one after the other, on buffers of the same sizes (LiteRT gives both the
+    forward cell's sizes): they share one set, with the input gate's and the hidden values'
+    if either cell needs them."""
+    shared: dict[str, MemoryRequest] = {}
+    for cell in (p.forward, p.backward):
+        shared.update((r.purpose, r) for r in lstm_scratch(cell))
+    return tuple(shared.values())
+
+
 # -- C emission ------------------------------------------------------------------------------
 
 GATE_ACTIVATIONS = {"input": "sigmoid", "forget": "sigmoid", "cell": "tanh", "output": "sigmoid"}
@@ -553,6 +739,18 @@ def _wrapped(head: str, args: list[str], tail: str = "", indent: int = 2) -> lis
     return [*lines, line]
 
 
+def _step_call(prefix: str, args: list[str], batch: ConstantLoop,
+               time: ConstantLoop) -> list[str]:
+    """The sequence's call of the step: one line after its loop's header when that fits, else
+    wrapped inside the loop's block."""
+    indent = 2 + 2 * batch.written
+    call = f"{prefix}_step({', '.join(args)});"
+    header = f"for ({time.header}) " if time.written else ""
+    if indent + len(header) + len(call) <= LINE_LIMIT:
+        return [call]
+    return _wrapped(f"{prefix}_step", args, ";", indent + 2 * time.written)
+
+
 def _signature(prefix: str, name: str, params: list[str]) -> str:
     return "\n".join(_wrapped(f"static void {prefix}_{name}", params, indent=0))
 
@@ -566,23 +764,40 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
     """What both dtypes' C lays out alike: the sequence loops, the step's row and value loops,
     the matrix-product helper's indices and the scratch buffers."""
     p = ctx.params
-    s = p.shape
+    s, w = p.shape, p.wiring
     prefix = ctx.prefix
     rows, cells = ConstantLoop("r", s.rows), ConstantLoop("u", s.n_cell)
     outputs, values = ConstantLoop("u", s.n_output), ConstantLoop("j", s.rows * s.n_cell)
+    width = w.output_width or s.n_output
+    batch = ConstantLoop("b", 1 if s.time_major else s.batch)
+    time = ConstantLoop("t", s.time)
+
+    def at_step(pointer: str, size: int) -> str:
+        """`pointer` at the rows of step (b, t), `size` values a row."""
+        per_step = s.batch * size if s.time_major else size
+        terms = [] if s.time_major else [(batch, s.time * size)]
+        if w.reverse:
+            return c_offset(pointer, [*terms, (time, -per_step)], (s.time - 1) * per_step)
+        return c_offset(pointer, [*terms, (time, per_step)])
+
+    aux = [at_step("a", w.n_aux)] if w.aux_input is not None else []
     if s.time_major:
-        batch, time = ConstantLoop("b", 1), ConstantLoop("t", s.time)
-        args = [c_offset("x", [(time, s.batch * s.n_input)]), "h", "c",
-                c_offset("y", [(time, s.batch * s.n_output)])]
+        args = [at_step("x", s.n_input), *aux, "h", "c", at_step("y", width)]
         order = (f"the {s.time} time steps in turn, each over all {s.batch} batch rows "
                  "(time-major)")
     else:
-        batch, time = ConstantLoop("b", s.batch), ConstantLoop("t", s.time)
-        args = [c_offset("x", [(batch, s.time * s.n_input), (time, s.n_input)]),
-                c_offset("h", [(batch, s.n_output)]), c_offset("c", [(batch, s.n_cell)]),
-                c_offset("y", [(batch, s.time * s.n_output), (time, s.n_output)])]
+        args = [at_step("x", s.n_input), *aux, c_offset("h", [(batch, s.n_output)]),
+                c_offset("c", [(batch, s.n_cell)]), at_step("y", width)]
         order = (f"each of the {s.batch} batch rows through its {s.time} time steps "
                  "(batch-major)" if s.batch > 1 else f"the {s.time} time steps in turn")
+    if w.reverse:
+        order += ", from the last time step to the first"
+    strided = width != s.n_output and s.rows > 1
+    copy_rows = rows if strided else ConstantLoop("r", 1)
+    row_bytes = s.n_output if strided else s.rows * s.n_output
+    output_copy = (f"memcpy({c_offset('y', [(copy_rows, width)])}, "
+                   f"{c_offset('h', [(copy_rows, s.n_output)])}, "
+                   + (f"{row_bytes});" if ctype != "float" else f"{row_bytes} * sizeof(float));"))
     names = [*([] if p.cifg else ["input_gate"]), "forget_gate", "cell_gate",
              *(["hidden"] if p.projection else [])]
     buffers = []
@@ -596,13 +811,14 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
         row_pointers = [f"const {ctype} *vr = v + r * depth;",
                         f"{gate_ctype} *g = gate + r * {s.n_cell};"]
     gate_u = f"g[{cells.index}]" if rows.written else f"gate[{cells.index}]"
-    x, y = ctx.inputs[INPUT], ctx.outputs[0]
-    step_vars = [values, *([rows, outputs] if p.projection else [])]
+    x, y = ctx.inputs[w.input], ctx.outputs[w.output]
+    step_vars = [values, *([rows, outputs] if p.projection else []), copy_rows]
     return {
         "fn": ctx.fn, "prefix": prefix, "ctype": ctype, "cell_ctype": gate_ctype,
-        "x": x.ptr, "y": y.ptr, "h": ctx.inputs[OUTPUT_STATE].ptr,
-        "c": ctx.inputs[CELL_STATE].ptr,
-        "batch": batch, "time": time, "step_args": ", ".join(args),
+        "x": x.ptr, "y": c_offset(y.ptr, [], w.output_offset),
+        "aux": ctx.inputs[w.aux_input].ptr if aux else "", "n_aux": w.n_aux,
+        "h": ctx.inputs[w.layout.output_state].ptr, "c": ctx.inputs[w.layout.cell_state].ptr,
+        "batch": batch, "time": time, "step_call": _step_call(prefix, args, batch, time),
         "counters": written_vars([batch, time]),
         "order": (f" The sequence: {order}, the output state and the cell state carried from "
                   "step to step and from invoke to invoke."),
@@ -616,10 +832,9 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
                                                  "k" if p.projection else ""])),
         "n_input": s.n_input, "n_output": s.n_output, "n_cell": s.n_cell,
         "gate_bytes": f"{s.rows * s.n_cell} * sizeof({gate_ctype})",
-        "output_bytes": (f"{s.rows * s.n_output}" if ctype != "float"
-                         else f"{s.rows * s.n_output} * sizeof(float)"),
         "projection": p.projection,
-        "projection_row": c_offset(ctx.inputs[PROJECTION_WEIGHTS].ptr, [(outputs, s.n_cell)])
+        "projection_row": c_offset(ctx.inputs[w.layout.projection].ptr,
+                                   [(outputs, s.n_cell)])
         if p.projection else "",
         "hidden_k": f"hidden[{c_sum([(rows, s.n_cell), ('k', 1)])}]",
         "output_at": c_sum([(rows, s.n_output), (outputs, 1)]),
@@ -628,10 +843,22 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
         "norm_counters": ", ".join(filter(None, [written_vars([rows]), "j"])),
         "step_comment": c_comment(
             f"One step of {s.rows} batch row{'s' if s.rows > 1 else ''}: x [{s.rows}]"
-            f"[{s.n_input}] in, the output state h [{s.rows}][{s.n_output}] and the cell state "
+            f"[{s.n_input}] in" + (f" with the auxiliary input a [{s.rows}][{w.n_aux}]"
+                                   if aux else "")
+            + f", the output state h [{s.rows}][{s.n_output}] and the cell state "
             f"c [{s.rows}][{s.n_cell}] updated in place, y [{s.rows}][{s.n_output}] a copy of "
-            "the new output state. The gates live in the arena's scratch."),
+            "the new output state" + (f" (in rows {width} wide)" if strided else "")
+            + ". The gates live in the arena's scratch."),
+        "step_aux": f"const {ctype} *a, " if aux else "",
+        "copy_rows": copy_rows, "output_copy": output_copy,
     }
+
+
+def _title(ctx: OpContext) -> str:
+    """The op (and its cell, when it has two) as comments name it."""
+    wiring = ctx.params.wiring
+    name = ctx.outputs[wiring.output].name
+    return f"{ctx.op.opcode} '{name}'" + (f", {wiring.what}" if wiring.what else "")
 
 
 def _variants(p) -> str:
@@ -647,6 +874,7 @@ def lstm_integer_values(ctx: OpContext) -> dict:
     s = p.shape
     v = _shared_values(ctx, "int8_t", "int16_t")
     prefix, name = ctx.prefix, ctx.outputs[0].name
+    layout = p.wiring.layout
     values = v["elements"]
     j = values.index
     tables, gates = [], []
@@ -673,20 +901,21 @@ def lstm_integer_values(ctx: OpContext) -> dict:
         scale = "its layer norm's scale" if p.layer_norm else "Q3.12"
         lines = [f"memset({buffer}, 0, {s.rows * s.n_cell} * sizeof(int16_t));",
                  *_wrapped(f"{prefix}_accumulate",
-                           [buffer, "x", str(s.n_input), ctx.inputs[INPUT_WEIGHTS[k]].ptr,
+                           [buffer, "x", str(s.n_input), ctx.inputs[layout.input_weights[k]].ptr,
                             input_bias, str(gate.input_multiplier), str(gate.input_shift)], ";"),
                  *_wrapped(f"{prefix}_accumulate",
-                           [buffer, "h", str(s.n_output), ctx.inputs[RECURRENT_WEIGHTS[k]].ptr,
-                            recurrent_bias, str(gate.recurrent_multiplier),
+                           [buffer, "h", str(s.n_output),
+                            ctx.inputs[layout.recurrent_weights[k]].ptr, recurrent_bias,
+                            str(gate.recurrent_multiplier),
                             str(gate.recurrent_shift)], ";")]
         if gate.peephole_multiplier:
             lines += _wrapped(f"{prefix}_peephole",
-                              [buffer, ctx.inputs[PEEPHOLE_WEIGHTS[gate.name]].ptr, "c",
+                              [buffer, ctx.inputs[layout.peephole_of[gate.name]].ptr, "c",
                                str(gate.peephole_multiplier), str(gate.peephole_shift)], ";")
         if p.layer_norm:
             lines += _wrapped(f"{prefix}_layer_norm",
-                              [buffer, ctx.inputs[LAYER_NORM_COEFFICIENTS[k]].ptr,
-                               ctx.inputs[GATE_BIASES[k]].ptr, str(gate.norm_multiplier),
+                              [buffer, ctx.inputs[layout.layer_norm[k]].ptr,
+                               ctx.inputs[layout.biases[k]].ptr, str(gate.norm_multiplier),
                                str(gate.norm_shift), str(gate.variance_guard)], ";")
         gates.append({
             "name": gate.name, "lines": lines,
@@ -695,7 +924,7 @@ def lstm_integer_values(ctx: OpContext) -> dict:
             "activation": f"{buffer}[{j}] = (int16_t){function};",
         })
     if p.projection and any(p.projection_bias):
-        what = ("its bias plus" if ctx.inputs[PROJECTION_BIAS] is not None else "")
+        what = ("its bias plus" if ctx.inputs[layout.projection_bias] is not None else "")
         tables.append(_table(f"{ctx.op.opcode} '{name}': the projection starts from {what} "
                              "the hidden zero point times each row of its weights", "int32_t",
                              f"{prefix}_projection_bias", p.projection_bias))
@@ -731,7 +960,7 @@ def lstm_integer_values(ctx: OpContext) -> dict:
             f"Adds the peephole terms mbqm(w[u] * c[u]) to one gate. As LiteRT, over "
             f"n_output = {s.n_output} values (not the {s.n_cell} cells), flat over the step's "
             "rows: row r's terms land at r * n_output.")
-    comment = (f"{ctx.op.opcode} '{name}' (int8, int16 cell state at 2^{p.cell_shift - 30}): "
+    comment = (f"{_title(ctx)} (int8, int16 cell state at 2^{p.cell_shift - 30}): "
                f"{s.time} steps of {s.batch} batch row{'s' if s.batch > 1 else ''}, "
                f"{s.n_input} inputs, {s.n_cell} cells{_variants(p)}. As LiteRT's integer "
                "kernel computes it: each gate's input and recurrent products requantized to "
@@ -789,11 +1018,13 @@ def _float_activation(activation: str, value: str) -> str:
     return f"arenac_clampf({value}, -1.0f, 1.0f)"  # RELU_N1_TO_1
 
 
-def lstm_float_values(ctx: OpContext) -> dict:
+def lstm_float_values(ctx: OpContext, helpers: str = "") -> dict:
+    """The float cell's values; its step calls the matrix-product (and layer norm) functions
+    of prefix `helpers`, which another cell of the op defined, or defines its own."""
     p: LstmFloatParams = ctx.params
     s = p.shape
+    layout = p.wiring.layout
     v = _shared_values(ctx, "float", "float")
-    name = ctx.outputs[0].name
     values, rows, cells = v["elements"], v["rows"], v["cells"]
     j = values.index
     gates = []
@@ -806,19 +1037,20 @@ def lstm_float_values(ctx: OpContext) -> dict:
         at = c_sum([(rows, s.n_cell), (cells, 1)])
         peephole = ""
         if p.peephole and gate != "cell":
-            peephole = (f"{buffer}[{at}] += {ctx.inputs[PEEPHOLE_WEIGHTS[gate]].ptr}"
+            peephole = (f"{buffer}[{at}] += {ctx.inputs[layout.peephole_of[gate]].ptr}"
                         f"[{cells.index}] * c[{at}];")
-        bias = ctx.inputs[GATE_BIASES[k]].ptr
+        bias = ctx.inputs[layout.biases[k]].ptr
         gates.append({
             "name": gate, "buffer": buffer,
             "comment": f"/* {gate} gate: {activation.lower()} of "
                        + ("its normalized sum */" if p.layer_norm else "its sum */"),
             "bias": bias, "bias_rows": "" if p.layer_norm else c_offset(buffer,
                                                                         [(rows, s.n_cell)]),
-            "input_weights": ctx.inputs[INPUT_WEIGHTS[k]].ptr,
-            "recurrent_weights": ctx.inputs[RECURRENT_WEIGHTS[k]].ptr,
+            "input_weights": ctx.inputs[layout.input_weights[k]].ptr,
+            "aux_weights": ctx.inputs[layout.aux_weights[k]].ptr if v["aux"] else "",
+            "recurrent_weights": ctx.inputs[layout.recurrent_weights[k]].ptr,
             "peephole": bool(peephole), "peephole_step": peephole,
-            "layer_norm": ctx.inputs[LAYER_NORM_COEFFICIENTS[k]].ptr if p.layer_norm else "",
+            "layer_norm": ctx.inputs[layout.layer_norm[k]].ptr if p.layer_norm else "",
             "activation": f"{buffer}[{j}] = {_float_activation(activation, f'{buffer}[{j}]')};",
         })
     input_gate = f"(1.0f - forget_gate[{j}])" if p.cifg else f"input_gate[{j}]"
@@ -831,11 +1063,11 @@ def lstm_float_values(ctx: OpContext) -> dict:
                     f"{_float_activation(p.activation, f'c[{j}]')};")
     projected = "dot"
     if p.projection_bias:
-        projected = f"dot + {ctx.inputs[PROJECTION_BIAS].ptr}[{v['outputs'].index}]"
+        projected = f"dot + {ctx.inputs[layout.projection_bias].ptr}[{v['outputs'].index}]"
     if p.projection_clip > 0:
         projected = (f"arenac_clampf({projected}, {c_float(-p.projection_clip)}, "
                      f"{c_float(p.projection_clip)})")
-    comment = (f"{ctx.op.opcode} '{name}' (float32): {s.time} steps of {s.batch} batch "
+    comment = (f"{_title(ctx)} (float32): {s.time} steps of {s.batch} batch "
                f"row{'s' if s.batch > 1 else ''}, {s.n_input} inputs, {s.n_cell} "
                f"cells{_variants(p)}; {p.activation.lower()} on the cell gate and the cell, "
                "sigmoid on the others, in LiteRT's order of operations (its matrix products "
@@ -843,6 +1075,7 @@ def lstm_float_values(ctx: OpContext) -> dict:
     return {
         **v, "sequence_comment": c_comment(comment + v["order"]), "gates": gates,
         "row_bytes": f"{s.n_cell} * sizeof(float)",
+        "helpers": helpers or ctx.prefix, "define_helpers": not helpers,
         "n_cell_float": f"{s.n_cell}.0f",
         "update_comment": "/* cell state: f * c + i * g"
                           + (f", clipped to +-{p.cell_clip:g}" if p.cell_clip > 0 else "")
@@ -851,7 +1084,8 @@ def lstm_float_values(ctx: OpContext) -> dict:
         "step_counters": ", ".join(filter(None, [
             written_vars([values, *([rows] if p.peephole or not p.layer_norm else []),
                           *([cells] if p.peephole else []),
-                          *([rows, v["outputs"]] if p.projection else [])]),
+                          *([rows, v["outputs"]] if p.projection else []),
+                          v["copy_rows"]]),
             "k" if p.projection else ""])),
         "hidden_comment": f"/* output state: o * {p.activation.lower()}(c)"
                           + (", then projected */" if p.projection else " */"),
@@ -866,6 +1100,38 @@ def emit_lstm(ctx: OpContext) -> Kernel:
     return Kernel(render_macro(TEMPLATE, "lstm_integer", lstm_integer_values(ctx)), helpers)
 
 
+def emit_bidirectional_lstm(ctx: OpContext) -> Kernel:
+    """Each cell as the unidirectional op's float C (its own functions, on the shared scratch),
+    and the op's function running the forward cell, then the backward one."""
+    p: BidirectionalLstmParams = ctx.params
+    purposes = [r.purpose for r in bidirectional_scratch(p)]
+    values = {"fn": ctx.fn, "prefix": ctx.prefix}
+    helpers = ""  # the backward cell's step calls the forward cell's (identical) helpers
+    for cell, key, short in ((p.forward, "forward", "fw"), (p.backward, "backward", "bw")):
+        scratch = tuple(ctx.scratch[purposes.index(r.purpose)] for r in lstm_scratch(cell))
+        cell_ctx = replace(ctx, fn=f"{ctx.prefix}_{key}", prefix=f"{ctx.prefix}_{short}",
+                           params=cell, scratch=scratch)
+        values[key] = render_macro(TEMPLATE, "lstm_float", lstm_float_values(cell_ctx, helpers))
+        values[f"{key}_fn"] = cell_ctx.fn
+        helpers = helpers or cell_ctx.prefix
+    outputs = (f"both into '{ctx.outputs[0].name}', the forward cell's outputs first in each "
+               "row" if p.merge_outputs else "each into its own output")
+    values["comment"] = c_comment(
+        f"{ctx.op.opcode} '{ctx.outputs[0].name}': the forward cell over the sequence, then "
+        f"the backward cell from its last step to its first, {outputs}.")
+    return Kernel(render_macro(TEMPLATE, "bidirectional", values))
+
+
+def _cell_form(dtype: str) -> str:
+    """One cell's 17 inputs in a signature: the input gate, peepholes and projection optional."""
+    optional, required = f"{dtype}?", dtype
+    return ", ".join([optional, *[required] * 3, optional, *[required] * 3, *[optional] * 4,
+                      *[required] * 3, optional, optional])
+
+
+BIDIRECTIONAL_FORM = ", ".join(["T", _cell_form("T"), _cell_form("T"), *["T"] * 4,
+                                *["T?"] * 9])
+
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("UNIDIRECTIONAL_SEQUENCE_LSTM",
            kernels("int8, int8?, int8, int8, int8, int8?, int8, int8, int8, "
@@ -874,4 +1140,7 @@ SPECS: tuple[OpSpec, ...] = (
                    "T, T?, T, T, T, T?, T, T, T, T?, T?, T?, T?, T, T, T, T?, T?, T, T, "
                    "T?, T?, T?, T? -> T", T=("float32",)),
            prepare_lstm, emit_lstm, scratch=lstm_scratch),
+    OpSpec("BIDIRECTIONAL_SEQUENCE_LSTM",
+           kernels(f"{BIDIRECTIONAL_FORM} -> T", f"{BIDIRECTIONAL_FORM} -> T, T", T=("float32",)),
+           prepare_bidirectional_lstm, emit_bidirectional_lstm, scratch=bidirectional_scratch),
 )
