@@ -321,4 +321,5 @@ def bidirectional_sequence_lstm(p: BidirectionalLstmParams, inputs, outputs) -> 
 
 
 KERNELS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": unidirectional_sequence_lstm,
+           "LSTM": unidirectional_sequence_lstm,
            "BIDIRECTIONAL_SEQUENCE_LSTM": bidirectional_sequence_lstm}

@@ -66,13 +66,17 @@ class Lstm:
     cell_scale: float = 2.0**-12
     gate_scale: float = 2.0**-10  # the intermediates' scale with layer norm
     extra: dict = field(default_factory=dict)
+    # LSTM: the older op, one step of [batch, n_input] per invoke (`time` is then ignored)
+    opcode: str = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 
     @property
     def n_output(self) -> int:
         return self.output if self.projection and self.output else self.n_cell
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
+    def input_shape(self) -> tuple[int, ...]:
+        if self.opcode == "LSTM":
+            return self.batch, self.n_input
         if self.time_major:
             return self.time, self.batch, self.n_input
         return self.batch, self.time, self.n_input
@@ -144,9 +148,9 @@ def _int8_model(cfg: Lstm, n_inputs: int) -> Built:
         else:
             intermediates.append(b.tensor(f"{gate}_intermediate", (0,), "float32"))
     intermediates.append(b.tensor("hidden_intermediate", (0,), "int8", hidden_scale, hidden_zp))
-    y_shape = (*cfg.input_shape[:2], o)
+    y_shape = (*cfg.input_shape[:-1], o)
     y = b.tensor("y", y_shape, "int8", state_scale, state_zp)
-    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids[:n_inputs], [y], _options(cfg))
+    b.op(cfg.opcode, ids[:n_inputs], [y], _options(cfg))
     b.intermediates(cfg.extra.get("intermediates", intermediates))
     b.output(y)
     return Built(b.build(), x, y, h, cs)
@@ -182,15 +186,16 @@ def _float_model(cfg: Lstm, n_inputs: int) -> Built:
     h = b.variable("output_state", np.zeros((cfg.batch, o), "float32"))
     cs = b.variable("cell_state", np.zeros((cfg.batch, c), "float32"))
     ids[18], ids[19] = h, cs
-    y = b.tensor("y", (*cfg.input_shape[:2], o), "float32")
-    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids[:n_inputs], [y], _options(cfg))
+    y = b.tensor("y", (*cfg.input_shape[:-1], o), "float32")
+    b.op(cfg.opcode, ids[:n_inputs], [y], _options(cfg))
     b.output(y)
     return Built(b.build(), x, y, h, cs)
 
 
 def _options(cfg: Lstm) -> dict:
+    layout = {"kernel_type": "FULL"} if cfg.opcode == "LSTM" else {"time_major": cfg.time_major}
     return {"fused_activation_function": cfg.activation, "cell_clip": cfg.cell_clip,
-            "proj_clip": cfg.proj_clip, "time_major": cfg.time_major,
+            "proj_clip": cfg.proj_clip, **layout,
             **{k: v for k, v in cfg.extra.items() if k != "intermediates"}}
 
 
@@ -308,7 +313,8 @@ def assert_sequence_matches(cfg: Lstm, c: bool = True, sanitize: bool = False,
     values = input_sets(cfg, len(resets))
     states = (built.output_state, built.cell_state)
     expected = oracle_sequence(built.data, values, resets, states)
-    assert np.unique(expected[0][0]).size > 4, "(nearly) constant outputs"
+    outputs = np.concatenate([row[0].ravel() for row in expected])
+    assert np.unique(outputs).size > 4, "(nearly) constant outputs"
     assert_same(expected, runtime_sequence(mp, values, resets, states), "runtime_py")
     if c:
         outputs = [row[:1] for row in expected]
@@ -383,6 +389,67 @@ FLOAT_CASES = {
 @pytest.mark.parametrize("cfg", FLOAT_CASES.values(), ids=FLOAT_CASES.keys())
 def test_float_lstm_carries_its_state_within_tolerance(cfg):
     assert_sequence_matches(cfg)
+
+
+# -- the LSTM op ------------------------------------------------------------------------------
+# Its FULL kernel is the same cell over one time step of [batch, n_input] per invoke: the state
+# carries the sequence from invoke to invoke.
+
+STEP = BASE.but(opcode="LSTM")
+STEP_CASES = {
+    "int8, batch 2": STEP.but(batch=2),
+    "int8, one row, cell clip": STEP.but(cell_clip=0.7, bias_magnitude=9000),
+    "int8, CIFG, peephole, batch 3": STEP.but(batch=3, cifg=True, peephole=True),
+    "int8, layer norm, peephole, projection": STEP.but(
+        batch=2, n_cell=8, layer_norm=True, peephole=True, projection=True, output=5,
+        state_quant=(0.03, 2), proj_clip=0.8),
+    "float32, batch 2": STEP.but(dtype="float32", batch=2),
+    "float32, CIFG, layer norm, projection, clips": STEP.but(
+        dtype="float32", batch=3, cifg=True, layer_norm=True, projection=True, output=4,
+        cell_clip=0.9, proj_clip=0.5, activation="RELU6"),
+}
+
+
+@pytest.mark.parametrize("cfg", STEP_CASES.values(), ids=STEP_CASES.keys())
+def test_lstm_op_carries_its_state_across_invokes(cfg):
+    assert_sequence_matches(cfg)
+
+
+def test_lstm_op_with_twenty_inputs_matches_litert():
+    cfg = STEP.but(batch=2, n_cell=6)
+    built = lstm_model(cfg, inputs=20)
+    mp = plan_model(parse_model(built.data, "<built model>"), "greedy")
+    values = input_sets(cfg, len(RESETS))
+    expected = oracle_sequence(built.data, values, RESETS, (built.output_state, built.cell_state))
+    assert_same(expected, runtime_sequence(mp, values, RESETS,
+                                           (built.output_state, built.cell_state)), "runtime_py")
+    assert_same([row[:1] for row in expected], c_sequence(mp, values, RESETS), "C")
+
+
+def test_lstm_op_refuses_the_basic_kernel_and_sequences():
+    basic = lstm_model(STEP.but(extra={"kernel_type": "BASIC"})).data
+    assert_refused(basic, "kernel type BASIC")
+    b = ModelBuilder("int8")
+    ids = [-1] * 24
+    ids[0] = b.input("x", (1, 2, 3), "int8", 0.1, 0)
+    for k in range(1, 5):
+        ids[k] = b.const(f"w{k}", np.ones((2, 3), np.int8), 0.1, 0)
+        ids[k + 4] = b.const(f"r{k}", np.ones((2, 2), np.int8), 0.1, 0)
+        ids[k + 11] = b.const(f"b{k}", np.zeros(2, np.int32), 0.01, 0)
+    ids[18] = b.variable("h", np.zeros((1, 2), "int8"), 0.01, 0)
+    ids[19] = b.variable("c", np.zeros((1, 2), "int16"), 2.0**-12, 0)
+    y = b.tensor("y", (1, 2, 2), "int8", 0.01, 0)
+    b.op("LSTM", ids, [y], {"kernel_type": "FULL"})
+    b.intermediates([b.tensor(f"i{k}", (0,), "int8", 0.01, 0) for k in range(5)])
+    b.output(y)
+    assert_refused(b.build(), "rank 3")
+
+
+def test_lstm_op_refuses_the_8x8_8_integer_kernel():
+    graph = parse_model(lstm_model(STEP.but(batch=2)).data, "<built model>").main
+    op12 = replace(graph.operators[0], intermediates=tuple(range(12)))
+    with pytest.raises(UnsupportedOpError, match="8x8_8"):
+        prepare_graph(replace(graph, operators=(op12,)))
 
 
 # -- the state ----------------------------------------------------------------------------------

@@ -129,6 +129,7 @@ class CellWiring:
     output_offset: int = 0
     output_width: int | None = None
     reverse: bool = False
+    one_step: bool = False  # the LSTM op: one time step of [batch, n_input] per invoke
     what: str = ""  # the cell as comments name it ("the forward cell"), "" for the only one
 
 
@@ -315,18 +316,31 @@ class _Operands:
     shape: LstmShape
 
 
-def prepare_lstm(graph: Graph, op: Operator) -> LstmIntegerParams | LstmFloatParams:
+def prepare_lstm(graph: Graph, op: Operator,
+                 wiring: CellWiring = CellWiring()) -> LstmIntegerParams | LstmFloatParams:
     if len(op.inputs) not in (20, 24):
         raise ModelError(f"{len(op.inputs)} inputs (LiteRT's kernel takes 20 or 24)")
     if len(op.outputs) != 1:
         raise ModelError(f"{len(op.outputs)} outputs (LiteRT's kernel writes 1)")
-    wiring = CellWiring()
     operands = _operands(graph, op, wiring)
     _require_output(graph, op, 0, (*operands.x.shape[:-1], operands.shape.n_output))
     activation = op.options.get("fused_activation_function", "NONE")
     if operands.x.dtype == "float32":
         return _prepare_float(operands, op, activation, wiring)
-    return _prepare_integer(graph, op, operands)
+    return replace(_prepare_integer(graph, op, operands), wiring=wiring)
+
+
+def prepare_lstm_step(graph: Graph, op: Operator) -> LstmIntegerParams | LstmFloatParams:
+    """The LSTM op (LiteRT's lstm.cc): its FULL kernel is the unidirectional op's cell over one
+    time step of [batch, n_input] per invoke, with the same inputs."""
+    kernel = op.options.get("kernel_type", "FULL")
+    if kernel != "FULL":
+        raise UnsupportedOpError(f"kernel type {kernel} (arenac runs the FULL kernel)")
+    x = required_input(graph, op, INPUT, "input")
+    if len(op.intermediates) == 12 and x.dtype == "int8":
+        raise UnsupportedOpError("12 intermediate tensors: LiteRT's 8x8_8 integer kernel (arenac "
+                                 "runs the 8x8_16 one, with 5)")
+    return prepare_lstm(graph, op, CellWiring(one_step=True))
 
 
 def prepare_bidirectional_lstm(graph: Graph, op: Operator) -> BidirectionalLstmParams:
@@ -433,12 +447,18 @@ def _operands(graph: Graph, op: Operator, wiring: CellWiring) -> _Operands:
     if not (cell_clip >= 0 and proj_clip >= 0):
         raise ModelError(f"cell_clip {cell_clip} and proj_clip {proj_clip} must not be negative")
     x = required_input(graph, op, wiring.input, "input")
-    if len(x.shape) != 3:
-        raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT reads [batch, time, "
-                                 "features] or, time-major, [time, batch, features])")
-    time_major = bool(options.get("time_major", False))
-    time, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
-    n_input = x.shape[2]
+    if wiring.one_step:
+        if len(x.shape) != 2:
+            raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT's LSTM reads "
+                                     "[batch, features])")
+        time_major, time, batch, n_input = True, 1, x.shape[0], x.shape[1]
+    else:
+        if len(x.shape) != 3:
+            raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT reads [batch, time, "
+                                     "features] or, time-major, [time, batch, features])")
+        time_major = bool(options.get("time_major", False))
+        time, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
+        n_input = x.shape[2]
 
     input_weights, recurrent_weights, biases, norm = {}, {}, {}, {}
     for k, gate in enumerate(GATES):
@@ -820,7 +840,9 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
         "h": ctx.inputs[w.layout.output_state].ptr, "c": ctx.inputs[w.layout.cell_state].ptr,
         "batch": batch, "time": time, "step_call": _step_call(prefix, args, batch, time),
         "counters": written_vars([batch, time]),
-        "order": (f" The sequence: {order}, the output state and the cell state carried from "
+        "order": (" The output state and the cell state carry over from invoke to invoke."
+                  if w.one_step else
+                  f" The sequence: {order}, the output state and the cell state carried from "
                   "step to step and from invoke to invoke."),
         "rows": rows, "cells": cells, "outputs": outputs, "elements": values,
         "row_index": "r" if rows.written else "0",
@@ -859,6 +881,12 @@ def _title(ctx: OpContext) -> str:
     wiring = ctx.params.wiring
     name = ctx.outputs[wiring.output].name
     return f"{ctx.op.opcode} '{name}'" + (f", {wiring.what}" if wiring.what else "")
+
+
+def _extent(p) -> str:
+    s = p.shape
+    rows = f"{s.batch} batch row{'s' if s.batch > 1 else ''}"
+    return f"one step of {rows} per invoke" if p.wiring.one_step else f"{s.time} steps of {rows}"
 
 
 def _variants(p) -> str:
@@ -961,8 +989,8 @@ def lstm_integer_values(ctx: OpContext) -> dict:
             f"n_output = {s.n_output} values (not the {s.n_cell} cells), flat over the step's "
             "rows: row r's terms land at r * n_output.")
     comment = (f"{_title(ctx)} (int8, int16 cell state at 2^{p.cell_shift - 30}): "
-               f"{s.time} steps of {s.batch} batch row{'s' if s.batch > 1 else ''}, "
-               f"{s.n_input} inputs, {s.n_cell} cells{_variants(p)}. As LiteRT's integer "
+               f"{_extent(p)}, {s.n_input} inputs, {s.n_cell} cells{_variants(p)}. As LiteRT's "
+               "integer "
                "kernel computes it: each gate's input and recurrent products requantized to "
                "int16 and saturated in turn, gemmlowp's int16 logistic and tanh, the cell "
                "update's products each rounded once, the hidden values at the scale of the "
@@ -1067,8 +1095,7 @@ def lstm_float_values(ctx: OpContext, helpers: str = "") -> dict:
     if p.projection_clip > 0:
         projected = (f"arenac_clampf({projected}, {c_float(-p.projection_clip)}, "
                      f"{c_float(p.projection_clip)})")
-    comment = (f"{_title(ctx)} (float32): {s.time} steps of {s.batch} batch "
-               f"row{'s' if s.batch > 1 else ''}, {s.n_input} inputs, {s.n_cell} "
+    comment = (f"{_title(ctx)} (float32): {_extent(p)}, {s.n_input} inputs, {s.n_cell} "
                f"cells{_variants(p)}; {p.activation.lower()} on the cell gate and the cell, "
                "sigmoid on the others, in LiteRT's order of operations (its matrix products "
                "and activations may round differently).")
@@ -1132,14 +1159,17 @@ def _cell_form(dtype: str) -> str:
 BIDIRECTIONAL_FORM = ", ".join(["T", _cell_form("T"), _cell_form("T"), *["T"] * 4,
                                 *["T?"] * 9])
 
+# The unidirectional op's kernels, which the LSTM op's FULL kernel shares.
+UNIDIRECTIONAL_KERNELS = kernels(
+    "int8, int8?, int8, int8, int8, int8?, int8, int8, int8, int16?, int16?, int16?, int32?, "
+    "int32, int32, int32, int8?, int32?, int8, int16, int16?, int16?, int16?, int16? -> int8",
+    "T, T?, T, T, T, T?, T, T, T, T?, T?, T?, T?, T, T, T, T?, T?, T, T, T?, T?, T?, T? -> T",
+    T=("float32",))
+
 SPECS: tuple[OpSpec, ...] = (
-    OpSpec("UNIDIRECTIONAL_SEQUENCE_LSTM",
-           kernels("int8, int8?, int8, int8, int8, int8?, int8, int8, int8, "
-                   "int16?, int16?, int16?, int32?, int32, int32, int32, int8?, int32?, "
-                   "int8, int16, int16?, int16?, int16?, int16? -> int8",
-                   "T, T?, T, T, T, T?, T, T, T, T?, T?, T?, T?, T, T, T, T?, T?, T, T, "
-                   "T?, T?, T?, T? -> T", T=("float32",)),
-           prepare_lstm, emit_lstm, scratch=lstm_scratch),
+    OpSpec("UNIDIRECTIONAL_SEQUENCE_LSTM", UNIDIRECTIONAL_KERNELS, prepare_lstm, emit_lstm,
+           scratch=lstm_scratch),
+    OpSpec("LSTM", UNIDIRECTIONAL_KERNELS, prepare_lstm_step, emit_lstm, scratch=lstm_scratch),
     OpSpec("BIDIRECTIONAL_SEQUENCE_LSTM",
            kernels(f"{BIDIRECTIONAL_FORM} -> T", f"{BIDIRECTIONAL_FORM} -> T, T", T=("float32",)),
            prepare_bidirectional_lstm, emit_bidirectional_lstm, scratch=bidirectional_scratch),
