@@ -601,6 +601,32 @@ def test_refuses_diagonal_recurrent_weights():
     assert_refused(lstm_model(cfg).data, "diagonal")
 
 
+def int16x8_model() -> bytes:
+    """int16 activations and cell state, int8 weights, int64 biases: TFLite Micro's int16x8
+    LSTM, which LiteRT's reference kernel refuses at prepare."""
+    b = ModelBuilder("int8")
+    ids = [-1] * 24
+    ids[0] = b.input("x", (1, 3, 3), "int16", 1e-3, 0)
+    for k in range(1, 5):
+        ids[k] = b.const(f"w{k}", np.ones((2, 3), np.int8), 0.01, 0)
+        ids[k + 4] = b.const(f"r{k}", np.ones((2, 2), np.int8), 0.01, 0)
+        ids[k + 11] = b.const(f"b{k}", np.zeros(2, np.int64), 1e-5, 0)
+    ids[18] = b.variable("h", np.zeros((1, 2), "int16"), 1e-3, 0)
+    ids[19] = b.variable("c", np.zeros((1, 2), "int16"), 2.0**-11, 0)
+    y = b.tensor("y", (1, 3, 2), "int16", 1e-3, 0)
+    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"fused_activation_function": "TANH"})
+    b.intermediates([b.tensor(f"i{k}", (0,), "int16", 1e-3, 0) for k in range(5)])
+    b.output(y)
+    return b.build()
+
+
+def test_refuses_int16_activations_which_litert_cannot_prepare():
+    data = int16x8_model()
+    with pytest.raises(RuntimeError, match="FLOAT32"):
+        LiteRTOracle(data)
+    assert_refused(data, "no kernel for int16")
+
+
 def test_refuses_hybrid_weights():
     """float32 input with int8 weights is LiteRT's hybrid kernel: no kernel here."""
     b = ModelBuilder("float32")
