@@ -16,6 +16,7 @@ import numpy as np
 
 from runtime_py.gemmlowp import inv_sqrt_quantized_multiplier_exp
 from runtime_py.gemmlowp import saturating_rounding_doubling_high_mul_int16 as mul16
+from runtime_py.hybrid import quantize_asymmetric, quantize_symmetric
 from toolchain.fixedpoint import multiply_by_quantized_multiplier as mbqm
 from toolchain.fixedpoint import rounding_divide_by_pot, wrap_int32
 from toolchain.ops.lstm import (
@@ -28,15 +29,18 @@ from toolchain.ops.lstm import (
     ONE_EIGHTH16,
     ONE_Q2,
     ONE_THIRD16,
+    PEEPHOLE_WEIGHTS,
     BidirectionalLstmParams,
     CellLayout,
     CellWiring,
     LstmFloatParams,
+    LstmHybridParams,
     LstmIntegerParams,
     LstmShape,
 )
 
 INT16_MIN, INT16_MAX = -(2**15), 2**15 - 1
+PEEPHOLE_GATES = tuple(PEEPHOLE_WEIGHTS)
 
 
 # -- gemmlowp's int16 fixed point ------------------------------------------------------------
@@ -259,16 +263,17 @@ def _float_activation(x: np.ndarray, activation: str) -> np.ndarray:
     return np.clip(x, -one, one)  # RELU_N1_TO_1
 
 
-def _float_gate(p: LstmFloatParams, name: str, ops: dict, x, a, h, c,
+def _float_gate(p: LstmFloatParams, name: str, ops: dict, products, c,
                 activation) -> np.ndarray:
+    """One gate from `products(k)`: gate k's matrix products, [rows, n_cell] each, in LiteRT's
+    order."""
     k = GATES.index(name)
     bias = ops["bias"][k]
-    gate = np.zeros((x.shape[0], p.shape.n_cell), np.float32) if p.layer_norm else \
-        np.broadcast_to(bias, (x.shape[0], p.shape.n_cell)).astype(np.float32)
-    gate = gate + x @ ops["w_in"][k].T
-    if a is not None:
-        gate = gate + a @ ops["w_aux"][k].T
-    gate = gate + h @ ops["w_rec"][k].T
+    terms = products(k)
+    gate = np.zeros(terms[0].shape, np.float32) if p.layer_norm else \
+        np.broadcast_to(bias, terms[0].shape).astype(np.float32)
+    for term in terms:
+        gate = (gate + term).astype(np.float32)
     if p.peephole and name != "cell":
         gate = gate + ops["peephole"][name] * c
     if p.layer_norm:
@@ -280,21 +285,72 @@ def _float_gate(p: LstmFloatParams, name: str, ops: dict, x, a, h, c,
     return _float_activation(gate.astype(np.float32), activation)
 
 
-def _float_step(p: LstmFloatParams, ops: dict, x, a, h, c) -> np.ndarray:
-    input_gate = None if p.cifg else _float_gate(p, "input", ops, x, a, h, c, "SIGMOID")
-    forget_gate = _float_gate(p, "forget", ops, x, a, h, c, "SIGMOID")
-    cell_gate = _float_gate(p, "cell", ops, x, a, h, c, p.activation)
+def _float_products(ops: dict, x, a, h):
+    def products(k: int) -> list[np.ndarray]:
+        aux = [] if a is None else [a @ ops["w_aux"][k].T]
+        return [x @ ops["w_in"][k].T, *aux, h @ ops["w_rec"][k].T]
+
+    return products
+
+
+def _float_projection(ops: dict, hidden: np.ndarray) -> np.ndarray:
+    out = hidden @ ops["projection"].T
+    return out if ops["projection_bias"] is None else out + ops["projection_bias"]
+
+
+def _quantized_rows(p: LstmHybridParams, rows: np.ndarray):
+    """The float rows as LiteRT's BatchQuantizeFloats leaves them: int8 values, scales and
+    zero points."""
+    quantize = quantize_asymmetric if p.asymmetric else quantize_symmetric
+    q = [quantize(row.astype(np.float32)) for row in rows]
+    return (np.stack([v for v, _, _ in q]), np.array([s for _, s, _ in q], np.float32),
+            np.array([z for _, _, z in q], np.int64))
+
+
+def _hybrid_product(rows, weights: np.ndarray, weight_scale: float, row_sums) -> np.ndarray:
+    """float(q . w - zero_point * row_sum) * (row scale * weight scale), per row and unit."""
+    q, scales, zero_points = rows
+    acc = q @ weights.astype(np.int64).T
+    if len(row_sums):
+        acc = acc - zero_points[:, None] * np.asarray(row_sums, np.int64)[None, :]
+    scale = (scales * np.float32(weight_scale)).astype(np.float32)
+    return (wrap_int32(acc).astype(np.float32) * scale[:, None]).astype(np.float32)
+
+
+def _hybrid_products(p: LstmHybridParams, ops: dict, x, h):
+    qx, qh = _quantized_rows(p, x), _quantized_rows(p, h)
+
+    def products(k: int) -> list[np.ndarray]:
+        return [_hybrid_product(qx, ops["w_in"][k], p.input_scales[k],
+                                p.input_row_sums[k] if p.asymmetric else ()),
+                _hybrid_product(qh, ops["w_rec"][k], p.recurrent_scales[k],
+                                p.recurrent_row_sums[k] if p.asymmetric else ())]
+
+    return products
+
+
+def _hybrid_projection(p: LstmHybridParams, ops: dict, hidden: np.ndarray) -> np.ndarray:
+    bias = ops["projection_bias"]
+    out = np.zeros((hidden.shape[0], p.shape.n_output), np.float32) if bias is None else \
+        np.broadcast_to(bias, (hidden.shape[0], p.shape.n_output)).astype(np.float32)
+    return out + _hybrid_product(_quantized_rows(p, hidden), ops["projection"],
+                                 p.projection_scale, p.projection_row_sums)
+
+
+def _float_step(p: LstmFloatParams, ops: dict, products, project, c) -> np.ndarray:
+    """One step of the float (or hybrid) cell from its gates' products and its projection."""
+    input_gate = None if p.cifg else _float_gate(p, "input", ops, products, c, "SIGMOID")
+    forget_gate = _float_gate(p, "forget", ops, products, c, "SIGMOID")
+    cell_gate = _float_gate(p, "cell", ops, products, c, p.activation)
     if p.cifg:
         input_gate = np.float32(1.0) - forget_gate
     c[...] = forget_gate * c + input_gate * cell_gate
     if p.cell_clip > 0:
         c[...] = np.clip(c, -np.float32(p.cell_clip), np.float32(p.cell_clip))
-    output_gate = _float_gate(p, "output", ops, x, a, h, c, "SIGMOID")
+    output_gate = _float_gate(p, "output", ops, products, c, "SIGMOID")
     out = output_gate * _float_activation(c, p.activation)
     if p.projection:
-        out = out @ ops["projection"].T
-        if p.projection_bias:
-            out = out + ops["projection_bias"]
+        out = project(out)
         if p.projection_clip > 0:
             out = np.clip(out, -np.float32(p.projection_clip), np.float32(p.projection_clip))
     return out.astype(np.float32)
@@ -307,11 +363,26 @@ def unidirectional_sequence_lstm(p, inputs, outputs) -> None:
         ops = _integer_operands(inputs, layout)
         _sequence(p.shape, p.wiring, lambda x, a, h, c: _integer_step(p, ops, x, h, c), inputs,
                   outputs, np.int64)
+    elif isinstance(p, LstmHybridParams):
+        ops = _gate_operands(inputs, layout)
+        ops["peephole"] = {g: np.asarray(w, np.float32)
+                           for g, w in zip(PEEPHOLE_GATES, p.peephole_weights, strict=True)}
+
+        def hybrid_step(x, a, h, c):
+            return _float_step(p, ops, _hybrid_products(p, ops, x, h),
+                               lambda hidden: _hybrid_projection(p, ops, hidden), c)
+
+        with np.errstate(all="ignore"):
+            _sequence(p.shape, p.wiring, hybrid_step, inputs, outputs, np.float32)
     else:
         ops = _gate_operands(inputs, layout)
+
+        def float_step(x, a, h, c):
+            return _float_step(p, ops, _float_products(ops, x, a, h),
+                               lambda hidden: _float_projection(ops, hidden), c)
+
         with np.errstate(all="ignore"):  # IEEE infinities and NaN, as in C
-            _sequence(p.shape, p.wiring, lambda x, a, h, c: _float_step(p, ops, x, a, h, c),
-                      inputs, outputs, np.float32)
+            _sequence(p.shape, p.wiring, float_step, inputs, outputs, np.float32)
 
 
 def bidirectional_sequence_lstm(p: BidirectionalLstmParams, inputs, outputs) -> None:

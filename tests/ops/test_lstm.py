@@ -97,8 +97,9 @@ class Built:
 
 
 def lstm_model(cfg: Lstm, inputs: int = 24) -> Built:
-    """An LSTM layer whose whole output sequence is the model's output."""
-    if cfg.dtype == "float32":
+    """An LSTM layer whose whole output sequence is the model's output. A `hybrid` dtype is
+    float32 activations with int8 weights (per tensor, symmetric)."""
+    if cfg.dtype in ("float32", "hybrid"):
         return _float_model(cfg, inputs)
     return _int8_model(cfg, inputs)
 
@@ -167,20 +168,26 @@ def _float_model(cfg: Lstm, n_inputs: int) -> Built:
     def normal(*shape: int, scale: float = 0.4) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
+    def weights(name: str, values: np.ndarray) -> int:
+        if cfg.dtype != "hybrid":
+            return b.const(name, values)
+        scale = float(np.abs(values).max()) / 127
+        return b.const(name, np.round(values / scale).astype(np.int8), scale, 0)
+
     for k, gate in enumerate(GATES):
         if cfg.cifg and gate == "input":
             continue
-        ids[1 + k] = b.const(f"{gate}_input_weights", normal(c, cfg.n_input))
-        ids[5 + k] = b.const(f"{gate}_recurrent_weights", normal(c, o))
+        ids[1 + k] = weights(f"{gate}_input_weights", normal(c, cfg.n_input))
+        ids[5 + k] = weights(f"{gate}_recurrent_weights", normal(c, o))
         ids[12 + k] = b.const(f"{gate}_bias", normal(c, scale=0.3))
         if cfg.layer_norm:
             ids[20 + k] = b.const(f"{gate}_norm", 1 + normal(c, scale=0.2))
     if cfg.peephole:
         for k, gate in ((9, "input"), (10, "forget"), (11, "output")):
             if not (cfg.cifg and gate == "input"):
-                ids[k] = b.const(f"{gate}_peephole", normal(c, scale=0.3))
+                ids[k] = weights(f"{gate}_peephole", normal(c, scale=0.3))
     if cfg.projection:
-        ids[16] = b.const("projection", normal(o, c))
+        ids[16] = weights("projection", normal(o, c))
         if cfg.projection_bias:
             ids[17] = b.const("projection_bias", normal(o, scale=0.1))
     h = b.variable("output_state", np.zeros((cfg.batch, o), "float32"))
@@ -204,7 +211,7 @@ def _options(cfg: Lstm) -> dict:
 
 def input_sets(cfg: Lstm, count: int, seed: int = 1) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    if cfg.dtype == "float32":
+    if cfg.dtype in ("float32", "hybrid"):
         return [rng.standard_normal(cfg.input_shape).astype(np.float32) for _ in range(count)]
     return [rng.integers(-128, 128, cfg.input_shape).astype(np.int8) for _ in range(count)]
 
@@ -389,6 +396,57 @@ FLOAT_CASES = {
 @pytest.mark.parametrize("cfg", FLOAT_CASES.values(), ids=FLOAT_CASES.keys())
 def test_float_lstm_carries_its_state_within_tolerance(cfg):
     assert_sequence_matches(cfg)
+
+
+# -- hybrid LSTM -------------------------------------------------------------------------------
+# float32 activations, int8 weights: LiteRT's EvalHybrid, within the float tolerance.
+
+HYBRID = Lstm(dtype="hybrid")
+ASYMMETRIC = {"asymmetric_quantize_inputs": True}
+HYBRID_CASES = {
+    "symmetric": HYBRID,
+    "asymmetric, batch 2": HYBRID.but(batch=2, extra=ASYMMETRIC),
+    "time-major, CIFG, peephole, batch 3": HYBRID.but(batch=3, time_major=True, cifg=True,
+                                                      peephole=True),
+    "asymmetric, 16 inputs, 9 cells (8-value rounding blocks)": HYBRID.but(
+        n_input=16, n_cell=9, extra=ASYMMETRIC, cell_clip=1.2),
+    "peephole, projection, layer norm, clips, asymmetric, time-major": HYBRID.but(
+        batch=2, time_major=True, peephole=True, projection=True, output=3, layer_norm=True,
+        proj_clip=0.3, cell_clip=0.8, extra=ASYMMETRIC),
+    "projection without bias, RELU6": HYBRID.but(projection=True, output=7,
+                                                 projection_bias=False, activation="RELU6"),
+    "the LSTM op, asymmetric, batch 2": HYBRID.but(opcode="LSTM", batch=2, extra=ASYMMETRIC),
+}
+
+
+@pytest.mark.parametrize("cfg", HYBRID_CASES.values(), ids=HYBRID_CASES.keys())
+def test_hybrid_lstm_carries_its_state_within_tolerance(cfg):
+    assert_sequence_matches(cfg)
+
+
+def test_hybrid_lstm_plans_its_quantized_rows_as_scratch():
+    cfg = HYBRID_CASES["peephole, projection, layer norm, clips, asymmetric, time-major"]
+    mp = plan_model(parse_model(lstm_model(cfg).data, "<built model>"), "greedy")
+    purposes = [request.purpose for request, _ in mp.scratch_offsets()]
+    assert purposes[-7:] == ["the quantized input", "the input rows' scales",
+                             "the input rows' zero points", "the quantized output state",
+                             "the output state rows' scales",
+                             "the output state rows' zero points",
+                             "the quantized hidden values"]
+    c = generate(mp, "model")["model.c"]
+    assert style_problems(c) == []
+    assert "static void model_op0_quantize_6(" in c and "_row_sums[" in c
+
+
+def test_hybrid_lstm_refuses_per_channel_weights():
+    graph = parse_model(lstm_model(HYBRID).data, "<built model>").main
+    weights = graph.operators[0].inputs[2]
+    quant = graph.tensors[weights].quantization
+    per_channel = replace(quant, scale=(*quant.scale,) * 5, zero_point=(0,) * 5)
+    graph = replace(graph, tensors=tuple(replace(t, quantization=per_channel)
+                                         if t.index == weights else t for t in graph.tensors))
+    with pytest.raises(UnsupportedOpError, match="per channel"):
+        prepare_graph(graph)
 
 
 # -- the LSTM op ------------------------------------------------------------------------------
@@ -627,20 +685,20 @@ def test_refuses_int16_activations_which_litert_cannot_prepare():
     assert_refused(data, "no kernel for int16")
 
 
-def test_refuses_hybrid_weights():
-    """float32 input with int8 weights is LiteRT's hybrid kernel: no kernel here."""
+def test_refuses_uint8_hybrid_weights():
+    """float32 input with uint8 weights is LiteRT's older hybrid kernel: no kernel here."""
     b = ModelBuilder("float32")
     x = b.input("x", (1, 2, 3), "float32")
     ids = [-1] * 24
     ids[0] = x
     for k in range(1, 5):
-        ids[k] = b.const(f"w{k}", np.ones((2, 3), np.int8), 0.1, 0)
-        ids[k + 4] = b.const(f"r{k}", np.ones((2, 2), np.int8), 0.1, 0)
+        ids[k] = b.const(f"w{k}", np.full((2, 3), 130, np.uint8), 0.1, 128)
+        ids[k + 4] = b.const(f"r{k}", np.full((2, 2), 130, np.uint8), 0.1, 128)
         ids[k + 11] = b.const(f"b{k}", np.zeros(2, np.float32))
     ids[18] = b.variable("h", np.zeros((1, 2), "float32"))
     ids[19] = b.variable("c", np.zeros((1, 2), "float32"))
     y = b.tensor("y", (1, 2, 2), "float32")
-    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"time_major": False})
+    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"fused_activation_function": "TANH"})
     b.output(y)
     assert_refused(b.build(), "no kernel")
 

@@ -40,7 +40,7 @@ step once per op.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -68,6 +68,7 @@ from toolchain.ops.emit import (
     render_macro,
     written_vars,
 )
+from toolchain.ops.hybrid import quantize_lines
 from toolchain.ops.spec import INT32_MAX, MemoryRequest, OpSpec, kernels, required_input
 from toolchain.ops.tables import checked_log2
 from toolchain.quant import quantize_multiplier
@@ -284,6 +285,25 @@ class LstmFloatParams:
 
 
 @dataclass(frozen=True)
+class LstmHybridParams(LstmFloatParams):
+    """float32 activations with int8 weights (LiteRT's EvalHybrid): the float cell, each matrix
+    product taken over int8 rows quantized from the float input, output state and (before a
+    projection) hidden values at every step, as toolchain/ops/hybrid.py describes:
+    gate += float(q . w - zero_point * row_sum) * (row scale * weight scale). Peephole weights
+    are int8 too, used as float32(w) * scale. `input_scales` and `recurrent_scales` hold each
+    gate's (0 for an absent input gate); the row sums are set with `asymmetric` only."""
+
+    asymmetric: bool = False
+    input_scales: tuple[float, ...] = ()
+    recurrent_scales: tuple[float, ...] = ()
+    peephole_weights: tuple[tuple[float, ...], ...] = ()  # input, forget, output: float32(w) * s
+    projection_scale: float = 0.0
+    input_row_sums: tuple[tuple[int, ...], ...] = ()
+    recurrent_row_sums: tuple[tuple[int, ...], ...] = ()
+    projection_row_sums: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class BidirectionalLstmParams:
     """BIDIRECTIONAL_SEQUENCE_LSTM: two float cells over one sequence, the backward one walking
     it from its end; their wirings say which input each reads (the backward cell reads the
@@ -325,6 +345,8 @@ def prepare_lstm(graph: Graph, op: Operator,
     operands = _operands(graph, op, wiring)
     _require_output(graph, op, 0, (*operands.x.shape[:-1], operands.shape.n_output))
     activation = op.options.get("fused_activation_function", "NONE")
+    if operands.x.dtype == "float32" and operands.input_weights["output"].dtype == "int8":
+        return _prepare_hybrid(operands, op, _prepare_float(operands, op, activation, wiring))
     if operands.x.dtype == "float32":
         return _prepare_float(operands, op, activation, wiring)
     return replace(_prepare_integer(graph, op, operands), wiring=wiring)
@@ -562,6 +584,45 @@ def _prepare_float(o: _Operands, op: Operator, activation: str,
         projection_clip=float(np.float32(op.options.get("proj_clip", 0.0))), wiring=wiring)
 
 
+def _prepare_hybrid(o: _Operands, op: Operator, cell: LstmFloatParams) -> LstmHybridParams:
+    """LiteRT's EvalHybrid: per-tensor weight scales (their zero points ignored, as LiteRT
+    does), and with asymmetric_quantize_inputs the row sums of every weight matrix."""
+    f32 = np.float32
+    asymmetric = bool(op.options.get("asymmetric_quantize_inputs", False))
+
+    def scale(t: Tensor | None, what: str) -> float:
+        return 0.0 if t is None else float(f32(_quantized(t, what)[0]))
+
+    def row_sums(t: Tensor | None, what: str) -> tuple[int, ...]:
+        if t is None or not asymmetric:
+            return ()
+        if t.data is None:
+            raise UnsupportedOpError(f"{what} ({t.name!r}) are not a constant (their row sums "
+                                     "are taken at prepare)")
+        return tuple(int(v) for v in _int64(t).sum(axis=1))
+
+    peephole = []
+    for gate in PEEPHOLE_WEIGHTS:
+        w = o.peephole.get(gate)
+        if w is not None and w.data is None:
+            raise UnsupportedOpError(f"the {gate} gate's peephole weights are not a constant")
+        peephole.append(() if w is None else tuple(
+            float(v) for v in (_int64(w).astype(f32) * f32(scale(w, "peephole weights")))))
+    return LstmHybridParams(
+        **{f.name: getattr(cell, f.name) for f in fields(cell)}, asymmetric=asymmetric,
+        input_scales=tuple(scale(o.input_weights.get(g), f"the {g} gate's input weights")
+                           for g in GATES),
+        recurrent_scales=tuple(scale(o.recurrent_weights.get(g),
+                                     f"the {g} gate's recurrent weights") for g in GATES),
+        peephole_weights=tuple(peephole),
+        projection_scale=scale(o.projection, "the projection weights"),
+        input_row_sums=tuple(row_sums(o.input_weights.get(g), f"the {g} gate's input weights")
+                             for g in GATES),
+        recurrent_row_sums=tuple(row_sums(o.recurrent_weights.get(g),
+                                          f"the {g} gate's recurrent weights") for g in GATES),
+        projection_row_sums=row_sums(o.projection, "the projection weights"))
+
+
 def _prepare_integer(graph: Graph, op: Operator, o: _Operands) -> LstmIntegerParams:
     """PopulateQuantizedLstmParams8x8_16 and PopulatePrecomputedZPTimesWeightsWithBias."""
     shape, f32 = o.shape, np.float32
@@ -713,18 +774,49 @@ def _require_sum_fits(weights: np.ndarray, bias: np.ndarray, operand: int, multi
         raise UnsupportedOpError(f"{what} could overflow LiteRT's int32 arithmetic")
 
 
-def lstm_scratch(p: LstmIntegerParams | LstmFloatParams) -> tuple[MemoryRequest, ...]:
+@dataclass(frozen=True)
+class ScratchBuffer:
+    """One of a cell's scratch buffers: the C pointer's name and element type, and the
+    request."""
+
+    name: str
+    ctype: str
+    request: MemoryRequest
+
+
+def scratch_buffers(p: LstmIntegerParams | LstmFloatParams) -> tuple[ScratchBuffer, ...]:
     """The gate buffers of one step (the output gate reuses the forget gate's, which the cell
-    update consumes), and the hidden values a projection reads."""
-    values = p.shape.rows * p.shape.n_cell
-    size = 2 if isinstance(p, LstmIntegerParams) else 4
-    requests = [] if p.cifg else [MemoryRequest(values * size, "the input gate")]
-    requests += [MemoryRequest(values * size, "the forget gate, then the output gate"),
-                 MemoryRequest(values * size, "the cell gate")]
+    update consumes) and the hidden values a projection reads; a hybrid cell's quantized rows
+    of the input, the output state and the hidden values, with their scales and zero points
+    (the hidden values reuse the input's, as LiteRT does)."""
+    s = p.shape
+    values = s.rows * s.n_cell
+    gate, hidden = ("int16_t", "int8_t") if isinstance(p, LstmIntegerParams) else ("float",) * 2
+    size = {"int16_t": 2, "int8_t": 1, "float": 4, "int32_t": 4}
+
+    def buffer(name: str, ctype: str, count: int, purpose: str) -> ScratchBuffer:
+        return ScratchBuffer(name, ctype, MemoryRequest(count * size[ctype], purpose))
+
+    buffers = [] if p.cifg else [buffer("input_gate", gate, values, "the input gate")]
+    buffers += [buffer("forget_gate", gate, values, "the forget gate, then the output gate"),
+                buffer("cell_gate", gate, values, "the cell gate")]
     if p.projection:
-        requests.append(MemoryRequest(values * (1 if size == 2 else 4),
-                                      "the hidden values before the projection"))
-    return tuple(requests)
+        buffers.append(buffer("hidden", hidden, values, "the hidden values before the "
+                                                        "projection"))
+    if isinstance(p, LstmHybridParams):
+        for name, what, depth in (("x", "input", s.n_input), ("h", "output state", s.n_output)):
+            buffers += [buffer(f"q{name}", "int8_t", s.rows * depth, f"the quantized {what}"),
+                        buffer(f"{name}_scales", "float", s.rows, f"the {what} rows' scales")]
+            if p.asymmetric:
+                buffers.append(buffer(f"{name}_zero_points", "int32_t", s.rows,
+                                      f"the {what} rows' zero points"))
+        if p.projection:
+            buffers.append(buffer("qhidden", "int8_t", values, "the quantized hidden values"))
+    return tuple(buffers)
+
+
+def lstm_scratch(p: LstmIntegerParams | LstmFloatParams) -> tuple[MemoryRequest, ...]:
+    return tuple(b.request for b in scratch_buffers(p))
 
 
 def bidirectional_scratch(p: BidirectionalLstmParams) -> tuple[MemoryRequest, ...]:
@@ -818,12 +910,8 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
     output_copy = (f"memcpy({c_offset('y', [(copy_rows, width)])}, "
                    f"{c_offset('h', [(copy_rows, s.n_output)])}, "
                    + (f"{row_bytes});" if ctype != "float" else f"{row_bytes} * sizeof(float));"))
-    names = [*([] if p.cifg else ["input_gate"]), "forget_gate", "cell_gate",
-             *(["hidden"] if p.projection else [])]
-    buffers = []
-    for name, at in zip(names, ctx.scratch, strict=True):
-        kind = ctype if name == "hidden" else gate_ctype
-        buffers.append(f"{kind} *{name} = ({kind} *){at};")
+    buffers = [f"{b.ctype} *{b.name} = ({b.ctype} *){at};"
+               for b, at in zip(scratch_buffers(p), ctx.scratch, strict=True)]
     buffers.append(f"{gate_ctype} *output_gate = forget_gate; /* the cell update consumes the "
                    "forget gate first */")
     row_pointers = []
@@ -1053,6 +1141,7 @@ def lstm_float_values(ctx: OpContext, helpers: str = "") -> dict:
     s = p.shape
     layout = p.wiring.layout
     v = _shared_values(ctx, "float", "float")
+    v["helpers"] = helpers or ctx.prefix
     values, rows, cells = v["elements"], v["rows"], v["cells"]
     j = values.index
     gates = []
@@ -1065,18 +1154,25 @@ def lstm_float_values(ctx: OpContext, helpers: str = "") -> dict:
         at = c_sum([(rows, s.n_cell), (cells, 1)])
         peephole = ""
         if p.peephole and gate != "cell":
-            peephole = (f"{buffer}[{at}] += {ctx.inputs[layout.peephole_of[gate]].ptr}"
-                        f"[{cells.index}] * c[{at}];")
+            # a hybrid cell's int8 weights are recovered into a float table
+            weights = (f"{ctx.prefix}_{gate}_peephole" if isinstance(p, LstmHybridParams)
+                       else ctx.inputs[layout.peephole_of[gate]].ptr)
+            peephole = f"{buffer}[{at}] += {weights}[{cells.index}] * c[{at}];"
         bias = ctx.inputs[layout.biases[k]].ptr
+        aux = [] if not v["aux"] else [
+            f"{v['helpers']}_accumulate({buffer}, a, {v['n_aux']}, "
+            f"{ctx.inputs[layout.aux_weights[k]].ptr});"]
+        products = [
+            f"{v['helpers']}_accumulate({buffer}, x, {s.n_input}, "
+            f"{ctx.inputs[layout.input_weights[k]].ptr});", *aux,
+            f"{v['helpers']}_accumulate({buffer}, h, {s.n_output}, "
+            f"{ctx.inputs[layout.recurrent_weights[k]].ptr});"]
         gates.append({
-            "name": gate, "buffer": buffer,
+            "name": gate, "buffer": buffer, "products": products,
             "comment": f"/* {gate} gate: {activation.lower()} of "
                        + ("its normalized sum */" if p.layer_norm else "its sum */"),
             "bias": bias, "bias_rows": "" if p.layer_norm else c_offset(buffer,
                                                                         [(rows, s.n_cell)]),
-            "input_weights": ctx.inputs[layout.input_weights[k]].ptr,
-            "aux_weights": ctx.inputs[layout.aux_weights[k]].ptr if v["aux"] else "",
-            "recurrent_weights": ctx.inputs[layout.recurrent_weights[k]].ptr,
             "peephole": bool(peephole), "peephole_step": peephole,
             "layer_norm": ctx.inputs[layout.layer_norm[k]].ptr if p.layer_norm else "",
             "activation": f"{buffer}[{j}] = {_float_activation(activation, f'{buffer}[{j}]')};",
@@ -1102,7 +1198,7 @@ def lstm_float_values(ctx: OpContext, helpers: str = "") -> dict:
     return {
         **v, "sequence_comment": c_comment(comment + v["order"]), "gates": gates,
         "row_bytes": f"{s.n_cell} * sizeof(float)",
-        "helpers": helpers or ctx.prefix, "define_helpers": not helpers,
+        "define_helpers": not helpers, "hybrid": False, "tables": [], "quantize_calls": [],
         "n_cell_float": f"{s.n_cell}.0f",
         "update_comment": "/* cell state: f * c + i * g"
                           + (f", clipped to +-{p.cell_clip:g}" if p.cell_clip > 0 else "")
@@ -1120,7 +1216,134 @@ def lstm_float_values(ctx: OpContext, helpers: str = "") -> dict:
     }
 
 
+def lstm_hybrid_values(ctx: OpContext) -> dict:
+    """The float cell's values with int8 matrix products: the rows quantized once a step into
+    scratch, each product by the shared hybrid accumulate, the peephole weights as float
+    tables (float32(w) * scale, as LiteRT recovers them) and the row sums as int32 tables."""
+    p: LstmHybridParams = ctx.params
+    s, layout, prefix = p.shape, p.wiring.layout, ctx.prefix
+    v = lstm_float_values(ctx)
+    rows, values = v["rows"], v["elements"]
+    name = ctx.outputs[0].name
+    asymmetric = p.asymmetric
+    tables = []
+
+    def row_sums(what: str, key: str, sums: tuple[int, ...]) -> list[str]:
+        if not asymmetric:
+            return []
+        table = f"{prefix}_{key}_row_sums"
+        tables.append(_table(f"{ctx.op.opcode} '{name}': the row sums of {what}, for the "
+                             "input zero points", "int32_t", table, sums))
+        return [table]
+
+    def product(target: str, units: int, quantized: str, rows_of: str, depth: int,
+                weights: str, scale: float, sums: list[str]) -> list[str]:
+        """target += the product of the `quantized` rows (at the scales of `rows_of`)."""
+        zero_points = [f"{rows_of}_zero_points"] if asymmetric else []
+        return _wrapped(f"{prefix}_accumulate",
+                        [target, str(units), quantized, f"{rows_of}_scales", *zero_points,
+                         str(depth), weights, *sums, c_float(scale)], ";")
+
+    cells = v["cells"]
+    for gate in v["gates"]:
+        k = GATES.index(gate["name"])
+        buffer = gate["buffer"]
+        what = gate["name"]
+        input_sums = row_sums(f"the {what} gate's input weights", f"{what}_input",
+                              p.input_row_sums[k] if asymmetric else ())
+        recurrent_sums = row_sums(f"the {what} gate's recurrent weights", f"{what}_recurrent",
+                                  p.recurrent_row_sums[k] if asymmetric else ())
+        gate["products"] = [
+            *product(buffer, s.n_cell, "qx", "x", s.n_input,
+                     ctx.inputs[layout.input_weights[k]].ptr, p.input_scales[k], input_sums),
+            *product(buffer, s.n_cell, "qh", "h", s.n_output,
+                     ctx.inputs[layout.recurrent_weights[k]].ptr, p.recurrent_scales[k],
+                     recurrent_sums)]
+        if gate["peephole"]:
+            weights = p.peephole_weights[tuple(PEEPHOLE_WEIGHTS).index(gate["name"])]
+            tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate['name']} gate's peephole "
+                                 "weights, float32(w) * scale", "float",
+                                 f"{prefix}_{gate['name']}_peephole", weights))
+    depths = sorted({s.n_input, s.n_output, *([s.n_cell] if p.projection else [])})
+    quantizers = []
+    for depth in depths:
+        k = ConstantLoop("k", depth)
+        src, dst = ("vr", "qr") if rows.written else ("v", "q")
+        params = ["const float *v", "int8_t *q", "float *scales",
+                  *(["int32_t *zero_points"] if asymmetric else [])]
+        quantizers.append({
+            "depth": depth, "signature": _signature(prefix, f"quantize_{depth}", params),
+            "counters": written_vars([rows, k]) or "k",
+            "row_pointers": [f"const float *vr = v + r * {depth};",
+                             f"int8_t *qr = q + r * {depth};"] if rows.written else [],
+            "lines": quantize_lines(depth, asymmetric, k, src, dst)})
+
+    def quantize(depth: int, source: str, target: str, rows_of: str) -> list[str]:
+        zero_points = [f"{rows_of}_zero_points"] if asymmetric else []
+        return _wrapped(f"{prefix}_quantize_{depth}",
+                        [source, target, f"{rows_of}_scales", *zero_points], ";")
+
+    extra = {}
+    if p.projection:
+        projected = ConstantLoop("j", s.rows * s.n_output)
+        bias = ([f"memcpy({c_offset('h', [(rows, s.n_output)])}, "
+                 f"{ctx.inputs[layout.projection_bias].ptr}, {s.n_output} * sizeof(float));"]
+                if p.projection_bias else
+                [f"memset(h, 0, {s.rows * s.n_output} * sizeof(float));"])
+        if rows.written and p.projection_bias:
+            bias = [f"for ({rows.header}) {bias[0]}"]
+        clip = ""
+        if p.projection_clip > 0:
+            clip = (f"h[{projected.index}] = arenac_clampf(h[{projected.index}], "
+                    f"{c_float(-p.projection_clip)}, {c_float(p.projection_clip)});")
+        extra = {
+            "projection_lines": [
+                c_comment("the projection: its bias, plus the hidden values quantized to int8 "
+                          "rows (at the input's scales, as LiteRT) times its weights", "  "),
+                *bias,
+                *quantize(s.n_cell, "hidden", "qhidden", "x"),
+                *product("h", s.n_output, "qhidden", "x", s.n_cell,
+                         ctx.inputs[layout.projection].ptr, p.projection_scale,
+                         row_sums("the projection weights", "projection",
+                                  p.projection_row_sums))],
+            "projection_clip": clip, "projected": projected}
+    step_vars = [values, *([rows] if p.peephole or not p.layer_norm else []),
+                 *([cells] if p.peephole else []), v["copy_rows"],
+                 *([extra["projected"]] if extra.get("projection_clip") else [])]
+    comment = (f"{_title(ctx)} (hybrid: float32, int8 weights): {_extent(p)}, {s.n_input} "
+               f"inputs, {s.n_cell} cells{_variants(p)}; as LiteRT's hybrid kernel on this "
+               "build: every step quantizes the input and the output state to int8 rows "
+               f"({'asymmetric' if asymmetric else 'symmetric'}), takes int32 products and "
+               "rescales them in float32; the gates, the cell and the hidden values in float as "
+               "the float kernel does.")
+    rows_counter = written_vars([rows])
+    return {
+        **v, **extra, "hybrid": True, "asymmetric": asymmetric, "tables": tables,
+        "sequence_comment": c_comment(comment + v["order"]),
+        "quantizers": quantizers,
+        "quantize_calls": [*quantize(s.n_input, "x", "qx", "x"),
+                           *quantize(s.n_output, "h", "qh", "h")],
+        "accumulate_comment": c_comment(
+            "Adds an int8 matrix product to each row: gate[r][u] += float(q[r] . w[u]"
+            + (" - zero_points[r] * row_sums[u]" if asymmetric else "")
+            + ") * (scales[r] * weight_scale), the rows quantized from floats."),
+        "accumulate_signature": _signature(prefix, "accumulate", [
+            "float *gate", "int units", "const int8_t *q", "const float *scales",
+            *(["const int32_t *zero_points"] if asymmetric else []), "int depth",
+            "const int8_t *w", *(["const int32_t *row_sums"] if asymmetric else []),
+            "float weight_scale"]),
+        "hybrid_counters": ", ".join(filter(None, [rows_counter, "u", "k"])),
+        "hybrid_row_pointers": ["const int8_t *qr = q + r * depth;",
+                                "float *g = gate + r * units;"] if rows.written else [],
+        "qk": "qr[k]" if rows.written else "q[k]",
+        "hybrid_gate_u": "g[u]" if rows.written else "gate[u]",
+        "step_counters": written_vars(step_vars),
+    }
+
+
 def emit_lstm(ctx: OpContext) -> Kernel:
+    if isinstance(ctx.params, LstmHybridParams):
+        return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_hybrid_values(ctx)))
     if isinstance(ctx.params, LstmFloatParams):
         return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_float_values(ctx)))
     helpers = ("int16", "gemmlowp_inv_sqrt") if ctx.params.layer_norm else ("int16",)
@@ -1164,6 +1387,9 @@ UNIDIRECTIONAL_KERNELS = kernels(
     "int8, int8?, int8, int8, int8, int8?, int8, int8, int8, int16?, int16?, int16?, int32?, "
     "int32, int32, int32, int8?, int32?, int8, int16, int16?, int16?, int16?, int16? -> int8",
     "T, T?, T, T, T, T?, T, T, T, T?, T?, T?, T?, T, T, T, T?, T?, T, T, T?, T?, T?, T? -> T",
+    "float32, int8?, int8, int8, int8, int8?, int8, int8, int8, int8?, int8?, int8?, float32?, "
+    "float32, float32, float32, int8?, float32?, float32, float32, float32?, float32?, float32?, "
+    "float32? -> float32",
     T=("float32",))
 
 SPECS: tuple[OpSpec, ...] = (
