@@ -805,7 +805,7 @@ def test_float_c_is_clean_under_sanitizers():
 
 
 def test_generated_c_reads_like_careful_hand_written_c():
-    for name, cfg in {**INTEGER_CASES, **FLOAT_CASES}.items():
+    for name, cfg in {**INTEGER_CASES, **FLOAT_CASES, **HYBRID_CASES, **STEP_CASES}.items():
         mp = plan_model(parse_model(lstm_model(cfg).data, "lstm.tflite"), "greedy")
         for file_name, text in generate(mp, "m").items():
             assert style_problems(text) == [], f"{name}: {file_name}"
@@ -956,6 +956,19 @@ def test_integer_lstm_on_a_cortex_m4_keeps_its_state(name):
     """The integer-only C built for a Cortex-M4 and run under QEMU: five invokes carrying the
     state, bit-exact with LiteRT."""
     cfg = INTEGER_CASES[name]
+    built = lstm_model(cfg)
+    mp = plan_model(parse_model(built.data, "lstm.tflite"), "greedy")
+    values = input_sets(cfg, 5)
+    expected = oracle_sequence(built.data, values, (False,) * 5)
+    with QemuBackend(mp) as backend:
+        assert_same(expected, backend.invoke_many([[v] for v in values]), "Cortex-M4")
+
+
+@pytest.mark.skipif(bool(qemu_backend.missing()), reason="no Cortex-M toolchain or QEMU")
+def test_lstm_op_on_a_cortex_m4_keeps_its_state():
+    """The LSTM op (one step per invoke, int8 with layer norm, peephole and projection) on a
+    Cortex-M4 under QEMU: five invokes carrying the state, bit-exact with LiteRT."""
+    cfg = STEP_CASES["int8, layer norm, peephole, projection"]
     built = lstm_model(cfg)
     mp = plan_model(parse_model(built.data, "lstm.tflite"), "greedy")
     values = input_sets(cfg, 5)
