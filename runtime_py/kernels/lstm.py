@@ -317,12 +317,15 @@ def _hybrid_product(rows, weights: np.ndarray, weight_scale: float, row_sums) ->
     return (wrap_int32(acc).astype(np.float32) * scale[:, None]).astype(np.float32)
 
 
-def _hybrid_products(p: LstmHybridParams, ops: dict, x, h):
+def _hybrid_products(p: LstmHybridParams, ops: dict, x, a, h):
     qx, qh = _quantized_rows(p, x), _quantized_rows(p, h)
+    qa = None if a is None else _quantized_rows(p, a)
 
     def products(k: int) -> list[np.ndarray]:
+        aux = [] if qa is None else [_hybrid_product(
+            qa, ops["w_aux"][k], p.aux_scales[k], p.aux_row_sums[k] if p.asymmetric else ())]
         return [_hybrid_product(qx, ops["w_in"][k], p.input_scales[k],
-                                p.input_row_sums[k] if p.asymmetric else ()),
+                                p.input_row_sums[k] if p.asymmetric else ()), *aux,
                 _hybrid_product(qh, ops["w_rec"][k], p.recurrent_scales[k],
                                 p.recurrent_row_sums[k] if p.asymmetric else ())]
 
@@ -369,7 +372,7 @@ def unidirectional_sequence_lstm(p, inputs, outputs) -> None:
                            for g, w in zip(PEEPHOLE_GATES, p.peephole_weights, strict=True)}
 
         def hybrid_step(x, a, h, c):
-            return _float_step(p, ops, _hybrid_products(p, ops, x, h),
+            return _float_step(p, ops, _hybrid_products(p, ops, x, a, h),
                                lambda hidden: _hybrid_projection(p, ops, hidden), c)
 
         with np.errstate(all="ignore"):

@@ -52,6 +52,8 @@ class Bidi:
     proj_clip: float = 0.0
     seed: int = 0
     bw_cells: int | None = None  # the backward cell's n_cell, if not the forward one's
+    hybrid: bool = False  # int8 weights (per tensor): LiteRT's hybrid kernel
+    asymmetric: bool = False  # its asymmetric_quantize_inputs
 
     @property
     def n_output(self) -> int:
@@ -80,6 +82,12 @@ def bidi_model(cfg: Bidi, drop: tuple[int, ...] = ()) -> BuiltBidi:
     def normal(*shape: int, scale: float = 0.4) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
+    def weights(name: str, values: np.ndarray) -> int:
+        if not cfg.hybrid:
+            return b.const(name, values)
+        scale = float(np.abs(values).max()) / 127
+        return b.const(name, np.round(values / scale).astype(np.int8), scale, 0)
+
     states = []
     for cell, name in enumerate(("fw", "bw")):
         base = 17 * cell
@@ -88,18 +96,18 @@ def bidi_model(cfg: Bidi, drop: tuple[int, ...] = ()) -> BuiltBidi:
         for k, gate in enumerate(GATES):
             if cfg.cifg[cell] and gate == "input":
                 continue
-            ids[base + 1 + k] = b.const(f"{name}_{gate}_input_weights", normal(c, cfg.n_input))
-            ids[base + 5 + k] = b.const(f"{name}_{gate}_recurrent_weights", normal(c, o))
+            ids[base + 1 + k] = weights(f"{name}_{gate}_input_weights", normal(c, cfg.n_input))
+            ids[base + 5 + k] = weights(f"{name}_{gate}_recurrent_weights", normal(c, o))
             ids[base + 12 + k] = b.const(f"{name}_{gate}_bias", normal(c, scale=0.3))
             if cfg.aux == "weights":
-                ids[40 + 4 * cell + k] = b.const(f"{name}_{gate}_aux_weights",
+                ids[40 + 4 * cell + k] = weights(f"{name}_{gate}_aux_weights",
                                                  normal(c, cfg.n_aux))
         if cfg.peephole[cell]:
             for k, gate in ((9, "input"), (10, "forget"), (11, "output")):
                 if not (cfg.cifg[cell] and gate == "input"):
-                    ids[base + k] = b.const(f"{name}_{gate}_peephole", normal(c, scale=0.3))
+                    ids[base + k] = weights(f"{name}_{gate}_peephole", normal(c, scale=0.3))
         if cfg.projection[cell]:
-            ids[base + 16] = b.const(f"{name}_projection", normal(o, c))
+            ids[base + 16] = weights(f"{name}_projection", normal(o, c))
             ids[base + 17] = b.const(f"{name}_projection_bias", normal(o, scale=0.1))
         for k, (state, size) in enumerate((("output_state", o), ("cell_state", c))):
             ids[35 + 2 * cell + k] = b.variable(f"{name}_{state}",
@@ -113,7 +121,7 @@ def bidi_model(cfg: Bidi, drop: tuple[int, ...] = ()) -> BuiltBidi:
         ids[position] = -1
     options = {"fused_activation_function": cfg.activation, "cell_clip": cfg.cell_clip,
                "proj_clip": cfg.proj_clip, "merge_outputs": cfg.merge_outputs,
-               "time_major": cfg.time_major}
+               "time_major": cfg.time_major, "asymmetric_quantize_inputs": cfg.asymmetric}
     if cfg.merge_outputs:
         outputs = [b.tensor("y", (*cfg.lead(), 2 * o), "float32")]
     else:
@@ -180,6 +188,22 @@ def test_bidirectional_lstm_carries_both_states_within_tolerance(cfg):
     assert_sequence_matches(cfg)
 
 
+HYBRID_CASES = {
+    "hybrid, merged": Bidi(hybrid=True),
+    "hybrid, asymmetric, separate, time-major, batch 2": Bidi(
+        hybrid=True, asymmetric=True, time_major=True, batch=2, merge_outputs=False),
+    "hybrid, asymmetric, auxiliary weights, peephole, projection": Bidi(
+        hybrid=True, asymmetric=True, aux="weights", peephole=(True, True),
+        projection=(True, True), output=3, cifg=(False, True), merge_outputs=False, batch=2),
+    "hybrid, auxiliary input as the backward input": Bidi(hybrid=True, aux="backward input"),
+}
+
+
+@pytest.mark.parametrize("cfg", HYBRID_CASES.values(), ids=HYBRID_CASES.keys())
+def test_hybrid_bidirectional_lstm_carries_both_states_within_tolerance(cfg):
+    assert_sequence_matches(cfg)
+
+
 def test_the_backward_cell_walks_the_sequence_from_its_end():
     """The forward cell's output at step t depends on steps 0 to t, the backward cell's on
     steps t to the end: changing the first step changes every forward output and only the
@@ -206,7 +230,8 @@ def test_the_cells_share_one_set_of_gate_buffers():
 
 def test_generated_c_reads_like_careful_hand_written_c():
     for cfg in (CASES["auxiliary input with weights"],
-                CASES["projection both, CIFG backward, time-major"]):
+                CASES["projection both, CIFG backward, time-major"],
+                HYBRID_CASES["hybrid, asymmetric, auxiliary weights, peephole, projection"]):
         c = generate(planned(bidi_model(cfg)), "model")["model.c"]
         assert style_problems(c) == []
         assert "_forward();" in c and "_backward();" in c
@@ -252,8 +277,8 @@ def test_refuses_float_activation_none():
     assert_refused(bidi_model(Bidi(activation="NONE")).data, "NONE")
 
 
-def test_refuses_hybrid_weights():
-    """float32 input with int8 weights is LiteRT's hybrid kernel: no kernel here."""
+def test_refuses_weights_of_mixed_types():
+    """One int8 weight among float ones: neither the float nor the hybrid kernel."""
     graph = parse_model(bidi_model(Bidi()).data, "<built model>").main
     weight = graph.operators[0].inputs[2]
     hybrid = replace(graph, tensors=tuple(replace(t, dtype="int8") if t.index == weight else t

@@ -301,14 +301,17 @@ class LstmHybridParams(LstmFloatParams):
     input_row_sums: tuple[tuple[int, ...], ...] = ()
     recurrent_row_sums: tuple[tuple[int, ...], ...] = ()
     projection_row_sums: tuple[int, ...] = ()
+    aux_scales: tuple[float, ...] = ()  # with an auxiliary input (the bidirectional op)
+    aux_row_sums: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
 class BidirectionalLstmParams:
-    """BIDIRECTIONAL_SEQUENCE_LSTM: two float cells over one sequence, the backward one walking
-    it from its end; their wirings say which input each reads (the backward cell reads the
-    auxiliary input instead when the op has one without weights for it), and which output and
-    columns each writes (one output, the forward cell's columns first, when merged)."""
+    """BIDIRECTIONAL_SEQUENCE_LSTM: two float (or hybrid) cells over one sequence, the
+    backward one walking it from its end; their wirings say which input each reads (the
+    backward cell reads the auxiliary input instead when the op has one without weights for
+    it), and which output and columns each writes (one output, the forward cell's columns
+    first, when merged)."""
 
     forward: LstmFloatParams
     backward: LstmFloatParams
@@ -427,8 +430,16 @@ def prepare_bidirectional_lstm(graph: Graph, op: Operator) -> BidirectionalLstmP
         _require_output(graph, op, 1, (*x.shape[:-1], n_output))
         bw_wiring = replace(bw_wiring, output=1)
     activation = options.get("fused_activation_function", "NONE")
-    return BidirectionalLstmParams(_prepare_float(fw, op, activation, fw_wiring),
-                                   _prepare_float(bw, op, activation, bw_wiring), merge)
+    cells = []
+    for o, wiring in ((fw, fw_wiring), (bw, bw_wiring)):
+        cell = _prepare_float(o, op, activation, wiring)
+        if o.input_weights["output"].dtype == "int8":
+            aux_weights = {g: graph.tensors[op.inputs[wiring.layout.aux_weights[k]]]
+                           for k, g in enumerate(GATES) if g in o.input_weights
+                           } if with_weights else None
+            cell = _prepare_hybrid(o, op, cell, aux_weights)
+        cells.append(cell)
+    return BidirectionalLstmParams(*cells, merge)
 
 
 def _check_aux_weights(graph: Graph, op: Operator, o: _Operands, layout: CellLayout,
@@ -584,9 +595,11 @@ def _prepare_float(o: _Operands, op: Operator, activation: str,
         projection_clip=float(np.float32(op.options.get("proj_clip", 0.0))), wiring=wiring)
 
 
-def _prepare_hybrid(o: _Operands, op: Operator, cell: LstmFloatParams) -> LstmHybridParams:
+def _prepare_hybrid(o: _Operands, op: Operator, cell: LstmFloatParams,
+                    aux: dict[str, Tensor] | None = None) -> LstmHybridParams:
     """LiteRT's EvalHybrid: per-tensor weight scales (their zero points ignored, as LiteRT
-    does), and with asymmetric_quantize_inputs the row sums of every weight matrix."""
+    does), and with asymmetric_quantize_inputs the row sums of every weight matrix (`aux`:
+    the auxiliary input's weights per gate, if the cell has them)."""
     f32 = np.float32
     asymmetric = bool(op.options.get("asymmetric_quantize_inputs", False))
 
@@ -620,7 +633,11 @@ def _prepare_hybrid(o: _Operands, op: Operator, cell: LstmFloatParams) -> LstmHy
                              for g in GATES),
         recurrent_row_sums=tuple(row_sums(o.recurrent_weights.get(g),
                                           f"the {g} gate's recurrent weights") for g in GATES),
-        projection_row_sums=row_sums(o.projection, "the projection weights"))
+        projection_row_sums=row_sums(o.projection, "the projection weights"),
+        aux_scales=tuple(scale(aux.get(g), f"the {g} gate's auxiliary weights")
+                         for g in GATES) if aux else (),
+        aux_row_sums=tuple(row_sums(aux.get(g), f"the {g} gate's auxiliary weights")
+                           for g in GATES) if aux else ())
 
 
 def _prepare_integer(graph: Graph, op: Operator, o: _Operands) -> LstmIntegerParams:
@@ -804,7 +821,10 @@ def scratch_buffers(p: LstmIntegerParams | LstmFloatParams) -> tuple[ScratchBuff
         buffers.append(buffer("hidden", hidden, values, "the hidden values before the "
                                                         "projection"))
     if isinstance(p, LstmHybridParams):
-        for name, what, depth in (("x", "input", s.n_input), ("h", "output state", s.n_output)):
+        quantized = [("x", "input", s.n_input),
+                     *([("a", "auxiliary input", p.wiring.n_aux)] if p.aux_scales else []),
+                     ("h", "output state", s.n_output)]
+        for name, what, depth in quantized:
             buffers += [buffer(f"q{name}", "int8_t", s.rows * depth, f"the quantized {what}"),
                         buffer(f"{name}_scales", "float", s.rows, f"the {what} rows' scales")]
             if p.asymmetric:
@@ -1216,13 +1236,15 @@ def lstm_float_values(ctx: OpContext, helpers: str = "") -> dict:
     }
 
 
-def lstm_hybrid_values(ctx: OpContext) -> dict:
+def lstm_hybrid_values(ctx: OpContext, helpers: str = "") -> dict:
     """The float cell's values with int8 matrix products: the rows quantized once a step into
     scratch, each product by the shared hybrid accumulate, the peephole weights as float
-    tables (float32(w) * scale, as LiteRT recovers them) and the row sums as int32 tables."""
+    tables (float32(w) * scale, as LiteRT recovers them) and the row sums as int32 tables.
+    The functions are those of prefix `helpers` when another cell of the op defined them."""
     p: LstmHybridParams = ctx.params
     s, layout, prefix = p.shape, p.wiring.layout, ctx.prefix
-    v = lstm_float_values(ctx)
+    functions = helpers or prefix
+    v = lstm_float_values(ctx, helpers)
     rows, values = v["rows"], v["elements"]
     name = ctx.outputs[0].name
     asymmetric = p.asymmetric
@@ -1240,7 +1262,7 @@ def lstm_hybrid_values(ctx: OpContext) -> dict:
                 weights: str, scale: float, sums: list[str]) -> list[str]:
         """target += the product of the `quantized` rows (at the scales of `rows_of`)."""
         zero_points = [f"{rows_of}_zero_points"] if asymmetric else []
-        return _wrapped(f"{prefix}_accumulate",
+        return _wrapped(f"{functions}_accumulate",
                         [target, str(units), quantized, f"{rows_of}_scales", *zero_points,
                          str(depth), weights, *sums, c_float(scale)], ";")
 
@@ -1253,9 +1275,16 @@ def lstm_hybrid_values(ctx: OpContext) -> dict:
                               p.input_row_sums[k] if asymmetric else ())
         recurrent_sums = row_sums(f"the {what} gate's recurrent weights", f"{what}_recurrent",
                                   p.recurrent_row_sums[k] if asymmetric else ())
+        aux = []
+        if p.aux_scales:
+            aux = product(buffer, s.n_cell, "qa", "a", p.wiring.n_aux,
+                          ctx.inputs[layout.aux_weights[k]].ptr, p.aux_scales[k],
+                          row_sums(f"the {what} gate's auxiliary weights", f"{what}_aux",
+                                   p.aux_row_sums[k] if asymmetric else ()))
         gate["products"] = [
             *product(buffer, s.n_cell, "qx", "x", s.n_input,
                      ctx.inputs[layout.input_weights[k]].ptr, p.input_scales[k], input_sums),
+            *aux,
             *product(buffer, s.n_cell, "qh", "h", s.n_output,
                      ctx.inputs[layout.recurrent_weights[k]].ptr, p.recurrent_scales[k],
                      recurrent_sums)]
@@ -1264,7 +1293,8 @@ def lstm_hybrid_values(ctx: OpContext) -> dict:
             tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate['name']} gate's peephole "
                                  "weights, float32(w) * scale", "float",
                                  f"{prefix}_{gate['name']}_peephole", weights))
-    depths = sorted({s.n_input, s.n_output, *([s.n_cell] if p.projection else [])})
+    depths = sorted({s.n_input, s.n_output, *([s.n_cell] if p.projection else []),
+                     *([p.wiring.n_aux] if p.aux_scales else [])})
     quantizers = []
     for depth in depths:
         k = ConstantLoop("k", depth)
@@ -1280,7 +1310,7 @@ def lstm_hybrid_values(ctx: OpContext) -> dict:
 
     def quantize(depth: int, source: str, target: str, rows_of: str) -> list[str]:
         zero_points = [f"{rows_of}_zero_points"] if asymmetric else []
-        return _wrapped(f"{prefix}_quantize_{depth}",
+        return _wrapped(f"{functions}_quantize_{depth}",
                         [source, target, f"{rows_of}_scales", *zero_points], ";")
 
     extra = {}
@@ -1322,6 +1352,7 @@ def lstm_hybrid_values(ctx: OpContext) -> dict:
         "sequence_comment": c_comment(comment + v["order"]),
         "quantizers": quantizers,
         "quantize_calls": [*quantize(s.n_input, "x", "qx", "x"),
+                           *(quantize(p.wiring.n_aux, "a", "qa", "a") if p.aux_scales else []),
                            *quantize(s.n_output, "h", "qh", "h")],
         "accumulate_comment": c_comment(
             "Adds an int8 matrix product to each row: gate[r][u] += float(q[r] . w[u]"
@@ -1361,7 +1392,9 @@ def emit_bidirectional_lstm(ctx: OpContext) -> Kernel:
         scratch = tuple(ctx.scratch[purposes.index(r.purpose)] for r in lstm_scratch(cell))
         cell_ctx = replace(ctx, fn=f"{ctx.prefix}_{key}", prefix=f"{ctx.prefix}_{short}",
                            params=cell, scratch=scratch)
-        values[key] = render_macro(TEMPLATE, "lstm_float", lstm_float_values(cell_ctx, helpers))
+        cell_values = (lstm_hybrid_values if isinstance(cell, LstmHybridParams)
+                       else lstm_float_values)(cell_ctx, helpers)
+        values[key] = render_macro(TEMPLATE, "lstm_float", cell_values)
         values[f"{key}_fn"] = cell_ctx.fn
         helpers = helpers or cell_ctx.prefix
     outputs = (f"both into '{ctx.outputs[0].name}', the forward cell's outputs first in each "
@@ -1381,6 +1414,11 @@ def _cell_form(dtype: str) -> str:
 
 BIDIRECTIONAL_FORM = ", ".join(["T", _cell_form("T"), _cell_form("T"), *["T"] * 4,
                                 *["T?"] * 9])
+# The hybrid cell: int8 weights, float32 biases (and projection bias).
+_HYBRID_CELL = ("int8?, int8, int8, int8, int8?, int8, int8, int8, int8?, int8?, int8?, "
+                "float32?, float32, float32, float32, int8?, float32?")
+BIDIRECTIONAL_HYBRID_FORM = ", ".join(["float32", _HYBRID_CELL, _HYBRID_CELL,
+                                       *["float32"] * 4, "float32?", *["int8?"] * 8])
 
 # The unidirectional op's kernels, which the LSTM op's FULL kernel shares.
 UNIDIRECTIONAL_KERNELS = kernels(
@@ -1397,6 +1435,8 @@ SPECS: tuple[OpSpec, ...] = (
            scratch=lstm_scratch),
     OpSpec("LSTM", UNIDIRECTIONAL_KERNELS, prepare_lstm_step, emit_lstm, scratch=lstm_scratch),
     OpSpec("BIDIRECTIONAL_SEQUENCE_LSTM",
-           kernels(f"{BIDIRECTIONAL_FORM} -> T", f"{BIDIRECTIONAL_FORM} -> T, T", T=("float32",)),
+           kernels(f"{BIDIRECTIONAL_FORM} -> T", f"{BIDIRECTIONAL_FORM} -> T, T",
+                   f"{BIDIRECTIONAL_HYBRID_FORM} -> float32",
+                   f"{BIDIRECTIONAL_HYBRID_FORM} -> float32, float32", T=("float32",)),
            prepare_bidirectional_lstm, emit_bidirectional_lstm, scratch=bidirectional_scratch),
 )
