@@ -33,6 +33,7 @@ from toolchain.ops.lstm import (
     BidirectionalLstmParams,
     CellLayout,
     CellWiring,
+    LstmBasicParams,
     LstmFloatParams,
     LstmHybridParams,
     LstmIntegerParams,
@@ -388,6 +389,31 @@ def unidirectional_sequence_lstm(p, inputs, outputs) -> None:
             _sequence(p.shape, p.wiring, float_step, inputs, outputs, np.float32)
 
 
+def lstm_basic(p: LstmBasicParams, inputs, outputs) -> None:
+    """The LSTM op's BASIC kernel: concatenation, one fully connected layer, the four gates;
+    the new activation and state copied back into the state variables."""
+    x, h, weights, bias, c = inputs
+    activation, state, concat, gates = outputs
+    one = np.float32(1.0)
+    with np.errstate(all="ignore"):
+        concat[...] = np.concatenate([x, h.reshape(p.batch, p.depth)], axis=1)
+        gates[...] = (concat @ weights.T + bias).astype(np.float32)
+        i, g, f, o = (gates[:, k * p.depth:(k + 1) * p.depth] for k in range(4))
+        state[...] = (one / (one + np.exp(-i)) * np.tanh(g)
+                      + one / (one + np.exp(-f)) * c.reshape(p.batch, p.depth))
+        activation[...] = one / (one + np.exp(-o)) * np.tanh(state)
+    h[...] = activation.reshape(h.shape)
+    c[...] = state.reshape(c.shape)
+
+
+def lstm(p, inputs, outputs) -> None:
+    """The LSTM op: its BASIC kernel, or the unidirectional cell over one step (FULL)."""
+    if isinstance(p, LstmBasicParams):
+        lstm_basic(p, inputs, outputs)
+    else:
+        unidirectional_sequence_lstm(p, inputs, outputs)
+
+
 def bidirectional_sequence_lstm(p: BidirectionalLstmParams, inputs, outputs) -> None:
     """The forward cell's sequence, then the backward cell's, as LiteRT runs them."""
     for cell in (p.forward, p.backward):
@@ -395,5 +421,5 @@ def bidirectional_sequence_lstm(p: BidirectionalLstmParams, inputs, outputs) -> 
 
 
 KERNELS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": unidirectional_sequence_lstm,
-           "LSTM": unidirectional_sequence_lstm,
+           "LSTM": lstm,
            "BIDIRECTIONAL_SEQUENCE_LSTM": bidirectional_sequence_lstm}

@@ -484,9 +484,53 @@ def test_lstm_op_with_twenty_inputs_matches_litert():
     assert_same([row[:1] for row in expected], c_sequence(mp, values, RESETS), "C")
 
 
-def test_lstm_op_refuses_the_basic_kernel_and_sequences():
+def basic_model(batch: int = 2, n_input: int = 3, depth: int = 4, seed: int = 0,
+                variables: bool = True) -> tuple[bytes, int, int]:
+    """The LSTM op's BASIC kernel (float32) with its activation and state as outputs; the
+    model, and the previous activation's and state's tensors."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder("float32")
+    x = b.input("x", (batch, n_input), "float32")
+    state = b.variable if variables else b.input
+    h = state("previous_activation", np.zeros((batch, depth), "float32")) if variables else \
+        b.input("previous_activation", (batch, depth), "float32")
+    w = b.const("weights", (rng.standard_normal((4 * depth, n_input + depth)) * 0.5)
+                .astype(np.float32))
+    bias = b.const("bias", (rng.standard_normal(4 * depth) * 0.3).astype(np.float32))
+    c = state("previous_state", np.zeros((batch, depth), "float32")) if variables else \
+        b.input("previous_state", (batch, depth), "float32")
+    outputs = [b.tensor("activation", (batch, depth), "float32"),
+               b.tensor("state", (batch, depth), "float32"),
+               b.tensor("concat", (batch, n_input + depth), "float32"),
+               b.tensor("gates", (batch, 4 * depth), "float32")]
+    b.op("LSTM", [x, h, w, bias, c], outputs,
+         {"kernel_type": "BASIC", "fused_activation_function": "TANH"}, version=2)
+    b.output(outputs[0])
+    b.output(outputs[1])
+    return b.build(), h, c
+
+
+@pytest.mark.parametrize("batch, n_input, depth", [(2, 3, 4), (1, 7, 5), (3, 1, 1)])
+def test_lstm_op_basic_kernel_carries_its_state_within_tolerance(batch, n_input, depth):
+    data, h, c = basic_model(batch, n_input, depth)
+    mp = plan_model(parse_model(data, "<built model>"), "greedy")
+    rng = np.random.default_rng(5)
+    values = [rng.standard_normal((batch, n_input)).astype(np.float32) for _ in RESETS]
+    expected = oracle_sequence(data, values, RESETS, (h, c))
+    assert np.unique(np.concatenate([row[0].ravel() for row in expected])).size > 4
+    assert_same(expected, runtime_sequence(mp, values, RESETS, (h, c)), "runtime_py")
+    assert_same([row[:2] for row in expected], c_sequence(mp, values, RESETS), "C")
+    assert style_problems(generate(mp, "model")["model.c"]) == []
+
+
+def test_lstm_op_refuses_a_basic_state_that_is_not_a_variable():
+    data, _, _ = basic_model(variables=False)
+    assert_refused(data, "not a variable tensor")
+
+
+def test_lstm_op_refuses_the_basic_kernel_in_full_form_and_sequences():
     basic = lstm_model(STEP.but(extra={"kernel_type": "BASIC"})).data
-    assert_refused(basic, "kernel type BASIC")
+    assert_refused(basic, "takes 5 and writes 4", ModelError)
     b = ModelBuilder("int8")
     ids = [-1] * 24
     ids[0] = b.input("x", (1, 2, 3), "int8", 0.1, 0)

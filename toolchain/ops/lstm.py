@@ -64,6 +64,7 @@ from toolchain.ops.emit import (
     c_comment,
     c_float,
     c_offset,
+    c_pointer,
     c_sum,
     render_macro,
     written_vars,
@@ -285,6 +286,23 @@ class LstmFloatParams:
 
 
 @dataclass(frozen=True)
+class LstmBasicParams:
+    """The LSTM op's BASIC kernel in float32 (LiteRT's LstmCell): the input and the previous
+    activation concatenated (`concat`, [batch, n_input + depth]), one fully connected layer to
+    the four gates' pre-activations (`gates`, [batch, 4 * depth]: input, new input, forget,
+    output), state = sigmoid(i) * tanh(g) + sigmoid(f) * previous state, activation =
+    sigmoid(o) * tanh(state). Inputs 1 and 4 (the previous activation and state) are variables
+    the kernel then overwrites, as LiteRT copies its outputs back into them."""
+
+    batch: int
+    n_input: int
+    depth: int
+
+
+BASIC_INPUTS = ("input", "previous activation", "weights", "bias", "previous state")
+
+
+@dataclass(frozen=True)
 class LstmHybridParams(LstmFloatParams):
     """float32 activations with int8 weights (LiteRT's EvalHybrid): the float cell, each matrix
     product taken over int8 rows quantized from the float input, output state and (before a
@@ -359,13 +377,44 @@ def prepare_lstm_step(graph: Graph, op: Operator) -> LstmIntegerParams | LstmFlo
     """The LSTM op (LiteRT's lstm.cc): its FULL kernel is the unidirectional op's cell over one
     time step of [batch, n_input] per invoke, with the same inputs."""
     kernel = op.options.get("kernel_type", "FULL")
+    if kernel == "BASIC":
+        return _prepare_basic(graph, op)
     if kernel != "FULL":
-        raise UnsupportedOpError(f"kernel type {kernel} (arenac runs the FULL kernel)")
+        raise UnsupportedOpError(f"kernel type {kernel} (arenac runs FULL and BASIC)")
     x = required_input(graph, op, INPUT, "input")
     if len(op.intermediates) == 12 and x.dtype == "int8":
         raise UnsupportedOpError("12 intermediate tensors: LiteRT's 8x8_8 integer kernel (arenac "
                                  "runs the 8x8_16 one, with 5)")
     return prepare_lstm(graph, op, CellWiring(one_step=True))
+
+
+def _prepare_basic(graph: Graph, op: Operator) -> LstmBasicParams:
+    """LiteRT's basic::Prepare, and the float32 types its Eval runs (uint8 is its quantized
+    LstmCell, which arenac does not run)."""
+    if len(op.inputs) != 5 or len(op.outputs) != 4:
+        raise ModelError(f"{len(op.inputs)} inputs and {len(op.outputs)} outputs (LiteRT's "
+                         "BASIC kernel takes 5 and writes 4)")
+    x, h, w, bias, c = (required_input(graph, op, k, what)
+                        for k, what in enumerate(BASIC_INPUTS))
+    if len(x.shape) != 2 or len(h.shape) != 2 or h.shape[0] != x.shape[0]:
+        raise ModelError(f"input {list(x.shape)} and previous activation {list(h.shape)} "
+                         "(LiteRT needs [batch, n] and [batch, depth])")
+    batch, n_input, depth = x.shape[0], x.shape[1], h.shape[1]
+    for t, expected, what in ((w, (4 * depth, n_input + depth), "weights"),
+                              (bias, (4 * depth,), "bias"), (c, (batch, depth), "previous state")):
+        if tuple(t.shape) != expected:
+            raise ModelError(f"the {what} have shape {list(t.shape)}, not {list(expected)}")
+    for t, what in ((h, "previous activation"), (c, "previous state")):
+        if not t.is_variable:
+            raise UnsupportedOpError(f"the {what} is not a variable tensor (arenac keeps the "
+                                     "state LiteRT makes persistent in variables)")
+    if op.inputs[1] == op.inputs[4]:
+        raise UnsupportedOpError("the previous activation and state are one tensor")
+    # the activation, the state, the concatenation and the gates' pre-activations
+    expected = ((batch, depth), (batch, depth), (batch, n_input + depth), (batch, 4 * depth))
+    for k, shape in enumerate(expected):
+        _require_output(graph, op, k, shape)
+    return LstmBasicParams(batch, n_input, depth)
 
 
 def prepare_bidirectional_lstm(graph: Graph, op: Operator) -> BidirectionalLstmParams:
@@ -836,6 +885,8 @@ def scratch_buffers(p: LstmIntegerParams | LstmFloatParams) -> tuple[ScratchBuff
 
 
 def lstm_scratch(p: LstmIntegerParams | LstmFloatParams) -> tuple[MemoryRequest, ...]:
+    if isinstance(p, LstmBasicParams):
+        return ()  # its temporaries are outputs
     return tuple(b.request for b in scratch_buffers(p))
 
 
@@ -1372,7 +1423,58 @@ def lstm_hybrid_values(ctx: OpContext, helpers: str = "") -> dict:
     }
 
 
+def lstm_basic_values(ctx: OpContext) -> dict:
+    p: LstmBasicParams = ctx.params
+    x, h, w, bias, c = ctx.inputs
+    total = p.n_input + p.depth
+    batch = ConstantLoop("b", p.batch)
+    units, gates = ConstantLoop("u", p.depth), ConstantLoop("u", 4 * p.depth)
+    at = c_sum([(batch, p.depth), (units, 1)])
+    row, row_decl = c_pointer("row", "float", "concat", [(batch, total)])
+    g, g_decl = c_pointer("g", "float", "gates", [(batch, 4 * p.depth)])
+
+    def sigmoid(value: str) -> str:
+        return _float_activation("SIGMOID", value)
+
+    def gate(k: int) -> str:
+        """Gate k's pre-activation for unit u (input, new input, forget, output)."""
+        return f"{g}[{c_sum([(units, 1)], k * p.depth)}]"
+
+    comment = (f"LSTM '{ctx.outputs[0].name}' (BASIC kernel, float32): {p.batch} batch "
+               f"row{'s' if p.batch > 1 else ''}, {p.n_input} inputs, {p.depth} units, one step "
+               "per invoke. The input and the previous activation are concatenated, one fully "
+               "connected layer gives the input, new input, forget and output gates' "
+               "pre-activations, then state = sigmoid(i) * tanh(g) + sigmoid(f) * previous "
+               "state and activation = sigmoid(o) * tanh(state), copied back into the state "
+               "variables as LiteRT does (its matrix product and activations may round "
+               "differently).")
+    return {
+        "fn": ctx.fn, "comment": c_comment(comment), "x": x.ptr, "h": h.ptr, "w": w.ptr,
+        "bias": bias.ptr, "c": c.ptr,
+        "outputs": [o.ptr for o in ctx.outputs], "batch": batch, "gates_loop": gates,
+        "units": units,
+        "counters": ", ".join(filter(None, [written_vars([batch, gates, units]) or "u", "k"])),
+        "row_pointers": row_decl + g_decl,
+        "concat_x": f"memcpy({row}, {c_offset('x', [(batch, p.n_input)])}, "
+                    f"{p.n_input} * sizeof(float));",
+        "concat_h": f"memcpy({c_offset(row, [], p.n_input)}, "
+                    f"{c_offset('h', [(batch, p.depth)])}, {p.depth} * sizeof(float));",
+        "row": row, "total": total,
+        "gate_store": f"{g}[{gates.index}] = sum + bias[{gates.index}];",
+        "weights_row": c_offset("w", [(gates, total)]),
+        "cell": [
+            f"const float input_gate = {sigmoid(gate(0))};",
+            f"const float forget_gate = {sigmoid(gate(2))};",
+            f"const float output_gate = {sigmoid(gate(3))};",
+            f"state[{at}] = input_gate * tanhf({gate(1)}) + forget_gate * c[{at}];",
+            f"activation[{at}] = output_gate * tanhf(state[{at}]);"],
+        "bytes": f"{p.batch * p.depth} * sizeof(float)",
+    }
+
+
 def emit_lstm(ctx: OpContext) -> Kernel:
+    if isinstance(ctx.params, LstmBasicParams):
+        return Kernel(render_macro(TEMPLATE, "lstm_basic", lstm_basic_values(ctx)))
     if isinstance(ctx.params, LstmHybridParams):
         return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_hybrid_values(ctx)))
     if isinstance(ctx.params, LstmFloatParams):
@@ -1433,7 +1535,9 @@ UNIDIRECTIONAL_KERNELS = kernels(
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("UNIDIRECTIONAL_SEQUENCE_LSTM", UNIDIRECTIONAL_KERNELS, prepare_lstm, emit_lstm,
            scratch=lstm_scratch),
-    OpSpec("LSTM", UNIDIRECTIONAL_KERNELS, prepare_lstm_step, emit_lstm, scratch=lstm_scratch),
+    OpSpec("LSTM", (*UNIDIRECTIONAL_KERNELS, *kernels(
+        "float32, float32, float32, float32, float32 -> float32, float32, float32, float32")),
+           prepare_lstm_step, emit_lstm, scratch=lstm_scratch),
     OpSpec("BIDIRECTIONAL_SEQUENCE_LSTM",
            kernels(f"{BIDIRECTIONAL_FORM} -> T", f"{BIDIRECTIONAL_FORM} -> T, T",
                    f"{BIDIRECTIONAL_HYBRID_FORM} -> float32",
