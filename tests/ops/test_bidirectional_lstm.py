@@ -220,6 +220,17 @@ def test_the_backward_cell_walks_the_sequence_from_its_end():
         assert np.array_equal(bw[:, 1:], bw_changed[:, 1:])
 
 
+def test_c_is_clean_under_sanitizers():
+    for cfg in (CASES["auxiliary input with weights"],
+                HYBRID_CASES["hybrid, asymmetric, auxiliary weights, peephole, projection"]):
+        built = bidi_model(cfg)
+        mp = planned(built)
+        values = input_sets(cfg, 3)
+        expected = oracle_sequence(built.data, values, RESETS[:3])
+        assert_same([row[:2] for row in expected],
+                    c_sequence(mp, values, RESETS[:3], sanitize=True), "C")
+
+
 def test_the_cells_share_one_set_of_gate_buffers():
     cfg = Bidi(cifg=(True, False), projection=(True, True), output=4)
     mp = planned(bidi_model(cfg))
