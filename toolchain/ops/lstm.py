@@ -1,11 +1,14 @@
-"""Params for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM and BIDIRECTIONAL_SEQUENCE_LSTM.
+"""Params for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM
+and LSTM.
 
 A cell's code is written once: `CellLayout` says where its tensors sit among its op's inputs
-and `CellWiring` which input it reads and where its output goes; the bidirectional op is two
-such cells (LiteRT's float EvalFloat twice, the backward one walking time from the end).
+and `CellWiring` which input it reads and where its output goes. The bidirectional op is two
+such cells (LiteRT's EvalFloat or EvalHybrid twice, the backward one walking time from the
+end); the LSTM op's FULL kernel is one cell over one time step per invoke, and its BASIC
+kernel (float32 only) a cell of its own (LstmBasicParams).
 
 Follows LiteRT's reference kernel (tflite/kernels/unidirectional_sequence_lstm.cc, lstm_eval.cc
-and the portable tensor_utils), in two forms:
+and the portable tensor_utils), in three forms:
 - int8 activations and weights with an int16 cell state (LiteRT's "8x8_16" integer path). Every
   gate's pre-activation is an int16 in Q3.12 (with layer norm, at the scale of the op's
   intermediate tensor for that gate): the input and the recurrent matrix products are each
@@ -17,6 +20,8 @@ and the portable tensor_utils), in two forms:
   LiteRT, the oracle, and the two disagree on the same model.
 - float32, with the fused activation on the cell gate and on the cell (LiteRT's integer path
   uses tanh there whatever the option says, and so does arenac's).
+- hybrid: float32 activations with int8 weights (LstmHybridParams), the float cell whose
+  matrix products take int8 rows quantized at every step as toolchain/ops/hybrid.py describes.
 
 The output state and the cell state are variable tensors: they persist in the state block
 across invokes and the kernels read and write them in place (an int8 output state starts at its
@@ -26,7 +31,8 @@ What LiteRT's kernel does that arenac does not reproduce is refused here: a cell
 whose tanh LiteRT skips (it then reads a stale scratch buffer), peephole weights walked past the
 cell state (a projection to more outputs than cells), models on which LiteRT's prepare silently
 leaves its multipliers at zero (a missing quantization), sums that would overflow LiteRT's int32
-arithmetic, diagonal recurrent weights and the hybrid kernel.
+arithmetic, diagonal recurrent weights, uint8 weights and int16 activations (which LiteRT's
+prepare refuses; TFLite Micro runs them with another algorithm).
 
 C emission.
 
