@@ -284,6 +284,15 @@ def test_refuses_auxiliary_weights_without_the_auxiliary_input():
     assert_refused(bidi_model(Bidi(aux="weights"), drop=(39,)).data, "input 39", ModelError)
 
 
+def test_refuses_an_auxiliary_input_of_another_length():
+    graph = parse_model(bidi_model(Bidi(aux="backward input")).data, "<built model>").main
+    aux = graph.operators[0].inputs[39]
+    graph = replace(graph, tensors=tuple(replace(t, shape=(1, 4, 4)) if t.index == aux else t
+                                         for t in graph.tensors))
+    with pytest.raises(ModelError, match="auxiliary input has shape"):
+        prepare_graph(graph)
+
+
 def test_refuses_float_activation_none():
     assert_refused(bidi_model(Bidi(activation="NONE")).data, "NONE")
 

@@ -449,6 +449,16 @@ def test_hybrid_lstm_refuses_per_channel_weights():
         prepare_graph(graph)
 
 
+def test_asymmetric_hybrid_lstm_refuses_weights_computed_at_run_time():
+    """The row sums are taken at prepare: the weights must be constants."""
+    graph = parse_model(lstm_model(HYBRID.but(extra=ASYMMETRIC)).data, "<built model>").main
+    weights = graph.operators[0].inputs[6]
+    graph = replace(graph, tensors=tuple(replace(t, data=None) if t.index == weights else t
+                                         for t in graph.tensors))
+    with pytest.raises(UnsupportedOpError, match="not a constant"):
+        prepare_graph(graph)
+
+
 # -- the LSTM op ------------------------------------------------------------------------------
 # Its FULL kernel is the same cell over one time step of [batch, n_input] per invoke: the state
 # carries the sequence from invoke to invoke.

@@ -463,8 +463,6 @@ def prepare_bidirectional_lstm(graph: Graph, op: Operator) -> BidirectionalLstmP
                 _check_aux_weights(graph, op, o, layout, aux.shape[2])
         except (ModelError, UnsupportedOpError) as e:
             raise type(e)(f"the {direction} cell: {e.message}") from None
-        if o.norm:
-            raise ModelError("layer norm coefficients (the bidirectional op has none)")
         cells.append((o, wiring))
     (fw, fw_wiring), (bw, bw_wiring) = cells
     if (fw.shape.n_cell, fw.shape.n_output) != (bw.shape.n_cell, bw.shape.n_output):
