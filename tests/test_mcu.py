@@ -25,6 +25,7 @@ from toolchain.errors import RuntimeBackendError
 from toolchain.examples import EXAMPLES
 from toolchain.firmware import FLASH, INPUT_FILE, RAM, mcu_sources
 from toolchain.footprint import footprint, footprint_table, kernel_table
+from toolchain.ops.spec import LITERT_REF
 from toolchain.plan import ModelPlan, plan_model
 from toolchain.reader import parse_model, read_model
 
@@ -264,3 +265,21 @@ def test_a_recurrent_model_keeps_its_state_across_invokes(state):
         for w, h in zip(want, have):
             np.testing.assert_array_equal(h, w)
     assert not np.array_equal(actual[0][1], actual[4][1])  # the state moved
+
+
+@needs_mcu
+def test_a_hybrid_svdf_keeps_its_state_bit_for_bit():
+    """Hybrid SVDF (int8 weights, float input and state) on the Cortex-M4: the input rows
+    quantized in the firmware's single-precision float, five invokes bit-exact with LiteRT."""
+    from tests.ops.test_svdf import float_svdf_model, oracle_sequence
+
+    model = float_svdf_model(hybrid=True, asymmetric=True, batches=2, input_size=21, filters=9,
+                             memory=7, rank=3)
+    mp = plan_model(parse_model(model, "svdf.tflite"), "greedy")
+    input_sets = [random_inputs(mp.graph, seed) for seed in range(5)]
+    expected = oracle_sequence(model, input_sets, LITERT_REF, len(mp.graph.outputs))
+    with QemuBackend(mp) as backend:
+        actual = backend.invoke_many(input_sets)
+    for want, have in zip(expected, actual, strict=True):
+        for w, h in zip(want, have, strict=True):
+            assert w.tobytes() == h.tobytes()

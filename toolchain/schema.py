@@ -44,6 +44,7 @@ OPTION_ENUMS: dict[str, dict[int, str]] = {
     "fusedActivationFunction": enum_names(fb.ActivationFunctionType),
     "weightsFormat": enum_names(fb.FullyConnectedOptionsWeightsFormat),
     "mode": enum_names(fb.MirrorPadMode),
+    "kernelType": enum_names(fb.LSTMKernelType),
 }
 
 

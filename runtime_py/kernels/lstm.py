@@ -1,4 +1,5 @@
-"""numpy kernels for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM.
+"""numpy kernels for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM and
+BIDIRECTIONAL_SEQUENCE_LSTM (one cell's sequence, run once per cell).
 
 The output state and the cell state arrive among the inputs as views of the interpreter's state
 block; the kernel updates them in place, so they carry over to the next invoke.
@@ -15,34 +16,32 @@ import numpy as np
 
 from runtime_py.gemmlowp import inv_sqrt_quantized_multiplier_exp
 from runtime_py.gemmlowp import saturating_rounding_doubling_high_mul_int16 as mul16
+from runtime_py.hybrid import quantize_asymmetric, quantize_symmetric
 from toolchain.fixedpoint import multiply_by_quantized_multiplier as mbqm
 from toolchain.fixedpoint import rounding_divide_by_pot, wrap_int32
 from toolchain.ops.lstm import (
-    CELL_STATE,
     EXP_BARREL_SHIFTER16,
     EXP_MINUS_ONE_EIGHTH16,
     FORTY_EIGHT_OVER_SEVENTEEN16,
-    GATE_BIASES,
     GATE_INTEGER_BITS,
     GATES,
-    INPUT,
-    INPUT_WEIGHTS,
-    LAYER_NORM_COEFFICIENTS,
     MINUS_THIRTY_TWO_OVER_SEVENTEEN16,
     ONE_EIGHTH16,
     ONE_Q2,
     ONE_THIRD16,
-    OUTPUT_STATE,
     PEEPHOLE_WEIGHTS,
-    PROJECTION_BIAS,
-    PROJECTION_WEIGHTS,
-    RECURRENT_WEIGHTS,
+    BidirectionalLstmParams,
+    CellLayout,
+    CellWiring,
+    LstmBasicParams,
     LstmFloatParams,
+    LstmHybridParams,
     LstmIntegerParams,
     LstmShape,
 )
 
 INT16_MIN, INT16_MAX = -(2**15), 2**15 - 1
+PEEPHOLE_GATES = tuple(PEEPHOLE_WEIGHTS)
 
 
 # -- gemmlowp's int16 fixed point ------------------------------------------------------------
@@ -191,47 +190,57 @@ def _integer_step(p: LstmIntegerParams, ops: dict, x, h, c) -> np.ndarray:
     return out
 
 
-def _sequence(shape: LstmShape, step, inputs, outputs, state_dtype) -> None:
-    """Runs `step(x, h, c)` as LiteRT's loops do and writes the states back in place."""
-    x = inputs[INPUT]
-    h_view, c_view = inputs[OUTPUT_STATE], inputs[CELL_STATE]
+def _sequence(shape: LstmShape, wiring: CellWiring, step, inputs, outputs, state_dtype) -> None:
+    """Runs `step(x, a, h, c)` (a: the auxiliary input's rows, or None) as LiteRT's loops do,
+    writes the cell's columns of its output and the states back in place."""
+    lead = (shape.time, shape.batch) if shape.time_major else (shape.batch, shape.time)
+    x = inputs[wiring.input].reshape(*lead, shape.n_input).astype(state_dtype)
+    aux = None if wiring.aux_input is None else \
+        inputs[wiring.aux_input].reshape(*lead, wiring.n_aux).astype(state_dtype)
+    h_view, c_view = inputs[wiring.layout.output_state], inputs[wiring.layout.cell_state]
     h = h_view.reshape(shape.batch, shape.n_output).astype(state_dtype)
     c = c_view.reshape(shape.batch, shape.n_cell).astype(state_dtype)
-    y = np.zeros(outputs[0].shape, state_dtype)
+    y = np.zeros((*lead, shape.n_output), state_dtype)
+    times = range(shape.time - 1, -1, -1) if wiring.reverse else range(shape.time)
     if shape.time_major:
-        for t in range(shape.time):
-            h = step(x[t].astype(state_dtype), h, c)
+        for t in times:
+            h = step(x[t], None if aux is None else aux[t], h, c)
             y[t] = h
     else:
         for b in range(shape.batch):
             hb, cb = h[b:b + 1], c[b:b + 1]
-            for t in range(shape.time):
-                hb = step(x[b, t:t + 1].astype(state_dtype), hb, cb)
+            for t in times:
+                hb = step(x[b, t:t + 1], None if aux is None else aux[b, t:t + 1], hb, cb)
                 y[b, t] = hb[0]
             h[b] = hb[0]
             c[b] = cb[0]
     h_view[...] = h.reshape(h_view.shape)
     c_view[...] = c.reshape(c_view.shape)
-    outputs[0][...] = y
+    out = outputs[wiring.output]
+    width = wiring.output_width or shape.n_output
+    columns = out.reshape(*lead, width)[..., wiring.output_offset:
+                                        wiring.output_offset + shape.n_output]
+    columns[...] = y
 
 
-def _gate_operands(inputs) -> dict:
+def _gate_operands(inputs, layout: CellLayout) -> dict:
     def at(position: int):
         return inputs[position] if position < len(inputs) else None
 
     return {
-        "w_in": [at(i) for i in INPUT_WEIGHTS],
-        "w_rec": [at(i) for i in RECURRENT_WEIGHTS],
-        "bias": [at(i) for i in GATE_BIASES],
-        "norm": [at(i) for i in LAYER_NORM_COEFFICIENTS],
-        "peephole": {g: at(i) for g, i in PEEPHOLE_WEIGHTS.items()},
-        "projection": at(PROJECTION_WEIGHTS),
-        "projection_bias": at(PROJECTION_BIAS),
+        "w_in": [at(i) for i in layout.input_weights],
+        "w_aux": [at(i) for i in layout.aux_weights],
+        "w_rec": [at(i) for i in layout.recurrent_weights],
+        "bias": [at(i) for i in layout.biases],
+        "norm": [at(i) for i in layout.layer_norm] or [None] * len(GATES),
+        "peephole": {g: at(i) for g, i in layout.peephole_of.items()},
+        "projection": at(layout.projection),
+        "projection_bias": at(layout.projection_bias),
     }
 
 
-def _integer_operands(inputs) -> dict:
-    ops = _gate_operands(inputs)
+def _integer_operands(inputs, layout: CellLayout) -> dict:
+    ops = _gate_operands(inputs, layout)
     for key in ("w_in", "w_rec", "bias", "norm"):
         ops[key] = [None if v is None else v.astype(np.int64) for v in ops[key]]
     if ops["projection"] is not None:
@@ -255,13 +264,17 @@ def _float_activation(x: np.ndarray, activation: str) -> np.ndarray:
     return np.clip(x, -one, one)  # RELU_N1_TO_1
 
 
-def _float_gate(p: LstmFloatParams, name: str, ops: dict, x, h, c, activation) -> np.ndarray:
+def _float_gate(p: LstmFloatParams, name: str, ops: dict, products, c,
+                activation) -> np.ndarray:
+    """One gate from `products(k)`: gate k's matrix products, [rows, n_cell] each, in LiteRT's
+    order."""
     k = GATES.index(name)
     bias = ops["bias"][k]
-    gate = np.zeros((x.shape[0], p.shape.n_cell), np.float32) if p.layer_norm else \
-        np.broadcast_to(bias, (x.shape[0], p.shape.n_cell)).astype(np.float32)
-    gate = gate + x @ ops["w_in"][k].T
-    gate = gate + h @ ops["w_rec"][k].T
+    terms = products(k)
+    gate = np.zeros(terms[0].shape, np.float32) if p.layer_norm else \
+        np.broadcast_to(bias, terms[0].shape).astype(np.float32)
+    for term in terms:
+        gate = (gate + term).astype(np.float32)
     if p.peephole and name != "cell":
         gate = gate + ops["peephole"][name] * c
     if p.layer_norm:
@@ -273,36 +286,140 @@ def _float_gate(p: LstmFloatParams, name: str, ops: dict, x, h, c, activation) -
     return _float_activation(gate.astype(np.float32), activation)
 
 
-def _float_step(p: LstmFloatParams, ops: dict, x, h, c) -> np.ndarray:
-    input_gate = None if p.cifg else _float_gate(p, "input", ops, x, h, c, "SIGMOID")
-    forget_gate = _float_gate(p, "forget", ops, x, h, c, "SIGMOID")
-    cell_gate = _float_gate(p, "cell", ops, x, h, c, p.activation)
+def _float_products(ops: dict, x, a, h):
+    def products(k: int) -> list[np.ndarray]:
+        aux = [] if a is None else [a @ ops["w_aux"][k].T]
+        return [x @ ops["w_in"][k].T, *aux, h @ ops["w_rec"][k].T]
+
+    return products
+
+
+def _float_projection(ops: dict, hidden: np.ndarray) -> np.ndarray:
+    out = hidden @ ops["projection"].T
+    return out if ops["projection_bias"] is None else out + ops["projection_bias"]
+
+
+def _quantized_rows(p: LstmHybridParams, rows: np.ndarray):
+    """The float rows as LiteRT's BatchQuantizeFloats leaves them: int8 values, scales and
+    zero points."""
+    quantize = quantize_asymmetric if p.asymmetric else quantize_symmetric
+    q = [quantize(row.astype(np.float32)) for row in rows]
+    return (np.stack([v for v, _, _ in q]), np.array([s for _, s, _ in q], np.float32),
+            np.array([z for _, _, z in q], np.int64))
+
+
+def _hybrid_product(rows, weights: np.ndarray, weight_scale: float, row_sums) -> np.ndarray:
+    """float(q . w - zero_point * row_sum) * (row scale * weight scale), per row and unit."""
+    q, scales, zero_points = rows
+    acc = q @ weights.astype(np.int64).T
+    if len(row_sums):
+        acc = acc - zero_points[:, None] * np.asarray(row_sums, np.int64)[None, :]
+    scale = (scales * np.float32(weight_scale)).astype(np.float32)
+    return (wrap_int32(acc).astype(np.float32) * scale[:, None]).astype(np.float32)
+
+
+def _hybrid_products(p: LstmHybridParams, ops: dict, x, a, h):
+    qx, qh = _quantized_rows(p, x), _quantized_rows(p, h)
+    qa = None if a is None else _quantized_rows(p, a)
+
+    def products(k: int) -> list[np.ndarray]:
+        aux = [] if qa is None else [_hybrid_product(
+            qa, ops["w_aux"][k], p.aux_scales[k], p.aux_row_sums[k] if p.asymmetric else ())]
+        return [_hybrid_product(qx, ops["w_in"][k], p.input_scales[k],
+                                p.input_row_sums[k] if p.asymmetric else ()), *aux,
+                _hybrid_product(qh, ops["w_rec"][k], p.recurrent_scales[k],
+                                p.recurrent_row_sums[k] if p.asymmetric else ())]
+
+    return products
+
+
+def _hybrid_projection(p: LstmHybridParams, ops: dict, hidden: np.ndarray) -> np.ndarray:
+    bias = ops["projection_bias"]
+    out = np.zeros((hidden.shape[0], p.shape.n_output), np.float32) if bias is None else \
+        np.broadcast_to(bias, (hidden.shape[0], p.shape.n_output)).astype(np.float32)
+    return out + _hybrid_product(_quantized_rows(p, hidden), ops["projection"],
+                                 p.projection_scale, p.projection_row_sums)
+
+
+def _float_step(p: LstmFloatParams, ops: dict, products, project, c) -> np.ndarray:
+    """One step of the float (or hybrid) cell from its gates' products and its projection."""
+    input_gate = None if p.cifg else _float_gate(p, "input", ops, products, c, "SIGMOID")
+    forget_gate = _float_gate(p, "forget", ops, products, c, "SIGMOID")
+    cell_gate = _float_gate(p, "cell", ops, products, c, p.activation)
     if p.cifg:
         input_gate = np.float32(1.0) - forget_gate
     c[...] = forget_gate * c + input_gate * cell_gate
     if p.cell_clip > 0:
         c[...] = np.clip(c, -np.float32(p.cell_clip), np.float32(p.cell_clip))
-    output_gate = _float_gate(p, "output", ops, x, h, c, "SIGMOID")
+    output_gate = _float_gate(p, "output", ops, products, c, "SIGMOID")
     out = output_gate * _float_activation(c, p.activation)
     if p.projection:
-        out = out @ ops["projection"].T
-        if p.projection_bias:
-            out = out + ops["projection_bias"]
+        out = project(out)
         if p.projection_clip > 0:
             out = np.clip(out, -np.float32(p.projection_clip), np.float32(p.projection_clip))
     return out.astype(np.float32)
 
 
 def unidirectional_sequence_lstm(p, inputs, outputs) -> None:
+    """One cell's sequence (any op's: p.wiring says where its tensors are)."""
+    layout = p.wiring.layout
     if isinstance(p, LstmIntegerParams):
-        ops = _integer_operands(inputs)
-        _sequence(p.shape, lambda x, h, c: _integer_step(p, ops, x, h, c), inputs, outputs,
-                  np.int64)
+        ops = _integer_operands(inputs, layout)
+        _sequence(p.shape, p.wiring, lambda x, a, h, c: _integer_step(p, ops, x, h, c), inputs,
+                  outputs, np.int64)
+    elif isinstance(p, LstmHybridParams):
+        ops = _gate_operands(inputs, layout)
+        ops["peephole"] = {g: np.asarray(w, np.float32)
+                           for g, w in zip(PEEPHOLE_GATES, p.peephole_weights, strict=True)}
+
+        def hybrid_step(x, a, h, c):
+            return _float_step(p, ops, _hybrid_products(p, ops, x, a, h),
+                               lambda hidden: _hybrid_projection(p, ops, hidden), c)
+
+        with np.errstate(all="ignore"):
+            _sequence(p.shape, p.wiring, hybrid_step, inputs, outputs, np.float32)
     else:
-        ops = _gate_operands(inputs)
+        ops = _gate_operands(inputs, layout)
+
+        def float_step(x, a, h, c):
+            return _float_step(p, ops, _float_products(ops, x, a, h),
+                               lambda hidden: _float_projection(ops, hidden), c)
+
         with np.errstate(all="ignore"):  # IEEE infinities and NaN, as in C
-            _sequence(p.shape, lambda x, h, c: _float_step(p, ops, x, h, c), inputs, outputs,
-                      np.float32)
+            _sequence(p.shape, p.wiring, float_step, inputs, outputs, np.float32)
 
 
-KERNELS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": unidirectional_sequence_lstm}
+def lstm_basic(p: LstmBasicParams, inputs, outputs) -> None:
+    """The LSTM op's BASIC kernel: concatenation, one fully connected layer, the four gates;
+    the new activation and state copied back into the state variables."""
+    x, h, weights, bias, c = inputs
+    activation, state, concat, gates = outputs
+    one = np.float32(1.0)
+    with np.errstate(all="ignore"):
+        concat[...] = np.concatenate([x, h.reshape(p.batch, p.depth)], axis=1)
+        gates[...] = (concat @ weights.T + bias).astype(np.float32)
+        i, g, f, o = (gates[:, k * p.depth:(k + 1) * p.depth] for k in range(4))
+        state[...] = (one / (one + np.exp(-i)) * np.tanh(g)
+                      + one / (one + np.exp(-f)) * c.reshape(p.batch, p.depth))
+        activation[...] = one / (one + np.exp(-o)) * np.tanh(state)
+    h[...] = activation.reshape(h.shape)
+    c[...] = state.reshape(c.shape)
+
+
+def lstm(p, inputs, outputs) -> None:
+    """The LSTM op: its BASIC kernel, or the unidirectional cell over one step (FULL)."""
+    if isinstance(p, LstmBasicParams):
+        lstm_basic(p, inputs, outputs)
+    else:
+        unidirectional_sequence_lstm(p, inputs, outputs)
+
+
+def bidirectional_sequence_lstm(p: BidirectionalLstmParams, inputs, outputs) -> None:
+    """The forward cell's sequence, then the backward cell's, as LiteRT runs them."""
+    for cell in (p.forward, p.backward):
+        unidirectional_sequence_lstm(cell, inputs, outputs)
+
+
+KERNELS = {"UNIDIRECTIONAL_SEQUENCE_LSTM": unidirectional_sequence_lstm,
+           "LSTM": lstm,
+           "BIDIRECTIONAL_SEQUENCE_LSTM": bidirectional_sequence_lstm}

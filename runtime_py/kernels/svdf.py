@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from runtime_py.hybrid import quantize_asymmetric, quantize_symmetric
 from toolchain.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
-from toolchain.ops.svdf import LANES, SvdfFloatParams, SvdfIntegerParams
+from toolchain.ops.svdf import LANES, SvdfFloatParams, SvdfHybridParams, SvdfIntegerParams
 from toolchain.quant import INT_RANGES
 
 
@@ -78,13 +79,33 @@ def _activation(values: np.ndarray, activation: str) -> np.ndarray:
     return values.astype(np.float32)
 
 
+def _hybrid_features(p: SvdfHybridParams, x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """EvalHybridSVDF's feature sums: each row quantized, int32 sums rescaled by row scale *
+    weights_feature scale, less zero point * row sum when asymmetric."""
+    quantize = quantize_asymmetric if p.asymmetric else quantize_symmetric
+    sums = np.empty((p.shape.batches, p.shape.filters), np.float32)
+    for b in range(p.shape.batches):
+        q, scale, zero_point = quantize(x[b].astype(np.float32))
+        acc = weights.astype(np.int64) @ q
+        if p.asymmetric:
+            acc = acc - zero_point * np.asarray(p.row_sums, np.int64)
+        sums[b] = wrap_int32(acc).astype(np.float32) * np.float32(scale * np.float32(
+            p.feature_scale))
+    return sums
+
+
 def svdf_float(p: SvdfFloatParams, inputs, outputs) -> None:
+    """The float kernel, or the hybrid one (SvdfHybridParams: int8 weights)."""
     s = p.shape
     x, weights_feature, weights_time, bias, state = inputs
+    if isinstance(p, SvdfHybridParams):
+        weights_time = np.asarray(p.time_weights, np.float32).reshape(s.filters, s.memory)
     with np.errstate(all="ignore"):  # IEEE infinities and NaN, as in C
         flat = _slide(state)
         rows = flat.reshape(s.batches, s.filters, s.memory)
-        rows[:, :, -1] = lane_sum(weights_feature[None, :, :] * x[:, None, :])
+        rows[:, :, -1] = (_hybrid_features(p, x, weights_feature)
+                          if isinstance(p, SvdfHybridParams)
+                          else lane_sum(weights_feature[None, :, :] * x[:, None, :]))
         time = lane_sum(rows * weights_time[None, :, :])  # (batches, filters)
         total = lane_sum(time.reshape(s.batches, s.units, s.rank))
         if bias is not None:

@@ -66,13 +66,17 @@ class Lstm:
     cell_scale: float = 2.0**-12
     gate_scale: float = 2.0**-10  # the intermediates' scale with layer norm
     extra: dict = field(default_factory=dict)
+    # LSTM: the older op, one step of [batch, n_input] per invoke (`time` is then ignored)
+    opcode: str = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 
     @property
     def n_output(self) -> int:
         return self.output if self.projection and self.output else self.n_cell
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
+    def input_shape(self) -> tuple[int, ...]:
+        if self.opcode == "LSTM":
+            return self.batch, self.n_input
         if self.time_major:
             return self.time, self.batch, self.n_input
         return self.batch, self.time, self.n_input
@@ -93,8 +97,9 @@ class Built:
 
 
 def lstm_model(cfg: Lstm, inputs: int = 24) -> Built:
-    """An LSTM layer whose whole output sequence is the model's output."""
-    if cfg.dtype == "float32":
+    """An LSTM layer whose whole output sequence is the model's output. A `hybrid` dtype is
+    float32 activations with int8 weights (per tensor, symmetric)."""
+    if cfg.dtype in ("float32", "hybrid"):
         return _float_model(cfg, inputs)
     return _int8_model(cfg, inputs)
 
@@ -144,9 +149,9 @@ def _int8_model(cfg: Lstm, n_inputs: int) -> Built:
         else:
             intermediates.append(b.tensor(f"{gate}_intermediate", (0,), "float32"))
     intermediates.append(b.tensor("hidden_intermediate", (0,), "int8", hidden_scale, hidden_zp))
-    y_shape = (*cfg.input_shape[:2], o)
+    y_shape = (*cfg.input_shape[:-1], o)
     y = b.tensor("y", y_shape, "int8", state_scale, state_zp)
-    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids[:n_inputs], [y], _options(cfg))
+    b.op(cfg.opcode, ids[:n_inputs], [y], _options(cfg))
     b.intermediates(cfg.extra.get("intermediates", intermediates))
     b.output(y)
     return Built(b.build(), x, y, h, cs)
@@ -163,34 +168,41 @@ def _float_model(cfg: Lstm, n_inputs: int) -> Built:
     def normal(*shape: int, scale: float = 0.4) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
+    def weights(name: str, values: np.ndarray) -> int:
+        if cfg.dtype != "hybrid":
+            return b.const(name, values)
+        scale = float(np.abs(values).max()) / 127
+        return b.const(name, np.round(values / scale).astype(np.int8), scale, 0)
+
     for k, gate in enumerate(GATES):
         if cfg.cifg and gate == "input":
             continue
-        ids[1 + k] = b.const(f"{gate}_input_weights", normal(c, cfg.n_input))
-        ids[5 + k] = b.const(f"{gate}_recurrent_weights", normal(c, o))
+        ids[1 + k] = weights(f"{gate}_input_weights", normal(c, cfg.n_input))
+        ids[5 + k] = weights(f"{gate}_recurrent_weights", normal(c, o))
         ids[12 + k] = b.const(f"{gate}_bias", normal(c, scale=0.3))
         if cfg.layer_norm:
             ids[20 + k] = b.const(f"{gate}_norm", 1 + normal(c, scale=0.2))
     if cfg.peephole:
         for k, gate in ((9, "input"), (10, "forget"), (11, "output")):
             if not (cfg.cifg and gate == "input"):
-                ids[k] = b.const(f"{gate}_peephole", normal(c, scale=0.3))
+                ids[k] = weights(f"{gate}_peephole", normal(c, scale=0.3))
     if cfg.projection:
-        ids[16] = b.const("projection", normal(o, c))
+        ids[16] = weights("projection", normal(o, c))
         if cfg.projection_bias:
             ids[17] = b.const("projection_bias", normal(o, scale=0.1))
     h = b.variable("output_state", np.zeros((cfg.batch, o), "float32"))
     cs = b.variable("cell_state", np.zeros((cfg.batch, c), "float32"))
     ids[18], ids[19] = h, cs
-    y = b.tensor("y", (*cfg.input_shape[:2], o), "float32")
-    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids[:n_inputs], [y], _options(cfg))
+    y = b.tensor("y", (*cfg.input_shape[:-1], o), "float32")
+    b.op(cfg.opcode, ids[:n_inputs], [y], _options(cfg))
     b.output(y)
     return Built(b.build(), x, y, h, cs)
 
 
 def _options(cfg: Lstm) -> dict:
+    layout = {"kernel_type": "FULL"} if cfg.opcode == "LSTM" else {"time_major": cfg.time_major}
     return {"fused_activation_function": cfg.activation, "cell_clip": cfg.cell_clip,
-            "proj_clip": cfg.proj_clip, "time_major": cfg.time_major,
+            "proj_clip": cfg.proj_clip, **layout,
             **{k: v for k, v in cfg.extra.items() if k != "intermediates"}}
 
 
@@ -199,21 +211,28 @@ def _options(cfg: Lstm) -> dict:
 
 def input_sets(cfg: Lstm, count: int, seed: int = 1) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    if cfg.dtype == "float32":
+    if cfg.dtype in ("float32", "hybrid"):
         return [rng.standard_normal(cfg.input_shape).astype(np.float32) for _ in range(count)]
     return [rng.integers(-128, 128, cfg.input_shape).astype(np.int8) for _ in range(count)]
 
 
-def oracle_sequence(model: bytes, inputs: Sequence[np.ndarray], resets: Sequence[bool],
+def model_inputs(value) -> list[np.ndarray]:
+    """One invoke's inputs: an array for a model of one input, or a list of arrays."""
+    return list(value) if isinstance(value, list) else [value]
+
+
+def oracle_sequence(model: bytes, inputs: Sequence, resets: Sequence[bool],
                     states: Sequence[int] = ()) -> list[list[np.ndarray]]:
     """LiteRT's outputs (then the `states` tensors: variables, or any tensor LiteRT keeps)
-    invoke after invoke; its variables are reset before invoke k where resets[k]."""
+    invoke after invoke; its variables are reset before invoke k where resets[k]. Each of
+    `inputs` is one invoke's (model_inputs)."""
     oracle = LiteRTOracle(model, preserve_all_tensors=True)
     results = []
     for value, reset in zip(inputs, resets, strict=True):
         if reset:
             oracle.interpreter.reset_all_variables()
-        results.append([*oracle.invoke([value]), *(oracle.tensor(t) for t in states)])
+        results.append([*oracle.invoke(model_inputs(value)),
+                        *(oracle.tensor(t) for t in states)])
     return results
 
 
@@ -229,7 +248,7 @@ def runtime_sequence(mp, inputs, resets, states: Sequence[int] = ()) -> list[lis
     for value, reset in zip(inputs, resets, strict=True):
         if reset:
             runtime.reset()
-        outputs = runtime.invoke([value], observe)
+        outputs = runtime.invoke(model_inputs(value), observe)
         results.append([*outputs, *(written.get(t, runtime.views[t]).copy() for t in states)])
     return results
 
@@ -272,7 +291,8 @@ def c_sequence(mp, inputs, resets, sanitize: bool = False) -> list[list[np.ndarr
     with tempfile.TemporaryDirectory(prefix="arenac-lstm-") as directory:
         write_files(files, directory)
         binary = compile_files(directory, "model", SANITIZE_FLAGS if sanitize else ())
-        stdin = b"".join((b"r" if reset else b"c") + np.ascontiguousarray(value).tobytes()
+        stdin = b"".join((b"r" if reset else b"c")
+                         + b"".join(np.ascontiguousarray(v).tobytes() for v in model_inputs(value))
                          for value, reset in zip(inputs, resets, strict=True))
         result = subprocess.run([binary], input=stdin, capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode(errors="replace")
@@ -300,7 +320,8 @@ def assert_sequence_matches(cfg: Lstm, c: bool = True, sanitize: bool = False,
     values = input_sets(cfg, len(resets))
     states = (built.output_state, built.cell_state)
     expected = oracle_sequence(built.data, values, resets, states)
-    assert np.unique(expected[0][0]).size > 4, "(nearly) constant outputs"
+    outputs = np.concatenate([row[0].ravel() for row in expected])
+    assert np.unique(outputs).size > 4, "(nearly) constant outputs"
     assert_same(expected, runtime_sequence(mp, values, resets, states), "runtime_py")
     if c:
         outputs = [row[:1] for row in expected]
@@ -375,6 +396,172 @@ FLOAT_CASES = {
 @pytest.mark.parametrize("cfg", FLOAT_CASES.values(), ids=FLOAT_CASES.keys())
 def test_float_lstm_carries_its_state_within_tolerance(cfg):
     assert_sequence_matches(cfg)
+
+
+# -- hybrid LSTM -------------------------------------------------------------------------------
+# float32 activations, int8 weights: LiteRT's EvalHybrid, within the float tolerance.
+
+HYBRID = Lstm(dtype="hybrid")
+ASYMMETRIC = {"asymmetric_quantize_inputs": True}
+HYBRID_CASES = {
+    "symmetric": HYBRID,
+    "asymmetric, batch 2": HYBRID.but(batch=2, extra=ASYMMETRIC),
+    "time-major, CIFG, peephole, batch 3": HYBRID.but(batch=3, time_major=True, cifg=True,
+                                                      peephole=True),
+    "asymmetric, 16 inputs, 9 cells (8-value rounding blocks)": HYBRID.but(
+        n_input=16, n_cell=9, extra=ASYMMETRIC, cell_clip=1.2),
+    "peephole, projection, layer norm, clips, asymmetric, time-major": HYBRID.but(
+        batch=2, time_major=True, peephole=True, projection=True, output=3, layer_norm=True,
+        proj_clip=0.3, cell_clip=0.8, extra=ASYMMETRIC),
+    "projection without bias, RELU6": HYBRID.but(projection=True, output=7,
+                                                 projection_bias=False, activation="RELU6"),
+    "the LSTM op, asymmetric, batch 2": HYBRID.but(opcode="LSTM", batch=2, extra=ASYMMETRIC),
+}
+
+
+@pytest.mark.parametrize("cfg", HYBRID_CASES.values(), ids=HYBRID_CASES.keys())
+def test_hybrid_lstm_carries_its_state_within_tolerance(cfg):
+    assert_sequence_matches(cfg)
+
+
+def test_hybrid_lstm_plans_its_quantized_rows_as_scratch():
+    cfg = HYBRID_CASES["peephole, projection, layer norm, clips, asymmetric, time-major"]
+    mp = plan_model(parse_model(lstm_model(cfg).data, "<built model>"), "greedy")
+    purposes = [request.purpose for request, _ in mp.scratch_offsets()]
+    assert purposes[-7:] == ["the quantized input", "the input rows' scales",
+                             "the input rows' zero points", "the quantized output state",
+                             "the output state rows' scales",
+                             "the output state rows' zero points",
+                             "the quantized hidden values"]
+    c = generate(mp, "model")["model.c"]
+    assert style_problems(c) == []
+    assert "static void model_op0_quantize_6(" in c and "_row_sums[" in c
+
+
+def test_hybrid_lstm_refuses_per_channel_weights():
+    graph = parse_model(lstm_model(HYBRID).data, "<built model>").main
+    weights = graph.operators[0].inputs[2]
+    quant = graph.tensors[weights].quantization
+    per_channel = replace(quant, scale=(*quant.scale,) * 5, zero_point=(0,) * 5)
+    graph = replace(graph, tensors=tuple(replace(t, quantization=per_channel)
+                                         if t.index == weights else t for t in graph.tensors))
+    with pytest.raises(UnsupportedOpError, match="per channel"):
+        prepare_graph(graph)
+
+
+def test_asymmetric_hybrid_lstm_refuses_weights_computed_at_run_time():
+    """The row sums are taken at prepare: the weights must be constants."""
+    graph = parse_model(lstm_model(HYBRID.but(extra=ASYMMETRIC)).data, "<built model>").main
+    weights = graph.operators[0].inputs[6]
+    graph = replace(graph, tensors=tuple(replace(t, data=None) if t.index == weights else t
+                                         for t in graph.tensors))
+    with pytest.raises(UnsupportedOpError, match="not a constant"):
+        prepare_graph(graph)
+
+
+# -- the LSTM op ------------------------------------------------------------------------------
+# Its FULL kernel is the same cell over one time step of [batch, n_input] per invoke: the state
+# carries the sequence from invoke to invoke.
+
+STEP = BASE.but(opcode="LSTM")
+STEP_CASES = {
+    "int8, batch 2": STEP.but(batch=2),
+    "int8, one row, cell clip": STEP.but(cell_clip=0.7, bias_magnitude=9000),
+    "int8, CIFG, peephole, batch 3": STEP.but(batch=3, cifg=True, peephole=True),
+    "int8, layer norm, peephole, projection": STEP.but(
+        batch=2, n_cell=8, layer_norm=True, peephole=True, projection=True, output=5,
+        state_quant=(0.03, 2), proj_clip=0.8),
+    "float32, batch 2": STEP.but(dtype="float32", batch=2),
+    "float32, CIFG, layer norm, projection, clips": STEP.but(
+        dtype="float32", batch=3, cifg=True, layer_norm=True, projection=True, output=4,
+        cell_clip=0.9, proj_clip=0.5, activation="RELU6"),
+}
+
+
+@pytest.mark.parametrize("cfg", STEP_CASES.values(), ids=STEP_CASES.keys())
+def test_lstm_op_carries_its_state_across_invokes(cfg):
+    assert_sequence_matches(cfg)
+
+
+def test_lstm_op_with_twenty_inputs_matches_litert():
+    cfg = STEP.but(batch=2, n_cell=6)
+    built = lstm_model(cfg, inputs=20)
+    mp = plan_model(parse_model(built.data, "<built model>"), "greedy")
+    values = input_sets(cfg, len(RESETS))
+    expected = oracle_sequence(built.data, values, RESETS, (built.output_state, built.cell_state))
+    assert_same(expected, runtime_sequence(mp, values, RESETS,
+                                           (built.output_state, built.cell_state)), "runtime_py")
+    assert_same([row[:1] for row in expected], c_sequence(mp, values, RESETS), "C")
+
+
+def basic_model(batch: int = 2, n_input: int = 3, depth: int = 4, seed: int = 0,
+                variables: bool = True) -> tuple[bytes, int, int]:
+    """The LSTM op's BASIC kernel (float32) with its activation and state as outputs; the
+    model, and the previous activation's and state's tensors."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder("float32")
+    x = b.input("x", (batch, n_input), "float32")
+    state = b.variable if variables else b.input
+    h = state("previous_activation", np.zeros((batch, depth), "float32")) if variables else \
+        b.input("previous_activation", (batch, depth), "float32")
+    w = b.const("weights", (rng.standard_normal((4 * depth, n_input + depth)) * 0.5)
+                .astype(np.float32))
+    bias = b.const("bias", (rng.standard_normal(4 * depth) * 0.3).astype(np.float32))
+    c = state("previous_state", np.zeros((batch, depth), "float32")) if variables else \
+        b.input("previous_state", (batch, depth), "float32")
+    outputs = [b.tensor("activation", (batch, depth), "float32"),
+               b.tensor("state", (batch, depth), "float32"),
+               b.tensor("concat", (batch, n_input + depth), "float32"),
+               b.tensor("gates", (batch, 4 * depth), "float32")]
+    b.op("LSTM", [x, h, w, bias, c], outputs,
+         {"kernel_type": "BASIC", "fused_activation_function": "TANH"}, version=2)
+    b.output(outputs[0])
+    b.output(outputs[1])
+    return b.build(), h, c
+
+
+@pytest.mark.parametrize("batch, n_input, depth", [(2, 3, 4), (1, 7, 5), (3, 1, 1)])
+def test_lstm_op_basic_kernel_carries_its_state_within_tolerance(batch, n_input, depth):
+    data, h, c = basic_model(batch, n_input, depth)
+    mp = plan_model(parse_model(data, "<built model>"), "greedy")
+    rng = np.random.default_rng(5)
+    values = [rng.standard_normal((batch, n_input)).astype(np.float32) for _ in RESETS]
+    expected = oracle_sequence(data, values, RESETS, (h, c))
+    assert np.unique(np.concatenate([row[0].ravel() for row in expected])).size > 4
+    assert_same(expected, runtime_sequence(mp, values, RESETS, (h, c)), "runtime_py")
+    assert_same([row[:2] for row in expected], c_sequence(mp, values, RESETS), "C")
+    assert style_problems(generate(mp, "model")["model.c"]) == []
+
+
+def test_lstm_op_refuses_a_basic_state_that_is_not_a_variable():
+    data, _, _ = basic_model(variables=False)
+    assert_refused(data, "not a variable tensor")
+
+
+def test_lstm_op_refuses_the_basic_kernel_in_full_form_and_sequences():
+    basic = lstm_model(STEP.but(extra={"kernel_type": "BASIC"})).data
+    assert_refused(basic, "takes 5 and writes 4", ModelError)
+    b = ModelBuilder("int8")
+    ids = [-1] * 24
+    ids[0] = b.input("x", (1, 2, 3), "int8", 0.1, 0)
+    for k in range(1, 5):
+        ids[k] = b.const(f"w{k}", np.ones((2, 3), np.int8), 0.1, 0)
+        ids[k + 4] = b.const(f"r{k}", np.ones((2, 2), np.int8), 0.1, 0)
+        ids[k + 11] = b.const(f"b{k}", np.zeros(2, np.int32), 0.01, 0)
+    ids[18] = b.variable("h", np.zeros((1, 2), "int8"), 0.01, 0)
+    ids[19] = b.variable("c", np.zeros((1, 2), "int16"), 2.0**-12, 0)
+    y = b.tensor("y", (1, 2, 2), "int8", 0.01, 0)
+    b.op("LSTM", ids, [y], {"kernel_type": "FULL"})
+    b.intermediates([b.tensor(f"i{k}", (0,), "int8", 0.01, 0) for k in range(5)])
+    b.output(y)
+    assert_refused(b.build(), "rank 3")
+
+
+def test_lstm_op_refuses_the_8x8_8_integer_kernel():
+    graph = parse_model(lstm_model(STEP.but(batch=2)).data, "<built model>").main
+    op12 = replace(graph.operators[0], intermediates=tuple(range(12)))
+    with pytest.raises(UnsupportedOpError, match="8x8_8"):
+        prepare_graph(replace(graph, operators=(op12,)))
 
 
 # -- the state ----------------------------------------------------------------------------------
@@ -526,20 +713,46 @@ def test_refuses_diagonal_recurrent_weights():
     assert_refused(lstm_model(cfg).data, "diagonal")
 
 
-def test_refuses_hybrid_weights():
-    """float32 input with int8 weights is LiteRT's hybrid kernel: no kernel here."""
+def int16x8_model() -> bytes:
+    """int16 activations and cell state, int8 weights, int64 biases: TFLite Micro's int16x8
+    LSTM, which LiteRT's reference kernel refuses at prepare."""
+    b = ModelBuilder("int8")
+    ids = [-1] * 24
+    ids[0] = b.input("x", (1, 3, 3), "int16", 1e-3, 0)
+    for k in range(1, 5):
+        ids[k] = b.const(f"w{k}", np.ones((2, 3), np.int8), 0.01, 0)
+        ids[k + 4] = b.const(f"r{k}", np.ones((2, 2), np.int8), 0.01, 0)
+        ids[k + 11] = b.const(f"b{k}", np.zeros(2, np.int64), 1e-5, 0)
+    ids[18] = b.variable("h", np.zeros((1, 2), "int16"), 1e-3, 0)
+    ids[19] = b.variable("c", np.zeros((1, 2), "int16"), 2.0**-11, 0)
+    y = b.tensor("y", (1, 3, 2), "int16", 1e-3, 0)
+    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"fused_activation_function": "TANH"})
+    b.intermediates([b.tensor(f"i{k}", (0,), "int16", 1e-3, 0) for k in range(5)])
+    b.output(y)
+    return b.build()
+
+
+def test_refuses_int16_activations_which_litert_cannot_prepare():
+    data = int16x8_model()
+    with pytest.raises(RuntimeError, match="FLOAT32"):
+        LiteRTOracle(data)
+    assert_refused(data, "no kernel for int16")
+
+
+def test_refuses_uint8_hybrid_weights():
+    """float32 input with uint8 weights is LiteRT's older hybrid kernel: no kernel here."""
     b = ModelBuilder("float32")
     x = b.input("x", (1, 2, 3), "float32")
     ids = [-1] * 24
     ids[0] = x
     for k in range(1, 5):
-        ids[k] = b.const(f"w{k}", np.ones((2, 3), np.int8), 0.1, 0)
-        ids[k + 4] = b.const(f"r{k}", np.ones((2, 2), np.int8), 0.1, 0)
+        ids[k] = b.const(f"w{k}", np.full((2, 3), 130, np.uint8), 0.1, 128)
+        ids[k + 4] = b.const(f"r{k}", np.full((2, 2), 130, np.uint8), 0.1, 128)
         ids[k + 11] = b.const(f"b{k}", np.zeros(2, np.float32))
     ids[18] = b.variable("h", np.zeros((1, 2), "float32"))
     ids[19] = b.variable("c", np.zeros((1, 2), "float32"))
     y = b.tensor("y", (1, 2, 2), "float32")
-    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"time_major": False})
+    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids, [y], {"fused_activation_function": "TANH"})
     b.output(y)
     assert_refused(b.build(), "no kernel")
 
@@ -646,7 +859,7 @@ def test_float_c_is_clean_under_sanitizers():
 
 
 def test_generated_c_reads_like_careful_hand_written_c():
-    for name, cfg in {**INTEGER_CASES, **FLOAT_CASES}.items():
+    for name, cfg in {**INTEGER_CASES, **FLOAT_CASES, **HYBRID_CASES, **STEP_CASES}.items():
         mp = plan_model(parse_model(lstm_model(cfg).data, "lstm.tflite"), "greedy")
         for file_name, text in generate(mp, "m").items():
             assert style_problems(text) == [], f"{name}: {file_name}"
@@ -797,6 +1010,19 @@ def test_integer_lstm_on_a_cortex_m4_keeps_its_state(name):
     """The integer-only C built for a Cortex-M4 and run under QEMU: five invokes carrying the
     state, bit-exact with LiteRT."""
     cfg = INTEGER_CASES[name]
+    built = lstm_model(cfg)
+    mp = plan_model(parse_model(built.data, "lstm.tflite"), "greedy")
+    values = input_sets(cfg, 5)
+    expected = oracle_sequence(built.data, values, (False,) * 5)
+    with QemuBackend(mp) as backend:
+        assert_same(expected, backend.invoke_many([[v] for v in values]), "Cortex-M4")
+
+
+@pytest.mark.skipif(bool(qemu_backend.missing()), reason="no Cortex-M toolchain or QEMU")
+def test_lstm_op_on_a_cortex_m4_keeps_its_state():
+    """The LSTM op (one step per invoke, int8 with layer norm, peephole and projection) on a
+    Cortex-M4 under QEMU: five invokes carrying the state, bit-exact with LiteRT."""
+    cfg = STEP_CASES["int8, layer norm, peephole, projection"]
     built = lstm_model(cfg)
     mp = plan_model(parse_model(built.data, "lstm.tflite"), "greedy")
     values = input_sets(cfg, 5)

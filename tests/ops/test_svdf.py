@@ -86,20 +86,31 @@ def svdf_model(state: str = "int16", batches: int = 1, input_size: int = 12, fil
 
 def float_svdf_model(batches: int = 1, input_size: int = 16, filters: int = 8, memory: int = 4,
                      rank: int = 2, activation: str = "NONE", bias: bool = True, seed: int = 0,
-                     expose_state: bool = True) -> bytes:
+                     expose_state: bool = True, hybrid: bool = False,
+                     asymmetric: bool = False) -> bytes:
+    """A float32 SVDF; `hybrid` gives it int8 weights (per tensor), LiteRT's hybrid kernel,
+    whose input rows are quantized asymmetrically with `asymmetric`."""
     rng = np.random.default_rng(seed)
     b = ModelBuilder("float32", seed=seed)
     x = b.input("x", (batches, input_size), "float32")
     feature = rng.standard_normal((filters, input_size)) / math.sqrt(input_size)
     time = rng.standard_normal((filters, memory)) / math.sqrt(memory * rank)
-    wf = b.const("weights_feature", feature.astype(np.float32))
-    wt = b.const("weights_time", time.astype(np.float32))
+
+    def weights(name: str, values: np.ndarray) -> int:
+        if not hybrid:
+            return b.const(name, values.astype(np.float32))
+        scale = float(np.abs(values).max()) / 127
+        return b.const(name, np.round(values / scale).astype(np.int8), scale, 0)
+
+    wf = weights("weights_feature", feature)
+    wt = weights("weights_time", time)
     bias_index = (b.const("bias", rng.standard_normal(filters // rank).astype(np.float32))
                   if bias else -1)
     s = b.variable("state", np.zeros((batches, filters * memory), "float32"))
     y = b.tensor("y", (batches, filters // rank), "float32")
     b.op("SVDF", [x, wf, wt, bias_index, s], [y],
-         {"rank": rank, "fused_activation_function": activation})
+         {"rank": rank, "fused_activation_function": activation,
+          "asymmetric_quantize_inputs": asymmetric})
     b.output(y)
     if expose_state:
         b.output(s)
@@ -314,9 +325,40 @@ def test_float_matches_litert_bit_for_bit_across_invokes(options):
     assert_state_matters(model, assert_sequence_matches(model))
 
 
+# Hybrid: int8 weights, float input and state. The feature sums are exact integers rescaled,
+# the rest is the float kernel's: bit-exact too.
+HYBRID_CASES = {
+    "symmetric": dict(hybrid=True),
+    "asymmetric, batch 2, rank 3": dict(hybrid=True, asymmetric=True, batches=2, input_size=21,
+                                        filters=9, memory=7, rank=3),
+    "asymmetric, input 40 (8-value rounding blocks), RELU6": dict(
+        hybrid=True, asymmetric=True, input_size=40, filters=6, memory=10, rank=1,
+        activation="RELU6"),
+    "symmetric, batch 3, no bias, RELU": dict(hybrid=True, batches=3, input_size=13, filters=4,
+                                              memory=5, rank=2, bias=False, activation="RELU"),
+}
+
+
+@pytest.mark.parametrize("options", HYBRID_CASES.values(), ids=HYBRID_CASES.keys())
+def test_hybrid_matches_litert_bit_for_bit_across_invokes(options):
+    model = float_svdf_model(**options)
+    assert_state_matters(model, assert_sequence_matches(model))
+
+
+def test_hybrid_plans_its_quantized_row_and_tables_its_weights():
+    mp = plan_model(parse_model(float_svdf_model(**HYBRID_CASES["asymmetric, batch 2, rank 3"]),
+                                "<built svdf>"), "greedy")
+    assert [r.purpose for r, _ in mp.scratch_offsets()] == [
+        "the time sums of one batch's filters", "the quantized input row"]
+    c = generate(mp, "model")["model.c"]
+    assert "static const float model_op0_weights_time[63]" in c
+    assert "model_op0_row_sums[f] * zp" in c
+
+
 def test_c_is_clean_under_sanitizers():
     for model in (svdf_model("int16", batches=2, rank=2), svdf_model("int8", state_zero_point=9),
-                  float_svdf_model(batches=2, rank=3, filters=6)):
+                  float_svdf_model(batches=2, rank=3, filters=6),
+                  float_svdf_model(hybrid=True, asymmetric=True, batches=2)):
         assert_sequence_matches(model, sanitize=True)
 
 
@@ -458,6 +500,10 @@ REFUSALS = {
     "per-channel weights_feature": ({}, PER_CHANNEL, UnsupportedOpError, "one positive scale"),
     "float TANH": ("float", {"options__fusedActivationFunction": 4}, UnsupportedOpError,
                    "fused activation TANH"),
+    "hybrid, per-channel weights_feature": ("hybrid", PER_CHANNEL, UnsupportedOpError,
+                                            "one positive scale"),
+    "hybrid, weights_time not constant": ("hybrid", {"t2__buffer": 0}, UnsupportedOpError,
+                                          "weights_time is not a constant"),
 }
 
 
@@ -467,6 +513,7 @@ def test_refusals(options, changes, error, message):
     from toolchain.schema import fb
 
     model = (float_svdf_model(expose_state=False) if options == "float"
+             else float_svdf_model(hybrid=True, expose_state=False) if options == "hybrid"
              else svdf_model(**options, expose_state=False))
     if changes == PER_CHANNEL:
         changes = {"t1__quantization": fb.QuantizationParametersT(

@@ -1,7 +1,14 @@
-"""Params for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM.
+"""Params for the recurrent family: UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM
+and LSTM.
+
+A cell's code is written once: `CellLayout` says where its tensors sit among its op's inputs
+and `CellWiring` which input it reads and where its output goes. The bidirectional op is two
+such cells (LiteRT's EvalFloat or EvalHybrid twice, the backward one walking time from the
+end); the LSTM op's FULL kernel is one cell over one time step per invoke, and its BASIC
+kernel (float32 only) a cell of its own (LstmBasicParams).
 
 Follows LiteRT's reference kernel (tflite/kernels/unidirectional_sequence_lstm.cc, lstm_eval.cc
-and the portable tensor_utils), in two forms:
+and the portable tensor_utils), in three forms:
 - int8 activations and weights with an int16 cell state (LiteRT's "8x8_16" integer path). Every
   gate's pre-activation is an int16 in Q3.12 (with layer norm, at the scale of the op's
   intermediate tensor for that gate): the input and the recurrent matrix products are each
@@ -13,6 +20,8 @@ and the portable tensor_utils), in two forms:
   LiteRT, the oracle, and the two disagree on the same model.
 - float32, with the fused activation on the cell gate and on the cell (LiteRT's integer path
   uses tanh there whatever the option says, and so does arenac's).
+- hybrid: float32 activations with int8 weights (LstmHybridParams), the float cell whose
+  matrix products take int8 rows quantized at every step as toolchain/ops/hybrid.py describes.
 
 The output state and the cell state are variable tensors: they persist in the state block
 across invokes and the kernels read and write them in place (an int8 output state starts at its
@@ -22,7 +31,8 @@ What LiteRT's kernel does that arenac does not reproduce is refused here: a cell
 whose tanh LiteRT skips (it then reads a stale scratch buffer), peephole weights walked past the
 cell state (a projection to more outputs than cells), models on which LiteRT's prepare silently
 leaves its multipliers at zero (a missing quantization), sums that would overflow LiteRT's int32
-arithmetic, diagonal recurrent weights and the hybrid kernel.
+arithmetic, diagonal recurrent weights, uint8 weights and int16 activations (which LiteRT's
+prepare refuses; TFLite Micro runs them with another algorithm).
 
 C emission.
 
@@ -36,7 +46,7 @@ step once per op.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -52,6 +62,7 @@ from toolchain.fixedpoint import rounding_divide_by_pot
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops.emit import (
     COMMENT_WIDTH,
+    LINE_LIMIT,
     ConstantLoop,
     Kernel,
     OpContext,
@@ -59,10 +70,12 @@ from toolchain.ops.emit import (
     c_comment,
     c_float,
     c_offset,
+    c_pointer,
     c_sum,
     render_macro,
     written_vars,
 )
+from toolchain.ops.hybrid import quantize_lines
 from toolchain.ops.spec import INT32_MAX, MemoryRequest, OpSpec, kernels, required_input
 from toolchain.ops.tables import checked_log2
 from toolchain.quant import quantize_multiplier
@@ -80,6 +93,76 @@ PROJECTION_WEIGHTS, PROJECTION_BIAS = 16, 17
 OUTPUT_STATE, CELL_STATE = 18, 19
 LAYER_NORM_COEFFICIENTS = (20, 21, 22, 23)
 HIDDEN_INTERMEDIATE = 4
+
+
+@dataclass(frozen=True)
+class CellLayout:
+    """Where one LSTM cell's tensors sit among its op's inputs: the unidirectional op holds one
+    cell, the bidirectional op a forward and a backward cell (and weights for an auxiliary
+    input). `peephole` is the input, forget and output gates' in turn."""
+
+    input_weights: tuple[int, ...]
+    recurrent_weights: tuple[int, ...]
+    peephole: tuple[int, ...]
+    biases: tuple[int, ...]
+    projection: int
+    projection_bias: int
+    output_state: int
+    cell_state: int
+    layer_norm: tuple[int, ...] = ()
+    aux_weights: tuple[int, ...] = ()
+
+    @property
+    def peephole_of(self) -> dict[str, int]:
+        return dict(zip(PEEPHOLE_WEIGHTS, self.peephole, strict=True))
+
+
+UNIDIRECTIONAL = CellLayout(INPUT_WEIGHTS, RECURRENT_WEIGHTS, tuple(PEEPHOLE_WEIGHTS.values()),
+                            GATE_BIASES, PROJECTION_WEIGHTS, PROJECTION_BIAS, OUTPUT_STATE,
+                            CELL_STATE, LAYER_NORM_COEFFICIENTS)
+
+
+@dataclass(frozen=True)
+class CellWiring:
+    """How one cell's sequence meets its op: the input it reads (and the auxiliary input whose
+    `n_aux` values per row its layout's aux weights multiply, if any), the output it writes
+    from column `output_offset` of rows `output_width` wide (its n_output unless the two cells
+    of a bidirectional op merge their outputs), and whether it walks time backwards."""
+
+    layout: CellLayout = UNIDIRECTIONAL
+    input: int = INPUT
+    aux_input: int | None = None
+    n_aux: int = 0
+    output: int = 0
+    output_offset: int = 0
+    output_width: int | None = None
+    reverse: bool = False
+    one_step: bool = False  # the LSTM op: one time step of [batch, n_input] per invoke
+    what: str = ""  # the cell as comments name it ("the forward cell"), "" for the only one
+
+
+# BIDIRECTIONAL_SEQUENCE_LSTM's 48 inputs: the input, each cell's 17 weights and biases (the
+# unidirectional op's first 17, in the same order), the four states, the auxiliary input and
+# each cell's four weights for it. It has no layer norm.
+BIDIRECTIONAL_INPUTS = 48
+CELL_TENSORS = 17
+AUX_INPUT = 39
+
+
+def _bidirectional_layout(cell: int) -> CellLayout:
+    """The forward (0) or the backward (1) cell's positions."""
+    base = cell * CELL_TENSORS
+
+    def shifted(positions: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(base + k for k in positions)
+
+    return CellLayout(shifted(INPUT_WEIGHTS), shifted(RECURRENT_WEIGHTS),
+                      shifted(tuple(PEEPHOLE_WEIGHTS.values())), shifted(GATE_BIASES),
+                      base + PROJECTION_WEIGHTS, base + PROJECTION_BIAS, 35 + 2 * cell,
+                      36 + 2 * cell, aux_weights=tuple(40 + 4 * cell + k for k in range(4)))
+
+
+FORWARD, BACKWARD = _bidirectional_layout(0), _bidirectional_layout(1)
 
 # The integer gates' pre-activations without layer norm: Q3.12.
 GATE_SCALE_LOG2 = -12
@@ -182,6 +265,7 @@ class LstmIntegerParams:
     projection_shift: int = 0
     projection_bias: tuple[int, ...] = ()
     projection_clip: int = 0
+    wiring: CellWiring = CellWiring()
 
     def gate(self, name: str) -> IntegerGate:
         return next(g for g in self.gates if g.name == name)
@@ -204,6 +288,58 @@ class LstmFloatParams:
     activation: str
     cell_clip: float
     projection_clip: float
+    wiring: CellWiring = CellWiring()
+
+
+@dataclass(frozen=True)
+class LstmBasicParams:
+    """The LSTM op's BASIC kernel in float32 (LiteRT's LstmCell): the input and the previous
+    activation concatenated (`concat`, [batch, n_input + depth]), one fully connected layer to
+    the four gates' pre-activations (`gates`, [batch, 4 * depth]: input, new input, forget,
+    output), state = sigmoid(i) * tanh(g) + sigmoid(f) * previous state, activation =
+    sigmoid(o) * tanh(state). Inputs 1 and 4 (the previous activation and state) are variables
+    the kernel then overwrites, as LiteRT copies its outputs back into them."""
+
+    batch: int
+    n_input: int
+    depth: int
+
+
+BASIC_INPUTS = ("input", "previous activation", "weights", "bias", "previous state")
+
+
+@dataclass(frozen=True)
+class LstmHybridParams(LstmFloatParams):
+    """float32 activations with int8 weights (LiteRT's EvalHybrid): the float cell, each matrix
+    product taken over int8 rows quantized from the float input, output state and (before a
+    projection) hidden values at every step, as toolchain/ops/hybrid.py describes:
+    gate += float(q . w - zero_point * row_sum) * (row scale * weight scale). Peephole weights
+    are int8 too, used as float32(w) * scale. `input_scales` and `recurrent_scales` hold each
+    gate's (0 for an absent input gate); the row sums are set with `asymmetric` only."""
+
+    asymmetric: bool = False
+    input_scales: tuple[float, ...] = ()
+    recurrent_scales: tuple[float, ...] = ()
+    peephole_weights: tuple[tuple[float, ...], ...] = ()  # input, forget, output: float32(w) * s
+    projection_scale: float = 0.0
+    input_row_sums: tuple[tuple[int, ...], ...] = ()
+    recurrent_row_sums: tuple[tuple[int, ...], ...] = ()
+    projection_row_sums: tuple[int, ...] = ()
+    aux_scales: tuple[float, ...] = ()  # with an auxiliary input (the bidirectional op)
+    aux_row_sums: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class BidirectionalLstmParams:
+    """BIDIRECTIONAL_SEQUENCE_LSTM: two float (or hybrid) cells over one sequence, the
+    backward one walking it from its end; their wirings say which input each reads (the
+    backward cell reads the auxiliary input instead when the op has one without weights for
+    it), and which output and columns each writes (one output, the forward cell's columns
+    first, when merged)."""
+
+    forward: LstmFloatParams
+    backward: LstmFloatParams
+    merge_outputs: bool
 
 
 # -- prepare ---------------------------------------------------------------------------------
@@ -227,20 +363,162 @@ class _Operands:
     shape: LstmShape
 
 
-def prepare_lstm(graph: Graph, op: Operator) -> LstmIntegerParams | LstmFloatParams:
-    operands = _operands(graph, op)
-    activation = op.options.get("fused_activation_function", "NONE")
-    if operands.x.dtype == "float32":
-        return _prepare_float(operands, op, activation)
-    return _prepare_integer(graph, op, operands)
-
-
-def _operands(graph: Graph, op: Operator) -> _Operands:
-    """LiteRT's Prepare and CheckInputTensorDimensions, on every dtype."""
+def prepare_lstm(graph: Graph, op: Operator,
+                 wiring: CellWiring = CellWiring()) -> LstmIntegerParams | LstmFloatParams:
     if len(op.inputs) not in (20, 24):
         raise ModelError(f"{len(op.inputs)} inputs (LiteRT's kernel takes 20 or 24)")
     if len(op.outputs) != 1:
         raise ModelError(f"{len(op.outputs)} outputs (LiteRT's kernel writes 1)")
+    operands = _operands(graph, op, wiring)
+    _require_output(graph, op, 0, (*operands.x.shape[:-1], operands.shape.n_output))
+    activation = op.options.get("fused_activation_function", "NONE")
+    if operands.x.dtype == "float32" and operands.input_weights["output"].dtype == "int8":
+        return _prepare_hybrid(operands, op, _prepare_float(operands, op, activation, wiring))
+    if operands.x.dtype == "float32":
+        return _prepare_float(operands, op, activation, wiring)
+    return replace(_prepare_integer(graph, op, operands), wiring=wiring)
+
+
+def prepare_lstm_step(graph: Graph, op: Operator) -> LstmIntegerParams | LstmFloatParams:
+    """The LSTM op (LiteRT's lstm.cc): its FULL kernel is the unidirectional op's cell over one
+    time step of [batch, n_input] per invoke, with the same inputs."""
+    kernel = op.options.get("kernel_type", "FULL")
+    if kernel == "BASIC":
+        return _prepare_basic(graph, op)
+    if kernel != "FULL":
+        raise UnsupportedOpError(f"kernel type {kernel} (arenac runs FULL and BASIC)")
+    x = required_input(graph, op, INPUT, "input")
+    if len(op.intermediates) == 12 and x.dtype == "int8":
+        raise UnsupportedOpError("12 intermediate tensors: LiteRT's 8x8_8 integer kernel (arenac "
+                                 "runs the 8x8_16 one, with 5)")
+    return prepare_lstm(graph, op, CellWiring(one_step=True))
+
+
+def _prepare_basic(graph: Graph, op: Operator) -> LstmBasicParams:
+    """LiteRT's basic::Prepare, and the float32 types its Eval runs (uint8 is its quantized
+    LstmCell, which arenac does not run)."""
+    if len(op.inputs) != 5 or len(op.outputs) != 4:
+        raise ModelError(f"{len(op.inputs)} inputs and {len(op.outputs)} outputs (LiteRT's "
+                         "BASIC kernel takes 5 and writes 4)")
+    x, h, w, bias, c = (required_input(graph, op, k, what)
+                        for k, what in enumerate(BASIC_INPUTS))
+    if len(x.shape) != 2 or len(h.shape) != 2 or h.shape[0] != x.shape[0]:
+        raise ModelError(f"input {list(x.shape)} and previous activation {list(h.shape)} "
+                         "(LiteRT needs [batch, n] and [batch, depth])")
+    batch, n_input, depth = x.shape[0], x.shape[1], h.shape[1]
+    for t, expected, what in ((w, (4 * depth, n_input + depth), "weights"),
+                              (bias, (4 * depth,), "bias"), (c, (batch, depth), "previous state")):
+        if tuple(t.shape) != expected:
+            raise ModelError(f"the {what} have shape {list(t.shape)}, not {list(expected)}")
+    for t, what in ((h, "previous activation"), (c, "previous state")):
+        if not t.is_variable:
+            raise UnsupportedOpError(f"the {what} is not a variable tensor (arenac keeps the "
+                                     "state LiteRT makes persistent in variables)")
+    if op.inputs[1] == op.inputs[4]:
+        raise UnsupportedOpError("the previous activation and state are one tensor")
+    # the activation, the state, the concatenation and the gates' pre-activations
+    expected = ((batch, depth), (batch, depth), (batch, n_input + depth), (batch, 4 * depth))
+    for k, shape in enumerate(expected):
+        _require_output(graph, op, k, shape)
+    return LstmBasicParams(batch, n_input, depth)
+
+
+def prepare_bidirectional_lstm(graph: Graph, op: Operator) -> BidirectionalLstmParams:
+    """LiteRT's bidirectional Prepare and Eval: EvalFloat once per cell."""
+    options = op.options
+    merge = bool(options.get("merge_outputs", False))
+    if len(op.inputs) != BIDIRECTIONAL_INPUTS:
+        raise ModelError(f"{len(op.inputs)} inputs (LiteRT's kernel takes 48)")
+    if len(op.outputs) != (1 if merge else 2):
+        raise ModelError(f"{len(op.outputs)} outputs (LiteRT's kernel writes "
+                         f"{'1 with merge_outputs' if merge else '2 without merge_outputs'})")
+    x = required_input(graph, op, INPUT, "input")
+    aux = None if op.inputs[AUX_INPUT] < 0 else graph.tensors[op.inputs[AUX_INPUT]]
+    present = [op.inputs[k] >= 0 for layout in (FORWARD, BACKWARD)
+               for k in layout.aux_weights[1:]]
+    if any(present) and not all(present):
+        raise ModelError("the auxiliary weights of the forget, cell and output gates must be "
+                         "present for both cells or for neither")
+    with_weights = all(present)
+    if aux is not None or with_weights:
+        if aux is None:
+            raise ModelError("auxiliary weights without the auxiliary input (input 39)")
+        if len(aux.shape) != 3 or aux.shape[:2] != x.shape[:2] or (
+                not with_weights and aux.shape != x.shape):
+            raise ModelError(f"the auxiliary input has shape {list(aux.shape)} (LiteRT needs "
+                             f"{list(x.shape[:2])} ahead of its features"
+                             + ("" if with_weights else f", and {x.shape[2]} features without "
+                                "weights for it") + ")")
+    cells = []
+    for layout, direction in ((FORWARD, "forward"), (BACKWARD, "backward")):
+        # Without weights for it, the auxiliary input is the backward cell's input.
+        reads = AUX_INPUT if aux is not None and not with_weights and layout is BACKWARD \
+            else INPUT
+        wiring = CellWiring(layout, reads, AUX_INPUT if with_weights else None,
+                            aux.shape[2] if with_weights else 0, reverse=layout is BACKWARD,
+                            what=f"the {direction} cell")
+        try:
+            o = _operands(graph, op, wiring)
+            if with_weights:
+                _check_aux_weights(graph, op, o, layout, aux.shape[2])
+        except (ModelError, UnsupportedOpError) as e:
+            raise type(e)(f"the {direction} cell: {e.message}") from None
+        cells.append((o, wiring))
+    (fw, fw_wiring), (bw, bw_wiring) = cells
+    if (fw.shape.n_cell, fw.shape.n_output) != (bw.shape.n_cell, bw.shape.n_output):
+        raise ModelError(f"the forward cell has {fw.shape.n_cell} cells and {fw.shape.n_output} "
+                         f"outputs, the backward {bw.shape.n_cell} and {bw.shape.n_output} "
+                         "(LiteRT checks both against the forward cell's)")
+    n_output = fw.shape.n_output
+    if merge:
+        if not fw.shape.time_major and fw.shape.batch > 1:
+            raise UnsupportedOpError(
+                f"merged outputs of {fw.shape.batch} batch-major rows (LiteRT steps each row's "
+                "output state by the merged width and runs past the state's end)")
+        _require_output(graph, op, 0, (*x.shape[:-1], 2 * n_output))
+        fw_wiring = replace(fw_wiring, output_width=2 * n_output)
+        bw_wiring = replace(bw_wiring, output_width=2 * n_output, output_offset=n_output)
+    else:
+        _require_output(graph, op, 0, (*x.shape[:-1], n_output))
+        _require_output(graph, op, 1, (*x.shape[:-1], n_output))
+        bw_wiring = replace(bw_wiring, output=1)
+    activation = options.get("fused_activation_function", "NONE")
+    cells = []
+    for o, wiring in ((fw, fw_wiring), (bw, bw_wiring)):
+        cell = _prepare_float(o, op, activation, wiring)
+        if o.input_weights["output"].dtype == "int8":
+            aux_weights = {g: graph.tensors[op.inputs[wiring.layout.aux_weights[k]]]
+                           for k, g in enumerate(GATES) if g in o.input_weights
+                           } if with_weights else None
+            cell = _prepare_hybrid(o, op, cell, aux_weights)
+        cells.append(cell)
+    return BidirectionalLstmParams(*cells, merge)
+
+
+def _check_aux_weights(graph: Graph, op: Operator, o: _Operands, layout: CellLayout,
+                       n_aux: int) -> None:
+    """CheckAuxInputTensorDimensions: [n_cell, n_aux] for each gate the cell computes (LiteRT
+    reads the input gate's whenever the cell has that gate)."""
+    for k, gate in enumerate(GATES):
+        position = layout.aux_weights[k]
+        if gate not in o.input_weights:
+            continue
+        if op.inputs[position] < 0:
+            raise ModelError(f"the {gate} gate's auxiliary weights are missing")
+        _require_shape(graph.tensors[op.inputs[position]], (o.shape.n_cell, n_aux),
+                       f"the {gate} gate's auxiliary weights")
+
+
+def _require_output(graph: Graph, op: Operator, index: int, expected: tuple[int, ...]) -> None:
+    output = graph.tensors[op.outputs[index]]
+    if output.shape != expected:
+        raise UnsupportedOpError(f"output of shape {list(output.shape)} (LiteRT writes "
+                                 f"{list(expected)})")
+
+
+def _operands(graph: Graph, op: Operator, wiring: CellWiring) -> _Operands:
+    """LiteRT's Prepare and CheckInputTensorDimensions for one cell, on every dtype."""
+    layout = wiring.layout
 
     def optional(position: int) -> Tensor | None:
         if position >= len(op.inputs) or op.inputs[position] < 0:
@@ -254,17 +532,23 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
     proj_clip = float(options.get("proj_clip", 0.0))
     if not (cell_clip >= 0 and proj_clip >= 0):
         raise ModelError(f"cell_clip {cell_clip} and proj_clip {proj_clip} must not be negative")
-    x = required_input(graph, op, INPUT, "input")
-    if len(x.shape) != 3:
-        raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT reads [batch, time, "
-                                 "features] or, time-major, [time, batch, features])")
-    time_major = bool(options.get("time_major", False))
-    time, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
-    n_input = x.shape[2]
+    x = required_input(graph, op, wiring.input, "input")
+    if wiring.one_step:
+        if len(x.shape) != 2:
+            raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT's LSTM reads "
+                                     "[batch, features])")
+        time_major, time, batch, n_input = True, 1, x.shape[0], x.shape[1]
+    else:
+        if len(x.shape) != 3:
+            raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT reads [batch, time, "
+                                     "features] or, time-major, [time, batch, features])")
+        time_major = bool(options.get("time_major", False))
+        time, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
+        n_input = x.shape[2]
 
     input_weights, recurrent_weights, biases, norm = {}, {}, {}, {}
     for k, gate in enumerate(GATES):
-        w, r = optional(INPUT_WEIGHTS[k]), optional(RECURRENT_WEIGHTS[k])
+        w, r = optional(layout.input_weights[k]), optional(layout.recurrent_weights[k])
         if gate == "input":
             if (w is None) != (r is None):
                 raise ModelError("the input gate's input and recurrent weights must be both "
@@ -284,7 +568,7 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
                        f"the {gate} gate's recurrent weights")
     cifg = "input" not in input_weights
 
-    peephole = {g: optional(PEEPHOLE_WEIGHTS[g]) for g in PEEPHOLE_WEIGHTS}
+    peephole = {g: optional(at) for g, at in layout.peephole_of.items()}
     if peephole["output"] is not None:
         if peephole["forget"] is None or (peephole["input"] is None and not cifg):
             raise ModelError("peephole weights must be present for every gate or none")
@@ -296,7 +580,7 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
         _require_shape(w, (n_cell,), f"the {gate} gate's peephole weights")
 
     for k, gate in enumerate(GATES):
-        bias = optional(GATE_BIASES[k])
+        bias = optional(layout.biases[k])
         if gate == "input" and cifg:
             if bias is not None:
                 raise ModelError("an input gate bias under CIFG (no input gate)")
@@ -306,7 +590,8 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
         _require_shape(bias, (n_cell,), f"the {gate} gate's bias")
         biases[gate] = bias
 
-    projection, projection_bias = optional(PROJECTION_WEIGHTS), optional(PROJECTION_BIAS)
+    projection = optional(layout.projection)
+    projection_bias = optional(layout.projection_bias)
     if projection is not None:
         _require_shape(projection, (n_output, n_cell), "the projection weights")
     elif projection_bias is not None:
@@ -316,9 +601,9 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
     if projection_bias is not None:
         _require_shape(projection_bias, (n_output,), "the projection bias")
 
-    if len(op.inputs) == 24 and optional(LAYER_NORM_COEFFICIENTS[1]) is not None:
+    if layout.layer_norm and optional(layout.layer_norm[1]) is not None:
         for k, gate in enumerate(GATES):
-            coefficients = optional(LAYER_NORM_COEFFICIENTS[k])
+            coefficients = optional(layout.layer_norm[k])
             if gate == "input" and cifg:
                 if coefficients is not None:
                     raise ModelError("input gate layer norm coefficients under CIFG")
@@ -329,21 +614,17 @@ def _operands(graph: Graph, op: Operator) -> _Operands:
             norm[gate] = coefficients
 
     states = []
-    for position, what, size in ((OUTPUT_STATE, "output state", batch * n_output),
-                                 (CELL_STATE, "cell state", batch * n_cell)):
+    for position, what, size in ((layout.output_state, "output state", batch * n_output),
+                                 (layout.cell_state, "cell state", batch * n_cell)):
         state = required_input(graph, op, position, what)
         if not state.is_variable:
             raise ModelError(f"the {what} (input {position}) is not a variable tensor")
         if state.num_elements != size:
             raise ModelError(f"the {what} holds {state.num_elements} values, not {size}")
         states.append(state)
-    if op.inputs[OUTPUT_STATE] == op.inputs[CELL_STATE]:
+    if op.inputs[layout.output_state] == op.inputs[layout.cell_state]:
         raise UnsupportedOpError("the output state and the cell state are one tensor")
-    output = graph.tensors[op.outputs[0]]
-    expected = (*x.shape[:-1], n_output)
-    if output.shape != expected:
-        raise UnsupportedOpError(f"output of shape {list(output.shape)} (LiteRT writes "
-                                 f"{list(expected)})")
+    output = graph.tensors[op.outputs[wiring.output]]
     shape = LstmShape(batch, time, n_input, n_cell, n_output, time_major)
     return _Operands(x, input_weights, recurrent_weights, peephole, biases, norm, projection,
                      projection_bias, states[0], states[1], output, shape)
@@ -354,7 +635,8 @@ def _require_shape(t: Tensor, shape: tuple[int, ...], what: str) -> None:
         raise ModelError(f"{what} have shape {list(t.shape)}, not {list(shape)}")
 
 
-def _prepare_float(o: _Operands, op: Operator, activation: str) -> LstmFloatParams:
+def _prepare_float(o: _Operands, op: Operator, activation: str,
+                   wiring: CellWiring) -> LstmFloatParams:
     if activation not in FLOAT_ACTIVATIONS:
         raise UnsupportedOpError(f"fused activation {activation} (LiteRT's float kernel "
                                  "leaves the cell gate unwritten for it)")
@@ -363,7 +645,52 @@ def _prepare_float(o: _Operands, op: Operator, activation: str) -> LstmFloatPara
         layer_norm=bool(o.norm), projection=o.projection is not None,
         projection_bias=o.projection_bias is not None, activation=activation,
         cell_clip=float(np.float32(op.options.get("cell_clip", 0.0))),
-        projection_clip=float(np.float32(op.options.get("proj_clip", 0.0))))
+        projection_clip=float(np.float32(op.options.get("proj_clip", 0.0))), wiring=wiring)
+
+
+def _prepare_hybrid(o: _Operands, op: Operator, cell: LstmFloatParams,
+                    aux: dict[str, Tensor] | None = None) -> LstmHybridParams:
+    """LiteRT's EvalHybrid: per-tensor weight scales (their zero points ignored, as LiteRT
+    does), and with asymmetric_quantize_inputs the row sums of every weight matrix (`aux`:
+    the auxiliary input's weights per gate, if the cell has them)."""
+    f32 = np.float32
+    asymmetric = bool(op.options.get("asymmetric_quantize_inputs", False))
+
+    def scale(t: Tensor | None, what: str) -> float:
+        return 0.0 if t is None else float(f32(_quantized(t, what)[0]))
+
+    def row_sums(t: Tensor | None, what: str) -> tuple[int, ...]:
+        if t is None or not asymmetric:
+            return ()
+        if t.data is None:
+            raise UnsupportedOpError(f"{what} ({t.name!r}) are not a constant (their row sums "
+                                     "are taken at prepare)")
+        return tuple(int(v) for v in _int64(t).sum(axis=1))
+
+    peephole = []
+    for gate in PEEPHOLE_WEIGHTS:
+        w = o.peephole.get(gate)
+        if w is not None and w.data is None:
+            raise UnsupportedOpError(f"the {gate} gate's peephole weights are not a constant")
+        peephole.append(() if w is None else tuple(
+            float(v) for v in (_int64(w).astype(f32) * f32(scale(w, "peephole weights")))))
+    return LstmHybridParams(
+        **{f.name: getattr(cell, f.name) for f in fields(cell)}, asymmetric=asymmetric,
+        input_scales=tuple(scale(o.input_weights.get(g), f"the {g} gate's input weights")
+                           for g in GATES),
+        recurrent_scales=tuple(scale(o.recurrent_weights.get(g),
+                                     f"the {g} gate's recurrent weights") for g in GATES),
+        peephole_weights=tuple(peephole),
+        projection_scale=scale(o.projection, "the projection weights"),
+        input_row_sums=tuple(row_sums(o.input_weights.get(g), f"the {g} gate's input weights")
+                             for g in GATES),
+        recurrent_row_sums=tuple(row_sums(o.recurrent_weights.get(g),
+                                          f"the {g} gate's recurrent weights") for g in GATES),
+        projection_row_sums=row_sums(o.projection, "the projection weights"),
+        aux_scales=tuple(scale(aux.get(g), f"the {g} gate's auxiliary weights")
+                         for g in GATES) if aux else (),
+        aux_row_sums=tuple(row_sums(aux.get(g), f"the {g} gate's auxiliary weights")
+                           for g in GATES) if aux else ())
 
 
 def _prepare_integer(graph: Graph, op: Operator, o: _Operands) -> LstmIntegerParams:
@@ -517,18 +844,64 @@ def _require_sum_fits(weights: np.ndarray, bias: np.ndarray, operand: int, multi
         raise UnsupportedOpError(f"{what} could overflow LiteRT's int32 arithmetic")
 
 
-def lstm_scratch(p: LstmIntegerParams | LstmFloatParams) -> tuple[MemoryRequest, ...]:
+@dataclass(frozen=True)
+class ScratchBuffer:
+    """One of a cell's scratch buffers: the C pointer's name and element type, and the
+    request."""
+
+    name: str
+    ctype: str
+    request: MemoryRequest
+
+
+def scratch_buffers(p: LstmIntegerParams | LstmFloatParams) -> tuple[ScratchBuffer, ...]:
     """The gate buffers of one step (the output gate reuses the forget gate's, which the cell
-    update consumes), and the hidden values a projection reads."""
-    values = p.shape.rows * p.shape.n_cell
-    size = 2 if isinstance(p, LstmIntegerParams) else 4
-    requests = [] if p.cifg else [MemoryRequest(values * size, "the input gate")]
-    requests += [MemoryRequest(values * size, "the forget gate, then the output gate"),
-                 MemoryRequest(values * size, "the cell gate")]
+    update consumes) and the hidden values a projection reads; a hybrid cell's quantized rows
+    of the input, the output state and the hidden values, with their scales and zero points
+    (the hidden values reuse the input's, as LiteRT does)."""
+    s = p.shape
+    values = s.rows * s.n_cell
+    gate, hidden = ("int16_t", "int8_t") if isinstance(p, LstmIntegerParams) else ("float",) * 2
+    size = {"int16_t": 2, "int8_t": 1, "float": 4, "int32_t": 4}
+
+    def buffer(name: str, ctype: str, count: int, purpose: str) -> ScratchBuffer:
+        return ScratchBuffer(name, ctype, MemoryRequest(count * size[ctype], purpose))
+
+    buffers = [] if p.cifg else [buffer("input_gate", gate, values, "the input gate")]
+    buffers += [buffer("forget_gate", gate, values, "the forget gate, then the output gate"),
+                buffer("cell_gate", gate, values, "the cell gate")]
     if p.projection:
-        requests.append(MemoryRequest(values * (1 if size == 2 else 4),
-                                      "the hidden values before the projection"))
-    return tuple(requests)
+        buffers.append(buffer("hidden", hidden, values, "the hidden values before the "
+                                                        "projection"))
+    if isinstance(p, LstmHybridParams):
+        quantized = [("x", "input", s.n_input),
+                     *([("a", "auxiliary input", p.wiring.n_aux)] if p.aux_scales else []),
+                     ("h", "output state", s.n_output)]
+        for name, what, depth in quantized:
+            buffers += [buffer(f"q{name}", "int8_t", s.rows * depth, f"the quantized {what}"),
+                        buffer(f"{name}_scales", "float", s.rows, f"the {what} rows' scales")]
+            if p.asymmetric:
+                buffers.append(buffer(f"{name}_zero_points", "int32_t", s.rows,
+                                      f"the {what} rows' zero points"))
+        if p.projection:
+            buffers.append(buffer("qhidden", "int8_t", values, "the quantized hidden values"))
+    return tuple(buffers)
+
+
+def lstm_scratch(p: LstmIntegerParams | LstmFloatParams) -> tuple[MemoryRequest, ...]:
+    if isinstance(p, LstmBasicParams):
+        return ()  # its temporaries are outputs
+    return tuple(b.request for b in scratch_buffers(p))
+
+
+def bidirectional_scratch(p: BidirectionalLstmParams) -> tuple[MemoryRequest, ...]:
+    """The cells run one after the other, on buffers of the same sizes (LiteRT gives both the
+    forward cell's sizes): they share one set, with the input gate's and the hidden values'
+    if either cell needs them."""
+    shared: dict[str, MemoryRequest] = {}
+    for cell in (p.forward, p.backward):
+        shared.update((r.purpose, r) for r in lstm_scratch(cell))
+    return tuple(shared.values())
 
 
 # -- C emission ------------------------------------------------------------------------------
@@ -553,6 +926,18 @@ def _wrapped(head: str, args: list[str], tail: str = "", indent: int = 2) -> lis
     return [*lines, line]
 
 
+def _step_call(prefix: str, args: list[str], batch: ConstantLoop,
+               time: ConstantLoop) -> list[str]:
+    """The sequence's call of the step: one line after its loop's header when that fits, else
+    wrapped inside the loop's block."""
+    indent = 2 + 2 * batch.written
+    call = f"{prefix}_step({', '.join(args)});"
+    header = f"for ({time.header}) " if time.written else ""
+    if indent + len(header) + len(call) <= LINE_LIMIT:
+        return [call]
+    return _wrapped(f"{prefix}_step", args, ";", indent + 2 * time.written)
+
+
 def _signature(prefix: str, name: str, params: list[str]) -> str:
     return "\n".join(_wrapped(f"static void {prefix}_{name}", params, indent=0))
 
@@ -566,29 +951,42 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
     """What both dtypes' C lays out alike: the sequence loops, the step's row and value loops,
     the matrix-product helper's indices and the scratch buffers."""
     p = ctx.params
-    s = p.shape
+    s, w = p.shape, p.wiring
     prefix = ctx.prefix
     rows, cells = ConstantLoop("r", s.rows), ConstantLoop("u", s.n_cell)
     outputs, values = ConstantLoop("u", s.n_output), ConstantLoop("j", s.rows * s.n_cell)
+    width = w.output_width or s.n_output
+    batch = ConstantLoop("b", 1 if s.time_major else s.batch)
+    time = ConstantLoop("t", s.time)
+
+    def at_step(pointer: str, size: int) -> str:
+        """`pointer` at the rows of step (b, t), `size` values a row."""
+        per_step = s.batch * size if s.time_major else size
+        terms = [] if s.time_major else [(batch, s.time * size)]
+        if w.reverse:
+            return c_offset(pointer, [*terms, (time, -per_step)], (s.time - 1) * per_step)
+        return c_offset(pointer, [*terms, (time, per_step)])
+
+    aux = [at_step("a", w.n_aux)] if w.aux_input is not None else []
     if s.time_major:
-        batch, time = ConstantLoop("b", 1), ConstantLoop("t", s.time)
-        args = [c_offset("x", [(time, s.batch * s.n_input)]), "h", "c",
-                c_offset("y", [(time, s.batch * s.n_output)])]
+        args = [at_step("x", s.n_input), *aux, "h", "c", at_step("y", width)]
         order = (f"the {s.time} time steps in turn, each over all {s.batch} batch rows "
                  "(time-major)")
     else:
-        batch, time = ConstantLoop("b", s.batch), ConstantLoop("t", s.time)
-        args = [c_offset("x", [(batch, s.time * s.n_input), (time, s.n_input)]),
-                c_offset("h", [(batch, s.n_output)]), c_offset("c", [(batch, s.n_cell)]),
-                c_offset("y", [(batch, s.time * s.n_output), (time, s.n_output)])]
+        args = [at_step("x", s.n_input), *aux, c_offset("h", [(batch, s.n_output)]),
+                c_offset("c", [(batch, s.n_cell)]), at_step("y", width)]
         order = (f"each of the {s.batch} batch rows through its {s.time} time steps "
                  "(batch-major)" if s.batch > 1 else f"the {s.time} time steps in turn")
-    names = [*([] if p.cifg else ["input_gate"]), "forget_gate", "cell_gate",
-             *(["hidden"] if p.projection else [])]
-    buffers = []
-    for name, at in zip(names, ctx.scratch, strict=True):
-        kind = ctype if name == "hidden" else gate_ctype
-        buffers.append(f"{kind} *{name} = ({kind} *){at};")
+    if w.reverse:
+        order += ", from the last time step to the first"
+    strided = width != s.n_output and s.rows > 1
+    copy_rows = rows if strided else ConstantLoop("r", 1)
+    row_bytes = s.n_output if strided else s.rows * s.n_output
+    output_copy = (f"memcpy({c_offset('y', [(copy_rows, width)])}, "
+                   f"{c_offset('h', [(copy_rows, s.n_output)])}, "
+                   + (f"{row_bytes});" if ctype != "float" else f"{row_bytes} * sizeof(float));"))
+    buffers = [f"{b.ctype} *{b.name} = ({b.ctype} *){at};"
+               for b, at in zip(scratch_buffers(p), ctx.scratch, strict=True)]
     buffers.append(f"{gate_ctype} *output_gate = forget_gate; /* the cell update consumes the "
                    "forget gate first */")
     row_pointers = []
@@ -596,15 +994,18 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
         row_pointers = [f"const {ctype} *vr = v + r * depth;",
                         f"{gate_ctype} *g = gate + r * {s.n_cell};"]
     gate_u = f"g[{cells.index}]" if rows.written else f"gate[{cells.index}]"
-    x, y = ctx.inputs[INPUT], ctx.outputs[0]
-    step_vars = [values, *([rows, outputs] if p.projection else [])]
+    x, y = ctx.inputs[w.input], ctx.outputs[w.output]
+    step_vars = [values, *([rows, outputs] if p.projection else []), copy_rows]
     return {
         "fn": ctx.fn, "prefix": prefix, "ctype": ctype, "cell_ctype": gate_ctype,
-        "x": x.ptr, "y": y.ptr, "h": ctx.inputs[OUTPUT_STATE].ptr,
-        "c": ctx.inputs[CELL_STATE].ptr,
-        "batch": batch, "time": time, "step_args": ", ".join(args),
+        "x": x.ptr, "y": c_offset(y.ptr, [], w.output_offset),
+        "aux": ctx.inputs[w.aux_input].ptr if aux else "", "n_aux": w.n_aux,
+        "h": ctx.inputs[w.layout.output_state].ptr, "c": ctx.inputs[w.layout.cell_state].ptr,
+        "batch": batch, "time": time, "step_call": _step_call(prefix, args, batch, time),
         "counters": written_vars([batch, time]),
-        "order": (f" The sequence: {order}, the output state and the cell state carried from "
+        "order": (" The output state and the cell state carry over from invoke to invoke."
+                  if w.one_step else
+                  f" The sequence: {order}, the output state and the cell state carried from "
                   "step to step and from invoke to invoke."),
         "rows": rows, "cells": cells, "outputs": outputs, "elements": values,
         "row_index": "r" if rows.written else "0",
@@ -616,10 +1017,9 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
                                                  "k" if p.projection else ""])),
         "n_input": s.n_input, "n_output": s.n_output, "n_cell": s.n_cell,
         "gate_bytes": f"{s.rows * s.n_cell} * sizeof({gate_ctype})",
-        "output_bytes": (f"{s.rows * s.n_output}" if ctype != "float"
-                         else f"{s.rows * s.n_output} * sizeof(float)"),
         "projection": p.projection,
-        "projection_row": c_offset(ctx.inputs[PROJECTION_WEIGHTS].ptr, [(outputs, s.n_cell)])
+        "projection_row": c_offset(ctx.inputs[w.layout.projection].ptr,
+                                   [(outputs, s.n_cell)])
         if p.projection else "",
         "hidden_k": f"hidden[{c_sum([(rows, s.n_cell), ('k', 1)])}]",
         "output_at": c_sum([(rows, s.n_output), (outputs, 1)]),
@@ -628,10 +1028,28 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
         "norm_counters": ", ".join(filter(None, [written_vars([rows]), "j"])),
         "step_comment": c_comment(
             f"One step of {s.rows} batch row{'s' if s.rows > 1 else ''}: x [{s.rows}]"
-            f"[{s.n_input}] in, the output state h [{s.rows}][{s.n_output}] and the cell state "
+            f"[{s.n_input}] in" + (f" with the auxiliary input a [{s.rows}][{w.n_aux}]"
+                                   if aux else "")
+            + f", the output state h [{s.rows}][{s.n_output}] and the cell state "
             f"c [{s.rows}][{s.n_cell}] updated in place, y [{s.rows}][{s.n_output}] a copy of "
-            "the new output state. The gates live in the arena's scratch."),
+            "the new output state" + (f" (in rows {width} wide)" if strided else "")
+            + ". The gates live in the arena's scratch."),
+        "step_aux": f"const {ctype} *a, " if aux else "",
+        "copy_rows": copy_rows, "output_copy": output_copy,
     }
+
+
+def _title(ctx: OpContext) -> str:
+    """The op (and its cell, when it has two) as comments name it."""
+    wiring = ctx.params.wiring
+    name = ctx.outputs[wiring.output].name
+    return f"{ctx.op.opcode} '{name}'" + (f", {wiring.what}" if wiring.what else "")
+
+
+def _extent(p) -> str:
+    s = p.shape
+    rows = f"{s.batch} batch row{'s' if s.batch > 1 else ''}"
+    return f"one step of {rows} per invoke" if p.wiring.one_step else f"{s.time} steps of {rows}"
 
 
 def _variants(p) -> str:
@@ -647,6 +1065,7 @@ def lstm_integer_values(ctx: OpContext) -> dict:
     s = p.shape
     v = _shared_values(ctx, "int8_t", "int16_t")
     prefix, name = ctx.prefix, ctx.outputs[0].name
+    layout = p.wiring.layout
     values = v["elements"]
     j = values.index
     tables, gates = [], []
@@ -673,20 +1092,21 @@ def lstm_integer_values(ctx: OpContext) -> dict:
         scale = "its layer norm's scale" if p.layer_norm else "Q3.12"
         lines = [f"memset({buffer}, 0, {s.rows * s.n_cell} * sizeof(int16_t));",
                  *_wrapped(f"{prefix}_accumulate",
-                           [buffer, "x", str(s.n_input), ctx.inputs[INPUT_WEIGHTS[k]].ptr,
+                           [buffer, "x", str(s.n_input), ctx.inputs[layout.input_weights[k]].ptr,
                             input_bias, str(gate.input_multiplier), str(gate.input_shift)], ";"),
                  *_wrapped(f"{prefix}_accumulate",
-                           [buffer, "h", str(s.n_output), ctx.inputs[RECURRENT_WEIGHTS[k]].ptr,
-                            recurrent_bias, str(gate.recurrent_multiplier),
+                           [buffer, "h", str(s.n_output),
+                            ctx.inputs[layout.recurrent_weights[k]].ptr, recurrent_bias,
+                            str(gate.recurrent_multiplier),
                             str(gate.recurrent_shift)], ";")]
         if gate.peephole_multiplier:
             lines += _wrapped(f"{prefix}_peephole",
-                              [buffer, ctx.inputs[PEEPHOLE_WEIGHTS[gate.name]].ptr, "c",
+                              [buffer, ctx.inputs[layout.peephole_of[gate.name]].ptr, "c",
                                str(gate.peephole_multiplier), str(gate.peephole_shift)], ";")
         if p.layer_norm:
             lines += _wrapped(f"{prefix}_layer_norm",
-                              [buffer, ctx.inputs[LAYER_NORM_COEFFICIENTS[k]].ptr,
-                               ctx.inputs[GATE_BIASES[k]].ptr, str(gate.norm_multiplier),
+                              [buffer, ctx.inputs[layout.layer_norm[k]].ptr,
+                               ctx.inputs[layout.biases[k]].ptr, str(gate.norm_multiplier),
                                str(gate.norm_shift), str(gate.variance_guard)], ";")
         gates.append({
             "name": gate.name, "lines": lines,
@@ -695,7 +1115,7 @@ def lstm_integer_values(ctx: OpContext) -> dict:
             "activation": f"{buffer}[{j}] = (int16_t){function};",
         })
     if p.projection and any(p.projection_bias):
-        what = ("its bias plus" if ctx.inputs[PROJECTION_BIAS] is not None else "")
+        what = ("its bias plus" if ctx.inputs[layout.projection_bias] is not None else "")
         tables.append(_table(f"{ctx.op.opcode} '{name}': the projection starts from {what} "
                              "the hidden zero point times each row of its weights", "int32_t",
                              f"{prefix}_projection_bias", p.projection_bias))
@@ -731,9 +1151,9 @@ def lstm_integer_values(ctx: OpContext) -> dict:
             f"Adds the peephole terms mbqm(w[u] * c[u]) to one gate. As LiteRT, over "
             f"n_output = {s.n_output} values (not the {s.n_cell} cells), flat over the step's "
             "rows: row r's terms land at r * n_output.")
-    comment = (f"{ctx.op.opcode} '{name}' (int8, int16 cell state at 2^{p.cell_shift - 30}): "
-               f"{s.time} steps of {s.batch} batch row{'s' if s.batch > 1 else ''}, "
-               f"{s.n_input} inputs, {s.n_cell} cells{_variants(p)}. As LiteRT's integer "
+    comment = (f"{_title(ctx)} (int8, int16 cell state at 2^{p.cell_shift - 30}): "
+               f"{_extent(p)}, {s.n_input} inputs, {s.n_cell} cells{_variants(p)}. As LiteRT's "
+               "integer "
                "kernel computes it: each gate's input and recurrent products requantized to "
                "int16 and saturated in turn, gemmlowp's int16 logistic and tanh, the cell "
                "update's products each rounded once, the hidden values at the scale of the "
@@ -789,11 +1209,14 @@ def _float_activation(activation: str, value: str) -> str:
     return f"arenac_clampf({value}, -1.0f, 1.0f)"  # RELU_N1_TO_1
 
 
-def lstm_float_values(ctx: OpContext) -> dict:
+def lstm_float_values(ctx: OpContext, helpers: str = "") -> dict:
+    """The float cell's values; its step calls the matrix-product (and layer norm) functions
+    of prefix `helpers`, which another cell of the op defined, or defines its own."""
     p: LstmFloatParams = ctx.params
     s = p.shape
+    layout = p.wiring.layout
     v = _shared_values(ctx, "float", "float")
-    name = ctx.outputs[0].name
+    v["helpers"] = helpers or ctx.prefix
     values, rows, cells = v["elements"], v["rows"], v["cells"]
     j = values.index
     gates = []
@@ -806,19 +1229,27 @@ def lstm_float_values(ctx: OpContext) -> dict:
         at = c_sum([(rows, s.n_cell), (cells, 1)])
         peephole = ""
         if p.peephole and gate != "cell":
-            peephole = (f"{buffer}[{at}] += {ctx.inputs[PEEPHOLE_WEIGHTS[gate]].ptr}"
-                        f"[{cells.index}] * c[{at}];")
-        bias = ctx.inputs[GATE_BIASES[k]].ptr
+            # a hybrid cell's int8 weights are recovered into a float table
+            weights = (f"{ctx.prefix}_{gate}_peephole" if isinstance(p, LstmHybridParams)
+                       else ctx.inputs[layout.peephole_of[gate]].ptr)
+            peephole = f"{buffer}[{at}] += {weights}[{cells.index}] * c[{at}];"
+        bias = ctx.inputs[layout.biases[k]].ptr
+        aux = [] if not v["aux"] else [
+            f"{v['helpers']}_accumulate({buffer}, a, {v['n_aux']}, "
+            f"{ctx.inputs[layout.aux_weights[k]].ptr});"]
+        products = [
+            f"{v['helpers']}_accumulate({buffer}, x, {s.n_input}, "
+            f"{ctx.inputs[layout.input_weights[k]].ptr});", *aux,
+            f"{v['helpers']}_accumulate({buffer}, h, {s.n_output}, "
+            f"{ctx.inputs[layout.recurrent_weights[k]].ptr});"]
         gates.append({
-            "name": gate, "buffer": buffer,
+            "name": gate, "buffer": buffer, "products": products,
             "comment": f"/* {gate} gate: {activation.lower()} of "
                        + ("its normalized sum */" if p.layer_norm else "its sum */"),
             "bias": bias, "bias_rows": "" if p.layer_norm else c_offset(buffer,
                                                                         [(rows, s.n_cell)]),
-            "input_weights": ctx.inputs[INPUT_WEIGHTS[k]].ptr,
-            "recurrent_weights": ctx.inputs[RECURRENT_WEIGHTS[k]].ptr,
             "peephole": bool(peephole), "peephole_step": peephole,
-            "layer_norm": ctx.inputs[LAYER_NORM_COEFFICIENTS[k]].ptr if p.layer_norm else "",
+            "layer_norm": ctx.inputs[layout.layer_norm[k]].ptr if p.layer_norm else "",
             "activation": f"{buffer}[{j}] = {_float_activation(activation, f'{buffer}[{j}]')};",
         })
     input_gate = f"(1.0f - forget_gate[{j}])" if p.cifg else f"input_gate[{j}]"
@@ -831,18 +1262,18 @@ def lstm_float_values(ctx: OpContext) -> dict:
                     f"{_float_activation(p.activation, f'c[{j}]')};")
     projected = "dot"
     if p.projection_bias:
-        projected = f"dot + {ctx.inputs[PROJECTION_BIAS].ptr}[{v['outputs'].index}]"
+        projected = f"dot + {ctx.inputs[layout.projection_bias].ptr}[{v['outputs'].index}]"
     if p.projection_clip > 0:
         projected = (f"arenac_clampf({projected}, {c_float(-p.projection_clip)}, "
                      f"{c_float(p.projection_clip)})")
-    comment = (f"{ctx.op.opcode} '{name}' (float32): {s.time} steps of {s.batch} batch "
-               f"row{'s' if s.batch > 1 else ''}, {s.n_input} inputs, {s.n_cell} "
+    comment = (f"{_title(ctx)} (float32): {_extent(p)}, {s.n_input} inputs, {s.n_cell} "
                f"cells{_variants(p)}; {p.activation.lower()} on the cell gate and the cell, "
                "sigmoid on the others, in LiteRT's order of operations (its matrix products "
                "and activations may round differently).")
     return {
         **v, "sequence_comment": c_comment(comment + v["order"]), "gates": gates,
         "row_bytes": f"{s.n_cell} * sizeof(float)",
+        "define_helpers": not helpers, "hybrid": False, "tables": [], "quantize_calls": [],
         "n_cell_float": f"{s.n_cell}.0f",
         "update_comment": "/* cell state: f * c + i * g"
                           + (f", clipped to +-{p.cell_clip:g}" if p.cell_clip > 0 else "")
@@ -851,7 +1282,8 @@ def lstm_float_values(ctx: OpContext) -> dict:
         "step_counters": ", ".join(filter(None, [
             written_vars([values, *([rows] if p.peephole or not p.layer_norm else []),
                           *([cells] if p.peephole else []),
-                          *([rows, v["outputs"]] if p.projection else [])]),
+                          *([rows, v["outputs"]] if p.projection else []),
+                          v["copy_rows"]]),
             "k" if p.projection else ""])),
         "hidden_comment": f"/* output state: o * {p.activation.lower()}(c)"
                           + (", then projected */" if p.projection else " */"),
@@ -859,19 +1291,260 @@ def lstm_float_values(ctx: OpContext) -> dict:
     }
 
 
+def lstm_hybrid_values(ctx: OpContext, helpers: str = "") -> dict:
+    """The float cell's values with int8 matrix products: the rows quantized once a step into
+    scratch, each product by the shared hybrid accumulate, the peephole weights as float
+    tables (float32(w) * scale, as LiteRT recovers them) and the row sums as int32 tables.
+    The functions are those of prefix `helpers` when another cell of the op defined them."""
+    p: LstmHybridParams = ctx.params
+    s, layout, prefix = p.shape, p.wiring.layout, ctx.prefix
+    functions = helpers or prefix
+    v = lstm_float_values(ctx, helpers)
+    rows, values = v["rows"], v["elements"]
+    name = ctx.outputs[0].name
+    asymmetric = p.asymmetric
+    tables = []
+
+    def row_sums(what: str, key: str, sums: tuple[int, ...]) -> list[str]:
+        if not asymmetric:
+            return []
+        table = f"{prefix}_{key}_row_sums"
+        tables.append(_table(f"{ctx.op.opcode} '{name}': the row sums of {what}, for the "
+                             "input zero points", "int32_t", table, sums))
+        return [table]
+
+    def product(target: str, units: int, quantized: str, rows_of: str, depth: int,
+                weights: str, scale: float, sums: list[str]) -> list[str]:
+        """target += the product of the `quantized` rows (at the scales of `rows_of`)."""
+        zero_points = [f"{rows_of}_zero_points"] if asymmetric else []
+        return _wrapped(f"{functions}_accumulate",
+                        [target, str(units), quantized, f"{rows_of}_scales", *zero_points,
+                         str(depth), weights, *sums, c_float(scale)], ";")
+
+    cells = v["cells"]
+    for gate in v["gates"]:
+        k = GATES.index(gate["name"])
+        buffer = gate["buffer"]
+        what = gate["name"]
+        input_sums = row_sums(f"the {what} gate's input weights", f"{what}_input",
+                              p.input_row_sums[k] if asymmetric else ())
+        recurrent_sums = row_sums(f"the {what} gate's recurrent weights", f"{what}_recurrent",
+                                  p.recurrent_row_sums[k] if asymmetric else ())
+        aux = []
+        if p.aux_scales:
+            aux = product(buffer, s.n_cell, "qa", "a", p.wiring.n_aux,
+                          ctx.inputs[layout.aux_weights[k]].ptr, p.aux_scales[k],
+                          row_sums(f"the {what} gate's auxiliary weights", f"{what}_aux",
+                                   p.aux_row_sums[k] if asymmetric else ()))
+        gate["products"] = [
+            *product(buffer, s.n_cell, "qx", "x", s.n_input,
+                     ctx.inputs[layout.input_weights[k]].ptr, p.input_scales[k], input_sums),
+            *aux,
+            *product(buffer, s.n_cell, "qh", "h", s.n_output,
+                     ctx.inputs[layout.recurrent_weights[k]].ptr, p.recurrent_scales[k],
+                     recurrent_sums)]
+        if gate["peephole"]:
+            weights = p.peephole_weights[tuple(PEEPHOLE_WEIGHTS).index(gate["name"])]
+            tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate['name']} gate's peephole "
+                                 "weights, float32(w) * scale", "float",
+                                 f"{prefix}_{gate['name']}_peephole", weights))
+    depths = sorted({s.n_input, s.n_output, *([s.n_cell] if p.projection else []),
+                     *([p.wiring.n_aux] if p.aux_scales else [])})
+    quantizers = []
+    for depth in depths:
+        k = ConstantLoop("k", depth)
+        src, dst = ("vr", "qr") if rows.written else ("v", "q")
+        params = ["const float *v", "int8_t *q", "float *scales",
+                  *(["int32_t *zero_points"] if asymmetric else [])]
+        quantizers.append({
+            "depth": depth, "signature": _signature(prefix, f"quantize_{depth}", params),
+            "counters": written_vars([rows, k]) or "k",
+            "row_pointers": [f"const float *vr = v + r * {depth};",
+                             f"int8_t *qr = q + r * {depth};"] if rows.written else [],
+            "lines": quantize_lines(depth, asymmetric, k, src, dst)})
+
+    def quantize(depth: int, source: str, target: str, rows_of: str) -> list[str]:
+        zero_points = [f"{rows_of}_zero_points"] if asymmetric else []
+        return _wrapped(f"{functions}_quantize_{depth}",
+                        [source, target, f"{rows_of}_scales", *zero_points], ";")
+
+    extra = {}
+    if p.projection:
+        projected = ConstantLoop("j", s.rows * s.n_output)
+        bias = ([f"memcpy({c_offset('h', [(rows, s.n_output)])}, "
+                 f"{ctx.inputs[layout.projection_bias].ptr}, {s.n_output} * sizeof(float));"]
+                if p.projection_bias else
+                [f"memset(h, 0, {s.rows * s.n_output} * sizeof(float));"])
+        if rows.written and p.projection_bias:
+            bias = [f"for ({rows.header}) {bias[0]}"]
+        clip = ""
+        if p.projection_clip > 0:
+            clip = (f"h[{projected.index}] = arenac_clampf(h[{projected.index}], "
+                    f"{c_float(-p.projection_clip)}, {c_float(p.projection_clip)});")
+        extra = {
+            "projection_lines": [
+                c_comment("the projection: its bias, plus the hidden values quantized to int8 "
+                          "rows (at the input's scales, as LiteRT) times its weights", "  "),
+                *bias,
+                *quantize(s.n_cell, "hidden", "qhidden", "x"),
+                *product("h", s.n_output, "qhidden", "x", s.n_cell,
+                         ctx.inputs[layout.projection].ptr, p.projection_scale,
+                         row_sums("the projection weights", "projection",
+                                  p.projection_row_sums))],
+            "projection_clip": clip, "projected": projected}
+    step_vars = [values, *([rows] if p.peephole or not p.layer_norm else []),
+                 *([cells] if p.peephole else []), v["copy_rows"],
+                 *([extra["projected"]] if extra.get("projection_clip") else [])]
+    comment = (f"{_title(ctx)} (hybrid: float32, int8 weights): {_extent(p)}, {s.n_input} "
+               f"inputs, {s.n_cell} cells{_variants(p)}; as LiteRT's hybrid kernel on this "
+               "build: every step quantizes the input and the output state to int8 rows "
+               f"({'asymmetric' if asymmetric else 'symmetric'}), takes int32 products and "
+               "rescales them in float32; the gates, the cell and the hidden values in float as "
+               "the float kernel does.")
+    rows_counter = written_vars([rows])
+    return {
+        **v, **extra, "hybrid": True, "asymmetric": asymmetric, "tables": tables,
+        "sequence_comment": c_comment(comment + v["order"]),
+        "quantizers": quantizers,
+        "quantize_calls": [*quantize(s.n_input, "x", "qx", "x"),
+                           *(quantize(p.wiring.n_aux, "a", "qa", "a") if p.aux_scales else []),
+                           *quantize(s.n_output, "h", "qh", "h")],
+        "accumulate_comment": c_comment(
+            "Adds an int8 matrix product to each row: gate[r][u] += float(q[r] . w[u]"
+            + (" - zero_points[r] * row_sums[u]" if asymmetric else "")
+            + ") * (scales[r] * weight_scale), the rows quantized from floats."),
+        "accumulate_signature": _signature(prefix, "accumulate", [
+            "float *gate", "int units", "const int8_t *q", "const float *scales",
+            *(["const int32_t *zero_points"] if asymmetric else []), "int depth",
+            "const int8_t *w", *(["const int32_t *row_sums"] if asymmetric else []),
+            "float weight_scale"]),
+        "hybrid_counters": ", ".join(filter(None, [rows_counter, "u", "k"])),
+        "hybrid_row_pointers": ["const int8_t *qr = q + r * depth;",
+                                "float *g = gate + r * units;"] if rows.written else [],
+        "qk": "qr[k]" if rows.written else "q[k]",
+        "hybrid_gate_u": "g[u]" if rows.written else "gate[u]",
+        "step_counters": written_vars(step_vars),
+    }
+
+
+def lstm_basic_values(ctx: OpContext) -> dict:
+    p: LstmBasicParams = ctx.params
+    x, h, w, bias, c = ctx.inputs
+    total = p.n_input + p.depth
+    batch = ConstantLoop("b", p.batch)
+    units, gates = ConstantLoop("u", p.depth), ConstantLoop("u", 4 * p.depth)
+    at = c_sum([(batch, p.depth), (units, 1)])
+    row, row_decl = c_pointer("row", "float", "concat", [(batch, total)])
+    g, g_decl = c_pointer("g", "float", "gates", [(batch, 4 * p.depth)])
+
+    def sigmoid(value: str) -> str:
+        return _float_activation("SIGMOID", value)
+
+    def gate(k: int) -> str:
+        """Gate k's pre-activation for unit u (input, new input, forget, output)."""
+        return f"{g}[{c_sum([(units, 1)], k * p.depth)}]"
+
+    comment = (f"LSTM '{ctx.outputs[0].name}' (BASIC kernel, float32): {p.batch} batch "
+               f"row{'s' if p.batch > 1 else ''}, {p.n_input} inputs, {p.depth} units, one step "
+               "per invoke. The input and the previous activation are concatenated, one fully "
+               "connected layer gives the input, new input, forget and output gates' "
+               "pre-activations, then state = sigmoid(i) * tanh(g) + sigmoid(f) * previous "
+               "state and activation = sigmoid(o) * tanh(state), copied back into the state "
+               "variables as LiteRT does (its matrix product and activations may round "
+               "differently).")
+    return {
+        "fn": ctx.fn, "comment": c_comment(comment), "x": x.ptr, "h": h.ptr, "w": w.ptr,
+        "bias": bias.ptr, "c": c.ptr,
+        "outputs": [o.ptr for o in ctx.outputs], "batch": batch, "gates_loop": gates,
+        "units": units,
+        "counters": ", ".join(filter(None, [written_vars([batch, gates, units]) or "u", "k"])),
+        "row_pointers": row_decl + g_decl,
+        "concat_x": f"memcpy({row}, {c_offset('x', [(batch, p.n_input)])}, "
+                    f"{p.n_input} * sizeof(float));",
+        "concat_h": f"memcpy({c_offset(row, [], p.n_input)}, "
+                    f"{c_offset('h', [(batch, p.depth)])}, {p.depth} * sizeof(float));",
+        "row": row, "total": total,
+        "gate_store": f"{g}[{gates.index}] = sum + bias[{gates.index}];",
+        "weights_row": c_offset("w", [(gates, total)]),
+        "cell": [
+            f"const float input_gate = {sigmoid(gate(0))};",
+            f"const float forget_gate = {sigmoid(gate(2))};",
+            f"const float output_gate = {sigmoid(gate(3))};",
+            f"state[{at}] = input_gate * tanhf({gate(1)}) + forget_gate * c[{at}];",
+            f"activation[{at}] = output_gate * tanhf(state[{at}]);"],
+        "bytes": f"{p.batch * p.depth} * sizeof(float)",
+    }
+
+
 def emit_lstm(ctx: OpContext) -> Kernel:
+    if isinstance(ctx.params, LstmBasicParams):
+        return Kernel(render_macro(TEMPLATE, "lstm_basic", lstm_basic_values(ctx)))
+    if isinstance(ctx.params, LstmHybridParams):
+        return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_hybrid_values(ctx)))
     if isinstance(ctx.params, LstmFloatParams):
         return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_float_values(ctx)))
     helpers = ("int16", "gemmlowp_inv_sqrt") if ctx.params.layer_norm else ("int16",)
     return Kernel(render_macro(TEMPLATE, "lstm_integer", lstm_integer_values(ctx)), helpers)
 
 
+def emit_bidirectional_lstm(ctx: OpContext) -> Kernel:
+    """Each cell as the unidirectional op's float C (its own functions, on the shared scratch),
+    and the op's function running the forward cell, then the backward one."""
+    p: BidirectionalLstmParams = ctx.params
+    purposes = [r.purpose for r in bidirectional_scratch(p)]
+    values = {"fn": ctx.fn, "prefix": ctx.prefix}
+    helpers = ""  # the backward cell's step calls the forward cell's (identical) helpers
+    for cell, key, short in ((p.forward, "forward", "fw"), (p.backward, "backward", "bw")):
+        scratch = tuple(ctx.scratch[purposes.index(r.purpose)] for r in lstm_scratch(cell))
+        cell_ctx = replace(ctx, fn=f"{ctx.prefix}_{key}", prefix=f"{ctx.prefix}_{short}",
+                           params=cell, scratch=scratch)
+        cell_values = (lstm_hybrid_values if isinstance(cell, LstmHybridParams)
+                       else lstm_float_values)(cell_ctx, helpers)
+        values[key] = render_macro(TEMPLATE, "lstm_float", cell_values)
+        values[f"{key}_fn"] = cell_ctx.fn
+        helpers = helpers or cell_ctx.prefix
+    outputs = (f"both into '{ctx.outputs[0].name}', the forward cell's outputs first in each "
+               "row" if p.merge_outputs else "each into its own output")
+    values["comment"] = c_comment(
+        f"{ctx.op.opcode} '{ctx.outputs[0].name}': the forward cell over the sequence, then "
+        f"the backward cell from its last step to its first, {outputs}.")
+    return Kernel(render_macro(TEMPLATE, "bidirectional", values))
+
+
+def _cell_form(dtype: str) -> str:
+    """One cell's 17 inputs in a signature: the input gate, peepholes and projection optional."""
+    optional, required = f"{dtype}?", dtype
+    return ", ".join([optional, *[required] * 3, optional, *[required] * 3, *[optional] * 4,
+                      *[required] * 3, optional, optional])
+
+
+BIDIRECTIONAL_FORM = ", ".join(["T", _cell_form("T"), _cell_form("T"), *["T"] * 4,
+                                *["T?"] * 9])
+# The hybrid cell: int8 weights, float32 biases (and projection bias).
+_HYBRID_CELL = ("int8?, int8, int8, int8, int8?, int8, int8, int8, int8?, int8?, int8?, "
+                "float32?, float32, float32, float32, int8?, float32?")
+BIDIRECTIONAL_HYBRID_FORM = ", ".join(["float32", _HYBRID_CELL, _HYBRID_CELL,
+                                       *["float32"] * 4, "float32?", *["int8?"] * 8])
+
+# The unidirectional op's kernels, which the LSTM op's FULL kernel shares.
+UNIDIRECTIONAL_KERNELS = kernels(
+    "int8, int8?, int8, int8, int8, int8?, int8, int8, int8, int16?, int16?, int16?, int32?, "
+    "int32, int32, int32, int8?, int32?, int8, int16, int16?, int16?, int16?, int16? -> int8",
+    "T, T?, T, T, T, T?, T, T, T, T?, T?, T?, T?, T, T, T, T?, T?, T, T, T?, T?, T?, T? -> T",
+    "float32, int8?, int8, int8, int8, int8?, int8, int8, int8, int8?, int8?, int8?, float32?, "
+    "float32, float32, float32, int8?, float32?, float32, float32, float32?, float32?, float32?, "
+    "float32? -> float32",
+    T=("float32",))
+
 SPECS: tuple[OpSpec, ...] = (
-    OpSpec("UNIDIRECTIONAL_SEQUENCE_LSTM",
-           kernels("int8, int8?, int8, int8, int8, int8?, int8, int8, int8, "
-                   "int16?, int16?, int16?, int32?, int32, int32, int32, int8?, int32?, "
-                   "int8, int16, int16?, int16?, int16?, int16? -> int8",
-                   "T, T?, T, T, T, T?, T, T, T, T?, T?, T?, T?, T, T, T, T?, T?, T, T, "
-                   "T?, T?, T?, T? -> T", T=("float32",)),
-           prepare_lstm, emit_lstm, scratch=lstm_scratch),
+    OpSpec("UNIDIRECTIONAL_SEQUENCE_LSTM", UNIDIRECTIONAL_KERNELS, prepare_lstm, emit_lstm,
+           scratch=lstm_scratch),
+    OpSpec("LSTM", (*UNIDIRECTIONAL_KERNELS, *kernels(
+        "float32, float32, float32, float32, float32 -> float32, float32, float32, float32")),
+           prepare_lstm_step, emit_lstm, scratch=lstm_scratch),
+    OpSpec("BIDIRECTIONAL_SEQUENCE_LSTM",
+           kernels(f"{BIDIRECTIONAL_FORM} -> T", f"{BIDIRECTIONAL_FORM} -> T, T",
+                   f"{BIDIRECTIONAL_HYBRID_FORM} -> float32",
+                   f"{BIDIRECTIONAL_HYBRID_FORM} -> float32, float32", T=("float32",)),
+           prepare_bidirectional_lstm, emit_bidirectional_lstm, scratch=bidirectional_scratch),
 )

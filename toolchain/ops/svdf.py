@@ -28,6 +28,11 @@ Which interpreter's arithmetic each kernel reproduces:
 - float32: LiteRT's reference kernel on x86, whose sums come from its NEON code compiled for
   SSE: four lane sums over the first n - n % 4 products, the lanes added in order, then the rest
   one at a time; the bias is added after the rank sums, then the activation.
+- hybrid (float32 input, state and bias, int8 weights): LiteRT's EvalHybridSVDF, the float
+  kernel but for the feature sums: each input row quantized to int8 as the hybrid
+  FULLY_CONNECTED quantizes it (toolchain/ops/hybrid.py), int32 dot products rescaled by
+  row scale * weights_feature scale (less zero point * row sum when asymmetric), and
+  weights_time used as float32(w) * scale.
 
 C emission.
 
@@ -54,12 +59,14 @@ from toolchain.ops.emit import (
     OpContext,
     c_array,
     c_comment,
+    c_float,
     c_length,
     c_pointer,
     c_sum,
     render_macro,
     written_vars,
 )
+from toolchain.ops.hybrid import quantize_lines
 from toolchain.ops.spec import TFLM, MemoryRequest, OpSpec, kernels, required_input
 from toolchain.quant import INT_RANGES, per_tensor_quantization, quantize_multiplier
 
@@ -122,6 +129,18 @@ class SvdfFloatParams:
     activation: str
 
 
+@dataclass(frozen=True)
+class SvdfHybridParams(SvdfFloatParams):
+    """The float kernel with int8 weights (see the module's docstring): `time_weights` are
+    float32(w) * scale, as LiteRT dequantizes them once; `row_sums` are weights_feature's, set
+    with `asymmetric` only."""
+
+    asymmetric: bool = False
+    feature_scale: float = 0.0
+    time_weights: tuple[float, ...] = ()
+    row_sums: tuple[int, ...] = ()
+
+
 def prepare_svdf(graph: Graph, op: Operator) -> SvdfIntegerParams | SvdfFloatParams:
     x = required_input(graph, op, 0, "input")
     weights_feature = required_input(graph, op, 1, "weights_feature")
@@ -147,6 +166,15 @@ def prepare_svdf(graph: Graph, op: Operator) -> SvdfIntegerParams | SvdfFloatPar
         if activation not in FLOAT_ACTIVATIONS:
             raise UnsupportedOpError(f"fused activation {activation} (float SVDF runs "
                                      f"{', '.join(FLOAT_ACTIVATIONS)})")
+        if weights_feature.dtype == "int8":
+            f32 = np.float32
+            asymmetric = bool(op.options.get("asymmetric_quantize_inputs", False))
+            features = np.asarray(weights_feature.data, np.int64)
+            times = np.asarray(weights_time.data, np.int8).astype(f32) * f32(_scale(weights_time))
+            return SvdfHybridParams(
+                shape, activation, asymmetric, float(f32(_scale(weights_feature))),
+                tuple(float(v) for v in times.ravel()),
+                tuple(int(v) for v in features.sum(axis=1)) if asymmetric else ())
         return SvdfFloatParams(shape, activation)
     x_scale, x_zero_point = per_tensor_quantization(x)
     feature_scale = _scale(weights_feature)
@@ -221,10 +249,14 @@ def _scale(t: Tensor) -> float:
 
 
 def svdf_scratch(p: SvdfIntegerParams | SvdfFloatParams) -> tuple[MemoryRequest, ...]:
-    """Float units of rank > 1 add their filters' time sums in TFLite's order, from here."""
+    """Float units of rank > 1 add their filters' time sums in TFLite's order, from here; a
+    hybrid kernel quantizes each input row into the next."""
+    requests = []
     if isinstance(p, SvdfFloatParams) and p.shape.rank > 1:
-        return (MemoryRequest(4 * p.shape.filters, "the time sums of one batch's filters"),)
-    return ()
+        requests.append(MemoryRequest(4 * p.shape.filters, "the time sums of one batch's filters"))
+    if isinstance(p, SvdfHybridParams):
+        requests.append(MemoryRequest(p.shape.input_size, "the quantized input row"))
+    return tuple(requests)
 
 
 # -- C emission ------------------------------------------------------------------------------
@@ -255,8 +287,12 @@ def _mbqm_bound(multiplier: int, shift: int) -> int:
 def _common(ctx: OpContext) -> dict:
     """The pointers every kernel reads (the integer one folds the bias into a table)."""
     x, weights_feature, weights_time, _, state = ctx.inputs
+    # a hybrid kernel reads weights_time dequantized, from its own table
+    hybrid = isinstance(ctx.params, SvdfHybridParams)
     return {"fn": ctx.fn, "prefix": ctx.prefix, "x": x.ptr, "wf": weights_feature.ptr,
-            "wt": weights_time.ptr, "state": state.ptr, "out": ctx.outputs[0].ptr}
+            "wf_ctype": weights_feature.ctype,
+            "wt": f"{ctx.prefix}_weights_time" if hybrid else weights_time.ptr,
+            "state": state.ptr, "out": ctx.outputs[0].ptr, "hybrid": False, "tables": []}
 
 
 def _shift(p: SvdfShape) -> str | None:
@@ -441,7 +477,52 @@ def svdf_float_values(ctx: OpContext) -> dict:
     }
 
 
+def svdf_hybrid_values(ctx: OpContext) -> dict:
+    """The float kernel's values with the hybrid feature sums and the dequantized time weights
+    as a table."""
+    p: SvdfHybridParams = ctx.params
+    s = p.shape
+    v = svdf_float_values(ctx)
+    out = ctx.outputs[0]
+    filt, c = v["filter"], ConstantLoop("c", s.input_size)
+    xb = "xb" if any(line.startswith("const float *xb") for line in v["batch_pointers"]) else "x"
+    sb = "sb" if any(line.startswith("float *sb") for line in v["batch_pointers"]) else "state"
+    wr, wr_decl = c_pointer("wr", "const int8_t", "wf", [(filt, s.input_size)])
+    tables = [{"comment": c_comment(f"SVDF '{out.name}': weights_time as float32(w) * scale, "
+                                    "as LiteRT dequantizes them"),
+               "ctype": "float", "name": f"{ctx.prefix}_weights_time",
+               "length": len(p.time_weights), "data": c_array(np.float32(p.time_weights))}]
+    zero_point = ""
+    if p.asymmetric:
+        tables.append({"comment": c_comment(f"SVDF '{out.name}': the row sums of "
+                                            "weights_feature, for the input zero point"),
+                       "ctype": "int32_t", "name": f"{ctx.prefix}_row_sums",
+                       "length": len(p.row_sums), "data": c_array(p.row_sums)})
+        zero_point = f"acc -= {ctx.prefix}_row_sums[{filt.index}] * zp;"
+    comment = (f"SVDF '{out.name}' (hybrid: float32, int8 weights, as LiteRT's reference kernel "
+               "computes it on x86): the state slides one step; the input row is quantized to "
+               f"int8 ({'asymmetric' if p.asymmetric else 'symmetric'}) and each filter's int32 "
+               "feature sum, rescaled, goes into its newest slot; the time sums and the rest "
+               "are the float kernel's, four lanes at a time")
+    return {
+        **v, "hybrid": True, "asymmetric": p.asymmetric, "tables": tables,
+        "comment": c_comment(comment),
+        "quantized": ctx.scratch[-1],
+        "quantize": quantize_lines(s.input_size, p.asymmetric, c, xb, "q"),
+        "row_scale": f"const float row_scale = scale * {c_float(p.feature_scale)};",
+        "filter_pointers": wr_decl,
+        "feature_sum": f"for ({c.header}) acc += {wr}[{c.index}] * q[{c.index}];",
+        "zero_point": zero_point,
+        "feature_store": f"{sb}[{c_sum([(filt, s.memory)], s.memory - 1)}] = (float)acc * "
+                         "row_scale;",
+        "counters": ", ".join(filter(None, [v["counters"], "c" if "c" not in
+                                            v["counters"].split(", ") else ""])),
+    }
+
+
 def emit_svdf(ctx: OpContext) -> Kernel:
+    if isinstance(ctx.params, SvdfHybridParams):
+        return Kernel(render_macro(TEMPLATE, "svdf_float", svdf_hybrid_values(ctx)))
     if isinstance(ctx.params, SvdfFloatParams):
         return Kernel(render_macro(TEMPLATE, "svdf_float", svdf_float_values(ctx)))
     return Kernel(render_macro(TEMPLATE, "svdf_integer", svdf_integer_values(ctx)))
@@ -450,6 +531,7 @@ def emit_svdf(ctx: OpContext) -> Kernel:
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("SVDF",
            (*kernels("float32, float32, float32, float32?, float32 -> float32",
+                     "float32, int8, int8, float32?, float32 -> float32",
                      "int8, int8, int16, int32?, int16 -> int8"),
             *kernels("int8, int8, int8, int32, int8 -> int8", oracle=TFLM)),
            prepare_svdf, emit_svdf, scratch=svdf_scratch),
