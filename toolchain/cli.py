@@ -212,10 +212,12 @@ def input_steps(graph, arrays: list, paths: list[str], model: str):
 
 def cmd_gen(args: argparse.Namespace) -> int:
     from toolchain.codegen import generate
+    from toolchain.fragments import build_fragments
 
     mp = planned(args)
     name = args.name or os.path.splitext(os.path.basename(args.model))[0]
     files = generate(mp, name, external_io=args.external_io)
+    files.update(build_fragments(mp, name, files))
     paths = write_files_atomic(args.output_dir, files)
     if args.json:
         emit_json(
