@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from runtime_py.interpreter import ArenaInterpreter
+from toolchain.checking.oracle import TFLM_MODULE, installed, tflm_missing
 from toolchain.checking.oracle_process import (
     ORACLE_TIMEOUT,
     OracleRun,
@@ -253,6 +254,8 @@ def oracle_run(
             f"per-layer comparison needs LiteRT's interpreter, whose kernel is wrong for {ops}",
             source,
         )
+    if not installed(TFLM_MODULE):
+        raise RuntimeBackendError(tflm_missing(f"checking {ops}"), source)
     try:
         return run_in_child("tflm", model_bytes, input_sets, len(graph.outputs), source, (),
                             timeout, sequence)
