@@ -182,8 +182,9 @@ def test_one_input_formats_need_a_one_input_model(capsys, model, tmp_path):
     assert code == 2 and "takes 2 inputs: give them in one .npz" in err
     code, _, err = run(capsys, "check", str(model), "--input", str(tmp_path / "none.npy"))
     assert code == 2 and "none.npy: no such file" in err
-    code, _, err = run(capsys, "check", str(model), "--input", "a.npy", "--dataset", "d")
-    assert code == 2 and "not allowed with argument" in err
+    for other in (("--dataset", "d"), ("--inputs", "3")):
+        code, _, err = run(capsys, "check", str(model), "--input", "a.npy", *other)
+        assert code == 2 and "not allowed with argument" in err
 
 
 def test_input_is_never_taken_for_inputs_nor_any_abbreviation(capsys, model):

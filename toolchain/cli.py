@@ -570,7 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
              "(default: .)",
     )
     check = sub.choices["check"]
-    check.add_argument(
+    data = check.add_mutually_exclusive_group()  # random inputs, or the user's data
+    data.add_argument(
         "--inputs",
         type=positive,
         default=3,
@@ -586,7 +587,6 @@ def build_parser() -> argparse.ArgumentParser:
              "between sets (default: 3 for a model with state, else 1)",
     )
     check.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    data = check.add_mutually_exclusive_group()
     data.add_argument(
         "--input",
         metavar="FILE",
