@@ -255,6 +255,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from toolchain.checking.c_backend import CBackend
     from toolchain.checking.check import check_layers, check_plan
 
+    if args.inputs is None:
+        args.inputs = 3
     if args.backends is None:  # portable C on the host; a target's C on its QEMU machine
         args.backends = ("runtime_py", "c") if args.target == "generic" else ("runtime_py", "qemu")
     if "c" in args.backends and args.target != "generic":
@@ -574,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--inputs",
         type=positive,
-        default=3,
+        default=None,  # 3, set by cmd_check: so that argparse sees `--inputs 3` beside --input
         metavar="N",
         help="number of random input sets, each a sequence of --sequence invokes (default: 3)",
     )
