@@ -17,7 +17,7 @@ from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import is_classifier, runtime_py_tracer
 from toolchain.checking.samples import load_dataset, load_samples
 from toolchain.cli import build_parser, main
-from toolchain.codegen import traced_tensors
+from toolchain.codegen import generate, traced_tensors
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model, read_model
 
@@ -231,6 +231,7 @@ def test_the_c_trace_is_every_intermediate_tensor_bit_exact(model):
     for t, value in expected.items():
         assert got[t].dtype == value.dtype and np.array_equal(got[t], value), t
     assert len(outputs) == 2 and np.array_equal(outputs[1][0], expected[mp.graph.outputs[0]])
+    assert not any("_trace" in text for text in generate(mp, "model").values())  # gen's files
 
 
 def test_per_layer_uses_the_backends_asked_for(capsys, model, tmp_path):
