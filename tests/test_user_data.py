@@ -4,6 +4,7 @@ every backend (the C and the firmware dump every intermediate tensor)."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -182,6 +183,10 @@ def test_one_input_formats_need_a_one_input_model(capsys, model, tmp_path):
     assert code == 2 and "takes 2 inputs: give them in one .npz" in err
     code, _, err = run(capsys, "check", str(model), "--input", str(tmp_path / "none.npy"))
     assert code == 2 and "none.npy: no such file" in err
+    code, _, err = run(capsys, "check", str(model), "--dataset", str(tmp_path / "x.npy"))
+    assert code == 2 and "x.npy: not a directory" in err
+    code, _, err = run(capsys, "check", str(model), "--dataset", str(tmp_path))
+    assert code == 2 and f"{tmp_path}{os.sep}x.npy: the model takes 2 inputs" in err
     for other in (("--dataset", "d"), ("--inputs", "3")):
         code, _, err = run(capsys, "check", str(model), "--input", "a.npy", *other)
         assert code == 2 and "not allowed with argument" in err

@@ -50,12 +50,18 @@ def load_dataset(graph: Graph, directory: str) -> list[list[np.ndarray]]:
     """Every sample file (or sample directory) in `directory`, in name order."""
     if not os.path.isdir(directory):
         raise ArenacError("not a directory", directory)
-    entries = [os.path.join(directory, e) for e in sorted(os.listdir(directory))
-               if not e.startswith(".")]
+    entries = [os.path.join(directory, e) for e in listing(directory) if not e.startswith(".")]
     entries = [e for e in entries if os.path.isdir(e) or e.lower().endswith(SUFFIXES)]
     if not entries:
         raise ArenacError("no .npy, .npz or .csv files or sample directories in it", directory)
     return [values for entry in entries for values in load_samples(graph, entry)]
+
+
+def listing(directory: str) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except OSError as e:
+        raise ArenacError(f"cannot list ({e.strerror})", directory) from None
 
 
 def input_keys(graph: Graph, i: int) -> tuple[str, ...]:
@@ -83,7 +89,7 @@ def archive_arrays(graph: Graph, path: str) -> list[np.ndarray]:
 
 def directory_arrays(graph: Graph, directory: str) -> list[np.ndarray]:
     files = {os.path.splitext(e)[0]: os.path.join(directory, e)
-             for e in sorted(os.listdir(directory)) if e.lower().endswith((".npy", ".csv"))}
+             for e in listing(directory) if e.lower().endswith((".npy", ".csv"))}
     arrays = []
     for i, t in enumerate(graph.inputs):
         key = next((k for k in input_keys(graph, i) if k in files), None)
