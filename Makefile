@@ -10,10 +10,11 @@ DEMO := build/demo_int8.tflite
 
 .PHONY: demo test lint bench fuzz gen check plan mcu clean
 
-$(STAMP): pyproject.toml
+# pyproject.toml states the ranges; constraints.txt pins the versions tested
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 $(DEMO): $(STAMP) $(wildcard toolchain/*.py)

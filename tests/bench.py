@@ -260,14 +260,18 @@ def scaling_section() -> None:
 
 
 def mcu_section(paths: list[Path]) -> None:
-    """Cortex-M4 footprint (arm-none-eabi-gcc -Os) beside TFLM, and TFLM's head with our plan."""
+    """Cortex-M4 footprint (arm-none-eabi-gcc -Os) beside TFLM, and TFLM's head with our plan;
+    the footprint is skipped, in one line, without the Arm toolchain."""
+    from toolchain.checking.qemu_backend import missing
     from toolchain.embed import embed_plan
+    from toolchain.firmware import TOOL_PREFIX
     from toolchain.footprint import footprint
 
+    absent = [program for program in missing() if program.startswith(TOOL_PREFIX)]
     rows, heads = [], []
     for path in paths:
         model = read_model(path)
-        rows.append({**footprint(plan_model(model)), "model": path.stem})
+        rows.append({} if absent else {**footprint(plan_model(model)), "model": path.stem})
         data = path.read_bytes()
         before = try_backend(lambda d=data, m=model: TFLMOracle(d, len(m.main.outputs),
                                                                   arena_size=4 << 20))
@@ -278,13 +282,18 @@ def mcu_section(paths: list[Path]) -> None:
         rows[-1]["tflm_total"] = total
         heads.append([path.stem, before.allocations()["head"] if before else "n/a",
                       exported.arena_bytes, after.allocations()["head"] if after else "n/a"])
-    print("Cortex-M4 footprint of the generated C (bytes), beside TFLM's total arena")
-    print(table(
-        ["model", "flash", "weights", "code", "ram", "arena", "state", "stack", "tflm total",
-         "ram/tflm"],
-        [[r["model"], r["flash"], r["weights"], r["code"], r["ram"], r["arena"], r["state"],
-          r["stack"], r["tflm_total"] or "n/a", ratio(r["ram"], r["tflm_total"])] for r in rows],
-    ))
+    if absent:
+        print(f"Cortex-M4 footprint: skipped, the Arm toolchain is not on PATH "
+              f"({', '.join(absent)})")
+    else:
+        print("Cortex-M4 footprint of the generated C (bytes), beside TFLM's total arena")
+        print(table(
+            ["model", "flash", "weights", "code", "ram", "arena", "state", "stack",
+             "tflm total", "ram/tflm"],
+            [[r["model"], r["flash"], r["weights"], r["code"], r["ram"], r["arena"], r["state"],
+              r["stack"], r["tflm_total"] or "n/a", ratio(r["ram"], r["tflm_total"])]
+             for r in rows],
+        ))
     print()
     print("TFLM head before and after `arenac embed` (the plan without in-place or overlap)")
     print(table(["model", "tflm head", "exported arena", "tflm head with plan"], heads))

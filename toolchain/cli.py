@@ -212,10 +212,12 @@ def input_steps(graph, arrays: list, paths: list[str], model: str):
 
 def cmd_gen(args: argparse.Namespace) -> int:
     from toolchain.codegen import generate
+    from toolchain.fragments import build_fragments
 
     mp = planned(args)
     name = args.name or os.path.splitext(os.path.basename(args.model))[0]
     files = generate(mp, name, external_io=args.external_io)
+    files.update(build_fragments(mp, name, files))
     paths = write_files_atomic(args.output_dir, files)
     if args.json:
         emit_json(
@@ -253,6 +255,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from toolchain.checking.c_backend import CBackend
     from toolchain.checking.check import check_layers, check_plan
 
+    if args.inputs is None:
+        args.inputs = 3
     if args.backends is None:  # portable C on the host; a target's C on its QEMU machine
         args.backends = ("runtime_py", "c") if args.target == "generic" else ("runtime_py", "qemu")
     if "c" in args.backends and args.target != "generic":
@@ -261,28 +265,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     mp = planned(args)
     with open(args.model, "rb") as f:
         model_bytes = f.read()
+    data = user_data(mp.graph, args)
     if args.per_layer:
-        layers = check_layers(mp, model_bytes, args.seed, oracle_timeout=args.oracle_timeout)
-        first_bad = next((layer for layer in layers if layer.output.mismatches), None)
+        with contextlib.ExitStack() as stack:
+            layers = check_layers(mp, model_bytes, args.seed, oracle_timeout=args.oracle_timeout,
+                                  tracers=tracers(mp, args.backends, stack),
+                                  values=data[1][0] if data else None)
+        first_bad = {name: next((x for x in rows if x.output.mismatches), None)
+                     for name, rows in layers.items()}
+        ok = all(bad is None for bad in first_bad.values())
         if args.json:
-            emit_json(
-                {
-                    "model": args.model,
-                    "ok": first_bad is None,
-                    "layers": [
-                        {
-                            "op": layer.op,
-                            "opcode": layer.opcode,
-                            "max_abs_diff": layer.output.max_abs_diff,
-                            "mismatches": layer.output.mismatches,
-                        }
-                        for layer in layers
-                    ],
-                }
-            )
+            emit_json({"model": args.model, "ok": ok, "backends": list(layers),
+                       "layers": layers_data(mp.graph, layers),
+                       "first_divergence": {name: None if bad is None else layer_data(
+                           mp.graph, bad) for name, bad in first_bad.items()}})
         else:
-            print(layers_text(layers, first_bad))
-        return 0 if first_bad is None else 1
+            print(layers_text(mp.graph, layers, first_bad))
+        return 0 if ok else 1
     with contextlib.ExitStack() as stack:
         extra = []
         if "c" in args.backends:
@@ -294,10 +293,39 @@ def cmd_check(args: argparse.Namespace) -> int:
         report = check_plan(
             mp, model_bytes, args.inputs, args.seed, extra,
             runtime_py="runtime_py" in args.backends, oracle_timeout=args.oracle_timeout,
-            sequence=args.sequence,
+            sequence=args.sequence, data=data,
         )
     emit_json(report.as_dict()) if args.json else print(check_text(report, args.inputs))
     return 0 if report.ok else 1
+
+
+def user_data(graph, args: argparse.Namespace):
+    """(where from, input sets) of --input or --dataset; None for random inputs."""
+    from toolchain.checking.samples import load_dataset, load_samples
+
+    if args.input:
+        return args.input, load_samples(graph, args.input)
+    if args.dataset:
+        return args.dataset, load_dataset(graph, args.dataset)
+    return None
+
+
+def tracers(mp, backends: tuple[str, ...], stack: contextlib.ExitStack) -> list:
+    """What --per-layer compares with the oracle: each backend asked for, as a tracer."""
+    from toolchain.checking.c_backend import CBackend
+    from toolchain.checking.check import runtime_py_tracer
+
+    made = []
+    for name in backends:
+        if name == "runtime_py":
+            made.append((name, runtime_py_tracer(mp)))
+        elif name == "c":
+            made.append((name, stack.enter_context(CBackend(mp, trace=True)).trace))
+        else:
+            from toolchain.checking.qemu_backend import QemuBackend
+
+            made.append((name, stack.enter_context(QemuBackend(mp, trace=True)).trace))
+    return made
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -318,12 +346,18 @@ def check_text(report, inputs: int) -> str:
             format_diff(o.max_abs_diff),
             o.mismatches,
             "ok" if o.mismatches == 0 else "DIFFERS",
+            "-" if o.top1_agree is None else f"{o.top1_agree}/{o.invokes}",
             "-" if o.first_mismatch is None
             else f"sequence {o.first_mismatch[0]} invoke {o.first_mismatch[1]}",
         ]
         for o in report.outputs
     ]
-    if report.sequence > 1 or report.state_bytes:
+    if report.data is not None:
+        count = report.outputs[0].invokes if report.outputs else 0
+        said = f"{count} input set(s) from {report.data}"
+        if report.sequence > 1:
+            said += f", in sequences of {report.sequence} invokes, state kept"
+    elif report.sequence > 1 or report.state_bytes:
         said = (f"{inputs} random sequence(s) of {report.sequence} invokes; state kept within "
                 "a sequence, reset between")
     else:
@@ -336,8 +370,8 @@ def check_text(report, inputs: int) -> str:
             f"backends  {report.backends[0]} (oracle) vs {', '.join(report.backends[1:])}",
             f"inputs    {said}",
             "",
-            table(["output", "dtype", "max |diff|", "mismatches", "verdict", "first differs"],
-                  rows),
+            table(["output", "dtype", "max |diff|", "mismatches", "verdict", "top-1 agree",
+                   "first differs"], rows),
             "",
             "verdict: " + ("all backends agree" if report.ok else "MISMATCH"),
         ]
@@ -348,22 +382,48 @@ def format_diff(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.3g}"
 
 
-def layers_text(layers, first_bad) -> str:
+def middle_cut(text: str, limit: int = 40) -> str:
+    """A long name as its start and its end, which tell tensors apart best."""
+    if len(text) <= limit:
+        return text
+    half = (limit - 3) // 2
+    return text[:half] + "..." + text[-(limit - 3 - half):]
+
+
+def layer_data(graph, layer) -> dict:
+    return {"op": layer.op, "opcode": layer.opcode, "tensor": layer.tensor,
+            "tensor_name": graph.tensors[layer.tensor].name,
+            "max_abs_diff": layer.output.max_abs_diff, "mismatches": layer.output.mismatches}
+
+
+def layers_data(graph, layers: dict) -> list[dict]:
+    """One entry per op: its worst output tensor in each backend."""
+    return [{"op": same[0].op, "opcode": same[0].opcode,
+             "backends": {name: layer_data(graph, x) for name, x in zip(layers, same)}}
+            for same in zip(*layers.values())]
+
+
+def layers_text(graph, layers: dict, first_bad: dict) -> str:
     from toolchain.report import table
 
     rows = [
-        [layer.op, layer.opcode, format_diff(layer.output.max_abs_diff), layer.output.mismatches]
-        for layer in layers
+        [same[0].op, same[0].opcode, middle_cut(graph.tensors[same[0].tensor].name)]
+        + [f"{format_diff(x.output.max_abs_diff)} ({x.output.mismatches})" for x in same]
+        for same in zip(*layers.values())
     ]
-    lines = [table(["op", "type", "max |diff|", "mismatches"], rows), ""]
-    if first_bad is None:
-        lines.append("every layer agrees with the oracle")
-    else:
-        worst_in = max((d.max_abs_diff for d in first_bad.inputs), default=0.0)
+    lines = [table(["op", "type", "tensor", *layers], rows),
+             "(per backend: largest |diff| from the oracle, and in brackets the elements that "
+             "differ)", ""]
+    for name, bad in first_bad.items():
+        if bad is None:
+            lines.append(f"{name}: every layer agrees with the oracle")
+            continue
+        worst_in = max((d.max_abs_diff for d in bad.inputs), default=0.0)
         lines.append(
-            f"first divergence: op {first_bad.op} ({first_bad.opcode}): inputs differ by at most "
-            f"{format_diff(worst_in)}, output by {format_diff(first_bad.output.max_abs_diff)} "
-            f"({first_bad.output.mismatches} elements)"
+            f"{name}: first divergence at op {bad.op} ({bad.opcode}), tensor {bad.tensor} "
+            f"{graph.tensors[bad.tensor].name!r}: inputs differ by at most "
+            f"{format_diff(worst_in)}, output by {format_diff(bad.output.max_abs_diff)} "
+            f"({bad.output.mismatches} elements)"
         )
     return "\n".join(lines)
 
@@ -512,10 +572,11 @@ def build_parser() -> argparse.ArgumentParser:
              "(default: .)",
     )
     check = sub.choices["check"]
-    check.add_argument(
+    data = check.add_mutually_exclusive_group()  # random inputs, or the user's data
+    data.add_argument(
         "--inputs",
         type=positive,
-        default=3,
+        default=None,  # 3, set by cmd_check: so that argparse sees `--inputs 3` beside --input
         metavar="N",
         help="number of random input sets, each a sequence of --sequence invokes (default: 3)",
     )
@@ -528,6 +589,15 @@ def build_parser() -> argparse.ArgumentParser:
              "between sets (default: 3 for a model with state, else 1)",
     )
     check.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    data.add_argument(
+        "--input",
+        metavar="FILE",
+        help="check on this data instead of random inputs: a .npy (one-input model), a .npz "
+             "with one array per input (named by input name or index), a directory of such "
+             "per-input .npy files, or a CSV of values; a leading [N, ...] axis is N samples",
+    )
+    data.add_argument("--dataset", metavar="DIR",
+                      help="check on every sample in DIR: each file or folder as --input takes")
     check.add_argument(
         "--backends",
         type=backend_list,

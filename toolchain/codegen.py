@@ -70,11 +70,14 @@ class IOInfo:
         return c_length(self.nbytes)
 
 
-def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> dict[str, str]:
+def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
+             trace: bool = False) -> dict[str, str]:
     """File name -> text of NAME.h, NAME.c and the host harness NAME_main.c.
 
     The plan is verified again here, whoever made it: C from an unsafe plan would corrupt
-    its own activations without a word."""
+    its own activations without a word. With `trace`, invoke hands every tensor of
+    `traced_tensors` to NAME_trace right after the step that wrote it, and the harness writes
+    them to stdout before each set's outputs (`check --per-layer` on the C)."""
     name = c_identifier(name)
     graph = mp.graph
     source = mp.model.source
@@ -226,6 +229,13 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
 
     emit_subgraph(mp.graph_index)
     calls = [call(step) for step in steps_of.get(mp.graph_index, ())]
+    if trace:
+        traced: dict[int, list[int]] = {}
+        for step, t in traced_tensors(mp):
+            traced.setdefault(step, []).append(t)
+        calls = [line for step, c in zip(steps_of.get(mp.graph_index, ()), calls)
+                 for line in [c] + [f"{name}_trace({step}, {t}, {pointer(t)}, "
+                                    f"{graph.tensors[t].nbytes}u);" for t in traced.get(step, ())]]
     input_ptrs = [pointer(t) for t in graph.inputs]
     output_ptrs = [pointer(t) for t in graph.outputs]
     copies = external_copies(graph, name) if external_io else []
@@ -304,12 +314,22 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False) -> d
         "kernels": texts,
         "calls": calls,
         "copies": copies,
+        "trace": trace,
     }
     return {
         f"{name}.h": render("c/model.h.j2", **values),
         f"{name}.c": render("c/model.c.j2", **values),
         f"{name}_main.c": render("c/harness.c.j2", **values),
     }
+
+
+def traced_tensors(mp: ModelPlan) -> list[tuple[int, int]]:
+    """(step, tensor) of every value the main graph's ops write, in execution order: what a
+    per-layer check compares (a called subgraph's tensors and resource handles excepted)."""
+    graph, program = mp.graph, mp.program
+    main = set(program.ops_of(program.graph_index))
+    return [(step, t) for step, op in enumerate(mp.lifetimes.order) if op in main
+            for t in graph.operators[op].outputs if t >= 0 and not graph.tensors[t].is_handle]
 
 
 def kernel_function(name: str, mp: ModelPlan, op: int) -> str:

@@ -144,8 +144,10 @@ def uses_external_io(mp: ModelPlan) -> bool:
                for t in (*mp.graph.inputs, *mp.graph.outputs))
 
 
-def mcu_sources(mp: ModelPlan, name: str = "model") -> dict[str, str]:
-    """File name -> text: the model's NAME.h/NAME.c plus the MCU files (no host harness)."""
+def mcu_sources(mp: ModelPlan, name: str = "model", trace: bool = False) -> dict[str, str]:
+    """File name -> text: the model's NAME.h/NAME.c plus the MCU files (no host harness).
+    With `trace`, a tracing build (toolchain.codegen.generate): the harness writes every
+    traced tensor to the output file before its set's outputs."""
     name = c_identifier(name)
     if name in ("startup", "semihosting", "link"):
         raise RuntimeBackendError(
@@ -154,7 +156,7 @@ def mcu_sources(mp: ModelPlan, name: str = "model") -> dict[str, str]:
     target = mcu_target(mp)
     board = board_of(target, mp.model.source)
     external_io = uses_external_io(mp)
-    files = generate(mp, name, external_io=external_io)
+    files = generate(mp, name, external_io=external_io, trace=trace)
     del files[f"{name}_main.c"]
     graph = mp.graph
     where = {"board": board.machine, "cpu": target.name}
@@ -171,6 +173,7 @@ def mcu_sources(mp: ModelPlan, name: str = "model") -> dict[str, str]:
         status=STATUS,
         statuses=[{"code": STATUS[k], "meaning": STATUS_MEANING[k]} for k in STATUS],
         stack_reserve=STACK_RESERVE,
+        trace=trace,
     )
     return files
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from toolchain.codegen import generate
+from toolchain.codegen import generate, traced_tensors
 from toolchain.errors import RuntimeBackendError
 from toolchain.ir import Graph
 from toolchain.plan import ModelPlan
@@ -83,16 +83,19 @@ def first_error(stderr: str, otherwise: str = "unknown compiler failure") -> str
 
 def split_outputs(raw: bytes, graph: Graph, sets: int) -> list[list[np.ndarray]]:
     """Raw output bytes, set after set and output after output, as arrays per set."""
-    tensors = [graph.tensors[t] for t in graph.outputs]
-    outputs, position = [], 0
-    for _ in range(sets):
-        values = []
-        for t in tensors:
-            values.append(np.frombuffer(raw, np.dtype(t.dtype), t.num_elements, position)
-                          .reshape(t.shape).copy())
-            position += t.nbytes
-        outputs.append(values)
-    return outputs
+    size = sum(graph.tensors[t].nbytes for t in graph.outputs)
+    return [tensor_values(raw[k * size:(k + 1) * size], graph, graph.outputs)
+            for k in range(sets)]
+
+
+def tensor_values(raw: bytes, graph: Graph, tensors: Sequence[int]) -> list[np.ndarray]:
+    """The raw bytes of `tensors`, one after the other, as arrays."""
+    values, position = [], 0
+    for t in (graph.tensors[t] for t in tensors):
+        values.append(np.frombuffer(raw, np.dtype(t.dtype), t.num_elements, position)
+                      .reshape(t.shape).copy())
+        position += t.nbytes
+    return values
 
 
 class CBackend:
@@ -104,12 +107,16 @@ class CBackend:
 
     name = "c"
 
-    def __init__(self, model_plan: ModelPlan, sanitize: bool = False, name: str = "model"):
+    def __init__(self, model_plan: ModelPlan, sanitize: bool = False, name: str = "model",
+                 trace: bool = False):
         self.graph = model_plan.graph
         self.source = model_plan.model.source
+        # with `trace`, every set's output begins with these tensors' bytes
+        self.traced = [t for _, t in traced_tensors(model_plan)] if trace else []
+        self.tensors: list[dict[int, np.ndarray]] = []  # per set of the last run, with trace
         self.directory = tempfile.mkdtemp(prefix="arenac-c-")
         try:
-            files = generate(model_plan, name)
+            files = generate(model_plan, name, trace=trace)
             write_files(files, self.directory)
             self.binary = compile_files(
                 self.directory, name, SANITIZE_FLAGS if sanitize else (), self.source
@@ -140,13 +147,28 @@ class CBackend:
             )
             said = first_error(result.stderr.decode(errors="replace"), "no message")
             raise RuntimeBackendError(f"compiled model failed ({status}): {said}", self.source)
-        expected = len(input_sets) * sum(self.graph.tensors[t].nbytes for t in self.graph.outputs)
+        traced = sum(self.graph.tensors[t].nbytes for t in self.traced)
+        outputs = sum(self.graph.tensors[t].nbytes for t in self.graph.outputs)
+        expected = len(input_sets) * (traced + outputs)
         if len(result.stdout) != expected:
             raise RuntimeBackendError(
                 f"compiled model wrote {len(result.stdout)} bytes, expected {expected}",
                 self.source,
             )
-        return split_outputs(result.stdout, self.graph, len(input_sets))
+        if not self.traced:
+            return split_outputs(result.stdout, self.graph, len(input_sets))
+        self.tensors, sets = [], []
+        for k in range(len(input_sets)):
+            raw = result.stdout[k * (traced + outputs):(k + 1) * (traced + outputs)]
+            self.tensors.append(dict(zip(self.traced, tensor_values(raw, self.graph,
+                                                                    self.traced))))
+            sets += split_outputs(raw[traced:], self.graph, 1)
+        return sets
+
+    def trace(self, inputs: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
+        """Every traced tensor's value in one invoke from the initial state (trace=True)."""
+        self.invoke_many([inputs])
+        return self.tensors[0]
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """One invoke from the initial state."""

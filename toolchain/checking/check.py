@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from runtime_py.interpreter import ArenaInterpreter
+from toolchain.checking.oracle import TFLM_MODULE, installed, tflm_missing
 from toolchain.checking.oracle_process import (
     ORACLE_TIMEOUT,
     OracleRun,
@@ -87,6 +88,16 @@ def difference(expected: np.ndarray, actual: np.ndarray) -> Difference:
     return Difference(float(diff.max(initial=0.0)), int(np.count_nonzero(diff > tolerance)))
 
 
+def is_classifier(t: Tensor) -> bool:
+    """An output of scores over classes: one row of more than one value ([N] or [1, ..., N])."""
+    return len(t.shape) >= 1 and t.shape[-1] > 1 and all(d == 1 for d in t.shape[:-1])
+
+
+def same_top1(expected: np.ndarray, actual: np.ndarray) -> bool:
+    """Whether both pick the same class (the first of equal highest scores, as argmax does)."""
+    return expected.shape == actual.shape and int(np.argmax(expected)) == int(np.argmax(actual))
+
+
 @dataclass
 class OutputReport:
     name: str
@@ -96,10 +107,18 @@ class OutputReport:
     # [sequence, invoke] where this output first differs (0-based; sequences after the first
     # start after a reset), None while it agrees
     first_mismatch: list[int] | None = None
+    # for a classifier's scores: invokes where this backend's top-1 class is the oracle's, and
+    # invokes compared; None for any other output
+    top1_agree: int | None = None
+    invokes: int = 0
 
-    def add(self, d: Difference, sequence: int = 0, invoke: int = 0) -> None:
+    def add(self, d: Difference, sequence: int = 0, invoke: int = 0,
+            top1: bool | None = None) -> None:
         self.max_abs_diff = max(self.max_abs_diff, d.max_abs_diff)
         self.mismatches += d.mismatches
+        self.invokes += 1
+        if top1 is not None:
+            self.top1_agree = (self.top1_agree or 0) + top1
         if d.mismatches and self.first_mismatch is None:
             self.first_mismatch = [sequence, invoke]
 
@@ -114,6 +133,7 @@ class CheckReport:
     sequences: int = 1
     sequence: int = 1  # invokes per sequence, state kept; a reset between sequences
     state_bytes: int = 0
+    data: str | None = None  # where the input sets came from; None for random ones
 
     @property
     def ok(self) -> bool:
@@ -128,6 +148,7 @@ class CheckReport:
             "state_bytes": self.state_bytes,
             "sequences": self.sequences,
             "sequence": self.sequence,
+            "data": self.data,
             "backends": self.backends,
             "outputs": [vars(o) for o in self.outputs],
         }
@@ -162,14 +183,24 @@ def check_plan(
     runtime_py: bool = True,
     oracle_timeout: float = ORACLE_TIMEOUT,
     sequence: int | None = None,
+    data: tuple[str, list[list[np.ndarray]]] | None = None,
 ) -> CheckReport:
     """Run the oracle, runtime_py and any extra backends on `inputs` random sequences of
     `sequence` invokes each (default_sequence when None): state is kept within a sequence and
-    reset between them. Input set k (counting over all sequences) is drawn with seed + k."""
+    reset between them. Input set k (counting over all sequences) is drawn with seed + k.
+
+    `data` is the user's own input sets instead (where they came from, and the sets), run in
+    order; a model with state runs them as one sequence unless `sequence` says otherwise."""
     graph = model_plan.graph
-    sequence = default_sequence(model_plan) if sequence is None else sequence
     runtime = ArenaInterpreter(model_plan)  # unsupported ops fail here, before the oracle runs
-    input_sets = [random_inputs(graph, seed + i) for i in range(inputs * sequence)]
+    if data is None:
+        sequence = default_sequence(model_plan) if sequence is None else sequence
+        input_sets = [random_inputs(graph, seed + i) for i in range(inputs * sequence)]
+    else:
+        input_sets = data[1]
+        if sequence is None:
+            sequence = len(input_sets) if model_plan.state_bytes else 1
+        inputs = -(-len(input_sets) // sequence)
     oracle = oracle_run(model_plan, model_bytes, input_sets, (), oracle_timeout, sequence)
     backends: list[tuple[str, Backend]] = list(extra)
     if runtime_py:
@@ -182,6 +213,7 @@ def check_plan(
         sequences=inputs,
         sequence=sequence,
         state_bytes=model_plan.state_bytes,
+        data=None if data is None else data[0],
     )
     report.outputs = [
         OutputReport(f"{name}:{graph.tensors[t].name}", graph.tensors[t].dtype)
@@ -189,12 +221,14 @@ def check_plan(
         for t in graph.outputs
     ]
     rows = iter(report.outputs)
+    classifier = [is_classifier(graph.tensors[t]) for t in graph.outputs]
     for _, run in backends:
         actual = run(input_sets, sequence)
         backend_rows = [next(rows) for _ in graph.outputs]
         for k, (want, got) in enumerate(zip(oracle.outputs, actual)):
-            for row, e, a in zip(backend_rows, want, got):
-                row.add(difference(e, a), *divmod(k, sequence))
+            for row, e, a, scores in zip(backend_rows, want, got, classifier):
+                row.add(difference(e, a), *divmod(k, sequence),
+                        top1=same_top1(e, a) if scores else None)
     return report
 
 
@@ -220,6 +254,8 @@ def oracle_run(
             f"per-layer comparison needs LiteRT's interpreter, whose kernel is wrong for {ops}",
             source,
         )
+    if not installed(TFLM_MODULE):
+        raise RuntimeBackendError(tflm_missing(f"checking {ops}"), source)
     try:
         return run_in_child("tflm", model_bytes, input_sets, len(graph.outputs), source, (),
                             timeout, sequence)
@@ -235,8 +271,33 @@ def oracle_run(
 class LayerDifference:
     op: int
     opcode: str
+    tensor: int  # the op's output that differs most (its first when all agree)
     output: Difference
     inputs: tuple[Difference, ...]
+
+
+# A tracer runs one input set from the initial state and returns every tensor the main
+# graph's ops wrote (toolchain.codegen.traced_tensors), by tensor index.
+Tracer = Callable[[list[np.ndarray]], dict[int, np.ndarray]]
+
+
+def runtime_py_tracer(model_plan: ModelPlan) -> Tracer:
+    """runtime_py as a tracer: what its `observe` hook sees of the main graph's ops."""
+    graph, program = model_plan.graph, model_plan.program
+    main = set(program.ops_of(program.graph_index))
+
+    def trace(values: list[np.ndarray]) -> dict[int, np.ndarray]:
+        seen: dict[int, np.ndarray] = {}
+
+        def record(op_index: int, outputs: list[np.ndarray]) -> None:
+            if op_index in main:
+                seen.update((t, v) for t, v in zip(graph.operators[op_index].outputs, outputs)
+                            if not graph.tensors[t].is_handle)
+
+        ArenaInterpreter(model_plan).invoke(values, observe=record)
+        return seen
+
+    return trace
 
 
 def check_layers(
@@ -244,32 +305,33 @@ def check_layers(
     model_bytes: bytes,
     seed: int = 0,
     oracle_timeout: float = ORACLE_TIMEOUT,
-) -> list[LayerDifference]:
-    """Every op's output against the oracle's own intermediate tensor, in execution order."""
+    tracers: Sequence[tuple[str, Tracer]] | None = None,
+    values: list[np.ndarray] | None = None,
+) -> dict[str, list[LayerDifference]]:
+    """Every op's outputs in each backend (runtime_py alone by default) against the oracle's
+    own intermediate tensors, in execution order, on `values` (else random inputs)."""
     graph, program = model_plan.graph, model_plan.program
-    runtime = ArenaInterpreter(model_plan)
-    values = random_inputs(graph, seed)
-    seen: dict[int, np.ndarray] = dict(zip(graph.inputs, values))
-    # the oracle returns the tensors of the main graph only, and handles hold no values
-    main = set(program.ops_of(program.graph_index))
-
-    def record(op_index: int, outputs: list[np.ndarray]) -> None:
-        if op_index in main:
-            seen.update((t, v) for t, v in zip(graph.operators[op_index].outputs, outputs)
-                        if not graph.tensors[t].is_handle)
-
-    runtime.invoke(values, observe=record)
-    oracle = oracle_run(model_plan, model_bytes, [values], sorted(seen), oracle_timeout)
+    if tracers is None:
+        tracers = [("runtime_py", runtime_py_tracer(model_plan))]
+    values = random_inputs(graph, seed) if values is None else values
+    traced = {name: {**dict(zip(graph.inputs, values)), **trace(values)}
+              for name, trace in tracers}
+    wanted = sorted({t for seen in traced.values() for t in seen})
+    oracle = oracle_run(model_plan, model_bytes, [values], wanted, oracle_timeout)
     (expected,) = oracle.tensors
-    layers = []
-    for op_index in model_plan.lifetimes.order:
-        op = graph.operators[op_index]
-        out = [difference(expected[t], seen[t]) for t in op.outputs if t in seen]
-        if op_index not in main or not out:
-            continue  # a called subgraph's op, or one that writes no values (VAR_HANDLE, ...)
-        ins = tuple(
-            difference(expected[t], seen[t]) for t in op.inputs if t >= 0 and t in seen
-        )
-        worst = max(out, key=lambda d: (d.mismatches, d.max_abs_diff))
-        layers.append(LayerDifference(op_index, op.opcode, worst, ins))
-    return layers
+    main = set(program.ops_of(program.graph_index))
+    report = {}
+    for name, seen in traced.items():
+        layers = []
+        for op_index in model_plan.lifetimes.order:
+            op = graph.operators[op_index]
+            out = [(difference(expected[t], seen[t]), t) for t in op.outputs if t in seen]
+            if op_index not in main or not out:
+                continue  # a called subgraph's op, or one that writes no values (VAR_HANDLE)
+            ins = tuple(
+                difference(expected[t], seen[t]) for t in op.inputs if t >= 0 and t in seen
+            )
+            worst, tensor = max(out, key=lambda d: (d[0].mismatches, d[0].max_abs_diff))
+            layers.append(LayerDifference(op_index, op.opcode, tensor, worst, ins))
+        report[name] = layers
+    return report

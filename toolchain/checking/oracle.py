@@ -10,6 +10,7 @@ them.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import re
 import tempfile
@@ -18,6 +19,23 @@ from collections.abc import Sequence
 import numpy as np
 
 from toolchain.errors import RuntimeBackendError
+
+# What to install for both oracles (pyproject.toml's `check` extra)
+INSTALL_ORACLES = "pip install 'arenac[check]'"
+TFLM_MODULE = "tflite_micro.python.tflite_micro.runtime"
+
+
+def installed(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (its parents excepted)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+def tflm_missing(why: str) -> str:
+    """The one line saying TFLite Micro is needed and how to get it."""
+    return f"{why} needs TFLite Micro as its oracle, which is not installed: {INSTALL_ORACLES}"
 
 
 def _litert():
@@ -29,7 +47,7 @@ def _litert():
             from tflite_runtime import interpreter
         except ImportError:
             raise RuntimeBackendError(
-                "neither ai-edge-litert nor tflite-runtime is installed"
+                f"the LiteRT oracle is not installed: {INSTALL_ORACLES}"
             ) from None
     return interpreter
 
@@ -72,7 +90,8 @@ class TFLMOracle:
         try:
             from tflite_micro.python.tflite_micro import runtime
         except ImportError:
-            raise RuntimeBackendError("the tflite-micro package is not installed") from None
+            raise RuntimeBackendError(
+                f"the TFLite Micro interpreter is not installed: {INSTALL_ORACLES}") from None
         self.interpreter = runtime.Interpreter.from_bytes(model_bytes, arena_size=arena_size)
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -38,7 +38,13 @@ from typing import BinaryIO
 
 import numpy as np
 
-from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
+from toolchain.checking.oracle import (
+    TFLM_MODULE,
+    LiteRTOracle,
+    TFLMOracle,
+    installed,
+    tflm_missing,
+)
 from toolchain.errors import RuntimeBackendError
 
 ORACLE_TIMEOUT = 120.0  # seconds for one child: loading the model and every input set
@@ -95,6 +101,11 @@ def run_oracle(
                 source,
             ) from None
         litert_reason = str(litert)
+        if not installed(TFLM_MODULE):
+            raise RuntimeBackendError(
+                tflm_missing(f"LiteRT refuses the model ({short(litert_reason)}); checking it"),
+                source,
+            ) from None
     try:
         return run_in_child("tflm", model_bytes, input_sets, output_count, source, (), timeout,
                             sequence)

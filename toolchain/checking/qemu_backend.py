@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from toolchain.checking.c_backend import split_outputs
+from toolchain.checking.c_backend import split_outputs, tensor_values
+from toolchain.codegen import traced_tensors
 from toolchain.errors import RuntimeBackendError
 from toolchain.firmware import (
     INPUT_FILE,
@@ -37,6 +38,7 @@ from toolchain.firmware import (
     TOOLS,
     board_of,
     build_mcu,
+    mcu_sources,
     mcu_target,
     tool,
 )
@@ -95,7 +97,8 @@ class QemuBackend:
 
     name = "qemu"
 
-    def __init__(self, model_plan: ModelPlan, name: str = "model", timeout: float = QEMU_TIMEOUT):
+    def __init__(self, model_plan: ModelPlan, name: str = "model", timeout: float = QEMU_TIMEOUT,
+                 trace: bool = False):
         self.source = model_plan.model.source
         tool("gcc", self.source)  # a clear error before any work when a program is missing
         qemu(self.source)
@@ -105,9 +108,13 @@ class QemuBackend:
         self.timeout = timeout
         self.stack_peak: int | None = None  # bytes, from the last run
         self.seconds: float | None = None  # wall-clock time of the last QEMU run
+        # with `trace`, every set's output begins with these tensors' bytes
+        self.traced = [t for _, t in traced_tensors(model_plan)] if trace else []
+        self.tensors: list[dict[int, np.ndarray]] = []  # per set of the last run, with trace
         self.directory = tempfile.mkdtemp(prefix="arenac-qemu-")
         try:
-            self.build = build_mcu(model_plan, self.directory, name)
+            files = mcu_sources(model_plan, name, trace=True) if trace else None
+            self.build = build_mcu(model_plan, self.directory, name, files=files)
         except BaseException:
             self.close()
             raise
@@ -173,14 +180,28 @@ class QemuBackend:
             return f.read()
 
     def _split(self, raw: bytes, sets: int) -> list[list[np.ndarray]]:
-        tensors = [self.graph.tensors[t] for t in self.graph.outputs]
-        expected = sets * sum(t.nbytes for t in tensors) + 4
+        traced = sum(self.graph.tensors[t].nbytes for t in self.traced)
+        outputs = sum(self.graph.tensors[t].nbytes for t in self.graph.outputs)
+        expected = sets * (traced + outputs) + 4
         if len(raw) != expected:
             raise RuntimeBackendError(
                 f"firmware under {QEMU} wrote {len(raw)} bytes, expected {expected}", self.source
             )
         (self.stack_peak,) = struct.unpack_from("<I", raw, len(raw) - 4)
-        return split_outputs(raw, self.graph, sets)
+        if not self.traced:
+            return split_outputs(raw, self.graph, sets)
+        self.tensors, result = [], []
+        for k in range(sets):
+            chunk = raw[k * (traced + outputs):(k + 1) * (traced + outputs)]
+            self.tensors.append(dict(zip(self.traced,
+                                         tensor_values(chunk, self.graph, self.traced))))
+            result += split_outputs(chunk[traced:], self.graph, 1)
+        return result
+
+    def trace(self, inputs: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
+        """Every traced tensor's value in one invoke from the initial state (trace=True)."""
+        self.invoke_many([inputs])
+        return self.tensors[0]
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.invoke_many([inputs])[0]

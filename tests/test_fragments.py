@@ -1,0 +1,130 @@
+"""`gen` writes NAME.cmake and NAME.mk: a firmware project builds the model through each, and
+the program it builds computes what runtime_py computes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from runtime_py.interpreter import ArenaInterpreter
+from toolchain.builder import ModelBuilder
+from toolchain.cli import main
+from toolchain.codegen import generate
+from toolchain.fragments import build_fragments, needs_libm
+from toolchain.plan import plan_model
+from toolchain.reader import parse_model
+
+
+def int8_model() -> bytes:
+    b = ModelBuilder("int8", seed=11)
+    x = b.input("x", (1, 8, 8, 3), "int8", scale=0.05, zero_point=-2)
+    c = b.conv_2d(x, 6, 3, padding="SAME", activation="RELU")
+    b.output(b.max_pool_2d(c, 2, 2, "VALID"))
+    return b.build()
+
+
+def float_softmax() -> bytes:
+    b = ModelBuilder("float32", seed=12)
+    x = b.input("x", (1, 10), "float32")
+    b.output(b.softmax(b.fully_connected(x, 6)))
+    return b.build()
+
+
+def generated(tmp_path, data: bytes, name: str = "net") -> str:
+    model = tmp_path / "m.tflite"
+    model.write_bytes(data)
+    out = tmp_path / "firmware" / "models" / name
+    assert main(["gen", str(model), "-o", str(out), "--name", name]) == 0
+    return str(out)
+
+
+def run_app(binary: str, data: bytes, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Run the built program on one random input; (its output, runtime_py's)."""
+    mp = plan_model(parse_model(data))
+    tensor = mp.graph.tensors[mp.graph.inputs[0]]
+    rng = np.random.default_rng(seed)
+    if tensor.dtype == "int8":
+        x = rng.integers(-128, 128, tensor.shape, dtype=np.int8)
+    else:
+        x = rng.standard_normal(tensor.shape).astype(np.float32)
+    (want,) = ArenaInterpreter(mp).invoke([x])
+    result = subprocess.run([binary], input=x.tobytes(), capture_output=True, check=True)
+    got = np.frombuffer(result.stdout, want.dtype).reshape(want.shape)
+    return got, want
+
+
+def project(tmp_path, name: str) -> str:
+    """A firmware project beside the generated folder; its main.c is the generated harness."""
+    app = tmp_path / "firmware" / "app"
+    app.mkdir(parents=True)
+    shutil.copy(tmp_path / "firmware" / "models" / name / f"{name}_main.c", app / "main.c")
+    return str(app)
+
+
+def test_make_fragment_builds_the_model(tmp_path):
+    data = int8_model()
+    folder = generated(tmp_path, data)
+    assert {"net.cmake", "net.mk"} <= set(os.listdir(folder))
+    text = open(os.path.join(folder, "net.mk")).read()
+    assert "NET_LDLIBS :=\n" in text  # no libm: the link below has none
+    app = project(tmp_path, "net")
+    with open(os.path.join(app, "Makefile"), "w") as f:
+        f.write("include ../models/net/net.mk\n"
+                "CFLAGS += $(NET_CFLAGS) -O2 -Wall -Wextra -Wpedantic -Werror\n"
+                "app: main.c $(NET_SRCS)\n"
+                "\t$(CC) $(CFLAGS) -o $@ main.c $(NET_SRCS) $(NET_LDLIBS)\n")
+    subprocess.run(["make", "-s", "-C", app], check=True, capture_output=True)
+    got, want = run_app(os.path.join(app, "app"), data)
+    assert got.dtype == np.int8 and np.array_equal(got, want)
+
+
+def test_make_fragment_links_libm_when_the_model_calls_it(tmp_path):
+    data = float_softmax()
+    folder = generated(tmp_path, data)
+    text = open(os.path.join(folder, "net.mk")).read()
+    assert "NET_LDLIBS := -lm\n" in text
+    assert "set(NET_LIBRARIES m)" in open(os.path.join(folder, "net.cmake")).read()
+    app = project(tmp_path, "net")
+    with open(os.path.join(app, "Makefile"), "w") as f:
+        f.write("include ../models/net/net.mk\n"
+                "app: main.c $(NET_SRCS)\n"
+                "\t$(CC) $(NET_CFLAGS) -O2 -o $@ main.c $(NET_SRCS) $(NET_LDLIBS)\n")
+    subprocess.run(["make", "-s", "-C", app], check=True, capture_output=True)
+    got, want = run_app(os.path.join(app, "app"), data)
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-7) and got.std() > 0
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+def test_cmake_fragment_builds_the_model(tmp_path):
+    data = int8_model()
+    generated(tmp_path, data)
+    app = project(tmp_path, "net")
+    with open(os.path.join(app, "CMakeLists.txt"), "w") as f:
+        f.write("cmake_minimum_required(VERSION 3.13)\n"
+                "project(app C)\n"
+                "include(${CMAKE_CURRENT_SOURCE_DIR}/../models/net/net.cmake)\n"
+                "include(${CMAKE_CURRENT_SOURCE_DIR}/../models/net/net.cmake)\n"  # guarded
+                "add_executable(app main.c)\n"
+                "target_link_libraries(app PRIVATE net)\n")
+    build = str(tmp_path / "build")
+    subprocess.run(["cmake", "-S", app, "-B", build], check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", build], check=True, capture_output=True)
+    got, want = run_app(os.path.join(build, "app"), data, seed=1)
+    assert np.array_equal(got, want)
+
+
+def test_libm_need_reads_calls_not_comments():
+    assert needs_libm("x = expf(y);") and needs_libm("r = roundf (v);")
+    assert not needs_libm("/* exp(-1/4) */ x = y; // floor(z)")
+    assert not needs_libm("x = my_exp(y); exponent(z);")
+
+
+def test_target_flags_are_offered(tmp_path):
+    mp = plan_model(parse_model(int8_model()), target="cortex-m4")
+    fragments = build_fragments(mp, "net", generate(mp, "net"))
+    assert "NET_TARGET_CFLAGS := -mcpu=cortex-m4 -mthumb" in fragments["net.mk"]
+    assert "set(NET_TARGET_FLAGS -mcpu=cortex-m4 -mthumb" in fragments["net.cmake"]

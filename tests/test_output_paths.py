@@ -1,0 +1,93 @@
+"""Every output path a user gives that cannot be written ends in one line naming it and exit
+status 2, with nothing written: `run --output-dir`, `gen -o`, `plan --svg` and
+`--dump-buffers`, `embed -o`. (Regression: `run --output-dir` on a read-only place ended in a
+traceback and exit 1.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+from toolchain.examples import EXAMPLES
+from toolchain.reader import parse_model
+
+GOOD = EXAMPLES["tiny_cnn_int8"]()
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A directory nobody may write to here: a chmod 555 one, or for root (whom permissions
+    do not stop) /sys, which the kernel keeps closed to new files."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    for candidate in (str(folder), "/sys"):
+        try:
+            os.close(tempfile.mkstemp(dir=candidate)[0])
+        except OSError:
+            yield candidate
+            break
+    else:
+        pytest.skip("no directory here refuses new files")
+    folder.chmod(0o755)
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "good.tflite"
+    path.write_bytes(GOOD)
+    graph = parse_model(GOOD).main
+    tensor = graph.tensors[graph.inputs[0]]
+    np.save(tmp_path / "x.npy", np.zeros(tensor.shape, np.dtype(tensor.dtype)))
+    return path
+
+
+COMMANDS = {
+    "run": lambda m, out: ["run", m, "--input", os.path.join(os.path.dirname(m), "x.npy"),
+                           "--output-dir", out],
+    "gen": lambda m, out: ["gen", m, "-o", out],
+    "plan --svg": lambda m, out: ["plan", m, "--svg", os.path.join(out, "map.svg")],
+    "plan --dump-buffers": lambda m, out: ["plan", m, "--dump-buffers",
+                                           os.path.join(out, "b.csv")],
+    "embed": lambda m, out: ["embed", m, "-o", os.path.join(out, "e.tflite")],
+}
+
+
+def assert_one_line(result: subprocess.CompletedProcess, path: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and path in lines[0] and "cannot" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "toolchain.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_read_only_place(command, model, read_only):
+    out = os.path.join(read_only, "out") if command in ("run", "gen") else read_only
+    before = set(os.listdir(read_only))
+    result = run_cli(*COMMANDS[command](str(model), out))
+    assert_one_line(result, read_only)
+    assert set(os.listdir(read_only)) == before
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_path_through_a_file(command, model, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = run_cli(*COMMANDS[command](str(model), str(blocker / "out")))
+    assert_one_line(result, str(blocker))
+    assert blocker.read_text() == "not a directory"
+
+
+def test_run_into_the_read_only_place_itself(model, read_only):
+    result = run_cli(*COMMANDS["run"](str(model), read_only))
+    assert_one_line(result, os.path.join(read_only, "output_0.npy"))
