@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from toolchain import __version__
 from toolchain.errors import ArenacError
 from toolchain.files import write_atomic, write_files_atomic
 from toolchain.planners import PLANNERS
@@ -411,6 +412,15 @@ def target_name(text: str) -> str:
     return text
 
 
+def c_name(text: str) -> str:
+    from toolchain.text import name_refusal
+
+    refusal = name_refusal(text)
+    if refusal:
+        raise argparse.ArgumentTypeError(f"{text!r} {refusal}")
+    return text
+
+
 def byte_count(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 2**63:
         raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got {text!r}")
@@ -468,6 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Offline arena planning and C generation for TensorFlow Lite models.",
     )
+    parser.add_argument("--version", action="version", version=f"arenac {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (help_text, handler, adders) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
@@ -546,7 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen = sub.choices["gen"]
     gen.add_argument("-o", "--output-dir", required=True, metavar="DIR", help="where files go")
-    gen.add_argument("--name", help="C identifier prefix and file name (default: model's name)")
+    gen.add_argument("--name", type=c_name,
+                     help="C identifier prefix and file name (default: model's name)")
     gen.add_argument(
         "--external-io",
         action="store_true",
