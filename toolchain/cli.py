@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from toolchain import __version__
+from toolchain import __version__, progress
 from toolchain.errors import ArenacError
 from toolchain.files import write_atomic, write_files_atomic
 from toolchain.planners import PLANNERS
@@ -372,6 +372,8 @@ def layers_text(layers, first_bad) -> str:
 def add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="path to a .tflite file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (shown only when stderr is a terminal)")
     p.add_argument("--max-bytes", type=byte_count, default=DEFAULT_MAX_BYTES, metavar="N",
                    help="refuse a model with a tensor, or activations and state together, "
                         f"larger than N bytes (default: {DEFAULT_MAX_BYTES >> 20} MiB)")
@@ -595,6 +597,7 @@ def one_line(text: str, limit: int = 400) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.enable(progress.wanted(args.quiet))
     try:
         return args.handler(args)
     except ArenacError as e:

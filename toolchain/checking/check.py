@@ -34,6 +34,7 @@ from toolchain.ir import Graph, Tensor
 from toolchain.ops import oracle_of, planned_shape_values
 from toolchain.ops.spec import TFLM
 from toolchain.plan import ModelPlan
+from toolchain.progress import step
 
 FLOAT_RTOL = 1e-5
 # Invokes per sequence for a model with state, unless told otherwise: enough for state to
@@ -144,10 +145,12 @@ def runtime_py_backend(runtime: ArenaInterpreter) -> Backend:
     def run(input_sets: list[list[np.ndarray]], sequence: int | None = None
             ) -> list[list[np.ndarray]]:
         outputs = []
-        for i, values in enumerate(input_sets):
-            if sequence and i and i % sequence == 0:
-                runtime.reset()
-            outputs.append(runtime.invoke(values))
+        with step("runtime_py", total=len(input_sets)) as bar:
+            for i, values in enumerate(input_sets):
+                if sequence and i and i % sequence == 0:
+                    runtime.reset()
+                outputs.append(runtime.invoke(values))
+                bar.update()
         return outputs
 
     return run
@@ -170,7 +173,8 @@ def check_plan(
     sequence = default_sequence(model_plan) if sequence is None else sequence
     runtime = ArenaInterpreter(model_plan)  # unsupported ops fail here, before the oracle runs
     input_sets = [random_inputs(graph, seed + i) for i in range(inputs * sequence)]
-    oracle = oracle_run(model_plan, model_bytes, input_sets, (), oracle_timeout, sequence)
+    with step("oracle"):
+        oracle = oracle_run(model_plan, model_bytes, input_sets, (), oracle_timeout, sequence)
     backends: list[tuple[str, Backend]] = list(extra)
     if runtime_py:
         backends.insert(0, ("runtime_py", runtime_py_backend(runtime)))
