@@ -301,6 +301,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from toolchain.html_report import report_html
+
+    mp = planned(args)
+    with open(args.model, "rb") as f:
+        model_bytes = f.read()
+    write_atomic(args.output, report_html(mp, model_bytes, args.inputs, args.seed,
+                                          check=not args.no_check,
+                                          footprint=not args.no_footprint))
+    if args.json:
+        emit_json({"model": args.model, "output": args.output, "arena_bytes": mp.arena_bytes})
+    else:
+        print(f"wrote {args.output}: arena {mp.arena_bytes} bytes ({mp.plan.planner})")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from toolchain.bench import bench, bench_text
 
@@ -471,6 +487,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callabl
         cmd_embed,
         [add_model, add_planning],
     ),
+    "report": (
+        "one self-contained HTML page: inspect, plan, memory map, footprint and check",
+        cmd_report,
+        [add_model, add_planning],
+    ),
 }
 
 
@@ -487,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
         for add in adders:
             add(p)
         p.set_defaults(handler=handler)
-    for command in ("plan", "run", "gen", "check"):
+    for command in ("plan", "run", "gen", "check", "report"):
         add_target(sub.choices[command])
     bench = sub.choices["bench"]
     add_target(bench, "cortex-m4")
@@ -566,6 +587,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="inputs and outputs are the caller's buffers, outside the arena",
     )
+    report = sub.choices["report"]
+    report.add_argument("-o", "--output", required=True, metavar="FILE.html",
+                        help="where the page goes")
+    report.add_argument("--inputs", type=positive, default=3, metavar="N",
+                        help="random input sets the check runs (default: 3)")
+    report.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    report.add_argument("--no-check", action="store_true",
+                        help="leave out the check (the oracle, runtime_py and the C)")
+    report.add_argument("--no-footprint", action="store_true",
+                        help="leave out the footprint (built with arm-none-eabi-gcc)")
     embed = sub.choices["embed"]
     embed.add_argument("-o", "--output", required=True, metavar="OUT.tflite",
                        help="the model with the plan in its metadata")

@@ -29,11 +29,13 @@ def symbol(buffer_id: int, count: int) -> str:
 
 def middle_cut(text: str, width: int) -> str:
     """`text` in at most `width` characters, its middle replaced by an ellipsis: the start and
-    the end of a tensor name are what tell it from its neighbours."""
+    the end of a tensor name are what tell it from its neighbours, the end (layer and op) the
+    most, so it keeps two thirds."""
     if len(text) <= width:
         return text
-    keep = width - len(ELLIPSIS)
-    return text[: keep - keep // 2] + ELLIPSIS + text[len(text) - keep // 2 :]
+    keep = max(width - len(ELLIPSIS), 0)
+    end = keep - keep // 3
+    return text[: keep // 3] + ELLIPSIS + text[len(text) - end :]
 
 
 def fitted_widths(widths: list[int], cuttable: list[bool], floors: list[int],
