@@ -35,32 +35,36 @@ class _Silent:
 
 
 @contextmanager
-def step(description: str, total: int | None = None) -> Iterator[Any]:
-    """A bar of `total` units while the block runs (the block calls `.update()`), or, without
-    a total, the time it has taken so far, redrawn every TICK seconds. The line is erased
-    when the block ends."""
+def step(description: str, total: int | None = None, unit: str = "step") -> Iterator[Any]:
+    """A bar of `total` `unit`s while the block runs (the block calls `.update()`), or,
+    without a total, the time it has taken so far, redrawn every TICK seconds. The line is
+    erased when the block ends."""
     if not _enabled:
         yield _Silent()
         return
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True,
-               delay=DELAY, bar_format=None if total else "{desc}: {elapsed}")
+    bar = tqdm(total=total, desc=description, unit=unit, file=sys.stderr, leave=False,
+               dynamic_ncols=True, delay=DELAY,
+               bar_format=None if total else "{desc}: {elapsed}")
     done = threading.Event()
 
     def tick() -> None:
+        """Redraws the clock (tqdm draws when the count moves; this count never does)."""
         if done.wait(DELAY):
             return
         while True:
-            bar.update(0)  # redraws (tqdm's own update draws only when the count moves)
+            bar.update(0)
             if done.wait(TICK):
                 return
 
-    clock = threading.Thread(target=tick, daemon=True)
-    clock.start()
+    clock = None if total else threading.Thread(target=tick, daemon=True)
+    if clock:
+        clock.start()
     try:
         yield bar
     finally:
         done.set()
-        clock.join()
+        if clock:
+            clock.join()
         bar.close()

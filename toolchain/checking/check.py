@@ -145,7 +145,7 @@ def runtime_py_backend(runtime: ArenaInterpreter) -> Backend:
     def run(input_sets: list[list[np.ndarray]], sequence: int | None = None
             ) -> list[list[np.ndarray]]:
         outputs = []
-        with step("runtime_py", total=len(input_sets)) as bar:
+        with step("runtime_py", total=len(input_sets), unit="invoke") as bar:
             for i, values in enumerate(input_sets):
                 if sequence and i and i % sequence == 0:
                     runtime.reset()
