@@ -18,7 +18,12 @@ import numpy as np
 import pytest
 import tomllib
 
-from tests.conftest import RECURRENT_MODEL_FILES, SHARED_MODELS
+from tests.conftest import (
+    RECURRENT_MODEL_FILES,
+    SHARED_MODEL_FILES,
+    SHARED_MODELS,
+    needs_shared_models,
+)
 from toolchain import __version__, progress
 from toolchain.builder import ModelBuilder
 from toolchain.cli import main
@@ -182,6 +187,16 @@ def test_tables_fit_100_columns_and_json_keeps_every_name(capsys, tmp_path):
     assert [t["name"] for t in json.loads(out)["graphs"][0]["tensors"]] == names
     code, out, _ = run(capsys, "plan", str(path), "--json")
     assert {b["name"] for b in json.loads(out)["buffers"]} <= set(names)
+
+
+@needs_shared_models
+@pytest.mark.parametrize("path", SHARED_MODEL_FILES, ids=lambda p: p.stem)
+def test_real_models_fit_100_columns(capsys, path):
+    for args in (["inspect"], ["plan", "--time-limit", "0.5"]):
+        code, out, _ = run(capsys, args[0], str(path), *args[1:])
+        assert code == 0
+        lines = [line for line in out.splitlines() if not line.startswith("model ")]
+        assert max(map(len, lines)) <= TABLE_WIDTH, max(lines, key=len)
 
 
 def test_cut_names_keep_both_ends_and_stay_apart():

@@ -206,8 +206,8 @@ def inspect_text(data: dict[str, Any]) -> str:
 
 
 def tensor_type(t: dict[str, Any]) -> str:
-    """int8[1x49x80]: a tensor of inspect_data, as the tables show it."""
-    return f"{t['dtype']}[{'x'.join(map(str, t['shape'])) or 'scalar'}]"
+    """int8[1x49x80] (int32[] for a scalar): a tensor of inspect_data, as tables show it."""
+    return f"{t['dtype']}[{'x'.join(map(str, t['shape']))}]"
 
 
 # --- plan -------------------------------------------------------------------------------
@@ -341,7 +341,7 @@ def plan_text(mp: ModelPlan) -> str:
     if mp.state_slots:
         out.append("")
         out.append(f"state block: {mp.state_bytes} bytes kept across invokes, outside the arena "
-                   "(never reused); a reset restores them")
+                   "(never reused);\na reset restores them")
         out.append(table(
             ["offset", "bytes", "kind", "name", "holds"],
             [[slot.offset, slot.nbytes, slot.kind, display_text(slot.name),
