@@ -5,6 +5,7 @@ Pure functions from the IR and a plan to text or plain data; the CLI only prints
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any
 
@@ -13,12 +14,12 @@ from toolchain.ir import Model
 from toolchain.ops import unsupported_ops
 from toolchain.plan import BufferRow, ModelPlan
 from toolchain.render import render
-from toolchain.text import display_text
+from toolchain.text import ELLIPSIS, display_text
 
 MAP_SYMBOLS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 TABLE_WIDTH = 100  # columns a text table may take: long names are cut in the middle
 MIN_CUT_WIDTH = 12  # a text column is never cut narrower than this (or its header)
-ELLIPSIS = "..."
+TICK_INTERVALS = tuple(m * 10**e for e in range(10) for m in (1, 2, 5))  # 1, 2, 5, 10, 20, ...
 
 
 def symbol(buffer_id: int, count: int) -> str:
@@ -443,10 +444,10 @@ def step_axis(columns: list[tuple[int, int]], indent: int) -> list[str]:
     width, steps = len(columns), columns[-1][1] + 1
     last = str(steps - 1)
     interval = next(i for i in TICK_INTERVALS if i * width / steps >= len(last) + 2 or i >= steps)
-    column_of = {lo: c for c, (lo, _) in enumerate(columns)}
+    starts = [lo for lo, _ in columns]
     placed: list[tuple[int, str]] = []
     for step in range(0, steps - 1, interval):
-        col = column_of.get(step, step * width // steps)
+        col = bisect.bisect_right(starts, step) - 1  # the column holding the step
         if not placed or col >= placed[-1][0] + len(placed[-1][1]) + 2:
             placed.append((col, str(step)))
     end = max(width - len(last), 0)
@@ -458,9 +459,6 @@ def step_axis(columns: list[tuple[int, int]], indent: int) -> list[str]:
         labels = labels.ljust(col) + text
     edge = " " * indent + "+" + "-" * width + "+"
     return [edge, " " * (indent + 1) + labels, " " * (indent + 1) + "op step"]
-
-
-TICK_INTERVALS = tuple(m * 10**e for e in range(10) for m in (1, 2, 5))
 
 
 # The SVG map's layout, in pixels. Text is monospace, so Python knows how wide every label is
