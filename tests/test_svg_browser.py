@@ -162,3 +162,16 @@ def test_every_label_is_inside_the_canvas_and_axis_labels_never_touch(svg_file, 
     for i, a in enumerate(apart):
         for b in apart[i + 1 :]:
             assert not overlap(a["box"], b["box"]), (a, b)
+
+
+def test_the_report_page_renders_with_its_map(tmp_path):
+    from toolchain.html_report import report_html
+
+    mp = plan_model(MODELS["residual_cnn_int8"]())
+    page = tmp_path / "report.html"
+    page.write_text(report_html(mp, b"", check=False, footprint=False))
+    png = tmp_path / "report.png"
+    chromium("--window-size=1100,1600", f"--screenshot={png}", page.as_uri())
+    pixels = png_pixels(png.read_bytes())[..., :3]
+    coloured = (pixels.max(axis=2) - pixels.min(axis=2) > 40).mean()  # the map's fills; text
+    assert (pixels < 250).any(axis=2).mean() > 0.03 and coloured > 0.02, coloured  # is grey
