@@ -133,6 +133,15 @@ def test_a_name_that_is_no_fit_identifier_is_refused(tmp_path, name, said):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_model_file_named_main_gets_a_name_that_is_not_main(capsys, tmp_path):
+    path = tmp_path / "main.tflite"
+    path.write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    code, _, _ = run(capsys, "gen", str(path), "-o", str(tmp_path / "out"))
+    assert code == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "m_main.c", "m_main.h", "m_main_main.c"]
+
+
 def test_gen_into_a_folder_with_other_files_writes_only_its_own(capsys, tmp_path):
     path = tmp_path / "m.tflite"
     path.write_bytes(EXAMPLES["tiny_cnn_int8"]())
