@@ -1,1 +1,3 @@
 """arenac: offline arena planning and C generation for TensorFlow Lite models."""
+
+__version__ = "0.1.0"

@@ -57,6 +57,7 @@ from toolchain.firmware import (
 )
 from toolchain.footprint import measure
 from toolchain.plan import ModelPlan
+from toolchain.progress import step
 from toolchain.render import render
 from toolchain.text import c_identifier
 
@@ -167,13 +168,15 @@ def bench(mp: ModelPlan, name: str = "model", optimization: str = "-O2",
     try:
         files, steps = bench_sources(mp, name)
         # the harness includes NAME.c: it is compiled there, not on its own
-        build = build_mcu(mp, directory, name, optimization, files,
-                          sources=("startup.c", f"{name}_bench.c"))
+        with step(f"building for {board.machine}"):
+            build = build_mcu(mp, directory, name, optimization, files,
+                              sources=("startup.c", f"{name}_bench.c"))
         data = b"".join(np.ascontiguousarray(v, np.dtype(graph.tensors[t].dtype)).tobytes()
                         for t, v in zip(graph.inputs, values))
         with open(os.path.join(directory, INPUT_FILE), "wb") as f:
             f.write(data)
-        raw = run_firmware(build.elf, board.machine, directory, timeout, source)
+        with step(f"QEMU {board.machine}, counting instructions"):
+            raw = run_firmware(build.elf, board.machine, directory, timeout, source)
         # the footprint of the firmware as `check` and `make mcu` build it, at this optimization
         shipped = os.path.join(directory, "firmware")
         os.mkdir(shipped)

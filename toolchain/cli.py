@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from toolchain import __version__, progress
 from toolchain.errors import ArenacError
 from toolchain.files import write_atomic, write_files_atomic
 from toolchain.planners import PLANNERS
@@ -328,6 +329,22 @@ def tracers(mp, backends: tuple[str, ...], stack: contextlib.ExitStack) -> list:
     return made
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from toolchain.html_report import report_html
+
+    mp = planned(args)
+    with open(args.model, "rb") as f:
+        model_bytes = f.read()
+    write_atomic(args.output, report_html(mp, model_bytes, args.inputs, args.seed,
+                                          check=not args.no_check,
+                                          footprint=not args.no_footprint))
+    if args.json:
+        emit_json({"model": args.model, "output": args.output, "arena_bytes": mp.arena_bytes})
+    else:
+        print(f"wrote {args.output}: arena {mp.arena_bytes} bytes ({mp.plan.planner})")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from toolchain.bench import bench, bench_text
 
@@ -431,6 +448,8 @@ def layers_text(graph, layers: dict, first_bad: dict) -> str:
 def add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="path to a .tflite file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (shown only when stderr is a terminal)")
     p.add_argument("--max-bytes", type=byte_count, default=DEFAULT_MAX_BYTES, metavar="N",
                    help="refuse a model with a tensor, or activations and state together, "
                         f"larger than N bytes (default: {DEFAULT_MAX_BYTES >> 20} MiB)")
@@ -468,6 +487,15 @@ def target_name(text: str) -> str:
     if text not in TARGETS:
         raise argparse.ArgumentTypeError(
             f"unknown target {text!r}; the targets are {', '.join(TARGETS)}")
+    return text
+
+
+def c_name(text: str) -> str:
+    from toolchain.text import name_refusal
+
+    refusal = name_refusal(text)
+    if refusal:
+        raise argparse.ArgumentTypeError(f"{text!r} {refusal}")
     return text
 
 
@@ -519,6 +547,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callabl
         cmd_embed,
         [add_model, add_planning],
     ),
+    "report": (
+        "one self-contained HTML page: inspect, plan, memory map, footprint and check",
+        cmd_report,
+        [add_model, add_planning],
+    ),
 }
 
 
@@ -528,13 +561,14 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Offline arena planning and C generation for TensorFlow Lite models.",
     )
+    parser.add_argument("--version", action="version", version=f"arenac {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (help_text, handler, adders) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         for add in adders:
             add(p)
         p.set_defaults(handler=handler)
-    for command in ("plan", "run", "gen", "check"):
+    for command in ("plan", "run", "gen", "check", "report"):
         add_target(sub.choices[command])
     bench = sub.choices["bench"]
     add_target(bench, "cortex-m4")
@@ -616,12 +650,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen = sub.choices["gen"]
     gen.add_argument("-o", "--output-dir", required=True, metavar="DIR", help="where files go")
-    gen.add_argument("--name", help="C identifier prefix and file name (default: model's name)")
+    gen.add_argument("--name", type=c_name,
+                     help="C identifier prefix and file name (default: model's name)")
     gen.add_argument(
         "--external-io",
         action="store_true",
         help="inputs and outputs are the caller's buffers, outside the arena",
     )
+    report = sub.choices["report"]
+    report.add_argument("-o", "--output", required=True, metavar="FILE.html",
+                        help="where the page goes")
+    report.add_argument("--inputs", type=positive, default=3, metavar="N",
+                        help="random input sets the check runs (default: 3)")
+    report.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    report.add_argument("--no-check", action="store_true",
+                        help="leave out the check (the oracle, runtime_py and the C)")
+    report.add_argument("--no-footprint", action="store_true",
+                        help="leave out the footprint (built with arm-none-eabi-gcc)")
     embed = sub.choices["embed"]
     embed.add_argument("-o", "--output", required=True, metavar="OUT.tflite",
                        help="the model with the plan in its metadata")
@@ -653,6 +698,7 @@ def one_line(text: str, limit: int = 400) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress.enable(progress.wanted(args.quiet))
     try:
         return args.handler(args)
     except ArenacError as e:

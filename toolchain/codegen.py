@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from toolchain import __version__
 from toolchain.errors import ArenacError, ModelError, PlanError, UnsupportedOpError
 from toolchain.ir import Graph, Tensor
 from toolchain.lifetimes import overlap_pairs
@@ -39,7 +40,6 @@ from toolchain.render import render
 from toolchain.targets import get_target
 from toolchain.text import c_identifier, c_text
 
-SOURCE_LIMIT = 160  # characters of the model's path in the files' first comment
 # The fixed-point functions every file may define (templates/c/model.c.j2): each is defined only
 # where a kernel calls it, so that no compiler warns of an unused static function.
 FIXED_POINT = ("arenac_srdhm", "arenac_rdbpot", "arenac_mbqm", "arenac_clamp")
@@ -285,7 +285,8 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     values = {
         "name": name,
         "guard": name.upper() + "_H",
-        "source": c_text(source, SOURCE_LIMIT),
+        "version": __version__,
+        "sha256": mp.model.sha256,
         "planner": mp.plan.planner,
         "alignment": mp.plan.alignment,
         "arena_bytes": mp.arena_bytes,

@@ -142,6 +142,7 @@ class Model:
     graphs: tuple[Graph, ...]
     metadata: Mapping[str, bytes]
     signature_defs: tuple[SignatureDef, ...]
+    sha256: str  # of the file's bytes: generated files name the model by it, not by its path
 
     @property
     def main(self) -> Graph:

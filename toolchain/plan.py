@@ -31,6 +31,7 @@ from toolchain.planners import (
 )
 from toolchain.planners.csvio import load_offsets
 from toolchain.program import Program, lower
+from toolchain.progress import step
 from toolchain.quant import variable_fill
 from toolchain.schedule import schedule
 from toolchain.targets import GENERIC
@@ -253,8 +254,9 @@ def plan_model(
     roles = TensorRoles.of(graph, model.source)  # derived once, for every step below
     if order is None:
         check_order(graph, program.file_order(), model.source, roles)  # TFLite runs this order
-        order = schedule_program(program, techniques.schedule, alignment,
-                                 deadline.share(SCHEDULE_SHARE), scratch, roles)
+        with step("scheduling"):
+            order = schedule_program(program, techniques.schedule, alignment,
+                                     deadline.share(SCHEDULE_SHARE), scratch, roles)
     lives, kept = program.control_lives(order)  # a called subgraph's steps follow its call
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
     lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside, roles, lives)
@@ -267,7 +269,8 @@ def plan_model(
         if planner == "optimal":
             options.setdefault("time_limit", time_limit)
         candidates = best_candidates(time_limit) if planner == BEST else ((planner, options),)
-        plan = smallest_plan(lifetimes.buffers, candidates, alignment, overlaps, deadline)
+        with step(f"planning ({planner}, at most {time_limit:g} s)"):
+            plan = smallest_plan(lifetimes.buffers, candidates, alignment, overlaps, deadline)
     return ModelPlan(
         program=program,
         lifetimes=lifetimes,

@@ -8,6 +8,7 @@ never a traceback, a hang or a huge allocation. A model that parses is then vali
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -128,6 +129,7 @@ class _Parser:
             graphs=graphs,
             metadata=metadata,
             signature_defs=signatures,
+            sha256=hashlib.sha256(self.data).hexdigest(),
         )
 
     @staticmethod

@@ -24,7 +24,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
-        autoescape=jinja2.select_autoescape(["svg.j2"]),
+        autoescape=jinja2.select_autoescape(["svg.j2", "html.j2"]),
     )
 
 

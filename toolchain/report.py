@@ -5,38 +5,71 @@ Pure functions from the IR and a plan to text or plain data; the CLI only prints
 
 from __future__ import annotations
 
+import bisect
+import math
 from typing import Any
 
 from toolchain.errors import ArenacError
-from toolchain.ir import Model, Tensor
+from toolchain.ir import Model
 from toolchain.ops import unsupported_ops
 from toolchain.plan import BufferRow, ModelPlan
 from toolchain.render import render
-from toolchain.text import display_text
+from toolchain.text import ELLIPSIS, display_text
 
 MAP_SYMBOLS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+TABLE_WIDTH = 100  # columns a text table may take: long names are cut in the middle
+MIN_CUT_WIDTH = 12  # a text column is never cut narrower than this (or its header)
+TICK_INTERVALS = tuple(m * 10**e for e in range(10) for m in (1, 2, 5))  # 1, 2, 5, 10, 20, ...
 
 
-def symbol(buffer_id: int) -> str:
-    return MAP_SYMBOLS[buffer_id % len(MAP_SYMBOLS)]
+def symbol(buffer_id: int, count: int) -> str:
+    """The map's mark of a buffer, one of `count`: a letter or digit while every buffer can have
+    its own, else its number (the map is then drawn one row per buffer)."""
+    return MAP_SYMBOLS[buffer_id] if count <= len(MAP_SYMBOLS) else str(buffer_id)
 
 
-def table(headers: list[str], rows: list[list[Any]]) -> str:
-    """A plain aligned text table; numbers right-aligned."""
+def middle_cut(text: str, width: int) -> str:
+    """`text` in at most `width` characters, its middle replaced by an ellipsis: the start and
+    the end of a tensor name are what tell it from its neighbours, the end (layer and op) the
+    most, so it keeps two thirds."""
+    if len(text) <= width:
+        return text
+    keep = max(width - len(ELLIPSIS), 0)
+    end = keep - keep // 3
+    return text[: keep // 3] + ELLIPSIS + text[len(text) - end :]
+
+
+def fitted_widths(widths: list[int], cuttable: list[bool], floors: list[int],
+                  total: int) -> list[int]:
+    """Column widths within `total` characters (two between columns): the widest cuttable
+    column gives up a character at a time, down to its floor."""
+    widths = list(widths)
+    excess = sum(widths) + 2 * (len(widths) - 1) - total
+    while excess > 0:
+        open_ = [i for i, w in enumerate(widths) if cuttable[i] and w > floors[i]]
+        if not open_:
+            break
+        widest = max(open_, key=lambda i: widths[i])
+        widths[widest] -= 1
+        excess -= 1
+    return widths
+
+
+def table(headers: list[str], rows: list[list[Any]], width: int = TABLE_WIDTH) -> str:
+    """A plain aligned text table within `width` columns; numbers right-aligned, text cells
+    that do not fit cut in the middle (`--json` has them whole)."""
+    numeric = [all(isinstance(r[i], int) for r in rows) and rows for i in range(len(headers))]
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    numeric = [all(isinstance(r[i], int) for r in rows) and rows for i in range(len(headers))]
+    floors = [max(len(h), MIN_CUT_WIDTH) for h in headers]
+    widths = fitted_widths(widths, [not n for n in numeric], floors, width)
+    cells = [[middle_cut(c, w) for c, w in zip(r, widths)] for r in cells]
 
     def line(values: list[str]) -> str:
         parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
-
-
-def describe_tensor(t: Tensor) -> str:
-    shape = "x".join(str(d) for d in t.shape) or "scalar"
-    return f"{t.dtype}[{shape}]"
 
 
 # --- inspect ----------------------------------------------------------------------------
@@ -60,8 +93,8 @@ def inspect_data(model: Model) -> dict[str, Any]:
             {
                 "index": op.index,
                 "opcode": op.custom_code if op.opcode == "CUSTOM" else op.opcode,
-                "inputs": [describe_tensor(g.tensors[t]) if t >= 0 else "-" for t in op.inputs],
-                "outputs": [describe_tensor(g.tensors[t]) for t in op.outputs],
+                "inputs": list(op.inputs),  # tensor indices; -1: an optional input left out
+                "outputs": list(op.outputs),
                 "options": dict(op.options),
                 "supported": op.index not in unsupported,
                 "refusal": unsupported.get(op.index),
@@ -102,6 +135,7 @@ def inspect_data(model: Model) -> dict[str, Any]:
         )
     return {
         "model": model.source,
+        "sha256": model.sha256,
         "version": model.version,
         "description": model.description,
         "metadata": sorted(model.metadata),
@@ -126,7 +160,9 @@ def program_of(model: Model):
 
 
 def inspect_text(data: dict[str, Any]) -> str:
-    out = [f"model {data['model']} (schema version {data['version']})"]
+    out = [f"model {display_text(data['model'])} (schema version {data['version']})",
+           f"SHA-256 {data['sha256']}",
+           "ops' inputs and outputs are tensor indices (- for an optional input left out)"]
     for g in data["graphs"]:
         out.append(
             f"\nsubgraph {g['index']} {g['name']!r}: {len(g['operators'])} operators, "
@@ -134,13 +170,14 @@ def inspect_text(data: dict[str, Any]) -> str:
         )
         out.append(
             table(
-                ["op", "type", "inputs", "outputs", "supported"],
+                ["op", "type", "inputs", "outputs", "output type", "supported"],
                 [
                     [
                         o["index"],
                         o["opcode"],
-                        ", ".join(o["inputs"]),
-                        ", ".join(o["outputs"]),
+                        " ".join(str(t) if t >= 0 else "-" for t in o["inputs"]),
+                        " ".join(map(str, o["outputs"])),
+                        ", ".join(tensor_type(g["tensors"][t]) for t in o["outputs"]),
                         "yes" if o["supported"] else "NO",
                     ]
                     for o in g["operators"]
@@ -153,8 +190,7 @@ def inspect_text(data: dict[str, Any]) -> str:
             table(
                 ["tensor", "name", "type", "bytes", "kind"],
                 [
-                    [t["index"], display_text(t["name"]), f"{t['dtype']}{t['shape']}",
-                     t["bytes"], t["kind"]]
+                    [t["index"], display_text(t["name"]), tensor_type(t), t["bytes"], t["kind"]]
                     for t in g["tensors"]
                 ],
             )
@@ -168,6 +204,11 @@ def inspect_text(data: dict[str, Any]) -> str:
             f"{display_text(v['name'])} {v['dtype']}{v['shape']} ({v['bytes']} bytes)"
             for v in data["resource_variables"]))
     return "\n".join(out)
+
+
+def tensor_type(t: dict[str, Any]) -> str:
+    """int8[1x49x80] (int32[] for a scalar): a tensor of inspect_data, as tables show it."""
+    return f"{t['dtype']}[{'x'.join(map(str, t['shape']))}]"
 
 
 # --- plan -------------------------------------------------------------------------------
@@ -292,7 +333,7 @@ def plan_text(mp: ModelPlan) -> str:
             headers,
             [
                 [
-                    symbol(r.buffer),
+                    symbol(r.buffer, len(rows)),
                     *([subgraph_of[r.buffer]] if several else []),
                     "-" if r.tensor is None else program.tensor_origin(r.tensor)[1],
                     r.name,
@@ -324,7 +365,7 @@ def plan_text(mp: ModelPlan) -> str:
     if mp.state_slots:
         out.append("")
         out.append(f"state block: {mp.state_bytes} bytes kept across invokes, outside the arena "
-                   "(never reused); a reset restores them")
+                   "(never reused);\na reset restores them")
         out.append(table(
             ["offset", "bytes", "kind", "name", "holds"],
             [[slot.offset, slot.nbytes, slot.kind, display_text(slot.name),
@@ -344,9 +385,9 @@ def plan_text(mp: ModelPlan) -> str:
         out.append(f"state        {mp.state_bytes} bytes (persistent, beside the arena)")
     out.append(
         f"lower bound  {mp.lower_bound_bytes} bytes "
-        f"(arena / lower bound = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f}; "
-        f"{mp.overlap_bound_bytes} bytes when outputs may overlap their inputs)"
+        f"(arena / lower bound = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f})"
     )
+    out.append(f"             {mp.overlap_bound_bytes} bytes when outputs may overlap their inputs")
     out.append(
         f"naive sum    {mp.naive_bytes} bytes "
         f"(arena / naive = {ratio(mp.arena_bytes, mp.naive_bytes):.3f})"
@@ -357,80 +398,238 @@ def plan_text(mp: ModelPlan) -> str:
 
 
 def memory_map_text(rows: list[BufferRow], arena: int, steps: int, height: int = 16) -> str:
-    """Offset (down) against execution step (across): each cell shows the buffer holding it."""
+    """Offset (down) against execution step (across): each cell shows the buffer holding it.
+    Beyond len(MAP_SYMBOLS) buffers no mark could be each buffer's own: the map is then one
+    numbered row per buffer, live where it is marked."""
     if arena == 0 or steps == 0:
         return "memory map: empty arena"
-    band = max(1, -(-arena // height))
     width = min(steps, 96)
-    lines = [
-        f"memory map: {band} bytes per row, "
-        f"{'1 op' if width == steps else f'{steps / width:.1f} ops'} per column"
-    ]
-    row_count = -(-arena // band)
-    step_ranges = [
+    columns = [
         (col * steps // width, max(col * steps // width, (col + 1) * steps // width - 1))
         for col in range(width)
     ]
+    per_column = "1 op" if width == steps else f"{steps / width:.1f} ops"
+    if len(rows) > len(MAP_SYMBOLS):
+        return lifetime_map_text(rows, columns, per_column)
+    band = max(1, -(-arena // height))
+    row_count = -(-arena // band)
     # Each cell shows the buffer holding most of its bytes (the first such in `rows`); every
     # buffer paints only the cells it covers, so wide graphs stay cheap.
     best: dict[tuple[int, int], tuple[int, BufferRow]] = {}
     for r in rows:
         if not r.bytes:
             continue
-        first_col = max(0, r.first_op * width // steps - 1)
-        last_col = min(width - 1, r.last_op * width // steps + 1)
-        cols = [c for c in range(first_col, last_col + 1)
-                if step_ranges[c][0] <= r.last_op and step_ranges[c][1] >= r.first_op]
+        cols = live_columns(r, columns, steps)
         for row_index in range(r.offset // band, min(row_count, -(-(r.offset + r.bytes) // band))):
             lo, hi = row_index * band, min(arena, (row_index + 1) * band)
             held = min(hi, r.offset + r.bytes) - max(lo, r.offset)
             for col in cols:
                 if held > best.get((row_index, col), (0, None))[0]:
                     best[row_index, col] = (held, r)
+    margin = len(str((row_count - 1) * band))
+    lines = [f"memory map: offset in bytes down ({band} bytes per row), op step across "
+             f"({per_column} per column)"]
     for row_index in range(row_count):
         cells = [
-            symbol(best[row_index, col][1].buffer) if (row_index, col) in best else "."
+            symbol(best[row_index, col][1].buffer, len(rows)) if (row_index, col) in best else "."
             for col in range(width)
         ]
-        lines.append(f"{row_index * band:>9} |{''.join(cells)}|")
-    lines.append(" " * 10 + "+" + "-" * width + "+")
-    last = f"op {steps - 1}"
-    if width > len("op 0") + len(last):
-        lines.append(" " * 11 + "op 0" + last.rjust(width - len("op 0")))
-    else:  # too narrow for both labels
-        lines.append(" " * 11 + ("op 0" if steps == 1 else f"ops 0-{steps - 1}"))
-    return "\n".join(lines)
+        lines.append(f"{row_index * band:>{margin}} |{''.join(cells)}|")
+    return "\n".join([*lines, *step_axis(columns, margin + 1)])
+
+
+def live_columns(r: BufferRow, columns: list[tuple[int, int]], steps: int) -> list[int]:
+    """The map's columns (each a range of steps) during which buffer `r` is live."""
+    width = len(columns)
+    first_col = max(0, r.first_op * width // steps - 1)
+    last_col = min(width - 1, r.last_op * width // steps + 1)
+    return [c for c in range(first_col, last_col + 1)
+            if columns[c][0] <= r.last_op and columns[c][1] >= r.first_op]
+
+
+def lifetime_map_text(rows: list[BufferRow], columns: list[tuple[int, int]],
+                      per_column: str) -> str:
+    """One row per buffer, numbered as the table's map column: '#' where it is live."""
+    steps = columns[-1][1] + 1
+    margin = len(str(max(r.buffer for r in rows)))
+    lines = [f"memory map: {len(rows)} buffers, too many for one mark each: one row per buffer",
+             f"(numbered as in the map column), op step across ({per_column} per column)"]
+    for r in rows:
+        live = set(live_columns(r, columns, steps))
+        cells = "".join("#" if col in live else "." for col in range(len(columns)))
+        lines.append(f"{r.buffer:>{margin}} |{cells}|")
+    return "\n".join([*lines, *step_axis(columns, margin + 1)])
+
+
+def step_axis(columns: list[tuple[int, int]], indent: int) -> list[str]:
+    """The map's bottom edge and the steps below it: a tick label under the column holding its
+    step, at least two spaces apart, the last step always labelled at the right edge."""
+    width, steps = len(columns), columns[-1][1] + 1
+    last = str(steps - 1)
+    interval = next(i for i in TICK_INTERVALS if i * width / steps >= len(last) + 2 or i >= steps)
+    starts = [lo for lo, _ in columns]
+    placed: list[tuple[int, str]] = []
+    for step in range(0, steps - 1, interval):
+        col = bisect.bisect_right(starts, step) - 1  # the column holding the step
+        if not placed or col >= placed[-1][0] + len(placed[-1][1]) + 2:
+            placed.append((col, str(step)))
+    end = max(width - len(last), 0)
+    while placed and placed[-1][0] + len(placed[-1][1]) + 2 > end:
+        placed.pop()
+    placed.append((end, last))
+    labels = ""
+    for col, text in placed:
+        labels = labels.ljust(col) + text
+    edge = " " * indent + "+" + "-" * width + "+"
+    return [edge, " " * (indent + 1) + labels, " " * (indent + 1) + "op step"]
+
+
+# The SVG map's layout, in pixels. Text is monospace, so Python knows how wide every label is
+# and only writes one where it fits.
+SVG_WIDTH = 960
+SVG_PLOT_HEIGHT = 420
+SVG_FONT = 11
+SVG_CHAR = 0.62 * SVG_FONT  # advance of one monospace character, with a little to spare
+SVG_LINE = 15
+SVG_LEGEND_COLUMNS = 3
+SVG_LEGEND_LIMIT = 240  # buffers the legend lists; `plan --json` has every one
 
 
 def memory_map_svg(mp: ModelPlan) -> str:
-    """The memory map as SVG: one rectangle per buffer, x = op step, y = offset. The template
-    escapes markup; names and the path are first made displayable (`display_text`), since XML
-    has no way at all to carry a NUL or most other control characters."""
-    steps = max(len(mp.lifetimes.order), 1)
-    width, height, margin = 800, 480, 48
-    x_scale = (width - 2 * margin) / steps
-    y_scale = (height - 2 * margin) / max(mp.arena_bytes, 1)
-    rects = [
-        {
-            "x": round(margin + r.first_op * x_scale, 2),
-            "y": round(margin + r.offset * y_scale, 2),
-            "w": round((r.last_op - r.first_op + 1) * x_scale, 2),
-            "h": round(max(r.bytes * y_scale, 0.5), 2),
-            "hue": (r.buffer * 47) % 360,
-            "title": f"{display_text(r.name)}: {r.bytes} bytes at offset {r.offset}, "
-            f"ops {r.first_op}-{r.last_op}",
-        }
-        for r in mp.rows()
+    """The memory map as SVG: one rectangle per buffer, x = op step, y = offset in bytes, with
+    axes, the peak step, a legend and names on the rectangles wide enough for them. Python
+    places every element; the template escapes markup. Names are first made displayable
+    (`display_text`), since XML has no way at all to carry a NUL or most other controls."""
+    from toolchain import __version__
+
+    rows = mp.rows()
+    order = mp.lifetimes.order
+    steps = max(len(order), 1)
+    step_names = [f"{step} {mp.graph.operators[op].opcode}" for step, op in enumerate(order)]
+    arena = max(mp.arena_bytes, 1)
+    y_ticks = nice_ticks(arena)
+    left = round(SVG_CHAR * max(len(str(t)) for t in y_ticks) + 8 + SVG_LINE + 12)
+    top = 4 * SVG_LINE  # two title lines, then the peak's label above the tick of offset 0
+    plot_w, plot_h = SVG_WIDTH - left - 24, SVG_PLOT_HEIGHT
+    x_scale, y_scale = plot_w / steps, plot_h / arena
+    bottom = top + plot_h
+    x_every = max(1, math.ceil((SVG_FONT + 3) / x_scale))
+    x_ticks = [
+        {"x": round(left + (s + 0.5) * x_scale, 2), "label": display_text(step_names[s])}
+        for s in range(0, len(order), x_every)
     ]
+    x_label_room = SVG_CHAR * max((len(t["label"]) for t in x_ticks), default=0)
+    x_title_y = round(bottom + 10 + x_label_room + SVG_LINE)
+    buffers = []
+    for r in rows:
+        x, y = left + r.first_op * x_scale, top + r.offset * y_scale
+        w, h = (r.last_op - r.first_op + 1) * x_scale, max(r.bytes * y_scale, 0.5)
+        mark = symbol(r.buffer, len(rows))
+        buffers.append({
+            "x": round(x, 2), "y": round(y, 2), "w": round(w, 2), "h": round(h, 2),
+            "hue": (r.buffer * 47) % 360,
+            "title": f"{mark}: {display_text(r.name)}: {r.bytes} bytes at offset {r.offset}, "
+                     f"ops {r.first_op}-{r.last_op}",
+            "label": rect_label(f"{mark} {shown_name(r.name)}", mark, w, h),
+            "label_x": round(x + 3, 2), "label_y": round(y + h / 2 + SVG_FONT * 0.35, 2),
+        })
+    peak_step, peak_bytes = peak_of(rows, len(order))
+    peak_x = left + (peak_step + 0.5) * x_scale
+    peak_text = (f"peak: step {display_text(step_names[peak_step])}, {peak_bytes} bytes live"
+                 if order else "no steps")
+    peak_w = SVG_CHAR * len(peak_text)
+    legend_top = x_title_y + SVG_LINE + 8
+    legend, legend_more = legend_entries(rows, legend_top)
+    legend_rows = -(-len(legend) // SVG_LEGEND_COLUMNS)
+    height = legend_top + SVG_LINE * (legend_rows + (2 if legend_more else 1)) + 8
     return render(
         "memory_map.svg.j2",
-        width=width,
-        height=height,
-        margin=margin,
-        rects=rects,
-        title=f"{display_text(mp.model.source)}: {mp.plan.planner} plan, "
-        f"arena {mp.arena_bytes} bytes, "
-        f"lower bound {mp.lower_bound_bytes} bytes",
-        arena_bytes=mp.arena_bytes,
-        steps=steps,
+        width=SVG_WIDTH,
+        height=round(height),
+        font=SVG_FONT,
+        left=left,
+        top=top,
+        plot_w=round(plot_w, 2),
+        plot_h=plot_h,
+        bottom=bottom,
+        titles=[f"arenac {__version__}: {mp.plan.planner} plan, arena {mp.arena_bytes} bytes, "
+                f"lower bound {mp.lower_bound_bytes} bytes, {len(rows)} buffers, {steps} steps",
+                f"model SHA-256 {mp.model.sha256}"],
+        y_ticks=[{"y": round(top + t * y_scale, 2), "label": t} for t in y_ticks],
+        y_title_x=round(left - 8 - SVG_CHAR * len(str(y_ticks[-1])) - 10),
+        x_ticks=x_ticks,
+        x_title_y=x_title_y,
+        buffers=buffers,
+        peak={"x": round(peak_x, 2), "text": peak_text,
+              "text_x": round(min(max(peak_x - peak_w / 2, 8), SVG_WIDTH - 8 - peak_w), 2),
+              "text_y": top - 13},
+        legend=legend,
+        legend_more=legend_more,
+        legend_more_y=round(legend_top + SVG_LINE * (legend_rows + 1)),
+        legend_title_y=legend_top,
     )
+
+
+def nice_ticks(limit: int) -> list[int]:
+    """0, a round interval (1, 2 or 5 times a power of ten) giving at most ten ticks, ..., and
+    the limit itself when the last tick is not it (dropped if it would crowd the one before)."""
+    interval = next(i for i in TICK_INTERVALS if limit / i <= 10)
+    ticks = list(range(0, limit + 1, interval))
+    if ticks[-1] != limit:
+        if limit - ticks[-1] < interval / 3:
+            ticks.pop()
+        ticks.append(limit)
+    return ticks
+
+
+def shown_name(name: str) -> str:
+    """A tensor name as the map shows it: of the names a converter joins with `;` when it fuses
+    ops, the first (the op's own) is what tells tensors apart; the title has them all."""
+    first, fused, _ = name.partition(";")
+    return display_text(first + (";..." if fused else ""))
+
+
+def rect_label(name: str, mark: str, w: float, h: float) -> str:
+    """What a rectangle of w x h pixels can show: its mark and name (cut in the middle when at
+    least a few characters of it fit), else its mark alone, else nothing."""
+    if h < SVG_FONT + 2:
+        return ""
+    room = int((w - 6) / SVG_CHAR)
+    if room >= len(name) or room >= len(mark) + 1 + 8:
+        return middle_cut(name, room)
+    return mark if room >= len(mark) else ""
+
+
+def peak_of(rows: list[BufferRow], steps: int) -> tuple[int, int]:
+    """The step with the most bytes in use (overlapping buffers counted once) and that count."""
+    live: list[list[tuple[int, int]]] = [[] for _ in range(steps)]
+    for r in rows:
+        if r.bytes:
+            for step in range(r.first_op, r.last_op + 1):
+                live[step].append((r.offset, r.offset + r.bytes))
+    best = (0, 0)
+    for step, spans in enumerate(live):
+        used, reach = 0, 0
+        for lo, hi in sorted(spans):
+            used += max(0, hi - max(lo, reach))
+            reach = max(reach, hi)
+        if used > best[1]:
+            best = (step, used)
+    return best
+
+
+def legend_entries(rows: list[BufferRow], top: float) -> tuple[list[dict[str, Any]], int]:
+    """The legend's entries, column by column, and how many buffers it leaves out."""
+    column_w = (SVG_WIDTH - 16) / SVG_LEGEND_COLUMNS
+    shown = rows[:SVG_LEGEND_LIMIT]
+    per_column = -(-len(shown) // SVG_LEGEND_COLUMNS)
+    entries = []
+    for k, r in enumerate(shown):
+        x = 8 + (k // per_column) * column_w
+        y = top + SVG_LINE * (k % per_column + 1)
+        size = f" {r.bytes} B"
+        room = int((column_w - 22) / SVG_CHAR) - len(size)
+        text = middle_cut(f"{symbol(r.buffer, len(rows))} {shown_name(r.name)}", room)
+        entries.append({"x": round(x, 2), "y": round(y, 2), "hue": (r.buffer * 47) % 360,
+                        "text": text + size})
+    return entries, len(rows) - len(shown)

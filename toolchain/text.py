@@ -28,6 +28,8 @@ C_KEYWORDS = frozenset(
     "_Imaginary _Noreturn _Static_assert _Thread_local alignas alignof bool constexpr false "
     "nullptr static_assert thread_local true typeof typeof_unqual".split()
 )
+# Names a model's files may not take: keywords, and `main`, the host harness's entry point.
+RESERVED_NAMES = C_KEYWORDS | {"main"}
 
 
 def c_text(text: str, limit: int = C_TEXT_LIMIT) -> str:
@@ -93,10 +95,24 @@ def _visible_escape(c: str) -> str:
 def c_identifier(text: str) -> str:
     """A C identifier built from `text` (a user's --name, a file's stem): ASCII letters, digits
     and underscores, starting with a letter (a leading underscore is reserved to the
-    implementation), not a keyword, at most C_IDENTIFIER_LIMIT characters."""
+    implementation), not a keyword nor `main`, at most C_IDENTIFIER_LIMIT characters."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", text)[:C_IDENTIFIER_LIMIT]
     if not name:
         return FALLBACK_IDENTIFIER
-    if not name[0].isalpha() or name in C_KEYWORDS:
+    if not name[0].isalpha() or name in RESERVED_NAMES:
         name = f"m_{name}"[:C_IDENTIFIER_LIMIT]
     return name
+
+
+def name_refusal(text: str) -> str | None:
+    """Why a user's --name cannot be used as it is, or None: it is taken only when
+    `c_identifier` would keep it unchanged, so the files and symbols are the names asked for."""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", text):
+        return "must be a C identifier: ASCII letters, digits and _, starting with a letter"
+    if len(text) > C_IDENTIFIER_LIMIT:
+        return f"must be at most {C_IDENTIFIER_LIMIT} characters long"
+    if text == "main":
+        return "would clash with main(), the entry point of the harness and of firmware (main.c)"
+    if text in C_KEYWORDS:
+        return "is a C keyword"
+    return None

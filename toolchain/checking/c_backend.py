@@ -20,6 +20,7 @@ from toolchain.codegen import generate, traced_tensors
 from toolchain.errors import RuntimeBackendError
 from toolchain.ir import Graph
 from toolchain.plan import ModelPlan
+from toolchain.progress import step
 
 STRICT_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g")
@@ -118,9 +119,10 @@ class CBackend:
         try:
             files = generate(model_plan, name, trace=trace)
             write_files(files, self.directory)
-            self.binary = compile_files(
-                self.directory, name, SANITIZE_FLAGS if sanitize else (), self.source
-            )
+            with step("compiling the C"):
+                self.binary = compile_files(
+                    self.directory, name, SANITIZE_FLAGS if sanitize else (), self.source
+                )
         except BaseException:
             self.close()
             raise
@@ -132,10 +134,11 @@ class CBackend:
         2 * `sequence`, ... (the process starts from the initial state)."""
         stdin = b"".join(np.ascontiguousarray(v).tobytes() for values in input_sets for v in values)
         try:
-            result = subprocess.run(
-                [self.binary, "1", str(sequence or 0)], input=stdin, capture_output=True,
-                timeout=RUN_TIMEOUT,
-            )
+            with step("running the C"):
+                result = subprocess.run(
+                    [self.binary, "1", str(sequence or 0)], input=stdin, capture_output=True,
+                    timeout=RUN_TIMEOUT,
+                )
         except subprocess.TimeoutExpired:
             raise RuntimeBackendError(
                 f"compiled model did not finish within {RUN_TIMEOUT:g} s", self.source

@@ -35,6 +35,7 @@ from toolchain.ir import Graph, Tensor
 from toolchain.ops import oracle_of, planned_shape_values
 from toolchain.ops.spec import TFLM
 from toolchain.plan import ModelPlan
+from toolchain.progress import step
 
 FLOAT_RTOL = 1e-5
 # Invokes per sequence for a model with state, unless told otherwise: enough for state to
@@ -165,10 +166,12 @@ def runtime_py_backend(runtime: ArenaInterpreter) -> Backend:
     def run(input_sets: list[list[np.ndarray]], sequence: int | None = None
             ) -> list[list[np.ndarray]]:
         outputs = []
-        for i, values in enumerate(input_sets):
-            if sequence and i and i % sequence == 0:
-                runtime.reset()
-            outputs.append(runtime.invoke(values))
+        with step("runtime_py", total=len(input_sets), unit="invoke") as bar:
+            for i, values in enumerate(input_sets):
+                if sequence and i and i % sequence == 0:
+                    runtime.reset()
+                outputs.append(runtime.invoke(values))
+                bar.update()
         return outputs
 
     return run
@@ -201,7 +204,8 @@ def check_plan(
         if sequence is None:
             sequence = len(input_sets) if model_plan.state_bytes else 1
         inputs = -(-len(input_sets) // sequence)
-    oracle = oracle_run(model_plan, model_bytes, input_sets, (), oracle_timeout, sequence)
+    with step("oracle"):
+        oracle = oracle_run(model_plan, model_bytes, input_sets, (), oracle_timeout, sequence)
     backends: list[tuple[str, Backend]] = list(extra)
     if runtime_py:
         backends.insert(0, ("runtime_py", runtime_py_backend(runtime)))

@@ -44,6 +44,7 @@ from toolchain.firmware import (
 )
 from toolchain.footprint import measure
 from toolchain.plan import ModelPlan
+from toolchain.progress import step
 
 QEMU = "qemu-system-arm"
 QEMU_TIMEOUT = 600.0  # seconds for one QEMU process (all input sets)
@@ -114,7 +115,8 @@ class QemuBackend:
         self.directory = tempfile.mkdtemp(prefix="arenac-qemu-")
         try:
             files = mcu_sources(model_plan, name, trace=True) if trace else None
-            self.build = build_mcu(model_plan, self.directory, name, files=files)
+            with step(f"building for {self.machine}"):
+                self.build = build_mcu(model_plan, self.directory, name, files=files)
         except BaseException:
             self.close()
             raise
@@ -142,7 +144,8 @@ class QemuBackend:
         try:
             with open(os.path.join(run_dir, INPUT_FILE), "wb") as f:
                 f.write(b"".join(chunks))
-            raw = self._run(run_dir)
+            with step(f"QEMU {self.machine}"):
+                raw = self._run(run_dir)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
         return self._split(raw, len(input_sets))
