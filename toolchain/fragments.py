@@ -54,6 +54,6 @@ def build_fragments(mp: ModelPlan, name: str, files: dict[str, str]) -> dict[str
                 for key in ("dir", "sources", "include_dirs", "libraries")},
     }
     return {
-        f"{name}.cmake": render("build/model.cmake.j2", **values),
-        f"{name}.mk": render("build/model.mk.j2", **values),
+        f"{name}.cmake": render("fragments/model.cmake.j2", **values),
+        f"{name}.mk": render("fragments/model.mk.j2", **values),
     }
