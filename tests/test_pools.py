@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import POISON, ArenaInterpreter
+from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from tests.test_runtime import pool_chain
 from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import check_plan
+from toolchain.checking.qemu_backend import QemuBackend
 from toolchain.cli import main
 from toolchain.codegen import generate
 from toolchain.errors import ArenacError, PlanError
@@ -237,3 +239,26 @@ def test_bad_pool_options_are_usage_errors(chain, tmp_path, capsys, bad):
         main(["plan", str(path), "--pool", bad])
     assert exit_.value.code == 2 and capsys.readouterr().err.count("\n") == 1
 
+
+
+@needs_mcu
+def test_pools_and_a_pinned_state_run_under_qemu(chain):
+    from toolchain.examples import EXAMPLES
+
+    data = EXAMPLES["streaming_kws_int8"]()
+    model = parse_model(data, "kws.tflite")
+    base = plan_model(model)
+    assert base.state_bytes == 33
+    with pytest.raises(PlanError, match=r"the state block \(48 bytes, aligned to 16\) does "
+                       r"not fit pool tcm \(16 bytes\)"):
+        plan_model(model, pools=[Pool("tcm", 16), SLOW], pins={"state": "tcm"})
+    room = base.state_bytes + base.arena_bytes // 2
+    mp = plan_model(model, pools=[Pool("tcm", room, ".dtcm"), Pool("sram", 1 << 16)],
+                    pins={"state": "tcm"})
+    assert set(mp.pool_of) == {0, 1} and mp.state_pool == 0
+    with QemuBackend(mp) as backend:
+        assert check_plan(mp, data, inputs=2, extra=[("qemu", backend.invoke_many)]).ok
+        figures = backend.footprint()
+    assert [p["measured"] for p in figures["pools"]] == [a.bytes for a in mp.pools]
+    assert figures["arena"] == sum(a.bytes for a in mp.pools)
+    assert "ARENAC_SECTION" not in generate(pooled(chain, (Pool("a", 4096), SLOW)), "p")["p.c"]

@@ -32,7 +32,7 @@ from toolchain.ops.emit import (
 )
 from toolchain.ops.spec import PORTABLE_C
 from toolchain.plan import ModelPlan, StateSlot
-from toolchain.planners import verify
+from toolchain.planners import PooledPlacement, verify, verify_pools
 from toolchain.render import render
 from toolchain.targets import get_target
 from toolchain.text import c_identifier, c_text
@@ -487,6 +487,8 @@ def check_plan(mp: ModelPlan, external_io: bool) -> None:
         )
     try:
         verify(mp.plan)
+        if mp.pools:
+            verify_pools(PooledPlacement(mp.plan, mp.pools, mp.pool_of))
     except PlanError as e:
         raise PlanError(f"unsafe plan: {e.message}", source) from None
     if mp.lifetimes.buffers != mp.plan.buffers:

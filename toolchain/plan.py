@@ -351,6 +351,11 @@ def pool_plan(program: Program, lifetimes: Lifetimes, overlaps, pools: Sequence[
     reserved = [0] * len(pools)
     if state_pool is not None:
         reserved[state_pool] = align_up(state_bytes, STATE_ALIGNMENT)
+        if reserved[state_pool] > pools[state_pool].capacity:
+            raise PlanError(f"the state block ({reserved[state_pool]} bytes, aligned to "
+                            f"{STATE_ALIGNMENT}) does not fit pool "
+                            f"{pools[state_pool].name} ({pools[state_pool].capacity} bytes)",
+                            source)
     try:
         pooled = plan_pools(lifetimes.buffers, overlaps, pools, candidates, alignment,
                             buffer_pins, reserved, deadline)

@@ -249,7 +249,7 @@ def pool_lines(mp: ModelPlan) -> list[str]:
         state = f" + state {a.reserved}" if a.reserved else ""
         section = f", section {a.pool.section}" if a.pool.section else ""
         lines.append(f"pool {a.pool.name:<7} {a.bytes}{state} of {a.pool.capacity} bytes, "
-                     f"{count} buffers{section}")
+                     f"{count} buffer{'' if count == 1 else 's'}{section}")
     return lines
 
 
