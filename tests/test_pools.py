@@ -262,3 +262,20 @@ def test_pools_and_a_pinned_state_run_under_qemu(chain):
     assert [p["measured"] for p in figures["pools"]] == [a.bytes for a in mp.pools]
     assert figures["arena"] == sum(a.bytes for a in mp.pools)
     assert "ARENAC_SECTION" not in generate(pooled(chain, (Pool("a", 4096), SLOW)), "p")["p.c"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["embed", "{model}", "-o", "{tmp}/x.tflite", "--pool", "a:4K"],
+     "TFLite Micro plans one arena: embed takes no pools"),
+    (["gen", "{model}", "-o", "{tmp}/g", "--pool", "a:4K", "--arena", "extern"],
+     "memory pools are static arrays of the generated file"),
+    (["plan", "{model}", "--pin", "0=a"], "--pin places tensors in pools: give --pool"),
+    (["plan", "{model}", "--pool", "a:4K", "--pool", "a:8K"], "two pools have the same name"),
+])
+def test_what_pools_do_not_combine_with_is_one_line(chain, tmp_path, capsys, argv, said):
+    path = tmp_path / "chain.tflite"
+    path.write_bytes(chain)
+    assert main([a.format(model=path, tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err and str(path) in err
+    assert not (tmp_path / "x.tflite").exists() and not (tmp_path / "g").exists()
