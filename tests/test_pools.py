@@ -4,6 +4,7 @@ array in its linker section, proven by runtime_py (one poisoned array per pool) 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -95,7 +96,6 @@ def test_pins_force_a_pool(chain):
 @pytest.mark.parametrize("pins, said", [
     ({"0": "nowhere"}, "no pool named 'nowhere' (the pools are fast, slow)"),
     ({"no_such_tensor": "fast"}, "the graph has no tensor 'no_such_tensor'"),
-    ({"weights": "fast"}, "weights stay in flash"),
 ])
 def test_bad_pins_are_refused(chain, pins, said):
     with pytest.raises(ArenacError, match=said.replace("(", r"\(").replace(")", r"\)")):
@@ -249,13 +249,13 @@ def test_pools_and_a_pinned_state_run_under_qemu(chain):
     model = parse_model(data, "kws.tflite")
     base = plan_model(model)
     assert base.state_bytes == 33
-    with pytest.raises(PlanError, match=r"the state block \(48 bytes, aligned to 16\) does "
-                       r"not fit pool tcm \(16 bytes\)"):
+    with pytest.raises(PlanError, match=r"the state \(48 bytes\), aligned to 16, do not fit pool "
+                       r"tcm \(16 bytes\)"):
         plan_model(model, pools=[Pool("tcm", 16), SLOW], pins={"state": "tcm"})
     room = base.state_bytes + base.arena_bytes // 2
     mp = plan_model(model, pools=[Pool("tcm", room, ".dtcm"), Pool("sram", 1 << 16)],
-                    pins={"state": "tcm"})
-    assert set(mp.pool_of) == {0, 1} and mp.state_pool == 0
+                    pins={"state": "tcm", "weights": "sram"})
+    assert set(mp.pool_of) == {0, 1} and mp.state_pool == 0 and mp.weights_pool == 1
     with QemuBackend(mp) as backend:
         assert check_plan(mp, data, inputs=2, extra=[("qemu", backend.invoke_many)]).ok
         figures = backend.footprint()
@@ -279,3 +279,34 @@ def test_what_pools_do_not_combine_with_is_one_line(chain, tmp_path, capsys, arg
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and said in err and str(path) in err
     assert not (tmp_path / "x.tflite").exists() and not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize("example", ["tiny_cnn_int8", "residual_cnn_float32",
+                                     "streaming_kws_int8"])
+def test_weights_pinned_to_a_pool_are_copied_there_and_read_there(example):
+    from toolchain.examples import EXAMPLES
+
+    data = EXAMPLES[example]()
+    model = parse_model(data, f"{example}.tflite")
+    pools = [Pool("tcm", 1 << 16, ".dtcm"), Pool("sram", 1 << 20)]
+    mp = plan_model(model, pools=pools, pins={"weights": "tcm", "state": "tcm"})
+    layout, nbytes = mp.weights_layout
+    assert nbytes and mp.pools[0].reserved == nbytes + -(-mp.state_bytes // 16) * 16
+    c = generate(mp, "m")["m.c"]
+    assert f'ARENAC_SECTION(".dtcm") static uint8_t m_weights[{nbytes}];' in c
+    copied = re.findall(r"memcpy\(m_weights \+ (\d+), m_(?:sg\d+_)?t\d+, (\d+)\);", c)
+    assert copied and all(int(o) in layout.values() for o, _ in copied)
+    assert "if (!m_weights_copied) m_copy_weights();" in c
+    read = set(re.findall(r"\(m_weights \+ (\d+)\)\)", c))
+    assert read == {o for o, _ in copied}  # kernels read the copy, never the flash arrays
+    with CBackend(mp) as backend:
+        assert check_plan(mp, data, inputs=2, extra=[("c", backend.invoke_many)]).ok
+
+
+def test_weights_too_large_for_their_pool_are_refused():
+    from toolchain.examples import EXAMPLES
+
+    model = parse_model(EXAMPLES["tiny_cnn_int8"](), "cnn.tflite")
+    with pytest.raises(PlanError, match=r"the weights \(3632 bytes\), aligned to 16, do not "
+                                        r"fit pool tcm \(1024 bytes\)"):
+        plan_model(model, pools=[Pool("tcm", 1024), SLOW], pins={"weights": "tcm"})

@@ -129,6 +129,8 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     program = mp.program
     state_at = {slot.tensor: slot for slot in mp.state_slots if slot.tensor is not None}
     external = set(graph.inputs) | set(graph.outputs) if external_io else set()
+    # With the weights pinned to a RAM pool, kernels read their copy there.
+    weights_at = mp.weights_layout[0] if mp.weights_pool is not None else {}
 
     def pointer(t: int) -> str:
         tensor = graph.tensors[t]
@@ -138,6 +140,8 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                 return "NULL"  # names a variable that nothing assigns or reads
             return f"(({C_TYPES[slot.dtype]} *)({name}_state + {slot.offset}))"
         ctype = C_TYPES[tensor.dtype]
+        if t in weights_at:
+            return f"((const {ctype} *)({name}_weights + {weights_at[t]}))"
         if tensor.is_constant and not tensor.is_variable:
             return constant_name(t)  # kernels read a constant from flash, even an output's
         if t in external:
@@ -310,13 +314,23 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         "shared": shared,
         "pools": [p for p in pools if p["used"]],
         "all_pools": pools,
+        "weights": None if mp.weights_pool is None else {
+            "pool": mp.pools[mp.weights_pool].pool.name,
+            "section": mp.pools[mp.weights_pool].pool.section,
+            "bytes": mp.weights_layout[1],
+            "length": c_length(mp.weights_layout[1]),
+            "copies": [{"offset": offset, "source": constant_name(t),
+                        "nbytes": graph.tensors[t].nbytes}
+                       for t, offset in weights_at.items() if t in used],
+        },
         "state_section": (mp.pools[mp.state_pool].pool.section
                           if mp.state_pool is not None else None),
         "state_pool": (mp.pools[mp.state_pool].pool.name
                        if mp.state_pool is not None else None),
-        "sections": any(p["section"] for p in pools if p["used"]) or (
-            mp.state_pool is not None and mp.pools[mp.state_pool].pool.section is not None
-            and mp.state_bytes > 0),
+        "sections": any(p["section"] for p in pools if p["used"]) or any(
+            k is not None and mp.pools[k].pool.section is not None and nbytes > 0
+            for k, nbytes in ((mp.state_pool, mp.state_bytes),
+                              (mp.weights_pool, mp.weights_layout[1]))),
     }
     return {
         f"{name}.h": render("c/model.h.j2", **values),
@@ -337,7 +351,8 @@ def pool_arrays(mp: ModelPlan, name: str) -> list[dict]:
             "length": c_length(a.bytes),
             "capacity": a.pool.capacity,
             "section": a.pool.section,
-            "state": a.reserved,
+            "reserved": a.reserved,
+            "reserved_for": mp.reserved_in(k),
             "used": any(p == k for p in mp.pool_of) and a.bytes > 0,
         }
         for k, a in enumerate(mp.pools)

@@ -97,6 +97,20 @@ class ModelPlan:
     pools: tuple[PoolArena, ...] = ()
     pool_of: tuple[int, ...] = ()
     state_pool: int | None = None
+    weights_pool: int | None = None  # where the weights are copied at the first invoke
+
+    def reserved_in(self, k: int) -> str:
+        """What pool k holds besides buffers, in words ("" for nothing)."""
+        held = [what for what, pool, nbytes in (
+            ("the state block", self.state_pool, self.state_bytes),
+            ("the weights", self.weights_pool, self.weights_layout[1])) if pool == k and nbytes]
+        return " and ".join(held)
+
+    @cached_property
+    def weights_layout(self) -> tuple[dict[int, int], int]:
+        """With the weights in a RAM pool: constant tensor -> offset in their copy there, and
+        the copy's size."""
+        return weight_layout(self.graph)
 
     @property
     def arena_bytes(self) -> int:
@@ -185,6 +199,20 @@ class ModelPlan:
 def step_label(program: Program, order: Sequence[int], step: int) -> str:
     op = order[step]
     return f"{program.op_label(op)} {program.graph.operators[op].opcode}"
+
+
+def weight_layout(graph) -> tuple[dict[int, int], int]:
+    """The constant tensors operators read, one after the other (each aligned to
+    STATE_ALIGNMENT), as a copy of them in RAM lays them out; and the copy's size."""
+    offsets, end = {}, 0
+    for op in graph.operators:
+        for t in op.inputs:
+            tensor = graph.tensors[t] if t >= 0 else None
+            if tensor is not None and tensor.is_constant and not tensor.is_variable \
+                    and t not in offsets:
+                offsets[t] = end
+                end += align_up(tensor.nbytes, STATE_ALIGNMENT)
+    return offsets, end
 
 
 def state_layout(program: Program, lifetimes: Lifetimes) -> tuple[tuple[StateSlot, ...], int]:
@@ -327,17 +355,14 @@ def pool_plan(program: Program, lifetimes: Lifetimes, overlaps, pools: Sequence[
     by_name = {}
     for t in tensors:
         by_name.setdefault(t.name, t.index)
-    buffer_pins, state_pool = {}, None
+    buffer_pins, blocks = {}, {}  # "state" / "weights" -> pool index
     for key, pool in pins.items():
         if pool not in index:
             raise ArenacError(f"--pin {key}={pool}: no pool named {pool!r} (the pools are "
                               f"{', '.join(index)})", source)
-        if key == "state":
-            state_pool = index[pool]
+        if key in ("state", "weights"):
+            blocks[key] = index[pool]
             continue
-        if key == "weights":
-            raise ArenacError("--pin weights: weights stay in flash (copying them to RAM is "
-                              "not supported)", source)
         t = int(key) if key.isdigit() else by_name.get(key)
         if t is None or t >= len(tensors):
             raise ArenacError(f"--pin {key}={pool}: the graph has no tensor {key!r}", source)
@@ -347,27 +372,28 @@ def pool_plan(program: Program, lifetimes: Lifetimes, overlaps, pools: Sequence[
                 "constant stays in flash; variables live in the state block: pin state=POOL)",
                 source)
         buffer_pins[lifetimes.buffers[buffer_of[t]].id] = index[pool]
-    _, state_bytes = state_layout(program, lifetimes)
+    sizes = {"state": align_up(state_layout(program, lifetimes)[1], STATE_ALIGNMENT),
+             "weights": weight_layout(program.graph)[1]}
     reserved = [0] * len(pools)
-    if state_pool is not None:
-        reserved[state_pool] = align_up(state_bytes, STATE_ALIGNMENT)
-        if reserved[state_pool] > pools[state_pool].capacity:
-            raise PlanError(f"the state block ({reserved[state_pool]} bytes, aligned to "
-                            f"{STATE_ALIGNMENT}) does not fit pool "
-                            f"{pools[state_pool].name} ({pools[state_pool].capacity} bytes)",
-                            source)
+    for key, k in blocks.items():
+        reserved[k] += sizes[key]
+    for k in blocks.values():
+        if reserved[k] > pools[k].capacity:
+            what = " and ".join(f"the {b} ({sizes[b]} bytes)" for b in blocks if blocks[b] == k)
+            raise PlanError(f"{what}, aligned to {STATE_ALIGNMENT}, do not fit pool "
+                            f"{pools[k].name} ({pools[k].capacity} bytes)", source)
     try:
         pooled = plan_pools(lifetimes.buffers, overlaps, pools, candidates, alignment,
                             buffer_pins, reserved, deadline)
     except PoolsDoNotFit as e:
         given = ", ".join(f"{p.name} {p.capacity}" for p in pools)
-        state = f", state {reserved[state_pool]} bytes pinned to {pools[state_pool].name}" \
-            if state_pool is not None else ""
+        state = "".join(f", {key} {sizes[key]} bytes pinned to {pools[k].name}"
+                        for key, k in blocks.items())
         raise PlanError(f"does not fit the pools: step {e.step} "
                         f"({step_label(program, lifetimes.order, e.step)}) needs {e.needed} "
                         f"bytes; the pools hold {given} bytes{state}", source) from None
     return {"plan": pooled.placement, "pools": pooled.arenas, "pool_of": pooled.pool_of,
-            "state_pool": state_pool}
+            "state_pool": blocks.get("state"), "weights_pool": blocks.get("weights")}
 
 
 def schedule_program(program: Program, mode: str, alignment: int, deadline: Deadline,

@@ -235,7 +235,8 @@ def pool_fields(mp: ModelPlan, position: int) -> dict[str, Any]:
 def pools_data(mp: ModelPlan) -> list[dict[str, Any]]:
     return [
         {"name": a.pool.name, "section": a.pool.section, "capacity": a.pool.capacity,
-         "bytes": a.bytes, "state_bytes": a.reserved, "base": a.base,
+         "bytes": a.bytes, "reserved_bytes": a.reserved, "reserved_for": mp.reserved_in(k),
+         "base": a.base,
          "buffers": sum(1 for p in mp.pool_of if p == k)}
         for k, a in enumerate(mp.pools)
     ]
@@ -246,7 +247,7 @@ def pool_lines(mp: ModelPlan) -> list[str]:
     lines = []
     for k, a in enumerate(mp.pools):
         count = sum(1 for p in mp.pool_of if p == k)
-        state = f" + state {a.reserved}" if a.reserved else ""
+        state = f" + {a.reserved} for {mp.reserved_in(k)}" if a.reserved else ""
         section = f", section {a.pool.section}" if a.pool.section else ""
         lines.append(f"pool {a.pool.name:<7} {a.bytes}{state} of {a.pool.capacity} bytes, "
                      f"{count} buffer{'' if count == 1 else 's'}{section}")
