@@ -102,6 +102,12 @@ def test_bad_pins_are_refused(chain, pins, said):
         pooled(chain, pins=pins)
 
 
+def test_pins_that_overflow_their_pool_are_refused_by_name(chain):
+    with pytest.raises(PlanError, match=r"the tensors pinned to pool small need 2304 bytes at "
+                                        r"step 1 \(op 1 MAX_POOL_2D\); it holds 2048"):
+        pooled(chain, (Pool("small", 2048), SLOW), pins={"1": "small", "2": "small"})
+
+
 def test_the_state_block_can_be_pinned_and_takes_its_room():
     from toolchain.examples import EXAMPLES
 

@@ -386,11 +386,15 @@ def pool_plan(program: Program, lifetimes: Lifetimes, overlaps, pools: Sequence[
         pooled = plan_pools(lifetimes.buffers, overlaps, pools, candidates, alignment,
                             buffer_pins, reserved, deadline)
     except PoolsDoNotFit as e:
+        label = step_label(program, lifetimes.order, e.step)
+        if e.pool is not None:
+            raise PlanError(f"the tensors pinned to pool {pools[e.pool].name} need {e.needed} "
+                            f"bytes at step {e.step} ({label}); it holds "
+                            f"{pools[e.pool].capacity - reserved[e.pool]}", source) from None
         given = ", ".join(f"{p.name} {p.capacity}" for p in pools)
         state = "".join(f", {key} {sizes[key]} bytes pinned to {pools[k].name}"
                         for key, k in blocks.items())
-        raise PlanError(f"does not fit the pools: step {e.step} "
-                        f"({step_label(program, lifetimes.order, e.step)}) needs {e.needed} "
+        raise PlanError(f"does not fit the pools: step {e.step} ({label}) needs {e.needed} "
                         f"bytes; the pools hold {given} bytes{state}", source) from None
     return {"plan": pooled.placement, "pools": pooled.arenas, "pool_of": pooled.pool_of,
             "state_pool": blocks.get("state"), "weights_pool": blocks.get("weights")}

@@ -64,9 +64,10 @@ class PooledPlacement:
 class PoolsDoNotFit(PlanError):
     """No assignment of the buffers to the pools fits their capacities."""
 
-    def __init__(self, message: str, step: int, needed: int):
+    def __init__(self, message: str, step: int, needed: int, pool: int | None = None):
         super().__init__(message)
         self.step, self.needed = step, needed
+        self.pool = pool  # the pool its pinned buffers alone overflow, if that is why
 
 
 def plan_pools(
@@ -104,6 +105,10 @@ def plan_pools(
         keep, fitted = shed_to_fit([*fixed, *left], {b.id for b in fixed} |
                                    ({b.id for b in left} if last else set()),
                                    overlaps, room, alignment, shedders, deadline)
+        if fitted is None and not last:
+            step, needed = peak(fixed, overlaps, alignment)
+            raise PoolsDoNotFit(f"the buffers pinned to pool {pool.name} need {needed} bytes "
+                                f"at step {step}; it holds {room}", step, needed, k)
         if fitted is None:
             raise does_not_fit(buffers, overlaps, pools, alignment)
         kept = {b.id for b in keep}
@@ -131,7 +136,7 @@ def shed_to_fit(
     can) with a plan of them that fits, or None for the plan when even `fixed` does not fit.
 
     The peak bound sheds first (`shed`); when a plan still outgrows the room, the bound's
-    target drops by the excess and sheds again."""
+    target drops by the excess (or more: by as much as it dropped so far) and sheds again."""
     from toolchain.planners import smallest_plan
 
     target = room
@@ -140,10 +145,34 @@ def shed_to_fit(
         plan = smallest_plan(keep, planners, alignment, within(overlaps, {b.id for b in keep}),
                              Deadline(min(deadline.at, Deadline.after(SHED_SECONDS).at)))
         if plan.arena_bytes <= room:
-            return keep, plan
+            return refill(buffers, keep, plan, overlaps, room, alignment, deadline)
         if all(b.id in fixed for b in keep):
             return keep, None
-        target -= max(plan.arena_bytes - room, alignment)
+        # Lower by the excess, and at least double the drop so far: few tries on any model.
+        target -= max(plan.arena_bytes - room, room - target, alignment)
+
+
+def refill(
+    buffers: list[Buffer], keep: list[Buffer], plan: Placement, overlaps: Sequence[Overlap],
+    room: int, alignment: int, deadline: Deadline,
+) -> tuple[list[Buffer], Placement]:
+    """Takes back each shed buffer (largest first) that a fast plan still fits in the room: a
+    lowered target may have shed more than the room needed."""
+    from toolchain.planners import FALLBACK, smallest_plan
+
+    position = {b.id: i for i, b in enumerate(buffers)}
+    kept = {b.id for b in keep}
+    for b in sorted((b for b in buffers if b.id not in kept), key=lambda b: (-b.size, b.id)):
+        if deadline.passed():
+            break
+        trial = sorted([*keep, b], key=lambda b: position[b.id])
+        if peak(trial, overlaps, alignment)[1] > room:
+            continue
+        candidate = smallest_plan(trial, (FALLBACK, *FAST), alignment,
+                                  within(overlaps, {t.id for t in trial}))
+        if candidate.arena_bytes <= room:
+            keep, plan = trial, candidate
+    return keep, plan
 
 
 def shed(
@@ -151,21 +180,25 @@ def shed(
     alignment: int,
 ) -> list[Buffer]:
     """Buffers whose load at every op is at most `target`, shedding few bytes: at the most
-    loaded op, the smallest buffer (not fixed) that removes the excess on its own, else the
-    largest; then every shed buffer that fits back (largest first) returns."""
+    loaded ops that have a buffer to shed (not fixed), the smallest buffer that removes the
+    excess on its own, else the largest; then every shed buffer that fits back (largest
+    first) returns."""
     keep = list(buffers)
     out: list[Buffer] = []
     while True:
-        step, load = peak(keep, overlaps, alignment)
-        if load <= target:
+        victim = None
+        for load, start, end in sorted(spans(keep, overlaps, alignment), reverse=True):
+            if load <= target:
+                break
+            live = [b for b in keep if b.first < end and b.last >= start and b.id not in fixed]
+            if live:
+                excess = load - target
+                enough = [b for b in live if align_up(b.size, alignment) >= excess]
+                victim = min(enough, key=lambda b: (b.size, b.first - b.last, b.id)) if enough \
+                    else max(live, key=lambda b: (b.size, b.last - b.first, -b.id))
+                break
+        if victim is None:
             break
-        live = [b for b in keep if b.first <= step <= b.last and b.id not in fixed]
-        if not live:
-            break
-        excess = load - target
-        enough = [b for b in live if align_up(b.size, alignment) >= excess]
-        victim = min(enough, key=lambda b: (b.size, b.first - b.last, b.id)) if enough \
-            else max(live, key=lambda b: (b.size, b.last - b.first, -b.id))
         keep.remove(victim)
         out.append(victim)
     for b in sorted(out, key=lambda b: (-b.size, b.id)):
@@ -173,6 +206,15 @@ def shed(
             keep.append(b)
     position = {b.id: i for i, b in enumerate(buffers)}
     return sorted(keep, key=lambda b: position[b.id])
+
+
+def spans(buffers: Sequence[Buffer], overlaps: Sequence[Overlap], alignment: int
+          ) -> list[tuple[int, int, int]]:
+    """(load, first op, op past the last) of each run of ops where the buffers' load holds."""
+    loads = sorted(step_loads(buffers, within(overlaps, {b.id for b in buffers}),
+                              alignment).items())
+    ends = [op for op, _ in loads[1:]] + [max((b.last + 1 for b in buffers), default=0)]
+    return [(load, op, end) for (op, load), end in zip(loads, ends)]
 
 
 def peak(buffers: Sequence[Buffer], overlaps: Sequence[Overlap], alignment: int
