@@ -33,6 +33,7 @@ loop value, is held while its block runs: its release waits until the copy or te
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -46,7 +47,7 @@ from toolchain.ir import Operator, Tensor
 from toolchain.ops import planned_shape_values
 from toolchain.ops.overlaps import OverlapRule
 from toolchain.plan import ModelPlan, StateSlot
-from toolchain.planners import verify
+from toolchain.planners import PooledPlacement, verify, verify_pools
 from toolchain.program import Control, Copy
 
 POISON = 0xA5
@@ -90,18 +91,29 @@ class ArenaInterpreter:
         if verify_plan:
             try:
                 verify(model_plan.plan)
+                if model_plan.pools:
+                    verify_pools(PooledPlacement(model_plan.plan, model_plan.pools,
+                                                 model_plan.pool_of))
             except PlanError as e:
                 raise PlanError(e.message, self.source) from None
         self.params = model_plan.program.params()  # fails before anything runs
         self.layout = ArenaLayout(model_plan)
-        self.arena = np.full(model_plan.arena_bytes, POISON, dtype=np.uint8)
+        # One poisoned array per memory pool (one arena without pools); the owner map and
+        # the layout count bytes through the pools joined, each pool from its base.
+        self.arenas = [np.full(a.bytes, POISON, dtype=np.uint8) for a in model_plan.pools] \
+            or [np.full(model_plan.arena_bytes, POISON, dtype=np.uint8)]
+        self.bases = [a.base for a in model_plan.pools] or [0]
+        self.arena = self.arenas[0]
         holders = len(model_plan.lifetimes.tensor_of)
         self.owner = np.full(model_plan.arena_bytes, FREE,
                              dtype=np.int16 if holders < 2**15 else np.int32)
         self.state = self.state_block(model_plan.state_bytes)
         self.views: dict[int, np.ndarray] = {}
-        for tensor, offset in model_plan.offset_of_tensor().items():
-            self.views[tensor] = self._view(self.arena, offset, graph.tensors[tensor])
+        for position, tensor in enumerate(model_plan.lifetimes.tensor_of):
+            if tensor is not None:
+                k, offset = model_plan.place(position)
+                self.views[tensor] = self._view(self.arenas[k or 0], offset,
+                                                graph.tensors[tensor])
         for slot in model_plan.state_slots:
             if slot.tensor is not None:
                 self.views[slot.tensor] = self._view(self.state, slot.offset, slot)
@@ -171,7 +183,8 @@ class ArenaInterpreter:
                     f"{self.shape_values[t].tolist()} when planned, got {value.tolist()}",
                     self.source,
                 )
-        self.arena.fill(POISON)
+        for arena in self.arenas:
+            arena.fill(POISON)
         self.owner.fill(FREE)
         self.held.clear()
         self.deferred.clear()
@@ -303,11 +316,13 @@ class ArenaInterpreter:
         start, end = self.layout.spans[holder]
         owners = self.owner[start:end]
         mine = owners == holder
+        k = bisect_right(self.bases, start) - 1  # a buffer lies in one pool (verify_pools)
+        block = self.arenas[k][start - self.bases[k] : end - self.bases[k]]
         if mine.all():
-            self.arena[start:end] = POISON
+            block[...] = POISON
             owners[...] = FREE
         else:
-            self.arena[start:end][mine] = POISON
+            block[mine] = POISON
             owners[mine] = FREE
 
     def _clobber_error(

@@ -99,6 +99,7 @@ def planned(args: argparse.Namespace):
     techniques = Techniques(
         inplace=not args.no_inplace, overlap=not args.no_overlap, schedule=args.schedule
     )
+    pools, pins = memory_of(args)
     return plan_model(
         read_model(args.model, max_bytes=args.max_bytes),
         args.planner,
@@ -109,8 +110,23 @@ def planned(args: argparse.Namespace):
         time_limit=args.time_limit,
         target=getattr(args, "target", "generic"),
         portable=getattr(args, "portable", False),
+        pools=pools,
+        pins=pins,
         **options,
     )
+
+
+def memory_of(args: argparse.Namespace) -> tuple[list, dict[str, str]]:
+    """The pools (a --memory file's, then each --pool) and the pins (--pin after the file's)."""
+    from toolchain.memory import load_memory
+
+    memory = load_memory(args.memory) if args.memory else None
+    pools = [*(memory.pools if memory else ()), *args.pool]
+    pins = {**dict(memory.pins if memory else ()), **dict(args.pin)}
+    if pins and not pools:
+        raise ArenacError("--pin places tensors in pools: give --pool or --memory too",
+                          args.model)
+    return pools, pins
 
 
 def load_input(path: str):
@@ -212,14 +228,24 @@ def input_steps(graph, arrays: list, paths: list[str], model: str):
 
 
 def cmd_gen(args: argparse.Namespace) -> int:
-    from toolchain.codegen import generate
+    from toolchain.codegen import generate, generate_shared
     from toolchain.fragments import build_fragments
 
-    mp = planned(args)
-    name = args.name or os.path.splitext(os.path.basename(args.model))[0]
-    files = generate(mp, name, external_io=args.external_io)
-    files.update(build_fragments(mp, name, files))
+    models = [args.model, *args.more_models]
+    names = args.name or [os.path.splitext(os.path.basename(m))[0] for m in models]
+    if len(names) != len(models):
+        raise ArenacError(f"{len(models)} models take {len(models)} --name options (one per "
+                          f"model, in order), not {len(names)}", args.model)
+    if len(models) == 1:
+        plans = [planned(args)]
+        files = generate(plans[0], names[0], external_io=args.external_io, arena=args.arena)
+    else:  # one arena for all, each model planned with the same options
+        plans = [planned(argparse.Namespace(**{**vars(args), "model": m})) for m in models]
+        files = generate_shared(list(zip(plans, names)), args.external_io, args.arena)
+    for plan, name in zip(plans, names):
+        files.update(build_fragments(plan, name, files))
     paths = write_files_atomic(args.output_dir, files)
+    mp = max(plans, key=lambda p: p.arena_bytes)
     if args.json:
         emit_json(
             {
@@ -227,8 +253,15 @@ def cmd_gen(args: argparse.Namespace) -> int:
                 "planner": mp.plan.planner,
                 "arena_bytes": mp.arena_bytes,
                 "files": paths,
+                **({"models": [{"model": m, "name": n, "arena_bytes": p.arena_bytes,
+                                "state_bytes": p.state_bytes}
+                               for m, n, p in zip(models, names, plans)]}
+                   if len(models) > 1 else {}),
             }
         )
+    elif len(models) > 1:
+        each = ", ".join(f"{n} {p.arena_bytes}" for n, p in zip(names, plans))
+        print(f"shared arena {mp.arena_bytes} bytes ({each}); wrote " + ", ".join(paths))
     else:
         print(f"arena {mp.arena_bytes} bytes ({mp.plan.planner}); wrote " + ", ".join(paths))
     return 0
@@ -241,6 +274,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
     args.no_inplace = args.no_overlap = True
     args.schedule = "model"
+    if args.pool or args.memory:
+        raise ArenacError("TFLite Micro plans one arena: embed takes no pools", args.model)
     mp = planned(args)
     embed_file(args.model, args.output, mp)
     if args.json:
@@ -471,6 +506,33 @@ def add_planning(p: argparse.ArgumentParser) -> None:
                    help="no convolution or pooling output over the rows it has consumed")
     p.add_argument("--schedule", choices=["auto", "model"], default="auto",
                    help="operator order: memory-aware (auto, default) or the file's (model)")
+    p.add_argument("--pool", action="append", type=pool_spec, default=[],
+                   metavar="NAME:SIZE[:SECTION]",
+                   help="a memory pool instead of one arena, SIZE in bytes, K or M; repeat "
+                        "fastest first (buffers fill the fastest pool first)")
+    p.add_argument("--memory", metavar="FILE",
+                   help="pools and pins from a TOML or JSON file (see the README)")
+    p.add_argument("--pin", action="append", type=pin_spec, default=[], metavar="TENSOR=POOL",
+                   help="put a tensor (index or name), or the state block (state=POOL), in a "
+                        "pool")
+
+
+def pool_spec(text: str):
+    from toolchain.memory import parse_pool
+
+    try:
+        return parse_pool(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def pin_spec(text: str) -> tuple[str, str]:
+    from toolchain.memory import parse_pin
+
+    try:
+        return parse_pin(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_target(p: argparse.ArgumentParser, default: str = "generic") -> None:
@@ -650,8 +712,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen = sub.choices["gen"]
     gen.add_argument("-o", "--output-dir", required=True, metavar="DIR", help="where files go")
-    gen.add_argument("--name", type=c_name,
-                     help="C identifier prefix and file name (default: model's name)")
+    gen.add_argument("more_models", nargs="*", metavar="MODEL",
+                     help="more models, generated to share one arena (run one at a time)")
+    gen.add_argument("--name", action="append", type=c_name,
+                     help="C identifier prefix and file name (default: model's name); once per "
+                          "model")
+    gen.add_argument("--arena", choices=["static", "extern"], default="static",
+                     help="static: an array of the generated file (default); extern: the "
+                          "caller's memory, given to NAME_init(arena, bytes)")
     gen.add_argument(
         "--external-io",
         action="store_true",

@@ -35,7 +35,7 @@ from toolchain.ops.emit import (
 )
 from toolchain.ops.spec import PORTABLE_C
 from toolchain.plan import ModelPlan, StateSlot
-from toolchain.planners import verify
+from toolchain.planners import PooledPlacement, verify, verify_pools
 from toolchain.render import render
 from toolchain.targets import get_target
 from toolchain.text import c_identifier, c_text
@@ -70,19 +70,45 @@ class IOInfo:
         return c_length(self.nbytes)
 
 
+@dataclass(frozen=True)
+class SharedArena:
+    """The one arena that models generated together run in, one at a time: as large and as
+    aligned as the most demanding of them needs (`generate_shared`)."""
+
+    symbol: str
+    header: str
+    bytes: int
+    alignment: int
+    models: tuple[str, ...]
+
+
+# How NAME_arena comes to be: a static array of the file's own, or the caller's memory
+# (`NAME_init(arena, bytes)`).
+ARENAS = ("static", "extern")
+SHARED_NAME = "arenac_shared"
+
+
 def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
+             arena: str = "static", shared: SharedArena | None = None,
              trace: bool = False) -> dict[str, str]:
     """File name -> text of NAME.h, NAME.c and the host harness NAME_main.c.
 
-    The plan is verified again here, whoever made it: C from an unsafe plan would corrupt
-    its own activations without a word. With `trace`, invoke hands every tensor of
-    `traced_tensors` to NAME_trace right after the step that wrote it, and the harness writes
-    them to stdout before each set's outputs (`check --per-layer` on the C)."""
+    `arena="extern"` leaves the arena to the caller, who hands it to NAME_init; `shared`
+    puts the activations in an arena that other models' files use too. The plan is verified
+    again here, whoever made it: C from an unsafe plan would corrupt its own activations
+    without a word. With `trace`, invoke hands every tensor of `traced_tensors` to NAME_trace
+    right after the step that wrote it, and the harness writes them to stdout before each
+    set's outputs (`check --per-layer` on the C)."""
     name = c_identifier(name)
     graph = mp.graph
     source = mp.model.source
     check_graph(graph, source)
     check_plan(mp, external_io)
+    if arena not in ARENAS:
+        raise ArenacError(f"the arena is static or extern, not {arena!r}", source)
+    if mp.pools and (arena != "static" or shared):
+        raise ArenacError("memory pools are static arrays of the generated file: they take "
+                          "neither --arena extern nor a shared arena", source)
     params = mp.program.params()
     target = get_target(mp.program.target, source)
     elsewhere = [b for b in mp.program.bindings
@@ -94,12 +120,22 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     offsets = mp.offset_of_tensor()
     slot_of = {t: k for k, t in enumerate(offsets)}
     scratch = mp.scratch_offsets()
+    pools = pool_arrays(mp, name)
+    # Each slot of the offset table: the array it indexes and its offset there (tensors, then
+    # scratch, as the table lists them).
+    positions = [i for i, t in enumerate(mp.lifetimes.tensor_of) if t is not None] + \
+        [i for i, t in enumerate(mp.lifetimes.tensor_of) if t is None]
+    arena_symbol = shared.symbol if shared and arena == "static" else f"{name}_arena"
+    places = [mp.place(i) for i in positions]
+    array_of = [arena_symbol if k is None else pools[k]["symbol"] for k, _ in places]
     scratch_of: dict[int, list[str]] = {}  # op -> its scratch, by slot of the offset table
     for k, (request, _) in enumerate(scratch, start=len(offsets)):
-        scratch_of.setdefault(request.op, []).append(f"({name}_arena + {name}_offsets[{k}])")
+        scratch_of.setdefault(request.op, []).append(f"({array_of[k]} + {name}_offsets[{k}])")
     program = mp.program
     state_at = {slot.tensor: slot for slot in mp.state_slots if slot.tensor is not None}
     external = set(graph.inputs) | set(graph.outputs) if external_io else set()
+    # With the weights pinned to a RAM pool, kernels read their copy there.
+    weights_at = mp.weights_layout[0] if mp.weights_pool is not None else {}
 
     def pointer(t: int) -> str:
         tensor = graph.tensors[t]
@@ -109,6 +145,8 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                 return "NULL"  # names a variable that nothing assigns or reads
             return f"(({C_TYPES[slot.dtype]} *)({name}_state + {slot.offset}))"
         ctype = C_TYPES[tensor.dtype]
+        if t in weights_at:
+            return f"((const {ctype} *)({name}_weights + {weights_at[t]}))"
         if tensor.is_constant and not tensor.is_variable:
             return constant_name(t)  # kernels read a constant from flash, even an output's
         if t in external:
@@ -116,7 +154,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                 return f"(({ctype} *){name}_io_in[{graph.inputs.index(t)}])"
             return f"(({ctype} *){name}_io_out[{graph.outputs.index(t)}])"
         if t in slot_of:
-            return f"(({ctype} *)({name}_arena + {name}_offsets[{slot_of[t]}]))"
+            return f"(({ctype} *)({array_of[slot_of[t]]} + {name}_offsets[{slot_of[t]}]))"
         if t in state_at:
             return f"(({ctype} *)({name}_state + {state_at[t].offset}))"
         return constant_name(t)
@@ -255,19 +293,22 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     rows = {r.tensor: r for r in mp.rows()}
     offset_rows = [
         {
-            "offset": offsets[t],
+            "offset": places[k][1],
             "comment": f"{program.tensor_symbol(t)} '{c_text(rows[t].name)}': {rows[t].bytes} "
             f"bytes, ops {rows[t].first_op}-{rows[t].last_op}",
         }
-        for t in offsets
+        for k, t in enumerate(offsets)
     ] + [
         {
-            "offset": offset,
+            "offset": places[k][1],
             "comment": f"scratch of {program.op_label(request.op)} ({c_text(request.purpose)}): "
             f"{request.size} bytes",
         }
-        for request, offset in scratch
+        for k, (request, _) in enumerate(scratch, start=len(offsets))
     ]
+    if mp.pools:  # say which pool each slot indexes
+        for row, (k, _) in zip(offset_rows, places):
+            row["comment"] = f"{mp.pools[k].pool.name}: {row['comment']}"
     state = [state_info(slot, k, name, program) for k, slot in enumerate(mp.state_slots)]
     image = bytearray(mp.state_bytes)  # what the state block starts as
     for slot in mp.state_slots:
@@ -316,6 +357,27 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         "calls": calls,
         "copies": copies,
         "trace": trace,
+        "arena": arena,
+        "shared": shared,
+        "pools": [p for p in pools if p["used"]],
+        "all_pools": pools,
+        "weights": None if mp.weights_pool is None else {
+            "pool": mp.pools[mp.weights_pool].pool.name,
+            "section": mp.pools[mp.weights_pool].pool.section,
+            "bytes": mp.weights_layout[1],
+            "length": c_length(mp.weights_layout[1]),
+            "copies": [{"offset": offset, "source": constant_name(t),
+                        "nbytes": graph.tensors[t].nbytes}
+                       for t, offset in weights_at.items() if t in used],
+        },
+        "state_section": (mp.pools[mp.state_pool].pool.section
+                          if mp.state_pool is not None else None),
+        "state_pool": (mp.pools[mp.state_pool].pool.name
+                       if mp.state_pool is not None else None),
+        "sections": any(p["section"] for p in pools if p["used"]) or any(
+            k is not None and mp.pools[k].pool.section is not None and nbytes > 0
+            for k, nbytes in ((mp.state_pool, mp.state_bytes),
+                              (mp.weights_pool, mp.weights_layout[1]))),
     }
     return {
         f"{name}.h": render("c/model.h.j2", **values),
@@ -331,6 +393,56 @@ def traced_tensors(mp: ModelPlan) -> list[tuple[int, int]]:
     main = set(program.ops_of(program.graph_index))
     return [(step, t) for step, op in enumerate(mp.lifetimes.order) if op in main
             for t in graph.operators[op].outputs if t >= 0 and not graph.tensors[t].is_handle]
+
+
+def pool_arrays(mp: ModelPlan, name: str) -> list[dict]:
+    """What the templates say of each memory pool's array (none without pools); a pool that
+    holds no buffer gets no array, which nothing would use."""
+    return [
+        {
+            "name": a.pool.name,
+            "symbol": f"{name}_{a.pool.name}_arena",
+            "macro": f"{name.upper()}_POOL_{a.pool.name.upper()}_BYTES",
+            "bytes": a.bytes,
+            "length": c_length(a.bytes),
+            "capacity": a.pool.capacity,
+            "section": a.pool.section,
+            "reserved": a.reserved,
+            "reserved_for": mp.reserved_in(k),
+            "used": any(p == k for p in mp.pool_of) and a.bytes > 0,
+        }
+        for k, a in enumerate(mp.pools)
+    ]
+
+
+def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = False,
+                    arena: str = "static") -> dict[str, str]:
+    """Several models' files sharing one arena, for models that run one at a time: each
+    model's NAME.h, NAME.c and NAME_main.c with its own prefixed API and state block, and
+    arenac_shared.h/.c defining the arena, sized to the largest (with `arena="extern"` the
+    caller's, handed to every model's NAME_init, so no arenac_shared files)."""
+    names = [c_identifier(n) for _, n in models]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ArenacError(f"two models would both be called {repeated[0]!r}: give each its own "
+                          "--name")
+    if SHARED_NAME in names:
+        raise ArenacError(f"the name {SHARED_NAME!r} is the shared arena's; choose another")
+    shared = SharedArena(f"{SHARED_NAME}_arena", f"{SHARED_NAME}.h",
+                         max(mp.arena_bytes for mp, _ in models),
+                         max(mp.plan.alignment for mp, _ in models), tuple(names))
+    files: dict[str, str] = {}
+    for (mp, _), name in zip(models, names):
+        files.update(generate(mp, name, external_io, arena, shared))
+    if arena == "static":
+        values = {"shared": shared, "guard": SHARED_NAME.upper() + "_H",
+                  "macro": SHARED_NAME.upper() + "_ARENA_BYTES",
+                  "length": c_length(shared.bytes),
+                  "models": [{"name": n, "bytes": mp.arena_bytes}
+                             for (mp, _), n in zip(models, names)]}
+        files[f"{SHARED_NAME}.h"] = render("c/shared.h.j2", **values)
+        files[f"{SHARED_NAME}.c"] = render("c/shared.c.j2", **values)
+    return files
 
 
 def kernel_function(name: str, mp: ModelPlan, op: int) -> str:
@@ -446,6 +558,8 @@ def check_plan(mp: ModelPlan, external_io: bool) -> None:
         )
     try:
         verify(mp.plan)
+        if mp.pools:
+            verify_pools(PooledPlacement(mp.plan, mp.pools, mp.pool_of))
     except PlanError as e:
         raise PlanError(f"unsafe plan: {e.message}", source) from None
     if mp.lifetimes.buffers != mp.plan.buffers:

@@ -160,7 +160,7 @@ def mcu_sources(mp: ModelPlan, name: str = "model", trace: bool = False) -> dict
     del files[f"{name}_main.c"]
     graph = mp.graph
     where = {"board": board.machine, "cpu": target.name}
-    files.update(support_files(target))
+    files.update(support_files(target, pool_sections(mp)))
     files[f"{name}_mcu.c"] = render(
         "mcu/mcu_main.c.j2",
         **where,
@@ -178,8 +178,19 @@ def mcu_sources(mp: ModelPlan, name: str = "model", trace: bool = False) -> dict
     return files
 
 
-def support_files(target: Target) -> dict[str, str]:
-    """semihosting.h, startup.c and link.ld for the target's board."""
+def pool_sections(mp: ModelPlan) -> dict[str, str]:
+    """The linker sections of the plan's memory pools -> the output section that takes them:
+    .data for the state block's (copied from flash at reset, as its initial values must be),
+    .bss for the others (zeroed at reset, as a static array is)."""
+    state = mp.pools[mp.state_pool].pool.section if mp.state_pool is not None else None
+    return {a.pool.section: ".data" if a.pool.section == state else ".bss"
+            for a in mp.pools if a.pool.section}
+
+
+def support_files(target: Target, sections: dict[str, str] | None = None) -> dict[str, str]:
+    """semihosting.h, startup.c and link.ld for the target's board; its one RAM takes the
+    pools' `sections` too (`pool_sections`)."""
+    sections = sections or {}
     board = board_of(target)
     where = {"board": board.machine, "cpu": target.name}
     names = [*EXCEPTIONS]
@@ -208,6 +219,8 @@ def support_files(target: Target) -> dict[str, str]:
             vectors=None if vectors is None else region_values(vectors),
             flash=region_values(board.code),
             ram=region_values(board.ram),
+            data_sections=[s for s, out in sections.items() if out == ".data"],
+            bss_sections=[s for s, out in sections.items() if out == ".bss"],
             section_alignment=SECTION_ALIGNMENT,
             stack_reserve=STACK_RESERVE,
         ),

@@ -201,7 +201,14 @@ def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
     weights = sum(size for sym, (_, size) in symbols.items()
                   if re.fullmatch(rf"{name}_(?:sg\d+_)?t\d+", sym))
     code = sections.get(".text", 0)
-    arena = symbols.get(f"{name}_arena", ("b", 0))[1]
+    pools = [
+        {"name": a.pool.name, "section": a.pool.section, "capacity": a.pool.capacity,
+         "planned": a.bytes,
+         "measured": symbols.get(f"{name}_{a.pool.name}_arena", ("b", 0))[1] if a.bytes else 0}
+        for a in mp.pools
+    ]
+    arena = sum(p["measured"] for p in pools) if pools else \
+        symbols.get(f"{name}_arena", ("b", 0))[1]
     state = symbols.get(f"{name}_state", ("b", 0))[1]
 
     graph = mp.graph
@@ -233,6 +240,7 @@ def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
         "state": state,
         "ram_other": ram - arena - state,
         "planned_arena": mp.arena_bytes,
+        **({"pools": pools} if pools else {}),
         "stack": stack.bytes,
         "stack_path": [{"function": fn, "bytes": size} for fn, size in stack.path],
         "stack_unknown": list(stack.unknown),
@@ -247,8 +255,9 @@ def footprint_table(rows: list[dict[str, Any]]) -> str:
     from toolchain.report import table
 
     headers = ["model", "flash", "weights", "code", "const", "ram", "arena", "state", "other"]
+    pooled = any("pools" in r for r in rows)
     return table(
-        headers + ["stack"],
+        headers + ["stack"] + (["pools"] if pooled else []),
         [
             [
                 os.path.splitext(os.path.basename(r["model"]))[0],
@@ -261,6 +270,8 @@ def footprint_table(rows: list[dict[str, Any]]) -> str:
                 r["state"],
                 r["ram_other"],
                 r["stack"],
+                *([", ".join(f"{p['name']} {p['measured']}" for p in r.get("pools", ()))]
+                  if pooled else []),
             ]
             for r in rows
         ],

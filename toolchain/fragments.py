@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from toolchain.codegen import SHARED_NAME
 from toolchain.plan import ModelPlan
 from toolchain.render import render
 from toolchain.targets import get_target
@@ -42,7 +43,8 @@ def build_fragments(mp: ModelPlan, name: str, files: dict[str, str]) -> dict[str
     values = {
         "name": name,
         "prefix": name.upper(),
-        "sources": [f"{name}.c"],
+        # models generated together also need the file that defines their shared arena
+        "sources": [f"{name}.c"] + [f for f in (f"{SHARED_NAME}.c",) if f in files],
         "c_flags": " ".join(C_FLAGS),
         "target": target.name,
         "target_flags": " ".join(target.flags),

@@ -3,13 +3,13 @@ the state block beside the arena, and the figures beside them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from toolchain.errors import ArenacError
+from toolchain.errors import ArenacError, PlanError
 from toolchain.ir import Model
 from toolchain.lifetimes import (
     Lifetimes,
@@ -22,10 +22,14 @@ from toolchain.lifetimes import (
 from toolchain.planners import (
     Deadline,
     Placement,
+    Pool,
+    PoolArena,
+    PoolsDoNotFit,
     align_up,
     lower_bound,
     lower_bound_with_overlaps,
     naive_sum,
+    plan_pools,
     smallest_plan,
     verify,
 )
@@ -88,6 +92,26 @@ class ModelPlan:
     lower_bound_bytes: int  # the classic bound: no two live tensors share a byte
     naive_bytes: int
     overlap_bound_bytes: int  # the bound when the declared overlaps may be used
+    # With memory pools: what the plan takes of each (the plan's offsets run through them
+    # one after the other, toolchain.planners.pools), each buffer's pool, and the state
+    # block's pool (None: its own array, as without pools). No pools: one arena.
+    pools: tuple[PoolArena, ...] = ()
+    pool_of: tuple[int, ...] = ()
+    state_pool: int | None = None
+    weights_pool: int | None = None  # where the weights are copied at the first invoke
+
+    def reserved_in(self, k: int) -> str:
+        """What pool k holds besides buffers, in words ("" for nothing)."""
+        held = [what for what, pool, nbytes in (
+            ("the state block", self.state_pool, self.state_bytes),
+            ("the weights", self.weights_pool, self.weights_layout[1])) if pool == k and nbytes]
+        return " and ".join(held)
+
+    @cached_property
+    def weights_layout(self) -> tuple[dict[int, int], int]:
+        """With the weights in a RAM pool: constant tensor -> offset in their copy there, and
+        the copy's size."""
+        return weight_layout(self.graph)
 
     @property
     def arena_bytes(self) -> int:
@@ -111,6 +135,15 @@ class ModelPlan:
             t: off for t, off in zip(self.lifetimes.tensor_of, self.plan.offsets) if t is not None
         }
 
+    def place(self, position: int) -> tuple[int | None, int]:
+        """Where the plan's buffer at `position` lives: its pool (None without pools) and its
+        offset there."""
+        offset = self.plan.offsets[position]
+        if not self.pools:
+            return None, offset
+        k = self.pool_of[position]
+        return k, offset - self.pools[k].base
+
     def scratch_offsets(self) -> list[tuple[ScratchRequest, int]]:
         """Every kernel's scratch with its arena offset, in the order the kernels asked."""
         offsets = [off for t, off in zip(self.lifetimes.tensor_of, self.plan.offsets) if t is None]
@@ -128,22 +161,7 @@ class ModelPlan:
 
     @cached_property
     def _state(self) -> tuple[tuple[StateSlot, ...], int]:
-        program, tensors = self.program, self.graph.tensors
-        slots, offset = [], 0
-        for t in self.lifetimes.variables:
-            tensor = tensors[t]
-            slots.append(StateSlot("variable", tensor.name, offset, tensor.nbytes, tensor.dtype,
-                                   tensor.shape, initial_bytes(tensor), tensor=t))
-            offset += align_up(tensor.nbytes, STATE_ALIGNMENT)
-        for i, v in enumerate(program.resources):
-            slots.append(StateSlot("resource", v.name, offset, v.nbytes, v.dtype, v.shape,
-                                   bytes(v.nbytes), resource=i))
-            offset += align_up(v.nbytes, STATE_ALIGNMENT)
-        for g in dict.fromkeys(program.calls.values()):
-            slots.append(StateSlot("call_once", f"subgraph {program.subgraph_label(g)} ran",
-                                   offset, 1, "uint8", (), bytes(1), subgraph=g))
-            offset += 1
-        return tuple(slots), offset
+        return state_layout(self.program, self.lifetimes)
 
     def state_layout(self) -> tuple[dict[int, int], int]:
         """Variable tensors persist in the state block: tensor -> offset there, and the block's
@@ -173,8 +191,7 @@ class ModelPlan:
 
     def step_label(self, step: int) -> str:
         """"op 3 ADD", "subgraph 1 op 0 VAR_HANDLE": the op that runs at a step."""
-        op = self.lifetimes.order[step]
-        return f"{self.program.op_label(op)} {self.graph.operators[op].opcode}"
+        return step_label(self.program, self.lifetimes.order, step)
 
     def rows(self) -> list[BufferRow]:
         tensors = self.graph.tensors
@@ -184,6 +201,44 @@ class ModelPlan:
             rows.append(BufferRow(buf.id, tensor, name, buf.size, buf.first, buf.last, off))
         return rows
 
+
+def step_label(program: Program, order: Sequence[int], step: int) -> str:
+    op = order[step]
+    return f"{program.op_label(op)} {program.graph.operators[op].opcode}"
+
+
+def weight_layout(graph) -> tuple[dict[int, int], int]:
+    """The constant tensors operators read, one after the other (each aligned to
+    STATE_ALIGNMENT), as a copy of them in RAM lays them out; and the copy's size."""
+    offsets, end = {}, 0
+    for op in graph.operators:
+        for t in op.inputs:
+            tensor = graph.tensors[t] if t >= 0 else None
+            if tensor is not None and tensor.is_constant and not tensor.is_variable \
+                    and t not in offsets:
+                offsets[t] = end
+                end += align_up(tensor.nbytes, STATE_ALIGNMENT)
+    return offsets, end
+
+
+def state_layout(program: Program, lifetimes: Lifetimes) -> tuple[tuple[StateSlot, ...], int]:
+    """The state block's slots and size (ModelPlan.state_slots)."""
+    tensors = program.graph.tensors
+    slots, offset = [], 0
+    for t in lifetimes.variables:
+        tensor = tensors[t]
+        slots.append(StateSlot("variable", tensor.name, offset, tensor.nbytes, tensor.dtype,
+                               tensor.shape, initial_bytes(tensor), tensor=t))
+        offset += align_up(tensor.nbytes, STATE_ALIGNMENT)
+    for i, v in enumerate(program.resources):
+        slots.append(StateSlot("resource", v.name, offset, v.nbytes, v.dtype, v.shape,
+                               bytes(v.nbytes), resource=i))
+        offset += align_up(v.nbytes, STATE_ALIGNMENT)
+    for g in dict.fromkeys(program.calls.values()):
+        slots.append(StateSlot("call_once", f"subgraph {program.subgraph_label(g)} ran",
+                               offset, 1, "uint8", (), bytes(1), subgraph=g))
+        offset += 1
+    return tuple(slots), offset
 
 @dataclass(frozen=True)
 class Techniques:
@@ -222,6 +277,8 @@ def plan_model(
     time_limit: float = 2.0,
     target: str = GENERIC,
     portable: bool = False,
+    pools: Sequence[Pool] = (),
+    pins: Mapping[str, str] | None = None,
     **options,
 ) -> ModelPlan:
     """Plan one graph of `model`; the result is verified.
@@ -239,7 +296,9 @@ def plan_model(
     their steps right after their call: `order` then runs over the program's ops
     (toolchain.program), and must keep each called subgraph's steps together after its call.
     `target` (toolchain.targets) picks the kernels, whose scratch and overlaps the plan
-    follows; `portable` keeps to its portable kernels.
+    follows; `portable` keeps to its portable kernels. `pools` (fastest first) take the
+    buffers instead of one arena (toolchain.planners.pools); `pins` force a tensor (by index
+    or name) or the state block ("state") into the pool named.
     """
     deadline = Deadline.after(time_limit)
     program = lower(model, graph_index, target, portable)
@@ -263,14 +322,23 @@ def plan_model(
     overlaps = overlap_pairs(
         graph, lifetimes, program.bindings, techniques.inplace, techniques.overlap, kept
     )
+    pooled = {}
     if offsets_csv is not None:
+        if pools:
+            raise ArenacError("offsets loaded from a file are for one arena, not pools",
+                              offsets_csv)
         plan = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
     else:
         if planner == "optimal":
             options.setdefault("time_limit", time_limit)
         candidates = best_candidates(time_limit) if planner == BEST else ((planner, options),)
         with step(f"planning ({planner}, at most {time_limit:g} s)"):
-            plan = smallest_plan(lifetimes.buffers, candidates, alignment, overlaps, deadline)
+            if pools:
+                pooled = pool_plan(program, lifetimes, overlaps, pools, pins or {}, candidates,
+                                   alignment, deadline)
+                plan = pooled.pop("plan")
+            else:
+                plan = smallest_plan(lifetimes.buffers, candidates, alignment, overlaps, deadline)
     return ModelPlan(
         program=program,
         lifetimes=lifetimes,
@@ -278,7 +346,66 @@ def plan_model(
         lower_bound_bytes=lower_bound(lifetimes.buffers, alignment),
         naive_bytes=naive_sum(lifetimes.buffers, alignment),
         overlap_bound_bytes=lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment),
+        **pooled,
     )
+
+
+def pool_plan(program: Program, lifetimes: Lifetimes, overlaps, pools: Sequence[Pool],
+              pins: Mapping[str, str], candidates, alignment: int, deadline: Deadline) -> dict:
+    """The ModelPlan fields of a plan over memory pools: the pins resolved to buffers, the
+    state block's bytes reserved in its pool, and a refusal that names the peak step."""
+    source = program.model.source
+    index = {p.name: k for k, p in enumerate(pools)}
+    if len(index) != len(pools):
+        raise ArenacError("two pools have the same name", source)
+    buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+    tensors = program.graph.tensors
+    by_name = {}
+    for t in tensors:
+        by_name.setdefault(t.name, t.index)
+    buffer_pins, blocks = {}, {}  # "state" / "weights" -> pool index
+    for key, pool in pins.items():
+        if pool not in index:
+            raise ArenacError(f"--pin {key}={pool}: no pool named {pool!r} (the pools are "
+                              f"{', '.join(index)})", source)
+        if key in ("state", "weights"):
+            blocks[key] = index[pool]
+            continue
+        t = int(key) if key.isdigit() else by_name.get(key)
+        if t is None or t >= len(tensors):
+            raise ArenacError(f"--pin {key}={pool}: the graph has no tensor {key!r}", source)
+        if t not in buffer_of:
+            raise ArenacError(
+                f"--pin {key}={pool}: tensor {t} ({tensors[t].name!r}) is not planned (a "
+                "constant stays in flash; variables live in the state block: pin state=POOL)",
+                source)
+        buffer_pins[lifetimes.buffers[buffer_of[t]].id] = index[pool]
+    sizes = {"state": align_up(state_layout(program, lifetimes)[1], STATE_ALIGNMENT),
+             "weights": weight_layout(program.graph)[1]}
+    reserved = [0] * len(pools)
+    for key, k in blocks.items():
+        reserved[k] += sizes[key]
+    for k in blocks.values():
+        if reserved[k] > pools[k].capacity:
+            what = " and ".join(f"the {b} ({sizes[b]} bytes)" for b in blocks if blocks[b] == k)
+            raise PlanError(f"{what}, aligned to {STATE_ALIGNMENT}, do not fit pool "
+                            f"{pools[k].name} ({pools[k].capacity} bytes)", source)
+    try:
+        pooled = plan_pools(lifetimes.buffers, overlaps, pools, candidates, alignment,
+                            buffer_pins, reserved, deadline)
+    except PoolsDoNotFit as e:
+        label = step_label(program, lifetimes.order, e.step)
+        if e.pool is not None:
+            raise PlanError(f"the tensors pinned to pool {pools[e.pool].name} need {e.needed} "
+                            f"bytes at step {e.step} ({label}); it holds "
+                            f"{pools[e.pool].capacity - reserved[e.pool]}", source) from None
+        given = ", ".join(f"{p.name} {p.capacity}" for p in pools)
+        state = "".join(f", {key} {sizes[key]} bytes pinned to {pools[k].name}"
+                        for key, k in blocks.items())
+        raise PlanError(f"does not fit the pools: step {e.step} ({label}) needs {e.needed} "
+                        f"bytes; the pools hold {given} bytes{state}", source) from None
+    return {"plan": pooled.placement, "pools": pooled.arenas, "pool_of": pooled.pool_of,
+            "state_pool": blocks.get("state"), "weights_pool": blocks.get("weights")}
 
 
 def schedule_program(program: Program, mode: str, alignment: int, deadline: Deadline,

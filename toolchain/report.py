@@ -242,9 +242,11 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
                 "first_op": r.first_op,
                 "last_op": r.last_op,
                 "offset": r.offset,
+                **pool_fields(mp, r.buffer),
             }
             for r in mp.rows()
         ],
+        **({"pools": pools_data(mp)} if mp.pools else {}),
         "variables": [
             {"tensor": t, "name": graph.tensors[t].name, "bytes": graph.tensors[t].nbytes}
             for t in mp.lifetimes.variables
@@ -261,6 +263,36 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
             {"op": s.op, "bytes": s.size, "purpose": s.purpose} for s in mp.lifetimes.scratch
         ],
     }
+
+
+def pool_fields(mp: ModelPlan, position: int) -> dict[str, Any]:
+    """With pools, a buffer's pool and its offset there (`offset` is in all pools joined)."""
+    if not mp.pools:
+        return {}
+    k, offset = mp.place(position)
+    return {"pool": mp.pools[k].pool.name, "pool_offset": offset}
+
+
+def pools_data(mp: ModelPlan) -> list[dict[str, Any]]:
+    return [
+        {"name": a.pool.name, "section": a.pool.section, "capacity": a.pool.capacity,
+         "bytes": a.bytes, "reserved_bytes": a.reserved, "reserved_for": mp.reserved_in(k),
+         "base": a.base,
+         "buffers": sum(1 for p in mp.pool_of if p == k)}
+        for k, a in enumerate(mp.pools)
+    ]
+
+
+def pool_lines(mp: ModelPlan) -> list[str]:
+    """One line per pool: what the plan takes of it, against what it holds."""
+    lines = []
+    for k, a in enumerate(mp.pools):
+        count = sum(1 for p in mp.pool_of if p == k)
+        state = f" + {a.reserved} for {mp.reserved_in(k)}" if a.reserved else ""
+        section = f", section {a.pool.section}" if a.pool.section else ""
+        lines.append(f"pool {a.pool.name:<7} {a.bytes}{state} of {a.pool.capacity} bytes, "
+                     f"{count} buffer{'' if count == 1 else 's'}{section}")
+    return lines
 
 
 def shared_bytes(mp: ModelPlan, a: int, b: int) -> int:
@@ -326,8 +358,9 @@ def plan_text(mp: ModelPlan) -> str:
     subgraph_of = [program.tensor_origin(t)[0] if t is not None
                    else program.op_origin(next(scratch).op)[0]
                    for t in mp.lifetimes.tensor_of]
+    pooled = bool(mp.pools)
     headers = ["map", *(["subgraph"] if several else []), "tensor", "name", "bytes", "first",
-               "last", "offset"]
+               "last", *(["pool"] if pooled else []), "offset"]
     out = [
         table(
             headers,
@@ -340,7 +373,8 @@ def plan_text(mp: ModelPlan) -> str:
                     r.bytes,
                     r.first_op,
                     r.last_op,
-                    r.offset,
+                    *([mp.pools[mp.pool_of[r.buffer]].pool.name] if pooled else []),
+                    mp.place(r.buffer)[1],
                 ]
                 for r in rows
             ],
@@ -380,7 +414,9 @@ def plan_text(mp: ModelPlan) -> str:
     if shared:
         out.append(f"overlaps     {len(shared)} outputs placed over their dying inputs, "
                    f"{sum(shared_bytes(mp, o.below, o.above) for o in shared)} bytes shared")
-    out.append(f"arena        {mp.arena_bytes} bytes")
+    out.append(f"arena        {mp.arena_bytes} bytes" + (
+        f" in {len(mp.pools)} pools (offsets are within each pool)" if pooled else ""))
+    out.extend(pool_lines(mp))
     if mp.state_slots:
         out.append(f"state        {mp.state_bytes} bytes (persistent, beside the arena)")
     out.append(
@@ -542,6 +578,11 @@ def memory_map_svg(mp: ModelPlan) -> str:
     legend, legend_more = legend_entries(rows, legend_top)
     legend_rows = -(-len(legend) // SVG_LEGEND_COLUMNS)
     height = legend_top + SVG_LINE * (legend_rows + (2 if legend_more else 1)) + 8
+    pools = [
+        {"y": round(top + (a.base + a.bytes) * y_scale, 2),
+         "label": f"{display_text(a.pool.name)}: {a.bytes} of {a.pool.capacity} bytes"}
+        for a in mp.pools
+    ]
     return render(
         "memory_map.svg.j2",
         width=SVG_WIDTH,
@@ -567,6 +608,7 @@ def memory_map_svg(mp: ModelPlan) -> str:
         legend_more=legend_more,
         legend_more_y=round(legend_top + SVG_LINE * (legend_rows + 1)),
         legend_title_y=legend_top,
+        pools=pools,
     )
 
 

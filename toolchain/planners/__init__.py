@@ -27,6 +27,14 @@ from toolchain.planners.freelist import FreeListPlanner
 from toolchain.planners.greedy import GreedyPlanner
 from toolchain.planners.naive import NaivePlanner
 from toolchain.planners.optimal import OptimalPlanner
+from toolchain.planners.pools import (
+    Pool,
+    PoolArena,
+    PooledPlacement,
+    PoolsDoNotFit,
+    plan_pools,
+    verify_pools,
+)
 from toolchain.planners.verify import verify
 
 PLANNERS: dict[str, type[Planner]] = {
@@ -45,13 +53,19 @@ __all__ = [
     "Overlap",
     "Placement",
     "Planner",
+    "Pool",
+    "PoolArena",
+    "PooledPlacement",
+    "PoolsDoNotFit",
     "align_up",
     "lower_bound",
     "lower_bound_with_overlaps",
     "make_plan",
     "naive_sum",
+    "plan_pools",
     "smallest_plan",
     "verify",
+    "verify_pools",
 ]
 
 

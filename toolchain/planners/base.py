@@ -183,6 +183,17 @@ def lower_bound_with_overlaps(
     a buffer in several pairs is never discounted below nothing, and any order gives a valid
     bound. The bound is also at least the largest buffer.
     """
+    size = [align_up(b.size, alignment) for b in buffers]
+    return max(max(step_loads(buffers, overlaps, alignment).values(), default=0),
+               max(size, default=0))
+
+
+def step_loads(
+    buffers: Sequence[Buffer], overlaps: Sequence[Overlap], alignment: int
+) -> dict[int, int]:
+    """Op -> the fewest padded bytes the buffers live there can take, the declared overlaps
+    counted as `lower_bound_with_overlaps` says; only ops where the load changes are keys, and
+    the load holds until the next key."""
     check_overlaps(buffers, overlaps)
     by_id = {b.id: b for b in buffers}
     size = {b.id: align_up(b.size, alignment) for b in buffers}
@@ -200,11 +211,11 @@ def lower_bound_with_overlaps(
         cut = min(size[later], saving)  # The pair is alive together at this op only.
         deltas[op] -= cut
         deltas[op + 1] += cut
-    live = peak = 0
+    loads, live = {}, 0
     for op in sorted(deltas):
         live += deltas[op]
-        peak = max(peak, live)
-    return max(peak, max(size.values(), default=0))
+        loads[op] = live
+    return loads
 
 
 def charge_order(b: Buffer) -> tuple[int, int, int]:
