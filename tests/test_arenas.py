@@ -253,8 +253,11 @@ def test_gen_of_several_models_takes_one_name_each(tmp_path, capsys):
     assert "2 models take 2 --name options" in capsys.readouterr().err
     assert main(["gen", str(a), str(b), "-o", str(tmp_path / "x"), "--planner", "greedy"]) == 0
     assert "shared arena" in capsys.readouterr().out
-    assert sorted(os.listdir(tmp_path / "x")) == ["a.c", "a.h", "a_main.c", "arenac_shared.c",
-                                                  "arenac_shared.h", "b.c", "b.h", "b_main.c"]
+    assert sorted(os.listdir(tmp_path / "x")) == [
+        "a.c", "a.cmake", "a.h", "a.mk", "a_main.c", "arenac_shared.c", "arenac_shared.h",
+        "b.c", "b.cmake", "b.h", "b.mk", "b_main.c"]
+    # each model's build fragments bring the file that defines the arena they share
+    assert "arenac_shared.c" in (tmp_path / "x" / "b.mk").read_text()
 
 
 REAL_PAIR = [SHARED_MODELS / "kws_ref_model.tflite", SHARED_MODELS / "vww_96_int8.tflite"]

@@ -92,13 +92,14 @@ def test_the_same_model_gives_the_same_files_from_any_path_and_directory(tmp_pat
             "--name", "net", cwd=tmp_path)
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     files = sorted(p.name for p in (first / "out").iterdir())
-    assert files == ["net.c", "net.h", "net_main.c"]
+    assert files == ["net.c", "net.cmake", "net.h", "net.mk", "net_main.c"]
     assert files == sorted(p.name for p in (tmp_path / "out2").iterdir())
     digest = hashlib.sha256(data).hexdigest()
     for name in files:
         text = (first / "out" / name).read_bytes()
         assert text == (tmp_path / "out2" / name).read_bytes(), name
-        head = text.decode().split("*/")[0]
+        head = text.decode().split("*/")[0] if name.endswith((".c", ".h")) else text.decode()
+        head = "\n".join(head.splitlines()[:3])
         assert f"arenac {__version__}" in head and f"SHA-256 {digest}" in head, name
         assert b"tflite" not in text and str(tmp_path).encode() not in text, name
 
@@ -139,7 +140,7 @@ def test_a_model_file_named_main_gets_a_name_that_is_not_main(capsys, tmp_path):
     code, _, _ = run(capsys, "gen", str(path), "-o", str(tmp_path / "out"))
     assert code == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "m_main.c", "m_main.h", "m_main_main.c"]
+        "m_main.c", "m_main.cmake", "m_main.h", "m_main.mk", "m_main_main.c"]
 
 
 def test_gen_into_a_folder_with_other_files_writes_only_its_own(capsys, tmp_path):
@@ -156,11 +157,11 @@ def test_gen_into_a_folder_with_other_files_writes_only_its_own(capsys, tmp_path
     code, stdout, _ = run(capsys, "gen", str(path), "-o", str(out), "--name", "net")
     assert code == 0
     after = {p.relative_to(out).as_posix() for p in out.rglob("*")}
-    assert after == {"drivers", *others, "net.h", "net.c", "net_main.c"}
+    assert after == {"drivers", *others, "net.h", "net.c", "net_main.c", "net.cmake", "net.mk"}
     for name, text in others.items():
         assert (out / name).read_text() == text
         assert (out / name).stat().st_mtime == before[out / name].st_mtime
-    assert stdout.count(str(out)) == 3
+    assert stdout.count(str(out)) == 5  # the C files and the two build fragments
 
 
 # --- tables ------------------------------------------------------------------------------

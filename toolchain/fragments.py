@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from toolchain import __version__
 from toolchain.codegen import SHARED_NAME
 from toolchain.plan import ModelPlan
 from toolchain.render import render
@@ -41,6 +42,8 @@ def build_fragments(mp: ModelPlan, name: str, files: dict[str, str]) -> dict[str
     name = c_identifier(name)
     target = get_target(mp.program.target, mp.model.source)
     values = {
+        "version": __version__,
+        "sha256": mp.model.sha256,
         "name": name,
         "prefix": name.upper(),
         # models generated together also need the file that defines their shared arena
