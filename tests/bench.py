@@ -1,8 +1,8 @@
 """`make bench`: figures measured side by side in one run, printed as ratios.
 
 Not a test: timings vary from machine to machine, so nothing here asserts; it prints.
-Usage: python -m tests.bench [plan] [state] [scaling] [wide] [c] [quant] [runtime] [mcu] [speed]
-       [MODEL.tflite ...]
+Usage: python -m tests.bench [plan] [state] [scaling] [solve] [wide] [c] [quant] [runtime] [mcu]
+       [speed] [MODEL.tflite ...]
 """
 
 from __future__ import annotations
@@ -18,7 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from runtime_py.interpreter import ArenaInterpreter
-from tests.conftest import RECURRENT_MODEL_FILES, SHARED_MODEL_FILES
+from tests.conftest import (
+    ALLOCATION_PROBLEMS,
+    RECURRENT_MODEL_FILES,
+    SHARED_ALLOCATION,
+    SHARED_MODEL_FILES,
+)
 from tests.wide import wide_graph_timing
 from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import random_inputs
@@ -27,7 +32,8 @@ from toolchain.errors import ArenacError
 from toolchain.examples import EXAMPLES
 from toolchain.ops import unsupported_ops
 from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
-from toolchain.planners import Buffer, lower_bound, make_plan
+from toolchain.planners import Buffer, Placement, canonical, lower_bound, make_plan, verify
+from toolchain.planners.csvio import load_buffers
 from toolchain.reader import parse_model, read_model
 from toolchain.report import table
 
@@ -259,6 +265,43 @@ def scaling_section() -> None:
     print(table(["buffers", "planner", "ms", "arena", "lower bound", "ratio", "proven"], rows))
 
 
+def minimalloc_seconds() -> dict[str, float]:
+    """MiniMalloc's C++ solver's time per problem, from ../shared/allocation/README.md's table
+    (measured on this machine; it cannot be rerun here, as it is not installed)."""
+    figures = {}
+    readme = SHARED_ALLOCATION.parent / "README.md"
+    for line in readme.read_text().splitlines() if readme.exists() else []:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[2].endswith(" s") and cells[1].isdigit():
+            figures[cells[0]] = float(cells[2][:-2])
+    return figures
+
+
+def solve_section() -> None:
+    """`arenac solve` at each published problem's capacity: seconds to a verified solution."""
+    published = minimalloc_seconds()
+    rows = []
+    for path in ALLOCATION_PROBLEMS:
+        name, capacity = path.name.split(".")[0], int(path.name.split(".")[1])
+        buffers = load_buffers(path)
+        started = time.monotonic()
+        answer = canonical.fits(buffers, capacity, 1, seconds=60.0)
+        seconds = time.monotonic() - started
+        if answer.offsets is not None:
+            verify(Placement.from_offsets("optimal", 1, buffers, answer.offsets))
+        greedy = make_plan(buffers, "greedy", 1).arena_bytes
+        theirs = published.get(name)
+        rows.append([name, len(buffers), answer.status, f"{seconds:.2f}", f"{answer.nodes:,}",
+                     "-" if theirs is None else f"{theirs:.1f}",
+                     "-" if theirs is None else f"{seconds / theirs:.2f}x",
+                     f"{greedy / capacity:.3f}"])
+    search = "compiled" if canonical.compiled_available() else "Python"
+    print(f"arenac solve at capacity ({search} search, 60 s limit): seconds to a verified "
+          "solution, beside MiniMalloc's C++ solver (../shared/allocation/README.md, this machine)")
+    print(table(["problem", "buffers", "status", "s", "nodes", "minimalloc s", "ratio",
+                 "greedy/capacity"], rows))
+
+
 def mcu_section(paths: list[Path]) -> None:
     """Cortex-M4 footprint (arm-none-eabi-gcc -Os) beside TFLM, and TFLM's head with our plan;
     the footprint is skipped, in one line, without the Arm toolchain."""
@@ -378,7 +421,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     sections = [a for a in argv if not a.endswith(".tflite")] or [
-        "plan", "state", "scaling", "wide", "c", "quant", "runtime", "mcu", "speed"]
+        "plan", "state", "scaling", "solve", "wide", "c", "quant", "runtime", "mcu", "speed"]
     paths = [Path(a) for a in argv if a.endswith(".tflite")] or SHARED_MODEL_FILES
     if not paths:
         print("no models: pass .tflite paths or provide ../shared/models", file=sys.stderr)
@@ -391,6 +434,9 @@ def main(argv: list[str]) -> int:
         print()
     if "scaling" in sections:
         scaling_section()
+        print()
+    if "solve" in sections and ALLOCATION_PROBLEMS:
+        solve_section()
         print()
     if "wide" in sections:
         wide_section()

@@ -12,6 +12,12 @@ RECURRENT_MODEL_FILES = sorted((SHARED_MODELS / "recurrent").glob("*.tflite"))
 # Every shared model, the recurrent ones included.
 SHARED_MODEL_FILES = sorted(SHARED_MODELS.glob("*.tflite")) + RECURRENT_MODEL_FILES
 
+# MiniMalloc's published allocation problems, each known to fit its capacity (in the name).
+SHARED_ALLOCATION = SHARED_MODELS.parent / "allocation" / "challenging"
+ALLOCATION_PROBLEMS = sorted(SHARED_ALLOCATION.glob("*.csv"))
+needs_allocation_problems = pytest.mark.skipif(
+    not ALLOCATION_PROBLEMS, reason=f"allocation problems not found in {SHARED_ALLOCATION}"
+)
 needs_shared_models = pytest.mark.skipif(
     not SHARED_MODEL_FILES, reason=f"reference models not found in {SHARED_MODELS}"
 )

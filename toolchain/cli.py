@@ -388,6 +388,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if result.outputs_match is not False else 1
 
 
+def cmd_solve(args: argparse.Namespace) -> int:
+    from toolchain.solve import solution_csv, solve, solved_text
+
+    solved = solve(args.problem, args.capacity, args.time_limit, args.align)
+    if args.output and solved.plan is not None:
+        write_atomic(args.output, solution_csv(solved))
+    emit_json(solved.as_dict()) if args.json else print(solved_text(solved))
+    return 0 if solved.plan is not None else 1
+
+
 def check_text(report, inputs: int) -> str:
     from toolchain.report import table
 
@@ -735,6 +745,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="leave out the check (the oracle, runtime_py and the C)")
     report.add_argument("--no-footprint", action="store_true",
                         help="leave out the footprint (built with arm-none-eabi-gcc)")
+    solve = sub.add_parser(
+        "solve",
+        help="solve an allocation problem in MiniMalloc's CSV form (id,lower,upper,size)",
+        description="Solve an allocation problem in MiniMalloc's CSV form (id,lower,upper,size; "
+                    "lives half-open): within --capacity bytes, as MiniMalloc does, or as small "
+                    "as the exact planner can find and prove. Exit status 1 if no plan was found.",
+        allow_abbrev=False,
+    )
+    solve.add_argument("problem", metavar="PROBLEM.csv", help="the allocation problem")
+    solve.add_argument("--capacity", type=positive, metavar="BYTES",
+                       help="find a plan within this many bytes (default: the smallest found)")
+    solve.add_argument("-o", "--output", metavar="SOLUTION.csv",
+                       help="write the solution: the problem's columns and an offset column")
+    solve.add_argument("--time-limit", type=seconds, default=10.0, metavar="S",
+                       help="seconds the search may take (default: 10)")
+    solve.add_argument("--align", type=alignment, default=1,
+                       help="every offset a multiple of this power of two (default: 1)")
+    solve.add_argument("--json", action="store_true", help="machine-readable output")
+    solve.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    solve.set_defaults(handler=cmd_solve)
     embed = sub.choices["embed"]
     embed.add_argument("-o", "--output", required=True, metavar="OUT.tflite",
                        help="the model with the plan in its metadata")
@@ -771,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except ArenacError as e:
         if e.source is None:  # every line names the file it is about
-            e.source = getattr(args, "model", None)
+            e.source = getattr(args, "model", None) or getattr(args, "problem", None)
         print(f"arenac: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:

@@ -35,6 +35,18 @@ def dump_buffers(buffers: Sequence[Buffer], path_or_file: PathOrFile) -> None:
         writer.writerows((b.id, b.first, b.last + 1, b.size) for b in buffers)
 
 
+def dump_solution(
+    buffers: Sequence[Buffer], offsets: Sequence[int], path_or_file: PathOrFile
+) -> None:
+    """MiniMalloc's solution form: the problem's columns and each buffer's offset."""
+    with _opened(path_or_file, "w") as (_, file):
+        writer = csv.writer(file, lineterminator="\n")
+        writer.writerow((*PROBLEM_COLUMNS, "offset"))
+        writer.writerows(
+            (b.id, b.first, b.last + 1, b.size, o) for b, o in zip(buffers, offsets, strict=True)
+        )
+
+
 def load_buffers(path_or_file: PathOrFile) -> list[Buffer]:
     """Reads an `id,lower,upper,size` problem (a solution's `offset` column is ignored)."""
     source, rows = _read_table(path_or_file, required=PROBLEM_COLUMNS, optional=("offset",))

@@ -51,6 +51,11 @@ from toolchain.planners.base import (
     overlap_windows,
     pair_saving,
 )
+from toolchain.planners.canonical import (
+    COMPILED_MAX_BUFFERS,
+    CompiledProblem,
+    compiled_available,
+)
 from toolchain.planners.freelist import FreeListPlanner
 from toolchain.planners.greedy import GreedyPlanner
 
@@ -276,6 +281,15 @@ class Search:
                 key = (sizes[i], buffers[i].first, buffers[i].last)
                 self.twin[n] = last_twin.get(key, -1)
                 last_twin[key] = n
+        # The same questions, answered by the compiled search when there is one.
+        self.compiled = None
+        if compiled_available() and len(order) <= COMPILED_MAX_BUFFERS:
+            self.compiled = CompiledProblem(
+                [Buffer(i, sizes[i], buffers[i].first, buffers[i].last) for i in order],
+                alignment,
+                pairs,
+            )
+            self.sound = self.sound and self.compiled.sound
         self.first = [buffers[i].first for i in order]
         self.last = [buffers[i].last for i in order]
         self.by_first = sorted(range(len(order)), key=self.first.__getitem__)
@@ -293,9 +307,10 @@ class Search:
 
         `goal` is a proven bound for the whole problem: a part within it needs no more work.
         Rounds alternate two questions, each within a node budget that doubles every round: is
-        there a plan within the bound (if not, the bound rises one alignment step), and one a
-        step smaller than the best (if not, the best is optimal)? A weak bound then cannot
-        keep the search from improving the plan, nor a poor plan from raising the bound.
+        there a plan within the bound (if not, the bound rises one alignment step), and one
+        halfway between the bound and the best (if not, the bound rises past it; if the budget
+        ran out, the next round asks nearer the best)? A weak bound then cannot keep the search
+        from improving the plan, nor a poor plan from raising the bound.
         """
         self.best = [start[i] for i in self.order]
         self.best_arena = max(o + s for o, s in zip(self.best, self.size))
@@ -303,18 +318,24 @@ class Search:
         budget = 64 * len(self.order)
         # An exhausted search proves nothing when the tie order is unsound: stop asking then.
         ask_bound = True
+        a = self.alignment
+        below = None  # how far under the best the next question asks; None: halfway to the bound
         try:
             while self.best_arena > bound:
                 if ask_bound and self.fits(bound, budget) is False:
                     if self.sound:
-                        bound += self.alignment
+                        bound += a
                     ask_bound = self.sound
-                smaller = self.best_arena - self.alignment
-                if self.best_arena > bound and (smaller > bound or not ask_bound):
-                    if self.fits(smaller, budget) is False:
-                        if self.sound:
-                            bound = self.best_arena
-                        break
+                gap = self.best_arena - bound
+                step = max(a, (gap // 2 if below is None else below) // a * a)
+                ask = max(bound, self.best_arena - step)
+                if self.best_arena > bound and (ask > bound or not ask_bound):
+                    answer = self.fits(ask, budget)
+                    if answer is False:
+                        if not self.sound:
+                            break
+                        bound = ask + a  # nothing fits in `ask`: the bound rises past it
+                    below = max(a, step // 2) if answer is None else None
                 budget *= 2
         except Timeout:
             pass
@@ -328,6 +349,8 @@ class Search:
         back whether they succeeded; this loop runs them on an explicit stack, so deep parts
         cannot hit Python's recursion limit.
         """
+        if self.compiled is not None:
+            return self.compiled_fits(cap, budget)
         self.cap = cap
         self.nodes_left = budget
         stack = [self.place_all(self.by_first, 0, -1)]
@@ -349,6 +372,26 @@ class Search:
             self.best_arena = max(o + s for o, s in zip(self.offset, self.size))
         self.undo(0)
         return result
+
+    def compiled_fits(self, cap: int, budget: int) -> bool | None:
+        """`fits`, by the compiled search (whose node count has the same meaning)."""
+        if self.node_limit is not None:
+            if self.nodes_used >= self.node_limit:
+                raise Timeout
+            budget = min(budget, self.node_limit - self.nodes_used)
+        answer = self.compiled.fits(cap, self.deadline - time.monotonic(), budget)
+        self.nodes_used += answer.nodes
+        if answer.status == "found":
+            self.best = list(answer.offsets)
+            self.best_arena = max(o + s for o, s in zip(self.best, self.size))
+            return True
+        if answer.status == "infeasible":
+            return False
+        if answer.status == "out_of_time" or (
+            self.node_limit is not None and self.nodes_used >= self.node_limit
+        ):
+            raise Timeout
+        return None
 
     def place_all(self, members: list[int], low: int, last: int) -> Search.Call:
         """Places `members` (sorted by first op) within `cap` at offsets from `low` on (after

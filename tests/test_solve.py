@@ -1,0 +1,200 @@
+"""The canonical search (compiled and Python) and `arenac solve`: optimal against brute force,
+the same answers on both paths, verified solutions of MiniMalloc's published problems, and the
+error contract of the command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import ALLOCATION_PROBLEMS, needs_allocation_problems
+from tests.test_optimal import HANG_GUARD, brute_force_optimum
+from tests.test_planners import problems, random_buffers
+from toolchain.planners import (
+    Placement,
+    align_up,
+    canonical,
+    lower_bound,
+    lower_bound_with_overlaps,
+    verify,
+)
+from toolchain.planners.csvio import dump_buffers, load_buffers, load_offsets
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+
+@pytest.fixture(params=["compiled", "python"])
+def search_path(request, monkeypatch):
+    """Each test runs on both paths of the search; the compiled one must build wherever a C
+    compiler is installed (CI has one)."""
+    if request.param == "python":
+        monkeypatch.setenv("ARENAC_PURE_PYTHON", "1")
+    else:
+        monkeypatch.delenv("ARENAC_PURE_PYTHON", raising=False)
+    canonical._core.cache_clear()
+    if request.param == "compiled":
+        assert shutil.which("cc"), "no C compiler: the compiled search cannot be tested"
+        assert canonical.compiled_available()
+    yield request.param
+    canonical._core.cache_clear()
+
+
+def smallest_fit(buffers, overlaps, alignment) -> int:
+    """The least capacity the search finds a plan for, by bisection between the lower bound and
+    the sum of the sizes; every "no" on the way must be a proof, every plan must verify."""
+    low = lower_bound_with_overlaps(buffers, overlaps, alignment)  # may not fit
+    high = sum(align_up(b.size, alignment) for b in buffers)  # always fits
+    while low < high:
+        capacity = (low + high) // 2
+        answer = canonical.fits(buffers, capacity, alignment, overlaps, seconds=HANG_GUARD)
+        if answer.status == "found":
+            plan = Placement.from_offsets("optimal", alignment, buffers, answer.offsets, overlaps)
+            verify(plan)
+            assert plan.arena_bytes <= capacity
+            high = plan.arena_bytes
+        else:
+            assert answer.status == "infeasible"
+            low = capacity + 1
+    return high
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # the fixture picks a path
+@given(problem=problems(max_size=5), alignment=st.sampled_from([1, 16]))
+def test_the_smallest_capacity_that_fits_is_the_optimum(search_path, problem, alignment):
+    buffers, overlaps = problem
+    assert smallest_fit(buffers, overlaps, alignment) == brute_force_optimum(
+        buffers, overlaps, alignment
+    )
+
+
+def test_both_paths_answer_alike_on_larger_problems(monkeypatch):
+    """Found plans verify on either path, and an infeasible capacity is proven on both."""
+    for seed in range(6):
+        buffers = random_buffers(40, seed=seed)
+        bound = lower_bound(buffers, 1)
+        statuses = {}
+        for path in ("compiled", "python"):
+            if path == "python":
+                monkeypatch.setenv("ARENAC_PURE_PYTHON", "1")
+            canonical._core.cache_clear()
+            below = canonical.fits(buffers, bound - 1, 1, seconds=HANG_GUARD, node_limit=10**6)
+            roomy = canonical.fits(buffers, 2 * bound, 1, seconds=HANG_GUARD)
+            statuses[path] = below.status, roomy.status
+            assert roomy.compiled == (path == "compiled")
+            verify(Placement.from_offsets("optimal", 1, buffers, roomy.offsets))
+            monkeypatch.delenv("ARENAC_PURE_PYTHON", raising=False)
+        assert statuses["compiled"] == statuses["python"] == ("infeasible", "found")
+    canonical._core.cache_clear()
+
+
+def test_a_node_limit_makes_the_answer_the_same_on_every_run(search_path):
+    buffers = random_buffers(120, seed=3)
+    capacity = lower_bound(buffers, 1)
+    first = canonical.fits(buffers, capacity, 1, seconds=HANG_GUARD, node_limit=500)
+    second = canonical.fits(buffers, capacity, 1, seconds=HANG_GUARD, node_limit=500)
+    assert first == second
+    assert first.nodes <= 500
+
+
+def test_nothing_to_place_fits_anywhere(search_path):
+    answer = canonical.fits([], 0, 16)
+    assert answer.status == "found" and answer.offsets == ()
+
+
+@needs_allocation_problems
+@pytest.mark.parametrize("path", ALLOCATION_PROBLEMS, ids=lambda p: p.name.split(".")[0])
+def test_minimalloc_problems_are_solved_at_their_capacity(path):
+    """Each of the published problems fits the capacity in its name; the solution verifies.
+    (How long each takes is measured by `make bench`, section `solve`.)"""
+    canonical._core.cache_clear()
+    buffers = load_buffers(path)
+    capacity = int(path.name.split(".")[1])
+    answer = canonical.fits(buffers, capacity, 1, seconds=HANG_GUARD)
+    assert answer.status == "found" and answer.compiled
+    plan = Placement.from_offsets("optimal", 1, buffers, answer.offsets)
+    verify(plan)
+    assert plan.arena_bytes <= capacity
+
+
+# --- arenac solve -----------------------------------------------------------------------------
+
+
+def arenac(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "toolchain.cli", *args], capture_output=True, text=True
+    )
+
+
+@pytest.fixture
+def problem_csv(tmp_path):
+    buffers = random_buffers(60, seed=11)
+    path = tmp_path / "problem.csv"
+    dump_buffers(buffers, path)
+    return path, buffers
+
+
+def test_solve_writes_a_verified_solution_within_the_capacity(problem_csv, tmp_path):
+    path, buffers = problem_csv
+    capacity = lower_bound(buffers, 1) * 5 // 4
+    out = tmp_path / "solution.csv"
+    done = arenac("solve", str(path), "--capacity", str(capacity), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"fits the capacity of {capacity:,}" in done.stdout
+    offsets = load_offsets(out, buffers)
+    plan = Placement.from_offsets("x", 1, buffers, [offsets[b.id] for b in buffers])
+    verify(plan)
+    assert plan.arena_bytes <= capacity
+
+
+def test_solve_without_a_capacity_finds_the_smallest_it_can(problem_csv):
+    path, buffers = problem_csv
+    done = arenac("solve", str(path), "--time-limit", "5", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["solved"] and data["lower_bound"] <= data["arena_bytes"]
+    assert data["lower_bound"] >= lower_bound(buffers, 1)
+
+
+def test_solve_below_the_lower_bound_is_proven_impossible(problem_csv, tmp_path):
+    path, buffers = problem_csv
+    out = tmp_path / "solution.csv"
+    done = arenac("solve", str(path), "--capacity", str(lower_bound(buffers, 1) - 1), "-o",
+                  str(out))
+    assert done.returncode == 1
+    assert "(proven)" in done.stdout
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("id,lower,upper\n0,0,1\n", "size"),
+        ("id,lower,upper,size\n0,0,1,x\n", "x"),
+        ("id,lower,upper,size\n0,3,1,8\n", "upper"),
+    ],
+)
+def test_a_bad_problem_file_is_one_line_and_exit_2(tmp_path, text, said):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    done = arenac("solve", str(path))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and said in lines[0]
+
+
+def test_an_unwritable_solution_path_is_one_line_and_exit_2(problem_csv, tmp_path):
+    path, _ = problem_csv
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    done = arenac("solve", str(path), "--capacity", "100000000", "-o",
+                  str(not_a_folder / "s.csv"))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "s.csv" in done.stderr

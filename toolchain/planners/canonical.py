@@ -1,0 +1,338 @@
+"""Does a set of buffers fit in a given number of bytes? The question the exact planner and
+`arenac solve` ask, answered by a compiled search when a C compiler is at hand.
+
+The search is the canonical one of the exact planner (toolchain/planners/optimal.py): any plan
+can be pushed down until no buffer can move lower, and taken in order of offset each buffer of
+such a plan sits at its floor, so the search only chooses which buffer goes next. It prunes as
+MiniMalloc (Moffitt, ASPLOS 2023) does: by dominance (no buffer at or above the lowest top an
+unplaced one could have), by sections (at each set of buffers alive together, the floor plus
+the unplaced bytes must fit), by the "hatless" rule (a buffer that shares time with no
+unplaced one is never worth trying another choice instead of), and by decomposition (once no
+unplaced buffer crosses from one section to the next, each side is searched alone). Identical
+buffers go in a fixed order. It runs a portfolio of three preorders in rounds of doubling node
+budgets, so one bad order cannot stall it.
+
+The core is `canonical.c`, built once with the system `cc` into the user's cache and loaded
+with ctypes. Without a compiler (or with ARENAC_PURE_PYTHON=1) the same question goes to the
+Python search of the exact planner, which answers it too, only slower.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from toolchain.planners.base import Buffer, Overlap, align_up, overlap_windows, pair_saving
+
+SOURCE = Path(__file__).with_name("canonical.c")
+# Beyond this many buffers in one question the compiled search's per-depth lists would need
+# more memory than is reasonable (n^2 ints); the Python search takes those.
+COMPILED_MAX_BUFFERS = 4000
+# The preorders of the portfolio: keys compared in turn, larger first. T: the most bytes alive
+# at any time of the buffer's life, W: the life's length, A: size times that, Z: size, C: how
+# many births its life spans. Chosen on MiniMalloc's published problems: each of the eleven
+# needs one of the first two, and the third makes the portfolio less tied to them.
+PREORDERS = ("TWZ", "TAW", "TCA")
+STATUS = {1: "found", 0: "infeasible", -1: "out_of_nodes", -2: "out_of_time", -3: "no_memory"}
+
+_i64 = ctypes.POINTER(ctypes.c_int64)
+_int = ctypes.POINTER(ctypes.c_int)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """`status` is "found" (then `offsets`, by position in the buffers given, fit within the
+    capacity), "infeasible" (an exhausted search: no plan fits), "out_of_nodes" or
+    "out_of_time". `nodes` counts the search nodes visited."""
+
+    status: str
+    offsets: tuple[int, ...] | None
+    nodes: int
+    compiled: bool
+
+
+def compiled_available() -> bool:
+    return _core() is not None
+
+
+@cache
+def _core() -> ctypes.CDLL | None:
+    if os.environ.get("ARENAC_PURE_PYTHON"):
+        return None
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        return None
+    source = SOURCE.read_bytes()
+    cache_dir = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "arenac"
+    library = cache_dir / f"canonical-{hashlib.sha256(source).hexdigest()[:16]}.so"
+    try:
+        if not library.exists():
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=cache_dir) as build:
+                built = Path(build) / library.name
+                command = [compiler, "-O2", "-std=c99", "-shared", "-fPIC", str(SOURCE)]
+                subprocess.run(
+                    [*command, "-o", str(built)],
+                    check=True,
+                    capture_output=True,
+                )
+                os.replace(built, library)  # atomic: a concurrent build only wins the race
+        return bind(ctypes.CDLL(str(library)))
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def bind(core: ctypes.CDLL) -> ctypes.CDLL:
+    """Declares the core's one entry point, so ctypes converts every argument."""
+    core.arenac_fits.restype = ctypes.c_int
+    core.arenac_fits.argtypes = [
+        ctypes.c_int, _i64, _i64, _i64,  # n, size, lower, upper
+        _i64, _int, _i64,  # neighbours
+        _i64, _int, _i64, _i64,  # pairs: start, partner, time, share
+        _int, ctypes.c_int, _int,  # kin, orders
+        _i64, ctypes.c_char_p, ctypes.c_int,  # keys, letters, rerank
+        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_double,
+        _i64, _i64,
+    ]
+    return core
+
+
+def _ptr(array: np.ndarray, kind: type) -> object:
+    return array.ctypes.data_as(kind)
+
+
+def fits(
+    buffers: Sequence[Buffer],
+    capacity: int,
+    alignment: int = 1,
+    overlaps: Sequence[Overlap] = (),
+    seconds: float = 10.0,
+    node_limit: int | None = None,
+) -> Answer:
+    """Whether `buffers` (ids may be anything; `overlaps` refer to them) fit in `capacity`
+    bytes with every offset a multiple of `alignment`, searching for at most `seconds` and
+    `node_limit` nodes."""
+    if _core() is None or len(buffers) > COMPILED_MAX_BUFFERS:
+        return _python_fits(buffers, capacity, alignment, overlaps, seconds, node_limit)
+    return CompiledProblem(buffers, alignment, overlaps).fits(capacity, seconds, node_limit)
+
+
+class CompiledProblem:
+    """The arrays the compiled search reads, built once (with numpy) for several questions."""
+
+    def __init__(self, buffers: Sequence[Buffer], alignment: int, overlaps: Sequence[Overlap]):
+        self.buffers = list(buffers)
+        self.alignment = alignment
+        self.overlaps = list(overlaps)
+        # Empty buffers take no bytes and go at offset 0; the search sees the others only.
+        self.searched = [k for k, b in enumerate(buffers) if align_up(b.size, alignment) > 0]
+        self._arrays(alignment)
+
+    def fits(self, capacity: int, seconds: float, node_limit: int | None = None) -> Answer:
+        """One question: a plan within `capacity`, for at most `seconds` and `node_limit`
+        nodes. Offsets come back by position in the buffers given."""
+        core = _core()
+        if core is None:
+            return _python_fits(
+                self.buffers, capacity, self.alignment, self.overlaps, seconds, node_limit
+            )
+        n = len(self.searched)
+        offsets = np.zeros(n, dtype=np.int64)
+        nodes = np.zeros(1, dtype=np.int64)
+        status = STATUS[
+            core.arenac_fits(
+                n, *self.pointers, len(PREORDERS), _ptr(self.orders, _int),
+                _ptr(self.keys, _i64), self.letters, int(not self.ties),
+                self.alignment, capacity, -1 if node_limit is None else node_limit,
+                max(0.0, seconds), _ptr(offsets, _i64), _ptr(nodes, _i64),
+            )
+        ]
+        if status == "no_memory":
+            return _python_fits(
+                self.buffers, capacity, self.alignment, self.overlaps, seconds, node_limit
+            )
+        found = None
+        if status == "found":
+            every = [0] * len(self.buffers)
+            for k, offset in zip(self.searched, offsets.tolist(), strict=True):
+                every[k] = offset
+            found = tuple(every)
+        return Answer(status, found, int(nodes[0]), compiled=True)
+
+    def _arrays(self, alignment: int) -> None:
+        buffers = [self.buffers[k] for k in self.searched]
+        kept = {b.id for b in buffers}
+        overlaps = [o for o in self.overlaps if o.below in kept and o.above in kept]
+        n = len(buffers)
+        position = {b.id: k for k, b in enumerate(buffers)}
+        self.size = np.array([align_up(b.size, alignment) for b in buffers], dtype=np.int64)
+        self.lower = np.array([b.first for b in buffers], dtype=np.int64)
+        self.upper = np.array([b.last + 1 for b in buffers], dtype=np.int64)
+        sizes_by_id = {b.id: int(s) for b, s in zip(buffers, self.size, strict=True)}
+        windows = overlap_windows(sizes_by_id, overlaps, alignment) if overlaps else {}
+        # Time neighbours, both ways round: once `placed` sits at o, `new` goes at o + high.
+        lower, upper = self.lower, self.upper
+        meet = (lower[:, None] < upper[None, :]) & (lower[None, :] < upper[:, None])
+        np.fill_diagonal(meet, False)
+        placed, new = np.nonzero(meet)
+        eff = self.size[placed].copy()
+        for k, (p, q) in enumerate(zip(placed.tolist(), new.tolist(), strict=True)):
+            if windows:
+                window = windows.get((buffers[q].id, buffers[p].id))
+                if window is not None:
+                    eff[k] = window.high
+        self.nb_start = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(self.nb_start, placed + 1, 1)
+        self.nb_start = np.cumsum(self.nb_start)
+        self.nb_other = new.astype(np.intc)
+        self.nb_eff = eff.astype(np.int64)
+        # Declared pairs, listed under both members: the op where they meet and what they may
+        # share there.
+        pair_rows: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        for o in overlaps:
+            below, above = position[o.below], position[o.above]
+            share = max(0, pair_saving(o, int(self.size[below]), int(self.size[above]), alignment))
+            meet_at = buffers[below].first
+            pair_rows[below].append((above, meet_at, share))
+            pair_rows[above].append((below, meet_at, share))
+        self.pair_start = np.cumsum([0] + [len(r) for r in pair_rows]).astype(np.int64)
+        flat = [row for rows in pair_rows for row in rows]
+        self.pair_other = np.array([r[0] for r in flat] or [0], dtype=np.intc)
+        self.pair_time = np.array([r[1] for r in flat] or [0], dtype=np.int64)
+        self.pair_share = np.array([r[2] for r in flat] or [0], dtype=np.int64)
+        # Interchangeable buffers: same size and life, in no pair.
+        in_pair = {position[i] for o in overlaps for i in (o.below, o.above)}
+        kinds: dict[tuple[int, int, int], int] = {}
+        self.kin = np.array(
+            [
+                -1 if k in in_pair else kinds.setdefault((int(s), int(lo), int(up)), len(kinds))
+                for k, (s, lo, up) in enumerate(zip(self.size, self.lower, self.upper, strict=True))
+            ],
+            dtype=np.intc,
+        )
+        self.orders = self._preorders(windows, position, overlaps)
+        self.pointers = [
+            _ptr(self.size, _i64), _ptr(self.lower, _i64), _ptr(self.upper, _i64),
+            _ptr(self.nb_start, _i64), _ptr(self.nb_other, _int), _ptr(self.nb_eff, _i64),
+            _ptr(self.pair_start, _i64), _ptr(self.pair_other, _int), _ptr(self.pair_time, _i64),
+            _ptr(self.pair_share, _i64), _ptr(self.kin, _int),
+        ]
+
+    def _preorders(
+        self, windows: dict, position: dict[int, int], overlaps: Sequence[Overlap]
+    ) -> np.ndarray:
+        """One row per entry of PREORDERS. A pair that may share one offset (padded shift 0)
+        must have `below` first, or the canonical order could not put them there."""
+        width = self.upper - self.lower
+        keys = {
+            "W": width,
+            "A": width * self.size,
+            "T": _busiest(self.lower, self.upper, self.size),
+            "Z": self.size,
+            "C": _births_within(self.lower, self.upper),
+        }
+        ties = [
+            (position[o.below], position[o.above])
+            for o in overlaps
+            if not o.any_offset and windows[o.above, o.below].high == 0
+        ]
+        self.ties = ties
+        self.sound = True  # whether every row keeps each tied pair's `below` first
+        self.keys = np.concatenate([keys[c] for c in "WAZC"]).astype(np.int64)
+        self.letters = b"".join(c.encode().ljust(4, b"\0") for c in PREORDERS)
+        rows = []
+        index = np.arange(len(self.size))
+        for letters in PREORDERS:
+            order = np.lexsort([index] + [-keys[c] for c in reversed(letters)])
+            row, sound = _respect(order.tolist(), ties)
+            rows.append(row)
+            self.sound = self.sound and sound
+        return np.array(rows, dtype=np.intc).reshape(len(rows), len(self.size))
+
+
+def _busiest(lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """For each buffer, the most bytes alive at any time of its life."""
+    if not len(size):
+        return size
+    times = np.unique(np.concatenate([lower, upper]))
+    change = np.zeros(len(times) + 1, dtype=np.int64)
+    np.add.at(change, np.searchsorted(times, lower), size)
+    np.add.at(change, np.searchsorted(times, upper), -size)
+    alive = np.cumsum(change)[:-1]
+    return np.array(
+        [alive[np.searchsorted(times, lo):np.searchsorted(times, up)].max() for lo, up in
+         zip(lower, upper, strict=True)],
+        dtype=np.int64,
+    )
+
+
+def _births_within(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """For each buffer, how many distinct times some buffer is born during its life."""
+    births = np.unique(lower)
+    return np.searchsorted(births, upper, "left") - np.searchsorted(births, lower, "left")
+
+
+def _respect(order: list[int], before: list[tuple[int, int]]) -> tuple[list[int], bool]:
+    """`order`, except that each (x, y) in `before` puts x ahead of y; and whether all held."""
+    if not before:
+        return order, True
+    from toolchain.planners.optimal import preorder
+
+    rank = {item: r for r, item in enumerate(order)}
+    return preorder(order, lambda item: (rank[item],), before)
+
+
+def _python_fits(
+    buffers: Sequence[Buffer],
+    capacity: int,
+    alignment: int,
+    overlaps: Sequence[Overlap],
+    seconds: float,
+    node_limit: int | None,
+) -> Answer:
+    from toolchain.planners.optimal import OutOfNodes, Search, Timeout, independent_parts
+
+    local = [Buffer(k, b.size, b.first, b.last) for k, b in enumerate(buffers)]
+    position = {b.id: k for k, b in enumerate(buffers)}
+    pairs = [
+        Overlap(position[o.below], position[o.above], o.shift, o.any_offset) for o in overlaps
+    ]
+    sizes = [align_up(b.size, alignment) for b in local]
+    windows = overlap_windows(sizes, pairs, alignment)
+    deadline = time.monotonic() + seconds
+    offsets = [0] * len(local)
+    nodes = 0
+    budget = 10**18 if node_limit is None else node_limit
+    status = "found"
+    for part in independent_parts(local, sizes):
+        try:
+            search = Search(part, local, sizes, pairs, windows, alignment, deadline, None)
+            search.compiled = None  # this is the path without the compiled search
+            answer = search.fits(capacity, max(0, budget - nodes))
+        except (Timeout, OutOfNodes):
+            answer = None
+            search = None
+        if search is not None:
+            nodes += search.nodes_used
+        if answer is None:
+            status = "out_of_time" if time.monotonic() > deadline else "out_of_nodes"
+            break
+        if answer is False:
+            status = "infeasible" if search.sound else "out_of_nodes"
+            break
+        for n, i in enumerate(search.order):
+            offsets[i] = search.best[n]
+    found = tuple(offsets) if status == "found" else None
+    return Answer(status, found, nodes, compiled=False)
+
