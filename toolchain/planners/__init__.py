@@ -27,6 +27,7 @@ from toolchain.planners.freelist import FreeListPlanner
 from toolchain.planners.greedy import GreedyPlanner
 from toolchain.planners.naive import NaivePlanner
 from toolchain.planners.optimal import OptimalPlanner
+from toolchain.planners.tflm import TFLMPlanner
 from toolchain.planners.verify import verify
 
 PLANNERS: dict[str, type[Planner]] = {
@@ -34,6 +35,7 @@ PLANNERS: dict[str, type[Planner]] = {
     FreeListPlanner.name: FreeListPlanner,
     NaivePlanner.name: NaivePlanner,
     OptimalPlanner.name: OptimalPlanner,
+    TFLMPlanner.name: TFLMPlanner,
 }
 
 __all__ = [

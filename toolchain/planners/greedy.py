@@ -43,7 +43,7 @@ class GreedyPlanner(Planner):
         partners: dict[int, list[int]] = {}
         for new, placed in windows:
             partners.setdefault(new, []).append(placed)
-        order = sorted(range(len(buffers)), key=lambda i: (-sizes[i], buffers[i].first, i))
+        order = self._order(buffers, sizes)
         offsets = [0] * len(buffers)
         lives = LiveIndex(buffers)
         for count, i in enumerate(order):
@@ -66,6 +66,10 @@ class GreedyPlanner(Planner):
             lives.place(i, offset, offset + size)
             offsets[i] = offset
         return offsets
+
+    def _order(self, buffers: list[Buffer], sizes: list[int]) -> list[int]:
+        """The order buffers are placed in: larger padded size first, then earlier first op."""
+        return sorted(range(len(buffers)), key=lambda i: (-sizes[i], buffers[i].first, i))
 
 
 class LiveIndex:
