@@ -26,8 +26,8 @@ from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
 from toolchain.errors import ArenacError
 from toolchain.examples import EXAMPLES
 from toolchain.ops import unsupported_ops
-from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
-from toolchain.planners import Buffer, lower_bound, make_plan
+from toolchain.plan import BEST, NO_TECHNIQUES, Techniques, best_candidates, plan_model
+from toolchain.planners import Buffer, Deadline, lower_bound, make_plan, smallest_plan
 from toolchain.reader import parse_model, read_model
 from toolchain.report import table
 
@@ -259,6 +259,25 @@ def scaling_section() -> None:
     print(table(["buffers", "planner", "ms", "arena", "lower bound", "ratio", "proven"], rows))
 
 
+def limit_section(count: int = 100_000, time_limit: float = 2.0) -> None:
+    """Each planner held to `--time-limit 2` on a large random instance, as plan_model calls it
+    (smallest_plan with the limit as deadline): wall-clock seconds to the verified plan."""
+    buffers = random_buffers(count, seed=count)
+    bound = lower_bound(buffers, 16)
+    rows = []
+    for planner in ("best", "optimal", "greedy", "freelist", "tflm"):
+        candidates = best_candidates(time_limit) if planner == BEST else (
+            (planner, {"time_limit": time_limit} if planner == "optimal" else {}),)
+        start = time.perf_counter()
+        plan = smallest_plan(buffers, candidates, 16, (), Deadline.after(time_limit))
+        seconds = time.perf_counter() - start
+        rows.append([count, planner, time_limit, f"{seconds:.2f}", plan.planner,
+                     plan.arena_bytes, f"{plan.arena_bytes / bound:.3f}"])
+    print(f"--planner P --time-limit {time_limit:g} on {count:,} random buffers: seconds to a "
+          "verified plan (planning and verify), the planner whose plan it is, arena / bound")
+    print(table(["buffers", "planner", "limit s", "seconds", "plan by", "arena", "ratio"], rows))
+
+
 def mcu_section(paths: list[Path]) -> None:
     """Cortex-M4 footprint (arm-none-eabi-gcc -Os) beside TFLM, and TFLM's head with our plan."""
     from toolchain.embed import embed_plan
@@ -382,6 +401,8 @@ def main(argv: list[str]) -> int:
         print()
     if "scaling" in sections:
         scaling_section()
+        print()
+        limit_section()
         print()
     if "wide" in sections:
         wide_section()

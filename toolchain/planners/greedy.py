@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from toolchain.planners.base import (
+    CLOCK_EVERY,
     Buffer,
     OutOfTime,
     Overlap,
@@ -17,9 +18,6 @@ from toolchain.planners.base import (
     align_up,
     overlap_windows,
 )
-
-# Buffers placed between two looks at the clock.
-CLOCK_EVERY = 256
 
 
 class GreedyPlanner(Planner):
@@ -38,6 +36,8 @@ class GreedyPlanner(Planner):
     name = "greedy"
 
     def _place(self, buffers: list[Buffer], overlaps: list[Overlap]) -> list[int]:
+        if self.deadline.passed():  # before the setup, which takes a while on large inputs
+            raise OutOfTime(f"the greedy planner placed 0 of {len(buffers)} buffers in its time")
         sizes = [align_up(b.size, self.alignment) for b in buffers]
         windows = overlap_windows(sizes, overlaps, self.alignment)
         partners: dict[int, list[int]] = {}
