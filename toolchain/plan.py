@@ -20,6 +20,7 @@ from toolchain.lifetimes import (
     overlap_pairs,
 )
 from toolchain.planners import (
+    PLANNERS,
     Deadline,
     Placement,
     align_up,
@@ -191,6 +192,8 @@ class Techniques:
 NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model")
 
 BEST = "best"
+# Every planner a user may name, `best` first: the one default is `best`, everywhere.
+PLANNER_NAMES = (BEST, *sorted(PLANNERS))
 
 
 def best_candidates(time_limit: float) -> tuple[tuple[str, dict], ...]:
@@ -235,6 +238,8 @@ def plan_model(
     `target` (toolchain.targets) picks the kernels, whose scratch and overlaps the plan
     follows; `portable` keeps to its portable kernels.
     """
+    if planner not in PLANNER_NAMES:
+        raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
     deadline = Deadline.after(time_limit)
     program = lower(model, graph_index, target, portable)
     needed = max((b.variant.scratch_alignment for b in program.bindings
