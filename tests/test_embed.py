@@ -436,9 +436,11 @@ EMBED_MODELS = [
 
 @needs_tflm
 @pytest.mark.parametrize("model", EMBED_MODELS)
-def test_embed_total_is_the_arena_tflm_runs_in_and_no_byte_less(model, example_path, capsys):
+def test_embed_total_is_the_arena_tflm_runs_in_and_no_byte_less(
+    model, example_path, capsys, tmp_path
+):
     path = example_path(model) if isinstance(model, str) else model
-    out = path.parent / f"{path.stem}_planned.tflite"
+    out = tmp_path / "planned.tflite"  # never beside a shared model
     from toolchain.cli import main
 
     assert main(["embed", str(path), "-o", str(out), "--json"]) == 0
@@ -458,11 +460,11 @@ def test_embed_total_is_the_arena_tflm_runs_in_and_no_byte_less(model, example_p
 
 
 @needs_tflm
-def test_embed_says_the_total_in_its_line(example_path, capsys):
+def test_embed_says_the_total_in_its_line(example_path, capsys, tmp_path):
     from toolchain.cli import main
 
     path = example_path("tiny_cnn_int8")
-    out = path.parent / "planned.tflite"
+    out = tmp_path / "planned.tflite"
     assert main(["embed", str(path), "-o", str(out), "--json"]) == 0
     total = json.loads(capsys.readouterr().out)["total_bytes"]
     assert main(["embed", str(path), "-o", str(out)]) == 0
@@ -470,14 +472,16 @@ def test_embed_says_the_total_in_its_line(example_path, capsys):
     assert line.count("\n") == 1 and f"allocate {total} bytes for TFLite Micro" in line
 
 
-def test_embed_without_tflite_micro_says_what_is_unknown(example_path, capsys, monkeypatch):
+def test_embed_without_tflite_micro_says_what_is_unknown(
+    example_path, capsys, monkeypatch, tmp_path
+):
     from toolchain.cli import main
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *rest: None if name == "tflite_micro" else real(name, *rest))
     path = example_path("tiny_cnn_int8")
-    out = path.parent / "planned.tflite"
+    out = tmp_path / "planned.tflite"
     assert main(["embed", str(path), "-o", str(out), "--json"]) == 0
     said = json.loads(capsys.readouterr().out)
     assert said["measured"] is False
