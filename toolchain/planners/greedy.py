@@ -1,8 +1,10 @@
-"""TFLite Micro's GreedyMemoryPlanner: biggest buffers first, each at the lowest offset free for
-its whole life.
+"""Greedy by size, TFLite Micro's method: biggest buffers first, each at the lowest offset free
+for its whole life.
 
-Placing big buffers first leaves small ones to fill the gaps between them; this is the planner
-TFLite Micro runs on the device, so matching it lets us compare arenas like for like.
+Placing big buffers first leaves small ones to fill the gaps between them. TFLite Micro runs
+this method on the device; we break ties between equal sizes by first op and honour declared
+overlaps, which often gives a smaller arena. `tflm.py` breaks ties as TFLM does, to show its
+own plan.
 """
 
 from __future__ import annotations
