@@ -104,18 +104,14 @@ def smallest_plan(
     is a plan by the deadline, on any input. Only the winner is verified: a check costs as
     much as a fast planner, and the winner is the only plan anyone uses.
     """
-    def attempt(name: str, options: dict[str, object], until: Deadline) -> Placement | None:
-        try:
-            return _unverified_plan(buffers, name, alignment, overlaps, until, options)
-        except OutOfTime:
-            return None
-
     work = _less(deadline, VERIFY_SECONDS_PER_BUFFER * len(buffers))
+
+    def fallback() -> Placement:
+        return _unverified_plan(buffers, FALLBACK[0], alignment, overlaps, work, FALLBACK[1])
+
     plans: dict[int, Placement] = {}
     if FALLBACK in candidates:
-        plans[list(candidates).index(FALLBACK)] = _unverified_plan(
-            buffers, FALLBACK[0], alignment, overlaps, work, FALLBACK[1]
-        )
+        plans[list(candidates).index(FALLBACK)] = fallback()
     turns = sorted(
         (rank for rank in range(len(candidates)) if rank not in plans),
         key=lambda rank: candidates[rank][0] == OptimalPlanner.name,
@@ -125,12 +121,13 @@ def smallest_plan(
             break
         until = work if plans else _less(work, FALLBACK_SECONDS_PER_BUFFER * len(buffers))
         name, options = candidates[rank]
-        if plan := attempt(name, options, until.share(1 / (len(turns) - done))):
-            plans[rank] = plan
+        share = until.share(1 / (len(turns) - done))
+        try:
+            plans[rank] = _unverified_plan(buffers, name, alignment, overlaps, share, options)
+        except OutOfTime:
+            continue
     if not plans:
-        plans[len(candidates)] = _unverified_plan(
-            buffers, FALLBACK[0], alignment, overlaps, work, FALLBACK[1]
-        )
+        plans[len(candidates)] = fallback()
     plan = plans[min(plans, key=lambda rank: (plans[rank].arena_bytes, rank))]
     verify(plan)
     return plan
