@@ -31,8 +31,17 @@ from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
 from toolchain.errors import ArenacError
 from toolchain.examples import EXAMPLES
 from toolchain.ops import unsupported_ops
-from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
-from toolchain.planners import Buffer, Placement, canonical, lower_bound, make_plan, verify
+from toolchain.plan import BEST, NO_TECHNIQUES, Techniques, best_candidates, plan_model
+from toolchain.planners import (
+    Buffer,
+    Deadline,
+    Placement,
+    canonical,
+    lower_bound,
+    make_plan,
+    smallest_plan,
+    verify,
+)
 from toolchain.planners.csvio import load_buffers
 from toolchain.reader import parse_model, read_model
 from toolchain.report import table
@@ -265,6 +274,27 @@ def scaling_section() -> None:
     print(table(["buffers", "planner", "ms", "arena", "lower bound", "ratio", "proven"], rows))
 
 
+def limit_section(count: int = 100_000, time_limit: float = 2.0) -> None:
+    """Each planner held to `--time-limit 2` on a large random instance, as plan_model calls it
+    (smallest_plan with the limit as deadline): wall-clock seconds to the verified plan."""
+    buffers = random_buffers(count, seed=count)
+    bound = lower_bound(buffers, 16)
+    rows = []
+    for planner in ("best", "optimal", "greedy", "freelist", "tflm"):
+        candidates = best_candidates(time_limit) if planner == BEST else (
+            (planner, {"time_limit": time_limit} if planner == "optimal" else {}),)
+        start, cpu = time.perf_counter(), time.process_time()
+        plan = smallest_plan(buffers, candidates, 16, (), Deadline.after(time_limit))
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        rows.append([count, planner, time_limit, f"{seconds:.2f}", f"{cpu:.2f}", plan.planner,
+                     plan.arena_bytes, f"{plan.arena_bytes / bound:.3f}"])
+    print(f"--planner P --time-limit {time_limit:g} on {count:,} random buffers: seconds to a "
+          "verified plan (planning and verify; the CPU seconds this process got of them), the "
+          "planner whose plan it is, arena / bound")
+    print(table(["buffers", "planner", "limit s", "seconds", "cpu s", "plan by", "arena",
+                 "ratio"], rows))
+
+
 def minimalloc_seconds() -> dict[str, float]:
     """MiniMalloc's C++ solver's time per problem, from ../shared/allocation/README.md's table
     (measured on this machine; it cannot be rerun here, as it is not installed)."""
@@ -434,6 +464,8 @@ def main(argv: list[str]) -> int:
         print()
     if "scaling" in sections:
         scaling_section()
+        print()
+        limit_section()
         print()
     if "solve" in sections and ALLOCATION_PROBLEMS:
         solve_section()

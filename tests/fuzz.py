@@ -861,7 +861,7 @@ def _mutations(table: Mapping[str, tuple]) -> st.SearchStrategy[Mutation]:
 PLANNINGS = st.sampled_from((False, False, True)).flatmap(
     lambda vary: st.builds(
         Planning,
-        st.sampled_from(("best", "greedy", "freelist", "naive", "optimal")),
+        st.sampled_from(("best", "greedy", "freelist", "naive", "optimal", "tflm")),
         st.booleans().map(lambda off: not off),
         st.booleans().map(lambda off: not off),
         st.sampled_from(("auto", "model")),

@@ -9,9 +9,11 @@ the bounds exact. tests/wide.py times the wide graph for the benchmark.
 
 from __future__ import annotations
 
+import importlib
 import io
 import random
 import re
+from itertools import accumulate
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,12 +27,15 @@ from toolchain.cli import main
 from toolchain.errors import PlanError
 from toolchain.plan import best_candidates, plan_model
 from toolchain.planners import (
+    CLOCK_EVERY,
     Buffer,
     Deadline,
     OutOfTime,
     Placement,
     align_up,
+    lower_bound,
     make_plan,
+    naive_sum,
     smallest_plan,
     verify,
 )
@@ -39,6 +44,7 @@ from toolchain.planners.freelist import Runs
 from toolchain.planners.verify import SortedInts
 from toolchain.reader import parse_model
 
+verifier = importlib.import_module("toolchain.planners.verify")  # the name is the function too
 PASSED = Deadline(0.0)  # long gone: every search must stop at its first look at the clock
 
 
@@ -162,15 +168,31 @@ def test_greedy_gives_up_at_a_passed_deadline():
 def test_every_planner_has_a_verified_plan_past_its_deadline():
     buffers = random_buffers(2_000, seed=4)
     overlaps = random_overlaps(buffers, seed=4)
-    first_fit = make_plan(buffers, "freelist", 16, overlaps)
+    late = make_plan(buffers, "freelist", 16, overlaps, deadline=PASSED)
     for candidates in (best_candidates(2.0), [("greedy", {})], [("optimal", {})]):
         plan = smallest_plan(buffers, candidates, 16, overlaps, PASSED)
         verify(plan)
-        assert plan.offsets == first_fit.offsets
+        assert plan.offsets == late.offsets
     # The free lists never give up; the naive planner has nothing to search.
     for name, options in [("freelist", {"fit": "best"}), ("naive", {})]:
         plan = smallest_plan(buffers, [(name, options)], 16, overlaps, PASSED)
-        assert plan.offsets == make_plan(buffers, name, 16, overlaps, **options).offsets
+        assert plan.offsets == make_plan(buffers, name, 16, overlaps, PASSED, **options).offsets
+
+
+def test_a_free_list_out_of_time_stacks_the_buffers_it_has_not_placed():
+    buffers = random_buffers(2_000, seed=4)
+    overlaps = random_overlaps(buffers, seed=4)
+    whole = make_plan(buffers, "freelist", 16, overlaps)
+    late = make_plan(buffers, "freelist", 16, overlaps, deadline=PASSED)  # verified
+    padded = [align_up(b.size, 16) for b in buffers]
+    births = sorted(range(len(buffers)), key=lambda i: (buffers[i].first, -padded[i], i))
+    placed, stacked = births[:CLOCK_EVERY], births[CLOCK_EVERY:]
+    assert [late.offsets[i] for i in placed] == [whole.offsets[i] for i in placed]
+    top = max(whole.offsets[i] + padded[i] for i in placed)
+    assert [late.offsets[i] for i in stacked] == list(
+        accumulate((padded[i] for i in stacked[:-1]), initial=top)
+    )
+    assert late.arena_bytes > whole.arena_bytes
 
 
 def test_best_with_time_keeps_the_smallest_plan_first_of_equals():
@@ -282,6 +304,30 @@ def test_verify_holds_a_hundred_thousand_live_buffers():
     offsets[70_000] = offsets[123]
     with pytest.raises(PlanError, match=f"buffers 123 and 70000 share bytes .* at op {70_000}"):
         verify(Placement.from_offsets("stacked", 16, buffers, offsets))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32), st.sampled_from([1, 3, 1 << 20]))
+def test_verify_by_pairs_finds_what_the_sweep_finds(seed, chunk):
+    # Offsets in a small arena, so that buffers collide; some collisions are declared pairs.
+    rng = random.Random(seed)
+    buffers = random_buffers(rng.randrange(1, 40), seed)
+    overlaps = random_overlaps(buffers, seed)
+    offsets = [16 * rng.randrange(12) for _ in buffers]
+    plan = Placement.from_offsets("random", 16, buffers, offsets, overlaps)
+    rules = verifier.declared_overlaps(plan)
+    outcomes = []
+    saved, verifier.PAIR_CHUNK = verifier.PAIR_CHUNK, chunk  # several chunks, or one
+    try:
+        for check in (verifier.check_no_shared_bytes, verifier.sweep_shared_bytes):
+            try:
+                check(plan, rules)
+                outcomes.append(None)
+            except PlanError as e:
+                outcomes.append(str(e))
+    finally:
+        verifier.PAIR_CHUNK = saved
+    assert outcomes[0] == outcomes[1]
 
 
 def test_greedy_finds_the_placed_buffers_by_life_as_a_plain_scan_would():
@@ -397,3 +443,14 @@ def test_load_offsets_errors_are_one_line_naming_the_csv(tmp_path, capsys, examp
     assert err.strip().splitlines() == [
         f"arenac: {solution}: line 2: offset '1_6' is not a whole number"
     ]
+
+
+def test_best_has_a_verified_plan_for_a_hundred_thousand_buffers_in_a_short_limit():
+    # `make bench` times this instance; here only the plan is held to its guarantees.
+    from tests.bench import random_buffers as bench_buffers
+
+    buffers = bench_buffers(100_000, seed=100_000)
+    plan = smallest_plan(buffers, best_candidates(0.5), 16, (), Deadline.after(0.5))
+    verify(plan)
+    assert len(plan.offsets) == 100_000
+    assert lower_bound(buffers, 16) <= plan.arena_bytes <= naive_sum(buffers, 16)

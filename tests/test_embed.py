@@ -425,3 +425,66 @@ def test_cli_embed_matches_what_plan_reports(capsys, tmp_path, path):
     for want, got in zip(original.invoke(inputs), embedded.invoke(inputs)):
         assert np.array_equal(want, got)
     assert_head_holds_the_plan(embedded.allocations()["head"], planned["arena_bytes"], model)
+
+
+# --- the whole arena a TFLM user allocates ----------------------------------------------------
+EMBED_MODELS = [
+    *(pytest.param(name, id=name) for name in ("tiny_cnn_int8", "residual_cnn_int16")),
+    *(pytest.param(p, id=p.stem) for p in SHARED_MODEL_FILES if p.stem == "kws_ref_model"),
+]
+
+
+@needs_tflm
+@pytest.mark.parametrize("model", EMBED_MODELS)
+def test_embed_total_is_the_arena_tflm_runs_in_and_no_byte_less(
+    model, example_path, capsys, tmp_path
+):
+    path = example_path(model) if isinstance(model, str) else model
+    out = tmp_path / "planned.tflite"  # never beside a shared model
+    from toolchain.cli import main
+
+    assert main(["embed", str(path), "-o", str(out), "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    graph = read_model(path).main
+    roomy = tflm(out.read_bytes(), len(graph.outputs)).allocations()
+    assert (said["head_bytes"], said["tail_bytes"]) == (roomy["head"], roomy["tail"])
+    assert said["total_bytes"] == said["head_bytes"] + said["tail_bytes"]
+    assert said["head_bytes"] >= said["arena_bytes"]
+    inputs = random_inputs(graph, seed=5)
+    want = tflm(path.read_bytes(), len(graph.outputs)).invoke(inputs)
+    exact = TFLMOracle(out.read_bytes(), len(graph.outputs), arena_size=said["total_bytes"])
+    for w, got in zip(want, exact.invoke(inputs)):
+        assert np.array_equal(w, got)
+    with pytest.raises(RuntimeError, match="allocate"):
+        TFLMOracle(out.read_bytes(), len(graph.outputs), arena_size=said["total_bytes"] - 16)
+
+
+@needs_tflm
+def test_embed_says_the_total_in_its_line(example_path, capsys, tmp_path):
+    from toolchain.cli import main
+
+    path = example_path("tiny_cnn_int8")
+    out = tmp_path / "planned.tflite"
+    assert main(["embed", str(path), "-o", str(out), "--json"]) == 0
+    total = json.loads(capsys.readouterr().out)["total_bytes"]
+    assert main(["embed", str(path), "-o", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert line.count("\n") == 1 and f"allocate {total} bytes for TFLite Micro" in line
+
+
+def test_embed_without_tflite_micro_says_what_is_unknown(
+    example_path, capsys, monkeypatch, tmp_path
+):
+    from toolchain.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "tflite_micro" else real(name, *rest))
+    path = example_path("tiny_cnn_int8")
+    out = tmp_path / "planned.tflite"
+    assert main(["embed", str(path), "-o", str(out), "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["measured"] is False
+    assert said["head_bytes"] is said["tail_bytes"] is said["total_bytes"] is None
+    assert main(["embed", str(path), "-o", str(out)]) == 0
+    assert "install tflite-micro to measure the whole arena" in capsys.readouterr().out

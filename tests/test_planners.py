@@ -343,7 +343,7 @@ def test_interface_rejects_bad_input():
 
 
 def test_registry_names_match_planners():
-    assert set(PLANNERS) == {"greedy", "freelist", "naive", "optimal"}
+    assert set(PLANNERS) == {"greedy", "freelist", "naive", "optimal", "tflm"}
     assert all(cls.name == name for name, cls in PLANNERS.items())
 
 

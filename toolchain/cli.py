@@ -92,18 +92,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def planned(args: argparse.Namespace):
     """Read the model and plan it as the planning options say."""
-    from toolchain.plan import Techniques, plan_model
+    from toolchain.plan import plan_model
     from toolchain.reader import read_model
+
+    return plan_model(read_model(args.model, max_bytes=args.max_bytes), **planning(args))
+
+
+def planning(args: argparse.Namespace) -> dict:
+    """plan_model's arguments from the planning options (`add_planning`): every command, the
+    footprint too, plans the same way for the same options."""
+    from toolchain.plan import Techniques
 
     options = {"fit": args.fit} if args.planner == "freelist" else {}
     techniques = Techniques(
         inplace=not args.no_inplace, overlap=not args.no_overlap, schedule=args.schedule
     )
     pools, pins = memory_of(args)
-    return plan_model(
-        read_model(args.model, max_bytes=args.max_bytes),
-        args.planner,
-        args.align,
+    return dict(
+        planner=args.planner,
+        alignment=args.align,
         external_io=getattr(args, "external_io", False),
         techniques=techniques,
         offsets_csv=getattr(args, "load_offsets", None),
@@ -270,7 +277,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
 def cmd_embed(args: argparse.Namespace) -> int:
     """TFLite Micro's kernels were not written for shared buffers: export a plan without
     in-place or overlapping tensors, in the file's operator order."""
-    from toolchain.embed import embed_file
+    from toolchain.embed import embed_file, measure_tflm_arena
 
     args.no_inplace = args.no_overlap = True
     args.schedule = "model"
@@ -278,12 +285,24 @@ def cmd_embed(args: argparse.Namespace) -> int:
         raise ArenacError("TFLite Micro plans one arena: embed takes no pools", args.model)
     mp = planned(args)
     embed_file(args.model, args.output, mp)
+    with open(args.output, "rb") as f:
+        embedded = f.read()
+    arena = measure_tflm_arena(embedded, 2 * mp.arena_bytes + len(embedded) + (4 << 20),
+                               args.output)
     if args.json:
         emit_json({"model": args.model, "output": args.output, "planner": mp.plan.planner,
-                   "arena_bytes": mp.arena_bytes})
-    else:
+                   "arena_bytes": mp.arena_bytes, "measured": arena is not None,
+                   "head_bytes": arena and arena.head, "tail_bytes": arena and arena.tail,
+                   "total_bytes": arena and arena.total})
+    elif arena is None:
         print(f"{args.output}: TFLite Micro's head will be {mp.arena_bytes} bytes "
-              f"({mp.plan.planner} plan) plus any scratch its kernels request")
+              f"({mp.plan.planner} plan) plus any scratch its kernels request, and its tail "
+              "(its own records) comes on top; install tflite-micro to measure the whole arena")
+    else:
+        print(f"{args.output}: allocate {arena.total} bytes for TFLite Micro with this plan: "
+              f"head {arena.head} (the {mp.plan.planner} plan's {mp.arena_bytes} and any scratch "
+              f"of its kernels) + tail {arena.tail} (its own records), as measured in the "
+              "tflite-micro interpreter on this host")
     return 0
 
 
@@ -502,7 +521,8 @@ def add_model(p: argparse.ArgumentParser) -> None:
 
 def add_planning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--planner", choices=["best", *sorted(PLANNERS)], default="best",
-                   help="arena planner (default: best = the smallest verified plan of all)")
+                   help="arena planner (default: best = the smallest verified plan of all; "
+                        "tflm = TFLite Micro's own)")
     p.add_argument("--fit", choices=["first", "best"], default="first",
                    help="free-block choice of the freelist planner (default: first)")
     p.add_argument("--align", type=alignment, default=16, metavar="N",

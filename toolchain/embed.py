@@ -25,15 +25,19 @@ never takes offline offsets for scratch). Make the plan with `techniques=NO_TECH
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import flatbuffers
 import numpy as np
 
 from toolchain.builder import FILE_IDENTIFIER, AlignedBufferT
-from toolchain.errors import ModelError, PlanError
+from toolchain.errors import ModelError, PlanError, RuntimeBackendError
 from toolchain.files import write_atomic
 from toolchain.ir import Model
 from toolchain.plan import ModelPlan
@@ -256,6 +260,61 @@ def _users(tree, metadata: Sequence, buffer: int) -> int:
     for g in tree.subgraphs or []:
         count += sum(t.buffer == buffer for t in g.tensors or [])
     return count
+
+
+@dataclass(frozen=True)
+class TFLMArena:
+    """The arena a TFLM user allocates for a model, in bytes: the head (planned tensors and
+    its kernels' scratch) and the tail (TFLM's own records: tensor and node structs, kernels'
+    persistent data), measured in the tflite-micro interpreter of this host."""
+
+    head: int
+    tail: int
+
+    @property
+    def total(self) -> int:
+        return self.head + self.tail
+
+
+# The measuring child: the model on stdin, the arena size as argument, TFLM's figures out.
+_MEASURE = (
+    "import json, sys\n"
+    "from toolchain.checking.oracle import TFLMOracle\n"
+    "tflm = TFLMOracle(sys.stdin.buffer.read(), 0, arena_size=int(sys.argv[1]))\n"
+    "print(json.dumps(tflm.allocations()))\n"
+)
+MEASURE_TIMEOUT = 120.0  # seconds for the child to load the model
+
+
+def measure_tflm_arena(model_bytes: bytes, room: int, source: str = "<bytes>") -> TFLMArena | None:
+    """TFLM's head and tail for the model, allocated in an arena of `room` bytes (more than it
+    needs), or None when the tflite-micro package is not installed.
+
+    The interpreter runs in a child process: TFLM reads a model without a verifier, and a
+    crash there must not take arenac with it. Raises RuntimeBackendError if it fails.
+    """
+    if importlib.util.find_spec("tflite_micro") is None:
+        return None
+    room = -(-room // TFLM_ALIGNMENT) * TFLM_ALIGNMENT  # an unaligned end shortens the tail
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _MEASURE, str(room)], input=model_bytes,
+            capture_output=True, timeout=MEASURE_TIMEOUT, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeBackendError(
+            f"TFLite Micro took over {MEASURE_TIMEOUT:g} s to load the model", source
+        ) from None
+    try:
+        figures = json.loads(done.stdout)
+        return TFLMArena(int(figures["head"]), int(figures["tail"]))
+    except (ValueError, KeyError, TypeError):
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        raise RuntimeBackendError(
+            f"TFLite Micro could not allocate the model (exit {done.returncode}"
+            f"{': ' + said[-1][:100] if said else ''})",
+            source,
+        ) from None
 
 
 def embed_file(path: str | os.PathLike, out_path: str | os.PathLike, model_plan: ModelPlan) -> None:

@@ -292,11 +292,12 @@ def kernel_table(row: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m toolchain.footprint MODEL... [--planner P] [--kernels] [--json]`."""
+    """`python -m toolchain.footprint MODEL... [planning options] [--kernels] [--json]`."""
     import argparse
     import json
     import sys
 
+    from toolchain.cli import add_planning, planning
     from toolchain.errors import ArenacError
     from toolchain.plan import plan_model
     from toolchain.reader import read_model
@@ -304,17 +305,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m toolchain.footprint",
         description="flash, RAM and stack of each model's C built for a Cortex-M target",
+        allow_abbrev=False,
     )
     parser.add_argument("models", nargs="+", metavar="MODEL", help=".tflite files")
-    parser.add_argument("--planner", default="greedy", help="arena planner (default: greedy)")
+    add_planning(parser)  # the options and defaults of every arenac command that plans
     parser.add_argument("--target", default="generic", choices=[t for t in TARGETS],
                         help="kernels and core (default: generic, portable C on a Cortex-M4)")
     parser.add_argument("--kernels", action="store_true", help="also flash per kernel")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     try:
-        rows = [footprint(plan_model(read_model(m), args.planner, target=args.target))
-                for m in args.models]
+        rows = [footprint(plan_model(read_model(m), **planning(args))) for m in args.models]
     except ArenacError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

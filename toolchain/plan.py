@@ -20,6 +20,7 @@ from toolchain.lifetimes import (
     overlap_pairs,
 )
 from toolchain.planners import (
+    PLANNERS,
     Deadline,
     Placement,
     Pool,
@@ -252,6 +253,8 @@ class Techniques:
 NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model")
 
 BEST = "best"
+# Every planner a user may name, `best` first: the one default is `best`, everywhere.
+PLANNER_NAMES = (BEST, *sorted(PLANNERS))
 
 
 def best_candidates(time_limit: float) -> tuple[tuple[str, dict], ...]:
@@ -300,6 +303,8 @@ def plan_model(
     buffers instead of one arena (toolchain.planners.pools); `pins` force a tensor (by index
     or name) or the state block ("state") into the pool named.
     """
+    if planner not in PLANNER_NAMES:
+        raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
     deadline = Deadline.after(time_limit)
     program = lower(model, graph_index, target, portable)
     needed = max((b.variant.scratch_alignment for b in program.bindings

@@ -42,6 +42,8 @@ class Deadline:
 
 
 NEVER = Deadline()
+# Buffers a heuristic places between two looks at the clock.
+CLOCK_EVERY = 256
 
 
 class OutOfTime(PlanError):

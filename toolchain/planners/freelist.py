@@ -15,9 +15,20 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
+from itertools import compress, count
+from operator import itemgetter
 
 from toolchain.errors import PlanError
-from toolchain.planners.base import Buffer, Overlap, Planner, align_up, overlap_windows
+from toolchain.planners.base import (
+    CLOCK_EVERY,
+    Buffer,
+    Overlap,
+    Planner,
+    align_up,
+    overlap_windows,
+)
+
+SECOND = itemgetter(1)
 
 
 class Runs:
@@ -50,7 +61,7 @@ class Runs:
             halves = [run[: self.RUN], run[self.RUN :]]
             self.runs[r : r + 1] = halves
             self.firsts[r : r + 1] = [half[0] for half in halves]
-            self.most[r : r + 1] = [max(second for _, second in half) for half in halves]
+            self.most[r : r + 1] = [max(half, key=SECOND)[1] for half in halves]
 
     def remove(self, pair: tuple[int, int]) -> None:
         r = self._run(pair)
@@ -61,7 +72,7 @@ class Runs:
             return
         self.firsts[r] = run[0]
         if pair[1] == self.most[r]:
-            self.most[r] = max(second for _, second in run)
+            self.most[r] = max(run, key=SECOND)[1]
 
     def last(self) -> tuple[int, int] | None:
         return self.runs[-1][-1] if self.runs else None
@@ -96,11 +107,12 @@ class Runs:
             i = 0
 
     def first_with(self, least: int) -> tuple[int, int] | None:
-        """The first pair whose second field is at least `least`."""
-        for r, most in enumerate(self.most):
-            if most >= least:
-                return next(pair for pair in self.runs[r] if pair[1] >= least)
-        return None
+        """The first pair whose second field is at least `least` (both scans run in C)."""
+        r = next(compress(count(), map(least.__le__, self.most)), None)
+        if r is None:
+            return None
+        run = self.runs[r]
+        return next(compress(run, map(least.__le__, map(SECOND, run))))
 
 
 class FreeList:
@@ -195,7 +207,11 @@ class FreeListPlanner(Planner):
     """Walks the ops in order; at each op frees the blocks of buffers that died before it, then
     places the buffers born at it, larger padded size first (ties by id), into a free block
     chosen by `fit` or else at the top of the arena, or at the snug spot beside a placed overlap
-    partner when that is usable and no worse."""
+    partner when that is usable and no worse.
+
+    It never gives up: at its deadline the buffers not yet placed go above the arena's top,
+    one on another, so there is a plan by the deadline (as good as the time allowed) on any
+    input. Up to CLOCK_EVERY buffers are always placed properly."""
 
     name = "freelist"
 
@@ -215,8 +231,10 @@ class FreeListPlanner(Planner):
             partners.setdefault(new, []).append(placed)
         # Only ops where something is born matter: a free at an op where nothing is placed
         # changes nothing before the next birth, so frees are applied lazily just before it.
-        births = sorted(range(len(buffers)), key=lambda i: (buffers[i].first, -sizes[i], i))
-        deaths = sorted(range(len(buffers)), key=lambda i: buffers[i].last)
+        firsts = [b.first for b in buffers]
+        births = sorted(range(len(buffers)), key=lambda i: (firsts[i], -sizes[i], i))
+        deaths = sorted(range(len(buffers)), key=[b.last for b in buffers].__getitem__)
+        ends = [buffers[i].last for i in deaths] + [float("inf")]  # the op each death follows
         offsets: dict[int, int] = {}
         # The byte ranges each placed buffer frees when it dies: its block, less bytes it shares
         # with a partner that dies later (the pair's `below`, which frees them in turn).
@@ -231,41 +249,49 @@ class FreeListPlanner(Planner):
                     block = without(block, offsets[r], offsets[r] + sizes[r])
             return block
 
+        def snug_spot(i: int, op: int, fit: int) -> tuple[int, int] | None:
+            """(partner, offset) of the first placed partner's snug spot that shares bytes with
+            it, is usable and tops out no higher than the fit would; the pair's lives meet at
+            this op, since the partner is placed and so alive now."""
+            size = sizes[i]
+            for p in partners[i]:
+                if p not in offsets:
+                    continue
+                at = offsets[p] + windows[i, p].snug
+                if (
+                    at >= 0
+                    and at < offsets[p] + sizes[p]
+                    and offsets[p] < at + size
+                    and at + size <= max(top, fit + size)
+                    and usable(free, top, alone(p, op), at, at + size)
+                ):
+                    return p, at
+            return None
+
         free = FreeList(self.fit)
         top = 0
         dead = 0
-        for i in births:
-            op = buffers[i].first
-            while dead < len(deaths) and buffers[deaths[dead]].last < op:
+        for placed, i in enumerate(births):
+            if placed and not placed % CLOCK_EVERY and self.deadline.passed():
+                for late in births[placed:]:  # out of time: the rest go above, one on another
+                    offsets[late] = top
+                    top += sizes[late]
+                break
+            op = firsts[i]
+            while ends[dead] < op:
                 for start, end in owned[deaths[dead]]:
                     free.give_back(start, end - start)
                 dead += 1
             size = sizes[i]
             block = free.fitting(size)
-            top_block = free.top_block(top)
+            top_block = free.top_block(top) if block is None else None
             if block is not None:
                 fit = block[0]
             elif top_block is not None:
                 fit = top_block[0]  # grow the free block that touches the top
             else:
                 fit = top
-            # A partner already placed is alive now: the pair's lives meet at this op. Its snug
-            # spot wins if it shares bytes with it and tops out no higher than the fit would.
-            snug = (
-                (p, offsets[p] + windows[i, p].snug) for p in partners.get(i, ()) if p in offsets
-            )
-            spot = next(
-                (
-                    (p, at)
-                    for p, at in snug
-                    if at >= 0
-                    and at < offsets[p] + sizes[p]
-                    and offsets[p] < at + size
-                    and at + size <= max(top, fit + size)
-                    and usable(free, top, alone(p, op), at, at + size)
-                ),
-                None,
-            )
+            spot = snug_spot(i, op, fit) if i in partners else None
             if spot is not None:
                 partner, offset = spot
                 free.take_range(offset, offset + size)

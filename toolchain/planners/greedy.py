@@ -1,8 +1,10 @@
-"""TFLite Micro's GreedyMemoryPlanner: biggest buffers first, each at the lowest offset free for
-its whole life.
+"""Greedy by size, TFLite Micro's method: biggest buffers first, each at the lowest offset free
+for its whole life.
 
-Placing big buffers first leaves small ones to fill the gaps between them; this is the planner
-TFLite Micro runs on the device, so matching it lets us compare arenas like for like.
+Placing big buffers first leaves small ones to fill the gaps between them. TFLite Micro runs
+this method on the device; we break ties between equal sizes by first op and honour declared
+overlaps, which often gives a smaller arena. `tflm.py` breaks ties as TFLM does, to show its
+own plan.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from toolchain.planners.base import (
+    CLOCK_EVERY,
     Buffer,
     OutOfTime,
     Overlap,
@@ -17,9 +20,6 @@ from toolchain.planners.base import (
     align_up,
     overlap_windows,
 )
-
-# Buffers placed between two looks at the clock.
-CLOCK_EVERY = 256
 
 
 class GreedyPlanner(Planner):
@@ -38,12 +38,14 @@ class GreedyPlanner(Planner):
     name = "greedy"
 
     def _place(self, buffers: list[Buffer], overlaps: list[Overlap]) -> list[int]:
+        if self.deadline.passed():  # before the setup, which takes a while on large inputs
+            raise OutOfTime(f"the greedy planner placed 0 of {len(buffers)} buffers in its time")
         sizes = [align_up(b.size, self.alignment) for b in buffers]
         windows = overlap_windows(sizes, overlaps, self.alignment)
         partners: dict[int, list[int]] = {}
         for new, placed in windows:
             partners.setdefault(new, []).append(placed)
-        order = sorted(range(len(buffers)), key=lambda i: (-sizes[i], buffers[i].first, i))
+        order = self._order(buffers, sizes)
         offsets = [0] * len(buffers)
         lives = LiveIndex(buffers)
         for count, i in enumerate(order):
@@ -66,6 +68,10 @@ class GreedyPlanner(Planner):
             lives.place(i, offset, offset + size)
             offsets[i] = offset
         return offsets
+
+    def _order(self, buffers: list[Buffer], sizes: list[int]) -> list[int]:
+        """The order buffers are placed in: larger padded size first, then earlier first op."""
+        return sorted(range(len(buffers)), key=lambda i: (-sizes[i], buffers[i].first, i))
 
 
 class LiveIndex:

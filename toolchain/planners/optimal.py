@@ -138,8 +138,8 @@ def incumbent(
     at least one, and no more once the next would likely run past the deadline."""
     heuristics = [
         GreedyPlanner(alignment, deadline=Deadline(deadline)),  # gives up at the deadline
-        FreeListPlanner(alignment),  # never does: there is always a plan
-        FreeListPlanner(alignment, fit="best"),
+        FreeListPlanner(alignment, deadline=Deadline(deadline)),  # never does: stacks the rest
+        FreeListPlanner(alignment, fit="best", deadline=Deadline(deadline)),
     ]
     best: list[int] = []
     best_arena = 0

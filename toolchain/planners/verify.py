@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 
+import numpy as np
+
 from toolchain.errors import PlanError
 from toolchain.planners.base import Overlap, Placement
+
+# Pairs of buffers that share addresses (whatever their lives) per buffer, beyond which the
+# sweep is the faster check; and how many such pairs are tested at once.
+PAIRS_PER_BUFFER = 64
+PAIR_CHUNK = 1 << 20
 
 
 def verify(plan: Placement) -> None:
@@ -27,6 +34,8 @@ def check_each_buffer(plan: Placement) -> None:
         raise PlanError(f"plan alignment must be positive, not {plan.alignment}")
     if plan.arena_bytes < 0:
         raise PlanError(f"plan arena size must not be negative, not {plan.arena_bytes}")
+    if _all_in_order(plan):
+        return
     seen: set[int] = set()
     for b, offset in zip(plan.buffers, plan.offsets, strict=True):
         if b.id in seen:
@@ -43,6 +52,32 @@ def check_each_buffer(plan: Placement) -> None:
                 f"buffer {b.id} bytes [{offset}, {offset + b.size}) lie outside the arena "
                 f"[0, {plan.arena_bytes})"
             )
+
+
+def _all_in_order(plan: Placement) -> bool:
+    """Whether every buffer passes `check_each_buffer`'s tests, all at once (numpy); the loop
+    then only runs to name the first that fails."""
+    n = len(plan.buffers)
+    if n == 0:
+        return True
+    if not -(2**62) < plan.arena_bytes < 2**62:
+        return False  # the sums below could leave int64: the loop works it out
+    try:
+        ids = np.fromiter((b.id for b in plan.buffers), np.int64, n)
+        sizes = np.fromiter((b.size for b in plan.buffers), np.int64, n)
+        firsts = np.fromiter((b.first for b in plan.buffers), np.int64, n)
+        lasts = np.fromiter((b.last for b in plan.buffers), np.int64, n)
+        offsets = np.asarray(plan.offsets, dtype=np.int64)
+    except OverflowError:
+        return False
+    return bool(
+        len(np.unique(ids)) == n
+        and (sizes >= 0).all()
+        and (firsts <= lasts).all()
+        and not (offsets % plan.alignment).any()
+        and (offsets >= 0).all()
+        and (offsets + sizes <= plan.arena_bytes).all()
+    )
 
 
 def declared_overlaps(plan: Placement) -> dict[frozenset[int], Overlap]:
@@ -74,6 +109,54 @@ def declared_overlaps(plan: Placement) -> dict[frozenset[int], Overlap]:
 
 
 def check_no_shared_bytes(plan: Placement, rules: dict[frozenset[int], Overlap]) -> None:
+    """Raises PlanError for the first pair of live buffers (in the order the ops run) that
+    share a byte no rule allows.
+
+    Two buffers share a byte only if one starts inside the other. With the non-empty buffers
+    sorted by offset, each one's bytes hold the starts of a contiguous run of the buffers after
+    it, found by binary search: when those runs are short, as in any plan that reuses memory
+    sensibly, every such pair is tested for lives that meet at once (numpy), in chunks;
+    otherwise the sweep below does the work.
+    """
+    n = len(plan.buffers)
+    if plan.arena_bytes >= 2**62:  # offset + size might not fit in int64
+        sweep_shared_bytes(plan, rules)
+        return
+    try:
+        sizes = np.fromiter((b.size for b in plan.buffers), np.int64, n)
+        offsets = np.asarray(plan.offsets, dtype=np.int64)
+        firsts = np.fromiter((b.first for b in plan.buffers), np.int64, n)
+        lasts = np.fromiter((b.last for b in plan.buffers), np.int64, n)
+    except OverflowError:
+        sweep_shared_bytes(plan, rules)
+        return
+    order = np.flatnonzero(sizes > 0)  # An empty buffer has no byte to share.
+    order = order[np.argsort(offsets[order], kind="stable")]
+    starts = offsets[order]
+    runs = np.searchsorted(starts, starts + sizes[order], side="left") - np.arange(len(order)) - 1
+    if int(runs.sum()) > PAIRS_PER_BUFFER * len(order) + PAIR_CHUNK:
+        sweep_shared_bytes(plan, rules)
+        return
+    before = np.concatenate(([0], np.cumsum(runs)))  # pairs of the rows before each row
+    met = []
+    row = 0
+    while row < len(order):
+        end = max(int(np.searchsorted(before, before[row] + PAIR_CHUNK, side="right")) - 1, row + 1)
+        counts = runs[row:end]
+        lower = np.repeat(np.arange(row, end), counts)
+        upper = lower + 1 + np.arange(len(lower)) - np.repeat(before[row:end] - before[row], counts)
+        a, b = order[lower], order[upper]
+        meet = (firsts[a] <= lasts[b]) & (firsts[b] <= lasts[a])
+        met += zip(a[meet].tolist(), b[meet].tolist())
+        row = end
+    # Report as the ops run: by the op where the later-born of a pair is born, the earlier first.
+    born = [(plan.buffers[i].first, i) for i in range(len(plan.buffers))] if met else []
+    pairs = sorted((min(born[a], born[b]), max(born[a], born[b])) for a, b in met)
+    for (_, earlier), (op, later) in sorted(pairs, key=lambda pair: (pair[1], pair[0])):
+        check_pair(plan, rules, earlier, later, op)
+
+
+def sweep_shared_bytes(plan: Placement, rules: dict[frozenset[int], Overlap]) -> None:
     """Sweeps the ops in order, keeping the byte ranges alive at the current op in groups sorted
     by offset: a group is one range, or ranges chained together by allowed overlaps.
 

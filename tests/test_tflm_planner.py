@@ -1,0 +1,136 @@
+"""`--planner tflm`: TFLite Micro's GreedyMemoryPlanner, held to the head TFLM itself reports.
+
+TFLM plans the tensors it allocates (activations, not constants or variables, no empty ones)
+plus the scratch its kernels request; its SVDF and LSTM kernels request scratch of their own
+that arenac's lifetimes do not model, so the recurrent models are left out of the equality.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+
+import pytest
+
+from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
+from toolchain.builder import ModelBuilder
+from toolchain.checking.oracle import TFLMOracle
+from toolchain.cli import main
+from toolchain.examples import EXAMPLES
+from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
+from toolchain.planners import Buffer, align_up, make_plan
+from toolchain.reader import parse_model, read_model
+
+needs_tflm = pytest.mark.skipif(
+    importlib.util.find_spec("tflite_micro") is None, reason="tflite-micro is not installed"
+)
+OWN_SCRATCH = ("SVDF", "UNIDIRECTIONAL_SEQUENCE_LSTM")  # TFLM kernels with scratch of their own
+PLAIN_MODELS = [
+    p for p in SHARED_MODEL_FILES
+    if not any(op.opcode in OWN_SCRATCH for op in read_model(p).main.operators)
+]
+
+
+def tflm_head(data: bytes, outputs: int) -> int:
+    return TFLMOracle(data, outputs, arena_size=4 << 20).allocations()["head"]
+
+
+def reference_tflm(buffers: list[Buffer], alignment: int = 16) -> list[int]:
+    """TFLM's method as it reads: a list of placed buffers sorted by offset, walked from the
+    bottom for the first gap between buffers alive with the new one that holds it."""
+    sizes = [align_up(b.size, alignment) for b in buffers]
+    order = list(reversed(range(len(buffers))))
+    order.sort(key=lambda i: -sizes[i])  # stable, as TFLM's bubble sort is
+    placed: list[tuple[int, int]] = []  # (offset, buffer), by offset
+    offsets = [0] * len(buffers)
+    for i in order:
+        if not sizes[i]:
+            continue
+        candidate = 0
+        for offset, j in placed:
+            if buffers[j].first > buffers[i].last or buffers[i].first > buffers[j].last:
+                continue
+            if offset - candidate >= sizes[i]:
+                break
+            candidate = max(candidate, offset + sizes[j])
+        offsets[i] = candidate
+        placed.append((candidate, i))
+        placed.sort(key=lambda entry: entry[0])
+    return offsets
+
+
+def fc_chain() -> bytes:
+    """Fully connected layers whose equal-sized outputs TFLM and our greedy place apart."""
+    b = ModelBuilder("int8", 0)
+    x = b.input("x", (1, 32), "int8", 1 / 128, 0)
+    for units in (16, 32, 48, 32, 32, 32):
+        x = b.fully_connected(x, units)
+    b.output(x)
+    return b.build()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_tflm_places_every_buffer_where_its_method_does(seed):
+    rng = random.Random(seed)
+    buffers = []
+    for i in range(rng.randrange(1, 60)):
+        first = rng.randrange(20)
+        size = rng.choice([0, 16, 32, 32, 48, rng.randrange(1, 200)])
+        buffers.append(Buffer(i, size, first, first + rng.randrange(6)))
+    plan = make_plan(buffers, "tflm")  # verified
+    assert list(plan.offsets) == reference_tflm(buffers)
+
+
+def test_tflm_ignores_declared_overlaps():
+    from toolchain.planners import Overlap
+
+    buffers = [Buffer(0, 64, 0, 1), Buffer(1, 64, 1, 2)]
+    shared = make_plan(buffers, "greedy", overlaps=[Overlap(1, 0)])
+    apart = make_plan(buffers, "tflm", overlaps=[Overlap(1, 0)])
+    assert (shared.arena_bytes, apart.arena_bytes) == (64, 128)
+
+
+@needs_tflm
+def test_equal_sizes_go_in_tflm_order_not_ours():
+    data = fc_chain()
+    model = parse_model(data)
+    ours = plan_model(model, "greedy", techniques=NO_TECHNIQUES).arena_bytes
+    theirs = plan_model(model, "tflm", techniques=NO_TECHNIQUES).arena_bytes
+    assert (ours, theirs, tflm_head(data, 1)) == (80, 96, 96)
+
+
+@needs_tflm
+@pytest.mark.parametrize("name", sorted(n for n in EXAMPLES if not n.endswith("_uint8")))
+def test_tflm_plan_is_tflm_head_on_built_models(name):
+    data = EXAMPLES[name]()
+    model = parse_model(data)
+    plan = plan_model(model, "tflm", techniques=NO_TECHNIQUES)
+    assert plan.arena_bytes == tflm_head(data, len(model.main.outputs))
+
+
+@needs_tflm
+@needs_shared_models
+@pytest.mark.parametrize("path", PLAIN_MODELS, ids=lambda p: p.stem)
+def test_tflm_plan_is_tflm_head_on_shared_models(path):
+    model = read_model(path)
+    head = tflm_head(path.read_bytes(), len(model.main.outputs))
+    # In-place and overlaps are declared sharings, which TFLM's planner never takes.
+    for techniques in (NO_TECHNIQUES, Techniques(schedule="model")):
+        assert plan_model(model, "tflm", techniques=techniques).arena_bytes == head
+
+
+@needs_tflm
+@needs_shared_models
+def test_cli_plan_shows_tflm_plan_beside_ours(capsys):
+    path = next((p for p in PLAIN_MODELS if p.stem == "vww_96_int8"), None)
+    if path is None:
+        pytest.skip("vww_96_int8 is not among the shared models")
+    arenas = {}
+    for planner in ("tflm", "greedy"):
+        assert main(["plan", str(path), "--planner", planner, "--schedule", "model",
+                     "--no-inplace", "--no-overlap", "--json"]) == 0
+        arenas[planner] = json.loads(capsys.readouterr().out)["arena_bytes"]
+    model = read_model(path)
+    assert arenas["tflm"] == tflm_head(path.read_bytes(), len(model.main.outputs))
+    assert arenas["greedy"] < arenas["tflm"]
