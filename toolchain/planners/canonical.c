@@ -268,7 +268,7 @@ static int continue_part(Search *s, int *items, int count, int lo, int hi, i64 l
             status = NO_MEMORY;
             break;
         }
-        status = search(s, group, members, start, stop, 0, -1);
+        status = search(s, group, members, start, stop, low, s->rerank ? -1 : s->rank[last]);
         start = stop;
     }
     s->pool_len = pool_mark;
