@@ -108,9 +108,11 @@ def test_a_dsp_target_binds_its_kernels_and_others_the_portable_ones():
     for target in ("generic", "cortex-m0plus", "cortex-m55"):
         assert set(kernels_bound(planned(model, target))) == {"portable"}
     assert set(kernels_bound(planned(model, "cortex-m4", portable=True))) == {"portable"}
-    # a 3x3 convolution keeps the portable kernel
+    # a 3x3 convolution goes through im2col; a dilated one keeps the portable kernel
     conv3 = conv_model("int8", True, (1, 6, 6, 4), 8, (3, 3))
-    assert kernels_bound(planned(conv3, "cortex-m4")) == ["portable"]
+    assert kernels_bound(planned(conv3, "cortex-m4")) == ["dsp-im2col"]
+    dilated = conv_model("int8", True, (1, 8, 8, 4), 8, (3, 3), dilation=(2, 2))
+    assert kernels_bound(planned(dilated, "cortex-m4")) == ["portable"]
 
 
 def test_target_kernels_bring_their_scratch_and_overlap_into_the_plan():
@@ -288,6 +290,26 @@ def test_dsp_1x1_convolution_is_bit_exact(case):
     model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
                        case.pop("out_channels"), (1, 1), **case)
     assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-1x1"]
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 6, 7, 4), out_channels=8, kernel=(3, 3), per_channel=True),
+    dict(input_shape=(1, 9, 8, 3), out_channels=5, kernel=(3, 3), stride=(2, 2)),
+    dict(input_shape=(2, 7, 6, 5), out_channels=7, kernel=(3, 2), padding="VALID",
+         activation="RELU"),
+    dict(input_shape=(1, 12, 6, 1), out_channels=6, kernel=(5, 4), stride=(2, 2),
+         per_channel=True, activation="RELU6", input_zero_point=-128),
+    dict(input_shape=(1, 5, 1, 9), out_channels=3, kernel=(3, 1), stride=(1, 1), bias=False),
+    dict(input_shape=(1, 4, 5, 6), out_channels=4, kernel=(1, 1), padding="SAME",
+         stride=(1, 3), per_channel=True),
+])
+def test_dsp_im2col_convolution_is_bit_exact(case):
+    case = {"per_channel": False, **case}
+    model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                       case.pop("out_channels"), case.pop("kernel"), **case)
+    assert set(kernels_bound(planned(model, "cortex-m4"))) <= {"dsp-1x1", "dsp-im2col"}
     assert_qemu_matches_oracle(model)
 
 

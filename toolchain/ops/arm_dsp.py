@@ -397,7 +397,6 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str]) -> lis
 
 
 def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -> dict:
-    prefix = ctx.prefix
     batches, rows = ConstantLoop("b", m.batches), ConstantLoop("r", m.rows)
     even = m.pixels - m.pixels % 2
     pair = ConstantLoop("p", even, 0, 2)
@@ -431,11 +430,30 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -
                          f"arenac_load_partial(x{i} + {full * GROUP}, {tail}));")
         return lines
 
-    pixels = []
-    for loop, count in ((pair, 2), (single, 1)):
-        if loop.runs:
-            pixels.append({"loop": loop, "head": head(count, loop), "count": count,
-                           "channels": _channel_blocks(prefix, m, count, ["o0", "o1"][:count])})
+    pixels = [{"loop": loop, "head": head(count, loop), "count": count}
+              for loop, count in ((pair, 2), (single, 1)) if loop.runs]
+    helpers = {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
+    helpers |= {"arm_dsp_partial"} if tail else set()
+    comment = (
+        f"{what} for the Arm DSP extension: a matrix multiply of "
+        f"{m.batches * m.rows * m.pixels} pixels of {m.depth} values by {m.channels} filter "
+        f"rows, {'two pixels' if m.pixels > 1 else 'one pixel'} by two output channels at a "
+        "time: the inputs widened once to int16 pairs in the arena, the filter read four int8 "
+        "weights a word, each __smlad adding two products")
+    return matmul_values(ctx, m, stage, what, comment, [batches, rows, pair, single],
+                         row_head, pixels, helpers)
+
+
+def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comment: str,
+                  loops: list[ConstantLoop], row_head: list[str], pixels: list[dict],
+                  helpers: set[str]) -> dict:
+    """The template's values for a kernel of blocks of pixels whose inputs `pixels[i]["head"]`
+    widens into the scratch, each block then multiplied by the filter two channels at a time:
+    the pointwise kernel's and the im2col convolution's."""
+    prefix = ctx.prefix
+    for pixel in pixels:
+        pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
+                                            ["o0", "o1"][:pixel["count"]])
     tables, output, output_comment = output_values(prefix, stage)
     packed = m.packed()
     tables = [
@@ -452,25 +470,18 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -
         *tables,
     ]
     blocks = [b for p in pixels for b in p["channels"]]
-    helpers = {"arm_dsp", *(f"arm_dsp_mac_{b['kind']}" for b in blocks)}
-    helpers |= {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
-    helpers |= {"arm_dsp_partial"} if tail else set()
+    helpers = {"arm_dsp", *helpers, *(f"arm_dsp_mac_{b['kind']}" for b in blocks)}
     if any(t["ctype"] == "arenac_rounding" for t in tables):
         helpers.add("arm_dsp_rounding")
-    counters = written_vars([batches, rows, pair, single, *[b["loop"] for b in blocks],
+    counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
-    comment = c_comment(
-        f"{what} for the Arm DSP extension: a matrix multiply of "
-        f"{m.batches * m.rows * m.pixels} pixels of {m.depth} values by {m.channels} filter "
-        f"rows, {'two pixels' if m.pixels > 1 else 'one pixel'} by two output channels at a "
-        "time: the inputs widened once to int16 pairs in the arena, the filter read four int8 "
-        "weights a word, each __smlad adding two products")
     return {
-        "fn": ctx.fn, "prefix": prefix, "comment": comment, "tables": tables,
+        "fn": ctx.fn, "prefix": prefix, "comment": c_comment(comment), "tables": tables,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
-        "scratch": ctx.scratch[0], "counters": counters, "batches": batches, "rows": rows,
-        "row_head": row_head, "pixels": pixels, "helpers": tuple(sorted(helpers)),
+        "scratch": ctx.scratch[0], "counters": counters, "batches": loops[0],
+        "rows": loops[1], "row_head": row_head, "pixels": pixels,
+        "helpers": tuple(sorted(helpers)), "patch": None, "windows": None, "setup": [],
     }
 
 
@@ -489,6 +500,140 @@ def emit_fc(ctx: OpContext) -> Kernel:
     m = fc_matmul(p, ctx.inputs[1].data, None if bias is None else bias.data)
     values = pointwise_values(ctx, m, fc_output(m, p),
                               f"FULLY_CONNECTED '{ctx.outputs[0].name}'")
+    return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
+                  includes=("arm_acle.h",))
+
+
+# -- CONV_2D through im2col -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Im2col:
+    """An int8 CONV_2D of any filter and stride (no dilation) as the DSP kernel runs it: output
+    row by output row, two pixels at a time, each pixel's window (`kh` rows of `kw` * `depth`
+    values, in the filter's (ky, kx, c) order) copied into the scratch as int8, the padding the
+    input zero point (whose product with the input offset added is 0, as the reference's
+    skipped taps), then widened into the pairs the pointwise kernel's steps read. `matmul`: the
+    windows times the filter rows, with its packed filter, folded sums and output stage."""
+
+    batches: int
+    height: int
+    width: int
+    depth: int
+    out_h: int
+    out_w: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    matmul: Matmul
+
+    @property
+    def row(self) -> int:
+        """Values of one filter row of the window: contiguous in the input."""
+        return self.kw * self.depth
+
+    @property
+    def window(self) -> int:
+        """Bytes of one pixel's window in the scratch, padded to whole groups."""
+        return self.matmul.groups * GROUP
+
+    def reaches_outside(self, axis: int) -> bool:
+        """Whether some window reaches the padding along `axis` (0: rows, 1: columns)."""
+        size, out, k = ((self.height, self.out_h, self.kh),
+                        (self.width, self.out_w, self.kw))[axis]
+        pad = self.padding[axis]
+        return pad > 0 or (out - 1) * self.stride[axis] - pad + k > size
+
+
+def im2col_of(p: ConvParams) -> Im2col:
+    batch, height, width, depth = p.input_shape
+    _, out_h, out_w, channels = p.output_shape
+    kh, kw = p.window.filter
+    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)  # [channels, kh*kw*depth]
+    bias = np.asarray(p.bias, np.float64).astype(np.int64)
+    m = Matmul(1, 1, batch * out_h * out_w, 0, 0, 0, kh * kw * depth, channels, weights, bias,
+               p.input_offset)
+    return Im2col(batch, height, width, depth, out_h, out_w, kh, kw, tuple(p.window.stride),
+                  tuple(p.window.padding), m)
+
+
+def accepts_im2col(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, ConvParams) or not isinstance(p.output, Requantize):
+        return "not an int8 convolution"
+    if p.output.dtype != "int8" or graph.tensors[op.inputs[0]].dtype != "int8":
+        return "not an int8 convolution"
+    if p.groups != 1:
+        return "a grouped convolution"
+    if tuple(p.window.dilation) != (1, 1):
+        return "a dilated filter"
+    if p.input_shape[0] < 1 or min(p.output_shape) < 1:
+        return "an empty tensor"
+    return None
+
+
+def im2col_scratch(p: ConvParams) -> tuple[MemoryRequest, ...]:
+    """Two pixels' windows widened (8 bytes per four values and pixel), and as int8."""
+    d = im2col_of(p)
+    pixels = 2 if d.matmul.pixels > 1 else 1
+    plural = "s" if pixels > 1 else ""
+    return (MemoryRequest(pixels * d.matmul.groups * 8,
+                          f"the windows of {pixels} pixel{plural} widened to int16 pairs"),
+            MemoryRequest(pixels * d.window, f"the windows of {pixels} pixel{plural} as int8"))
+
+
+def emit_im2col(ctx: OpContext) -> Kernel:
+    p: ConvParams = ctx.params
+    d = im2col_of(p)
+    m = d.matmul
+    prefix = ctx.prefix
+    sh, sw = d.stride
+    pt, pl = d.padding
+    batches, rows = ConstantLoop("b", d.batches), ConstantLoop("r", d.out_h)
+    even = d.out_w - d.out_w % 2
+    pair, single = ConstantLoop("p", even, 0, 2), ConstantLoop("p", d.out_w, even)
+    image, row_out = d.height * d.width * d.depth, d.out_w * m.channels
+    orow = c_offset("out", [(batches, d.out_h * row_out), (rows, row_out)])
+    row_head = [f"const int8_t *xb = {c_offset('x', [(batches, image)])};",
+                f"const int iy = {c_sum([(rows, sh)], -pt)};",
+                f"int8_t *orow = {orow};"]
+
+    def head(count: int, loop: ConstantLoop) -> list[str]:
+        """The block's outputs, and its windows copied and widened into the scratch."""
+        out = c_offset("orow", [(loop, m.channels)])
+        lines = [f"int8_t *o0 = {out}, *o1 = o0 + {m.channels};" if count == 2 else
+                 f"int8_t *o0 = {out};"]
+        for i in range(count):
+            lines.append(f"{prefix}_window({c_offset('windows', [], i * d.window)}, xb, iy, "
+                         f"{c_sum([(loop, sw)], i * sw - pl)});")
+        lines.append(f"arenac_widen_2(pairs, windows, windows + {d.window}, {m.groups});"
+                     if count == 2 else f"arenac_widen_1(pairs, windows, {m.groups});")
+        return lines
+
+    pixels = [{"loop": loop, "head": head(count, loop), "count": count}
+              for loop, count in ((pair, 2), (single, 1)) if loop.runs]
+    what = f"CONV_2D '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
+    comment = (
+        f"{what} for the Arm DSP extension, output row by output row: "
+        f"{'two pixels' if d.out_w > 1 else 'one pixel'} at a time, each pixel's window of "
+        f"{m.depth} values copied into the arena (the padding the input zero point) and "
+        "widened to int16 pairs, then multiplied by the filter two output channels at a time, "
+        "each __smlad adding two products")
+    values = matmul_values(ctx, m, conv_output(m, p.output), what, comment,
+                           [batches, rows, pair, single], row_head, pixels,
+                           {f"arm_dsp_widen_{p['count']}" for p in pixels})
+    tail = d.window - m.depth
+    values["patch"] = {
+        "fn": f"{prefix}_window", "d": d, "zero_point": -m.input_offset,
+        "rows_outside": d.reaches_outside(0), "columns_outside": d.reaches_outside(1),
+        "last_column": d.width - d.kw,
+        "comment": c_comment(
+            f"One output pixel's window into `window`, in the filter's order: {d.kh} rows of "
+            f"{d.kw} x {d.depth} values, those outside the image the input zero point; "
+            "(iy, ix) is its top left corner in the input, which may lie in the padding")}
+    values["windows"] = ctx.scratch[1]
+    values["setup"] = [f"memset({c_offset('windows', [], i * d.window + m.depth)}, 0, {tail});"
+                       for i in range(pixels[0]["count"]) if tail]
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
                   includes=("arm_acle.h",))
 
@@ -657,6 +802,9 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("CONV_2D", "dsp-1x1", _INT8, accepts_conv, emit_conv,
                  scratch=lambda p: pointwise_scratch(conv_matmul(p)),
                  overlaps=pointwise_overlaps, scratch_alignment=WORD),
+    TargetKernel("CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
+                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
+                     graph, op), scratch_alignment=WORD),
     TargetKernel("FULLY_CONNECTED", "dsp", _INT8, accepts_fc, emit_fc,
                  scratch=lambda p: pointwise_scratch(fc_matmul(p, None, None)),
                  scratch_alignment=WORD),
