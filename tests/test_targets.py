@@ -10,6 +10,7 @@ on the shared int8 models that use them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -395,6 +396,20 @@ def test_reference_arithmetic_where_no_single_rounding_matches(monkeypatch):
 
 
 @needs_mcu
+@pytest.mark.parametrize("pixels", [1, 10**9])
+def test_filters_widened_at_generation_time_or_in_the_loop(monkeypatch, pixels):
+    """Every matrix multiply with its filter kept as int16 pairs in flash (pixels=1) or as
+    int8 widened by the loop: the same outputs."""
+    monkeypatch.setattr(arm_dsp, "WIDE_FILTER_PIXELS", pixels)
+    for model in (pointwise_model(5),
+                  conv_model("int8", True, (1, 7, 6, 5), 7, (3, 3), stride=(2, 1), seed=3)):
+        c = generate(planned(model, "cortex-m4"), "net")["net.c"]
+        calls = set(re.findall(r"(arenac_mac(?:16)?)_\dx\d\(acc", c))
+        assert calls == ({"arenac_mac16"} if pixels == 1 else {"arenac_mac"})
+        assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
 def test_the_overlap_the_dsp_kernel_declares_is_used_and_safe():
     model = conv_model("int8", False, (1, 8, 8, 16), 16, (1, 1))
     mp = planned(model, "cortex-m4")
@@ -437,15 +452,40 @@ def test_c_for_one_target_refuses_another(tmp_path, built, compiled):
 CLANG = shutil.which("clang") or shutil.which("clang-14")
 
 
+def clang_model() -> bytes:
+    """Every DSP kernel: the pointwise model's, then a 3x3 convolution and a depthwise one."""
+    from toolchain.builder import ModelBuilder
+
+    rng = np.random.default_rng(7)
+    b = ModelBuilder("int8")
+    x = b.input("x", (1, 6, 6, 4), "int8", 0.05, 3)
+    w = b.const("w", rng.integers(-127, 128, (8, 3, 3, 4)).astype(np.int8), 0.01, 0)
+    y = b.tensor("y", (1, 6, 6, 8), "int8", 0.08, -5)
+    b.op("CONV_2D", [x, w, -1], [y], {"padding": "SAME", "stride_h": 1, "stride_w": 1,
+                                      "dilation_h_factor": 1, "dilation_w_factor": 1,
+                                      "fused_activation_function": "RELU"}, 3)
+    dw = b.const("dw", rng.integers(-127, 128, (1, 3, 3, 8)).astype(np.int8), 0.01, 0)
+    z = b.tensor("z", (1, 6, 6, 8), "int8", 0.08, -5)
+    b.op("DEPTHWISE_CONV_2D", [y, dw, -1], [z],
+         {"padding": "SAME", "stride_h": 1, "stride_w": 1, "depth_multiplier": 1,
+          "dilation_h_factor": 1, "dilation_w_factor": 1, "fused_activation_function": "NONE"},
+         3)
+    b.output(z)
+    return b.build()
+
+
 @needs_mcu
 @pytest.mark.parametrize("target", DSP)
-def test_clang_builds_the_dsp_kernels(tmp_path, target):
+@pytest.mark.parametrize("model", [pointwise_model, clang_model])
+@pytest.mark.parametrize("wide", [1, 10**9])
+def test_clang_builds_the_dsp_kernels(tmp_path, monkeypatch, target, model, wide):
     """ACLE intrinsics: Clang builds the same C, strict flags, with the rotation fused."""
     if CLANG is None:
         if os.environ.get("CI"):
             pytest.fail("clang is not on PATH (Debian: clang-14); CI is set, so it must run")
         pytest.skip("clang is not installed")
-    files = mcu_sources(planned(pointwise_model(), target), "net")
+    monkeypatch.setattr(arm_dsp, "WIDE_FILTER_PIXELS", wide)
+    files = mcu_sources(planned(model(), target), "net")
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     # newlib's headers, from the cross GCC's own search list
@@ -459,7 +499,7 @@ def test_clang_builds_the_dsp_kernels(tmp_path, target):
                              "net.s"], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assembly = (tmp_path / "net.s").read_text()
-    assert "smlad" in assembly and "ror #8" in assembly
+    assert "smlad" in assembly and ("ror #8" in assembly or wide == 1)
 
 
 # -- bench -------------------------------------------------------------------------------------
