@@ -21,6 +21,7 @@ from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels.fully_connected import double_to_int32, round_half_away
 from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.ops.test_conv import conv_model, depthwise_model
+from tests.ops.test_elementwise import binary_model
 from tests.ops.test_fully_connected import fully_connected_model
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from toolchain import targets as target_table
@@ -376,6 +377,46 @@ def test_dsp_depthwise_leaves_what_it_does_not_run_to_the_portable_kernel():
     # 4 channels x 3 filter rows x a line of 11 int16 values: 8 pixels, the last window's two
     # pairs of taps reaching 4 values past the 7th
     assert scratch.size == 4 * 3 * (7 + 4) * 2 and "widened" in scratch.purpose
+
+
+ADD_CASES = [
+    ("ADD", (1, 4, 5, 6), (1, 4, 5, 6), None, ((0.05, 3), (0.03, -7), (0.07, -2))),
+    ("ADD", (1, 3, 7, 5), (1, 3, 7, 5), "RELU", ((0.02, -128), (0.11, 20), (0.09, -128))),
+    ("SUB", (2, 3, 4, 3), (2, 3, 4, 3), "RELU6", ((0.04, 0), (0.04, 5), (0.05, 1))),
+    ("ADD", (1, 5, 5, 4), (1, 1, 1, 4), None, ((0.5, 10), (0.001, -3), (0.3, 7))),  # broadcast
+]
+
+
+@pytest.mark.parametrize("opcode, shape1, shape2, activation, quant", ADD_CASES)
+def test_dsp_add_rounding_equals_the_reference_on_every_pair_of_inputs(opcode, shape1, shape2,
+                                                                      activation, quant):
+    """All 256 x 256 pairs of int8 inputs: the single rounding after the portable kernel's
+    tables, and runtime_py's reference output stage."""
+    from toolchain.ops.elementwise import rescaled_inputs
+
+    model = binary_model(opcode, "int8", shape1, shape2, activation, quant)
+    mp = planned(model, "cortex-m4")
+    assert kernels_bound(mp) == ["dsp-add"]
+    p = mp.program.params()[0]
+    r = arm_dsp.add_rounding(p)
+    first = rescaled_inputs(p, p.input1_offset, p.input1_multiplier, p.input1_shift)
+    second = rescaled_inputs(p, p.input2_offset, p.input2_multiplier, p.input2_shift)
+    acc = (first[:, None] + (second if opcode == "ADD" else -second)[None, :]).ravel()
+    want = np.clip(multiply_by_quantized_multiplier(acc, p.output_multiplier, p.output_shift)
+                   + p.output_offset, p.activation_min, p.activation_max)
+    rounding = np.where(acc < 0, r.negative_rounding, r.rounding)
+    got = np.clip((acc * r.multiplier + rounding) >> r.shift,
+                  p.activation_min - p.output_offset,
+                  p.activation_max - p.output_offset) + p.output_offset
+    np.testing.assert_array_equal(got, want)
+
+
+@needs_mcu
+@pytest.mark.parametrize("opcode, shape1, shape2, activation, quant", ADD_CASES)
+def test_dsp_add_is_bit_exact(opcode, shape1, shape2, activation, quant):
+    model = binary_model(opcode, "int8", shape1, shape2, activation, quant)
+    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-add"]
+    assert_qemu_matches_oracle(model)
 
 
 @needs_mcu

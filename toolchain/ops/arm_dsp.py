@@ -49,6 +49,8 @@ from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ir import Graph, Operator
 from toolchain.ops import overlaps
 from toolchain.ops.conv import ConvParams, DepthwiseConvParams, Requantize
+from toolchain.ops.elementwise import TEMPLATE as ELEMENTWISE_TEMPLATE
+from toolchain.ops.elementwise import RescaledParams, binary_values, rescaled_inputs
 from toolchain.ops.emit import (
     ConstantLoop,
     Kernel,
@@ -619,11 +621,18 @@ def emit_im2col(ctx: OpContext) -> Kernel:
                 f"const int iy = {c_sum([(rows, sh)], -pt)};",
                 f"int8_t *orow = {orow};"]
 
+    # a filter row holding whole groups: two pixels' rows inside the image widen straight
+    # from the input
+    direct = d.row % GROUP == 0
+
     def head(count: int, loop: ConstantLoop) -> list[str]:
         """The block's outputs, and its windows copied and widened into the scratch."""
         out = c_offset("orow", [(loop, m.channels)])
         lines = [f"int8_t *o0 = {out}, *o1 = o0 + {m.channels};" if count == 2 else
                  f"int8_t *o0 = {out};"]
+        if count == 2 and direct:
+            return [*lines, f"{prefix}_widen(pairs, windows, xb, iy, "
+                            f"{c_sum([(loop, sw)], -pl)});"]
         for i in range(count):
             lines.append(f"{prefix}_window({c_offset('windows', [], i * d.window)}, xb, iy, "
                          f"{c_sum([(loop, sw)], i * sw - pl)});")
@@ -637,21 +646,38 @@ def emit_im2col(ctx: OpContext) -> Kernel:
     comment = (
         f"{what} for the Arm DSP extension, output row by output row: "
         f"{'two pixels' if d.out_w > 1 else 'one pixel'} at a time, each pixel's window of "
-        f"{m.depth} values copied into the arena (the padding the input zero point) and "
-        "widened to int16 pairs, then multiplied by the filter two output channels at a time, "
-        "each __smlad adding two products")
+        f"{m.depth} values widened to int16 pairs in the arena ("
+        + ("filter rows inside the image straight from the input, the others copied first"
+           if direct else "copied first")
+        + ", the padding the input zero point), then multiplied by the filter two output "
+        "channels at a time, each __smlad adding two products")
     values = matmul_values(ctx, m, conv_output(m, p.output), what, comment,
                            [batches, rows, pair, single], row_head, pixels,
-                           {f"arm_dsp_widen_{p['count']}" for p in pixels})
+                           {f"arm_dsp_widen_{p['count']}" for p in pixels}
+                           | ({"arm_dsp_widen_2"} if direct and pair.runs else set()))
     tail = d.window - m.depth
+    rows_outside, columns_outside = d.reaches_outside(0), d.reaches_outside(1)
+    inside = [*(["iy + ky >= 0", f"iy + ky < {d.height}"] if rows_outside else []),
+              *(["ix >= 0", f"ix <= {d.width - d.kw - sw}"] if columns_outside else [])]
     values["patch"] = {
-        "fn": f"{prefix}_window", "d": d, "zero_point": -m.input_offset,
-        "rows_outside": d.reaches_outside(0), "columns_outside": d.reaches_outside(1),
-        "last_column": d.width - d.kw,
-        "comment": c_comment(
+        "prefix": prefix, "d": d, "zero_point": -m.input_offset,
+        "rows_outside": rows_outside, "columns_outside": columns_outside,
+        "last_column": d.width - d.kw, "direct": direct and pair.runs,
+        "window": not (direct and pair.runs) or single.runs,
+        "inside": " && ".join(inside) or "1", "row_words": 4 * (d.row // GROUP),
+        "row_groups": d.row // GROUP, "next": sw * d.depth,
+        "row_comment": c_comment(
+            f"Filter row y - iy of one output pixel's window into `row`: {d.kw} x {d.depth} "
+            "values from input row y, column ix on; those outside the image the input zero "
+            "point"),
+        "window_comment": c_comment(
             f"One output pixel's window into `window`, in the filter's order: {d.kh} rows of "
-            f"{d.kw} x {d.depth} values, those outside the image the input zero point; "
-            "(iy, ix) is its top left corner in the input, which may lie in the padding")}
+            f"{d.kw} x {d.depth} values; (iy, ix) is its top left corner in the input, which "
+            "may lie in the padding"),
+        "direct_comment": c_comment(
+            f"The windows of the output pixels at columns ix and ix + {sw} widened into "
+            "`pairs` filter row by filter row: a row inside the image straight from the "
+            "input, another copied into `windows` first")}
     values["windows"] = ctx.scratch[1]
     values["setup"] = [f"memset({c_offset('windows', [], i * d.window + m.depth)}, 0, {tail});"
                        for i in range(pixels[0]["count"]) if tail]
@@ -817,6 +843,53 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
                   includes=("arm_acle.h",))
 
 
+# -- ADD and SUB ---------------------------------------------------------------------------
+
+
+def add_rounding(p) -> SingleRounding | None:
+    """The output stage of an int8 ADD or SUB in one rounding: its inputs' rescaled values
+    (tables, as the portable kernel's) combine into a sum within the tables' extremes, which
+    TFLite's MultiplyByQuantizedMultiplier turns into the output; None where no single rounding
+    matches it on every such sum."""
+    if p.output_shift > 0:
+        return None
+    first = rescaled_inputs(p, p.input1_offset, p.input1_multiplier, p.input1_shift)
+    second = rescaled_inputs(p, p.input2_offset, p.input2_multiplier, p.input2_shift)
+    if p.opcode == "SUB":
+        second = -second
+    low, high = p.activation_min - p.output_offset, p.activation_max - p.output_offset
+    mult, shift = p.output_multiplier, p.output_shift
+    found = single_roundings(
+        lambda acc: multiply_by_quantized_multiplier(acc, mult, shift), low, high,
+        np.array([first.min() + second.min()]), np.array([first.max() + second.max()]),
+        [mult], [31 - shift + (1 if mult == 0 else 0)])
+    return found[0] if found else None
+
+
+def accepts_add(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, RescaledParams) or p.dtype != "int8" or p.opcode not in ("ADD", "SUB"):
+        return "not an int8 ADD or SUB"
+    if add_rounding(p) is None:
+        return "no single rounding matches its output stage"
+    return None
+
+
+def emit_add(ctx: OpContext) -> Kernel:
+    """The portable kernel's loops and input tables; the output stage in one rounding."""
+    p = ctx.params
+    r = add_rounding(p)
+    stage = OutputStage(p.activation_min - p.output_offset, p.activation_max - p.output_offset,
+                        p.output_offset, (r,))
+    _, lines, _ = output_values(ctx.prefix, stage)
+    values = binary_values(ctx)
+    values["body"] = [f"const int32_t acc = {'x + y' if p.opcode == 'ADD' else 'x - y'};",
+                      *(line for line in lines if line != "(void)c;")]
+    values["op_function"] = render_macro(ELEMENTWISE_TEMPLATE, values["macro"], values)
+    text = render_macro(ELEMENTWISE_TEMPLATE, "binary", values)
+    uses_ivdep = values["nest"] is not None and values["nest"]["inner"]["ivdep"]
+    return Kernel(text, ("ivdep",) if uses_ivdep else ())
+
+
 _INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
@@ -826,6 +899,12 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
                  scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
                      graph, op), scratch_alignment=WORD),
+    TargetKernel("ADD", "dsp-add", kernels("int8, int8 -> int8", targets=DSP_TARGETS),
+                 accepts_add, emit_add, overlaps=lambda graph, op, p: overlaps.elementwise(0, 1)(
+                     graph, op)),
+    TargetKernel("SUB", "dsp-add", kernels("int8, int8 -> int8", targets=DSP_TARGETS),
+                 accepts_add, emit_add, overlaps=lambda graph, op, p: overlaps.elementwise(0, 1)(
+                     graph, op)),
     TargetKernel("FULLY_CONNECTED", "dsp", _INT8, accepts_fc, emit_fc,
                  scratch=lambda p: pointwise_scratch(fc_matmul(p, None, None)),
                  scratch_alignment=WORD),
