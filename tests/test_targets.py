@@ -348,6 +348,20 @@ def test_dsp_depthwise_convolution_is_bit_exact(case):
 
 
 @needs_mcu
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 9, 9, 1), kernel=(3, 3), multiplier=8, stride=(2, 2), padding="VALID",
+         per_channel=True),
+    dict(input_shape=(2, 6, 7, 1), kernel=(3, 2), multiplier=3, activation="RELU"),
+])
+def test_dsp_depthwise_of_one_channel_is_an_im2col_convolution(case):
+    case = {"per_channel": False, **case}
+    model = depthwise_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                            case.pop("kernel"), **case)
+    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-im2col"]
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
 @pytest.mark.parametrize("target", ["cortex-m7", "cortex-m33"])
 def test_dsp_depthwise_on_the_other_dsp_cores(target):
     model = depthwise_model("int8", True, (1, 7, 6, 9), (3, 3), stride=(2, 2), seed=1)

@@ -84,7 +84,7 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # A matrix multiply over at least this many pixels keeps its filter widened to int16 in flash:
 # it then reads each weight word with no __sxtb16, which saves about pixels / 4 instructions
 # per byte the wider filter adds (a 2-pixel block widens 8 weights in 4 instructions).
-WIDE_FILTER_PIXELS = 128
+WIDE_FILTER_PIXELS = 100
 
 
 @dataclass(frozen=True)
@@ -569,11 +569,14 @@ class Im2col:
         return pad > 0 or (out - 1) * self.stride[axis] - pad + k > size
 
 
-def im2col_of(p: ConvParams) -> Im2col:
+def im2col_of(p: ConvParams | DepthwiseConvParams) -> Im2col:
+    """A CONV_2D's, or a DEPTHWISE_CONV_2D's of one input channel: a convolution whose filter
+    rows are the depth multiplier's."""
     batch, height, width, depth = p.input_shape
     _, out_h, out_w, channels = p.output_shape
     kh, kw = p.window.filter
-    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)  # [channels, kh*kw*depth]
+    # [channels, kh * kw * depth]; a depthwise filter of one channel is [1, taps, channels]
+    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)
     bias = np.asarray(p.bias, np.float64).astype(np.int64)
     m = Matmul(1, 1, batch * out_h * out_w, 0, 0, 0, kh * kw * depth, channels, weights, bias,
                p.input_offset)
@@ -582,12 +585,15 @@ def im2col_of(p: ConvParams) -> Im2col:
 
 
 def accepts_im2col(graph: Graph, op: Operator, p) -> str | None:
-    if not isinstance(p, ConvParams) or not isinstance(p.output, Requantize):
+    if not isinstance(p, ConvParams | DepthwiseConvParams) or not isinstance(p.output,
+                                                                              Requantize):
         return "not an int8 convolution"
     if p.output.dtype != "int8" or graph.tensors[op.inputs[0]].dtype != "int8":
         return "not an int8 convolution"
-    if p.groups != 1:
+    if isinstance(p, ConvParams) and p.groups != 1:
         return "a grouped convolution"
+    if isinstance(p, DepthwiseConvParams) and p.input_shape[-1] != 1:
+        return "a depthwise convolution of more than one input channel"
     if tuple(p.window.dilation) != (1, 1):
         return "a dilated filter"
     if p.input_shape[0] < 1 or min(p.output_shape) < 1:
@@ -595,7 +601,7 @@ def accepts_im2col(graph: Graph, op: Operator, p) -> str | None:
     return None
 
 
-def im2col_scratch(p: ConvParams) -> tuple[MemoryRequest, ...]:
+def im2col_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ...]:
     """Two pixels' windows widened (8 bytes per four values and pixel), and as int8."""
     d = im2col_of(p)
     pixels = 2 if d.matmul.pixels > 1 else 1
@@ -606,7 +612,7 @@ def im2col_scratch(p: ConvParams) -> tuple[MemoryRequest, ...]:
 
 
 def emit_im2col(ctx: OpContext) -> Kernel:
-    p: ConvParams = ctx.params
+    p: ConvParams | DepthwiseConvParams = ctx.params
     d = im2col_of(p)
     m = d.matmul
     prefix = ctx.prefix
@@ -642,7 +648,8 @@ def emit_im2col(ctx: OpContext) -> Kernel:
 
     pixels = [{"loop": loop, "head": head(count, loop), "count": count}
               for loop, count in ((pair, 2), (single, 1)) if loop.runs]
-    what = f"CONV_2D '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
+    opcode = "CONV_2D" if isinstance(p, ConvParams) else "DEPTHWISE_CONV_2D of one channel"
+    what = f"{opcode} '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
     comment = (
         f"{what} for the Arm DSP extension, output row by output row: "
         f"{'two pixels' if d.out_w > 1 else 'one pixel'} at a time, each pixel's window of "
@@ -908,6 +915,9 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("FULLY_CONNECTED", "dsp", _INT8, accepts_fc, emit_fc,
                  scratch=lambda p: pointwise_scratch(fc_matmul(p, None, None)),
                  scratch_alignment=WORD),
+    TargetKernel("DEPTHWISE_CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
+                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
+                     graph, op), scratch_alignment=WORD),
     TargetKernel("DEPTHWISE_CONV_2D", "dsp-depthwise", _INT8, accepts_depthwise,
                  emit_depthwise, scratch=depthwise_scratch, overlaps=depthwise_overlaps,
                  scratch_alignment=WORD),
