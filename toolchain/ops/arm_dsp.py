@@ -817,14 +817,24 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     sh, sw = d.stride
     slot = d.channels * d.line
     loads = [f"const int32_t {w} = wc[{i}];" for i, w in enumerate(words)]
-    # row ky of the window: slot (oy * sh + ky) % kh
-    row_lines = [f"const int16_t *row{ky} = rows + (oy * {sh}{f' + {ky}' if ky else ''}) % "
-                 f"{d.kh} * {slot};" for ky in range(d.kh)]
-    at = "ox" if sw == 1 else f"ox * {sw}"
-    pixel_lines = [f"const int16_t *r{ky} = row{ky} + c * {d.line} + {at};"
-                   for ky in range(d.kh)]
-    macs = [f"acc = __smlad(arenac_load32((const int8_t *)(r{ky}{f' + {2 * j}' if j else ''}))"
-            f", w{ky * d.pairs + j}, acc);" for ky in range(d.kh) for j in range(d.pairs)]
+    even = d.out_w - d.out_w % 2
+
+    def pixels(loop: ConstantLoop, count: int) -> dict:
+        """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
+        wr + ky * slot + ox * sw + 2 * j."""
+        lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
+                 f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
+        for i in range(count):
+            lines += [f"acc{i} = __smlad(arenac_load32((const int8_t *)"
+                      f"({c_offset('r', [], ky * slot + 2 * j + i * sw)})), "
+                      f"w{ky * d.pairs + j}, acc{i});"
+                      for ky in range(d.kh) for j in range(d.pairs)]
+        lines += [f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
+                  f"{prefix}_output(acc{i}, c);" for i in range(count)]
+        return {"loop": loop, "lines": lines}
+
+    pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
+    blocks = [pixels(loop, count) for loop, count in ((pair, 2), (single, 1)) if loop.runs]
     # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
@@ -839,8 +849,9 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             f"the arena (a line of {d.line} values per channel, the padding the input zero "
             "point), then per channel its filter words kept in registers and each __smlad "
             "adding two taps' products"),
-        "d": d, "zero_point": -d.input_offset, "slot": slot, "loads": loads, "macs": macs,
-        "row_lines": row_lines, "pixel_lines": pixel_lines, "first_row": first_row,
+        "d": d, "zero_point": -d.input_offset, "slot": slot, "loads": loads,
+        "pixels": blocks, "ox": pair.written, "first_row": first_row,
+        "first_of_window": f"oy * {sh}" if sh > 1 else "oy", "kept": max(d.kh - sh, 0),
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
         "helpers": tuple(sorted({"arm_dsp"} | ({"arm_dsp_rounding"} if any(
