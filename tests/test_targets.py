@@ -3,8 +3,8 @@ another), its firmware under QEMU, and `arenac bench`'s instruction counts.
 
 The QEMU tests need arm-none-eabi-gcc and qemu-system-arm (skipped without them, failing with
 CI set, as in test_mcu.py); the DSP kernels are checked bit-exact against TFLite's reference
-kernels and runtime_py on built FULLY_CONNECTED, 1x1 CONV_2D and DEPTHWISE_CONV_2D models and
-on the shared int8 models that use them.
+kernels and runtime_py on built FULLY_CONNECTED, CONV_2D (1x1 and im2col), DEPTHWISE_CONV_2D,
+ADD and SUB models and on the shared int8 models that use them.
 """
 
 from __future__ import annotations

@@ -31,12 +31,18 @@ after both pixels' inputs were read. `pointwise_overlaps` declares what that ord
 for CONV_2D; FULLY_CONNECTED declares no overlap, as its portable kernel.
 
 Depthwise (int8 DEPTHWISE_CONV_2D, depth multiplier 1, no dilation, any filter and stride,
-SAME or VALID): see `Depthwise`. The input rows are widened to int16 into a ring of filter-
-height rows in the scratch, channel-planar, the padding filled with the input zero point so
-that the folded sums hold on every window; two adjacent taps of a channel are then one word
-and one __smlad, the filter packed as int16 pairs at generation time and kept in registers
-along an output row. Same sums, same requantization (`conv_output`), and the portable
-convolution's row overlap rule, which its order keeps.
+SAME or VALID): see `Depthwise`. The input rows are widened to int16 into filter-height
+slots of the scratch, channel-planar, the padding filled with the input zero point so that the
+folded sums hold on every window; two adjacent taps of a channel are then one word and one
+__smlad, the filter packed as int16 pairs at generation time and kept in registers along an
+output row. Same sums, same requantization (`conv_output`), and the portable convolution's
+row overlap rule, which its order keeps.
+
+General convolution (int8 CONV_2D of any filter and stride, no dilation, and a
+DEPTHWISE_CONV_2D of one input channel): see `Im2col`; each pixel's window becomes the
+pointwise kernel's widened inputs, the rest is the pointwise matrix multiply.
+
+ADD and SUB (int8): the portable kernel, its output stage in one proven rounding (`add_rounding`).
 """
 
 from __future__ import annotations
@@ -699,13 +705,14 @@ def emit_im2col(ctx: OpContext) -> Kernel:
 class Depthwise:
     """An int8 DEPTHWISE_CONV_2D with depth multiplier 1, as the DSP kernel runs it.
 
-    For each output row, the kernel copies the input rows its windows read and the previous
-    output row's did not into the scratch, a ring of `kh` rows (padded row r at slot r % kh),
-    as int16, one line of `line` values per channel (channel-planar), the left and right
-    padding and the rows above and below the image filled with the input zero point
-    (whose product with the input offset added is 0, as the reference's skipped taps). Two
-    horizontally adjacent taps of a channel are then one word of that line, and one __smlad
-    adds both products with the filter's pair of weights, packed at generation time (an odd
+    For each output row, the kernel moves the input rows the previous output row read and this
+    one reads again down to their slots (filter row ky of the windows at slot ky), then copies
+    the rows its windows read and the previous output row's did not into the others, as
+    int16, one line of `line` values per channel (channel-planar), the left and right padding
+    and the rows above and below the image filled with the input zero point (whose product
+    with the input offset added is 0, as the reference's skipped taps). Two horizontally
+    adjacent taps of a channel are then one word of that line, and one __smlad adds both
+    products with the filter's pair of weights, packed at generation time (an odd
     filter width pairs its last tap with a zero weight)."""
 
     batches: int
@@ -845,10 +852,10 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         "scratch": ctx.scratch[0],
         "comment": c_comment(
             f"{what} for the Arm DSP extension, output row by output row: the input rows it "
-            f"reads that the previous one did not widened to int16 into a ring of {d.kh} in "
+            f"reads that the previous one did not widened to int16 into the {d.kh} slots of "
             f"the arena (a line of {d.line} values per channel, the padding the input zero "
-            "point), then per channel its filter words kept in registers and each __smlad "
-            "adding two taps' products"),
+            "point), then per channel its filter words kept in registers, two output pixels "
+            "a trip, each __smlad adding two taps' products"),
         "d": d, "zero_point": -d.input_offset, "slot": slot, "loads": loads,
         "pixels": blocks, "ox": pair.written, "first_row": first_row,
         "first_of_window": f"oy * {sh}" if sh > 1 else "oy", "kept": max(d.kh - sh, 0),
