@@ -237,6 +237,7 @@ class OutputStage:
     multipliers: tuple[int, ...] = ()
     shifts: tuple[int, ...] = ()
     scales: tuple[float, ...] = ()
+    magnitudes: tuple[int, ...] = ()  # per channel, the largest |sum| (none: any int32)
 
 
 def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
@@ -256,7 +257,7 @@ def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
             acc_hi, multipliers, [31 + max(-s, 1 if mu == 0 else 0)
                                   for mu, s in zip(multipliers, shifts)])
     return OutputStage(low, high, zp, tuple(single) if single else None, tuple(multipliers),
-                       tuple(shifts))
+                       tuple(shifts), magnitudes=_magnitudes(acc_lo, acc_hi))
 
 
 def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
@@ -275,7 +276,11 @@ def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
             lambda acc: double_to_int32(round_half_away(acc.astype(np.float64) * column)),
             low, high, acc_lo, acc_hi, [f[0] for f in found], [f[1] for f in found])
     return OutputStage(low, high, zp, tuple(single) if single else None,
-                       scales=tuple(scales))
+                       scales=tuple(scales), magnitudes=_magnitudes(acc_lo, acc_hi))
+
+
+def _magnitudes(acc_lo: np.ndarray, acc_hi: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(v) for v in np.maximum(np.abs(acc_lo), np.abs(acc_hi)).tolist())
 
 
 def _double(value: float) -> str:
@@ -299,10 +304,28 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
         return f"{prefix}_{name}[c]"
 
     clamp = f"arenac_clamp(q, {stage.low}, {stage.high})"
-    store = f"return (int8_t)({clamp}{_plus(stage.zero_point)});"
+    store = [f"return (int8_t)({clamp}{_plus(stage.zero_point)});"]
     if stage.single is not None:
         s = stage.single
-        fields = [(r.rounding, r.negative_rounding, r.multiplier, r.shift - 32) for r in s]
+        zp = stage.zero_point
+        # the zero point folded into the rounding, (acc * m + r + zp * 2^n) >> n being the
+        # rounding plus zp, when the sum stays below 2^63 on every accumulator (and the high
+        # word in int32): the clamp is then on the int8 value itself, one SSAT without an
+        # activation
+        magnitudes = stage.magnitudes or (2**31,) * len(s)
+        folded = all(
+            a * r.multiplier + max(abs(r.rounding), abs(r.negative_rounding))
+            + (abs(zp) << r.shift) < 2**62 for r, a in zip(s, magnitudes))
+        fold = zp if folded else 0
+        fields = [(r.rounding + (fold << r.shift), r.negative_rounding + (fold << r.shift),
+                   r.multiplier, r.shift - 32) for r in s]
+        low, high = stage.low + zp, stage.high + zp
+        if folded and (low == -128 or high == 127):  # SSAT, and the activation's other end
+            rest = ("v" if (low, high) == (-128, 127) else
+                    f"(v < {low} ? {low} : v)" if high == 127 else f"(v > {high} ? {high} : v)")
+            store = ["const int32_t v = __ssat(q, 8);", f"return (int8_t){rest};"]
+        elif folded:
+            store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
         if len(set(fields)) == 1:
             rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
                                                str(fields[0][2]), str(fields[0][3]))
@@ -321,9 +344,10 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
         lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
                   f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
                   + (f" >> {shift};" if shift != "0" else ";"),
-                  store]
-        comment = ("one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc: "
-                   "at generation time toolchain/ops/rounding.py proved it equal, after the "
+                  *store]
+        comment = ("one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc"
+                   + (" (and holding the output zero point times 2^(32 + s))" if folded else "")
+                   + ": at generation time toolchain/ops/rounding.py proved it equal, after the "
                    "clamp, to the reference's requantization on every sum this op can produce")
     elif stage.scales:
         scale = per_channel("scale", "double", list(stage.scales), _double)
@@ -342,7 +366,7 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
     else:
         mult = per_channel("multiplier", "int32_t", list(stage.multipliers))
         shift = per_channel("shift", "int8_t", list(stage.shifts))
-        lines = [f"const int32_t q = arenac_mbqm(acc, {mult}, {shift});", store]
+        lines = [f"const int32_t q = arenac_mbqm(acc, {mult}, {shift});", *store]
         comment = ("TFLite's MultiplyByQuantizedMultiplier (no single rounding matched it)")
     if not any("[c]" in line for line in lines):
         lines.insert(0, "(void)c;")
@@ -912,7 +936,7 @@ def emit_add(ctx: OpContext) -> Kernel:
     values["op_function"] = render_macro(ELEMENTWISE_TEMPLATE, values["macro"], values)
     text = render_macro(ELEMENTWISE_TEMPLATE, "binary", values)
     uses_ivdep = values["nest"] is not None and values["nest"]["inner"]["ivdep"]
-    return Kernel(text, ("ivdep",) if uses_ivdep else ())
+    return Kernel(text, ("ivdep",) if uses_ivdep else (), includes=("arm_acle.h",))
 
 
 _INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
