@@ -437,6 +437,17 @@ def test_dsp_add_is_bit_exact(opcode, shape1, shape2, activation, quant):
 @pytest.mark.parametrize("target", ["cortex-m7", "cortex-m33"])
 def test_dsp_kernels_on_the_other_dsp_cores(target):
     assert_qemu_matches_oracle(pointwise_model(1), target)
+    assert_qemu_matches_oracle(clang_model(), target)
+
+
+@needs_mcu
+def test_the_overlap_the_dsp_im2col_kernel_declares_is_used_and_safe():
+    model = conv_model("int8", True, (1, 10, 10, 8), 8, (3, 3), stride=(2, 2), seed=2)
+    mp = planned(model, "cortex-m4")
+    assert kernels_bound(mp) == ["dsp-im2col"]
+    assert mp.plan.overlaps, "a stride-2 output may lie over the rows of its input already read"
+    assert mp.program.bindings[0].overlaps == planned(model, "generic").program.bindings[0].overlaps
+    assert_qemu_matches_oracle(model)
 
 
 @needs_mcu
@@ -515,13 +526,15 @@ def clang_model() -> bytes:
     b = ModelBuilder("int8")
     x = b.input("x", (1, 6, 6, 4), "int8", 0.05, 3)
     w = b.const("w", rng.integers(-127, 128, (8, 3, 3, 4)).astype(np.int8), 0.01, 0)
+    bias = b.const("b", rng.integers(-400, 400, 8).astype(np.int32), 0.0005, 0)
     y = b.tensor("y", (1, 6, 6, 8), "int8", 0.08, -5)
-    b.op("CONV_2D", [x, w, -1], [y], {"padding": "SAME", "stride_h": 1, "stride_w": 1,
+    b.op("CONV_2D", [x, w, bias], [y], {"padding": "SAME", "stride_h": 1, "stride_w": 1,
                                       "dilation_h_factor": 1, "dilation_w_factor": 1,
                                       "fused_activation_function": "RELU"}, 3)
     dw = b.const("dw", rng.integers(-127, 128, (1, 3, 3, 8)).astype(np.int8), 0.01, 0)
+    dbias = b.const("db", rng.integers(-400, 400, 8).astype(np.int32), 0.0008, 0)
     z = b.tensor("z", (1, 6, 6, 8), "int8", 0.08, -5)
-    b.op("DEPTHWISE_CONV_2D", [y, dw, -1], [z],
+    b.op("DEPTHWISE_CONV_2D", [y, dw, dbias], [z],
          {"padding": "SAME", "stride_h": 1, "stride_w": 1, "depth_multiplier": 1,
           "dilation_h_factor": 1, "dilation_w_factor": 1, "fused_activation_function": "NONE"},
          3)
