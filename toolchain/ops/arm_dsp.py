@@ -19,12 +19,15 @@ two products):
   alternate four weights at a time (the 2x2 step reads eight consecutive bytes), each row
   padded with zeros to a multiple of four; the weights widen in the loop as the inputs did, so
   lane (x0, x2) meets (w0, w2) and lane (x1, x3) meets (w1, w3): __smlad adds both products;
+  over WIDE_FILTER_PIXELS pixels or more the filter is stored widened instead (int16 pairs in
+  flash, no widening in the loop);
 - the bias and the input offset times each filter row's sum are folded into one int32 per
   channel (wrapping as TFLite's int32 sums do), so the loop is a plain int8 dot product;
 - the requantization is one 32 x 32 -> 64-bit multiply-add and a shift where
   toolchain/ops/rounding.py proves it equal to the reference's rounding (FULLY_CONNECTED's
   double one, the convolutions' MultiplyByQuantizedMultiplier) on every accumulator the op can
-  produce; otherwise it is the reference's arithmetic itself.
+  produce (the output zero point folded into its rounding where the 64-bit sum has room, so
+  that the clamp is one SSAT); otherwise it is the reference's arithmetic itself.
 
 Its write order differs from the portable convolution's: all the output channels of two pixels
 after both pixels' inputs were read. `pointwise_overlaps` declares what that order makes safe
