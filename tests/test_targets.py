@@ -107,8 +107,9 @@ def test_a_dsp_target_binds_its_kernels_and_others_the_portable_ones():
     model = pointwise_model()
     for target in DSP:
         assert kernels_bound(planned(model, target)) == ["dsp-1x1", "dsp-1x1", "portable", "dsp"]
-    for target in ("generic", "cortex-m0plus", "cortex-m55"):
+    for target in ("generic", "cortex-m0plus"):
         assert set(kernels_bound(planned(model, target))) == {"portable"}
+    assert kernels_bound(planned(model, "cortex-m55")) == ["mve-1x1", "mve-1x1", "portable", "mve"]
     assert set(kernels_bound(planned(model, "cortex-m4", portable=True))) == {"portable"}
     # a 3x3 convolution goes through im2col; a dilated one keeps the portable kernel
     conv3 = conv_model("int8", True, (1, 6, 6, 4), 8, (3, 3))
@@ -493,6 +494,49 @@ def test_every_target_runs_on_its_machine(target):
         assert backend.machine == TARGETS[target].board.machine
         report = check_plan(mp, model, 1, 0, [("qemu", backend.invoke_many)], runtime_py=False)
     assert report.ok
+
+
+@needs_mcu
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 5, 7, 8), out_channels=16),
+    dict(input_shape=(2, 4, 3, 21), out_channels=7, per_channel=True),  # batches, odd channels
+    dict(input_shape=(1, 6, 5, 40), out_channels=5, stride=(2, 2), activation="RELU"),
+    dict(input_shape=(1, 3, 9, 70), out_channels=3, stride=(1, 2), per_channel=True,
+         activation="RELU6", input_zero_point=-128),
+])
+def test_helium_1x1_convolution_is_bit_exact(case):
+    case = {"per_channel": False, **case}
+    model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                       case.pop("out_channels"), (1, 1), **case)
+    assert kernels_bound(planned(model, "cortex-m55")) == ["mve-1x1"]
+    assert_qemu_matches_oracle(model, "cortex-m55")
+
+
+@needs_mcu
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 8), units=4),
+    dict(input_shape=(3, 21), units=5, activation="RELU", per_channel=True),
+    dict(input_shape=(1, 300), units=9, activation="RELU6"),
+])
+def test_helium_fully_connected_is_bit_exact(case):
+    model = fully_connected_model("int8", **case)
+    assert kernels_bound(planned(model, "cortex-m55")) == ["mve"]
+    assert_qemu_matches_oracle(model, "cortex-m55")
+
+
+def test_helium_overlap_follows_the_write_order():
+    """Every output byte the kernel writes, pixel after pixel (reading the pixel's inputs
+    meanwhile), lands on input bytes it no longer reads, for outputs placed exactly the
+    declared shift below the input."""
+    for shape, channels, stride in [((1, 6, 5, 8), 16, 1), ((2, 5, 6, 8), 4, 2)]:
+        mp = planned(conv_model("int8", False, shape, channels, (1, 1), (stride, stride)),
+                     "cortex-m55")
+        m = arm_dsp.conv_matmul(mp.program.params()[0])
+        shift = mp.program.bindings[0].overlaps[0].shift
+        pixels = m.batches * m.rows * m.pixels
+        for p in range(pixels):
+            written_end = (p + 1) * m.channels - shift
+            assert all(written_end <= m.input_at(q) for q in range(p, pixels))
 
 
 @needs_mcu
