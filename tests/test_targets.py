@@ -524,6 +524,32 @@ def test_helium_fully_connected_is_bit_exact(case):
     assert_qemu_matches_oracle(model, "cortex-m55")
 
 
+@needs_mcu
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 6, 7, 4), out_channels=8, kernel=(3, 3), per_channel=True),
+    dict(input_shape=(1, 9, 8, 3), out_channels=5, kernel=(3, 3), stride=(2, 2)),
+    dict(input_shape=(2, 7, 6, 5), out_channels=7, kernel=(3, 2), padding="VALID",
+         activation="RELU"),
+    dict(input_shape=(1, 12, 6, 1), out_channels=6, kernel=(5, 4), stride=(2, 2),
+         per_channel=True, activation="RELU6", input_zero_point=-128),
+    dict(input_shape=(1, 6, 6, 20), out_channels=3, kernel=(3, 3), bias=False),
+])
+def test_helium_im2col_convolution_is_bit_exact(case):
+    case = {"per_channel": False, **case}
+    model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                       case.pop("out_channels"), case.pop("kernel"), **case)
+    assert kernels_bound(planned(model, "cortex-m55")) == ["mve-im2col"]
+    assert_qemu_matches_oracle(model, "cortex-m55")
+
+
+@needs_mcu
+def test_helium_depthwise_of_one_channel_is_an_im2col_convolution():
+    model = depthwise_model("int8", True, (1, 9, 9, 1), (3, 3), multiplier=8, stride=(2, 2),
+                            padding="VALID")
+    assert kernels_bound(planned(model, "cortex-m55")) == ["mve-im2col"]
+    assert_qemu_matches_oracle(model, "cortex-m55")
+
+
 def test_helium_overlap_follows_the_write_order():
     """Every output byte the kernel writes, pixel after pixel (reading the pixel's inputs
     meanwhile), lands on input bytes it no longer reads, for outputs placed exactly the

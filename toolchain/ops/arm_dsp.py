@@ -644,6 +644,34 @@ def im2col_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, 
             MemoryRequest(pixels * d.window, f"the windows of {pixels} pixel{plural} as int8"))
 
 
+def window_values(prefix: str, d: Im2col, direct: bool, window: bool) -> dict:
+    """The values of the functions that copy windows out of the input (the template's
+    `window`): `{prefix}_row` always, `{prefix}_window` (one pixel's window, int8) if `window`,
+    `{prefix}_widen` (two pixels' windows widened, filter row by filter row) if `direct`."""
+    sw = d.stride[1]
+    rows_outside, columns_outside = d.reaches_outside(0), d.reaches_outside(1)
+    inside = [*(["iy + ky >= 0", f"iy + ky < {d.height}"] if rows_outside else []),
+              *(["ix >= 0", f"ix <= {d.width - d.kw - sw}"] if columns_outside else [])]
+    return {
+        "prefix": prefix, "d": d, "zero_point": -d.matmul.input_offset,
+        "rows_outside": rows_outside, "columns_outside": columns_outside,
+        "last_column": d.width - d.kw, "direct": direct, "window": window,
+        "inside": " && ".join(inside) or "1", "row_words": 4 * (d.row // GROUP),
+        "row_groups": d.row // GROUP, "next": sw * d.depth,
+        "row_comment": c_comment(
+            f"Filter row y - iy of one output pixel's window into `row`: {d.kw} x {d.depth} "
+            "values from input row y, column ix on; those outside the image the input zero "
+            "point"),
+        "window_comment": c_comment(
+            f"One output pixel's window into `window`, in the filter's order: {d.kh} rows of "
+            f"{d.kw} x {d.depth} values; (iy, ix) is its top left corner in the input, which "
+            "may lie in the padding"),
+        "direct_comment": c_comment(
+            f"The windows of the output pixels at columns ix and ix + {sw} widened into "
+            "`pairs` filter row by filter row: a row inside the image straight from the "
+            "input, another copied into `windows` first")}
+
+
 def emit_im2col(ctx: OpContext) -> Kernel:
     p: ConvParams | DepthwiseConvParams = ctx.params
     d = im2col_of(p)
@@ -696,28 +724,8 @@ def emit_im2col(ctx: OpContext) -> Kernel:
                            {f"arm_dsp_widen_{p['count']}" for p in pixels}
                            | ({"arm_dsp_widen_2"} if direct and pair.runs else set()))
     tail = d.window - m.depth
-    rows_outside, columns_outside = d.reaches_outside(0), d.reaches_outside(1)
-    inside = [*(["iy + ky >= 0", f"iy + ky < {d.height}"] if rows_outside else []),
-              *(["ix >= 0", f"ix <= {d.width - d.kw - sw}"] if columns_outside else [])]
-    values["patch"] = {
-        "prefix": prefix, "d": d, "zero_point": -m.input_offset,
-        "rows_outside": rows_outside, "columns_outside": columns_outside,
-        "last_column": d.width - d.kw, "direct": direct and pair.runs,
-        "window": not (direct and pair.runs) or single.runs,
-        "inside": " && ".join(inside) or "1", "row_words": 4 * (d.row // GROUP),
-        "row_groups": d.row // GROUP, "next": sw * d.depth,
-        "row_comment": c_comment(
-            f"Filter row y - iy of one output pixel's window into `row`: {d.kw} x {d.depth} "
-            "values from input row y, column ix on; those outside the image the input zero "
-            "point"),
-        "window_comment": c_comment(
-            f"One output pixel's window into `window`, in the filter's order: {d.kh} rows of "
-            f"{d.kw} x {d.depth} values; (iy, ix) is its top left corner in the input, which "
-            "may lie in the padding"),
-        "direct_comment": c_comment(
-            f"The windows of the output pixels at columns ix and ix + {sw} widened into "
-            "`pairs` filter row by filter row: a row inside the image straight from the "
-            "input, another copied into `windows` first")}
+    values["patch"] = window_values(prefix, d, direct and pair.runs,
+                                    not (direct and pair.runs) or single.runs)
     values["windows"] = ctx.scratch[1]
     values["setup"] = [f"memset({c_offset('windows', [], i * d.window + m.depth)}, 0, {tail});"
                        for i in range(pixels[0]["count"]) if tail]

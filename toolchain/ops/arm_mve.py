@@ -19,15 +19,19 @@ from __future__ import annotations
 import numpy as np
 
 from toolchain.ir import Graph, Operator
+from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp import (
     Matmul,
     accepts_conv,
     accepts_fc,
+    accepts_im2col,
     conv_matmul,
     conv_output,
     fc_matmul,
     fc_output,
+    im2col_of,
     output_values,
+    window_values,
 )
 from toolchain.ops.conv import ConvParams
 from toolchain.ops.emit import (
@@ -38,11 +42,12 @@ from toolchain.ops.emit import (
     c_comment,
     c_length,
     c_offset,
+    c_sum,
     render_macro,
     written_vars,
 )
 from toolchain.ops.overlaps import OverlapRule
-from toolchain.ops.spec import TargetKernel, kernels
+from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
 
 MVE_TARGETS = ("cortex-m55",)
 TEMPLATE = "c/arm_mve.c.j2"
@@ -97,6 +102,7 @@ def mve_values(ctx: OpContext, m: Matmul, stage, what: str) -> dict:
             f"{what} for Helium: a matrix multiply of {m.batches * m.rows * m.pixels} pixels of "
             f"{m.depth} values by {m.channels} filter rows, pixel by pixel and two output "
             "channels at a time, each vmladavaq_s8 adding sixteen products"),
+        "pixel_head": [f"const int8_t *xp = {x_at};"], "patch": None, "windows": None,
         "helpers": ("arm_dsp_rounding",) if any(
             t["ctype"] == "arenac_rounding" for t in tables) else (),
     }
@@ -119,10 +125,54 @@ def emit_fc(ctx: OpContext) -> Kernel:
                   includes=("arm_mve.h", "arm_acle.h"))
 
 
+def im2col_scratch(p) -> tuple[MemoryRequest, ...]:
+    return (MemoryRequest(im2col_of(p).matmul.depth, "the window of one pixel as int8"),)
+
+
+def emit_im2col(ctx: OpContext) -> Kernel:
+    """Any other filter and stride: each pixel's window copied into the scratch (arm_dsp's
+    window functions: the padding the input zero point), then the pointwise dot products."""
+    p = ctx.params
+    d = im2col_of(p)
+    m = d.matmul
+    opcode = "CONV_2D" if isinstance(p, ConvParams) else "DEPTHWISE_CONV_2D of one channel"
+    what = f"{opcode} '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
+    values = mve_values(ctx, m, conv_output(m, p.output), what)
+    batches, rows, pixels = (ConstantLoop("b", d.batches), ConstantLoop("r", d.out_h),
+                             ConstantLoop("p", d.out_w))
+    row_out = d.out_w * m.channels
+    image = d.height * d.width * d.depth
+    values.update({
+        "batches": batches, "rows": rows, "pixels": pixels,
+        "out_at": c_offset("out", [(batches, d.out_h * row_out), (rows, row_out),
+                                   (pixels, m.channels)]),
+        "pixel_head": ["const int8_t *xp = window;",
+                       f"{ctx.prefix}_window(window, {c_offset('x', [(batches, image)])}, "
+                       f"{c_sum([(rows, d.stride[0])], -d.padding[0])}, "
+                       f"{c_sum([(pixels, d.stride[1])], -d.padding[1])});"],
+        "patch": window_values(ctx.prefix, d, False, True), "windows": ctx.scratch[0],
+        "counters": written_vars([batches, rows, pixels, values["pairs"], values["odd"],
+                                  values["steps"]]),
+        "comment": c_comment(
+            f"{what} for Helium, output row by output row and pixel by pixel: the pixel's "
+            f"window of {m.depth} values copied into the arena (the padding the input zero "
+            "point), then its dot products with the filter rows two output channels at a time, "
+            "each vmladavaq_s8 adding sixteen products"),
+    })
+    return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
+                  includes=("arm_mve.h", "arm_acle.h"))
+
+
 _INT8 = kernels("int8, int8, int32? -> int8", targets=MVE_TARGETS)
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("CONV_2D", "mve-1x1", _INT8, accepts_conv, emit_conv,
                  overlaps=pointwise_overlaps),
+    TargetKernel("CONV_2D", "mve-im2col", _INT8, accepts_im2col, emit_im2col,
+                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
+                     graph, op)),
+    TargetKernel("DEPTHWISE_CONV_2D", "mve-im2col", _INT8, accepts_im2col, emit_im2col,
+                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
+                     graph, op)),
     TargetKernel("FULLY_CONNECTED", "mve", _INT8, accepts_fc, emit_fc),
 )
