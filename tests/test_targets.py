@@ -550,6 +550,23 @@ def test_helium_depthwise_of_one_channel_is_an_im2col_convolution():
     assert_qemu_matches_oracle(model, "cortex-m55")
 
 
+@needs_mcu
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 6, 7, 5), kernel=(3, 3)),  # channels not a multiple of 4, SAME
+    dict(input_shape=(1, 9, 8, 8), kernel=(3, 3), stride=(2, 2), per_channel=True),
+    dict(input_shape=(2, 8, 7, 12), kernel=(3, 3), stride=(2, 2), padding="VALID",
+         per_channel=True, input_zero_point=-128, activation="RELU6"),
+    dict(input_shape=(1, 6, 10, 6), kernel=(5, 4), stride=(1, 2), activation="RELU",
+         bias=False),
+])
+def test_helium_depthwise_convolution_is_bit_exact(case):
+    case = {"per_channel": False, **case}
+    model = depthwise_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                            case.pop("kernel"), **case)
+    assert kernels_bound(planned(model, "cortex-m55")) == ["mve-depthwise"]
+    assert_qemu_matches_oracle(model, "cortex-m55")
+
+
 def test_helium_overlap_follows_the_write_order():
     """Every output byte the kernel writes, pixel after pixel (reading the pixel's inputs
     meanwhile), lands on input bytes it no longer reads, for outputs placed exactly the

@@ -23,10 +23,12 @@ from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp import (
     Matmul,
     accepts_conv,
+    accepts_depthwise,
     accepts_fc,
     accepts_im2col,
     conv_matmul,
     conv_output,
+    depthwise_of,
     fc_matmul,
     fc_output,
     im2col_of,
@@ -163,6 +165,52 @@ def emit_im2col(ctx: OpContext) -> Kernel:
                   includes=("arm_mve.h", "arm_acle.h"))
 
 
+def emit_depthwise(ctx: OpContext) -> Kernel:
+    """DEPTHWISE_CONV_2D (depth multiplier 1): per output pixel, four channels a vector of
+    int32 lanes; each tap inside the image adds (input + offset) * weight lane by lane
+    (vmulq_s32, vaddq_s32), the taps in the padding nothing, as the reference's."""
+    p = ctx.params
+    d = depthwise_of(p)
+    m = d.matmul()
+    prefix = ctx.prefix
+    vectors = -(-d.channels // 4)
+    padded = vectors * 4
+    taps = np.zeros((d.kh * d.kw, padded), np.int64)
+    taps[:, :d.channels] = d.weights.T
+    bias = np.zeros(padded, np.int64)
+    bias[:d.channels] = d.bias
+    bias = ((bias + 2**31) & 0xFFFFFFFF) - 2**31
+    tables, output, output_comment = output_values(prefix, conv_output(m, p.output))
+    what = f"DEPTHWISE_CONV_2D '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
+    tables = [
+        {"name": f"{prefix}_filter", "ctype": "int32_t", "align": "ARENAC_ALIGN(16) ",
+         "length": c_length(taps.size), "data": c_array(taps.ravel()),
+         "comment": c_comment(f"{what}: per tap (ky, kx), the weights of the {d.channels} "
+                              f"channels as int32, padded with zeros to {padded}")},
+        {"name": f"{prefix}_bias", "ctype": "int32_t", "align": "ARENAC_ALIGN(16) ",
+         "length": c_length(padded), "data": c_array(bias),
+         "comment": c_comment(f"{what}: the bias per channel, padded with zeros to {padded}")},
+        *tables,
+    ]
+    tail = d.channels % 4
+    lanes = [f"if (c + {j} < {d.channels}) " if tail and j else "" for j in range(4)]
+    values = {
+        "fn": ctx.fn, "prefix": prefix, "tables": tables, "d": d, "padded": padded,
+        "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
+        "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
+        "offset": m.input_offset, "tail": tail, "lanes": lanes,
+        "image": d.height * d.width * d.channels,
+        "comment": c_comment(
+            f"{what} for Helium, output pixel by output pixel, four channels a vector: each "
+            "tap inside the image adds (input + offset) * weight in int32 lanes (vmulq_s32, "
+            "vaddq_s32), a tap in the padding nothing"),
+        "helpers": ("arm_dsp_rounding",) if any(
+            t["ctype"] == "arenac_rounding" for t in tables) else (),
+    }
+    return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
+                  includes=("arm_mve.h", "arm_acle.h"))
+
+
 _INT8 = kernels("int8, int8, int32? -> int8", targets=MVE_TARGETS)
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
@@ -174,5 +222,7 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("DEPTHWISE_CONV_2D", "mve-im2col", _INT8, accepts_im2col, emit_im2col,
                  scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
                      graph, op)),
+    TargetKernel("DEPTHWISE_CONV_2D", "mve-depthwise", _INT8, accepts_depthwise,
+                 emit_depthwise, overlaps=lambda graph, op, p: overlaps.convolution(graph, op)),
     TargetKernel("FULLY_CONNECTED", "mve", _INT8, accepts_fc, emit_fc),
 )
