@@ -4,7 +4,8 @@ another), its firmware under QEMU, and `arenac bench`'s instruction counts.
 The QEMU tests need arm-none-eabi-gcc and qemu-system-arm (skipped without them, failing with
 CI set, as in test_mcu.py); the DSP kernels are checked bit-exact against TFLite's reference
 kernels and runtime_py on built FULLY_CONNECTED, CONV_2D (1x1 and im2col), DEPTHWISE_CONV_2D,
-ADD and SUB models and on the shared int8 models that use them.
+ADD and SUB models and on the shared int8 models that use them; the Helium kernels likewise on
+cortex-m55.
 """
 
 from __future__ import annotations
@@ -712,12 +713,13 @@ SHARED_INT8 = ["vww_96_int8", "kws_ref_model", "ad01_int8", "pretrainedResnet_qu
 
 @needs_mcu
 @needs_shared_models
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55"])
 @pytest.mark.parametrize("name", SHARED_INT8)
-def test_shared_models_are_bit_exact_with_the_dsp_kernels(name):
+def test_shared_models_are_bit_exact_with_the_dsp_kernels(name, target):
     path = SHARED_MODELS / f"{name}.tflite"
     data = path.read_bytes()
-    mp = plan_model(parse_model(data, str(path)), target="cortex-m4")
-    assert {"dsp", "dsp-1x1"} & set(kernels_bound(mp))
+    mp = plan_model(parse_model(data, str(path)), target=target)
+    assert {"dsp", "dsp-1x1", "mve", "mve-1x1"} & set(kernels_bound(mp))
     with QemuBackend(mp) as backend:
         report = check_plan(mp, data, 1, 0, [("qemu", backend.invoke_many)])
     assert report.ok, report.as_dict()
