@@ -146,7 +146,9 @@ TARGETS: dict[str, Target] = {
         Target("cortex-m55", "Cortex-M55: Armv8.1-M Mainline with Helium (MVE)",
                "armv8.1-m.main",
                ("-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard"),
-               ("defined(__ARM_ARCH_8M_MAIN__)", "defined(__ARM_FEATURE_MVE)"),
+               # GCC names Armv8.1-M Mainline __ARM_ARCH_8M_MAIN__, Clang __ARM_ARCH_8_1M_MAIN__
+               ("(defined(__ARM_ARCH_8M_MAIN__) || defined(__ARM_ARCH_8_1M_MAIN__))",
+                "defined(__ARM_FEATURE_MVE)"),
                BOARDS["mps3-an547"], fpu=True, armv8m=True),
     )
 }
