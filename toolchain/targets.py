@@ -4,8 +4,8 @@ A target picks three things:
 
 - the kernels: each op binds the first registered kernel whose signature lists the target
   (toolchain.ops.VARIANTS: the DSP-extension kernels of toolchain/ops/arm_dsp.py for
-  cortex-m4, cortex-m7 and cortex-m33), else its portable C kernel (PORTABLE_C), which every
-  target runs;
+  cortex-m4, cortex-m7 and cortex-m33, the Helium ones of toolchain/ops/arm_mve.py for
+  cortex-m55), else its portable C kernel (PORTABLE_C), which every target runs;
 - the C compiler's flags for the firmware (toolchain.firmware): arm-none-eabi-gcc's -mcpu, the
   FPU and the float ABI;
 - the QEMU machine the firmware runs on, with its memory map and the counter the benchmark
@@ -146,7 +146,9 @@ TARGETS: dict[str, Target] = {
         Target("cortex-m55", "Cortex-M55: Armv8.1-M Mainline with Helium (MVE)",
                "armv8.1-m.main",
                ("-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard"),
-               ("defined(__ARM_ARCH_8M_MAIN__)", "defined(__ARM_FEATURE_MVE)"),
+               # GCC names Armv8.1-M Mainline __ARM_ARCH_8M_MAIN__, Clang __ARM_ARCH_8_1M_MAIN__
+               ("(defined(__ARM_ARCH_8M_MAIN__) || defined(__ARM_ARCH_8_1M_MAIN__))",
+                "defined(__ARM_FEATURE_MVE)"),
                BOARDS["mps3-an547"], fpu=True, armv8m=True),
     )
 }

@@ -7,8 +7,9 @@ makes safe. `bind` is the one question every command asks: `inspect`, `run`, `ge
 agree because they ask it alike.
 
 Kernels written for some targets only (TargetKernel: the DSP-extension kernels of
-toolchain/ops/arm_dsp.py) are listed per opcode in `VARIANTS`; binding for such a target takes
-the first that accepts the op, from the same params, and the portable kernel otherwise.
+toolchain/ops/arm_dsp.py, the Helium ones of toolchain/ops/arm_mve.py) are listed per opcode
+in `VARIANTS`; binding for such a target takes the first that accepts the op, from the same
+params, and the portable kernel otherwise.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from toolchain.ir import HANDLE_DTYPES, Graph, Operator
 from toolchain.ops import (
     activations,
     arm_dsp,
+    arm_mve,
     control,
     conv,
     elementwise,
@@ -56,7 +58,7 @@ FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 
 # Target kernels per opcode, tried in this order before the portable kernel.
-TARGET_FAMILIES = (arm_dsp,)
+TARGET_FAMILIES = (arm_dsp, arm_mve)
 VARIANTS: dict[str, tuple[TargetKernel, ...]] = {}
 for _variant in (v for family in TARGET_FAMILIES for v in family.TARGET_KERNELS):
     VARIANTS[_variant.opcode] = (*VARIANTS.get(_variant.opcode, ()), _variant)

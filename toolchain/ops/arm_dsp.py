@@ -19,24 +19,33 @@ two products):
   alternate four weights at a time (the 2x2 step reads eight consecutive bytes), each row
   padded with zeros to a multiple of four; the weights widen in the loop as the inputs did, so
   lane (x0, x2) meets (w0, w2) and lane (x1, x3) meets (w1, w3): __smlad adds both products;
+  over WIDE_FILTER_PIXELS pixels or more the filter is stored widened instead (int16 pairs in
+  flash, no widening in the loop);
 - the bias and the input offset times each filter row's sum are folded into one int32 per
   channel (wrapping as TFLite's int32 sums do), so the loop is a plain int8 dot product;
 - the requantization is one 32 x 32 -> 64-bit multiply-add and a shift where
   toolchain/ops/rounding.py proves it equal to the reference's rounding (FULLY_CONNECTED's
   double one, the convolutions' MultiplyByQuantizedMultiplier) on every accumulator the op can
-  produce; otherwise it is the reference's arithmetic itself.
+  produce (the output zero point folded into its rounding where the 64-bit sum has room, so
+  that the clamp is one SSAT); otherwise it is the reference's arithmetic itself.
 
 Its write order differs from the portable convolution's: all the output channels of two pixels
 after both pixels' inputs were read. `pointwise_overlaps` declares what that order makes safe
 for CONV_2D; FULLY_CONNECTED declares no overlap, as its portable kernel.
 
 Depthwise (int8 DEPTHWISE_CONV_2D, depth multiplier 1, no dilation, any filter and stride,
-SAME or VALID): see `Depthwise`. The input rows are widened to int16 into a ring of filter-
-height rows in the scratch, channel-planar, the padding filled with the input zero point so
-that the folded sums hold on every window; two adjacent taps of a channel are then one word
-and one __smlad, the filter packed as int16 pairs at generation time and kept in registers
-along an output row. Same sums, same requantization (`conv_output`), and the portable
-convolution's row overlap rule, which its order keeps.
+SAME or VALID): see `Depthwise`. The input rows are widened to int16 into filter-height
+slots of the scratch, channel-planar, the padding filled with the input zero point so that the
+folded sums hold on every window; two adjacent taps of a channel are then one word and one
+__smlad, the filter packed as int16 pairs at generation time and kept in registers along an
+output row. Same sums, same requantization (`conv_output`), and the portable convolution's
+row overlap rule, which its order keeps.
+
+General convolution (int8 CONV_2D of any filter and stride, no dilation, and a
+DEPTHWISE_CONV_2D of one input channel): see `Im2col`; each pixel's window becomes the
+pointwise kernel's widened inputs, the rest is the pointwise matrix multiply.
+
+ADD and SUB (int8): the portable kernel, its output stage in one proven rounding (`add_rounding`).
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ir import Graph, Operator
 from toolchain.ops import overlaps
 from toolchain.ops.conv import ConvParams, DepthwiseConvParams, Requantize
+from toolchain.ops.elementwise import TEMPLATE as ELEMENTWISE_TEMPLATE
+from toolchain.ops.elementwise import RescaledParams, binary_values, rescaled_inputs
 from toolchain.ops.emit import (
     ConstantLoop,
     Kernel,
@@ -79,6 +90,10 @@ WORD = 4  # the scratch is read in words (LDRD needs them aligned)
 UNROLLED = 16  # depth groups written out without a loop
 UNROLL = 8  # depth groups a loop trip takes beyond that
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# A matrix multiply over at least this many pixels keeps its filter widened to int16 in flash:
+# it then reads each weight word with no __sxtb16, which saves about pixels / 4 instructions
+# per byte the wider filter adds (a 2-pixel block widens 8 weights in 4 instructions).
+WIDE_FILTER_PIXELS = 100
 
 
 @dataclass(frozen=True)
@@ -225,6 +240,7 @@ class OutputStage:
     multipliers: tuple[int, ...] = ()
     shifts: tuple[int, ...] = ()
     scales: tuple[float, ...] = ()
+    magnitudes: tuple[int, ...] = ()  # per channel, the largest |sum| (none: any int32)
 
 
 def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
@@ -244,7 +260,7 @@ def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
             acc_hi, multipliers, [31 + max(-s, 1 if mu == 0 else 0)
                                   for mu, s in zip(multipliers, shifts)])
     return OutputStage(low, high, zp, tuple(single) if single else None, tuple(multipliers),
-                       tuple(shifts))
+                       tuple(shifts), magnitudes=_magnitudes(acc_lo, acc_hi))
 
 
 def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
@@ -263,7 +279,11 @@ def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
             lambda acc: double_to_int32(round_half_away(acc.astype(np.float64) * column)),
             low, high, acc_lo, acc_hi, [f[0] for f in found], [f[1] for f in found])
     return OutputStage(low, high, zp, tuple(single) if single else None,
-                       scales=tuple(scales))
+                       scales=tuple(scales), magnitudes=_magnitudes(acc_lo, acc_hi))
+
+
+def _magnitudes(acc_lo: np.ndarray, acc_hi: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(v) for v in np.maximum(np.abs(acc_lo), np.abs(acc_hi)).tolist())
 
 
 def _double(value: float) -> str:
@@ -287,10 +307,28 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
         return f"{prefix}_{name}[c]"
 
     clamp = f"arenac_clamp(q, {stage.low}, {stage.high})"
-    store = f"return (int8_t)({clamp}{_plus(stage.zero_point)});"
+    store = [f"return (int8_t)({clamp}{_plus(stage.zero_point)});"]
     if stage.single is not None:
         s = stage.single
-        fields = [(r.rounding, r.negative_rounding, r.multiplier, r.shift - 32) for r in s]
+        zp = stage.zero_point
+        # the zero point folded into the rounding, (acc * m + r + zp * 2^n) >> n being the
+        # rounding plus zp, when the sum stays below 2^63 on every accumulator (and the high
+        # word in int32): the clamp is then on the int8 value itself, one SSAT without an
+        # activation
+        magnitudes = stage.magnitudes or (2**31,) * len(s)
+        folded = all(
+            a * r.multiplier + max(abs(r.rounding), abs(r.negative_rounding))
+            + (abs(zp) << r.shift) < 2**62 for r, a in zip(s, magnitudes))
+        fold = zp if folded else 0
+        fields = [(r.rounding + (fold << r.shift), r.negative_rounding + (fold << r.shift),
+                   r.multiplier, r.shift - 32) for r in s]
+        low, high = stage.low + zp, stage.high + zp
+        if folded and (low == -128 or high == 127):  # SSAT, and the activation's other end
+            rest = ("v" if (low, high) == (-128, 127) else
+                    f"(v < {low} ? {low} : v)" if high == 127 else f"(v > {high} ? {high} : v)")
+            store = ["const int32_t v = __ssat(q, 8);", f"return (int8_t){rest};"]
+        elif folded:
+            store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
         if len(set(fields)) == 1:
             rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
                                                str(fields[0][2]), str(fields[0][3]))
@@ -309,9 +347,10 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
         lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
                   f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
                   + (f" >> {shift};" if shift != "0" else ";"),
-                  store]
-        comment = ("one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc: "
-                   "at generation time toolchain/ops/rounding.py proved it equal, after the "
+                  *store]
+        comment = ("one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc"
+                   + (" (and holding the output zero point times 2^(32 + s))" if folded else "")
+                   + ": at generation time toolchain/ops/rounding.py proved it equal, after the "
                    "clamp, to the reference's requantization on every sum this op can produce")
     elif stage.scales:
         scale = per_channel("scale", "double", list(stage.scales), _double)
@@ -330,7 +369,7 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
     else:
         mult = per_channel("multiplier", "int32_t", list(stage.multipliers))
         shift = per_channel("shift", "int8_t", list(stage.shifts))
-        lines = [f"const int32_t q = arenac_mbqm(acc, {mult}, {shift});", store]
+        lines = [f"const int32_t q = arenac_mbqm(acc, {mult}, {shift});", *store]
         comment = ("TFLite's MultiplyByQuantizedMultiplier (no single rounding matched it)")
     if not any("[c]" in line for line in lines):
         lines.insert(0, "(void)c;")
@@ -355,17 +394,18 @@ def _plus(value: int) -> str:
 # -- emission --------------------------------------------------------------------------------
 
 
-def _steps(kind: str, m: Matmul) -> dict:
+def _steps(kind: str, m: Matmul, wide: bool) -> dict:
     """The calls of one block's depth steps: written out up to UNROLLED groups, else a loop of
-    UNROLL groups a trip and the rest written out."""
+    UNROLL groups a trip and the rest written out. `wide`: the filter is int16 pairs."""
     x_words = 4 if kind[0] == "2" else 2
-    w_bytes = 8 if kind[2] == "2" else 4
+    w_step = (8 if kind[2] == "2" else 4) // (2 if wide else 1)  # bytes, or int32 words
+    name = f"arenac_mac{'16' if wide else ''}_{kind}"
 
     def call(k: ConstantLoop | None, extra: int) -> str:
         terms = [(k, x_words)] if k is not None else []
-        w_terms = [(k, w_bytes)] if k is not None else []
-        return (f"arenac_mac_{kind}(acc, {c_offset('pairs', terms, extra * x_words)}, "
-                f"{c_offset('w', w_terms, extra * w_bytes)});")
+        w_terms = [(k, w_step)] if k is not None else []
+        return (f"{name}(acc, {c_offset('pairs', terms, extra * x_words)}, "
+                f"{c_offset('w', w_terms, extra * w_step)});")
 
     groups = m.groups
     if groups <= UNROLLED:
@@ -376,7 +416,8 @@ def _steps(kind: str, m: Matmul) -> dict:
             "rest": [call(None, g) for g in range(main, groups)]}
 
 
-def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str]) -> list[dict]:
+def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str],
+                    wide: bool) -> list[dict]:
     blocks = []
     pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
     odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
@@ -384,20 +425,20 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str]) -> lis
         if not loop.runs:
             continue
         kind = f"{pixels}x{width}"
-        w_at = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP)])
+        w_at = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP // (2 if wide else 1))])
         sums = [f"{prefix}_sum[{c_sum([(loop, 1)], j)}]" for j in range(width)]
-        head = [f"const int8_t *w = {w_at};",
+        head = [f"const {'int32_t' if wide else 'int8_t'} *w = {w_at};",
                 f"int32_t acc[{pixels * width}] = {{ {', '.join(sums * pixels)} }};"]
         stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output(acc[{i * width + j}], "
                   f"{c_sum([(loop, 1)], j)});"
                   for i in range(pixels) for j in range(width)]
-        blocks.append({"loop": loop, "head": head, "steps": _steps(kind, m), "stores": stores,
-                       "kind": kind})
+        blocks.append({"loop": loop, "head": head, "steps": _steps(kind, m, wide),
+                       "stores": stores,
+                       "helper": f"arm_dsp_mac{'16' if wide else ''}_{kind}"})
     return blocks
 
 
 def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -> dict:
-    prefix = ctx.prefix
     batches, rows = ConstantLoop("b", m.batches), ConstantLoop("r", m.rows)
     even = m.pixels - m.pixels % 2
     pair = ConstantLoop("p", even, 0, 2)
@@ -431,20 +472,53 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -
                          f"arenac_load_partial(x{i} + {full * GROUP}, {tail}));")
         return lines
 
-    pixels = []
-    for loop, count in ((pair, 2), (single, 1)):
-        if loop.runs:
-            pixels.append({"loop": loop, "head": head(count, loop), "count": count,
-                           "channels": _channel_blocks(prefix, m, count, ["o0", "o1"][:count])})
+    pixels = [{"loop": loop, "head": head(count, loop), "count": count}
+              for loop, count in ((pair, 2), (single, 1)) if loop.runs]
+    helpers = {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
+    helpers |= {"arm_dsp_partial"} if tail else set()
+    comment = (
+        f"{what} for the Arm DSP extension: a matrix multiply of "
+        f"{m.batches * m.rows * m.pixels} pixels of {m.depth} values by {m.channels} filter "
+        f"rows, {'two pixels' if m.pixels > 1 else 'one pixel'} by two output channels at a "
+        "time: the inputs widened once to int16 pairs in the arena, the filter read four int8 "
+        "weights a word, each __smlad adding two products")
+    return matmul_values(ctx, m, stage, what, comment, [batches, rows, pair, single],
+                         row_head, pixels, helpers)
+
+
+def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comment: str,
+                  loops: list[ConstantLoop], row_head: list[str], pixels: list[dict],
+                  helpers: set[str]) -> dict:
+    """The template's values for a kernel of blocks of pixels whose inputs `pixels[i]["head"]`
+    widens into the scratch, each block then multiplied by the filter two channels at a time:
+    the pointwise kernel's and the im2col convolution's."""
+    prefix = ctx.prefix
+    wide = m.batches * m.rows * m.pixels >= WIDE_FILTER_PIXELS
+    for pixel in pixels:
+        pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
+                                            ["o0", "o1"][:pixel["count"]], wide)
     tables, output, output_comment = output_values(prefix, stage)
     packed = m.packed()
+    order = ("for each pair of output channels, their rows four weights at a time, "
+             f"alternating; each row padded with zeros to {m.groups * GROUP}")
+    if wide:
+        quads = packed.reshape(-1, GROUP)
+        words = (quads[:, :2] & 0xFFFF) | ((quads[:, 2:] & 0xFFFF) << 16)
+        filter_table = {
+            "name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
+            "length": c_length(words.size), "data": c_array((words + 2**31) % 2**32 - 2**31, 8),
+            "comment": c_comment(
+                f"{what}: the filter ({m.channels} x {m.depth}) widened to int16 pairs in the "
+                f"order the loop reads it: {order}; four weights w0..w3 as the words (w0, w2) "
+                "and (w1, w3), the lower half first")}
+    else:
+        filter_table = {
+            "name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
+            "length": c_length(packed.size), "data": c_array(packed),
+            "comment": c_comment(f"{what}: the filter ({m.channels} x {m.depth}) in the order "
+                                 f"the loop reads it: {order}")}
     tables = [
-        {"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
-         "length": c_length(packed.size), "data": c_array(packed),
-         "comment": c_comment(
-             f"{what}: the filter ({m.channels} x {m.depth}) in the order the loop reads it: "
-             "for each pair of output channels, their rows four weights at a time, "
-             f"alternating; each row padded with zeros to {m.groups * GROUP}")},
+        filter_table,
         {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
          "length": c_length(m.channels), "data": c_array(m.sums()),
          "comment": c_comment(f"{what}: per output channel, bias + input offset * the filter "
@@ -452,25 +526,18 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -
         *tables,
     ]
     blocks = [b for p in pixels for b in p["channels"]]
-    helpers = {"arm_dsp", *(f"arm_dsp_mac_{b['kind']}" for b in blocks)}
-    helpers |= {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
-    helpers |= {"arm_dsp_partial"} if tail else set()
+    helpers = {"arm_dsp", *helpers, *(b["helper"] for b in blocks)}
     if any(t["ctype"] == "arenac_rounding" for t in tables):
         helpers.add("arm_dsp_rounding")
-    counters = written_vars([batches, rows, pair, single, *[b["loop"] for b in blocks],
+    counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
-    comment = c_comment(
-        f"{what} for the Arm DSP extension: a matrix multiply of "
-        f"{m.batches * m.rows * m.pixels} pixels of {m.depth} values by {m.channels} filter "
-        f"rows, {'two pixels' if m.pixels > 1 else 'one pixel'} by two output channels at a "
-        "time: the inputs widened once to int16 pairs in the arena, the filter read four int8 "
-        "weights a word, each __smlad adding two products")
     return {
-        "fn": ctx.fn, "prefix": prefix, "comment": comment, "tables": tables,
+        "fn": ctx.fn, "prefix": prefix, "comment": c_comment(comment), "tables": tables,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
-        "scratch": ctx.scratch[0], "counters": counters, "batches": batches, "rows": rows,
-        "row_head": row_head, "pixels": pixels, "helpers": tuple(sorted(helpers)),
+        "scratch": ctx.scratch[0], "counters": counters, "batches": loops[0],
+        "rows": loops[1], "row_head": row_head, "pixels": pixels,
+        "helpers": tuple(sorted(helpers)), "patch": None, "windows": None, "setup": [],
     }
 
 
@@ -493,6 +560,179 @@ def emit_fc(ctx: OpContext) -> Kernel:
                   includes=("arm_acle.h",))
 
 
+# -- CONV_2D through im2col -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Im2col:
+    """An int8 CONV_2D of any filter and stride (no dilation) as the DSP kernel runs it: output
+    row by output row, two pixels at a time, each pixel's window (`kh` rows of `kw` * `depth`
+    values, in the filter's (ky, kx, c) order) copied into the scratch as int8, the padding the
+    input zero point (whose product with the input offset added is 0, as the reference's
+    skipped taps), then widened into the pairs the pointwise kernel's steps read. `matmul`: the
+    windows times the filter rows, with its packed filter, folded sums and output stage."""
+
+    batches: int
+    height: int
+    width: int
+    depth: int
+    out_h: int
+    out_w: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    matmul: Matmul
+
+    @property
+    def row(self) -> int:
+        """Values of one filter row of the window: contiguous in the input."""
+        return self.kw * self.depth
+
+    @property
+    def window(self) -> int:
+        """Bytes of one pixel's window in the scratch, padded to whole groups."""
+        return self.matmul.groups * GROUP
+
+    def reaches_outside(self, axis: int) -> bool:
+        """Whether some window reaches the padding along `axis` (0: rows, 1: columns)."""
+        size, out, k = ((self.height, self.out_h, self.kh),
+                        (self.width, self.out_w, self.kw))[axis]
+        pad = self.padding[axis]
+        return pad > 0 or (out - 1) * self.stride[axis] - pad + k > size
+
+
+def im2col_of(p: ConvParams | DepthwiseConvParams) -> Im2col:
+    """A CONV_2D's, or a DEPTHWISE_CONV_2D's of one input channel: a convolution whose filter
+    rows are the depth multiplier's."""
+    batch, height, width, depth = p.input_shape
+    _, out_h, out_w, channels = p.output_shape
+    kh, kw = p.window.filter
+    # [channels, kh * kw * depth]; a depthwise filter of one channel is [1, taps, channels]
+    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)
+    bias = np.asarray(p.bias, np.float64).astype(np.int64)
+    m = Matmul(1, 1, batch * out_h * out_w, 0, 0, 0, kh * kw * depth, channels, weights, bias,
+               p.input_offset)
+    return Im2col(batch, height, width, depth, out_h, out_w, kh, kw, tuple(p.window.stride),
+                  tuple(p.window.padding), m)
+
+
+def accepts_im2col(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, ConvParams | DepthwiseConvParams) or not isinstance(p.output,
+                                                                              Requantize):
+        return "not an int8 convolution"
+    if p.output.dtype != "int8" or graph.tensors[op.inputs[0]].dtype != "int8":
+        return "not an int8 convolution"
+    if isinstance(p, ConvParams) and p.groups != 1:
+        return "a grouped convolution"
+    if isinstance(p, DepthwiseConvParams) and p.input_shape[-1] != 1:
+        return "a depthwise convolution of more than one input channel"
+    if tuple(p.window.dilation) != (1, 1):
+        return "a dilated filter"
+    if p.input_shape[0] < 1 or min(p.output_shape) < 1:
+        return "an empty tensor"
+    return None
+
+
+def im2col_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ...]:
+    """Two pixels' windows widened (8 bytes per four values and pixel), and as int8."""
+    d = im2col_of(p)
+    pixels = 2 if d.matmul.pixels > 1 else 1
+    plural = "s" if pixels > 1 else ""
+    return (MemoryRequest(pixels * d.matmul.groups * 8,
+                          f"the windows of {pixels} pixel{plural} widened to int16 pairs"),
+            MemoryRequest(pixels * d.window, f"the windows of {pixels} pixel{plural} as int8"))
+
+
+def window_values(prefix: str, d: Im2col, direct: bool, window: bool) -> dict:
+    """The values of the functions that copy windows out of the input (the template's
+    `window`): `{prefix}_row` always, `{prefix}_window` (one pixel's window, int8) if `window`,
+    `{prefix}_widen` (two pixels' windows widened, filter row by filter row) if `direct`."""
+    sw = d.stride[1]
+    rows_outside, columns_outside = d.reaches_outside(0), d.reaches_outside(1)
+    inside = [*(["iy + ky >= 0", f"iy + ky < {d.height}"] if rows_outside else []),
+              *(["ix >= 0", f"ix <= {d.width - d.kw - sw}"] if columns_outside else [])]
+    return {
+        "prefix": prefix, "d": d, "zero_point": -d.matmul.input_offset,
+        "rows_outside": rows_outside, "columns_outside": columns_outside,
+        "last_column": d.width - d.kw, "direct": direct, "window": window,
+        "inside": " && ".join(inside) or "1", "row_words": 4 * (d.row // GROUP),
+        "row_groups": d.row // GROUP, "next": sw * d.depth,
+        "row_comment": c_comment(
+            f"Filter row y - iy of one output pixel's window into `row`: {d.kw} x {d.depth} "
+            "values from input row y, column ix on; those outside the image the input zero "
+            "point"),
+        "window_comment": c_comment(
+            f"One output pixel's window into `window`, in the filter's order: {d.kh} rows of "
+            f"{d.kw} x {d.depth} values; (iy, ix) is its top left corner in the input, which "
+            "may lie in the padding"),
+        "direct_comment": c_comment(
+            f"The windows of the output pixels at columns ix and ix + {sw} widened into "
+            "`pairs` filter row by filter row: a row inside the image straight from the "
+            "input, another copied into `windows` first")}
+
+
+def emit_im2col(ctx: OpContext) -> Kernel:
+    p: ConvParams | DepthwiseConvParams = ctx.params
+    d = im2col_of(p)
+    m = d.matmul
+    prefix = ctx.prefix
+    sh, sw = d.stride
+    pt, pl = d.padding
+    batches, rows = ConstantLoop("b", d.batches), ConstantLoop("r", d.out_h)
+    even = d.out_w - d.out_w % 2
+    pair, single = ConstantLoop("p", even, 0, 2), ConstantLoop("p", d.out_w, even)
+    image, row_out = d.height * d.width * d.depth, d.out_w * m.channels
+    orow = c_offset("out", [(batches, d.out_h * row_out), (rows, row_out)])
+    row_head = [f"const int8_t *xb = {c_offset('x', [(batches, image)])};",
+                f"const int iy = {c_sum([(rows, sh)], -pt)};",
+                f"int8_t *orow = {orow};"]
+
+    # a filter row holding whole groups: two pixels' rows inside the image widen straight
+    # from the input
+    direct = d.row % GROUP == 0
+
+    def head(count: int, loop: ConstantLoop) -> list[str]:
+        """The block's outputs, and its windows copied and widened into the scratch."""
+        out = c_offset("orow", [(loop, m.channels)])
+        lines = [f"int8_t *o0 = {out}, *o1 = o0 + {m.channels};" if count == 2 else
+                 f"int8_t *o0 = {out};"]
+        if count == 2 and direct:
+            return [*lines, f"{prefix}_widen(pairs, windows, xb, iy, "
+                            f"{c_sum([(loop, sw)], -pl)});"]
+        for i in range(count):
+            lines.append(f"{prefix}_window({c_offset('windows', [], i * d.window)}, xb, iy, "
+                         f"{c_sum([(loop, sw)], i * sw - pl)});")
+        lines.append(f"arenac_widen_2(pairs, windows, windows + {d.window}, {m.groups});"
+                     if count == 2 else f"arenac_widen_1(pairs, windows, {m.groups});")
+        return lines
+
+    pixels = [{"loop": loop, "head": head(count, loop), "count": count}
+              for loop, count in ((pair, 2), (single, 1)) if loop.runs]
+    opcode = "CONV_2D" if isinstance(p, ConvParams) else "DEPTHWISE_CONV_2D of one channel"
+    what = f"{opcode} '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
+    comment = (
+        f"{what} for the Arm DSP extension, output row by output row: "
+        f"{'two pixels' if d.out_w > 1 else 'one pixel'} at a time, each pixel's window of "
+        f"{m.depth} values widened to int16 pairs in the arena ("
+        + ("filter rows inside the image straight from the input, the others copied first"
+           if direct else "copied first")
+        + ", the padding the input zero point), then multiplied by the filter two output "
+        "channels at a time, each __smlad adding two products")
+    values = matmul_values(ctx, m, conv_output(m, p.output), what, comment,
+                           [batches, rows, pair, single], row_head, pixels,
+                           {f"arm_dsp_widen_{p['count']}" for p in pixels}
+                           | ({"arm_dsp_widen_2"} if direct and pair.runs else set()))
+    tail = d.window - m.depth
+    values["patch"] = window_values(prefix, d, direct and pair.runs,
+                                    not (direct and pair.runs) or single.runs)
+    values["windows"] = ctx.scratch[1]
+    values["setup"] = [f"memset({c_offset('windows', [], i * d.window + m.depth)}, 0, {tail});"
+                       for i in range(pixels[0]["count"]) if tail]
+    return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
+                  includes=("arm_acle.h",))
+
+
 # -- DEPTHWISE_CONV_2D ---------------------------------------------------------------------
 
 
@@ -500,13 +740,14 @@ def emit_fc(ctx: OpContext) -> Kernel:
 class Depthwise:
     """An int8 DEPTHWISE_CONV_2D with depth multiplier 1, as the DSP kernel runs it.
 
-    For each output row, the kernel copies the input rows its windows read and the previous
-    output row's did not into the scratch, a ring of `kh` rows (padded row r at slot r % kh),
-    as int16, one line of `line` values per channel (channel-planar), the left and right
-    padding and the rows above and below the image filled with the input zero point
-    (whose product with the input offset added is 0, as the reference's skipped taps). Two
-    horizontally adjacent taps of a channel are then one word of that line, and one __smlad
-    adds both products with the filter's pair of weights, packed at generation time (an odd
+    For each output row, the kernel moves the input rows the previous output row read and this
+    one reads again down to their slots (filter row ky of the windows at slot ky), then copies
+    the rows its windows read and the previous output row's did not into the others, as
+    int16, one line of `line` values per channel (channel-planar), the left and right padding
+    and the rows above and below the image filled with the input zero point (whose product
+    with the input offset added is 0, as the reference's skipped taps). Two horizontally
+    adjacent taps of a channel are then one word of that line, and one __smlad adds both
+    products with the filter's pair of weights, packed at generation time (an odd
     filter width pairs its last tap with a zero weight)."""
 
     batches: int
@@ -618,14 +859,24 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     sh, sw = d.stride
     slot = d.channels * d.line
     loads = [f"const int32_t {w} = wc[{i}];" for i, w in enumerate(words)]
-    # row ky of the window: slot (oy * sh + ky) % kh
-    row_lines = [f"const int16_t *row{ky} = rows + (oy * {sh}{f' + {ky}' if ky else ''}) % "
-                 f"{d.kh} * {slot};" for ky in range(d.kh)]
-    at = "ox" if sw == 1 else f"ox * {sw}"
-    pixel_lines = [f"const int16_t *r{ky} = row{ky} + c * {d.line} + {at};"
-                   for ky in range(d.kh)]
-    macs = [f"acc = __smlad(arenac_load32((const int8_t *)(r{ky}{f' + {2 * j}' if j else ''}))"
-            f", w{ky * d.pairs + j}, acc);" for ky in range(d.kh) for j in range(d.pairs)]
+    even = d.out_w - d.out_w % 2
+
+    def pixels(loop: ConstantLoop, count: int) -> dict:
+        """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
+        wr + ky * slot + ox * sw + 2 * j."""
+        lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
+                 f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
+        for i in range(count):
+            lines += [f"acc{i} = __smlad(arenac_load32((const int8_t *)"
+                      f"({c_offset('r', [], ky * slot + 2 * j + i * sw)})), "
+                      f"w{ky * d.pairs + j}, acc{i});"
+                      for ky in range(d.kh) for j in range(d.pairs)]
+        lines += [f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
+                  f"{prefix}_output(acc{i}, c);" for i in range(count)]
+        return {"loop": loop, "lines": lines}
+
+    pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
+    blocks = [pixels(loop, count) for loop, count in ((pair, 2), (single, 1)) if loop.runs]
     # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
@@ -636,12 +887,13 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         "scratch": ctx.scratch[0],
         "comment": c_comment(
             f"{what} for the Arm DSP extension, output row by output row: the input rows it "
-            f"reads that the previous one did not widened to int16 into a ring of {d.kh} in "
+            f"reads that the previous one did not widened to int16 into the {d.kh} slots of "
             f"the arena (a line of {d.line} values per channel, the padding the input zero "
-            "point), then per channel its filter words kept in registers and each __smlad "
-            "adding two taps' products"),
-        "d": d, "zero_point": -d.input_offset, "slot": slot, "loads": loads, "macs": macs,
-        "row_lines": row_lines, "pixel_lines": pixel_lines, "first_row": first_row,
+            "point), then per channel its filter words kept in registers, two output pixels "
+            "a trip, each __smlad adding two taps' products"),
+        "d": d, "zero_point": -d.input_offset, "slot": slot, "loads": loads,
+        "pixels": blocks, "ox": pair.written, "first_row": first_row,
+        "first_of_window": f"oy * {sh}" if sh > 1 else "oy", "kept": max(d.kh - sh, 0),
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
         "helpers": tuple(sorted({"arm_dsp"} | ({"arm_dsp_rounding"} if any(
@@ -651,15 +903,74 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
                   includes=("arm_acle.h",))
 
 
+# -- ADD and SUB ---------------------------------------------------------------------------
+
+
+def add_rounding(p) -> SingleRounding | None:
+    """The output stage of an int8 ADD or SUB in one rounding: its inputs' rescaled values
+    (tables, as the portable kernel's) combine into a sum within the tables' extremes, which
+    TFLite's MultiplyByQuantizedMultiplier turns into the output; None where no single rounding
+    matches it on every such sum."""
+    if p.output_shift > 0:
+        return None
+    first = rescaled_inputs(p, p.input1_offset, p.input1_multiplier, p.input1_shift)
+    second = rescaled_inputs(p, p.input2_offset, p.input2_multiplier, p.input2_shift)
+    if p.opcode == "SUB":
+        second = -second
+    low, high = p.activation_min - p.output_offset, p.activation_max - p.output_offset
+    mult, shift = p.output_multiplier, p.output_shift
+    found = single_roundings(
+        lambda acc: multiply_by_quantized_multiplier(acc, mult, shift), low, high,
+        np.array([first.min() + second.min()]), np.array([first.max() + second.max()]),
+        [mult], [31 - shift + (1 if mult == 0 else 0)])
+    return found[0] if found else None
+
+
+def accepts_add(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, RescaledParams) or p.dtype != "int8" or p.opcode not in ("ADD", "SUB"):
+        return "not an int8 ADD or SUB"
+    if add_rounding(p) is None:
+        return "no single rounding matches its output stage"
+    return None
+
+
+def emit_add(ctx: OpContext) -> Kernel:
+    """The portable kernel's loops and input tables; the output stage in one rounding."""
+    p = ctx.params
+    r = add_rounding(p)
+    stage = OutputStage(p.activation_min - p.output_offset, p.activation_max - p.output_offset,
+                        p.output_offset, (r,))
+    _, lines, _ = output_values(ctx.prefix, stage)
+    values = binary_values(ctx)
+    values["body"] = [f"const int32_t acc = {'x + y' if p.opcode == 'ADD' else 'x - y'};",
+                      *(line for line in lines if line != "(void)c;")]
+    values["op_function"] = render_macro(ELEMENTWISE_TEMPLATE, values["macro"], values)
+    text = render_macro(ELEMENTWISE_TEMPLATE, "binary", values)
+    uses_ivdep = values["nest"] is not None and values["nest"]["inner"]["ivdep"]
+    return Kernel(text, ("ivdep",) if uses_ivdep else (), includes=("arm_acle.h",))
+
+
 _INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("CONV_2D", "dsp-1x1", _INT8, accepts_conv, emit_conv,
                  scratch=lambda p: pointwise_scratch(conv_matmul(p)),
                  overlaps=pointwise_overlaps, scratch_alignment=WORD),
+    TargetKernel("CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
+                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
+                     graph, op), scratch_alignment=WORD),
+    TargetKernel("ADD", "dsp-add", kernels("int8, int8 -> int8", targets=DSP_TARGETS),
+                 accepts_add, emit_add, overlaps=lambda graph, op, p: overlaps.elementwise(0, 1)(
+                     graph, op)),
+    TargetKernel("SUB", "dsp-add", kernels("int8, int8 -> int8", targets=DSP_TARGETS),
+                 accepts_add, emit_add, overlaps=lambda graph, op, p: overlaps.elementwise(0, 1)(
+                     graph, op)),
     TargetKernel("FULLY_CONNECTED", "dsp", _INT8, accepts_fc, emit_fc,
                  scratch=lambda p: pointwise_scratch(fc_matmul(p, None, None)),
                  scratch_alignment=WORD),
+    TargetKernel("DEPTHWISE_CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
+                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
+                     graph, op), scratch_alignment=WORD),
     TargetKernel("DEPTHWISE_CONV_2D", "dsp-depthwise", _INT8, accepts_depthwise,
                  emit_depthwise, scratch=depthwise_scratch, overlaps=depthwise_overlaps,
                  scratch_alignment=WORD),

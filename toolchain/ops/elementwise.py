@@ -500,14 +500,17 @@ def _plain_values(p: PlainParams, ctype: str) -> dict:
             "body": [line.format(t=ctype) for line in body] + clamp}
 
 
-def _rescaled_input_table(p: RescaledParams, offset: int, multiplier: int,
-                          shift: int) -> str:
+def rescaled_inputs(p: RescaledParams, offset: int, multiplier: int, shift: int) -> np.ndarray:
     """The rescaled value of every input value, the type's lowest first: runtime_py's input
     stage, exactly."""
     low, high = INT_RANGES[p.dtype]
     values = np.arange(low, high + 1, dtype=np.int64)
-    return c_array(multiply_by_quantized_multiplier((values + offset) << p.left_shift,
-                                                    multiplier, shift), per_line=8)
+    return multiply_by_quantized_multiplier((values + offset) << p.left_shift, multiplier, shift)
+
+
+def _rescaled_input_table(p: RescaledParams, offset: int, multiplier: int,
+                          shift: int) -> str:
+    return c_array(rescaled_inputs(p, offset, multiplier, shift), per_line=8)
 
 
 def _rescaled_values(p: RescaledParams, prefix: str, ctype: str) -> dict:

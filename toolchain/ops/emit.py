@@ -139,8 +139,10 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "int16_sigmoid_table": (),
     "int16_softmax_tables": (),
     "arm_dsp": (),
+    "arm_dsp_rounding": (),
     **{f"arm_dsp_{part}": ("arm_dsp",) for part in (
-        "rounding", "partial", "widen_2", "widen_1", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1")},
+        "partial", "widen_2", "widen_1", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1",
+        "mac16_2x2", "mac16_2x1", "mac16_1x2", "mac16_1x1")},
 }
 # Groups laid out by another template than HELPERS_TEMPLATE: the target kernels' own.
 HELPER_TEMPLATES: dict[str, str] = {
