@@ -23,6 +23,7 @@ from runtime_py.kernels import (
     reductions,
     resize,
     shape,
+    signal,
     svdf,
     variables,
 )
@@ -30,6 +31,6 @@ from runtime_py.kernels import (
 Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables)
+            resize, svdf, lstm, variables, signal)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

@@ -19,7 +19,12 @@ from typing import Any
 import numpy as np
 
 from toolchain.ir import Operator
-from toolchain.ops.tables import sigmoid_table_uint16, softmax_exp_lut, softmax_reciprocal_lut
+from toolchain.ops.tables import (
+    log_table,
+    sigmoid_table_uint16,
+    softmax_exp_lut,
+    softmax_reciprocal_lut,
+)
 from toolchain.render import environment
 
 C_TYPES: dict[str, str] = {
@@ -29,6 +34,8 @@ C_TYPES: dict[str, str] = {
     "int16": "int16_t",
     "int32": "int32_t",
     "int64": "int64_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
     "bool": "uint8_t",
 }
 
@@ -90,6 +97,7 @@ class OpContext:
     scratch: tuple[str, ...] = ()  # `uint8_t *` expressions of the op's scratch in the arena
     callee: Callee | None = None  # the subgraph the op runs, if it runs one
     label: str = ""
+    state: tuple[str, ...] = ()  # typed pointers to the kernel's state (Binding.state)
 
 
 @dataclass(frozen=True)
@@ -120,10 +128,17 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp": (),
     **{f"arm_dsp_{part}": ("arm_dsp",) for part in (
         "rounding", "partial", "widen_2", "widen_1", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1")},
+    "signal_fft16": (),
+    **{f"signal_fft16_{part}": ("signal_fft16",) for part in (
+        "radix2", "radix3", "radix4", "radix5")},
+    "signal_sqrt": (),
+    "signal_pcan": ("shifts",),
+    "signal_log": ("shifts",),
 }
 # Groups laid out by another template than HELPERS_TEMPLATE: the target kernels' own.
 HELPER_TEMPLATES: dict[str, str] = {
-    group: "c/arm_dsp.c.j2" for group in HELPER_GROUPS if group.startswith("arm_dsp")}
+    **{group: "c/arm_dsp.c.j2" for group in HELPER_GROUPS if group.startswith("arm_dsp")},
+    **{group: "c/signal.c.j2" for group in HELPER_GROUPS if group.startswith("signal_")}}
 
 
 def _sigmoid_table() -> dict:
@@ -147,6 +162,7 @@ def _softmax_tables() -> dict:
 HELPER_VALUES: dict[str, Callable[[], dict]] = {
     "int16_sigmoid_table": _sigmoid_table,
     "int16_softmax_tables": _softmax_tables,
+    "signal_log": lambda: {"length": log_table().size, "table": c_array(log_table())},
 }
 
 
