@@ -19,13 +19,17 @@ from toolchain.ops.signal import (
     PCAN_SNR_BITS,
     SAMP_MAX,
     AutoScaleParams,
+    DelayParams,
     EnergyParams,
     FilterBankParams,
+    FramerParams,
     LogParams,
+    OverlapAddParams,
     PcanParams,
     RfftParams,
     SpectralSubtractionParams,
     SquareRootParams,
+    StackerParams,
     WindowParams,
 )
 from toolchain.ops.tables import LOG_SEGMENTS_LOG2, log_table
@@ -275,6 +279,79 @@ def log(p: LogParams, inputs, outputs) -> None:
     outputs[0][...] = out
 
 
+# -- streaming ------------------------------------------------------------------------------------
+
+def delay(p: DelayParams, inputs, outputs) -> None:
+    x = inputs[0].reshape(p.rows, p.frame)
+    out = outputs[0].reshape(p.rows, p.frame)
+    if not p.delay:
+        out[...] = x
+        return
+    held = inputs[1]
+    line = np.concatenate([held, x], axis=1)
+    out[...] = line[:, :p.frame]
+    held[...] = line[:, p.frame:]
+
+
+def framer(p: FramerParams, inputs, outputs) -> None:
+    x = inputs[0].reshape(p.rows, p.frames, p.step)
+    buffer, filled = inputs[1], inputs[2]
+    out = outputs[0].reshape(p.rows, p.frames, p.size)
+    valid = True
+    for r in range(p.rows):
+        n = int(filled[0]) + p.initial
+        for f in range(p.frames):
+            buffer[r, n:n + p.step] = x[r, f]
+            n += p.step
+            if n >= p.size:
+                out[r, f] = buffer[r, :p.size]
+                buffer[r, :n - p.step] = buffer[r, p.step:n].copy()
+                n -= p.step
+            else:
+                out[r, f] = 0
+                valid = False
+    filled[0] = n - p.initial
+    outputs[1][...] = valid
+
+
+def stacker(p: StackerParams, inputs, outputs) -> None:
+    x, buffer, held = inputs
+    out, valid = outputs
+    n = int(held[0])
+    buffer[n:n + p.channels] = x
+    n += p.channels
+    if not held[1]:
+        for _ in range(p.left):
+            buffer[n:n + p.channels] = buffer[n - p.channels:n]
+            n += p.channels
+        held[1] = 1
+    step = p.channels * p.step
+    if n >= p.size:
+        out[...] = buffer[:p.size]
+        buffer[:n - step] = buffer[step:n].copy()
+        n -= step
+        valid[...] = True
+    else:
+        out[...] = 0
+        valid[...] = False
+    held[0] = n
+
+
+def overlap_add(p: OverlapAddParams, inputs, outputs) -> None:
+    x = inputs[0].reshape(p.rows, p.frames, p.size)
+    sums = inputs[1]
+    out = outputs[0].reshape(p.rows, p.frames, p.step)
+    for r in range(p.rows):
+        for f in range(p.frames):
+            if p.dtype == "int16":
+                sums[r] = np.clip(sums[r].astype(np.int32) + x[r, f], -32768, 32767)
+            else:
+                sums[r] = sums[r] + x[r, f]
+            out[r, f] = sums[r, :p.step]
+            sums[r, :p.size - p.step] = sums[r, p.step:].copy()
+            sums[r, p.size - p.step:] = 0
+
+
 KERNELS = {
     "SignalWindow": window,
     "SignalFftAutoScale": auto_scale,
@@ -285,4 +362,8 @@ KERNELS = {
     "SignalFilterBankSpectralSubtraction": spectral_subtraction,
     "SignalPCAN": pcan,
     "SignalFilterBankLog": log,
+    "SignalDelay": delay,
+    "SignalFramer": framer,
+    "SignalStacker": stacker,
+    "SignalOverlapAdd": overlap_add,
 }

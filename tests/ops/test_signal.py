@@ -10,9 +10,12 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle, refusal
+from tests.test_codegen import style_problems
 from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import random_inputs
 from toolchain.checking.oracle import TFLMOracle
+from toolchain.codegen import generate
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.ops import bind, oracle_of, prepare_graph
 from toolchain.ops.spec import TFLM
@@ -321,3 +324,92 @@ def test_cast_between_uint32_and_int32(source, target):
     b.op("CAST", [x], [y])
     b.output(y)
     assert_matches_oracle(b.build(), inputs=4)
+
+
+# -- the streaming ops --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, delay", [((16,), 5), ((2, 6), 9), ((8,), 8), ((3,), 0)])
+def test_delay(shape, delay):
+    assert_matches_oracle(custom_model("SignalDelay", [(shape, "int16")], [(shape, "int16")],
+                                       {"delay_length": delay}), sequence=SEQUENCE)
+
+
+@pytest.mark.parametrize("shape, size, step", [((16,), 24, 8), ((2, 10), 7, 5), ((4,), 4, 4),
+                                               ((1, 12), 10, 3)])
+def test_framer_with_prefill(shape, size, step):
+    frames = shape[-1] // step
+    model = custom_model("SignalFramer", [(shape, "int16")],
+                         [((*shape[:-1], frames, size), "int16"), ((), "bool")],
+                         {"frame_size": size, "frame_step": step, "prefill": True})
+    assert_matches_oracle(model, sequence=SEQUENCE)
+
+
+def assert_valid_frames_match(model: bytes, invokes: int = 6) -> None:
+    """The valid flag after every invoke, and the frames whenever it is set, as TFLite Micro's
+    (which leaves a frame it cannot fill unwritten, runtime_py and the C zeros), in runtime_py
+    and the compiled C."""
+    mp = plan_model(parse_model(model))
+    oracle, runtime, c = TFLMOracle(model, 2), ArenaInterpreter(mp), CBackend(mp)
+    input_sets = [random_inputs(mp.graph, k) for k in range(invokes)]
+    try:
+        compiled = c.invoke_many(input_sets)
+    finally:
+        c.close()
+    flags = []
+    for inputs, from_c in zip(input_sets, compiled):
+        expected, expected_valid = oracle.invoke(inputs)
+        for actual, actual_valid in (runtime.invoke(inputs), from_c):
+            assert bool(expected_valid) == bool(actual_valid)
+            if expected_valid:
+                np.testing.assert_array_equal(expected, actual)
+        flags.append(bool(expected_valid))
+    assert not all(flags) and any(flags)
+
+
+def test_framer_without_prefill():
+    assert_valid_frames_match(custom_model(
+        "SignalFramer", [((8,), "int16")], [((1, 20), "int16"), ((), "bool")],
+        {"frame_size": 20, "frame_step": 8, "prefill": False}))
+
+
+@pytest.mark.parametrize("channels, left, step", [(5, 2, 1), (3, 0, 1), (8, 3, 1)])
+def test_stacker_every_frame(channels, left, step):
+    size = channels * (left + 1)
+    assert_matches_oracle(custom_model(
+        "SignalStacker", [((channels,), "int16")], [((size,), "int16"), ((), "bool")],
+        {"num_channels": channels, "stacker_left_context": left, "stacker_right_context": 0,
+         "stacker_step": step}), sequence=SEQUENCE)
+
+
+def test_stacker_with_right_context_and_steps():
+    channels, left, right = 4, 1, 2
+    assert_valid_frames_match(custom_model(
+        "SignalStacker", [((channels,), "int16")],
+        [((channels * (left + right + 1),), "int16"), ((), "bool")],
+        {"num_channels": channels, "stacker_left_context": left,
+         "stacker_right_context": right, "stacker_step": 2}), invokes=8)
+
+
+@pytest.mark.parametrize("dtype, code, shape, step", [("int16", 7, (3, 8), 4),
+                                                      ("int16", 7, (2, 2, 6), 6),
+                                                      ("float32", 0, (4, 10), 3)])
+def test_overlap_add(dtype, code, shape, step):
+    frames = shape[-2]
+    model = custom_model("SignalOverlapAdd", [(shape, dtype)],
+                         [((*shape[:-2], frames * step), dtype)], {"T": code, "frame_step": step})
+    assert_matches_oracle(model, sequence=SEQUENCE)
+
+
+@pytest.mark.parametrize("model", [
+    front_end(),
+    custom_model("SignalFftAutoScale", [((1,), "int16")], [((1,), "int16"), ((), "int32")], {}),
+    custom_model("SignalDelay", [((1, 6), "int16")], [((1, 6), "int16")], {"delay_length": 2}),
+    custom_model("SignalOverlapAdd", [((1, 4), "int16")], [((4,), "int16")],
+                 {"T": 7, "frame_step": 4}),
+    custom_model("SignalFramer", [((1, 5), "int16")], [((1, 1, 5), "int16"), ((), "bool")],
+                 {"frame_size": 5, "frame_step": 5, "prefill": True}),
+], ids=["front_end", "auto_scale_1", "delay_row", "overlap_add_1", "framer_1"])
+def test_generated_c_reads_like_hand_written_c(model):
+    source = generate(plan_model(parse_model(model)), "m")["m.c"]
+    assert not style_problems(source)

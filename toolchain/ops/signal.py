@@ -35,19 +35,24 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops.emit import (
+    ConstantLoop,
     Emitter,
     Kernel,
     OpContext,
     c_array,
     c_comment,
     c_length,
+    c_offset,
+    c_sum,
     render_macro,
+    written_vars,
 )
 from toolchain.ops.spec import TFLM, MemoryRequest, OpSpec, StateRequest, kernels
 
@@ -201,7 +206,7 @@ def prepare_rfft(graph: Graph, op: Operator) -> RfftParams:
     dtype = RFFT_TYPES.get(options["T"])
     if dtype != "int16" or x.dtype != "int16":
         raise UnsupportedOpError(f"SignalRfft of {dtype or options['T']} (runs int16)")
-    fft_length = _int_option(options, "fft_length", 2, 1 << 15)
+    fft_length = _int_option(options, "fft_length", 4, 1 << 15)
     if fft_length % 2:
         raise UnsupportedOpError(f"odd fft_length {fft_length} (kiss_fft's real FFT needs an "
                                  "even one)")
@@ -404,6 +409,137 @@ def prepare_log(graph: Graph, op: Operator) -> LogParams:
                      _int_option(options, "output_scale", -(2**31), 2**31 - 1))
 
 
+# -- the streaming ops: delay lines and frame buffers kept across invokes ------------------------
+# TFLite Micro keeps each in a circular buffer; here each is a line in the state block, oldest
+# sample first, and a count where the line's fill varies (Framer, Stacker): zeros after a reset.
+
+@dataclass(frozen=True)
+class DelayParams:
+    rows: int
+    frame: int
+    delay: int
+
+
+def prepare_delay(graph: Graph, op: Operator) -> DelayParams:
+    _arity(op, 1, 1)
+    options = _options(op, "delay_length")
+    (x,), (out,) = _tensors(graph, op)
+    if not x.shape or out.shape != x.shape or x.num_elements == 0:
+        raise UnsupportedOpError(f"input {list(x.shape)} and output {list(out.shape)} (must be "
+                                 "the same, not empty)")
+    frame = x.shape[-1]
+    return DelayParams(x.num_elements // frame, frame,
+                       _int_option(options, "delay_length", 0, 1 << 20))
+
+
+def delay_state(p: DelayParams) -> tuple[StateRequest, ...]:
+    return (StateRequest("int16", (p.rows, p.delay), "the delayed samples"),) if p.delay else ()
+
+
+@dataclass(frozen=True)
+class FramerParams:
+    rows: int
+    frames: int  # per row and invoke
+    size: int
+    step: int
+    capacity: int
+    prefill: bool
+
+    @property
+    def initial(self) -> int:
+        """Samples a row holds after a reset: zeros, size - step of them with prefill."""
+        return self.size - self.step if self.prefill else 0
+
+
+def prepare_framer(graph: Graph, op: Operator) -> FramerParams:
+    _arity(op, 1, 2)
+    options = _options(op, "frame_size", "frame_step", "prefill")
+    (x,), (out, valid) = _tensors(graph, op)
+    size = _int_option(options, "frame_size", 1, 1 << 16)
+    step = _int_option(options, "frame_step", 1, size)
+    if not x.shape or x.shape[-1] % step or x.shape[-1] < step:
+        raise UnsupportedOpError(f"input {list(x.shape)} is not whole steps of {step}")
+    frames = x.shape[-1] // step
+    if out.shape != (*x.shape[:-1], frames, size) or valid.shape != ():
+        raise UnsupportedOpError(f"outputs {list(out.shape)} and {list(valid.shape)} (must be "
+                                 f"{[*x.shape[:-1], frames, size]} and a scalar)")
+    return FramerParams(x.num_elements // x.shape[-1], frames, size, step,
+                        -(-size // step) * step, bool(options["prefill"]))
+
+
+def framer_state(p: FramerParams) -> tuple[StateRequest, ...]:
+    return (StateRequest("int16", (p.rows, p.capacity), "the samples of the frames to come"),
+            StateRequest("int32", (1,), "the samples each row holds beyond a reset's"))
+
+
+STACKER_KEYS = ("num_channels", "stacker_left_context", "stacker_right_context", "stacker_step")
+
+
+@dataclass(frozen=True)
+class StackerParams:
+    channels: int
+    left: int
+    right: int
+    step: int
+
+    @property
+    def size(self) -> int:
+        return self.channels * (self.left + self.right + 1)
+
+
+def prepare_stacker(graph: Graph, op: Operator) -> StackerParams:
+    _arity(op, 1, 2)
+    options = _options(op, *STACKER_KEYS)
+    (x,), (out, valid) = _tensors(graph, op)
+    channels = _int_option(options, "num_channels", 1, 1 << 16)
+    left = _int_option(options, "stacker_left_context", 0, 1 << 10)
+    right = _int_option(options, "stacker_right_context", 0, 1 << 10)
+    step = _int_option(options, "stacker_step", 1, left + right + 1)
+    p = StackerParams(channels, left, right, step)
+    if x.shape != (channels,) or out.shape != (p.size,) or valid.shape != ():
+        raise UnsupportedOpError(f"input {list(x.shape)}, outputs {list(out.shape)} and "
+                                 f"{list(valid.shape)} (must be [{channels}], [{p.size}] and a "
+                                 "scalar)")
+    return p
+
+
+def stacker_state(p: StackerParams) -> tuple[StateRequest, ...]:
+    return (StateRequest("int16", (p.size,), "the stacked frames"),
+            StateRequest("int32", (2,), "the values held, and whether a frame came since the "
+                         "reset"))
+
+
+@dataclass(frozen=True)
+class OverlapAddParams:
+    dtype: str
+    rows: int
+    frames: int
+    size: int
+    step: int
+
+
+def prepare_overlap_add(graph: Graph, op: Operator) -> OverlapAddParams:
+    _arity(op, 1, 1)
+    options = _options(op, "T", "frame_step")
+    (x,), (out,) = _tensors(graph, op)
+    if RFFT_TYPES.get(options["T"]) not in ("int16", "float32") \
+            or RFFT_TYPES[options["T"]] != x.dtype:
+        raise UnsupportedOpError(f"SignalOverlapAdd of type {options['T']} on {x.dtype}")
+    if len(x.shape) < 2 or len(out.shape) != len(x.shape) - 1:
+        raise UnsupportedOpError(f"input {list(x.shape)} and output {list(out.shape)} (frames "
+                                 "in, one dimension fewer out)")
+    frames, size = x.shape[-2:]
+    step = _int_option(options, "frame_step", 1, max(size, 1))
+    if out.shape != (*x.shape[:-2], frames * step):
+        raise UnsupportedOpError(f"output {list(out.shape)} (must be "
+                                 f"{[*x.shape[:-2], frames * step]})")
+    return OverlapAddParams(x.dtype, x.num_elements // max(frames * size, 1), frames, size, step)
+
+
+def overlap_add_state(p: OverlapAddParams) -> tuple[StateRequest, ...]:
+    return (StateRequest(p.dtype, (p.rows, p.size), "the sums of the frames to come"),)
+
+
 # -- C emission --------------------------------------------------------------------------------
 
 TEMPLATE = "c/signal.c.j2"
@@ -417,18 +553,29 @@ def _io(ctx: OpContext) -> dict:
 
 def _emit(macro: str, comment: str, helpers: tuple[str, ...] = (),
           values: Callable[[OpContext], dict] | None = None) -> Emitter:
-    """An emitter that lays out `macro` with the op's pointers, params, `values(ctx)` and
-    `comment` (formatted with the output's name and the params)."""
+    """An emitter that lays out `macro` with the op's pointers, params, `values(ctx)` (whose
+    "loops" are ConstantLoops by name, declared once in "counters") and `comment`, formatted
+    with the output's name and the params."""
     def emit(ctx: OpContext) -> Kernel:
-        v = {**_io(ctx), **(values(ctx) if values else {})}
+        v = {"loops": {}, **_io(ctx), **(values(ctx) if values else {})}
+        v["counters"] = written_vars(list(v["loops"].values()))
         v["comment"] = c_comment(comment.format(name=v["name"], p=ctx.params))
         return Kernel(render_macro(TEMPLATE, macro, v), helpers)
     return emit
 
 
+def _each(count: Callable[[Any], int]) -> Callable[[OpContext], dict]:
+    """The values of a kernel with one loop `i` over `count(params)` elements."""
+    def values(ctx: OpContext) -> dict:
+        return {"loops": {"i": ConstantLoop("i", count(ctx.params))}}
+    return values
+
+
 def _window_values(ctx: OpContext) -> dict:
     p: WindowParams = ctx.params
-    return {"weight_index": "i" if p.window == p.size else f"i % {p.window}"}
+    i = ConstantLoop("i", p.size)
+    return {"loops": {"i": i},
+            "weight_index": i.index if p.window == p.size else f"{i.index} % {p.window}"}
 
 
 def _stage_call(s: FftStage, block: str) -> str:
@@ -463,23 +610,75 @@ def emit_rfft(ctx: OpContext) -> Kernel:
     return Kernel(render_macro(TEMPLATE, "rfft", v), _rfft_helpers(p))
 
 
+def _energy_values(ctx: OpContext) -> dict:
+    p: EnergyParams = ctx.params
+    return {"loops": {"i": ConstantLoop("i", p.end, p.start)}}
+
+
 def _spectral_values(ctx: OpContext) -> dict:
     p: SpectralSubtractionParams = ctx.params
+    i = ConstantLoop("i", p.channels)
 
     def pick(pair: tuple[int, int]) -> str:
         even, odd = pair
-        return f"{even}u" if even == odd else f"(i & 1) ? {odd}u : {even}u"
-    return {"smoothing": pick(p.smoothing), "rest": pick(p.one_minus_smoothing)}
+        return f"{even}u" if even == odd else f"({i.index} & 1) ? {odd}u : {even}u"
+    return {"loops": {"i": i}, "smoothing": pick(p.smoothing),
+            "rest": pick(p.one_minus_smoothing)}
 
 
 def _pcan_values(ctx: OpContext) -> dict:
-    return {"shrink_below": 2 << PCAN_SNR_BITS, "square_shift": 2 + 2 * PCAN_SNR_BITS -
-            PCAN_OUTPUT_BITS, "linear_shift": PCAN_SNR_BITS - PCAN_OUTPUT_BITS,
+    return {"loops": {"i": ConstantLoop("i", ctx.params.channels)},
+            "shrink_below": 2 << PCAN_SNR_BITS,
+            "square_shift": 2 + 2 * PCAN_SNR_BITS - PCAN_OUTPUT_BITS,
+            "linear_shift": PCAN_SNR_BITS - PCAN_OUTPUT_BITS,
             "linear_offset": 1 << PCAN_OUTPUT_BITS}
 
 
 def _log_values(ctx: OpContext) -> dict:
-    return {"scale": f"{ctx.params.output_scale & 0xFFFFFFFF}u"}
+    return {"loops": {"i": ConstantLoop("i", ctx.params.channels)},
+            "scale": f"{ctx.params.output_scale & 0xFFFFFFFF}u"}
+
+
+def _delay_values(ctx: OpContext) -> dict:
+    p: DelayParams = ctx.params
+    r, i = ConstantLoop("r", p.rows), ConstantLoop("i", p.frame)
+    if p.delay > p.frame:
+        keep = [f"memmove(h, h + {p.frame}, {p.delay - p.frame} * sizeof *h);",
+                f"memcpy(h + {p.delay - p.frame}, xr, {p.frame} * sizeof *h);"]
+    else:
+        keep = [f"memcpy(h, xr + {p.frame - p.delay}, {p.delay} * sizeof *h);"]
+    sample = (f"h[{i.index}]" if p.delay >= p.frame else
+              f"{i.index} < {p.delay} ? h[{i.index}] : xr[{c_sum([(i, 1)], -p.delay)}]")
+    return {"loops": {"r": r, "i": i}, "keep": keep, "sample": sample,
+            "row_x": c_offset("x", [(r, p.frame)]), "row_out": c_offset("out", [(r, p.frame)]),
+            "row_held": c_offset("held", [(r, p.delay)])}
+
+
+def _framer_values(ctx: OpContext) -> dict:
+    p: FramerParams = ctx.params
+    r, f = ConstantLoop("r", p.rows), ConstantLoop("f", p.frames)
+    return {"loops": {"r": r, "f": f}, "row_held": c_offset("held", [(r, p.capacity)]),
+            "frame_at": c_sum([(r, p.frames * p.size), (f, p.size)]),
+            "step_at": c_sum([(r, p.frames * p.step), (f, p.step)])}
+
+
+def _stacker_values(ctx: OpContext) -> dict:
+    return {"loops": {"k": ConstantLoop("k", ctx.params.left)}}
+
+
+def _overlap_add_values(ctx: OpContext) -> dict:
+    p: OverlapAddParams = ctx.params
+    r, f, i = ConstantLoop("r", p.rows), ConstantLoop("f", p.frames), ConstantLoop("i", p.size)
+    at = i.index
+    if p.dtype == "float32":
+        add = f"acc[{at}] += xf[{at}];"
+    else:
+        add = (f"acc[{at}] = (int16_t)(sum < INT16_MIN ? INT16_MIN : (sum > INT16_MAX ? "
+               "INT16_MAX : sum));")
+    return {"loops": {"r": r, "f": f, "i": i}, "ctype": ctx.inputs[0].ctype, "add": add,
+            "integer": p.dtype == "int16", "row_sums": c_offset("sums", [(r, p.size)]),
+            "frame_at": c_sum([(r, p.frames * p.size), (f, p.size)]),
+            "step_at": c_sum([(r, p.frames * p.step), (f, p.step)])}
 
 
 SPECS: tuple[OpSpec, ...] = (
@@ -491,12 +690,13 @@ SPECS: tuple[OpSpec, ...] = (
            prepare_auto_scale,
            _emit("auto_scale", "SignalFftAutoScale '{name}': the input shifted left by the bits "
                  "its largest magnitude leaves free (none when that is 0 or -32768, as TFLite "
-                 "Micro's scan finds it), and that shift", ("shifts",))),
+                 "Micro's scan finds it), and that shift", ("shifts",),
+                 _each(lambda p: p.size))),
     OpSpec("SignalRfft", kernels("int16 -> int16", oracle=TFLM), prepare_rfft, emit_rfft,
            scratch=rfft_scratch),
     OpSpec("SignalEnergy", kernels("int16 -> uint32", oracle=TFLM), prepare_energy,
            _emit("energy", "SignalEnergy '{name}': re^2 + im^2 of bins {p.start}-{p.end} in "
-                 "uint32, 0 elsewhere")),
+                 "uint32, 0 elsewhere", values=_energy_values)),
     OpSpec("SignalFilterBank",
            kernels("uint32, int16, int16, int16, int16, int16 -> uint64", oracle=TFLM),
            prepare_filter_bank,
@@ -508,7 +708,8 @@ SPECS: tuple[OpSpec, ...] = (
            prepare_square_root,
            _emit("square_root", "SignalFilterBankSquareRoot '{name}': each channel's square "
                  "root rounded to nearest (at most 65535 below 2^32, as TFLite Micro's), "
-                 "shifted right by the run-time bit count", ("signal_sqrt",))),
+                 "shifted right by the run-time bit count", ("signal_sqrt",),
+                 _each(lambda p: p.channels))),
     OpSpec("SignalFilterBankSpectralSubtraction",
            kernels("uint32 -> uint32, uint32", oracle=TFLM), prepare_spectral_subtraction,
            _emit("spectral_subtraction", "SignalFilterBankSpectralSubtraction '{name}': the "
@@ -524,4 +725,27 @@ SPECS: tuple[OpSpec, ...] = (
            _emit("log", "SignalFilterBankLog '{name}': a fixed-point natural log of each "
                  "channel shifted left by {p.correction_bits}, times {p.output_scale} / 65536, "
                  "saturated to int16 (0 for inputs below 2)", ("signal_log",), _log_values)),
+    OpSpec("SignalDelay", kernels("int16 -> int16", oracle=TFLM), prepare_delay,
+           _emit("delay", "SignalDelay '{name}': each row of {p.frame} samples delayed by "
+                 "{p.delay} (the delayed samples are kept across invokes, zeros after a reset)",
+                 values=_delay_values), state=delay_state),
+    OpSpec("SignalFramer", kernels("int16 -> int16, bool", oracle=TFLM), prepare_framer,
+           _emit("framer", "SignalFramer '{name}': frames of {p.size} samples every {p.step} "
+                 "from the samples kept across invokes; a frame not yet whole is written as "
+                 "zeros and clears the valid flag (TFLite Micro leaves it unwritten)",
+                 values=_framer_values),
+           state=framer_state),
+    OpSpec("SignalStacker", kernels("int16 -> int16, bool", oracle=TFLM), prepare_stacker,
+           _emit("stacker", "SignalStacker '{name}': {p.left} + 1 + {p.right} frames of "
+                 "{p.channels} channels stacked, every {p.step} frames (the first frame after a "
+                 "reset also fills the left context); a stack not yet whole is written as zeros "
+                 "and clears the valid flag (TFLite Micro leaves it unwritten)",
+                 values=_stacker_values),
+           state=stacker_state),
+    OpSpec("SignalOverlapAdd", kernels("T -> T", T=("int16", "float32"), oracle=TFLM),
+           prepare_overlap_add,
+           _emit("overlap_add", "SignalOverlapAdd '{name}': each frame of {p.size} added "
+                 "(saturating in int16) into the sums kept across invokes, whose first {p.step} "
+                 "are written out and leave", values=_overlap_add_values),
+           state=overlap_add_state),
 )
