@@ -12,12 +12,10 @@ import math
 import numpy as np
 
 from toolchain.ops.signal import (
-    FRAC_BITS,
     LOG_COEFF,
     LOG_SCALE_LOG2,
     PCAN_OUTPUT_BITS,
     PCAN_SNR_BITS,
-    SAMP_MAX,
     AutoScaleParams,
     DelayParams,
     EnergyParams,
@@ -61,106 +59,182 @@ def auto_scale(p: AutoScaleParams, inputs, outputs) -> None:
     outputs[1][...] = bits
 
 
-# -- the int16 FFT ------------------------------------------------------------------------------
+# -- kiss_fft: the int16, int32 and float32 FFTs ---------------------------------------------------
 
-def _round(x):
-    return _int16((x + (1 << (FRAC_BITS - 1))) >> FRAC_BITS)
+class _Arith:
+    """kiss_fft's scalar arithmetic for one type: `store` is an assignment to a scalar (a wrap to
+    the integer type, a float32 rounding), `mul` a complex product, `div` the division by a
+    radix (fixed point only), `scale` S_MUL, `half` HALF_OF of a stored value and `half_sum`
+    HALF_OF of a sum or difference as C evaluates it (int32 sums wrap before the shift)."""
+
+    def __init__(self, dtype: str):
+        self.float = dtype == "float32"
+        self.bits = {"int16": 16, "int32": 32}.get(dtype, 0)
+
+    def store(self, x):
+        if self.float:
+            return np.float32(x) if np.ndim(x) == 0 else np.asarray(x, np.float32)
+        half = 1 << (self.bits - 1)
+        return ((x + half) & ((1 << self.bits) - 1)) - half
+
+    def round(self, x):
+        frac = self.bits - 1
+        return self.store((x + (1 << (frac - 1))) >> frac)
+
+    def mul(self, ar, ai, br, bi):
+        if self.float:
+            f = np.float32
+            return (self.store(f(ar) * f(br) - f(ai) * f(bi)),
+                    self.store(f(ar) * f(bi) + f(ai) * f(br)))
+        return self.round(ar * br - ai * bi), self.round(ar * bi + ai * br)
+
+    def div(self, re, im, k: int):
+        if self.float:  # copies: the stage writes its inputs' places while it still reads them
+            return np.array(re), np.array(im)
+        factor = ((1 << (self.bits - 1)) - 1) // k
+        return self.round(re * factor), self.round(im * factor)
+
+    def scale(self, a, b):
+        return self.store(np.float32(a) * np.float32(b)) if self.float else self.round(a * b)
+
+    def half(self, x):
+        return self.store(x * np.float32(0.5)) if self.float else x >> 1
+
+    def half_sum(self, x):
+        """HALF_OF(a + b) for x = a + b as C computed it."""
+        if self.float:
+            return self.store(self.store(x) * np.float32(0.5))
+        return (self.store(x) if self.bits == 32 else x) >> 1
 
 
-def _mul(ar, ai, br, bi):
-    return _round(ar * br - ai * bi), _round(ar * bi + ai * br)
+def _pairs(arith: _Arith, a, b, op):
+    return [arith.store(op(x, y)) for x, y in zip(a, b)]
 
 
-def _div(re, im, k: int):
-    """Each part times SAMP_MAX / k (integer), rounded: kiss_fft's division by a radix."""
-    return _round(re * (SAMP_MAX // k)), _round(im * (SAMP_MAX // k))
-
-
-def _stage(re: np.ndarray, im: np.ndarray, radix: int, m: int, stride: int,
-           tw: np.ndarray) -> None:
+def _stage(arith: _Arith, re: np.ndarray, im: np.ndarray, radix: int, m: int, stride: int,
+           tw: np.ndarray, inverse: bool) -> None:
     """One kiss_fft stage over every block at once: re and im are (blocks, radix, m)."""
+    add, sub = (lambda a, b: _pairs(arith, a, b, np.add)), (lambda a, b: _pairs(arith, a, b,
+                                                                                 np.subtract))
+    store, scale = arith.store, arith.scale
     k = np.arange(m)
     twr, twi = tw[:, 0], tw[:, 1]
-    f = [_div(re[:, q], im[:, q], radix) for q in range(radix)]
+    f = [arith.div(re[:, q], im[:, q], radix) for q in range(radix)]
     if radix == 2:
-        tr, ti = _mul(*f[1], twr[k * stride], twi[k * stride])
-        re[:, 1], im[:, 1] = _int16(f[0][0] - tr), _int16(f[0][1] - ti)
-        re[:, 0], im[:, 0] = _int16(f[0][0] + tr), _int16(f[0][1] + ti)
+        t = arith.mul(*f[1], twr[k * stride], twi[k * stride])
+        (re[:, 1], im[:, 1]), (re[:, 0], im[:, 0]) = sub(f[0], t), add(f[0], t)
     elif radix == 4:
-        s0 = _mul(*f[1], twr[k * stride], twi[k * stride])
-        s1 = _mul(*f[2], twr[2 * k * stride], twi[2 * k * stride])
-        s2 = _mul(*f[3], twr[3 * k * stride], twi[3 * k * stride])
-        s5 = [_int16(a - b) for a, b in zip(f[0], s1)]
-        a0 = [_int16(a + b) for a, b in zip(f[0], s1)]
-        s3 = [_int16(a + b) for a, b in zip(s0, s2)]
-        s4 = [_int16(a - b) for a, b in zip(s0, s2)]
-        re[:, 2], im[:, 2] = _int16(a0[0] - s3[0]), _int16(a0[1] - s3[1])
-        re[:, 0], im[:, 0] = _int16(a0[0] + s3[0]), _int16(a0[1] + s3[1])
-        re[:, 1], im[:, 1] = _int16(s5[0] + s4[1]), _int16(s5[1] - s4[0])
-        re[:, 3], im[:, 3] = _int16(s5[0] - s4[1]), _int16(s5[1] + s4[0])
+        s0 = arith.mul(*f[1], twr[k * stride], twi[k * stride])
+        s1 = arith.mul(*f[2], twr[2 * k * stride], twi[2 * k * stride])
+        s2 = arith.mul(*f[3], twr[3 * k * stride], twi[3 * k * stride])
+        s5, a0 = sub(f[0], s1), add(f[0], s1)
+        s3, s4 = add(s0, s2), sub(s0, s2)
+        (re[:, 2], im[:, 2]), (re[:, 0], im[:, 0]) = sub(a0, s3), add(a0, s3)
+        sign = -1 if inverse else 1
+        re[:, 1], im[:, 1] = store(s5[0] + sign * s4[1]), store(s5[1] - sign * s4[0])
+        re[:, 3], im[:, 3] = store(s5[0] - sign * s4[1]), store(s5[1] + sign * s4[0])
     elif radix == 3:
-        epi = int(tw[stride * m, 1])
-        s1 = _mul(*f[1], twr[k * stride], twi[k * stride])
-        s2 = _mul(*f[2], twr[2 * k * stride], twi[2 * k * stride])
-        s3 = [_int16(a + b) for a, b in zip(s1, s2)]
-        s0 = [_round(_int16(a - b) * epi) for a, b in zip(s1, s2)]
-        r1, i1 = _int16(f[0][0] - (s3[0] >> 1)), _int16(f[0][1] - (s3[1] >> 1))
-        re[:, 0], im[:, 0] = _int16(f[0][0] + s3[0]), _int16(f[0][1] + s3[1])
-        re[:, 2], im[:, 2] = _int16(r1 + s0[1]), _int16(i1 - s0[0])
-        re[:, 1], im[:, 1] = _int16(r1 - s0[1]), _int16(i1 + s0[0])
+        epi = tw[stride * m, 1]
+        s1 = arith.mul(*f[1], twr[k * stride], twi[k * stride])
+        s2 = arith.mul(*f[2], twr[2 * k * stride], twi[2 * k * stride])
+        s3, s0 = add(s1, s2), sub(s1, s2)
+        r1, i1 = store(f[0][0] - arith.half(s3[0])), store(f[0][1] - arith.half(s3[1]))
+        s0 = [scale(v, epi) for v in s0]
+        re[:, 0], im[:, 0] = add(f[0], s3)
+        re[:, 2], im[:, 2] = store(r1 + s0[1]), store(i1 - s0[0])
+        re[:, 1], im[:, 1] = store(r1 - s0[1]), store(i1 + s0[0])
     else:  # radix 5
-        yar, yai = (int(v) for v in tw[stride * m])
-        ybr, ybi = (int(v) for v in tw[2 * stride * m])
-        s = [f[0], *(_mul(*f[q], twr[q * k * stride], twi[q * k * stride]) for q in (1, 2, 3, 4))]
-        s7 = [_int16(a + b) for a, b in zip(s[1], s[4])]
-        s10 = [_int16(a - b) for a, b in zip(s[1], s[4])]
-        s8 = [_int16(a + b) for a, b in zip(s[2], s[3])]
-        s9 = [_int16(a - b) for a, b in zip(s[2], s[3])]
-        re[:, 0], im[:, 0] = _int16(f[0][0] + s7[0] + s8[0]), _int16(f[0][1] + s7[1] + s8[1])
-        s5 = [_int16(s[0][j] + _round(s7[j] * yar) + _round(s8[j] * ybr)) for j in (0, 1)]
-        s6 = (_int16(_round(s10[1] * yai) + _round(s9[1] * ybi)),
-              _int16(-_round(s10[0] * yai) - _round(s9[0] * ybi)))
-        re[:, 1], im[:, 1] = _int16(s5[0] - s6[0]), _int16(s5[1] - s6[1])
-        re[:, 4], im[:, 4] = _int16(s5[0] + s6[0]), _int16(s5[1] + s6[1])
-        s11 = [_int16(s[0][j] + _round(s7[j] * ybr) + _round(s8[j] * yar)) for j in (0, 1)]
-        s12 = (_int16(-_round(s10[1] * ybi) + _round(s9[1] * yai)),
-               _int16(_round(s10[0] * ybi) - _round(s9[0] * yai)))
-        re[:, 2], im[:, 2] = _int16(s11[0] + s12[0]), _int16(s11[1] + s12[1])
-        re[:, 3], im[:, 3] = _int16(s11[0] - s12[0]), _int16(s11[1] - s12[1])
+        yar, yai = tw[stride * m]
+        ybr, ybi = tw[2 * stride * m]
+        s = [f[0], *(arith.mul(*f[q], twr[q * k * stride], twi[q * k * stride])
+                     for q in (1, 2, 3, 4))]
+        s7, s10, s8, s9 = add(s[1], s[4]), sub(s[1], s[4]), add(s[2], s[3]), sub(s[2], s[3])
+        re[:, 0] = store(f[0][0] + store(s7[0] + s8[0]) if arith.float else
+                         f[0][0] + s7[0] + s8[0])
+        im[:, 0] = store(f[0][1] + store(s7[1] + s8[1]) if arith.float else
+                         f[0][1] + s7[1] + s8[1])
+        s5 = [store(store(s[0][j] + scale(s7[j], yar)) + scale(s8[j], ybr)) for j in (0, 1)]
+        s6 = (store(scale(s10[1], yai) + scale(s9[1], ybi)),
+              store(-scale(s10[0], yai) - scale(s9[0], ybi)))
+        (re[:, 1], im[:, 1]), (re[:, 4], im[:, 4]) = sub(s5, s6), add(s5, s6)
+        s11 = [store(store(s[0][j] + scale(s7[j], ybr)) + scale(s8[j], yar)) for j in (0, 1)]
+        s12 = (store(-scale(s10[1], ybi) + scale(s9[1], yai)),
+               store(scale(s10[0], ybi) - scale(s9[0], yai)))
+        (re[:, 2], im[:, 2]), (re[:, 3], im[:, 3]) = add(s11, s12), sub(s11, s12)
+
+
+def _complex_fft(p: RfftParams, arith: _Arith, re: np.ndarray, im: np.ndarray):
+    """kiss_fft of p.points complex points given in natural order: the result, (re, im)."""
+    order = np.asarray(p.order)
+    re, im = re[order].copy(), im[order].copy()
+    tw = np.asarray(p.twiddles, re.dtype).reshape(-1, 2)
+    for s in p.stages:
+        shape = (s.blocks, s.radix, s.m)
+        _stage(arith, re.reshape(shape), im.reshape(shape), s.radix, s.m, s.stride, tw,
+               p.inverse)
+    return re, im
+
+
+def _work_dtype(arith: _Arith):
+    return np.float32 if arith.float else np.int64
 
 
 def rfft_frame(p: RfftParams, frame: np.ndarray) -> np.ndarray:
-    """One frame's spectrum: fft_length + 2 int16 values, re and im interleaved."""
-    padded = np.zeros(p.fft_length, np.int64)
+    """One frame's spectrum: fft_length + 2 values, re and im interleaved."""
+    arith = _Arith(p.dtype)
+    padded = np.zeros(p.fft_length, _work_dtype(arith))
     padded[:p.input_length] = frame
-    order = np.asarray(p.order)
-    re, im = padded[0::2][order].copy(), padded[1::2][order].copy()
-    tw = np.asarray(p.twiddles, np.int64).reshape(-1, 2)
-    for s in p.stages:
-        shape = (s.blocks, s.radix, s.m)
-        block_re, block_im = re.reshape(shape), im.reshape(shape)
-        _stage(block_re, block_im, s.radix, s.m, s.stride, tw)
+    re, im = _complex_fft(p, arith, padded[0::2], padded[1::2])
     n = p.points
-    out = np.zeros((n + 1, 2), np.int64)
-    dr, di = _div(re[0], im[0], 2)
-    out[0, 0], out[n, 0] = _int16(dr + di), _int16(dr - di)
+    out = np.zeros((n + 1, 2), _work_dtype(arith))
+    dr, di = arith.div(re[0], im[0], 2)
+    out[0, 0], out[n, 0] = arith.store(dr + di), arith.store(dr - di)
     k = np.arange(1, n // 2 + 1)
-    pr, pi = _div(re[k], im[k], 2)
-    nr, ni = _div(re[n - k], _int16(-im[n - k]), 2)
-    f1r, f1i = _int16(pr + nr), _int16(pi + ni)
-    f2r, f2i = _int16(pr - nr), _int16(pi - ni)
-    supers = np.asarray(p.super_twiddles, np.int64).reshape(-1, 2)
-    tr, ti = _mul(f2r, f2i, supers[k - 1, 0], supers[k - 1, 1])
-    out[k, 0], out[k, 1] = _int16((f1r + tr) >> 1), _int16((f1i + ti) >> 1)
-    out[n - k, 0], out[n - k, 1] = _int16((f1r - tr) >> 1), _int16((ti - f1i) >> 1)
+    pr, pi = arith.div(re[k], im[k], 2)
+    nr, ni = arith.div(re[n - k], arith.store(-im[n - k]), 2)
+    f1r, f1i = arith.store(pr + nr), arith.store(pi + ni)
+    f2r, f2i = arith.store(pr - nr), arith.store(pi - ni)
+    supers = np.asarray(p.super_twiddles, out.dtype).reshape(-1, 2)
+    tr, ti = arith.mul(f2r, f2i, supers[k - 1, 0], supers[k - 1, 1])
+    out[k, 0], out[k, 1] = arith.half_sum(f1r + tr), arith.half_sum(f1i + ti)
+    out[n - k, 0], out[n - k, 1] = arith.half_sum(f1r - tr), arith.half_sum(ti - f1i)
     return out.reshape(-1)
 
 
+def irfft_frame(p: RfftParams, spectrum: np.ndarray) -> np.ndarray:
+    """One frame of fft_length samples from fft_length / 2 + 1 bins (re, im interleaved)."""
+    arith = _Arith(p.dtype)
+    n = p.points
+    bins = spectrum.astype(_work_dtype(arith)).reshape(-1, 2)
+    re, im = np.zeros(n, bins.dtype), np.zeros(n, bins.dtype)
+    re[0], im[0] = arith.div(arith.store(bins[0, 0] + bins[n, 0]),
+                             arith.store(bins[0, 0] - bins[n, 0]), 2)
+    k = np.arange(1, n // 2 + 1)
+    fr, fi = arith.div(bins[k, 0], bins[k, 1], 2)
+    cr, ci = arith.div(bins[n - k, 0], arith.store(-bins[n - k, 1]), 2)
+    er, ei = arith.store(fr + cr), arith.store(fi + ci)
+    dr, di = arith.store(fr - cr), arith.store(fi - ci)
+    supers = np.asarray(p.super_twiddles, bins.dtype).reshape(-1, 2)
+    orr, oi = arith.mul(dr, di, supers[k - 1, 0], supers[k - 1, 1])
+    re[k], im[k] = arith.store(er + orr), arith.store(ei + oi)
+    re[n - k], im[n - k] = arith.store(er - orr), arith.store(-arith.store(ei - oi))
+    re, im = _complex_fft(p, arith, re, im)
+    out = np.stack([re, im], axis=1).reshape(-1)
+    if arith.float:
+        out = (out / np.float32(p.fft_length)).astype(np.float32)
+    return out
+
+
 def rfft(p: RfftParams, inputs, outputs) -> None:
-    frames = inputs[0].reshape(p.frames, p.input_length).astype(np.int64)
-    out = outputs[0].reshape(p.frames, p.output_length)
-    for f in range(p.frames):
-        out[f] = rfft_frame(p, frames[f])
+    width = p.output_length if p.inverse else p.input_length
+    frames = inputs[0].reshape(p.frames, -1)
+    out = outputs[0].reshape(p.frames, -1)
+    with np.errstate(all="ignore"):  # IEEE infinities and NaN, as in C
+        for f in range(p.frames):
+            if p.inverse:
+                out[f, :p.fft_length] = irfft_frame(p, frames[f, :p.fft_length + 2])
+            else:
+                out[f] = rfft_frame(p, frames[f, :width])
 
 
 # -- energies to features ------------------------------------------------------------------------
@@ -356,6 +430,7 @@ KERNELS = {
     "SignalWindow": window,
     "SignalFftAutoScale": auto_scale,
     "SignalRfft": rfft,
+    "SignalIrfft": rfft,
     "SignalEnergy": energy,
     "SignalFilterBank": filter_bank,
     "SignalFilterBankSquareRoot": square_root,

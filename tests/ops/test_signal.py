@@ -76,19 +76,65 @@ def test_fft_auto_scale_edge_inputs():
             np.testing.assert_array_equal(expected, actual)
 
 
-@pytest.mark.parametrize("length, fft_length, frames", [
+FFT_SIZES = [
     (480, 512, 1),  # 256 points: radix 4 x 4 x 4 x 4
     (48, 48, 1),    # 24 points: radix 4 x 2 x 3
     (30, 40, 2),    # 20 points: radix 4 x 5, two frames
     (18, 18, 1),    # 9 points: radix 3 x 3
     (64, 64, 1),    # 32 points: radix 4 x 4 x 2
     (60, 60, 1),    # 30 points: radix 2 x 3 x 5
-])
-def test_rfft(length, fft_length, frames):
-    shape = (frames, length) if frames > 1 else (length,)
-    out = (frames, fft_length + 2) if frames > 1 else (fft_length + 2,)
-    assert_matches_oracle(custom_model("SignalRfft", [(shape, "int16")], [(out, "int16")],
-                                       {"T": 7, "fft_length": fft_length}))
+]
+FFT_TYPES = {"int16": 7, "int32": 2, "float32": 0}
+
+
+def fft_model(code: str, dtype: str, length: int, fft_length: int, frames: int) -> bytes:
+    inverse = code == "SignalIrfft"
+    inner = (fft_length + 2, fft_length) if inverse else (length, fft_length + 2)
+    shapes = [(frames, n) if frames > 1 else (n,) for n in inner]
+    return custom_model(code, [(shapes[0], dtype)], [(shapes[1], dtype)],
+                        {"T": FFT_TYPES[dtype], "fft_length": fft_length})
+
+
+def assert_fft_matches_bit_for_bit(model: bytes, sanitize: bool = False) -> None:
+    """runtime_py and the C against TFLite Micro, bit for bit also in float (kiss_fft's order of
+    operations is reproduced, not approximated)."""
+    mp = plan_model(parse_model(model))
+    input_sets = []
+    for seed in range(3):
+        values = random_inputs(mp.graph, seed)
+        if values[0].dtype == np.float32:
+            values = [v * np.float32(1000) for v in values]
+        input_sets.append(values)
+    c = CBackend(mp, sanitize=sanitize)
+    try:
+        compiled = c.invoke_many(input_sets)
+    finally:
+        c.close()
+    oracle, runtime = TFLMOracle(model, 1), ArenaInterpreter(mp)
+    for values, from_c in zip(input_sets, compiled):
+        (expected,) = oracle.invoke(values)
+        for (actual,) in (runtime.invoke(values), from_c):
+            assert actual.tobytes() == expected.tobytes()
+    assert np.unique(expected).size > 4
+
+
+@pytest.mark.parametrize("dtype", FFT_TYPES)
+@pytest.mark.parametrize("length, fft_length, frames", FFT_SIZES)
+def test_rfft(dtype, length, fft_length, frames):
+    assert_fft_matches_bit_for_bit(fft_model("SignalRfft", dtype, length, fft_length, frames))
+
+
+@pytest.mark.parametrize("dtype", FFT_TYPES)
+@pytest.mark.parametrize("fft_length, frames", [(512, 1), (48, 1), (40, 2), (18, 1), (60, 1)])
+def test_irfft(dtype, fft_length, frames):
+    assert_fft_matches_bit_for_bit(fft_model("SignalIrfft", dtype, 0, fft_length, frames))
+
+
+@pytest.mark.parametrize("code", ["SignalRfft", "SignalIrfft"])
+def test_int32_fft_has_no_undefined_behaviour(code):
+    """Full-range int32 values overflow kiss_fft's int32 sums: the C wraps them without
+    undefined behaviour (under UBSan), as TFLite Micro's build does."""
+    assert_fft_matches_bit_for_bit(fft_model(code, "int32", 60, 60, 1), sanitize=True)
 
 
 @pytest.mark.parametrize("bins, start, end", [(257, 0, 257), (33, 0, 33)])
@@ -290,7 +336,7 @@ def test_options_other_than_the_kernels_are_refused():
 
 @pytest.mark.parametrize("options, why", [
     ({"T": 7, "fft_length": 28}, "prime factor above 5"),
-    ({"T": 1, "fft_length": 32}, "runs int16"),
+    ({"T": 1, "fft_length": 32}, "option T=1"),
 ])
 def test_rfft_refusals(options, why):
     model = custom_model("SignalRfft", [((16,), "int16")], [((options["fft_length"] + 2,),

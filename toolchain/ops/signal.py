@@ -42,6 +42,7 @@ import numpy as np
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops.emit import (
+    FFT_SCALARS,
     ConstantLoop,
     Emitter,
     Kernel,
@@ -58,9 +59,9 @@ from toolchain.ops.spec import TFLM, MemoryRequest, OpSpec, StateRequest, kernel
 
 # TensorType codes of the element types SignalRfft's option "T" names.
 RFFT_TYPES = {7: "int16", 2: "int32", 0: "float32"}
-# kiss_fft's int16 scalars: products keep 15 fraction bits.
-SAMP_MAX = 32767
-FRAC_BITS = 15
+FFT_DTYPES = ("int16", "int32", "float32")
+# kiss_fft's fixed-point scalars: the largest value, the scale of its twiddles.
+SAMP_MAX = {"int16": 2**15 - 1, "int32": 2**31 - 1}
 # The largest radix of kiss_fft's own butterflies; a larger prime factor needs a buffer that
 # TFLite Micro's build of kiss_fft does not allocate.
 MAX_RADIX = 5
@@ -167,14 +168,20 @@ class FftStage:
 
 @dataclass(frozen=True)
 class RfftParams:
+    """A real FFT (SignalRfft) or its inverse (SignalIrfft) over `frames` frames: forward, each
+    frame of `input_length` samples zero-padded to `fft_length`; inverse, each frame of
+    fft_length / 2 + 1 bins into fft_length samples (float32 divided by fft_length)."""
+
+    dtype: str
+    inverse: bool
     frames: int
-    input_length: int
+    input_length: int  # values per frame of the input
     fft_length: int
-    output_length: int  # int16 values per frame of the output (2 per bin)
+    output_length: int  # values per frame of the output
     stages: tuple[FftStage, ...]
     order: tuple[int, ...]  # complex input point each position of the first stage takes
-    twiddles: tuple[int, ...]  # re, im interleaved, fft_length / 2 of them
-    super_twiddles: tuple[int, ...]  # re, im interleaved, fft_length / 4 of them
+    twiddles: tuple[float, ...]  # re, im interleaved, fft_length / 2 of them
+    super_twiddles: tuple[float, ...]  # re, im interleaved, fft_length / 4 of them
 
     @property
     def points(self) -> int:
@@ -195,17 +202,22 @@ def kiss_factors(n: int) -> list[tuple[int, int]]:
             return factors
 
 
-def _rounded(value: float) -> int:
-    return math.floor(0.5 + SAMP_MAX * value)
+def _twiddle(dtype: str, value: float) -> float:
+    """A cosine or sine as kiss_fft stores it: rounded to the fixed-point scale, or a float."""
+    if dtype == "float32":
+        return float(np.float32(value))
+    return math.floor(0.5 + SAMP_MAX[dtype] * value)
 
 
 def prepare_rfft(graph: Graph, op: Operator) -> RfftParams:
+    """SignalRfft and SignalIrfft: kiss_fft's tables as its init computes them."""
+    inverse = op.kind == "SignalIrfft"
     _arity(op, 1, 1)
     options = _options(op, "T", "fft_length")
     (x,), (out,) = _tensors(graph, op)
     dtype = RFFT_TYPES.get(options["T"])
-    if dtype != "int16" or x.dtype != "int16":
-        raise UnsupportedOpError(f"SignalRfft of {dtype or options['T']} (runs int16)")
+    if dtype is None or x.dtype != dtype or out.dtype != dtype:
+        raise UnsupportedOpError(f"option T={options['T']!r} for {x.dtype} -> {out.dtype}")
     fft_length = _int_option(options, "fft_length", 4, 1 << 15)
     if fft_length % 2:
         raise UnsupportedOpError(f"odd fft_length {fft_length} (kiss_fft's real FFT needs an "
@@ -214,7 +226,10 @@ def prepare_rfft(graph: Graph, op: Operator) -> RfftParams:
         raise UnsupportedOpError(f"input {list(x.shape)} and output {list(out.shape)} "
                                  "frames differ")
     length = x.shape[-1]
-    if not 0 < length <= fft_length or out.shape[-1] != fft_length + 2:
+    if inverse and (length != fft_length + 2 or out.shape[-1] != fft_length):
+        raise UnsupportedOpError(f"frames of {length} into {out.shape[-1]} values (must be "
+                                 f"{fft_length + 2}, into {fft_length})")
+    if not inverse and (not 0 < length <= fft_length or out.shape[-1] != fft_length + 2):
         raise UnsupportedOpError(f"frames of {length} into {out.shape[-1]} values (must be at "
                                  f"most {fft_length}, into {fft_length + 2})")
     points = fft_length // 2
@@ -227,17 +242,18 @@ def prepare_rfft(graph: Graph, op: Operator) -> RfftParams:
     for radix, m in factors:
         stages.append(FftStage(radix, m, stride, stride))
         stride *= radix
+    sign = -1 if inverse else 1
     twiddles = []
     for i in range(points):
-        phase = -2 * math.pi * i / points
-        twiddles += [_rounded(math.cos(phase)), _rounded(math.sin(phase))]
+        phase = sign * (-2 * math.pi * i / points)
+        twiddles += [_twiddle(dtype, math.cos(phase)), _twiddle(dtype, math.sin(phase))]
     supers = []
     for i in range(points // 2):
-        phase = -3.14159265358979323846264338327 * ((i + 1) / points + 0.5)
-        supers += [_rounded(math.cos(phase)), _rounded(math.sin(phase))]
-    frames = x.num_elements // length
-    return RfftParams(frames, length, fft_length, out.shape[-1], tuple(reversed(stages)),
-                      tuple(_input_order(factors)), tuple(twiddles), tuple(supers))
+        phase = sign * (-3.14159265358979323846264338327 * ((i + 1) / points + 0.5))
+        supers += [_twiddle(dtype, math.cos(phase)), _twiddle(dtype, math.sin(phase))]
+    return RfftParams(dtype, inverse, x.num_elements // length, length, fft_length,
+                      out.shape[-1], tuple(reversed(stages)), tuple(_input_order(factors)),
+                      tuple(twiddles), tuple(supers))
 
 
 def _input_order(factors: list[tuple[int, int]], level: int = 0, base: int = 0,
@@ -252,7 +268,8 @@ def _input_order(factors: list[tuple[int, int]], level: int = 0, base: int = 0,
 
 
 def rfft_scratch(p: RfftParams) -> tuple[MemoryRequest, ...]:
-    return (MemoryRequest(4 * p.points, "the complex FFT of half the length"),)
+    size = 2 * p.points * np.dtype(p.dtype).itemsize
+    return (MemoryRequest(size, "the complex FFT of half the length"),)
 
 
 # -- SignalEnergy ------------------------------------------------------------------------------
@@ -578,34 +595,53 @@ def _window_values(ctx: OpContext) -> dict:
             "weight_index": i.index if p.window == p.size else f"{i.index} % {p.window}"}
 
 
-def _stage_call(s: FftStage, block: str) -> str:
-    at = "f" if block == "0" else f"f + {block} * {2 * s.radix * s.m}"
-    return f"arenac_fft16_radix{s.radix}({at}, tw, {s.stride}, {s.m});"
+def _stage_call(s: FftStage, p: RfftParams, buffer: str, block: str) -> str:
+    at = buffer if block == "0" else f"{buffer} + {block} * {2 * s.radix * s.m}"
+    kind = "_inverse" if p.inverse and s.radix == 4 else ""
+    name = FFT_SCALARS[p.dtype]["name"]
+    return f"arenac_{name}_radix{s.radix}{kind}({at}, tw, {s.stride}, {s.m});"
 
 
 def _rfft_values(ctx: OpContext) -> dict:
     p: RfftParams = ctx.params
-    return {"order": c_array(p.order), "order_length": c_length(len(p.order)),
-            "twiddles": c_array(p.twiddles), "twiddles_length": c_length(len(p.twiddles)),
-            "supers": c_array(p.super_twiddles), "supers_length": c_length(len(p.super_twiddles)),
+    dtype = np.float32 if p.dtype == "float32" else np.int64
+    buffer = "out" if p.inverse else "f"
+    return {"t": FFT_SCALARS[p.dtype], "kind": ctx.op.kind,
+            "order": c_array(p.order), "order_length": c_length(len(p.order)),
+            "twiddles": c_array(np.array(p.twiddles, dtype)),
+            "twiddles_length": c_length(len(p.twiddles)),
+            "supers": c_array(np.array(p.super_twiddles, dtype)),
+            "supers_length": c_length(len(p.super_twiddles)),
             "scratch": ctx.scratch[0], "padded": p.input_length < p.fft_length,
             "blocks_declared": any(s.blocks > 1 for s in p.stages),
-            "stages": [{"blocks": s.blocks, "call": _stage_call(s, "0"),
-                        "call_in_loop": _stage_call(s, "b")} for s in p.stages]}
+            "stages": [{"blocks": s.blocks, "call": _stage_call(s, p, buffer, "0"),
+                        "call_in_loop": _stage_call(s, p, buffer, "b")} for s in p.stages]}
 
 
 def _rfft_helpers(p: RfftParams) -> tuple[str, ...]:
-    return ("signal_fft16", *sorted({f"signal_fft16_radix{s.radix}" for s in p.stages}))
+    name = FFT_SCALARS[p.dtype]["name"]
+    return (f"signal_{name}", *sorted({
+        f"signal_{name}_radix{s.radix}{'_inverse' if p.inverse and s.radix == 4 else ''}"
+        for s in p.stages}))
 
 
 def emit_rfft(ctx: OpContext) -> Kernel:
     p: RfftParams = ctx.params
     radices = " x ".join(str(s.radix) for s in reversed(p.stages))
-    comment = (f"SignalRfft '{ctx.outputs[0].name}' (int16), as TFLite Micro computes it with "
-               f"kiss_fft: each frame of {p.input_length}"
-               + (f", zero-padded to {p.fft_length}," if p.input_length < p.fft_length else "")
-               + f" goes through a complex FFT of {p.points} points (stages of radix {radices}, "
-               f"the deepest first), then the split into {p.points + 1} bins")
+    name = ctx.outputs[0].name
+    if p.inverse:
+        comment = (f"SignalIrfft '{name}' ({p.dtype}), as TFLite Micro computes it with "
+                   f"kiss_fft: each frame's {p.points + 1} bins folded into {p.points} complex "
+                   f"points, then their inverse FFT (stages of radix {radices}, the deepest "
+                   f"first) into {p.fft_length} samples"
+                   + (f", divided by {p.fft_length}" if p.dtype == "float32" else ""))
+    else:
+        comment = (f"SignalRfft '{name}' ({p.dtype}), as TFLite Micro computes it with "
+                   f"kiss_fft: each frame of {p.input_length}"
+                   + (f", zero-padded to {p.fft_length}," if p.input_length < p.fft_length
+                      else "")
+                   + f" goes through a complex FFT of {p.points} points (stages of radix "
+                   f"{radices}, the deepest first), then the split into {p.points + 1} bins")
     v = {**_io(ctx), **_rfft_values(ctx), "comment": c_comment(comment)}
     return Kernel(render_macro(TEMPLATE, "rfft", v), _rfft_helpers(p))
 
@@ -692,8 +728,10 @@ SPECS: tuple[OpSpec, ...] = (
                  "its largest magnitude leaves free (none when that is 0 or -32768, as TFLite "
                  "Micro's scan finds it), and that shift", ("shifts",),
                  _each(lambda p: p.size))),
-    OpSpec("SignalRfft", kernels("int16 -> int16", oracle=TFLM), prepare_rfft, emit_rfft,
-           scratch=rfft_scratch),
+    OpSpec("SignalRfft", kernels("T -> T", T=FFT_DTYPES, oracle=TFLM), prepare_rfft,
+           emit_rfft, scratch=rfft_scratch),
+    OpSpec("SignalIrfft", kernels("T -> T", T=FFT_DTYPES, oracle=TFLM), prepare_rfft,
+           emit_rfft, scratch=rfft_scratch),
     OpSpec("SignalEnergy", kernels("int16 -> uint32", oracle=TFLM), prepare_energy,
            _emit("energy", "SignalEnergy '{name}': re^2 + im^2 of bins {p.start}-{p.end} in "
                  "uint32, 0 elsewhere", values=_energy_values)),
