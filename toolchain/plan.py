@@ -178,7 +178,7 @@ class ModelPlan:
     def step_label(self, step: int) -> str:
         """"op 3 ADD", "subgraph 1 op 0 VAR_HANDLE": the op that runs at a step."""
         op = self.lifetimes.order[step]
-        return f"{self.program.op_label(op)} {self.graph.operators[op].opcode}"
+        return f"{self.program.op_label(op)} {self.graph.operators[op].kind}"
 
     def rows(self) -> list[BufferRow]:
         tensors = self.graph.tensors

@@ -459,3 +459,20 @@ def test_overlap_add(dtype, code, shape, step):
 def test_generated_c_reads_like_hand_written_c(model):
     source = generate(plan_model(parse_model(model)), "m")["m.c"]
     assert not style_problems(source)
+
+
+@pytest.mark.parametrize("code, inputs, outputs, options", [
+    ("SignalRfft", [(16,)], [(34,)], {"T": [7], "fft_length": 32}),
+    ("SignalRfft", [(16,)], [(34,)], {"T": 7, "fft_length": "32"}),
+    ("SignalWindow", [(16,), (16,)], [(16,)], {"shift": 99}),
+    ("SignalEnergy", [(16,)], [(8,)], {"end_index": 3, "start_index": 9}),
+    ("SignalFramer", [(16,)], [(4, 4), ()], {"frame_size": 4, "frame_step": 0,
+                                             "prefill": True}),
+])
+def test_bad_options_are_one_clean_line(code, inputs, outputs, options):
+    out_types = ["uint32" if code == "SignalEnergy" else "int16", "bool"]
+    model = custom_model(code, [(shape, "int16") for shape in inputs],
+                         [(shape, dtype) for shape, dtype in zip(outputs, out_types)], options)
+    with pytest.raises(UnsupportedOpError) as error:
+        prepare_graph(parse_model(model).main)
+    assert code in error.value.message and "cannot prepare" not in error.value.message

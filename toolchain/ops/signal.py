@@ -10,11 +10,12 @@ with other keys than its kernel expects is refused rather than read differently.
 - SignalWindow: out = saturate_int16((x * w) >> shift), the window repeated over the input.
 - SignalFftAutoScale: the input shifted left by the most bits its largest magnitude allows
   (TFLite Micro's scan, in which -32768 counts as no headroom), and that shift.
-- SignalRfft (int16): kiss_fft's fixed-point real FFT, as TFLite Micro builds it: a complex
-  FFT of half the length over the input zero-padded to `fft_length` (stages of radix 4, 2, 3
-  and 5, each dividing its inputs by its radix; twiddles rounded from double cosines
-  at generation time, as kiss_fft_alloc rounds them at init), then the split into the real
-  spectrum of fft_length / 2 + 1 bins.
+- SignalRfft and SignalIrfft (int16, int32, float32): kiss_fft's real FFT and its inverse, as
+  TFLite Micro builds them: a complex FFT of half the length (stages of radix 4, 2, 3 and 5;
+  in fixed point each divides its inputs by its radix) over the input zero-padded to
+  `fft_length`, then the split into fft_length / 2 + 1 bins; the inverse folds the bins into
+  half as many complex points first, and float32 divides by fft_length. The twiddles are
+  rounded from double cosines at generation time, as kiss_fft_alloc rounds them at init.
 - SignalEnergy: re^2 + im^2 of the bins [start_index, end_index), in uint32; the other
   elements are written 0 (TFLite Micro leaves them as the arena held them).
 - SignalFilterBank: per channel, sums of weights (and of the complementary unweights, which
@@ -28,6 +29,9 @@ with other keys than its kernel expects is refused rather than read differently.
   table, then a compressing "shrink".
 - SignalFilterBankLog: a fixed-point natural log (a 130-entry correction table,
   toolchain.ops.tables.log_table) scaled and saturated to int16.
+- SignalDelay, SignalFramer, SignalStacker, SignalOverlapAdd: delay lines, frames and stacks
+  of frames over the samples of past invokes, and the overlap-add of frames; TFLite Micro keeps
+  them in circular buffers, here each is a line in the state block, oldest sample first.
 """
 
 from __future__ import annotations
@@ -215,7 +219,7 @@ def prepare_rfft(graph: Graph, op: Operator) -> RfftParams:
     _arity(op, 1, 1)
     options = _options(op, "T", "fft_length")
     (x,), (out,) = _tensors(graph, op)
-    dtype = RFFT_TYPES.get(options["T"])
+    dtype = RFFT_TYPES.get(_int_option(options, "T", 0, 255))
     if dtype is None or x.dtype != dtype or out.dtype != dtype:
         raise UnsupportedOpError(f"option T={options['T']!r} for {x.dtype} -> {out.dtype}")
     fft_length = _int_option(options, "fft_length", 4, 1 << 15)
@@ -539,8 +543,8 @@ def prepare_overlap_add(graph: Graph, op: Operator) -> OverlapAddParams:
     _arity(op, 1, 1)
     options = _options(op, "T", "frame_step")
     (x,), (out,) = _tensors(graph, op)
-    if RFFT_TYPES.get(options["T"]) not in ("int16", "float32") \
-            or RFFT_TYPES[options["T"]] != x.dtype:
+    dtype = RFFT_TYPES.get(_int_option(options, "T", 0, 255))
+    if dtype not in ("int16", "float32") or dtype != x.dtype:
         raise UnsupportedOpError(f"SignalOverlapAdd of type {options['T']} on {x.dtype}")
     if len(x.shape) < 2 or len(out.shape) != len(x.shape) - 1:
         raise UnsupportedOpError(f"input {list(x.shape)} and output {list(out.shape)} (frames "
