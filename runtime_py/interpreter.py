@@ -19,7 +19,8 @@ poison instead of a lucky leftover.
 
 State persists across invocations in a block of its own, as the plan lays it out
 (ModelPlan.state_slots): variable tensors, resource variables (a handle operand is the view of
-its variable there) and one flag byte per subgraph CALL_ONCE runs. `reset` returns the block to
+its variable there), the memory stateful kernels keep (their kernel takes it after the op's
+inputs) and one flag byte per subgraph CALL_ONCE runs. `reset` returns the block to
 its initial values; the steps of CALL_ONCE's subgraph, which follow its step, run only while its
 flag is clear.
 
@@ -114,9 +115,13 @@ class ArenaInterpreter:
                 k, offset = model_plan.place(position)
                 self.views[tensor] = self._view(self.arenas[k or 0], offset,
                                                 graph.tensors[tensor])
+        self.kernel_state: dict[int, list[np.ndarray]] = {}  # op -> its kernel's state
         for slot in model_plan.state_slots:
             if slot.tensor is not None:
                 self.views[slot.tensor] = self._view(self.state, slot.offset, slot)
+            elif slot.op is not None:
+                self.kernel_state.setdefault(slot.op, []).append(
+                    self._view(self.state, slot.offset, slot))
         for t in graph.tensors:
             if t.is_constant and not t.is_variable:
                 self.views[t.index] = t.data
@@ -210,8 +215,8 @@ class ArenaInterpreter:
             for claim in plan.claims:
                 self._claim(claim, step, op)
             ins = [self.views[t] if t >= 0 else None for t in op.inputs]
-            KERNELS[op.opcode](self.params[plan.op_index], ins,
-                               [self.views[t] for t in op.outputs])
+            ins += self.kernel_state.get(plan.op_index, [])
+            KERNELS[op.kind](self.params[plan.op_index], ins, [self.views[t] for t in op.outputs])
         blocks = self.spans.get(step, ())
         if step in self.controls:
             self._control(step, self.controls[step], blocks, active)

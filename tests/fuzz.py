@@ -325,9 +325,10 @@ VECTOR_VALUES = ([], [0], [-1], [2**31 - 1], [1, 1, 1, 1, 1], [1, -1], [0, 0])
 OPTION_TYPE_COUNT = max(v for k, v in vars(fb.BuiltinOptions).items() if k.isupper())
 
 
-# Every code arenac runs, some it does not (custom, recurrent, control flow) and some unknown.
+# Every builtin code arenac runs (custom ops are known by their custom code, which CUSTOM
+# stands for), some it does not (recurrent, control flow) and some unknown.
 OPCODE_CHOICES = (
-    *sorted(OPCODE_CODES[name] for name in set(REGISTRY) | set(KERNELS)),
+    *sorted(OPCODE_CODES[name] for name in set(REGISTRY) | set(KERNELS) if name in OPCODE_CODES),
     *(OPCODE_CODES[name] for name in ("CUSTOM", "LSTM", "WHILE", "STABLEHLO_ADD")),
     500,
     4000,

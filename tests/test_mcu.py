@@ -17,6 +17,7 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
+from tests.ops.test_signal import front_end
 from toolchain.builder import ModelBuilder
 from toolchain.checking import qemu_backend
 from toolchain.checking.check import difference, random_inputs
@@ -283,3 +284,21 @@ def test_a_hybrid_svdf_keeps_its_state_bit_for_bit():
     for want, have in zip(expected, actual, strict=True):
         for w, h in zip(want, have, strict=True):
             assert w.tobytes() == h.tobytes()
+
+
+@needs_mcu
+def test_an_audio_front_end_matches_runtime_py_over_a_sequence():
+    """TFLite Micro's signal ops from raw audio to features on the Cortex-M4: the noise estimate
+    carries from invoke to invoke (runtime_py keeps it alike), and the kernels' state lies in
+    the state block, beside the arena."""
+    mp = plan_model(parse_model(front_end(frame=64, fft_length=64, channels=8), "fe.tflite"))
+    input_sets = [random_inputs(mp.graph, seed) for seed in range(4)]
+    with QemuBackend(mp) as backend:
+        actual = backend.invoke_many(input_sets)
+        figures = backend.footprint()
+    runtime = ArenaInterpreter(mp)
+    for values, got in zip(input_sets, actual):
+        for want, have in zip(runtime.invoke(values), got):
+            np.testing.assert_array_equal(have, want)
+    assert figures["state"] == mp.state_bytes > 0
+    assert figures["ram"] <= figures["arena"] + figures["state"] + RAM_SLACK

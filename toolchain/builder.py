@@ -12,10 +12,12 @@ a per-tensor estimate of the float range.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import flatbuffers
 import numpy as np
+from flatbuffers import flexbuffers
 
 from toolchain.schema import OPCODE_CODES, TENSOR_TYPES, fb
 
@@ -356,9 +358,13 @@ class ModelBuilder:
         self._operators.append(operator)
 
     def custom(
-        self, code: str, inputs: Sequence[int], outputs: Sequence[int], options: bytes = b""
+        self, code: str, inputs: Sequence[int], outputs: Sequence[int],
+        options: bytes | Mapping[str, Any] = b"",
     ) -> None:
-        """Add a custom operator; `options` are its raw (flexbuffer) custom options."""
+        """Add a custom operator; `options` are its raw custom options, or a map of them,
+        written as the flexbuffer map TFLite Micro's signal ops read."""
+        if not isinstance(options, bytes):
+            options = bytes(flexbuffers.Dumps(dict(options))) if options else b""
         self._operators.append(
             fb.OperatorT(
                 opcodeIndex=self._opcode(fb.BuiltinOperator.CUSTOM, code, 1),

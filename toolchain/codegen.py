@@ -252,9 +252,11 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                 callee,
                 program.op_label(op_index),
                 control,
+                tuple(f"(({C_TYPES[slot.dtype]} *)({name}_state + {slot.offset}))"
+                      for slot in mp.state_slots if slot.op == op_index),
             )
             binding = program.bindings[op_index]
-            emitter = binding.variant if binding.variant is not None else REGISTRY[op.opcode]
+            emitter = binding.variant if binding.variant is not None else REGISTRY[op.kind]
             try:
                 kernel = emitter.emit(context)
             except ArenacError as e:  # an emitter's refusal names the op and the file
@@ -446,8 +448,13 @@ def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = Fal
 
 
 def kernel_function(name: str, mp: ModelPlan, op: int) -> str:
-    """The C function of one op's kernel: NAME_op3_add, NAME_sg1_op0_assign_variable."""
-    return f"{name}_{mp.program.op_symbol(op)}_{mp.graph.operators[op].opcode.lower()}"
+    """The C function of one op's kernel: NAME_op3_add, NAME_sg1_op0_assign_variable,
+    NAME_op2_signal_rfft (a custom op by its code)."""
+    operator = mp.graph.operators[op]
+    kind = operator.opcode
+    if kind == "CUSTOM":  # only registered codes get here: CamelCase letters
+        kind = re.sub(r"[^A-Za-z0-9_]", "", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", operator.kind))
+    return f"{name}_{mp.program.op_symbol(op)}_{kind.lower()}"
 
 
 def c_subgraph(program, graph: int) -> str:
@@ -466,6 +473,8 @@ def state_info(slot: StateSlot, k: int, name: str, program) -> dict:
             what += f", its zero point {slot.fill - 256 if slot.fill > 127 else slot.fill}"
     elif slot.kind == "resource":
         what = f"resource variable '{c_text(slot.name)}' {slot.dtype}{list(slot.shape)}"
+    elif slot.kind == "kernel":
+        what = f"{c_text(slot.name)}, {slot.dtype}{list(slot.shape)}"
     else:
         what = f"whether CALL_ONCE ran subgraph {c_subgraph(program, slot.subgraph)}"
     span = (f"byte {slot.offset}" if slot.nbytes <= 1

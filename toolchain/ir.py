@@ -105,6 +105,12 @@ class Operator:
     custom_code: str | None = None
     intermediates: tuple[int, ...] = ()
 
+    @property
+    def kind(self) -> str:
+        """What runs it: the builtin name, or a custom op's own code ("SignalRfft"), by which
+        the registry knows custom ops."""
+        return (self.custom_code or "CUSTOM") if self.opcode == "CUSTOM" else self.opcode
+
 
 @dataclass(frozen=True, eq=False)
 class Graph:

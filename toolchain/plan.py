@@ -3,6 +3,7 @@ the state block beside the arena, and the figures beside them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -62,11 +63,11 @@ class BufferRow:
 @dataclass(frozen=True)
 class StateSlot:
     """One piece of the state block, the memory that persists across invocations (outside the
-    arena, never reused): a variable tensor, a resource variable, or the flag byte recording
-    that CALL_ONCE ran a subgraph. `init` is what the block starts as and what a reset
-    restores (`nbytes` bytes)."""
+    arena, never reused): a variable tensor, a resource variable, the memory a kernel keeps
+    (StateRequest), or the flag byte recording that CALL_ONCE ran a subgraph. `init` is what
+    the block starts as and what a reset restores (`nbytes` bytes)."""
 
-    kind: str  # "variable", "resource" or "call_once"
+    kind: str  # "variable", "resource", "call_once" or "kernel"
     name: str
     offset: int
     nbytes: int
@@ -76,6 +77,7 @@ class StateSlot:
     tensor: int | None = None  # a variable tensor's index
     resource: int | None = None  # a resource variable's position in Program.resources
     subgraph: int | None = None  # the subgraph whose run a call_once flag records
+    op: int | None = None  # the op whose kernel keeps a kernel slot
 
     @property
     def fill(self) -> int | None:
@@ -152,8 +154,9 @@ class ModelPlan:
 
     @property
     def state_slots(self) -> tuple[StateSlot, ...]:
-        """The state block's layout: variable tensors, then resource variables, each aligned to
-        STATE_ALIGNMENT, then one flag byte per subgraph that CALL_ONCE runs."""
+        """The state block's layout: variable tensors, resource variables and the state of
+        kernels, each aligned to STATE_ALIGNMENT, then one flag byte per subgraph that CALL_ONCE
+        runs."""
         return self._state[0]
 
     @property
@@ -205,7 +208,7 @@ class ModelPlan:
 
 def step_label(program: Program, order: Sequence[int], step: int) -> str:
     op = order[step]
-    return f"{program.op_label(op)} {program.graph.operators[op].opcode}"
+    return f"{program.op_label(op)} {program.graph.operators[op].kind}"
 
 
 def weight_layout(graph) -> tuple[dict[int, int], int]:
@@ -235,6 +238,13 @@ def state_layout(program: Program, lifetimes: Lifetimes) -> tuple[tuple[StateSlo
         slots.append(StateSlot("resource", v.name, offset, v.nbytes, v.dtype, v.shape,
                                bytes(v.nbytes), resource=i))
         offset += align_up(v.nbytes, STATE_ALIGNMENT)
+    for b in program.bindings:
+        for request in b.state if b is not None else ():
+            nbytes = math.prod(request.shape) * np.dtype(request.dtype).itemsize
+            slots.append(StateSlot("kernel", f"{program.op_label(b.op)} {b.opcode}: "
+                                   f"{request.purpose}", offset, nbytes, request.dtype,
+                                   request.shape, bytes(nbytes), op=b.op))
+            offset += align_up(nbytes, STATE_ALIGNMENT)
     for g in dict.fromkeys(program.calls.values()):
         slots.append(StateSlot("call_once", f"subgraph {program.subgraph_label(g)} ran",
                                offset, 1, "uint8", (), bytes(1), subgraph=g))

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
+from flatbuffers import flexbuffers
 
 from toolchain.errors import ModelError
 from toolchain.ir import DTYPE_BITS, Graph, Model, Operator, Quantization, SignatureDef, Tensor
@@ -277,7 +278,7 @@ class _Parser:
             version=version,
             inputs=inputs,
             outputs=outputs,
-            options=self.options(op),
+            options=self.custom_options(op) if name == "CUSTOM" else self.options(op),
             custom_code=custom,
             intermediates=intermediates,
         )
@@ -291,6 +292,22 @@ class _Parser:
         if decoded is None:
             return {}
         return {snake_case(k): _plain(k, v) for k, v in sorted(vars(decoded).items())}
+
+    def custom_options(self, op: Any) -> dict[str, Any]:
+        """A custom op's options, when they are a flexbuffer map (as TFLite Micro's signal ops
+        write them): plain values by key. Other bytes are the op's own business and read as no
+        options, so that the op is refused by name rather than the file as unreadable."""
+        length = int(op.CustomOptionsLength())
+        if length <= 0 or length > len(self.data) or op.CustomOptionsFormat() != 0:
+            return {}
+        raw = op.CustomOptionsAsNumpy().tobytes()
+        try:
+            value = flexbuffers.Loads(raw)
+        except Exception:  # not a flexbuffer: no options this toolchain can read
+            return {}
+        if not isinstance(value, dict):
+            return {}
+        return {str(k): _plain(str(k), v) for k, v in value.items()}
 
     def signature(self, s: Any, graphs: tuple[Graph, ...]) -> SignatureDef:
         key = self.text(s.SignatureKey())

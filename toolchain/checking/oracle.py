@@ -80,6 +80,12 @@ class LiteRTOracle:
         return self.interpreter.get_tensor(index).copy()
 
 
+# The smallest arena the TFLM interpreter gets when none is asked for: its own default, ten
+# times the model's size, is too small for the small models tests build around a stateful
+# kernel (an FFT's tables, a filter bank's sums live in the arena's persistent part).
+MIN_TFLM_ARENA = 256 * 1024
+
+
 class TFLMOracle:
     """The TensorFlow Lite Micro interpreter from the tflite-micro package."""
 
@@ -92,6 +98,8 @@ class TFLMOracle:
         except ImportError:
             raise RuntimeBackendError(
                 f"the TFLite Micro interpreter is not installed: {INSTALL_ORACLES}") from None
+        if arena_size is None:
+            arena_size = max(10 * len(model_bytes), MIN_TFLM_ARENA)
         self.interpreter = runtime.Interpreter.from_bytes(model_bytes, arena_size=arena_size)
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

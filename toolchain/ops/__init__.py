@@ -37,6 +37,7 @@ from toolchain.ops import (
     reductions,
     resize,
     shape,
+    signal,
     svdf,
     variables,
 )
@@ -53,7 +54,7 @@ from toolchain.ops.spec import (
 from toolchain.targets import GENERIC
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control)
+            resize, svdf, lstm, variables, control, signal)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 
@@ -70,7 +71,8 @@ def all_kernels(opcode: str) -> tuple[Signature, ...]:
 
 # Element types the backends store (a C type each); an operand of any other type is refused
 # before a kernel or an emitter sees it, whatever role the op gives it.
-OPERAND_DTYPES = frozenset({"float32", "int8", "uint8", "int16", "int32", "int64", "bool"})
+OPERAND_DTYPES = frozenset({"float32", "int8", "uint8", "int16", "int32", "int64", "uint32",
+                            "uint64", "bool"})
 
 
 def operand_dtypes(graph: Graph, op: Operator) -> tuple[tuple[str | None, ...], tuple[str, ...]]:
@@ -94,7 +96,7 @@ def planned_shape_values(graph: Graph) -> dict[int, np.ndarray]:
     of the output it describes, which the plan fixed."""
     values = {}
     for op in graph.operators:
-        spec = REGISTRY.get(op.opcode)
+        spec = REGISTRY.get(op.kind)
         if spec is None or spec.shape_input is None or spec.shape_input >= len(op.inputs):
             continue
         index = op.inputs[spec.shape_input]
@@ -117,7 +119,7 @@ class Refusal:
 def bind(graph: Graph, op: Operator, target: str = GENERIC) -> Binding:
     """The op bound to its kernel for `target` (a toolchain.targets name); raises
     UnsupportedOpError or ModelError (without the file)."""
-    spec = REGISTRY.get(op.opcode)
+    spec = REGISTRY.get(op.kind)
     if spec is None:
         raise UnsupportedOpError("no kernel for this operator")
     _check_operands(spec, graph, op)
@@ -132,8 +134,9 @@ def bind(graph: Graph, op: Operator, target: str = GENERIC) -> Binding:
     if variant is not None:
         return variant
     scratch = spec.scratch(params) if spec.scratch else ()
-    return Binding(op.index, op.opcode, kernel, params, tuple(scratch),
-                   tuple(declared_overlaps(graph, op, spec.overlaps)))
+    state = spec.state(params) if spec.state else ()
+    return Binding(op.index, op.kind, kernel, params, tuple(scratch),
+                   tuple(declared_overlaps(graph, op, spec.overlaps)), state=tuple(state))
 
 
 def target_kernel(graph: Graph, op: Operator, params: Any, target: str) -> Binding | None:
@@ -188,7 +191,7 @@ def bind_graph(
     bindings: list[Binding | None] = []
     refusals = [Refusal(-1, problem) for problem in _unstorable(graph)]
     for op in graph.operators:
-        opcode = (op.custom_code or "CUSTOM") if op.opcode == "CUSTOM" else op.opcode
+        opcode = op.kind
         where = f"{label(op) if label else f'op {op.index}'} {opcode}"
         try:
             bindings.append(bind(graph, op, target))

@@ -19,7 +19,12 @@ from typing import Any
 import numpy as np
 
 from toolchain.ir import Operator
-from toolchain.ops.tables import sigmoid_table_uint16, softmax_exp_lut, softmax_reciprocal_lut
+from toolchain.ops.tables import (
+    log_table,
+    sigmoid_table_uint16,
+    softmax_exp_lut,
+    softmax_reciprocal_lut,
+)
 from toolchain.render import environment
 
 C_TYPES: dict[str, str] = {
@@ -29,6 +34,8 @@ C_TYPES: dict[str, str] = {
     "int16": "int16_t",
     "int32": "int32_t",
     "int64": "int64_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
     "bool": "uint8_t",
 }
 
@@ -111,6 +118,7 @@ class OpContext:
     callee: Callee | None = None  # the subgraph the op runs, if it runs one
     label: str = ""
     control: CControl | None = None  # what an IF or WHILE runs
+    state: tuple[str, ...] = ()  # typed pointers to the kernel's state (Binding.state)
 
 
 @dataclass(frozen=True)
@@ -143,10 +151,17 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     **{f"arm_dsp_{part}": ("arm_dsp",) for part in (
         "partial", "widen_2", "widen_1", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1",
         "mac16_2x2", "mac16_2x1", "mac16_1x2", "mac16_1x1")},
+    **{f"signal_{kind}": () for kind in ("fft16", "fft32", "fftf")},
+    **{f"signal_{kind}_{part}": (f"signal_{kind}",) for kind in ("fft16", "fft32", "fftf")
+       for part in ("radix2", "radix3", "radix4", "radix4_inverse", "radix5")},
+    "signal_sqrt": (),
+    "signal_pcan": ("shifts",),
+    "signal_log": ("shifts",),
 }
 # Groups laid out by another template than HELPERS_TEMPLATE: the target kernels' own.
 HELPER_TEMPLATES: dict[str, str] = {
-    group: "c/arm_dsp.c.j2" for group in HELPER_GROUPS if group.startswith("arm_dsp")}
+    **{group: "c/arm_dsp.c.j2" for group in HELPER_GROUPS if group.startswith("arm_dsp")},
+    **{group: "c/signal.c.j2" for group in HELPER_GROUPS if group.startswith("signal_")}}
 
 
 def _sigmoid_table() -> dict:
@@ -166,10 +181,28 @@ def _softmax_tables() -> dict:
             "max_step": int(np.abs(steps).max()), "low": int(both.min()), "high": int(both.max())}
 
 
+# kiss_fft's scalar types for the FFT groups of templates/c/signal.c.j2, by element type: the
+# name of their functions, the C type and the wider one products and sums are formed in (the
+# cast of a store and of a sum's first operand), and for fixed point the fraction bits of a
+# product, its rounding constant and the largest value.
+FFT_SCALARS: dict[str, dict] = {
+    dtype: {"name": name, "ctype": C_TYPES[dtype], "wide": wide, "fixed": bits > 0,
+            "bits": bits, "frac": bits - 1, "half": 1 << max(bits - 2, 0),
+            "max": (1 << max(bits - 1, 0)) - 1, "wraps": bits == 32,
+            "cast": f"({C_TYPES[dtype]})" if bits else "", "widen": f"({wide})" if bits else ""}
+    for dtype, name, wide, bits in (("int16", "fft16", "int32_t", 16),
+                                    ("int32", "fft32", "int64_t", 32),
+                                    ("float32", "fftf", "float", 0))
+}
+
+
 # The values of the groups whose text lays out tables computed here.
 HELPER_VALUES: dict[str, Callable[[], dict]] = {
     "int16_sigmoid_table": _sigmoid_table,
     "int16_softmax_tables": _softmax_tables,
+    "signal_log": lambda: {"length": log_table().size, "table": c_array(log_table())},
+    **{group: (lambda t=t: {"t": t}) for t in FFT_SCALARS.values()
+       for group in HELPER_GROUPS if group.startswith(f"signal_{t['name']}")},
 }
 
 

@@ -117,6 +117,9 @@ _QUANTIZE_OUTPUTS: dict[str, frozenset[str]] = {
 }
 _DEQUANTIZE_INPUTS = frozenset({"int8", "uint8", "int16"})
 _CAST_DTYPES = frozenset({"float32", "int64", "int32", "int16", "int8", "uint8", "bool"})
+# uint32 converts to and from int32 only (TFLite Micro's audio front end casts its energies so
+# for STRIDED_SLICE and CONCATENATION, which have no uint32 kernels): modular, as in C.
+_CAST_UINT32 = frozenset({("uint32", "int32"), ("int32", "uint32")})
 
 
 def _io(graph: Graph, op: Operator) -> tuple[Tensor, Tensor]:
@@ -211,7 +214,8 @@ def _cast_method(source: str, target: str) -> str:
 
 def prepare_cast(graph: Graph, op: Operator) -> CastParams:
     source, target = _io(graph, op)
-    if source.dtype not in _CAST_DTYPES or target.dtype not in _CAST_DTYPES:
+    if (source.dtype not in _CAST_DTYPES or target.dtype not in _CAST_DTYPES) \
+            and (source.dtype, target.dtype) not in _CAST_UINT32:
         raise UnsupportedOpError(f"CAST from {source.dtype} to {target.dtype}")
     return CastParams(_cast_method(source.dtype, target.dtype))
 
@@ -400,6 +404,7 @@ SPECS: tuple[OpSpec, ...] = (
            prepare_quantize, emit_quantize, overlaps=overlaps.elementwise(0)),
     OpSpec("DEQUANTIZE", kernels("T -> float32", T=_DEQUANTIZE_INPUTS),
            prepare_dequantize, emit_dequantize, overlaps=overlaps.elementwise(0)),
-    OpSpec("CAST", kernels("S -> T", S=_CAST_DTYPES, T=_CAST_DTYPES), prepare_cast, emit_cast,
-           overlaps=overlaps.elementwise(0)),
+    OpSpec("CAST", (*kernels("S -> T", S=_CAST_DTYPES, T=_CAST_DTYPES),
+                    *kernels(*(f"{s} -> {t}" for s, t in sorted(_CAST_UINT32)))),
+           prepare_cast, emit_cast, overlaps=overlaps.elementwise(0)),
 )

@@ -28,6 +28,17 @@ class MemoryRequest:
     purpose: str
 
 
+@dataclass(frozen=True)
+class StateRequest:
+    """Memory a kernel keeps from one invoke to the next (a noise estimate, a delay line):
+    a slot of the state block, zeros until the kernel writes it and again after a reset, as
+    TFLite Micro's persistent buffers start and its Reset leaves them."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    purpose: str
+
+
 # Targets a kernel can be emitted for: the portable C every C compiler builds (and every
 # target runs), or the names of toolchain.targets (a kernel for some cores only).
 PORTABLE_C = "c"
@@ -168,6 +179,7 @@ class Binding:
     scratch: tuple[MemoryRequest, ...] = ()
     overlaps: tuple[OverlapRule, ...] = ()
     variant: TargetKernel | None = None
+    state: tuple[StateRequest, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,6 +205,10 @@ class OpSpec:
     # The input that holds the output's shape (TRANSPOSE_CONV's output_shape). Shapes are fixed
     # when the model is planned: given at run time, it must hold the declared output shape.
     shape_input: int | None = None
+    # The state the kernel keeps across invokes (StateRequest), from the op's params: slots of
+    # the state block, after the graph's inputs in runtime_py's kernel call and the C's
+    # OpContext.state.
+    state: Callable[[Any], tuple[StateRequest, ...]] | None = None
 
 
 def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tensor:

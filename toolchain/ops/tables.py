@@ -200,3 +200,17 @@ def lut_lookup_int16(lut: np.ndarray, value: np.ndarray) -> np.ndarray:
     base = lut.astype(np.int64)[index]
     slope = _wrap_int16(lut.astype(np.int64)[index + 1] - base)
     return _wrap_int16(base + ((slope * (value & 0x7F) + 64) >> 7))
+
+
+# TFLite Micro's fixed-point log (signal library): segments of the mantissa, as a power of two.
+LOG_SEGMENTS_LOG2 = 7
+
+
+def log_table() -> np.ndarray:
+    """The correction table of TFLite Micro's Log32: log2(1 + i / 128) - i / 128 in 16 fraction
+    bits for i in 0..128, then a closing 0 (the last segment's upper neighbour). Its values are
+    exactly the ones TFLite Micro lists."""
+    segments = 1 << LOG_SEGMENTS_LOG2
+    values = [round((math.log2(1 + i / segments) - i / segments) * (1 << 16))
+              for i in range(segments + 1)]
+    return np.array([*values, 0], np.int64)
