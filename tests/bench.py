@@ -7,7 +7,6 @@ Usage: python -m tests.bench [plan] [state] [scaling] [solve] [wide] [c] [quant]
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import time
@@ -17,21 +16,29 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime_py.interpreter import ArenaInterpreter
+from tests import engines
 from tests.conftest import (
     ALLOCATION_PROBLEMS,
     RECURRENT_MODEL_FILES,
     SHARED_ALLOCATION,
     SHARED_MODEL_FILES,
 )
+from tests.engines import Engine
 from tests.wide import wide_graph_timing
 from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
+from toolchain.checking.oracle import TFLMOracle
 from toolchain.errors import ArenacError
 from toolchain.examples import EXAMPLES
-from toolchain.ops import unsupported_ops
-from toolchain.plan import BEST, NO_TECHNIQUES, Techniques, best_candidates, plan_model
+from toolchain.ops import TFLM, oracle_of, unsupported_ops
+from toolchain.plan import (
+    BEST,
+    NO_TECHNIQUES,
+    ModelPlan,
+    Techniques,
+    best_candidates,
+    plan_model,
+)
 from toolchain.planners import (
     Buffer,
     Deadline,
@@ -46,62 +53,39 @@ from toolchain.planners.csvio import load_buffers
 from toolchain.reader import parse_model, read_model
 from toolchain.report import table
 
-REPEATS = 5
-
-
-def per_inference_ms(run: Callable[[], object], repeats: int = REPEATS) -> float:
-    """Median wall time of one call after one warm-up call."""
-    run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000.0
-
 
 def try_backend(make: Callable[[], object]) -> object | None:
     try:
         return make()
-    except (ArenacError, ValueError, RuntimeError):
+    except (ArenacError, ValueError, RuntimeError, subprocess.CalledProcessError):
         return None
+
+
+def peers(data: bytes, inputs: list, mp: ModelPlan) -> dict[str, Engine]:
+    """TFLite's interpreters on the same inputs, each only where it runs the model. Not LiteRT
+    where some kernel follows TFLite Micro because LiteRT's is wrong for its operands (on the
+    keyword model's SVDF LiteRT writes past its buffers, and this process would share its heap)."""
+    litert_runs = oracle_of(mp.program.bindings)[0] != TFLM
+    made = {
+        "tflm": try_backend(lambda: engines.tflm(data, inputs)),
+        "litert": litert_runs and try_backend(lambda: engines.litert(data, inputs, False)),
+        "litert-ref": litert_runs and try_backend(lambda: engines.litert(data, inputs, True)),
+    }
+    return {name: engine for name, engine in made.items() if engine}
 
 
 def runtime_row(path: Path) -> list[object]:
     model = read_model(path)
-    data = path.read_bytes()
     inputs = random_inputs(model.main, seed=0)
-    runtime = try_backend(lambda: ArenaInterpreter(plan_model(model)))
-    ref = try_backend(lambda: LiteRTOracle(data, reference=True))
-    fast = try_backend(lambda: LiteRTOracle(data, reference=False))
-    tflm = try_backend(lambda: TFLMOracle(data, len(model.main.outputs), arena_size=4 << 20))
-    ms = {
-        name: per_inference_ms(lambda b=backend: b.invoke(inputs)) if backend else None
-        for name, backend in [
-            ("runtime_py", runtime),
-            ("litert-ref", ref),
-            ("litert", fast),
-            ("tflm", tflm),
-        ]
-    }
+    mp = plan_model(model)
+    runs = {"runtime_py": engines.runtime_py(mp, inputs), **peers(path.read_bytes(), inputs, mp)}
+    median = {name: t.median for name, t in engines.interleaved(runs, rounds=3).items()}
     return [
         path.stem,
-        fmt(ms["runtime_py"]),
-        fmt(ms["litert-ref"]),
-        fmt(ms["litert"]),
-        fmt(ms["tflm"]),
-        ratio(ms["runtime_py"], ms["litert-ref"]),
-        ratio(ms["runtime_py"], ms["litert"]),
+        *(fmt(median.get(name)) for name in ("runtime_py", "litert-ref", "litert", "tflm")),
+        ratio(median["runtime_py"], median.get("litert-ref")),
+        ratio(median["runtime_py"], median.get("litert")),
     ]
-
-
-def c_ms_per_inference(backend: CBackend, inputs, repeat: int) -> float:
-    """The harness times `repeat` invokes itself, so process start-up is not counted."""
-    stdin = b"".join(v.tobytes() for v in inputs)
-    result = subprocess.run(
-        [backend.binary, str(repeat)], input=stdin, capture_output=True, check=True, timeout=600
-    )
-    return float(result.stderr.decode().split()[0])
 
 
 def object_size(backend: CBackend, name: str = "model") -> dict[str, int]:
@@ -120,46 +104,50 @@ def object_size(backend: CBackend, name: str = "model") -> dict[str, int]:
     return {"text": int(out[0]), "data": int(out[1]), "bss": int(out[2])}
 
 
-def c_row(path: Path) -> list[object]:
+C_ENGINES = ("c", "c-native", "tflm", "litert", "litert-ref")
+
+
+def c_rows(path: Path) -> tuple[list[object], list[object]]:
+    """The generated C at -O2 and at -O3 -march=native beside TFLite's interpreters, all
+    timed alike (tests/engines.py): medians and ratios, then each engine's fastest and slowest
+    round with the C's sizes."""
     model = read_model(path)
     data = path.read_bytes()
     inputs = random_inputs(model.main, seed=0)
     mp = plan_model(model)
     with CBackend(mp) as backend:
-        c_ms = c_ms_per_inference(backend, inputs, 3)
-        repeat = max(3, min(2000, int(300 / max(c_ms, 0.001))))  # about 0.3 s of C
-        c_ms = c_ms_per_inference(backend, inputs, repeat)
         sizes = object_size(backend)
-    ms: dict[str, float | None] = {"c": c_ms}
-    for name, make in [
-        ("tflm", lambda: TFLMOracle(data, len(model.main.outputs), arena_size=4 << 20)),
-        ("litert", lambda: LiteRTOracle(data, reference=False)),
-        ("litert-ref", lambda: LiteRTOracle(data, reference=True)),
-    ]:
-        backend = try_backend(make)
-        ms[name] = per_inference_ms(lambda b=backend: b.invoke(inputs)) if backend else None
-    return [
+    external = plan_model(model, external_io=True)  # the same kernels, inputs never overwritten
+    with (engines.CLibrary(external, inputs, ["-O2"]) as portable,
+          engines.CLibrary(external, inputs, engines.NATIVE_FLAGS) as native):
+        ms = engines.interleaved({"c": portable.invoke, "c-native": native.invoke,
+                                  **peers(data, inputs, mp)})
+    median = {name: t.median for name, t in ms.items()}
+    medians = [
         path.stem,
-        f"{c_ms:.4f}",
-        fmt(ms["tflm"]),
-        fmt(ms["litert"]),
-        fmt(ms["litert-ref"]),
-        ratio(c_ms, ms["tflm"]),
-        ratio(c_ms, ms["litert"]),
+        *(fmt(median.get(name)) for name in C_ENGINES),
+        ratio(median["c"], median.get("tflm")),
+        ratio(median["c"], median.get("litert")),
+        ratio(median["c-native"], median.get("litert")),
+        mp.arena_bytes,
+    ]
+    spreads = [
+        path.stem,
+        *(f"{microseconds(ms[name].low)}-{microseconds(ms[name].high)}" if name in ms else "n/a"
+          for name in C_ENGINES),
         sizes["text"],
         sizes["data"],
         sizes["bss"],
-        mp.arena_bytes,
     ]
+    return medians, spreads
 
 
 def host_c_ms(data: bytes, name: str) -> float:
-    """Generated C (cc -O2) per inference on one random input set, about 0.3 s timed."""
-    mp = plan_model(parse_model(data, f"{name}.tflite"))
+    """Generated C (cc -O2) per inference on one random input set: the median round."""
+    mp = plan_model(parse_model(data, f"{name}.tflite"), external_io=True)
     inputs = random_inputs(mp.graph, seed=0)
-    with CBackend(mp) as backend:
-        c_ms = c_ms_per_inference(backend, inputs, 3)
-        return c_ms_per_inference(backend, inputs, max(3, min(5000, int(300 / max(c_ms, 1e-3)))))
+    with engines.CLibrary(mp, inputs, ["-O2"]) as library:
+        return engines.interleaved({"c": library.invoke})["c"].median
 
 
 def quant_section() -> None:
@@ -205,26 +193,28 @@ def plan_row(path: Path) -> list[object]:
         ("+overlap", "best", replace(classic, inplace=True, overlap=True)),
         ("+order", "best", Techniques()),
     ]
-    cells, times, lower = [], [], 0
+    cells, times, lower, overlap_bound = [], [], 0, 0
     for _, planner, techniques in steps:
         mp, ms = timed(lambda p=planner, t=techniques: plan_model(model, p, techniques=t))
         cells.append(mp.arena_bytes)
         times.append(ms)
-        lower = mp.lower_bound_bytes
+        lower, overlap_bound = mp.lower_bound_bytes, mp.overlap_bound_bytes
     data = path.read_bytes()
     tflm = try_backend(lambda: TFLMOracle(data, len(model.main.outputs), arena_size=4 << 20))
     head = tflm.allocations()["head"] if tflm else None
-    return [path.stem, lower, *cells, head if head is not None else "n/a",
+    return [path.stem, lower, overlap_bound, *cells, head if head is not None else "n/a",
             ratio(cells[-1], head), f"{max(times):.0f}"]
 
 
 def plan_section(paths: list[Path]) -> None:
     rows = [plan_row(p) for p in paths]
-    print("arena bytes per technique (each column adds to the one before), TFLM head measured")
-    print(table(["model", "lower", "naive", "freelist", "greedy", "optimal", "+inplace",
+    print("arena bytes per technique (each column adds to the one before), TFLM head measured; "
+          "lower: no two live tensors share a byte, ovl: the bound when declared overlaps may "
+          "share (of the last plan's order)")
+    print(table(["model", "lower", "ovl", "naive", "freelist", "greedy", "optimal", "+inplace",
                  "+overlap", "+order", "tflm head", "ours/tflm", "max ms"], rows))
-    ours = sum(r[8] for r in rows)
-    heads = sum(r[9] for r in rows if isinstance(r[9], int))
+    ours = sum(r[9] for r in rows)
+    heads = sum(r[10] for r in rows if isinstance(r[10], int))
     print(f"sum: ours {ours} bytes, TFLM heads {heads} bytes, ratio {ours / heads:.3f}")
 
 
@@ -442,7 +432,12 @@ def runs(path: Path) -> bool:
 
 
 def fmt(ms: float | None) -> str:
-    return "n/a" if ms is None else f"{ms:.3f}"
+    return "n/a" if ms is None else f"{ms:.3g}"
+
+
+def microseconds(ms: float) -> str:
+    us = ms * 1000.0
+    return f"{us:.0f}" if us >= 100 else f"{us:.3g}"
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -474,31 +469,23 @@ def main(argv: list[str]) -> int:
         wide_section()
         print()
     if "c" in sections:
-        print("generated C (cc -O2, host) per inference (ms) beside TFLM and LiteRT, same run")
-        print(
-            table(
-                [
-                    "model",
-                    "c",
-                    "tflm",
-                    "litert",
-                    "litert-ref",
-                    "c/tflm",
-                    "c/litert",
-                    "text",
-                    "data",
-                    "bss",
-                    "arena",
-                ],
-                [c_row(p) for p in paths],
-            )
-        )
+        rows = [c_rows(p) for p in paths]
+        print("host, ms per inference: median of 7 interleaved rounds, every engine in this "
+              "process on inputs set once, no copies timed (tests/engines.py); c: cc -O2, "
+              "c-native: -O3 -march=native; litert: its default kernels (XNNPACK)")
+        print(table(["model", *C_ENGINES, "c/tflm", "c/litert", "native/litert", "arena"],
+                    [medians for medians, _ in rows]))
+        print("the same rounds: fastest-slowest (microseconds), and the generated C's sizes "
+              "(cc -O2)")
+        print(table(["model", *C_ENGINES, "text", "data", "bss"],
+                    [spreads for _, spreads in rows]))
         print()
     if "quant" in sections:
         quant_section()
         print()
     if "runtime" in sections:
-        print("runtime_py per inference (ms, median of 5) beside TFLite's interpreters, same run")
+        print("runtime_py per inference (ms: median of 3 interleaved rounds) beside TFLite's "
+              "interpreters, timed alike (tests/engines.py)")
         print(
             table(
                 ["model", "runtime_py", "litert-ref", "litert", "tflm", "py/ref", "py/litert"],
