@@ -160,16 +160,18 @@ def _operands(graph: Graph, op: Operator) -> tuple[Tensor, Tensor, Tensor]:
     return a, b, out
 
 
-def _shapes(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> dict:
-    """The shape fields of the params, once the inputs are known to broadcast to the output."""
+def _shapes(op: Operator, a: Tensor, b: Tensor, out: Tensor,
+            max_rank: int = MAX_BROADCAST_RANK) -> dict:
+    """The shape fields of the params, once the inputs are known to broadcast to the output
+    (over at most `max_rank` dimensions where their shapes differ)."""
     try:
         broadcast = tuple(np.broadcast_shapes(a.shape, b.shape))
     except ValueError:
         raise UnsupportedOpError(f"shapes {a.shape} and {b.shape} do not broadcast") from None
     if broadcast != out.shape:
         raise UnsupportedOpError(f"output shape {out.shape} is not the broadcast {broadcast}")
-    if a.shape != b.shape and len(broadcast) > MAX_BROADCAST_RANK:
-        raise UnsupportedOpError(f"broadcasting over more than {MAX_BROADCAST_RANK} dimensions")
+    if a.shape != b.shape and len(broadcast) > max_rank:
+        raise UnsupportedOpError(f"broadcasting over more than {max_rank} dimensions")
     return {"opcode": op.opcode, "input1_shape": a.shape, "input2_shape": b.shape,
             "output_shape": out.shape}
 
@@ -402,11 +404,14 @@ _CONSTANT_HERE = " /* constant along this loop */"
 
 
 def broadcast_nest(loops: list[Loop], ctype: str, wide: str, op: str,
-                   loads: tuple[Load, Load] = (str, str), ivdep: bool = True) -> dict:
+                   loads: tuple[Load, Load] = (str, str), ivdep: bool = True,
+                   in_ctype: str | None = None) -> dict:
     """The loop nest of `loops` as C text: loop k derives the pointers a<k+1>, b<k+1>, o<k+1>
     from a<k>, b<k>, o<k> (the operands at level 0); the innermost loop stores `op(x, y)` of
     one element of each input, hoisting an input it does not walk into a constant of type
-    `wide`. The nest writes output element j right after reading the input elements it needs."""
+    `wide`. The nest writes output element j right after reading the input elements it needs.
+    The inputs are of C type `in_ctype` where it differs from the output's `ctype`."""
+    in_ctype = in_ctype or ctype
     levels = []
     for k, loop in enumerate(loops[:-1]):
         i = ConstantLoop(f"i{k}", loop.n)
@@ -414,8 +419,8 @@ def broadcast_nest(loops: list[Loop], ctype: str, wide: str, op: str,
             "header": i.header,
             "pad": "  " * (k + 1),
             "pointers": [
-                f"const {ctype} *a{k + 1} = {c_offset(f'a{k}', [(i, loop.sa)])};",
-                f"const {ctype} *b{k + 1} = {c_offset(f'b{k}', [(i, loop.sb)])};",
+                f"const {in_ctype} *a{k + 1} = {c_offset(f'a{k}', [(i, loop.sa)])};",
+                f"const {in_ctype} *b{k + 1} = {c_offset(f'b{k}', [(i, loop.sb)])};",
                 f"{ctype} *o{k + 1} = {c_offset(f'o{k}', [(i, loop.so)])};",
             ],
         })
