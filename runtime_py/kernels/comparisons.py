@@ -12,6 +12,7 @@ from toolchain.ops.comparisons import (
     ComparisonParams,
     LogicalNotParams,
     RescaledComparisonParams,
+    SelectParams,
 )
 
 Binary = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -45,4 +46,14 @@ def logical_not(params: LogicalNotParams, inputs: list[np.ndarray | None],
     outputs[0][...] = np.logical_not(inputs[0])
 
 
-KERNELS = {**dict.fromkeys(OPCODES, compare), "LOGICAL_NOT": logical_not}
+def select(params: SelectParams, inputs: list[np.ndarray | None],
+           outputs: list[np.ndarray]) -> None:
+    """The condition in its broadcast shape (SELECT's per-slice condition), then numpy's."""
+    condition, x, y = inputs
+    chosen = np.where(condition.reshape(params.condition_shape), x.reshape(params.x_shape),
+                      y.reshape(params.y_shape))
+    outputs[0][...] = chosen.reshape(outputs[0].shape)
+
+
+KERNELS = {**dict.fromkeys(OPCODES, compare), "LOGICAL_NOT": logical_not,
+           "SELECT": select, "SELECT_V2": select}

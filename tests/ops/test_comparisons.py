@@ -226,3 +226,76 @@ def test_refusals(build, reason):
 
 def test_five_dimensional_equal_shapes_run_flat():
     check(model(["LESS_EQUAL"], "int32", (2, 1, 3, 2, 2), (2, 1, 3, 2, 2)))
+
+
+def select_model(opcode: str, dtype: str, cond_shape, x_shape, y_shape, out_shape=None,
+                 q=NO_QUANT, qy=None) -> bytes:
+    builder = ModelBuilder("float32")
+    c = builder.input("c", cond_shape, "bool")
+    x = builder.input("x", x_shape, dtype, *q)
+    y = builder.input("y", y_shape, dtype, *(q if qy is None else qy))
+    if out_shape is None:
+        out_shape = np.broadcast_shapes(tuple(cond_shape), tuple(x_shape), tuple(y_shape))
+    out = builder.tensor("out", out_shape, dtype, *q)
+    builder.op(opcode, [c, x, y], [out])
+    builder.output(out)
+    return builder.build()
+
+
+SELECT_DTYPES = [("float32", NO_QUANT), ("int32", NO_QUANT), ("int64", NO_QUANT),
+                 ("int16", NO_QUANT), ("int8", (0.05, -3)), ("uint8", (0.1, 128)),
+                 ("bool", NO_QUANT)]
+
+
+@pytest.mark.parametrize("dtype, q", SELECT_DTYPES)
+@pytest.mark.parametrize("opcode", ["SELECT", "SELECT_V2"])
+def test_select_same_shapes_every_dtype(opcode, dtype, q):
+    check(select_model(opcode, dtype, (3, 5), (3, 5), (3, 5), q=q))
+
+
+@pytest.mark.parametrize("cond_shape", [(4,), ()])
+def test_select_condition_per_slice_or_scalar(cond_shape):
+    """SELECT's rank-1 condition picks whole slices along the first dimension."""
+    check(select_model("SELECT", "float32", cond_shape, (4, 2, 3), (4, 2, 3), (4, 2, 3)))
+
+
+@pytest.mark.parametrize("dtype, q", [("float32", NO_QUANT), ("int8", (0.05, -3))])
+@pytest.mark.parametrize("shapes", [((2, 3, 4), (4,), (2, 1, 4)), ((3, 1), (1, 5), ()),
+                                    ((1,), (2, 3), (2, 3)), ((2, 1, 2, 1, 3), (2, 1, 3),
+                                                             (1, 2, 1, 1, 1))])
+def test_select_v2_broadcasts(dtype, q, shapes):
+    check(select_model("SELECT_V2", dtype, *shapes, q=q))
+
+
+def test_select_v2_of_a_comparison():
+    """where(x < y, y, x): a GREATER-free MAXIMUM, chosen element by element."""
+    builder = ModelBuilder("float32")
+    x, y = builder.input("x", (2, 6), "float32"), builder.input("y", (6,), "float32")
+    less = builder.tensor("less", (2, 6), "bool")
+    builder.op("LESS", [x, y], [less])
+    out = builder.tensor("out", (2, 6), "float32")
+    builder.op("SELECT_V2", [less, y, x], [out])
+    builder.output(out)
+    check(builder.build())
+
+
+SELECT_REFUSALS = [
+    (lambda: select_model("SELECT", "float32", (3, 4), (3, 4), (1, 4), (3, 4)),
+     "SELECT of shapes (3, 4) and (1, 4) (SELECT does not broadcast; SELECT_V2 does)"),
+    (lambda: select_model("SELECT", "float32", (4,), (3, 4), (3, 4), (3, 4)),
+     "SELECT condition of shape (4,) for values of shape (3, 4): neither the same, one bool, "
+     "nor one per slice along the first dimension"),
+    (lambda: select_model("SELECT_V2", "float32", (2, 1, 1, 1, 1, 3), (3,), (3,)),
+     "broadcasting over more than 5 dimensions"),
+    (lambda: select_model("SELECT_V2", "float32", (3,), (4,), (3,), (3,)),
+     "shapes (3,), (4,) and (3,) do not broadcast"),
+    (lambda: select_model("SELECT_V2", "float32", (3,), (2, 3), (3,), (3, 3)),
+     "output shape (3, 3) is not the broadcast (2, 3)"),
+    (lambda: select_model("SELECT_V2", "int8", (3,), (3,), (3,), q=(0.05, 0), qy=(0.1, 0)),
+     "x, y and the output need identical quantization (LiteRT copies stored values)"),
+]
+
+
+@pytest.mark.parametrize("build, reason", SELECT_REFUSALS)
+def test_select_refusals(build, reason):
+    assert refusal(build()).endswith(reason)

@@ -1,6 +1,6 @@
 """Params and C emitters for the comparison and logical ops: LESS, LESS_EQUAL, GREATER,
 GREATER_EQUAL, EQUAL, NOT_EQUAL, LOGICAL_AND, LOGICAL_OR (bool outputs, broadcast as the
-elementwise binary ops) and LOGICAL_NOT.
+elementwise binary ops) and LOGICAL_NOT; and SELECT and SELECT_V2, which take a bool condition.
 
 Two arithmetic shapes, following LiteRT's comparisons.cc:
 - `ComparisonParams`: stored values compared in their own type (float32, int16 unless EQUAL or
@@ -32,8 +32,17 @@ from toolchain.ops.elementwise import (
     _table_load,
     broadcast_loops,
     broadcast_nest,
+    collapsed_loops,
 )
-from toolchain.ops.emit import ConstantLoop, Kernel, OpContext, c_array, c_comment, render_macro
+from toolchain.ops.emit import (
+    ConstantLoop,
+    Kernel,
+    OpContext,
+    c_array,
+    c_comment,
+    c_offset,
+    render_macro,
+)
 from toolchain.ops.spec import OpSpec, kernels
 from toolchain.quant import INT_RANGES, per_tensor_quantization, quantize_multiplier
 
@@ -145,6 +154,72 @@ def prepare_not(graph: Graph, op: Operator) -> LogicalNotParams:
     return LogicalNotParams(x.shape)
 
 
+# -- SELECT, SELECT_V2 -----------------------------------------------------------------------
+
+# SELECT_V2 broadcasts through LiteRT's 5-D loops.
+MAX_SELECT_BROADCAST_RANK = 5
+SELECT_DTYPES = frozenset({"bool", "float32", "int8", "uint8", "int16", "int32", "int64"})
+
+
+@dataclass(frozen=True)
+class SelectParams:
+    """output = condition ? x : y, element by element, every operand broadcast to the output.
+    SELECT's condition of rank 1 (one bool per slice along the first dimension) or 0 is given
+    here as the broadcast shape it stands for."""
+
+    opcode: str
+    condition_shape: tuple[int, ...]
+    x_shape: tuple[int, ...]
+    y_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+
+
+def _select_shapes(op: Operator, cond: Tensor, x: Tensor, y: Tensor, out: Tensor
+                   ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The condition's broadcast shape and the output's, as LiteRT's Prepare decides them."""
+    if cond.num_elements == x.num_elements == y.num_elements == out.num_elements == 1:
+        return (), ()  # one element: LiteRT keeps the output's declared shape
+    if cond.shape == x.shape == y.shape:
+        broadcast = x.shape
+    elif op.opcode == "SELECT":
+        if x.shape != y.shape:
+            raise UnsupportedOpError(f"SELECT of shapes {x.shape} and {y.shape} (SELECT does "
+                                     "not broadcast; SELECT_V2 does)")
+        if not (cond.shape == () or len(cond.shape) == 1 and x.shape
+                and cond.shape[0] == x.shape[0]):
+            raise UnsupportedOpError(f"SELECT condition of shape {cond.shape} for values of "
+                                     f"shape {x.shape}: neither the same, one bool, nor one "
+                                     "per slice along the first dimension")
+        return cond.shape + (1,) * (len(x.shape) - len(cond.shape)), x.shape
+    else:
+        try:
+            broadcast = tuple(np.broadcast_shapes(cond.shape, x.shape, y.shape))
+        except ValueError:
+            raise UnsupportedOpError(f"shapes {cond.shape}, {x.shape} and {y.shape} do not "
+                                     "broadcast") from None
+        if len(broadcast) > MAX_SELECT_BROADCAST_RANK:
+            raise UnsupportedOpError(f"broadcasting over more than "
+                                     f"{MAX_SELECT_BROADCAST_RANK} dimensions")
+    if broadcast != out.shape:
+        raise UnsupportedOpError(f"output shape {out.shape} is not the broadcast {broadcast}")
+    return cond.shape, broadcast
+
+
+def prepare_select(graph: Graph, op: Operator) -> SelectParams:
+    """LiteRT copies the chosen values' bits: quantized values must share one quantization
+    with the output to mean the same (we refuse otherwise)."""
+    cond, x, y = (graph.tensors[i] for i in op.inputs)
+    out = graph.tensors[op.outputs[0]]
+    if any(t.quantization is not None for t in (x, y, out)):
+        if len({per_tensor_quantization(t) for t in (x, y, out)}) != 1:
+            raise UnsupportedOpError("x, y and the output need identical quantization "
+                                     "(LiteRT copies stored values)")
+    condition_shape, output_shape = _select_shapes(op, cond, x, y, out)
+    one = output_shape == ()
+    return SelectParams(op.opcode, condition_shape, () if one else x.shape,
+                        () if one else y.shape, output_shape)
+
+
 # -- C -------------------------------------------------------------------------------------
 
 TEMPLATE = "c/comparisons.c.j2"
@@ -213,7 +288,49 @@ def emit_not(ctx: OpContext) -> Kernel:
     return Kernel(text)
 
 
+def _element(pointer: str, stride: int, index: str) -> str:
+    return f"{pointer}[{index if stride else 0}]"
+
+
+def select_nest(loops: list[tuple[int, tuple[int, ...], int]], ctype: str) -> dict:
+    """The loop nest of SELECT: pointers c<k>, a<k>, b<k>, o<k> derived level by level as in
+    the elementwise nest; the innermost loop stores `c ? a : b`, reading index 0 of an operand
+    it does not walk."""
+    types = ("const uint8_t", f"const {ctype}", f"const {ctype}", ctype)
+    levels = []
+    for k, (n, strides, stride_out) in enumerate(loops[:-1]):
+        i = ConstantLoop(f"i{k}", n)
+        levels.append({"header": i.header, "pad": "  " * (k + 1), "pointers": [
+            f"{t} *{name}{k + 1} = {c_offset(f'{name}{k}', [(i, stride)])};"
+            for t, name, stride in zip(types, "cabo", (*strides, stride_out))]})
+    depth = len(loops) - 1
+    n, (sc, sa, sb), _ = loops[-1]
+    inner = ConstantLoop("i", n)
+    c, a, b = (_element(f"{name}{depth}", stride, inner.index)
+               for name, stride in zip("cab", (sc, sa, sb)))
+    return {"outer": levels, "inner": {
+        "loop": inner, "pad": "  " * (depth + 1), "hoisted": None, "ivdep": inner.written,
+        "statement": f"o{depth}[{inner.index}] = {c} ? {a} : {b};"}}
+
+
+def emit_select(ctx: OpContext) -> Kernel:
+    p = ctx.params
+    cond, x, y = ctx.inputs
+    out = ctx.outputs[0]
+    loops = collapsed_loops((p.condition_shape, p.x_shape, p.y_shape), p.output_shape)
+    nest = select_nest(loops, out.ctype) if loops else None
+    comment = (f"{p.opcode} {out.dtype} {list(p.condition_shape)} ? {list(p.x_shape)} : "
+               f"{list(p.y_shape)} -> {list(p.output_shape)} '{out.name}'")
+    text = render_macro(TEMPLATE, "select", {
+        "fn": ctx.fn, "ctype": out.ctype, "c": cond.ptr, "a": x.ptr, "b": y.ptr,
+        "out": out.ptr, "nest": nest, "comment": c_comment(comment)})
+    return Kernel(text, ("ivdep",) if nest is not None and nest["inner"]["ivdep"] else ())
+
+
 SPECS: tuple[OpSpec, ...] = (
+    *(OpSpec(opcode, kernels("bool, T, T -> T", T=SELECT_DTYPES), prepare_select, emit_select,
+             overlaps=overlaps.elementwise(0, 1, 2))
+      for opcode in ("SELECT", "SELECT_V2")),
     *(OpSpec(opcode, SIGNATURES[opcode], prepare, emit_binary,
              overlaps=overlaps.elementwise(0, 1))
       for opcode in OPCODES),

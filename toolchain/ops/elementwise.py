@@ -25,7 +25,7 @@ from the tables below; the template only lays out the function and the loop nest
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -374,27 +374,35 @@ def broadcast_loops(shape1: tuple[int, ...], shape2: tuple[int, ...],
                     out_shape: tuple[int, ...]) -> list[Loop]:
     """Loops, outermost first, that visit the output in order. The innermost loop has stride 1
     for the output and for each input it walks. An empty list means an empty output."""
+    return [Loop(n, sa, sb, so) for n, (sa, sb), so in
+            collapsed_loops((shape1, shape2), out_shape)]
+
+
+def collapsed_loops(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]
+                    ) -> list[tuple[int, tuple[int, ...], int]]:
+    """The broadcast of any number of inputs as (trips, each input's element stride, 0 where
+    it is broadcast, the output's stride) per loop, outermost first: dimensions of size 1
+    vanish and adjacent dimensions every input walks (or skips) alike merge."""
     if any(n == 0 for n in out_shape):
         return []
     rank = len(out_shape)
-    s1 = (1,) * (rank - len(shape1)) + tuple(shape1)
-    s2 = (1,) * (rank - len(shape2)) + tuple(shape2)
-    merged: list[list] = []  # [size, input1 walks it, input2 walks it]
-    for n, d1, d2 in zip(out_shape, s1, s2):
+    padded = [(1,) * (rank - len(shape)) + tuple(shape) for shape in shapes]
+    merged: list[list] = []  # [size, which inputs walk it]
+    for k, n in enumerate(out_shape):
         if n == 1:
             continue
-        walks = (d1 == n, d2 == n)
-        if merged and tuple(merged[-1][1:]) == walks:
+        walks = tuple(shape[k] == n for shape in padded)
+        if merged and merged[-1][1] == walks:
             merged[-1][0] *= n
         else:
-            merged.append([n, *walks])
+            merged.append([n, walks])
     if not merged:  # a single element
-        merged = [[1, True, True]]
-    loops, stride1, stride2, stride_out = [], 1, 1, 1
-    for n, walks1, walks2 in reversed(merged):
-        loops.append(Loop(n, stride1 if walks1 else 0, stride2 if walks2 else 0, stride_out))
-        stride1 *= n if walks1 else 1
-        stride2 *= n if walks2 else 1
+        merged = [[1, (True,) * len(shapes)]]
+    loops = []
+    strides, stride_out = [1] * len(shapes), 1
+    for n, walks in reversed(merged):
+        loops.append((n, tuple(s if w else 0 for s, w in zip(strides, walks)), stride_out))
+        strides = [s * n if w else s for s, w in zip(strides, walks)]
         stride_out *= n
     return loops[::-1]
 
