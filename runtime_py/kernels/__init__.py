@@ -14,6 +14,7 @@ import numpy as np
 
 from runtime_py.kernels import (
     activations,
+    comparisons,
     control,
     conv,
     elementwise,
@@ -32,6 +33,6 @@ from runtime_py.kernels import (
 Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal)
+            resize, svdf, lstm, variables, control, signal, comparisons)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

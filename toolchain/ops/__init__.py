@@ -27,6 +27,7 @@ from toolchain.ops import (
     activations,
     arm_dsp,
     arm_mve,
+    comparisons,
     control,
     conv,
     elementwise,
@@ -54,7 +55,7 @@ from toolchain.ops.spec import (
 from toolchain.targets import GENERIC
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal)
+            resize, svdf, lstm, variables, control, signal, comparisons)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 

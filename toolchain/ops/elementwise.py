@@ -25,7 +25,7 @@ from the tables below; the template only lays out the function and the loop nest
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -160,16 +160,18 @@ def _operands(graph: Graph, op: Operator) -> tuple[Tensor, Tensor, Tensor]:
     return a, b, out
 
 
-def _shapes(op: Operator, a: Tensor, b: Tensor, out: Tensor) -> dict:
-    """The shape fields of the params, once the inputs are known to broadcast to the output."""
+def _shapes(op: Operator, a: Tensor, b: Tensor, out: Tensor,
+            max_rank: int = MAX_BROADCAST_RANK) -> dict:
+    """The shape fields of the params, once the inputs are known to broadcast to the output
+    (over at most `max_rank` dimensions where their shapes differ)."""
     try:
         broadcast = tuple(np.broadcast_shapes(a.shape, b.shape))
     except ValueError:
         raise UnsupportedOpError(f"shapes {a.shape} and {b.shape} do not broadcast") from None
     if broadcast != out.shape:
         raise UnsupportedOpError(f"output shape {out.shape} is not the broadcast {broadcast}")
-    if a.shape != b.shape and len(broadcast) > MAX_BROADCAST_RANK:
-        raise UnsupportedOpError(f"broadcasting over more than {MAX_BROADCAST_RANK} dimensions")
+    if a.shape != b.shape and len(broadcast) > max_rank:
+        raise UnsupportedOpError(f"broadcasting over more than {max_rank} dimensions")
     return {"opcode": op.opcode, "input1_shape": a.shape, "input2_shape": b.shape,
             "output_shape": out.shape}
 
@@ -372,27 +374,35 @@ def broadcast_loops(shape1: tuple[int, ...], shape2: tuple[int, ...],
                     out_shape: tuple[int, ...]) -> list[Loop]:
     """Loops, outermost first, that visit the output in order. The innermost loop has stride 1
     for the output and for each input it walks. An empty list means an empty output."""
+    return [Loop(n, sa, sb, so) for n, (sa, sb), so in
+            collapsed_loops((shape1, shape2), out_shape)]
+
+
+def collapsed_loops(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]
+                    ) -> list[tuple[int, tuple[int, ...], int]]:
+    """The broadcast of any number of inputs as (trips, each input's element stride, 0 where
+    it is broadcast, the output's stride) per loop, outermost first: dimensions of size 1
+    vanish and adjacent dimensions every input walks (or skips) alike merge."""
     if any(n == 0 for n in out_shape):
         return []
     rank = len(out_shape)
-    s1 = (1,) * (rank - len(shape1)) + tuple(shape1)
-    s2 = (1,) * (rank - len(shape2)) + tuple(shape2)
-    merged: list[list] = []  # [size, input1 walks it, input2 walks it]
-    for n, d1, d2 in zip(out_shape, s1, s2):
+    padded = [(1,) * (rank - len(shape)) + tuple(shape) for shape in shapes]
+    merged: list[list] = []  # [size, which inputs walk it]
+    for k, n in enumerate(out_shape):
         if n == 1:
             continue
-        walks = (d1 == n, d2 == n)
-        if merged and tuple(merged[-1][1:]) == walks:
+        walks = tuple(shape[k] == n for shape in padded)
+        if merged and merged[-1][1] == walks:
             merged[-1][0] *= n
         else:
-            merged.append([n, *walks])
+            merged.append([n, walks])
     if not merged:  # a single element
-        merged = [[1, True, True]]
-    loops, stride1, stride2, stride_out = [], 1, 1, 1
-    for n, walks1, walks2 in reversed(merged):
-        loops.append(Loop(n, stride1 if walks1 else 0, stride2 if walks2 else 0, stride_out))
-        stride1 *= n if walks1 else 1
-        stride2 *= n if walks2 else 1
+        merged = [[1, (True,) * len(shapes)]]
+    loops = []
+    strides, stride_out = [1] * len(shapes), 1
+    for n, walks in reversed(merged):
+        loops.append((n, tuple(s if w else 0 for s, w in zip(strides, walks)), stride_out))
+        strides = [s * n if w else s for s, w in zip(strides, walks)]
         stride_out *= n
     return loops[::-1]
 
@@ -402,11 +412,14 @@ _CONSTANT_HERE = " /* constant along this loop */"
 
 
 def broadcast_nest(loops: list[Loop], ctype: str, wide: str, op: str,
-                   loads: tuple[Load, Load] = (str, str), ivdep: bool = True) -> dict:
+                   loads: tuple[Load, Load] = (str, str), ivdep: bool = True,
+                   in_ctype: str | None = None) -> dict:
     """The loop nest of `loops` as C text: loop k derives the pointers a<k+1>, b<k+1>, o<k+1>
     from a<k>, b<k>, o<k> (the operands at level 0); the innermost loop stores `op(x, y)` of
     one element of each input, hoisting an input it does not walk into a constant of type
-    `wide`. The nest writes output element j right after reading the input elements it needs."""
+    `wide`. The nest writes output element j right after reading the input elements it needs.
+    The inputs are of C type `in_ctype` where it differs from the output's `ctype`."""
+    in_ctype = in_ctype or ctype
     levels = []
     for k, loop in enumerate(loops[:-1]):
         i = ConstantLoop(f"i{k}", loop.n)
@@ -414,8 +427,8 @@ def broadcast_nest(loops: list[Loop], ctype: str, wide: str, op: str,
             "header": i.header,
             "pad": "  " * (k + 1),
             "pointers": [
-                f"const {ctype} *a{k + 1} = {c_offset(f'a{k}', [(i, loop.sa)])};",
-                f"const {ctype} *b{k + 1} = {c_offset(f'b{k}', [(i, loop.sb)])};",
+                f"const {in_ctype} *a{k + 1} = {c_offset(f'a{k}', [(i, loop.sa)])};",
+                f"const {in_ctype} *b{k + 1} = {c_offset(f'b{k}', [(i, loop.sb)])};",
                 f"{ctype} *o{k + 1} = {c_offset(f'o{k}', [(i, loop.so)])};",
             ],
         })
