@@ -41,15 +41,15 @@ from typing import Any
 import numpy as np
 
 from toolchain.checking.check import random_inputs
-from toolchain.codegen import c_words, generate, io_info, kernel_function
+from toolchain.codegen import c_words, generate, kernel_function
 from toolchain.errors import RuntimeBackendError
 from toolchain.firmware import (
     INPUT_FILE,
     OUTPUT_FILE,
-    STATUS,
-    STATUS_MEANING,
     board_of,
     build_mcu,
+    firmware_failure,
+    harness_values,
     mcu_target,
     support_files,
     tool,
@@ -129,12 +129,7 @@ def bench_sources(mp: ModelPlan, name: str) -> tuple[dict[str, str], list[dict]]
         name=name,
         counter=f"0x{board.counter:08x}",
         readings=CALIBRATION_READINGS + 2 * len(steps),
-        inputs=[io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.inputs)],
-        outputs=[io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.outputs)],
-        input_file=INPUT_FILE,
-        output_file=OUTPUT_FILE,
-        status=STATUS,
-        statuses=[{"code": STATUS[k], "meaning": STATUS_MEANING[k]} for k in STATUS],
+        **harness_values(graph),
         steps=steps,
         # GCC reads Armv6-M inline assembly in the divided syntax, where `sub` sets the flags
         spin_decrement="sub %0, #1" if target.arch == "armv6-m" else "subs %0, %0, #1",
@@ -233,13 +228,7 @@ def run_firmware(elf: str, machine: str, directory: str, timeout: float,
         raise RuntimeBackendError(f"the benchmark did not finish within {timeout:g} s",
                                   source) from None
     if result.returncode != 0:
-        meaning = {STATUS[k]: v for k, v in STATUS_MEANING.items()}.get(result.returncode)
-        lines = (result.stdout + result.stderr).decode(errors="replace").strip().splitlines()
-        said = [x for x in lines if x.startswith("arenac:")] or lines
-        detail = f": {said[-1].strip()}" if said else ""
-        raise RuntimeBackendError(
-            f"benchmark firmware failed (exit {result.returncode}"
-            f"{', ' + meaning if meaning else ''}){detail}", source)
+        raise firmware_failure(result, "benchmark firmware", source)
     path = os.path.join(directory, OUTPUT_FILE)
     if not os.path.exists(path):
         raise RuntimeBackendError(f"benchmark firmware wrote no {OUTPUT_FILE}", source)

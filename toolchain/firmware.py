@@ -102,6 +102,33 @@ STATUS_MEANING = {
     "stack": "stack overflow",
     "fault": "processor fault",
 }
+
+
+def harness_values(graph) -> dict:
+    """What every firmware harness template says of the model's I/O and the exit statuses."""
+    return {
+        "inputs": [io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.inputs)],
+        "outputs": [io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.outputs)],
+        "input_file": INPUT_FILE,
+        "output_file": OUTPUT_FILE,
+        "status": STATUS,
+        "statuses": [{"code": STATUS[k], "meaning": STATUS_MEANING[k]} for k in STATUS],
+    }
+
+
+def firmware_failure(result: subprocess.CompletedProcess, what: str,
+                     source: str | None) -> RuntimeBackendError:
+    """The error of a firmware run that exited non-zero: its status's meaning and its own
+    last message ("arenac: ..."), else the last line QEMU wrote."""
+    meaning = {STATUS[k]: v for k, v in STATUS_MEANING.items()}.get(result.returncode)
+    lines = (result.stdout + result.stderr).decode(errors="replace").strip().splitlines()
+    said = [x for x in lines if x.startswith("arenac:")] or lines
+    detail = f": {said[-1].strip()}" if said else ""
+    return RuntimeBackendError(
+        f"{what} failed (exit {result.returncode}{', ' + meaning if meaning else ''}){detail}",
+        source)
+
+
 EXCEPTIONS = (  # Cortex-M exception numbers 2..15 after the reset vector
     "NMI",
     "HardFault",
@@ -166,12 +193,7 @@ def mcu_sources(mp: ModelPlan, name: str = "model", trace: bool = False) -> dict
         **where,
         name=name,
         external_io=external_io,
-        inputs=[io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.inputs)],
-        outputs=[io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.outputs)],
-        input_file=INPUT_FILE,
-        output_file=OUTPUT_FILE,
-        status=STATUS,
-        statuses=[{"code": STATUS[k], "meaning": STATUS_MEANING[k]} for k in STATUS],
+        **harness_values(graph),
         stack_reserve=STACK_RESERVE,
         trace=trace,
     )

@@ -32,12 +32,11 @@ from toolchain.errors import RuntimeBackendError
 from toolchain.firmware import (
     INPUT_FILE,
     OUTPUT_FILE,
-    STATUS,
-    STATUS_MEANING,
     TOOL_PREFIX,
     TOOLS,
     board_of,
     build_mcu,
+    firmware_failure,
     mcu_sources,
     mcu_target,
     tool,
@@ -166,16 +165,7 @@ class QemuBackend:
             ) from None
         self.seconds = time.perf_counter() - start
         if result.returncode != 0:
-            meaning = {STATUS[k]: v for k, v in STATUS_MEANING.items()}.get(result.returncode)
-            lines = (result.stdout + result.stderr).decode(errors="replace").strip().splitlines()
-            # the firmware's own message, else QEMU's last word (not its "nic has no peer")
-            said = [x for x in lines if x.startswith("arenac:")] or lines
-            detail = f": {said[-1].strip()}" if said else ""
-            raise RuntimeBackendError(
-                f"firmware under {QEMU} failed (exit {result.returncode}"
-                f"{', ' + meaning if meaning else ''}){detail}",
-                self.source,
-            )
+            raise firmware_failure(result, f"firmware under {QEMU}", self.source)
         path = os.path.join(run_dir, OUTPUT_FILE)
         if not os.path.exists(path):
             raise RuntimeBackendError(f"firmware under {QEMU} wrote no {OUTPUT_FILE}", self.source)
