@@ -20,19 +20,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolchain.errors import UnsupportedOpError
-from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops import overlaps
 from toolchain.ops.elementwise import (
     BYTE_VALUES,
     WIDE_TYPE,
     BinaryOpParams,
+    RescaledInputs,
     _plus,
     _shapes,
     _table_load,
     broadcast_loops,
     broadcast_nest,
     collapsed_loops,
+    rescaled_inputs,
 )
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -78,18 +79,8 @@ class ComparisonParams(BinaryOpParams):
 
 
 @dataclass(frozen=True)
-class RescaledComparisonParams(BinaryOpParams):
-    """Quantized inputs compared at a common scale: input n becomes
-    MultiplyByQuantizedMultiplier((x + offset_n) << left_shift, multiplier_n, shift_n)."""
-
-    dtype: str
-    left_shift: int
-    input1_offset: int
-    input1_multiplier: int
-    input1_shift: int
-    input2_offset: int
-    input2_multiplier: int
-    input2_shift: int
+class RescaledComparisonParams(RescaledInputs):
+    """Quantized inputs compared at the common scale RescaledInputs brings them to."""
 
 
 @dataclass(frozen=True)
@@ -225,14 +216,6 @@ def prepare_select(graph: Graph, op: Operator) -> SelectParams:
 TEMPLATE = "c/comparisons.c.j2"
 
 
-def rescaled_table(dtype: str, offset: int, multiplier: int, shift: int) -> np.ndarray:
-    """The scaled value of every stored value of an int8 or uint8 input, the lowest first."""
-    low, high = INT_RANGES[dtype]
-    values = np.arange(low, high + 1, dtype=np.int64)
-    return multiply_by_quantized_multiplier((values + offset) << COMPARISON_LEFT_SHIFT,
-                                            multiplier, shift)
-
-
 def _inputs(p: RescaledComparisonParams) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     return ((p.input1_offset, p.input1_multiplier, p.input1_shift),
             (p.input2_offset, p.input2_multiplier, p.input2_shift))
@@ -249,7 +232,7 @@ def _rescaled_values(p: RescaledComparisonParams, prefix: str) -> dict:
                 "loads": (lambda e: f"{prefix}_in1({e})", lambda e: f"{prefix}_in2({e})")}
     return {"macro": "rescaled_op", "wide": WIDE_TYPE, "left_shift": p.left_shift,
             "table_length": BYTE_VALUES,
-            "tables": [c_array(rescaled_table(p.dtype, *scaling), per_line=8)
+            "tables": [c_array(rescaled_inputs(p, *scaling), per_line=8)
                        for scaling in _inputs(p)],
             "loads": tuple(_table_load(f"{prefix}_in{n}", -INT_RANGES[p.dtype][0])
                            for n in (1, 2))}

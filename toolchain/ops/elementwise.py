@@ -103,13 +103,11 @@ class PlainParams(BinaryOpParams):
 
 
 @dataclass(frozen=True)
-class RescaledParams(BinaryOpParams):
-    """int8 and uint8 ADD/SUB (int8 SQUARED_DIFFERENCE): each input, offset and shifted left, is
-    rescaled by its
-    own multiplier to a common scale; the two are combined (sum, difference, squared
-    difference) and the result is rescaled to the output, offset and clamped."""
+class RescaledInputs(BinaryOpParams):
+    """Two quantized inputs brought to a common scale: input n becomes
+    MultiplyByQuantizedMultiplier((x + offset_n) << left_shift, multiplier_n, shift_n)."""
 
-    dtype: str  # of the inputs and the output
+    dtype: str  # of the inputs
     left_shift: int
     input1_offset: int
     input1_multiplier: int
@@ -117,6 +115,14 @@ class RescaledParams(BinaryOpParams):
     input2_offset: int
     input2_multiplier: int
     input2_shift: int
+
+
+@dataclass(frozen=True)
+class RescaledParams(RescaledInputs):
+    """int8 and uint8 ADD/SUB (int8 SQUARED_DIFFERENCE): the inputs at a common scale
+    (RescaledInputs) are combined (sum, difference, squared difference) and the result is
+    rescaled to the output (of the inputs' dtype), offset and clamped."""
+
     output_offset: int
     output_multiplier: int
     output_shift: int
@@ -513,7 +519,7 @@ def _plain_values(p: PlainParams, ctype: str) -> dict:
             "body": [line.format(t=ctype) for line in body] + clamp}
 
 
-def rescaled_inputs(p: RescaledParams, offset: int, multiplier: int, shift: int) -> np.ndarray:
+def rescaled_inputs(p: RescaledInputs, offset: int, multiplier: int, shift: int) -> np.ndarray:
     """The rescaled value of every input value, the type's lowest first: runtime_py's input
     stage, exactly."""
     low, high = INT_RANGES[p.dtype]
