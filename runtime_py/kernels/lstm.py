@@ -7,7 +7,8 @@ block; the kernel updates them in place, so they carry over to the next invoke.
 The integer kernel follows LiteRT's 8x8_16 path step by step, with gemmlowp's int16 fixed-point
 logistic and tanh written out below over int64 arrays holding int16 values. Every intermediate
 of those functions stays within int16 (checked exhaustively against gemmlowp's wrapping int16
-arithmetic), so they need no wrap.
+arithmetic), so they need no wrap. The int16x8 kernel follows TFLite Micro's, with the int16
+LOGISTIC and TANH of the activations' kernels.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from runtime_py.gemmlowp import inv_sqrt_quantized_multiplier_exp
 from runtime_py.gemmlowp import saturating_rounding_doubling_high_mul_int16 as mul16
 from runtime_py.hybrid import quantize_asymmetric, quantize_symmetric
+from runtime_py.kernels.activations import _int16_sigmoid
 from toolchain.fixedpoint import multiply_by_quantized_multiplier as mbqm
 from toolchain.fixedpoint import rounding_divide_by_pot, wrap_int32
 from toolchain.ops.lstm import (
@@ -25,6 +27,8 @@ from toolchain.ops.lstm import (
     FORTY_EIGHT_OVER_SEVENTEEN16,
     GATE_INTEGER_BITS,
     GATES,
+    INT16_GATE_TANH,
+    INT16_SIGMOID,
     MINUS_THIRTY_TWO_OVER_SEVENTEEN16,
     ONE_EIGHTH16,
     ONE_Q2,
@@ -36,6 +40,7 @@ from toolchain.ops.lstm import (
     LstmBasicParams,
     LstmFloatParams,
     LstmHybridParams,
+    LstmInt16Params,
     LstmIntegerParams,
     LstmShape,
 )
@@ -188,6 +193,44 @@ def _integer_step(p: LstmIntegerParams, ops: dict, x, h, c) -> np.ndarray:
     if p.projection_clip > 0:
         out = np.clip(out, -p.projection_clip, p.projection_clip)
     return out
+
+
+# -- int16x8 LSTM (TFLite Micro) ---------------------------------------------------------------
+
+
+def _requantize64(acc: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
+    """TFLite's int64 MultiplyByQuantizedMultiplier, its multiplier already rounded to 16 bits:
+    the int64 result wraps to int32 as its cast does."""
+    return wrap_int32((acc * multiplier + (1 << (shift - 1))) >> shift)
+
+
+def _int16_gate(p: LstmInt16Params, name: str, ops: dict, x, h) -> np.ndarray:
+    """TFLite Micro's CalculateLstmGate: two fully connected products, each saturated to
+    int16, their saturated sum, then the sigmoid (tanh for the cell gate)."""
+    g, k = p.gate(name), GATES.index(name)
+    from_input = _sat16(_requantize64(_product(x, ops["w_in"][k], g.input_bias),
+                                      g.input_multiplier, g.input_shift))
+    from_state = _sat16(_requantize64(_product(h, ops["w_rec"][k], g.recurrent_bias),
+                                      g.recurrent_multiplier, g.recurrent_shift))
+    activation = INT16_GATE_TANH if name == "cell" else INT16_SIGMOID
+    return _int16_sigmoid(activation, _sat16(from_input + from_state)).astype(np.int64)
+
+
+def _int16_step(p: LstmInt16Params, ops: dict, x, h, c) -> np.ndarray:
+    """One step over x [rows, n_input], h and c [rows, n_cell] (int64, c updated); returns the
+    new output state."""
+    forget_gate = _int16_gate(p, "forget", ops, x, h)
+    input_gate = _int16_gate(p, "input", ops, x, h)
+    cell_gate = _int16_gate(p, "cell", ops, x, h)
+    kept = _sat16(mbqm(forget_gate * c, p.forget_multiplier, p.forget_shift))
+    added = _sat16(mbqm(input_gate * cell_gate, p.update_multiplier, p.update_shift))
+    c[...] = _sat16(kept + added)
+    if p.cell_clip is not None:
+        c[...] = np.clip(c, -p.cell_clip, p.cell_clip)
+    output_gate = _int16_gate(p, "output", ops, x, h)
+    tanh_c = _int16_sigmoid(p.cell_tanh, c).astype(np.int64)
+    return _sat16(mbqm(tanh_c * output_gate, p.hidden_multiplier, p.hidden_shift)
+                  + p.hidden_zero_point)
 
 
 def _sequence(shape: LstmShape, wiring: CellWiring, step, inputs, outputs, state_dtype) -> None:
@@ -363,7 +406,11 @@ def _float_step(p: LstmFloatParams, ops: dict, products, project, c) -> np.ndarr
 def unidirectional_sequence_lstm(p, inputs, outputs) -> None:
     """One cell's sequence (any op's: p.wiring says where its tensors are)."""
     layout = p.wiring.layout
-    if isinstance(p, LstmIntegerParams):
+    if isinstance(p, LstmInt16Params):
+        ops = _integer_operands(inputs, layout)
+        _sequence(p.shape, p.wiring, lambda x, a, h, c: _int16_step(p, ops, x, h, c), inputs,
+                  outputs, np.int64)
+    elif isinstance(p, LstmIntegerParams):
         ops = _integer_operands(inputs, layout)
         _sequence(p.shape, p.wiring, lambda x, a, h, c: _integer_step(p, ops, x, h, c), inputs,
                   outputs, np.int64)

@@ -28,7 +28,8 @@ from toolchain.codegen import generate
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.fixedpoint import multiply_by_quantized_multiplier as mbqm
 from toolchain.fixedpoint import rounding_divide_by_pot as rdbpot
-from toolchain.ops import prepare_graph
+from toolchain.ops import oracle_of, prepare_graph
+from toolchain.ops.spec import TFLM
 from toolchain.plan import plan_model
 from toolchain.quant import quantize_multiplier
 from toolchain.reader import parse_model
@@ -732,11 +733,14 @@ def int16x8_model() -> bytes:
     return b.build()
 
 
-def test_refuses_int16_activations_which_litert_cannot_prepare():
+def test_int16_activations_which_litert_cannot_prepare_follow_tflite_micro():
+    """int16x8: LiteRT's prepare refuses it, so TFLite Micro's kernel and interpreter are the
+    ones to match (tests/ops/test_lstm_int16.py)."""
     data = int16x8_model()
     with pytest.raises(RuntimeError, match="FLOAT32"):
         LiteRTOracle(data)
-    assert_refused(data, "no kernel for int16")
+    bindings = plan_model(parse_model(data, "<built model>")).program.bindings
+    assert oracle_of(bindings)[0] == TFLM
 
 
 def test_refuses_uint8_hybrid_weights():

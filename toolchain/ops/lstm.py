@@ -31,8 +31,17 @@ What LiteRT's kernel does that arenac does not reproduce is refused here: a cell
 whose tanh LiteRT skips (it then reads a stale scratch buffer), peephole weights walked past the
 cell state (a projection to more outputs than cells), models on which LiteRT's prepare silently
 leaves its multipliers at zero (a missing quantization), sums that would overflow LiteRT's int32
-arithmetic, diagonal recurrent weights, uint8 weights and int16 activations (which LiteRT's
-prepare refuses; TFLite Micro runs them with another algorithm).
+arithmetic, diagonal recurrent weights and uint8 weights.
+
+int16 activations with int8 weights and an int16 cell state (int16x8), which LiteRT's prepare
+refuses, follow TFLite Micro's kernel, the interpreter `check` then uses as the oracle
+(LstmInt16Params): each gate's input and recurrent products are int64 sums requantized by
+TFLite's int64 MultiplyByQuantizedMultiplier and saturated to int16 each, then summed and
+saturated; the gates go through the int16 LOGISTIC and TANH's table (the kernels of
+toolchain/ops/activations.py); every product of the cell update and of the hidden values is an
+elementwise int16 MUL (MultiplyByQuantizedMultiplier of the int32 product, saturated). TFLite
+Micro runs the standard LSTM only: CIFG, peephole, projection and layer norm are refused, as
+its prepare refuses them.
 
 C emission.
 
@@ -60,6 +69,7 @@ from runtime_py.gemmlowp import (
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.fixedpoint import rounding_divide_by_pot
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ops.activations import Int16SigmoidParams
 from toolchain.ops.emit import (
     COMMENT_WIDTH,
     LINE_LIMIT,
@@ -76,9 +86,9 @@ from toolchain.ops.emit import (
     written_vars,
 )
 from toolchain.ops.hybrid import quantize_lines
-from toolchain.ops.spec import INT32_MAX, MemoryRequest, OpSpec, kernels, required_input
+from toolchain.ops.spec import INT32_MAX, TFLM, MemoryRequest, OpSpec, kernels, required_input
 from toolchain.ops.tables import checked_log2
-from toolchain.quant import quantize_multiplier
+from toolchain.quant import MAX_SHIFT, quantize_multiplier
 
 TEMPLATE = "c/lstm.c.j2"
 
@@ -272,6 +282,60 @@ class LstmIntegerParams:
 
 
 @dataclass(frozen=True)
+class Int16Gate:
+    """One gate of the int16x8 LSTM: sat16(sat16(rq(input_bias + x . W_in)) +
+    sat16(rq(recurrent_bias + h . W_rec))), each sum in int64 and rq TFLite's int64
+    MultiplyByQuantizedMultiplier, (acc * multiplier + 2^(shift - 1)) >> shift wrapped to
+    int32, with the multiplier already rounded to 16 bits and `shift` the whole right shift.
+    The biases fold the zero points in (the input product's holds the gate's bias too)."""
+
+    name: str
+    input_multiplier: int
+    input_shift: int
+    recurrent_multiplier: int
+    recurrent_shift: int
+    input_bias: tuple[int, ...]
+    recurrent_bias: tuple[int, ...]
+
+
+# The int16x8 gates' activations: their pre-activations are Q3.12, which the int16 LOGISTIC
+# and TANH read at 3 * 2^0 steps of 1 / (3 * 4096) per unit.
+INT16_SIGMOID = Int16SigmoidParams("LOGISTIC", 3, 0)
+INT16_GATE_TANH = Int16SigmoidParams("TANH", 3, 0)
+
+
+@dataclass(frozen=True)
+class LstmInt16Params:
+    """int16 activations, int8 weights, int16 cell state (TFLite Micro's kernel): the four
+    gates (always all four, no variants), then c = clip(sat16(sat16(mul(f, c, forget)) +
+    sat16(mul(i, g, update)))) and h = sat16(mul(tanh(c), o, hidden) + hidden_zero_point),
+    where mul(a, b, m) is MultiplyByQuantizedMultiplier(a * b) by multiplier and shift m and
+    tanh(c) reads the cell state by `cell_tanh`. The output rows are copies of h. A cell clip
+    of None is off."""
+
+    shape: LstmShape
+    gates: tuple[Int16Gate, ...]
+    cell_tanh: Int16SigmoidParams
+    forget_multiplier: int
+    forget_shift: int
+    update_multiplier: int
+    update_shift: int
+    hidden_multiplier: int
+    hidden_shift: int
+    hidden_zero_point: int
+    cell_clip: int | None = None
+    wiring: CellWiring = CellWiring()
+    # the variants the shared C and scratch code asks every cell about: TFLite Micro runs none
+    cifg: bool = False
+    peephole: bool = False
+    layer_norm: bool = False
+    projection: bool = False
+
+    def gate(self, name: str) -> Int16Gate:
+        return next(g for g in self.gates if g.name == name)
+
+
+@dataclass(frozen=True)
 class LstmFloatParams:
     """float32 (LiteRT's EvalFloat): gate = act(bias + W_in . x + W_rec . h [+ w_peep * c]),
     with layer norm act(coefficients * normalize(...) + bias); sigmoid for the input, forget and
@@ -376,6 +440,8 @@ def prepare_lstm(graph: Graph, op: Operator,
         return _prepare_hybrid(operands, op, _prepare_float(operands, op, activation, wiring))
     if operands.x.dtype == "float32":
         return _prepare_float(operands, op, activation, wiring)
+    if operands.x.dtype == "int16":
+        return replace(_prepare_int16(op, operands, activation), wiring=wiring)
     return replace(_prepare_integer(graph, op, operands), wiring=wiring)
 
 
@@ -795,6 +861,89 @@ def _prepare_integer(graph: Graph, op: Operator, o: _Operands) -> LstmIntegerPar
         output_zero_point=out_state_zp, **extra)
 
 
+# TFLite's int64 MultiplyByQuantizedMultiplier asserts an exponent below 8 and sums within
+# 2^47.
+INT16X8_MAX_EXPONENT = 7
+INT16X8_SUM_LIMIT = 2**47
+# The int16 TANH of the cell state scales it by 3 * 2^k: at most 2^14 keeps 3 * 2^15 * 2^k in
+# int32; a right shift of more than 30 bits would be undefined in C.
+CELL_TANH_SHIFTS = range(-30, 15)
+
+
+def _prepare_int16(op: Operator, o: _Operands, activation: str) -> LstmInt16Params:
+    """TFLite Micro's prepare for int16 activations: arenac refuses what it refuses, and
+    what it would run with parameters left undefined, ignored or unapplied."""
+    shape, f32 = o.shape, np.float32
+    if len(op.inputs) != 24:
+        raise UnsupportedOpError(f"{len(op.inputs)} inputs (TFLite Micro's int16 kernel takes "
+                                 "24)")
+    variants = (("CIFG (no input gate)", "input" not in o.input_weights),
+                ("peephole weights", bool(o.peephole)),
+                ("a projection", o.projection is not None or o.projection_bias is not None),
+                ("layer norm", bool(o.norm)))
+    for what, present in variants:
+        if present:
+            raise UnsupportedOpError(f"int16 activations with {what}: TFLite Micro's kernel "
+                                     "runs the standard LSTM only")
+    if activation != "TANH":
+        raise UnsupportedOpError(f"fused activation {activation} (TFLite Micro's int16 kernel "
+                                 "applies only TANH to the cell gate, and nothing otherwise)")
+    if len(o.output_state.shape) != 2 or o.output_state.shape[1] != shape.n_cell:
+        raise UnsupportedOpError(f"output state of shape {list(o.output_state.shape)} (TFLite "
+                                 f"Micro reads [batch, {shape.n_cell}])")
+    for t in _weights_and_biases(o):
+        if t.data is None:
+            raise UnsupportedOpError(f"tensor {t.name!r} is not a constant (the zero points "
+                                     "are folded into the biases at prepare)")
+    in_scale, in_zp = _quantized(o.x, "the input")
+    state_scale, state_zp = _quantized(o.output_state, "the output state")
+    cell_scale, _ = _quantized(o.cell_state, "the cell state")
+
+    gates = []
+    for name in GATES:
+        products = []
+        for w, scale, zp, bias, what in (
+                (o.input_weights[name], in_scale, in_zp, o.biases[name], "input"),
+                (o.recurrent_weights[name], state_scale, state_zp, None, "recurrent")):
+            w_scale, w_zp = _quantized(w, f"the {name} gate's {what} weights")
+            if w_zp:
+                raise UnsupportedOpError(f"the {name} gate's {what} weights have zero point "
+                                         f"{w_zp} (TFLite Micro's kernel needs 0)")
+            # GetQuantizedConvolutionMultipler without a bias: the float32 product in double
+            real = float(f32(scale) * f32(w_scale)) / 2.0**GATE_SCALE_LOG2
+            multiplier, exponent = _multiplier(real, f"the {name} gate's {what} scale",
+                                               INT16X8_MAX_EXPONENT)
+            reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
+            values = _int64(w)
+            folded = -zp * values.sum(axis=1) + (0 if bias is None else _int64(bias))
+            largest = int((np.abs(folded) + INT16_MAGNITUDE * 2 * np.abs(values).sum(axis=1))
+                          .max(initial=0))
+            if largest >= INT16X8_SUM_LIMIT:  # then acc * reduced stays far within int64
+                raise UnsupportedOpError(f"the {name} gate's {what} product could leave the "
+                                         "2^47 TFLite's int64 requantization takes")
+            products.append((reduced, 15 - exponent, tuple(int(v) for v in folded)))
+        (m_in, s_in, b_in), (m_rec, s_rec, b_rec) = products
+        gates.append(Int16Gate(name, m_in, s_in, m_rec, s_rec, b_in, b_rec))
+
+    _, power = checked_log2(cell_scale)  # TFLite Micro takes the nearest power of two
+    tanh_shift = 15 + power - 3
+    if tanh_shift not in CELL_TANH_SHIFTS:
+        raise UnsupportedOpError(f"cell state scale {cell_scale:.6g}: the int16 tanh of the "
+                                 "cell would overflow or shift by more than 30 bits")
+    cell_tanh = (Int16SigmoidParams("TANH", 3 << tanh_shift, 0) if tanh_shift >= 0
+                 else Int16SigmoidParams("TANH", 3, -tanh_shift))
+    gate_out = 2.0**-15
+    forget = _multiplier(gate_out * cell_scale / cell_scale, "the forget product's scale")
+    update = _multiplier(gate_out * gate_out / cell_scale, "the cell update's scale")
+    hidden = _multiplier(gate_out * gate_out / state_scale, "the hidden scale")
+    cell_clip = float(op.options.get("cell_clip", 0.0))
+    clip = None
+    if cell_clip > 0:
+        clip = int(min(max(cell_clip / cell_scale, -32768.0), 32767.0))
+    return LstmInt16Params(shape, tuple(gates), cell_tanh, *forget, *update, *hidden, state_zp,
+                           clip)
+
+
 def _weights_and_biases(o: _Operands) -> list[Tensor]:
     return [*o.input_weights.values(), *o.recurrent_weights.values(), *o.peephole.values(),
             *o.biases.values(), *o.norm.values(),
@@ -815,9 +964,9 @@ def _quantized(t: Tensor, what: str) -> tuple[float, int]:
     return scale, int(q.zero_point[0]) if q.zero_point else 0
 
 
-def _multiplier(real: float, what: str) -> tuple[int, int]:
+def _multiplier(real: float, what: str, max_shift: int = MAX_SHIFT) -> tuple[int, int]:
     try:
-        return quantize_multiplier(real)
+        return quantize_multiplier(real, max_shift)
     except UnsupportedOpError as e:
         raise UnsupportedOpError(f"{what}: {e.message}") from None
 
@@ -861,7 +1010,8 @@ def scratch_buffers(p: LstmIntegerParams | LstmFloatParams) -> tuple[ScratchBuff
     (the hidden values reuse the input's, as LiteRT does)."""
     s = p.shape
     values = s.rows * s.n_cell
-    gate, hidden = ("int16_t", "int8_t") if isinstance(p, LstmIntegerParams) else ("float",) * 2
+    integer = isinstance(p, (LstmIntegerParams, LstmInt16Params))
+    gate, hidden = ("int16_t", "int8_t") if integer else ("float",) * 2
     size = {"int16_t": 2, "int8_t": 1, "float": 4, "int32_t": 4}
 
     def buffer(name: str, ctype: str, count: int, purpose: str) -> ScratchBuffer:
@@ -984,7 +1134,8 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
     row_bytes = s.n_output if strided else s.rows * s.n_output
     output_copy = (f"memcpy({c_offset('y', [(copy_rows, width)])}, "
                    f"{c_offset('h', [(copy_rows, s.n_output)])}, "
-                   + (f"{row_bytes});" if ctype != "float" else f"{row_bytes} * sizeof(float));"))
+                   + (f"{row_bytes});" if ctype == "int8_t" else
+                      f"{row_bytes} * sizeof({ctype}));"))
     buffers = [f"{b.ctype} *{b.name} = ({b.ctype} *){at};"
                for b, at in zip(scratch_buffers(p), ctx.scratch, strict=True)]
     buffers.append(f"{gate_ctype} *output_gate = forget_gate; /* the cell update consumes the "
@@ -1476,6 +1627,91 @@ def lstm_basic_values(ctx: OpContext) -> dict:
     }
 
 
+def _int16_sigmoid_function(name: str, p: Int16SigmoidParams) -> dict:
+    """One of the int16x8 cell's activations, as the int16 LOGISTIC or TANH op's function
+    (templates/c/activations.c.j2) named `name`_op."""
+    product = f"x * {p.multiplier}"
+    rescaled = f"({product} + {p.rounding}) >> {p.shift}" if p.shift else product
+    return {"prefix": name, "rescaled": rescaled, "logistic": p.function == "LOGISTIC"}
+
+
+def lstm_int16_values(ctx: OpContext) -> dict:
+    p: LstmInt16Params = ctx.params
+    s = p.shape
+    v = _shared_values(ctx, "int16_t", "int16_t")
+    prefix, name = ctx.prefix, ctx.outputs[0].name
+    layout = p.wiring.layout
+    j = v["elements"].index
+    functions = {INT16_SIGMOID: f"{prefix}_sigmoid", INT16_GATE_TANH: f"{prefix}_tanh"}
+    functions.setdefault(p.cell_tanh, f"{prefix}_cell_tanh")
+    tables, gates = [], []
+    for gate in p.gates:
+        k = GATES.index(gate.name)
+        buffer = f"{gate.name}_gate"
+        biases = []
+        for values, what, key in (
+                (gate.input_bias, "its bias less the input zero point times each row of its "
+                                  "input weights", "bias"),
+                (gate.recurrent_bias, "minus the output state's zero point times each row of "
+                                      "its recurrent weights", "recurrent_bias")):
+            if not any(values):
+                biases.append("NULL")
+                continue
+            table = f"{prefix}_{gate.name}_gate_{key}"
+            product = "input" if key == "bias" else "recurrent"
+            tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate.name} gate's {product} "
+                                 f"product starts from {what}", "int64_t", table, values))
+            biases.append(table)
+        activation = INT16_GATE_TANH if gate.name == "cell" else INT16_SIGMOID
+        lines = [f"memset({buffer}, 0, {s.rows * s.n_cell} * sizeof(int16_t));",
+                 *_wrapped(f"{prefix}_accumulate",
+                           [buffer, "x", str(s.n_input), ctx.inputs[layout.input_weights[k]].ptr,
+                            biases[0], str(gate.input_multiplier), str(gate.input_shift)], ";"),
+                 *_wrapped(f"{prefix}_accumulate",
+                           [buffer, "h", str(s.n_output),
+                            ctx.inputs[layout.recurrent_weights[k]].ptr, biases[1],
+                            str(gate.recurrent_multiplier), str(gate.recurrent_shift)], ";")]
+        gates.append({
+            "name": gate.name, "lines": lines,
+            "comment": f"/* {gate.name} gate: the {GATE_ACTIVATIONS[gate.name]} of its "
+                       "pre-activation at Q3.12 */",
+            "activation": f"{buffer}[{j}] = {functions[activation]}_op({buffer}[{j}]);",
+        })
+    clip = p.cell_clip
+    cell_min, cell_max = (-clip, clip) if clip is not None else (-32768, 32767)
+    comment = (f"{_title(ctx)} (int16 activations, int8 weights, int16 cell state): "
+               f"{_extent(p)}, {s.n_input} inputs, {s.n_cell} cells. As TFLite Micro's kernel "
+               "computes it: each gate's input and recurrent products summed in int64, "
+               "requantized by the 64-bit MultiplyByQuantizedMultiplier and saturated to int16 "
+               "each, then added; the int16 LOGISTIC and TANH's table for the gates and the "
+               "cell; the cell update and the hidden values as int16 elementwise products, each "
+               "requantized and saturated. The zero points are folded into the biases.")
+    return {
+        **v, "sequence_comment": c_comment(comment + v["order"]), "tables": tables,
+        "gates": gates,
+        "functions": [_int16_sigmoid_function(f, a) for a, f in functions.items()],
+        "accumulate_signature": _signature(prefix, "accumulate", [
+            "int16_t *gate", "const int16_t *v", "int depth", "const int8_t *w",
+            "const int64_t *bias", "int32_t multiplier", "int shift"]),
+        "update_comment": c_comment(
+            "cell state: f * c and i * g each requantized and saturated to int16, their sum "
+            "saturated" + (f" and clipped to +-{clip}" if clip is not None else ""), "  "),
+        "kept": f"arenac_mbqm((int32_t)forget_gate[{j}] * c[{j}], {p.forget_multiplier}, "
+                f"{p.forget_shift})",
+        "added": f"arenac_mbqm((int32_t)input_gate[{j}] * cell_gate[{j}], {p.update_multiplier}, "
+                 f"{p.update_shift})",
+        "cell_min": cell_min, "cell_max": cell_max,
+        "hidden_comment": c_comment(
+            "output state: tanh(c) * o requantized to int16"
+            + (f", plus its zero point {p.hidden_zero_point}" if p.hidden_zero_point else ""),
+            "  "),
+        "tanh_c": f"{functions[p.cell_tanh]}_op(c[{j}])",
+        "hidden_store": f"h[{j}] = (int16_t)arenac_clamp(arenac_mbqm(product, "
+                        f"{p.hidden_multiplier}, {p.hidden_shift}){_plus(p.hidden_zero_point)}, "
+                        "-32768, 32767);",
+    }
+
+
 def emit_lstm(ctx: OpContext) -> Kernel:
     if isinstance(ctx.params, LstmBasicParams):
         return Kernel(render_macro(TEMPLATE, "lstm_basic", lstm_basic_values(ctx)))
@@ -1483,6 +1719,9 @@ def emit_lstm(ctx: OpContext) -> Kernel:
         return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_hybrid_values(ctx)))
     if isinstance(ctx.params, LstmFloatParams):
         return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_float_values(ctx)))
+    if isinstance(ctx.params, LstmInt16Params):
+        return Kernel(render_macro(TEMPLATE, "lstm_int16", lstm_int16_values(ctx)),
+                      ("int16_sigmoid_table",))
     helpers = ("int16", "gemmlowp_inv_sqrt") if ctx.params.layer_norm else ("int16",)
     return Kernel(render_macro(TEMPLATE, "lstm_integer", lstm_integer_values(ctx)), helpers)
 
@@ -1536,9 +1775,17 @@ UNIDIRECTIONAL_KERNELS = kernels(
     "float32? -> float32",
     T=("float32",))
 
+# int16x8, which LiteRT's prepare refuses: TFLite Micro's kernel, whose arithmetic it is. The
+# positions of the variants it refuses take the dtypes they would have, so that prepare names
+# the variant.
+INT16X8_KERNELS = kernels(
+    "int16, int8?, int8, int8, int8, int8?, int8, int8, int8, int16?, int16?, int16?, int64?, "
+    "int64, int64, int64, int8?, int64?, int16, int16, int16?, int16?, int16?, int16? -> int16",
+    oracle=TFLM)
+
 SPECS: tuple[OpSpec, ...] = (
-    OpSpec("UNIDIRECTIONAL_SEQUENCE_LSTM", UNIDIRECTIONAL_KERNELS, prepare_lstm, emit_lstm,
-           scratch=lstm_scratch),
+    OpSpec("UNIDIRECTIONAL_SEQUENCE_LSTM", (*UNIDIRECTIONAL_KERNELS, *INT16X8_KERNELS),
+           prepare_lstm, emit_lstm, scratch=lstm_scratch),
     OpSpec("LSTM", (*UNIDIRECTIONAL_KERNELS, *kernels(
         "float32, float32, float32, float32, float32 -> float32, float32, float32, float32")),
            prepare_lstm_step, emit_lstm, scratch=lstm_scratch),
