@@ -873,7 +873,7 @@ CELL_TANH_SHIFTS = range(-30, 15)
 def _prepare_int16(op: Operator, o: _Operands, activation: str) -> LstmInt16Params:
     """TFLite Micro's prepare for int16 activations: arenac refuses what it refuses, and
     what it would run with parameters left undefined, ignored or unapplied."""
-    shape, f32 = o.shape, np.float32
+    shape = o.shape
     if len(op.inputs) != 24:
         raise UnsupportedOpError(f"{len(op.inputs)} inputs (TFLite Micro's int16 kernel takes "
                                  "24)")
@@ -909,8 +909,8 @@ def _prepare_int16(op: Operator, o: _Operands, activation: str) -> LstmInt16Para
             if w_zp:
                 raise UnsupportedOpError(f"the {name} gate's {what} weights have zero point "
                                          f"{w_zp} (TFLite Micro's kernel needs 0)")
-            # GetQuantizedConvolutionMultipler without a bias: the float32 product in double
-            real = float(f32(scale) * f32(w_scale)) / 2.0**GATE_SCALE_LOG2
+            # the two float32 scales' product in double, as this TFLite Micro build forms it
+            real = scale * w_scale / 2.0**GATE_SCALE_LOG2
             multiplier, exponent = _multiplier(real, f"the {name} gate's {what} scale",
                                                INT16X8_MAX_EXPONENT)
             reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
