@@ -75,45 +75,54 @@ class Built:
 def lstm16_model(cfg: Lstm16) -> Built:
     """The layer, its whole output sequence the model's output; 24 inputs, as TFLite Micro's
     kernel reads them, and no intermediates (it reads none)."""
-    rng = np.random.default_rng(cfg.seed)
     b = ModelBuilder("int16", seed=cfg.seed)
+    x = b.input("x", cfg.input_shape, "int16", *cfg.input_quant)
+    y, h, cs = add_layer(b, cfg, x)
+    b.output(y)
+    return Built(b.build(), h, cs)
+
+
+def add_layer(b: ModelBuilder, cfg: Lstm16, x: int, name: str = "") -> tuple[int, int, int]:
+    """One LSTM op reading `x` (cfg's input shape and quantization): its output, output state
+    and cell state, their names after `name`."""
+    rng = np.random.default_rng(cfg.seed)
     c, n = cfg.n_cell, cfg.n_input
-    in_scale, in_zp = cfg.input_quant
+    in_scale = cfg.input_quant[0]
     state_scale, state_zp = cfg.state_quant
     ids = [-1] * 24
-    ids[0] = b.input("x", cfg.input_shape, "int16", in_scale, in_zp)
+    ids[0] = x
     for k, gate in enumerate(GATES):
         if cfg.cifg and gate == "input":
             continue
         s_in, s_rec = cfg.weight_scale * (1 + 0.1 * k), cfg.weight_scale * (1.3 - 0.1 * k)
         in_scales = [s_in * (1 + 0.01 * u) for u in range(c)] if cfg.per_channel else s_in
-        ids[1 + k] = b.const(f"{gate}_input_weights",
+        ids[1 + k] = b.const(f"{name}{gate}_input_weights",
                              rng.integers(-127, 128, (c, n)).astype(np.int8), in_scales,
                              [cfg.weight_zero_point] * c if cfg.per_channel
                              else cfg.weight_zero_point)
-        ids[5 + k] = b.const(f"{gate}_recurrent_weights",
+        ids[5 + k] = b.const(f"{name}{gate}_recurrent_weights",
                              rng.integers(-127, 128, (c, c)).astype(np.int8), s_rec, 0)
-        ids[12 + k] = b.const(f"{gate}_bias", rng.integers(
+        ids[12 + k] = b.const(f"{name}{gate}_bias", rng.integers(
             -cfg.bias_magnitude, cfg.bias_magnitude + 1, c).astype(np.int64), in_scale * s_in, 0)
         if cfg.layer_norm:
-            ids[20 + k] = b.const(f"{gate}_norm", rng.integers(8000, 24000, c).astype(np.int16),
-                                  2.0**-14, 0)
+            ids[20 + k] = b.const(f"{name}{gate}_norm",
+                                  rng.integers(8000, 24000, c).astype(np.int16), 2.0**-14, 0)
     if cfg.peephole:
         for k, gate in ((9, "input"), (10, "forget"), (11, "output")):
-            ids[k] = b.const(f"{gate}_peephole", rng.integers(-20000, 20001, c)
+            ids[k] = b.const(f"{name}{gate}_peephole", rng.integers(-20000, 20001, c)
                              .astype(np.int16), 1e-4, 0)
     if cfg.projection:
-        ids[16] = b.const("projection", rng.integers(-127, 128, (c, c)).astype(np.int8), 0.01, 0)
+        ids[16] = b.const(f"{name}projection", rng.integers(-127, 128, (c, c)).astype(np.int8),
+                          0.01, 0)
     state_shape = (cfg.batch * c,) if cfg.flat_output_state else (cfg.batch, c)
-    h = b.variable("output_state", np.zeros(state_shape, "int16"), state_scale, state_zp)
-    cs = b.variable("cell_state", np.zeros((cfg.batch, c), "int16"), cfg.cell_scale, 0)
+    h = b.variable(f"{name}output_state", np.zeros(state_shape, "int16"), state_scale, state_zp)
+    cs = b.variable(f"{name}cell_state", np.zeros((cfg.batch, c), "int16"), cfg.cell_scale, 0)
     ids[18], ids[19] = h, cs
-    y = b.tensor("y", (*cfg.input_shape[:-1], c), "int16", state_scale, state_zp)
+    y = b.tensor(f"{name}y", (*cfg.input_shape[:-1], c), "int16", state_scale, state_zp)
     b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ids[:cfg.inputs], [y],
          {"fused_activation_function": cfg.activation, "cell_clip": cfg.cell_clip,
           "proj_clip": 0.0, "time_major": cfg.time_major})
-    b.output(y)
-    return Built(b.build(), h, cs)
+    return y, h, cs
 
 
 def input_sets(cfg: Lstm16, count: int, seed: int = 1) -> list[np.ndarray]:
@@ -157,6 +166,7 @@ CASES = {
     "zero points on the input and the state": Lstm16(input_quant=(2.0**-11, -300),
                                                      state_quant=(2.0**-14, 70)),
     "cell state Q0.15": Lstm16(cell_scale=2.0**-15),
+    "cell state Q3.12, its tanh the cell gate's": Lstm16(cell_scale=2.0**-12, time_major=True),
     "cell state 2^-9, clipped": Lstm16(cell_scale=2.0**-9, cell_clip=3.0, seed=2),
     "cell clip 0.5": Lstm16(cell_clip=0.5, time_major=True),
     "cell scale not a power of two": Lstm16(cell_scale=1 / 3000, seed=3, weight_scale=0.05),
@@ -195,6 +205,29 @@ def test_generated_c_reads_like_careful_hand_written_c():
         mp = plan_model(parse_model(lstm16_model(cfg).data, "lstm.tflite"), "greedy")
         for file_name, text in generate(mp, "m").items():
             assert style_problems(text) == [], f"{name}: {file_name}"
+
+
+def test_two_stacked_layers_match_tflm_and_share_the_table():
+    """The second layer reads the first's output sequence: each op's functions carry its
+    prefix, the sigmoid table is defined once, and both match TFLite Micro over a sequence."""
+    first = Lstm16(n_input=3, n_cell=5)
+    second = first.but(n_input=5, n_cell=4, seed=9, input_quant=first.state_quant,
+                       cell_scale=2.0**-13)
+    b = ModelBuilder("int16")
+    x = b.input("x", first.input_shape, "int16", *first.input_quant)
+    y, _, _ = add_layer(b, second, add_layer(b, first, x, "first_")[0], "second_")
+    b.output(y)
+    built = Built(b.build(), -1, -1)
+    mp = plan_model(parse_model(built.data, "<built model>"), "greedy")
+    c = generate(mp, "m")["m.c"]
+    assert c.count("static const uint16_t arenac_sigmoid_table[") == 1
+    assert style_problems(c) == []
+    values = input_sets(first, len(RESETS))
+    expected = tflm_sequence(built, values, RESETS)
+    assert np.unique(np.concatenate([row[0].ravel() for row in expected])).size > 16
+    assert_same(expected, [row[:1] for row in runtime_sequence(mp, values, RESETS)],
+                "runtime_py")
+    assert_same(expected, c_sequence(mp, values, RESETS), "C")
 
 
 def test_gate_buffers_are_arena_scratch():
