@@ -17,6 +17,7 @@ from toolchain.builder import ModelBuilder
 from toolchain.checking import qemu_backend
 from toolchain.checking.oracle import TFLMOracle
 from toolchain.checking.qemu_backend import QemuBackend
+from toolchain.cli import main
 from toolchain.codegen import generate
 from toolchain.ops import oracle_of
 from toolchain.ops.spec import TFLM
@@ -189,6 +190,14 @@ def test_check_runs_tflm_as_the_oracle_over_a_carried_state():
     """`check` itself (its TFLite Micro child process, runtime_py and the host C) over four
     input sets run as one sequence."""
     assert_matches_oracle(lstm16_model(Lstm16(time_major=True)).data, inputs=4)
+
+
+def test_cli_check_names_tflm_as_the_oracle(tmp_path, capsys):
+    path = tmp_path / "lstm16.tflite"
+    path.write_bytes(lstm16_model(Lstm16()).data)
+    assert main(["check", str(path), "--inputs", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "tflm (oracle) vs runtime_py, c" in out and "all backends agree" in out
 
 
 def test_c_is_clean_under_sanitizers():
