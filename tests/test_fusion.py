@@ -9,6 +9,7 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle, assert_varied
+from tests.test_control_flow import branches_taken
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from tests.test_targets import assert_qemu_matches_oracle, kernels_bound, planned
 from toolchain.builder import ModelBuilder
@@ -30,18 +31,35 @@ def i32(values) -> np.ndarray:
 
 
 def padded_model(consumer: str = "CONV_2D", dtype: str = "int8",
-                 image: tuple[int, int, int, int] = (1, 9, 8, 5),
-                 pads=((1, 2), (2, 0)), value=None, opcode: str = "PAD",
-                 padding: str = "VALID", kernel=(3, 3), stride=(1, 1), channels: int = 6,
-                 paddings=None, second_reader: bool = False, seed: int = 0) -> bytes:
-    """x -> PAD (PADV2 with `value`) -> `consumer` -> output; an int8 model quantizes the
-    input with zero point ZP."""
+                 image: tuple[int, int, int, int] = (1, 9, 8, 5), padded_output: bool = False,
+                 second_reader: bool = False, **options) -> bytes:
+    """x -> PAD -> `consumer` -> output (pad_and_window); an int8 model quantizes the input with
+    zero point ZP. The padded tensor is an output too with `padded_output`, and ADD reads it
+    too with `second_reader`."""
+    b = ModelBuilder()
+    x = b.input("x", image, dtype, *((0.05, ZP) if dtype != "float32" else ()))
+    out, padded = pad_and_window(b, x, consumer, dtype, image, **options)
+    b.output(out)
+    if padded_output:
+        b.output(padded)
+    if second_reader:
+        doubled = b.tensor("doubled", b.shape(padded), dtype, *((0.05, ZP) if dtype != "float32"
+                                                                else ()))
+        b.op("ADD", [padded, padded], [doubled], {"fused_activation_function": "NONE"})
+        b.output(doubled)
+    return b.build()
+
+
+def pad_and_window(b: ModelBuilder, x: int, consumer: str, dtype: str,
+                   image: tuple[int, int, int, int], pads=((1, 2), (2, 0)), value=None,
+                   opcode: str = "PAD", padding: str = "VALID", kernel=(3, 3), stride=(1, 1),
+                   channels: int = 6, paddings=None, seed: int = 0) -> tuple[int, int]:
+    """PAD (PADV2 with `value`) of `x` by `pads` ((top, bottom), (left, right)), or by the
+    whole `paddings`, then `consumer`: its output and the padded tensor."""
     rng = np.random.default_rng(seed)
     quantized = dtype != "float32"
     q = (0.05, ZP) if quantized else ()
-    b = ModelBuilder()
-    x = b.input("x", image, dtype, *q)
-    batch, height, width, depth = image
+    batch = image[0]
     (top, bottom), (left, right) = pads
     pairs = paddings if paddings is not None else [[0, 0], [top, bottom], [left, right], [0, 0]]
     padded_shape = tuple(n + a + z for n, (a, z) in zip(image, pairs))
@@ -78,12 +96,7 @@ def padded_model(consumer: str = "CONV_2D", dtype: str = "int8",
         out = b.tensor("y", (batch, oh, ow, pc), dtype, *q)
         options.update(filter_height=kernel[0], filter_width=kernel[1])
         b.op(consumer, [padded], [out], options, 2 if quantized else 1)
-    b.output(out)
-    if second_reader:
-        doubled = b.tensor("doubled", padded_shape, dtype, *q)
-        b.op("ADD", [padded, padded], [doubled], {"fused_activation_function": "NONE"})
-        b.output(doubled)
-    return b.build()
+    return out, padded
 
 
 def fusions(model: bytes, target: str = "generic"):
@@ -148,6 +161,7 @@ def test_padv2_with_the_lowest_value_into_max_pool(dtype, value):
     (lambda: padded_model(opcode="PADV2", value=ZP + 1), "not the input's zero point -7"),
     (lambda: padded_model(dtype="float32", opcode="PADV2", value=0.5), "zero point 0"),
     (lambda: padded_model(second_reader=True), "3 operands read its output"),
+    (lambda: padded_model(padded_output=True), "its output is a graph output"),
     (lambda: padded_model(paddings=[[0, 0], [1, 1], [0, 0], [0, 2]], channels=4),
      "another axis than height and width"),
     (lambda: padded_model("AVERAGE_POOL_2D"), "an average divides"),
@@ -233,3 +247,26 @@ def test_target_kernels_pad_a_fused_pad_exactly(target, consumer, kernel, case):
     mp = planned(model, target)
     assert mp.program.fused_pads and kernel in kernels_bound(mp)
     assert_qemu_matches_oracle(model, target)
+
+
+def test_a_pad_in_an_if_branch():
+    """A branch's PAD is fused like any (the other's, padding with another value, is not);
+    the IF takes both branches, bit-exact."""
+    image = (1, 6, 7, 3)
+    b = ModelBuilder()
+    branches = []
+    for name, value in (("then", ZP), ("else", ZP + 2)):
+        g = b.subgraph(name)
+        x = g.input("x", image, "int8", 0.05, ZP)
+        out, _ = pad_and_window(g, x, "CONV_2D", "int8", image, opcode="PADV2", value=value,
+                                seed=len(branches))
+        g.output(out)
+        branches.append(g)
+    c = b.input("c", (1,), "bool")
+    x = b.input("x", image, "int8", 0.05, ZP)
+    (out,) = b.if_(c, *branches, [x])
+    b.output(out)
+    model = b.build()
+    assert [f.fused for f in fusions(model)] == [True, False]
+    assert branches_taken(model, 6) == {True, False}
+    assert_matches_oracle(model, inputs=6)
