@@ -4,6 +4,8 @@ TFLite, which runs the PAD; what cannot be fused exactly is left as it is."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -222,6 +224,11 @@ def test_plan_and_inspect_say_what_was_fused(capsys, tmp_path):
     (fusion,) = fusions(path.read_bytes())
     assert (f"fused pads   op 0 PAD into op 1 CONV_2D: tensor {fusion.tensor} 'padded' "
             "(") in out
+    assert main(["plan", str(path), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["fused_pads"]
+    assert row == {"subgraph": 0, "pad": 0, "pad_opcode": "PAD", "into": 1, "opcode": "CONV_2D",
+                   "tensor": fusion.tensor, "name": "padded", "bytes": 600,
+                   "padding": [[1, 2], [2, 0]]}
     assert main(["plan", str(path), "--no-fuse-padding"]) == 0
     assert "fused pads" not in capsys.readouterr().out
     assert main(["inspect", str(path)]) == 0
