@@ -183,15 +183,18 @@ def test_what_is_not_fused_stays_exact(model, reason):
 
 def test_fusion_lowers_the_peak_a_padded_tensor_set():
     """A wide image padded for a strided convolution: input and padded tensor together are the
-    peak; fused, only the input and the (small) output are."""
-    model = parse_model(padded_model(image=(1, 32, 32, 16), pads=((1, 1), (1, 1)),
-                                     stride=(2, 2), channels=4), "built.tflite")
-    fused, plain = (plan_model(model, "greedy", techniques=t)
-                    for t in (Techniques(), NO_FUSION))
+    peak; fused, only the input and the (small) output are, and the output may overlap the
+    rows of the input it has consumed (counted from the fused padding: the C, which writes row
+    by row, would read overwritten rows otherwise)."""
+    data = padded_model(image=(1, 32, 32, 16), pads=((1, 1), (1, 1)), stride=(2, 2),
+                        channels=4)
+    model = parse_model(data, "built.tflite")
+    fused, plain = (plan_model(model, techniques=t) for t in (Techniques(), NO_FUSION))
     image, padded, out = 32 * 32 * 16, 34 * 34 * 16, 16 * 16 * 4
     assert plain.lower_bound_bytes == image + padded
     assert fused.lower_bound_bytes == image + out
-    assert fused.arena_bytes < plain.arena_bytes
+    assert fused.arena_bytes < image + out < plain.arena_bytes
+    assert_matches_oracle(data, planner="best")
 
 
 def test_embed_plans_the_pad_tflite_micro_runs(tmp_path):
@@ -277,3 +280,17 @@ def test_a_pad_in_an_if_branch():
     assert [f.fused for f in fusions(model)] == [True, False]
     assert branches_taken(model, 6) == {True, False}
     assert_matches_oracle(model, inputs=6)
+
+
+def test_the_fused_rows_count_in_the_overlap():
+    """The output grows (4 -> 16 channels): the plan puts it below the input, as far as the
+    overlap rule says the row-by-row C needs. Two fused rows on top mean two more input rows
+    still to read per output row: counted from the PAD's input without them, the input would
+    start 64 bytes lower and the C would read rows it has overwritten."""
+    data = padded_model(image=(1, 8, 8, 4), pads=((2, 0), (1, 1)), channels=16)
+    mp = plan_model(parse_model(data, "built.tflite"), "optimal")
+    x, y = mp.graph.inputs[0], mp.graph.outputs[0]
+    offsets = mp.offset_of_tensor()
+    assert offsets[x] - offsets[y] == 8 * 128 - (8 - 1 - 2) * 32  # rows 5.. still to read
+    assert mp.arena_bytes == offsets[x] + 8 * 8 * 4
+    assert_matches_oracle(data, planner="optimal")
