@@ -259,27 +259,41 @@ def test_target_kernels_pad_a_fused_pad_exactly(target, consumer, kernel, case):
     assert_qemu_matches_oracle(model, target)
 
 
-def test_a_pad_in_an_if_branch():
-    """A branch's PAD is fused like any (the other's, padding with another value, is not);
-    the IF takes both branches, bit-exact."""
+def if_model(values: tuple, hand_back_padded: bool = False) -> bytes:
+    """IF over two branches, each x -> PADV2 (its value of `values`) -> CONV_2D, handing back
+    the convolution's output (and the padded tensor too with `hand_back_padded`)."""
     image = (1, 6, 7, 3)
     b = ModelBuilder()
     branches = []
-    for name, value in (("then", ZP), ("else", ZP + 2)):
+    for name, value in zip(("then", "else"), values):
         g = b.subgraph(name)
         x = g.input("x", image, "int8", 0.05, ZP)
-        out, _ = pad_and_window(g, x, "CONV_2D", "int8", image, opcode="PADV2", value=value,
-                                seed=len(branches))
+        out, padded = pad_and_window(g, x, "CONV_2D", "int8", image, opcode="PADV2",
+                                     value=value, seed=len(branches))
         g.output(out)
+        if hand_back_padded:
+            g.output(padded)
         branches.append(g)
     c = b.input("c", (1,), "bool")
     x = b.input("x", image, "int8", 0.05, ZP)
-    (out,) = b.if_(c, *branches, [x])
-    b.output(out)
-    model = b.build()
+    for out in b.if_(c, *branches, [x]):
+        b.output(out)
+    return b.build()
+
+
+def test_a_pad_in_an_if_branch():
+    """A branch's PAD is fused like any (the other's, padding with another value, is not);
+    the IF takes both branches, bit-exact."""
+    model = if_model((ZP, ZP + 2))
     assert [f.fused for f in fusions(model)] == [True, False]
     assert branches_taken(model, 6) == {True, False}
     assert_matches_oracle(model, inputs=6)
+
+
+def test_a_padded_tensor_an_if_hands_back_stays():
+    model = if_model((ZP, ZP), hand_back_padded=True)
+    assert [f.refused for f in fusions(model)] == ["an IF or WHILE copies or tests its output"] * 2
+    assert_matches_oracle(model, inputs=4)
 
 
 def test_the_fused_rows_count_in_the_overlap():

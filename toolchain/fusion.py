@@ -134,7 +134,6 @@ def fuse_padding(graph: Graph, bindings: Sequence[Binding | None], target: str,
                            else ((0, 0), (0, 0)))
         refused = _refusal(graph, pad, binding.params, op, readers[tensor],
                            held, bindings[op.index])
-        fused = None
         if not refused:
             fused_op = replace(op, inputs=(pad.inputs[0], *op.inputs[1:]),
                                options={**op.options, FUSED_PADDING: fusion.padding})
@@ -162,8 +161,10 @@ def _refusal(graph: Graph, pad: Operator, params: PadParams, op: Operator,
         return "the op has no kernel"
     if len(readers) > 1:
         return f"{len(readers)} operands read its output"
-    if y.index in graph.outputs or y.index in held:
+    if y.index in graph.outputs:
         return "its output is a graph output"
+    if y.index in held:
+        return "an IF or WHILE copies or tests its output"
     if len(params.paddings) != 4 or params.paddings[0] != (0, 0) or params.paddings[3] != (0, 0):
         return "it pads another axis than height and width"
     if x.is_constant or x.is_variable:
