@@ -44,6 +44,7 @@ import numpy as np
 
 from runtime_py.kernels import KERNELS
 from toolchain.errors import PlanError, RuntimeBackendError
+from toolchain.fusion import PadFusion
 from toolchain.ir import Operator, Tensor
 from toolchain.ops import planned_shape_values
 from toolchain.ops.overlaps import OverlapRule
@@ -211,12 +212,13 @@ class ArenaInterpreter:
         """One step and the steps of the subgraphs its op runs; returns the step after them."""
         plan = self.layout.steps[step]
         op = self.graph.operators[plan.op_index]
-        if active:
+        params = self.params[plan.op_index]
+        if active and not isinstance(params, PadFusion):  # a fused PAD: its reader pads
             for claim in plan.claims:
                 self._claim(claim, step, op)
             ins = [self.views[t] if t >= 0 else None for t in op.inputs]
             ins += self.kernel_state.get(plan.op_index, [])
-            KERNELS[op.kind](self.params[plan.op_index], ins, [self.views[t] for t in op.outputs])
+            KERNELS[op.kind](params, ins, [self.views[t] for t in op.outputs])
         blocks = self.spans.get(step, ())
         if step in self.controls:
             self._control(step, self.controls[step], blocks, active)

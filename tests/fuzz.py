@@ -167,8 +167,34 @@ def _dense_float() -> bytes:
     return b.build()
 
 
+def _padded_int8() -> bytes:
+    """PADs a convolution and a max pool apply themselves (toolchain.fusion): the pads, the
+    pad values and the windows are what mutations then change."""
+    b = ModelBuilder("int8", seed=4)
+    x = b.input("x", (1, 7, 6, 3), "int8", 0.05, -3)
+    padded = b.tensor("padded", (1, 8, 7, 3), "int8", 0.05, -3)
+    b.op("PAD", [x, b.const("pads", np.asarray([[0, 0], [0, 1], [1, 0], [0, 0]], np.int32))],
+         [padded])
+    weights = b.const("w", b.rng.integers(-127, 128, (5, 3, 3, 3)).astype(np.int8), 0.02, 0)
+    bias = b.const("b", b.rng.integers(-300, 300, 5).astype(np.int32), 0.001, 0)
+    conv = b.tensor("conv", (1, 3, 3, 5), "int8", 0.1, 2)
+    b.op("CONV_2D", [padded, weights, bias], [conv],
+         {"padding": "VALID", "stride_h": 2, "stride_w": 2, "dilation_h_factor": 1,
+          "dilation_w_factor": 1, "fused_activation_function": "RELU"}, version=3)
+    border = b.tensor("border", (1, 5, 5, 5), "int8", 0.1, 2)
+    b.op("PADV2", [conv, b.const("pads2", np.asarray([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32)),
+                   b.const("lowest", np.asarray([-128], np.int8), 0.1, 2)], [border])
+    pooled = b.tensor("pooled", (1, 2, 2, 5), "int8", 0.1, 2)
+    b.op("MAX_POOL_2D", [border], [pooled],
+         {"padding": "VALID", "stride_h": 2, "stride_w": 2, "filter_height": 2,
+          "filter_width": 2, "fused_activation_function": "NONE"}, version=2)
+    b.output(pooled)
+    return b.build()
+
+
 EXTRA_SEEDS: dict[str, Callable[[], bytes]] = {
     "elementwise_int8": _elementwise_int8,
+    "padded_int8": _padded_int8,
     "moves_float32": _moves_float,
     "dense_float32": _dense_float,
 }
@@ -905,7 +931,9 @@ def mutate(seeds: Mapping[str, bytes], example: Example) -> Mutant:
     for m in example.byte_edits:
         if data:
             data, note = BYTE_EDITS[m.kind][0](data, *m.args)
-            notes.append(note)
+        else:  # an earlier truncation left no byte
+            note = f"{m.kind}: no byte left to edit"
+        notes.append(note)
     return Mutant(data, tuple(notes))
 
 

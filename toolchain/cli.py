@@ -105,7 +105,8 @@ def planning(args: argparse.Namespace) -> dict:
 
     options = {"fit": args.fit} if args.planner == "freelist" else {}
     techniques = Techniques(
-        inplace=not args.no_inplace, overlap=not args.no_overlap, schedule=args.schedule
+        inplace=not args.no_inplace, overlap=not args.no_overlap, schedule=args.schedule,
+        fuse_padding=not args.no_fuse_padding,
     )
     pools, pins = memory_of(args)
     return dict(
@@ -279,7 +280,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     in-place or overlapping tensors, in the file's operator order."""
     from toolchain.embed import embed_file, measure_tflm_arena
 
-    args.no_inplace = args.no_overlap = True
+    args.no_inplace = args.no_overlap = args.no_fuse_padding = True
     args.schedule = "model"
     if args.pool or args.memory:
         raise ArenacError("TFLite Micro plans one arena: embed takes no pools", args.model)
@@ -534,6 +535,9 @@ def add_planning(p: argparse.ArgumentParser) -> None:
                    help="no output over a dying input (aliases, elementwise ops)")
     p.add_argument("--no-overlap", action="store_true",
                    help="no convolution or pooling output over the rows it has consumed")
+    p.add_argument("--no-fuse-padding", action="store_true",
+                   help="keep each PAD in front of a convolution or max pool as its own op "
+                        "(fused, its padded tensor never exists)")
     p.add_argument("--schedule", choices=["auto", "model"], default="auto",
                    help="operator order: memory-aware (auto, default) or the file's (model)")
     p.add_argument("--pool", action="append", type=pool_spec, default=[],

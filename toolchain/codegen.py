@@ -15,6 +15,7 @@ import numpy as np
 
 from toolchain import __version__
 from toolchain.errors import ArenacError, ModelError, PlanError, UnsupportedOpError
+from toolchain.fusion import PadFusion
 from toolchain.ir import Graph, Tensor
 from toolchain.lifetimes import overlap_pairs
 from toolchain.ops import REGISTRY
@@ -258,7 +259,8 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
             binding = program.bindings[op_index]
             emitter = binding.variant if binding.variant is not None else REGISTRY[op.kind]
             try:
-                kernel = emitter.emit(context)
+                kernel = (fused_kernel(program, binding.params)
+                          if isinstance(binding.params, PadFusion) else emitter.emit(context))
             except ArenacError as e:  # an emitter's refusal names the op and the file
                 raise type(e)(f"{program.op_label(op_index)} {op.opcode}: {e.message}",
                               source) from None
@@ -445,6 +447,13 @@ def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = Fal
         files[f"{SHARED_NAME}.h"] = render("c/shared.h.j2", **values)
         files[f"{SHARED_NAME}.c"] = render("c/shared.c.j2", **values)
     return files
+
+
+def fused_kernel(program, fusion: PadFusion) -> Kernel:
+    """A PAD fused into the op reading it has no code: that op pads as it reads."""
+    reader = program.graph.operators[fusion.op]
+    return Kernel("", note=f"fused into {program.op_label(fusion.op)} {reader.opcode}, "
+                           "which reads its input as padded")
 
 
 def kernel_function(name: str, mp: ModelPlan, op: int) -> str:

@@ -20,7 +20,9 @@ So the plan embedded here must be valid in the order TFLM runs the operators (th
 with no bytes shared between tensors alive together (TFLM's kernels are not written for
 in-place or overlapping buffers): `embed_plan` checks that the plan's own lifetimes follow the
 file's order and that no two live tensors share a byte, and drops planned scratch buffers (TFLM
-never takes offline offsets for scratch). Make the plan with `techniques=NO_TECHNIQUES`.
+never takes offline offsets for scratch), and refuses a plan that fused a PAD into the op
+reading it (toolchain.fusion: TFLM runs the PAD, which needs its output planned). Make the plan
+with `techniques=NO_TECHNIQUES`.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ def offline_offsets(model: Model, model_plan: ModelPlan) -> list[int]:
             model.source,
         )
     program = model_plan.program
+    if program.fused_pads:
+        fused = ", ".join(f"{program.op_label(f.pad)} into {program.op_label(f.op)}"
+                          for f in program.fused_pads)
+        raise PlanError(f"the plan fuses PADs into the ops reading them ({fused}), but TFLM "
+                        "runs the file's PADs: plan with fuse_padding off (NO_TECHNIQUES)",
+                        model.source)
     for g in program.subgraphs:  # the graph and the subgraphs it calls (CALL_ONCE)
         planned_count = len(program.model.graphs[g].tensors)
         have = len(model.graphs[g].tensors) if g < len(model.graphs) else None

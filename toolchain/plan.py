@@ -258,9 +258,10 @@ class Techniques:
     inplace: bool = True  # outputs over dying inputs: aliases and elementwise ops
     overlap: bool = True  # convolution and pooling outputs over the rows they have consumed
     schedule: str = "auto"  # "auto": memory-aware operator order; "model": the file's order
+    fuse_padding: bool = True  # a PAD's padding applied by the windowed op reading it
 
 
-NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model")
+NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model", fuse_padding=False)
 
 BEST = "best"
 # Every planner a user may name, `best` first: the one default is `best`, everywhere.
@@ -316,7 +317,7 @@ def plan_model(
     if planner not in PLANNER_NAMES:
         raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
     deadline = Deadline.after(time_limit)
-    program = lower(model, graph_index, target, portable)
+    program = lower(model, graph_index, target, portable, techniques.fuse_padding)
     needed = max((b.variant.scratch_alignment for b in program.bindings
                   if b is not None and b.variant is not None), default=1)
     if alignment < needed:

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolchain.errors import PlanError
+from toolchain.fusion import PadFusion, control_tensors
+from toolchain.fusion import fuse_padding as fuse
 from toolchain.ir import Graph, Model, Operator
 from toolchain.lifetimes import ScratchRequest
 from toolchain.ops import Refusal, bind_graph, refusal_error
@@ -127,7 +129,9 @@ class Program:
     `resources` are the resource variables its ops use, `handles` maps each handle tensor to
     its variable (a position in `resources`).
     `target` (toolchain.targets) is what the kernels were bound for; with `portable`, its
-    portable kernels only (the baseline its own kernels are measured against)."""
+    portable kernels only (the baseline its own kernels are measured against).
+    `pad_fusions`: every PAD feeding a windowed op, fused or why not (toolchain.fusion);
+    `fused_graph` is the graph with the fused ones rewritten, when there are any."""
 
     model: Model
     graph_index: int
@@ -138,10 +142,19 @@ class Program:
     handles: Mapping[int, int] = field(default_factory=dict)
     target: str = GENERIC
     portable: bool = False
+    pad_fusions: tuple[PadFusion, ...] = ()
+    fused_graph: Graph | None = None
 
     @property
     def graph(self) -> Graph:
+        if self.fused_graph is not None:
+            return self.fused_graph
         return self.layout.graph if self.layout else self.model.graphs[self.graph_index]
+
+    @property
+    def fused_pads(self) -> tuple[PadFusion, ...]:
+        """The PADs whose padding the windowed op reading them applies (toolchain.fusion)."""
+        return tuple(f for f in self.pad_fusions if f.fused)
 
     @property
     def calls(self) -> Mapping[int, int]:
@@ -332,10 +345,12 @@ class Program:
 
 
 def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
-          portable: bool = False) -> Program:
+          portable: bool = False, fuse_padding: bool = True) -> Program:
     """Bind every operator of one graph and of the subgraphs it calls for `target` (with
     `portable`, to its portable kernels only); an op the model cannot mean fails here, before
-    any planning (a variant no kernel runs is kept as a refusal)."""
+    any planning (a variant no kernel runs is kept as a refusal). With `fuse_padding`, a PAD
+    in front of a windowed op becomes that op's padding where that is exact
+    (toolchain.fusion)."""
     get_target(target, model.source)  # an unknown name is one clear error
     layout, laid = lay_out(model, graph_index)
     if layout is None:
@@ -350,11 +365,18 @@ def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
     bindings, refusals = bind_graph(graph, GENERIC if portable else target, label)
     if any(r.invalid for r in refusals):
         raise refusal_error(refusals, model.source)
+    fusions, fused_graph = (), None
+    if fuse_padding:
+        held = control_tensors(layout.controls.values()) if layout else frozenset()
+        rewritten, bindings, fusions = fuse(graph, bindings, GENERIC if portable else target,
+                                            held)
+        fused_graph = rewritten if rewritten is not graph else None
     laid_refusals = tuple(Refusal(op, f"{label(graph.operators[op]) if label else f'op {op}'} "
                                       f"{graph.operators[op].opcode}: {message}")
                           for op, message in laid)
     program = Program(model, graph_index, bindings, (*refusals, *laid_refusals), layout,
-                      target=target, portable=portable)
+                      target=target, portable=portable, pad_fusions=fusions,
+                      fused_graph=fused_graph)
     resources, handles, problems = resource_variables(program)
     return replace(program, refusals=(*program.refusals, *problems), resources=resources,
                    handles=handles)

@@ -80,11 +80,17 @@ def inspect_data(model: Model) -> dict[str, Any]:
     subgraphs it calls as one program (toolchain.program), any other subgraph on its own."""
     program = program_of(model)
     refusals: dict[int, dict[int, str]] = {}
+    padding: dict[int, dict[int, dict]] = {}  # subgraph -> PAD -> what became of it
     if program is not None:
         for r in program.refusals:
             if r.op >= 0:
                 graph, op = program.op_origin(r.op)
                 refusals.setdefault(graph, {})[op] = r.message
+        for f in program.pad_fusions:
+            graph, op = program.op_origin(f.pad)
+            padding.setdefault(graph, {})[op] = {
+                "into": program.op_origin(f.op)[1], "opcode": program.graph.operators[f.op].opcode,
+                "fused": f.fused, "refused": f.refused or None}
     graphs = []
     for g in model.graphs:
         in_program = program is not None and g.index in program.subgraphs
@@ -98,6 +104,7 @@ def inspect_data(model: Model) -> dict[str, Any]:
                 "options": dict(op.options),
                 "supported": op.index not in unsupported,
                 "refusal": unsupported.get(op.index),
+                "padding": padding.get(g.index, {}).get(op.index) if in_program else None,
             }
             for op in g.operators
         ]
@@ -185,6 +192,8 @@ def inspect_text(data: dict[str, Any]) -> str:
             )
         )
         out.extend(f"  {display_text(o['refusal'])}" for o in g["operators"] if o["refusal"])
+        out.extend(f"  op {o['index']} {o['opcode']}: {padding_text(o['padding'])}"
+                   for o in g["operators"] if o["padding"])
         out.append("")
         out.append(
             table(
@@ -204,6 +213,14 @@ def inspect_text(data: dict[str, Any]) -> str:
             f"{display_text(v['name'])} {v['dtype']}{v['shape']} ({v['bytes']} bytes)"
             for v in data["resource_variables"]))
     return "\n".join(out)
+
+
+def padding_text(p: dict[str, Any]) -> str:
+    """What became of a PAD in front of a windowed op (toolchain.fusion), in words."""
+    into = f"op {p['into']} {p['opcode']}"
+    if p["fused"]:
+        return f"fused into {into}, which pads as it reads (its output is never stored)"
+    return f"not fused into {into}: {display_text(p['refused'])}"
 
 
 def tensor_type(t: dict[str, Any]) -> str:
@@ -259,10 +276,25 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
             for slot in mp.state_slots
         ],
         "subgraphs": subgraph_steps(mp),
+        "fused_pads": fused_pads(mp),
         "scratch": [
             {"op": s.op, "bytes": s.size, "purpose": s.purpose} for s in mp.lifetimes.scratch
         ],
     }
+
+
+def fused_pads(mp: ModelPlan) -> list[dict[str, Any]]:
+    """The PADs whose padding the op reading them applies: their output has no buffer."""
+    program = mp.program
+    rows = []
+    for f in program.fused_pads:
+        (graph, pad), tensor = program.op_origin(f.pad), mp.graph.tensors[f.tensor]
+        rows.append({"subgraph": graph, "pad": pad, "pad_opcode": mp.graph.operators[f.pad].opcode,
+                     "into": program.op_origin(f.op)[1],
+                     "opcode": mp.graph.operators[f.op].opcode,
+                     "tensor": program.tensor_origin(f.tensor)[1], "name": tensor.name,
+                     "bytes": tensor.nbytes, "padding": [list(pair) for pair in f.padding]})
+    return rows
 
 
 def pool_fields(mp: ModelPlan, position: int) -> dict[str, Any]:
@@ -414,6 +446,11 @@ def plan_text(mp: ModelPlan) -> str:
     if shared:
         out.append(f"overlaps     {len(shared)} outputs placed over their dying inputs, "
                    f"{sum(shared_bytes(mp, o.below, o.above) for o in shared)} bytes shared")
+    for k, f in enumerate(fused_pads(mp)):
+        where = "" if f["subgraph"] == mp.graph_index else f"subgraph {f['subgraph']} "
+        out.append(f"{'fused pads' if k == 0 else '':13}{where}op {f['pad']} {f['pad_opcode']} "
+                   f"into op {f['into']} {f['opcode']}: tensor {f['tensor']} "
+                   f"{display_text(repr(f['name']))} ({f['bytes']} bytes) never stored")
     out.append(f"arena        {mp.arena_bytes} bytes" + (
         f" in {len(mp.pools)} pools (offsets are within each pool)" if pooled else ""))
     out.extend(pool_lines(mp))

@@ -86,6 +86,7 @@ from toolchain.ops.emit import (
     written_vars,
 )
 from toolchain.ops.hybrid import quantize_lines
+from toolchain.ops.padding import fused_padding
 from toolchain.ops.spec import (
     INT32_MAX,
     MAX_PLANE_ELEMENTS,
@@ -286,16 +287,18 @@ def _gather_window(op: Operator, image: Pair, filter_hw: Pair) -> tuple[Pair, Wi
     padding = _padding_kind(op)
     stride, dilation = _strides(op)
     out, before, plane = [], [], []
-    for n, k, s, d in zip(image, filter_hw, stride, dilation):
+    for n, k, s, d, (fused_before, fused_after) in zip(image, filter_hw, stride, dilation,
+                                                        fused_padding(op)):
+        padded = n + fused_before + fused_after  # a fused PAD's (toolchain/ops/padding.py)
         # the farthest index the window computes, before any bounds check
-        if (n - 1) * s + (k - 1) * d + n > INT32_MAX:
+        if (padded - 1) * s + (k - 1) * d + padded > INT32_MAX:
             raise UnsupportedOpError(
-                f"a {k}-tap window with stride {s} and dilation {d} over {n} pixels reaches "
-                "beyond 32-bit indices")
-        o = _output_size(padding, n, k, s, d)
+                f"a {k}-tap window with stride {s} and dilation {d} over {padded} pixels "
+                "reaches beyond 32-bit indices")
+        o = _output_size(padding, padded, k, s, d)
         if o < 1:
-            raise UnsupportedOpError(f"a {k}-tap window does not fit an image of {n}")
-        p = _pad_before(n, o, k, s, d)
+            raise UnsupportedOpError(f"a {k}-tap window does not fit an image of {padded}")
+        p = fused_before + _pad_before(padded, o, k, s, d)
         out.append(o)
         before.append(p)
         plane.append(max(n + p, (o - 1) * s + (k - 1) * d + 1))

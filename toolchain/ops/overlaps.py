@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ops.padding import fused_padding
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,11 @@ def rows_of_windowed(graph: Graph, op: Operator, kernel_h: int, stride: int,
     batch, height, _, _ = x.shape
     out_h = out.shape[1]
     row_in, row_out = x.nbytes // (batch * height), out.nbytes // (batch * out_h)
-    pad_top = 0
+    (pad_top, pad_bottom), _ = fused_padding(op)  # a fused PAD's rows come first
     if op.options.get("padding") == "SAME":
         effective = (kernel_h - 1) * dilation + 1
-        pad_top = max((out_h - 1) * stride + effective - height, 0) // 2
+        padded = height + pad_top + pad_bottom
+        pad_top += max((out_h - 1) * stride + effective - padded, 0) // 2
     # After output row r of image b: (b * out_h + r + 1) rows written, and the input rows above
     # its window's first row released. The excess is linear in b, so its largest value over
     # the batch is at the first or the last image.

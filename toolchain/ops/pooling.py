@@ -35,6 +35,7 @@ from toolchain.ops.emit import (
     c_sum,
     render_macro,
 )
+from toolchain.ops.padding import fused_padding
 from toolchain.ops.spec import (
     INT32_MAX,
     MAX_PLANE_ELEMENTS,
@@ -121,22 +122,26 @@ def prepare_pool_2d(graph: Graph, op: Operator) -> Pool2DParams:
     if min(fh, fw, sh, sw) <= 0:
         raise ModelError(f"filter {fh}x{fw} with strides {sh}x{sw} (each must be positive)")
     batch, height, width, channels = x.shape
-    for n, f, s in ((height, fh, sh), (width, fw, sw)):
+    (top, bottom), (left, right) = fused_padding(op)  # a fused PAD's (toolchain/ops/padding.py)
+    padded_h, padded_w = height + top + bottom, width + left + right
+    for n, f, s in ((padded_h, fh, sh), (padded_w, fw, sw)):
         if (n - 1) * s + f + n > INT32_MAX:
             raise UnsupportedOpError(
                 f"a {f}-wide window with stride {s} over {n} pixels reaches beyond 32-bit indices")
-    oh, ow = output_size(padding, height, fh, sh), output_size(padding, width, fw, sw)
+    oh, ow = output_size(padding, padded_h, fh, sh), output_size(padding, padded_w, fw, sw)
     expected = (batch, oh, ow, channels)
     if oh <= 0 or ow <= 0 or out.shape != expected:
         raise UnsupportedOpError(f"output shape {out.shape}, TFLite computes {expected}")
-    plane = batch * (max(height, (oh - 1) * sh + fh) * max(width, (ow - 1) * sw + fw)) * channels
+    plane = batch * (max(padded_h, (oh - 1) * sh + fh) * max(padded_w, (ow - 1) * sw + fw)) \
+        * channels
     taps = batch * oh * ow * channels * fh * fw
     if plane > MAX_PLANE_ELEMENTS or taps > MAX_WINDOW_TAPS:
         raise UnsupportedOpError(
             f"{fh}x{fw} windows with strides {sh}x{sw} over {list(x.shape)}: a padded plane of "
             f"{plane} elements and {taps} taps (at most {MAX_PLANE_ELEMENTS} and "
             f"{MAX_WINDOW_TAPS})")
-    top, left = leading_padding(height, fh, sh, oh), leading_padding(width, fw, sw, ow)
+    top += leading_padding(padded_h, fh, sh, oh)
+    left += leading_padding(padded_w, fw, sw, ow)
     counts = np.outer(covered(height, fh, sh, top, oh), covered(width, fw, sw, left, ow))
     counts.setflags(write=False)
     if x.dtype in QUANTIZED:
