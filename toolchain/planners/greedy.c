@@ -111,11 +111,31 @@ static int take(Runs *r, int64_t s, int64_t e) {
     return 1;
 }
 
-/* Raises *x past the runs that meet [*x, *x + size); whether it rose. */
-static int clear_runs(const Runs *r, int64_t *x, int64_t size) {
+/* The first run from j on ending after x, galloping from j: x only rises during one search,
+ * so each list keeps where the last look ended. */
+static int64_t skip_runs(const Runs *r, int64_t j, int64_t x) {
+    int64_t step = 1;
+    while (j + step < r->count && r->at[j + step].end <= x) {
+        j += step;
+        step *= 2;
+    }
+    int64_t lo = j, hi = j + step < r->count ? j + step : r->count;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (r->at[mid].end > x) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return lo;
+}
+
+/* Raises *x past the runs that meet [*x, *x + size), from run *j on; whether it rose. */
+static int clear_runs(const Runs *r, int64_t *j, int64_t *x, int64_t size) {
     int rose = 0;
-    for (int64_t j = run_ending_after(r, *x); j < r->count && r->at[j].start < *x + size; j++) {
-        *x = r->at[j].end;
+    for (*j = skip_runs(r, *j, *x); *j < r->count && r->at[*j].start < *x + size; ++*j) {
+        *x = r->at[*j].end;
         rose = 1;
     }
     return rose;
@@ -149,16 +169,36 @@ static int join(Members *m, int64_t start, int64_t end, int64_t first, int64_t l
     return 1;
 }
 
+/* The first member from k on starting after x, galloping from k as skip_runs does. */
+static int64_t skip_members(const Members *m, int64_t k, int64_t x) {
+    int64_t step = 1;
+    while (k + step < m->count && m->at[k + step].start <= x) {
+        k += step;
+        step *= 2;
+    }
+    int64_t lo = k, hi = k + step < m->count ? k + step : m->count;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (m->at[mid].start > x) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return lo;
+}
+
 /* Raises *x past the members alive during [first, last] that meet [*x, *x + size) (only
- * members starting less than `widest` bytes below *x can reach it); whether it rose. */
-static int clear_members(const Members *m, int64_t *x, int64_t size, int64_t first,
-                         int64_t last) {
+ * members starting less than `widest` bytes below *x can reach it), from member *k on;
+ * whether it rose. */
+static int clear_members(const Members *m, int64_t *k, int64_t *x, int64_t size,
+                         int64_t first, int64_t last) {
     int rose = 0;
     for (;;) {
         int64_t top = *x;
-        for (int64_t k = member_starting_after(m, *x - m->widest);
-             k < m->count && m->at[k].start < *x + size; k++) {
-            const Member *a = &m->at[k];
+        *k = skip_members(m, *k, *x - m->widest);
+        for (int64_t j = *k; j < m->count && m->at[j].start < *x + size; j++) {
+            const Member *a = &m->at[j];
             if (a->end > top && a->first <= last && a->last >= first) {
                 top = a->end;
             }
@@ -174,6 +214,7 @@ static int clear_members(const Members *m, int64_t *x, int64_t size, int64_t fir
 typedef struct {
     const Runs *runs;       /* a list of runs, or */
     const Members *members; /* the members of a block met in part */
+    int64_t at;             /* where the last look at it ended */
 } List;
 
 /* Places buffers order[0..n-1] (sizes padded, zero-sized ones at 0), blocks of `block` steps;
@@ -211,21 +252,22 @@ int64_t arenac_greedy(int64_t n, const int64_t *size, const int64_t *first, cons
         for (int64_t b = f / block; b <= l / block; b++) {
             if (f <= b * block && l >= (b + 1) * block - 1) {
                 if (every[b].count) {
-                    lists[count++] = (List){&every[b], NULL};
+                    lists[count++] = (List){&every[b], NULL, 0};
                 }
                 continue;
             }
             if (whole[b].count) {
-                lists[count++] = (List){&whole[b], NULL};
+                lists[count++] = (List){&whole[b], NULL, 0};
             }
             if (partial[b].count) {
-                lists[count++] = (List){NULL, &partial[b]};
+                lists[count++] = (List){NULL, &partial[b], 0};
             }
         }
         int64_t x = 0;
         for (int64_t k = 0, still = 0; still < count; k = (k + 1) % count) {
-            int rose = lists[k].runs ? clear_runs(lists[k].runs, &x, z)
-                                     : clear_members(lists[k].members, &x, z, f, l);
+            List *list = &lists[k];
+            int rose = list->runs ? clear_runs(list->runs, &list->at, &x, z)
+                                  : clear_members(list->members, &list->at, &x, z, f, l);
             still = rose ? 1 : still + 1;
             work++;
         }
