@@ -194,8 +194,8 @@ class Program:
         TFLM requests left over are planned without our kernel reading them."""
         requests = []
         for b in (b for b in self.bindings if b is not None):
-            slots = [ScratchRequest(b.op, t.size, f"TFLite Micro's {t.purpose}", kernel=False)
-                     for t in b.tflm_scratch]
+            slots = [ScratchRequest(b.op, t.size, f"unused here, as TFLite Micro plans it: "
+                                    f"{t.purpose}", kernel=False) for t in b.tflm_scratch]
             ours, at = list(b.scratch), 0
             while ours:
                 at = next((k for k in range(at, len(slots)) if slots[k].size >= ours[0].size),
