@@ -180,6 +180,12 @@ def timed(make: Callable[[], object]) -> tuple[object, float]:
     return value, (time.perf_counter() - start) * 1000.0
 
 
+def cpu_ms(make: Callable[[], object]) -> float:
+    start = time.process_time()
+    make()
+    return (time.process_time() - start) * 1000.0
+
+
 def plan_row(path: Path) -> list[object]:
     """The arena as each technique is added, beside TFLM's head measured on the same file."""
     model = read_model(path)
@@ -262,6 +268,33 @@ def scaling_section() -> None:
                          f"{plan.arena_bytes / bound:.3f}", plan.proven_optimal])
     print("random instances: planning time (ms, verify included) and arena / lower bound")
     print(table(["buffers", "planner", "ms", "arena", "lower bound", "ratio", "proven"], rows))
+    print()
+    growth_table()
+
+
+GROWTH_COUNTS = (1_000, 10_000, 100_000)
+
+
+def growth_table() -> None:
+    """How each fast planner's time grows with the buffers: the ratio of each tenfold step,
+    beside n log n's (13.3, then 12.5) and n^2's (100). On these buffers the number alive at
+    once grows with n too (25 to 2,500), and so do the gaps below each greedy placement."""
+    instances = [random_buffers(n, seed=n) for n in GROWTH_COUNTS]
+    rows = []
+    for planner, options in (("freelist", {"fit": "first"}), ("freelist", {"fit": "best"}),
+                             ("greedy", {}), ("tflm", {})):
+        ms = [cpu_ms(lambda b=b, p=planner, o=options: make_plan(b, p, 16, **o))
+              for b in instances]
+        label = f"{planner} {options['fit']}" if options else planner
+        rows.append([label, *(f"{t:.0f}" for t in ms),
+                     *(f"{b / a:.1f}" for a, b in zip(ms, ms[1:]))])
+    nlogn = [f"{(b * np.log(b)) / (a * np.log(a)):.1f}"
+             for a, b in zip(GROWTH_COUNTS, GROWTH_COUNTS[1:])]
+    rows.append(["n log n", "", "", "", *nlogn])
+    print("growth: planning CPU time (ms, verify included; CPU, so that others sharing the "
+          "cores do not skew it) on random buffers, and its ratio per tenfold step")
+    steps = [f"x {b // a} ({b:,})" for a, b in zip(GROWTH_COUNTS, GROWTH_COUNTS[1:])]
+    print(table(["planner", *(f"{n:,}" for n in GROWTH_COUNTS), *steps], rows))
 
 
 def limit_section(count: int = 100_000, time_limit: float = 2.0) -> None:

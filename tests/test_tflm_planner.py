@@ -1,8 +1,9 @@
 """`--planner tflm`: TFLite Micro's GreedyMemoryPlanner, held to the head TFLM itself reports.
 
 TFLM plans the tensors it allocates (activations, not constants or variables, no empty ones)
-plus the scratch its kernels request; its SVDF and LSTM kernels request scratch of their own
-that arenac's lifetimes do not model, so the recurrent models are left out of the equality.
+plus the scratch its kernels request: with `--planner tflm` that is what arenac plans too, the
+SVDF and LSTM kernels' scratch TFLM asks for in place of ours (ours riding in it), so the
+recurrent models are held to TFLM's head like the others.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ import random
 
 import pytest
 
-from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
+from tests.conftest import RECURRENT_MODEL_FILES, SHARED_MODEL_FILES, needs_shared_models
+from tests.opcheck import assert_matches_oracle
+from tests.ops.test_lstm import Lstm, lstm_model
+from tests.ops.test_lstm_int16 import Lstm16, lstm16_model
+from tests.ops.test_svdf import float_svdf_model, svdf_model
 from toolchain.builder import ModelBuilder
 from toolchain.checking.oracle import TFLMOracle
 from toolchain.cli import main
@@ -25,11 +30,19 @@ from toolchain.reader import parse_model, read_model
 needs_tflm = pytest.mark.skipif(
     importlib.util.find_spec("tflite_micro") is None, reason="tflite-micro is not installed"
 )
-OWN_SCRATCH = ("SVDF", "UNIDIRECTIONAL_SEQUENCE_LSTM")  # TFLM kernels with scratch of their own
-PLAIN_MODELS = [
-    p for p in SHARED_MODEL_FILES
-    if not any(op.opcode in OWN_SCRATCH for op in read_model(p).main.operators)
-]
+needs_recurrent = pytest.mark.skipif(not RECURRENT_MODEL_FILES,
+                                     reason="the recurrent shared models are absent")
+# Kernels whose scratch in TFLM is not ours: SVDF and LSTM in several forms.
+RECURRENT_BUILT = {
+    "svdf_int8": lambda: svdf_model("int8", expose_state=False),
+    "svdf_int8_batches_rank2": lambda: svdf_model("int8", batches=3, rank=2, expose_state=False),
+    "svdf_float_rank1": lambda: float_svdf_model(rank=1, expose_state=False),
+    "svdf_float_batches_rank2": lambda: float_svdf_model(batches=2, expose_state=False),
+    "lstm_int8": lambda: lstm_model(Lstm()).data,
+    "lstm_int8_time_major": lambda: lstm_model(Lstm(batch=3, time_major=True)).data,
+    "lstm_float": lambda: lstm_model(Lstm(dtype="float32")).data,
+    "lstm_int16x8": lambda: lstm16_model(Lstm16()).data,
+}
 
 
 def tflm_head(data: bytes, outputs: int) -> int:
@@ -111,7 +124,7 @@ def test_tflm_plan_is_tflm_head_on_built_models(name):
 
 @needs_tflm
 @needs_shared_models
-@pytest.mark.parametrize("path", PLAIN_MODELS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SHARED_MODEL_FILES, ids=lambda p: p.stem)
 def test_tflm_plan_is_tflm_head_on_shared_models(path):
     model = read_model(path)
     head = tflm_head(path.read_bytes(), len(model.main.outputs))
@@ -123,7 +136,7 @@ def test_tflm_plan_is_tflm_head_on_shared_models(path):
 @needs_tflm
 @needs_shared_models
 def test_cli_plan_shows_tflm_plan_beside_ours(capsys):
-    path = next((p for p in PLAIN_MODELS if p.stem == "vww_96_int8"), None)
+    path = next((p for p in SHARED_MODEL_FILES if p.stem == "vww_96_int8"), None)
     if path is None:
         pytest.skip("vww_96_int8 is not among the shared models")
     arenas = {}
@@ -134,3 +147,55 @@ def test_cli_plan_shows_tflm_plan_beside_ours(capsys):
     model = read_model(path)
     assert arenas["tflm"] == tflm_head(path.read_bytes(), len(model.main.outputs))
     assert arenas["greedy"] < arenas["tflm"]
+
+
+@needs_tflm
+@needs_recurrent
+@pytest.mark.parametrize("path", RECURRENT_MODEL_FILES, ids=lambda p: p.stem)
+def test_recurrent_models_need_tflm_own_scratch_to_reach_its_head(path):
+    """The scratch only TFLM's kernels ask for is what the head holds beyond ours."""
+    model = read_model(path)
+    head = tflm_head(path.read_bytes(), len(model.main.outputs))
+    mp = plan_model(model, "tflm", techniques=NO_TECHNIQUES)
+    theirs = [r for r in mp.lifetimes.scratch if not r.kernel]
+    assert mp.arena_bytes == head and theirs
+    ours = [b for b, t, k in zip(mp.lifetimes.buffers, mp.lifetimes.tensor_of, kernel_flags(mp))
+            if t is not None or k]
+    assert make_plan(ours, "tflm").arena_bytes < head
+
+
+def kernel_flags(mp) -> list[bool]:
+    """Per buffer: whether our kernels read it (tensors: True)."""
+    scratch = iter(mp.lifetimes.scratch)
+    return [True if t is not None else next(scratch).kernel for t in mp.lifetimes.tensor_of]
+
+
+@needs_tflm
+@pytest.mark.parametrize("name", RECURRENT_BUILT)
+def test_tflm_plan_is_tflm_head_on_built_recurrent_models(name):
+    data = RECURRENT_BUILT[name]()
+    model = parse_model(data)
+    plan = plan_model(model, "tflm", techniques=NO_TECHNIQUES)
+    assert plan.arena_bytes == tflm_head(data, len(model.main.outputs))
+
+
+def test_our_scratch_rides_in_tflm_own_in_order():
+    """An integer LSTM asks for three gate buffers of one row; TFLM for four of every batch
+    row: ours take the first three, the fourth is TFLM's alone; an int8 SVDF asks for none
+    and TFLM for two."""
+    lstm = plan_model(parse_model(lstm_model(Lstm(batch=2)).data), "tflm").program
+    assert [(r.size, r.purpose, r.kernel) for r in lstm.tflm_scratch()] == [
+        (20, "the input gate", True), (20, "the forget gate, then the output gate", True),
+        (20, "the cell gate", True),
+        (20, "unused here, as TFLite Micro plans it: LSTM gate buffer 4", False)]
+    assert [r.size for r in lstm.scratch()] == [10, 10, 10]
+    svdf = plan_model(parse_model(svdf_model("int8", batches=3, rank=2)), "tflm").program
+    assert [(r.size, r.kernel) for r in svdf.tflm_scratch()] == [(96, False), (48, False)]
+    assert svdf.scratch() == ()
+
+
+@pytest.mark.parametrize("name", ["svdf_int8", "svdf_float_batches_rank2", "lstm_int8",
+                                  "lstm_float"])
+def test_kernels_run_in_a_tflm_plan(name):
+    """runtime_py and the C run in TFLM's layout, each kernel on its own scratch in TFLM's."""
+    assert_matches_oracle(RECURRENT_BUILT[name](), planner="tflm")

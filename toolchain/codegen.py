@@ -131,7 +131,8 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     array_of = [arena_symbol if k is None else pools[k]["symbol"] for k, _ in places]
     scratch_of: dict[int, list[str]] = {}  # op -> its scratch, by slot of the offset table
     for k, (request, _) in enumerate(scratch, start=len(offsets)):
-        scratch_of.setdefault(request.op, []).append(f"({array_of[k]} + {name}_offsets[{k}])")
+        if request.kernel:  # else held only as TFLite Micro's kernel would hold it
+            scratch_of.setdefault(request.op, []).append(f"({array_of[k]} + {name}_offsets[{k}])")
     program = mp.program
     state_at = {slot.tensor: slot for slot in mp.state_slots if slot.tensor is not None}
     external = set(graph.inputs) | set(graph.outputs) if external_io else set()

@@ -22,11 +22,14 @@ from toolchain.planners import Buffer, Overlap
 
 @dataclass(frozen=True)
 class ScratchRequest:
-    """A per-op working buffer a kernel asks for; it lives exactly during its op."""
+    """A per-op working buffer a kernel asks for; it lives exactly during its op. `kernel`
+    False: one that only TFLite Micro's kernel would ask for, planned to show TFLM's arena
+    (`--planner tflm`) and never read by ours."""
 
     op: int
     size: int
     purpose: str
+    kernel: bool = True
 
 
 @dataclass(frozen=True)

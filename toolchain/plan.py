@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -36,6 +36,7 @@ from toolchain.planners import (
     verify,
 )
 from toolchain.planners.csvio import load_offsets
+from toolchain.planners.tflm import TFLMPlanner
 from toolchain.program import Program, lower
 from toolchain.progress import step
 from toolchain.quant import variable_fill
@@ -305,9 +306,10 @@ def plan_model(
     the schedule the techniques would choose. `offsets_csv` takes the offsets from an external
     solver's solution (MiniMalloc CSV) instead of a planner; they are verified like any plan.
     The graph is lowered to a Program first, so the scratch its kernels request is planned
-    with the tensors; `scratch` adds requests beyond those (TFLite Micro's own kernels', when
-    a plan is made for it). The subgraphs the graph calls (CALL_ONCE) are planned with it,
-    their steps right after their call: `order` then runs over the program's ops
+    with the tensors (with `planner="tflm"`, the scratch TFLite Micro's kernels request, ours
+    riding in it: Program.tflm_scratch); `scratch` adds requests beyond those. The subgraphs
+    the graph calls (CALL_ONCE) are planned with it, their steps right after their call:
+    `order` then runs over the program's ops
     (toolchain.program), and must keep each called subgraph's steps together after its call.
     `target` (toolchain.targets) picks the kernels, whose scratch and overlaps the plan
     follows; `portable` keeps to its portable kernels. `pools` (fastest first) take the
@@ -325,7 +327,9 @@ def plan_model(
                           f"plan with an alignment of at least {needed} (not {alignment})",
                           model.source)
     graph = program.graph
-    scratch = (*program.scratch(), *scratch)
+    # TFLM's planner is shown on the buffers TFLM plans: its kernels' scratch, not ours.
+    own = program.tflm_scratch() if planner == TFLMPlanner.name else program.scratch()
+    scratch = (*own, *scratch)
     roles = TensorRoles.of(graph, model.source)  # derived once, for every step below
     if order is None:
         check_order(graph, program.file_order(), model.source, roles)  # TFLite runs this order
@@ -433,8 +437,7 @@ def schedule_program(program: Program, mode: str, alignment: int, deadline: Dead
     orders = {}
     for g in program.subgraphs:
         ops = program.ops_of(g)
-        local = [ScratchRequest(r.op - ops.start, r.size, r.purpose)
-                 for r in scratch if r.op in ops]
+        local = [replace(r, op=r.op - ops.start) for r in scratch if r.op in ops]
         orders[g] = schedule(program.model.graphs[g], mode, alignment, deadline, local)
     return program.flatten(orders)
 

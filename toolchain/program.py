@@ -199,6 +199,28 @@ class Program:
             for request in b.scratch
         )
 
+    def tflm_scratch(self) -> tuple[ScratchRequest, ...]:
+        """The scratch TFLite Micro's kernels would request, op by op in their order, so that
+        `--planner tflm` plans TFLM's own buffers: each of our kernel's requests takes the next
+        of its op's TFLM requests that holds it (so it keeps its place among ours, and the
+        buffer TFLM's size); ours that none holds follow their op's TFLM requests, and the
+        TFLM requests left over are planned without our kernel reading them."""
+        requests = []
+        for b in (b for b in self.bindings if b is not None):
+            slots = [ScratchRequest(b.op, t.size, f"unused here, as TFLite Micro plans it: "
+                                    f"{t.purpose}", kernel=False) for t in b.tflm_scratch]
+            ours, at = list(b.scratch), 0
+            while ours:
+                at = next((k for k in range(at, len(slots)) if slots[k].size >= ours[0].size),
+                          None)
+                if at is None:
+                    break
+                slots[at] = ScratchRequest(b.op, slots[at].size, ours.pop(0).purpose)
+                at += 1
+            requests += slots
+            requests += [ScratchRequest(b.op, r.size, r.purpose) for r in ours]
+        return tuple(requests)
+
     # --- where ops and tensors come from ----------------------------------------------------
     def op_origin(self, op: int) -> tuple[int, int]:
         """(subgraph, op index there) of an op of `graph`."""

@@ -15,7 +15,7 @@ params, and the portable kernel otherwise.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -131,13 +131,15 @@ def bind(graph: Graph, op: Operator, target: str = GENERIC) -> Binding:
             _raise_if_invalid(spec, graph, op)
             raise
         params = spec.prepare(graph, op)
+    tflm = tuple(spec.tflm_scratch(params)) if spec.tflm_scratch else ()
     variant = target_kernel(graph, op, params, target)
     if variant is not None:
-        return variant
+        return replace(variant, tflm_scratch=tflm)
     scratch = spec.scratch(params) if spec.scratch else ()
     state = spec.state(params) if spec.state else ()
     return Binding(op.index, op.kind, kernel, params, tuple(scratch),
-                   tuple(declared_overlaps(graph, op, spec.overlaps)), state=tuple(state))
+                   tuple(declared_overlaps(graph, op, spec.overlaps)), state=tuple(state),
+                   tflm_scratch=tflm)
 
 
 def target_kernel(graph: Graph, op: Operator, params: Any, target: str) -> Binding | None:

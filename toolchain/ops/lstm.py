@@ -1044,6 +1044,15 @@ def lstm_scratch(p: LstmIntegerParams | LstmFloatParams) -> tuple[MemoryRequest,
     return tuple(b.request for b in scratch_buffers(p))
 
 
+def lstm_tflm_scratch(
+        p: LstmIntegerParams | LstmInt16Params | LstmFloatParams) -> tuple[MemoryRequest, ...]:
+    """TFLite Micro's UNIDIRECTIONAL_SEQUENCE_LSTM asks for four gate buffers, each a batch of
+    output-state rows in the cell state's type (int16 for integer cells, else float32)."""
+    width = 2 if isinstance(p, LstmIntegerParams | LstmInt16Params) else 4
+    size = p.shape.batch * p.shape.n_output * width
+    return tuple(MemoryRequest(size, f"LSTM gate buffer {k}") for k in range(1, 5))
+
+
 def bidirectional_scratch(p: BidirectionalLstmParams) -> tuple[MemoryRequest, ...]:
     """The cells run one after the other, on buffers of the same sizes (LiteRT gives both the
     forward cell's sizes): they share one set, with the input gate's and the hidden values'
@@ -1785,7 +1794,7 @@ INT16X8_KERNELS = kernels(
 
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("UNIDIRECTIONAL_SEQUENCE_LSTM", (*UNIDIRECTIONAL_KERNELS, *INT16X8_KERNELS),
-           prepare_lstm, emit_lstm, scratch=lstm_scratch),
+           prepare_lstm, emit_lstm, scratch=lstm_scratch, tflm_scratch=lstm_tflm_scratch),
     OpSpec("LSTM", (*UNIDIRECTIONAL_KERNELS, *kernels(
         "float32, float32, float32, float32, float32 -> float32, float32, float32, float32")),
            prepare_lstm_step, emit_lstm, scratch=lstm_scratch),

@@ -180,6 +180,7 @@ class Binding:
     overlaps: tuple[OverlapRule, ...] = ()
     variant: TargetKernel | None = None
     state: tuple[StateRequest, ...] = ()
+    tflm_scratch: tuple[MemoryRequest, ...] = ()  # what TFLite Micro's kernel would request
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,10 @@ class OpSpec:
     # the state block, after the graph's inputs in runtime_py's kernel call and the C's
     # OpContext.state.
     state: Callable[[Any], tuple[StateRequest, ...]] | None = None
+    # The scratch TFLite Micro's kernel for the op requests in its Prepare, in its order, from
+    # the op's params: what `--planner tflm` plans in place of ours, to show TFLM's own arena
+    # (toolchain.program.Program.tflm_scratch). None: it requests none.
+    tflm_scratch: Callable[[Any], tuple[MemoryRequest, ...]] | None = None
 
 
 def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tensor:

@@ -259,6 +259,18 @@ def svdf_scratch(p: SvdfIntegerParams | SvdfFloatParams) -> tuple[MemoryRequest,
     return tuple(requests)
 
 
+def svdf_tflm_scratch(p: SvdfIntegerParams | SvdfFloatParams) -> tuple[MemoryRequest, ...]:
+    """TFLite Micro's SVDF asks for int32 filter sums and, when integer, int32 unit sums, each
+    a row per batch (it runs no hybrid SVDF, so asks for nothing there)."""
+    s = p.shape
+    if isinstance(p, SvdfHybridParams):
+        return ()
+    filters = MemoryRequest(4 * s.batches * s.filters, "SVDF filter sums")
+    if isinstance(p, SvdfFloatParams):
+        return (filters,)
+    return (filters, MemoryRequest(4 * s.batches * s.units, "SVDF unit sums"))
+
+
 # -- C emission ------------------------------------------------------------------------------
 
 TEMPLATE = "c/svdf.c.j2"
@@ -534,5 +546,5 @@ SPECS: tuple[OpSpec, ...] = (
                      "float32, int8, int8, float32?, float32 -> float32",
                      "int8, int8, int16, int32?, int16 -> int8"),
             *kernels("int8, int8, int8, int32, int8 -> int8", oracle=TFLM)),
-           prepare_svdf, emit_svdf, scratch=svdf_scratch),
+           prepare_svdf, emit_svdf, scratch=svdf_scratch, tflm_scratch=svdf_tflm_scratch),
 )

@@ -68,27 +68,34 @@ def compiled_available() -> bool:
 
 @cache
 def _core() -> ctypes.CDLL | None:
+    core = build(SOURCE)
+    return bind(core) if core is not None else None
+
+
+def build(source: Path) -> ctypes.CDLL | None:
+    """`source` built once with the system `cc` into the user's cache, and loaded; None
+    without a compiler, with ARENAC_PURE_PYTHON set, or when the build fails."""
     if os.environ.get("ARENAC_PURE_PYTHON"):
         return None
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
         return None
-    source = SOURCE.read_bytes()
+    text = source.read_bytes()
     cache_dir = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "arenac"
-    library = cache_dir / f"canonical-{hashlib.sha256(source).hexdigest()[:16]}.so"
+    library = cache_dir / f"{source.stem}-{hashlib.sha256(text).hexdigest()[:16]}.so"
     try:
         if not library.exists():
             cache_dir.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=cache_dir) as build:
-                built = Path(build) / library.name
-                command = [compiler, "-O2", "-std=c99", "-shared", "-fPIC", str(SOURCE)]
+            with tempfile.TemporaryDirectory(dir=cache_dir) as workdir:
+                built = Path(workdir) / library.name
+                command = [compiler, "-O2", "-std=c99", "-shared", "-fPIC", str(source)]
                 subprocess.run(
                     [*command, "-o", str(built)],
                     check=True,
                     capture_output=True,
                 )
                 os.replace(built, library)  # atomic: a concurrent build only wins the race
-        return bind(ctypes.CDLL(str(library)))
+        return ctypes.CDLL(str(library))
     except (OSError, subprocess.CalledProcessError):
         return None
 
