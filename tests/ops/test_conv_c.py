@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
+import subprocess
 
 import numpy as np
 import pytest
@@ -15,9 +17,10 @@ import toolchain.ops.conv as conv_codegen
 from runtime_py.kernels.conv import requantize
 from tests.ops.test_conv import conv_model, depthwise_model, transpose_conv_model
 from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
+from toolchain.checking.c_backend import CBackend, compiler
 from toolchain.checking.check import check_plan
 from toolchain.codegen import generate
+from toolchain.errors import RuntimeBackendError
 from toolchain.ops.conv import Requantize
 from toolchain.ops.emit import LINE_LIMIT
 from toolchain.plan import ModelPlan, plan_model
@@ -66,6 +69,44 @@ CONV_CASES = [
 @pytest.mark.parametrize("dtype, per_channel, shape, out_channels, kernel, options", CONV_CASES)
 def test_conv_2d_sanitized(dtype, per_channel, shape, out_channels, kernel, options):
     assert_c_matches(conv_model(dtype, per_channel, shape, out_channels, kernel, **options))
+
+
+# int8 input with zero point -128 (input + 128 is a byte) and depths of whole vectors: the
+# column in arenac_col8, which is uint8_t where the compiler has VNNI, else int16_t
+BYTE_CASES = [
+    conv_model("int8", True, (1, 6, 7, 16), 22, (1, 1), input_zero_point=-128),  # 7: one alone
+    conv_model("int8", False, (2, 5, 6, 16), 8, (3, 3), (2, 1), input_zero_point=-128),
+    conv_model("int8", True, (1, 7, 8, 32), 16, (3, 3), activation="RELU", input_zero_point=-128),
+]
+
+
+def native_vnni() -> bool:
+    """Whether the host compiler's -march=native has a dot product of unsigned by signed bytes
+    (the generated C's arenac_col8 is then uint8_t)."""
+    try:
+        macros = subprocess.run([*compiler(), "-march=native", "-dM", "-E", "-"], input="",
+                                capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError, RuntimeBackendError):
+        return False
+    return "__AVXVNNI__" in macros or "__AVX512VNNI__" in macros
+
+
+@pytest.mark.parametrize("index", range(len(BYTE_CASES)))
+def test_conv_2d_byte_column(index):
+    model = BYTE_CASES[index]
+    assert "arenac_col8 cols[2][" in c_text(model)
+    assert_c_matches(model)
+    assert_c_matches(model, mp=overlapped_plan(model))
+
+
+@pytest.mark.skipif(not native_vnni(), reason="-march=native has no VNNI on this host")
+@pytest.mark.parametrize("index", range(len(BYTE_CASES)))
+def test_conv_2d_byte_column_with_vnni(index, monkeypatch):
+    """The column in uint8_t, which GCC multiplies by the int8 filter with vpdpbusd."""
+    monkeypatch.setenv("CC", shlex.join([*compiler(), "-march=native"]))
+    model = BYTE_CASES[index]
+    assert_c_matches(model)
+    assert_c_matches(model, mp=overlapped_plan(model))
 
 
 DEPTHWISE_CASES = [

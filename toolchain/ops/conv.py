@@ -654,6 +654,8 @@ WIDE_STEP = 8
 FLOAT_LANES = 8
 # Output channels whose dot products share each column load.
 OUTPUT_BLOCK = 4
+# The column's element type for int8 input + 128 (0 to 255): the helper group byte_column.
+BYTE_COLUMN = "arenac_col8"
 # Depthwise windows of up to this many taps get an unrolled pass for interior pixels.
 MAX_UNROLLED_TAPS = 25
 # |(x + input_offset) * filter value|, the offset being minus the zero point: int8 data and
@@ -1223,12 +1225,12 @@ def _finish(v: dict, terms: list, depth: int, acc: str = "acc", shift: int = 0) 
     return {"loop": None, "lines": [f"{rq['fn']}({acc}, {first}{dst});"]}
 
 
-def _widened(element: str, offset: int, is_float: bool) -> str:
+def _widened(element: str, offset: int, is_float: bool, ctype: str = "int16_t") -> str:
     """A column value: the input `element` as it is (float32, or an integer with no offset to
-    add) or int16(element + offset)."""
+    add) or (ctype)(element + offset)."""
     if is_float or not offset:
         return element
-    return f"(int16_t)({element}{_plus(offset)})"
+    return f"({ctype})({element}{_plus(offset)})"
 
 
 def _product(x: str, w: str, offset: int) -> str:
@@ -1285,7 +1287,7 @@ def _column(v: dict, p: ConvParams, g: ConstantLoop, col_type: str) -> dict:
             "comment": _comment(f"1x1: the window is this pixel's channels{of_group}, never "
                                 "padded", depth_here),
             "lines": x_lines, "each": c,
-            "step": f"col[{c.index}] = {_widened(x, offset, is_float)};"},
+            "step": f"col[{c.index}] = {_widened(x, offset, is_float, col_type)};"},
             "loops": [c], "reads": True}
     ky, kx = ConstantLoop("ky", kh), ConstantLoop("kx", kw)
     # interior windows copy whole rows (contiguous without groups or horizontal dilation) when
@@ -1304,7 +1306,7 @@ def _column(v: dict, p: ConvParams, g: ConstantLoop, col_type: str) -> dict:
                                 f"{kw * channels} contiguous values",
                                 depth_here + _nested(bool(interior))),
             "ky": ky, "lines": x_lines + col_lines, "each": row,
-            "step": f"{col} = {_widened(x, offset, is_float)};",
+            "step": f"{col} = {_widened(x, offset, is_float, col_type)};",
         }
         if not interior:  # every window is interior: no taps one by one
             return {"pointwise": None, "rows": rows, "taps": None, "loops": [ky, row],
@@ -1322,7 +1324,7 @@ def _column(v: dict, p: ConvParams, g: ConstantLoop, col_type: str) -> dict:
         "ky": ky, "kx": kx, "y_lines": iy.lines if named else [],
         "x_lines": (ix.lines if named else []) + col_lines,
         "test": _guard(test), "lines": x_lines, "each": c,
-        "step": f"{col} = {_widened(x, offset, is_float)};",
+        "step": f"{col} = {_widened(x, offset, is_float, col_type)};",
         "pad": f"{col} = 0; /* padding */",
     }
     loops = [ky, kx, c, *([rows["each"]] if rows else [])]
@@ -1419,8 +1421,10 @@ def conv_values(ctx: OpContext) -> dict:
     # the filter whose rows are padded to a multiple of WIDE_STEP
     wide = not is_float and depth % VECTOR_STEP != 0
     col_size = -(-depth // WIDE_STEP) * WIDE_STEP if wide else depth
-    col_type = "float" if is_float else "int16_t"
     v = _common(ctx, 0, 2, out_channels, 1)
+    # int8 input + 128 is a byte, which x86's VNNI multiplies by the int8 filter in place
+    byte = not wide and v["dtype"] == "int8" and not v["hybrid"] and v["offset"] == 128
+    col_type = "float" if is_float else BYTE_COLUMN if byte else "int16_t"
     g = ConstantLoop("g", p.groups)
     gather = _column(v, p, g, col_type)
     filter_rows, w_type = (f"{ctx.prefix}_w16", "int16_t") if wide else ("w", v["w_ctype"])
@@ -1450,7 +1454,8 @@ def conv_values(ctx: OpContext) -> dict:
                 *_finish(v, [], depth_here, acc="acc2")["lines"]]},
         }
         v["pixel_lines"] = [*v["pixel_lines"],
-                            "int16_t *col = cols[ox % 2]; /* each pixel of a pair has its own */"]
+                            f"{col_type} *col = cols[ox % 2]; /* each pixel of a pair has its "
+                            "own */"]
         v["accumulators"][0] = v["accumulators"][0].replace(
             f"acc[{v['acc_size']}];", f"acc[{v['acc_size']}], acc2[{v['acc_size']}];")
         v["acc_init_step"] = f"acc[{v['acc_init'].index}] = acc2[{v['acc_init'].index}] = 0;"
@@ -1474,10 +1479,12 @@ def conv_values(ctx: OpContext) -> dict:
         v["wide"] = None
     (sh, sw), (dh, dw) = p.window.stride, p.window.dilation
     groups = f", {p.groups} groups" if p.groups > 1 else ""
-    as_int16 = "" if is_float else f", as {_summed(v)} in int16 (padding is 0)"
+    as_int16 = ("" if is_float else f", as {_summed(v)}, 0 to 255, in {col_type} (padding is 0)"
+                if byte else f", as {_summed(v)} in int16 (padding is 0)")
     v.update(
         **gather, **dots,
         kernel="conv_column", group=g, col_pad=col_pad,
+        helpers=("byte_column",) if byte else (),
         col_pad_step=(f"cols[0][{col_pad.index}] = cols[1][{col_pad.index}] = 0;" if pair
                       else f"col[{col_pad.index}] = 0;") + " /* meets the rows' zero padding */",
         finish=finish,
@@ -1571,7 +1578,7 @@ def _conv_direct_values(ctx: OpContext) -> dict:
 
 def emit_conv_2d(ctx: OpContext) -> Kernel:
     v = conv_values(ctx)
-    return Kernel(render_macro(TEMPLATE, v["kernel"], v))
+    return Kernel(render_macro(TEMPLATE, v["kernel"], v), v.get("helpers", ()))
 
 
 # -- DEPTHWISE_CONV_2D -------------------------------------------------------------------------

@@ -140,6 +140,7 @@ HELPERS_TEMPLATE = "c/helpers.c.j2"
 # Each helper group (a macro of HELPERS_TEMPLATE) and the groups its functions call.
 HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "ivdep": (),
+    "byte_column": (),
     "shifts": (),
     "gemmlowp_exp": ("shifts",),
     "gemmlowp_inv_sqrt": ("shifts",),
