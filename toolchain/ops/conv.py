@@ -652,8 +652,10 @@ VECTOR_STEP = 16
 WIDE_STEP = 8
 # float dot products keep this many partial sums: a float reduction only vectorizes that way.
 FLOAT_LANES = 8
-# Output channels whose dot products share each column load.
+# Output channels whose dot products share each column load ...
 OUTPUT_BLOCK = 4
+# ... and for a pair of pixels, whose 2 x PAIR_BLOCK sums must stay in registers.
+PAIR_BLOCK = 2
 # The column's element type for int8 input + 128 (0 to 255): the helper group byte_column.
 BYTE_COLUMN = "arenac_col8"
 # Depthwise windows of up to this many taps get an unrolled pass for interior pixels.
@@ -1367,21 +1369,22 @@ def _dot_products(v: dict, p: ConvParams, g: ConstantLoop, depth: int, col_size:
             "store": f"acc[{at(o)}] = {_pairwise(lanes)};"}, "ints": None,
             "loops": [o, main, rest]}
 
-    blocked = group_outputs - group_outputs % OUTPUT_BLOCK
-    block = ConstantLoop("o", blocked, 0, OUTPUT_BLOCK)
+    width = PAIR_BLOCK if pair else OUTPUT_BLOCK
+    blocked = group_outputs - group_outputs % width
+    block = ConstantLoop("o", blocked, 0, width)
     single = ConstantLoop("o", group_outputs, blocked)
     k = ConstantLoop("k", col_size)
     filters = [f"*w0 = {_offset(rows, [(g, group_outputs * col_size), (block, col_size)])}"]
-    filters += [f"*w{i} = w{i - 1} + {col_size}" for i in range(1, OUTPUT_BLOCK)]
+    filters += [f"*w{i} = w{i - 1} + {col_size}" for i in range(1, width)]
     wr, wr_lines = _pointer("wr", f"const {w_type}", rows, [(g, group_outputs * col_size),
                                                             (single, col_size)])
     # per pixel: its column, its sums' names, its accumulators and its column value's name
     pixels = ([("cols[0]", "d", "acc", "xv"), ("cols[1]", "e", "acc2", "yv")] if pair
               else [("col", "d", "acc", "xv")])
-    sums = [f"{d}{i} = 0" for _, d, _, _ in pixels for i in range(OUTPUT_BLOCK)]
+    sums = [f"{d}{i} = 0" for _, d, _, _ in pixels for i in range(width)]
     shared = "col" if not pair else "the columns"
     return {"floats": None, "ints": {
-        "comment": _comment(f"{OUTPUT_BLOCK} output channels at a time share each load of "
+        "comment": _comment(f"{width} output channels at a time share each load of "
                             f"{shared}" + (", and both pixels each load of a filter row"
                                            if pair else ""),
                             depth_here) if block.runs else None,
@@ -1392,9 +1395,9 @@ def _dot_products(v: dict, p: ConvParams, g: ConstantLoop, depth: int, col_size:
         "x": "const int32_t " + ", ".join(f"{xv} = {col}[{k.index}]"
                                           for col, _, _, xv in pixels) + ";",
         "steps": [f"{d}{i} += {xv} * w{i}[{k.index}];"
-                  for i in range(OUTPUT_BLOCK) for _, d, _, xv in pixels],
+                  for i in range(width) for _, d, _, xv in pixels],
         "stores": [_kept(v, f"{acc}[{at(block, i)}]", f"{d}{i}", at(block, i))
-                   for _, d, acc, _ in pixels for i in range(OUTPUT_BLOCK)],
+                   for _, d, acc, _ in pixels for i in range(width)],
         "single": single, "lines": wr_lines,
         "single_sums": "int32_t " + ", ".join(f"{d} = 0" for _, d, _, _ in pixels) + ";",
         "single_steps": [f"{d} += {col}[{k.index}] * {wr}[{k.index}];"
@@ -1437,13 +1440,14 @@ def conv_values(ctx: OpContext) -> dict:
     odd = pair and out_w % 2 == 1  # then the row's last pixel goes alone
     depth_here = _nested(v["batch"], v["out_y"], v["out_x"])
     dots = _dot_products(v, p, g, depth, col_size, filter_rows, w_type, depth_extra=int(odd))
+    dot_loops = dots.pop("loops")  # the loops written: a pair's, and a lone pixel's
     # the zeros after the depth meet the zeros padding the widened rows
     col_pad = ConstantLoop("k", col_size, depth)
     finish = _finish(v, [], depth_here + int(odd))
     if pair:
         pair_dots = _dot_products(v, p, g, depth, col_size, filter_rows, w_type, pair=True,
                                   depth_extra=int(odd))
-        pair_dots.pop("loops")
+        dot_loops = [*pair_dots.pop("loops"), *(dot_loops if odd else [])]
         wait = "ox % 2 == 0" + (f" && ox < {out_w - 1}" if odd else "")
         v["pair"] = {
             "wait": f"if ({wait}) continue; /* the sums wait for the pair's second pixel */",
@@ -1462,7 +1466,7 @@ def conv_values(ctx: OpContext) -> dict:
     else:
         v["pair"] = None
     loops = [v["batch"], v["out_y"], v["out_x"], g, v["acc_init"], col_pad, *gather.pop("loops"),
-             *dots.pop("loops"), finish["loop"] or col_pad]
+             *dot_loops, finish["loop"] or col_pad]
     # the dot products read the widened filter; with no tap of a window ever inside the image
     # (dilated taps around a narrow one), nothing reads the input
     unread = (("w",) if wide else ()) + (() if gather.pop("reads") else ("x",))
