@@ -8,19 +8,18 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-import subprocess
 
 import numpy as np
 import pytest
 
 import toolchain.ops.conv as conv_codegen
 from runtime_py.kernels.conv import requantize
+from tests.conftest import native_vnni
 from tests.ops.test_conv import conv_model, depthwise_model, transpose_conv_model
 from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import CBackend, compiler
 from toolchain.checking.check import check_plan
 from toolchain.codegen import generate
-from toolchain.errors import RuntimeBackendError
 from toolchain.ops.conv import Requantize
 from toolchain.ops.emit import LINE_LIMIT
 from toolchain.plan import ModelPlan, plan_model
@@ -78,17 +77,6 @@ BYTE_CASES = [
     conv_model("int8", False, (2, 5, 6, 16), 8, (3, 3), (2, 1), input_zero_point=-128),
     conv_model("int8", True, (1, 7, 8, 32), 16, (3, 3), activation="RELU", input_zero_point=-128),
 ]
-
-
-def native_vnni() -> bool:
-    """Whether the host compiler's -march=native has a dot product of unsigned by signed bytes
-    (the generated C's arenac_col8 is then uint8_t)."""
-    try:
-        macros = subprocess.run([*compiler(), "-march=native", "-dM", "-E", "-"], input="",
-                                capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError, RuntimeBackendError):
-        return False
-    return "__AVXVNNI__" in macros or "__AVX512VNNI__" in macros
 
 
 @pytest.mark.parametrize("index", range(len(BYTE_CASES)))
