@@ -87,6 +87,15 @@ def test_conv_2d_byte_column(index):
     assert_c_matches(model, mp=overlapped_plan(model))
 
 
+def test_pairs_of_pixels_are_for_the_host():
+    """A Cortex-M's portable kernel keeps one pixel at a time: a pair's sums and pointers would
+    not fit its registers."""
+    model = BYTE_CASES[0]
+    mp = plan_model(parse_model(model, "<built model>"), "greedy", target="cortex-m0plus")
+    assert "cols[2][" in c_text(model)
+    assert "cols[2][" not in generate(mp)["model.c"]
+
+
 @pytest.mark.skipif(not native_vnni(), reason="-march=native has no VNNI on this host")
 @pytest.mark.parametrize("index", range(len(BYTE_CASES)))
 def test_conv_2d_byte_column_with_vnni(index, monkeypatch):

@@ -35,10 +35,10 @@ the accumulators plus as much for CONV_2D's column.
   (ky, kx, c) order; four output channels share each column load. When the depth is not a
   multiple of VECTOR_STEP, the dot products read an int16 copy of the filter with rows padded
   to a multiple of WIDE_STEP (so they vectorize; the copy's flash cost is in a comment). A 1x1
-  convolution never pads: its column is the pixel's channels. The integer kernels take the
-  pixels of a row in pairs, each gathered into a column of its own, so that each load of a
-  filter row serves two dot products. A receptive field too large for the stack falls back to
-  direct loops over the window.
+  convolution never pads: its column is the pixel's channels. For the host (target generic) the
+  integer kernels take the pixels of a row in pairs, each gathered into a column of its own, so
+  that each load of a filter row serves two dot products. A receptive field too large for the
+  stack falls back to direct loops over the window.
 - DEPTHWISE_CONV_2D adds tap after tap into the accumulators, channels innermost and contiguous
   in both the input and the [1, kh, kw, oc] filter. Taps outside the image are skipped (they
   add real zero); pixels whose window lies inside the image take one unrolled pass, and with
@@ -107,6 +107,7 @@ from toolchain.quant import (
     zero_point_of,
 )
 from toolchain.schema import DTYPE_NAMES
+from toolchain.targets import GENERIC
 
 FUSED_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -1432,9 +1433,10 @@ def conv_values(ctx: OpContext) -> dict:
     gather = _column(v, p, g, col_type)
     filter_rows, w_type = (f"{ctx.prefix}_w16", "int16_t") if wide else ("w", v["w_ctype"])
     out_w = p.output_shape[2]
-    # integer sums take the pixels of a row in pairs (ox even, ox + 1), whose dot products
-    # share each load of a filter row, where two columns and two pixels' accumulators fit
-    pair = (v["rq"] is not None and p.groups == 1 and out_w > 1
+    # on the host (generic C), integer sums take the pixels of a row in pairs (ox even, ox + 1),
+    # whose dot products share each load of a filter row, where two columns and two pixels'
+    # accumulators fit; a Cortex-M has too few registers for a pair's sums and pointers
+    pair = (ctx.target == GENERIC and v["rq"] is not None and p.groups == 1 and out_w > 1
             and 2 * _accumulator_bytes(p) * v["acc_size"] <= MAX_STACK_BYTES
             and 2 * 2 * col_size <= MAX_STACK_BYTES)
     odd = pair and out_w % 2 == 1  # then the row's last pixel goes alone
