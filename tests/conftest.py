@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
+
+from toolchain.checking.c_backend import compiler
+from toolchain.errors import RuntimeBackendError
 
 SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 # Recurrent models from TFLM's examples: their state persists across invokes.
@@ -44,3 +48,14 @@ def example_path(tmp_path):
         return path
 
     return write
+
+
+def native_vnni() -> bool:
+    """Whether the host compiler's -march=native has a dot product of unsigned by signed bytes
+    (the generated C's arenac_col8 is then uint8_t)."""
+    try:
+        macros = subprocess.run([*compiler(), "-march=native", "-dM", "-E", "-"], input="",
+                                capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError, RuntimeBackendError):
+        return False
+    return "__AVXVNNI__" in macros or "__AVX512VNNI__" in macros

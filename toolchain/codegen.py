@@ -256,6 +256,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                 control,
                 tuple(f"(({C_TYPES[slot.dtype]} *)({name}_state + {slot.offset}))"
                       for slot in mp.state_slots if slot.op == op_index),
+                program.target,
             )
             binding = program.bindings[op_index]
             emitter = binding.variant if binding.variant is not None else REGISTRY[op.kind]

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 
 import numpy as np
 import pytest
 
 import toolchain.ops.conv as conv_codegen
 from runtime_py.kernels.conv import requantize
+from tests.conftest import native_vnni
 from tests.ops.test_conv import conv_model, depthwise_model, transpose_conv_model
 from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
+from toolchain.checking.c_backend import CBackend, compiler
 from toolchain.checking.check import check_plan
 from toolchain.codegen import generate
 from toolchain.ops.conv import Requantize
@@ -66,6 +68,42 @@ CONV_CASES = [
 @pytest.mark.parametrize("dtype, per_channel, shape, out_channels, kernel, options", CONV_CASES)
 def test_conv_2d_sanitized(dtype, per_channel, shape, out_channels, kernel, options):
     assert_c_matches(conv_model(dtype, per_channel, shape, out_channels, kernel, **options))
+
+
+# int8 input with zero point -128 (input + 128 is a byte) and depths of whole vectors: the
+# column in arenac_col8, which is uint8_t where the compiler has VNNI, else int16_t
+BYTE_CASES = [
+    conv_model("int8", True, (1, 6, 7, 16), 22, (1, 1), input_zero_point=-128),  # 7: one alone
+    conv_model("int8", False, (2, 5, 6, 16), 8, (3, 3), (2, 1), input_zero_point=-128),
+    conv_model("int8", True, (1, 7, 8, 32), 16, (3, 3), activation="RELU", input_zero_point=-128),
+]
+
+
+@pytest.mark.parametrize("index", range(len(BYTE_CASES)))
+def test_conv_2d_byte_column(index):
+    model = BYTE_CASES[index]
+    assert "arenac_col8 cols[2][" in c_text(model)
+    assert_c_matches(model)
+    assert_c_matches(model, mp=overlapped_plan(model))
+
+
+def test_pairs_of_pixels_are_for_the_host():
+    """A Cortex-M's portable kernel keeps one pixel at a time: a pair's sums and pointers would
+    not fit its registers."""
+    model = BYTE_CASES[0]
+    mp = plan_model(parse_model(model, "<built model>"), "greedy", target="cortex-m0plus")
+    assert "cols[2][" in c_text(model)
+    assert "cols[2][" not in generate(mp)["model.c"]
+
+
+@pytest.mark.skipif(not native_vnni(), reason="-march=native has no VNNI on this host")
+@pytest.mark.parametrize("index", range(len(BYTE_CASES)))
+def test_conv_2d_byte_column_with_vnni(index, monkeypatch):
+    """The column in uint8_t, which GCC multiplies by the int8 filter with vpdpbusd."""
+    monkeypatch.setenv("CC", shlex.join([*compiler(), "-march=native"]))
+    model = BYTE_CASES[index]
+    assert_c_matches(model)
+    assert_c_matches(model, mp=overlapped_plan(model))
 
 
 DEPTHWISE_CASES = [

@@ -5,12 +5,13 @@ deterministic text."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED_MODELS
+from tests.conftest import SHARED_MODELS, native_vnni
 from tests.ops.test_batch_matmul_int16 import int16_batch_matmul_model
 from tests.ops.test_fully_connected import (
     batch_matmul_model,
@@ -19,7 +20,7 @@ from tests.ops.test_fully_connected import (
     int16_fully_connected_model,
 )
 from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
+from toolchain.checking.c_backend import CBackend, compiler
 from toolchain.checking.check import check_plan, difference
 from toolchain.checking.oracle import LiteRTOracle
 from toolchain.codegen import generate
@@ -86,6 +87,28 @@ def test_fully_connected_int8_folded_offsets(shape, units, options):
     text = c_text(model)
     assert "_row[" in text, "the folded path was not taken"
     assert_c_matches(model)
+
+
+def test_fully_connected_int8_reads_its_input_plus_128_as_bytes():
+    """int8 input + 128 copied into arenac_col8, the input offset - 128 folded per unit: exact
+    at the extremes of the input and of the offsets too."""
+    model = _extreme_fc_model(64)
+    assert "arenac_col8 xr[64]" in c_text(model)
+    for value in (-128, 0, 127):
+        assert_c_matches_on(model, [np.full((1, 64), value, np.int8)])
+    assert "arenac_col8" not in c_text(_extreme_fc_model(33100))  # too deep for the stack
+
+
+@pytest.mark.skipif(not native_vnni(), reason="-march=native has no VNNI on this host")
+@pytest.mark.parametrize("shape, units, options", [
+    ((2, 640), 9, {"per_channel": True, "activation": "RELU6"}),
+    ((3, 37), 5, {"filter_zero_point": -3}),
+    ((4, 48), 6, {"bias": False}),
+])
+def test_fully_connected_int8_with_vnni(shape, units, options, monkeypatch):
+    """The input row in uint8_t, which GCC multiplies by the int8 filter with vpdpbusd."""
+    monkeypatch.setenv("CC", shlex.join([*compiler(), "-march=native"]))
+    assert_c_matches(fully_connected_model("int8", shape, units, **options))
 
 
 def _extreme_fc_model(depth: int, units: int = 2, out_scale: float = 1.0) -> bytes:

@@ -35,8 +35,10 @@ the accumulators plus as much for CONV_2D's column.
   (ky, kx, c) order; four output channels share each column load. When the depth is not a
   multiple of VECTOR_STEP, the dot products read an int16 copy of the filter with rows padded
   to a multiple of WIDE_STEP (so they vectorize; the copy's flash cost is in a comment). A 1x1
-  convolution never pads: its column is the pixel's channels. A receptive field too large for
-  the stack falls back to direct loops over the window.
+  convolution never pads: its column is the pixel's channels. For the host (target generic) the
+  integer kernels take the pixels of a row in pairs, each gathered into a column of its own, so
+  that each load of a filter row serves two dot products. A receptive field too large for the
+  stack falls back to direct loops over the window.
 - DEPTHWISE_CONV_2D adds tap after tap into the accumulators, channels innermost and contiguous
   in both the input and the [1, kh, kw, oc] filter. Taps outside the image are skipped (they
   add real zero); pixels whose window lies inside the image take one unrolled pass, and with
@@ -106,6 +108,7 @@ from toolchain.quant import (
     zero_point_of,
 )
 from toolchain.schema import DTYPE_NAMES
+from toolchain.targets import GENERIC
 
 FUSED_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -653,8 +656,12 @@ VECTOR_STEP = 16
 WIDE_STEP = 8
 # float dot products keep this many partial sums: a float reduction only vectorizes that way.
 FLOAT_LANES = 8
-# Output channels whose dot products share each column load.
+# Output channels whose dot products share each column load ...
 OUTPUT_BLOCK = 4
+# ... and for a pair of pixels, whose 2 x PAIR_BLOCK sums must stay in registers.
+PAIR_BLOCK = 2
+# The column's element type for int8 input + 128 (0 to 255): the helper group byte_column.
+BYTE_COLUMN = "arenac_col8"
 # Depthwise windows of up to this many taps get an unrolled pass for interior pixels.
 MAX_UNROLLED_TAPS = 25
 # |(x + input_offset) * filter value|, the offset being minus the zero point: int8 data and
@@ -753,7 +760,9 @@ def requantize_values(ctx: OpContext, stage: Requantize, count: int, blocks: int
             "constants only "
             "(derivation: requantize_constants in toolchain/ops/conv.py), then the zero point "
             "and the activation clamp"),
-        "params": f"const uint32_t *acc, {'int o0, ' if offset else ''}{ctype} *dst",
+        # acc is the kernel's stack array and dst the output (or a stack tail): never the same
+        "params": (f"const uint32_t *restrict acc, {'int o0, ' if offset else ''}"
+                   f"{ctype} *restrict dst"),
         "padded": padded,
         "tables": tables,
         "loads": loads,
@@ -1190,11 +1199,12 @@ def _declarations(v: dict, arrays: list[str], loops: list, unread: tuple[str, ..
     return [*pointers, *arrays, *v["accumulators"], *([f"int {counters};"] if counters else [])]
 
 
-def _finish(v: dict, terms: list, depth: int) -> dict:
+def _finish(v: dict, terms: list, depth: int, acc: str = "acc", shift: int = 0) -> dict:
     """Turn acc[0..count) (output channels c_sum(terms), ...) into the outputs at px, inside
     `depth` written loops: a loop of one statement (float32's bias and clamp; `inline` when the
     statement fits on the loop's line) or of a few (hybrid's rescale, bias and clamp), or lines
-    alone (the integer requantizations)."""
+    alone (the integer requantizations, which may take another array `acc` into the outputs
+    `shift` elements from px)."""
     rq, px = v["rq"], v["px"]
     if v["hybrid"]:
         o = ConstantLoop("o", v["count"])
@@ -1213,20 +1223,20 @@ def _finish(v: dict, terms: list, depth: int) -> dict:
         inline = len(f"{INDENT * (1 + depth)}for ({o.header}) {line}") <= LINE_LIMIT
         return {"loop": o, "lines": [line], "inline": inline}
     first = f"{c_sum(terms)}, " if rq["offset"] else ""
-    dst = _offset(px, terms)
+    dst = _offset(px, terms, shift)
     if v["acc_size"] > v["count"]:
         kept = v["count"] * (2 if v["ctype"] == "int16_t" else 1)  # bytes
-        return {"loop": None, "lines": [f"{rq['fn']}(acc, {first}tail);",
+        return {"loop": None, "lines": [f"{rq['fn']}({acc}, {first}tail);",
                                         f"memcpy({dst}, tail, {kept});"]}
-    return {"loop": None, "lines": [f"{rq['fn']}(acc, {first}{dst});"]}
+    return {"loop": None, "lines": [f"{rq['fn']}({acc}, {first}{dst});"]}
 
 
-def _widened(element: str, offset: int, is_float: bool) -> str:
+def _widened(element: str, offset: int, is_float: bool, ctype: str = "int16_t") -> str:
     """A column value: the input `element` as it is (float32, or an integer with no offset to
-    add) or int16(element + offset)."""
+    add) or (ctype)(element + offset)."""
     if is_float or not offset:
         return element
-    return f"(int16_t)({element}{_plus(offset)})"
+    return f"({ctype})({element}{_plus(offset)})"
 
 
 def _product(x: str, w: str, offset: int) -> str:
@@ -1283,7 +1293,7 @@ def _column(v: dict, p: ConvParams, g: ConstantLoop, col_type: str) -> dict:
             "comment": _comment(f"1x1: the window is this pixel's channels{of_group}, never "
                                 "padded", depth_here),
             "lines": x_lines, "each": c,
-            "step": f"col[{c.index}] = {_widened(x, offset, is_float)};"},
+            "step": f"col[{c.index}] = {_widened(x, offset, is_float, col_type)};"},
             "loops": [c], "reads": True}
     ky, kx = ConstantLoop("ky", kh), ConstantLoop("kx", kw)
     # interior windows copy whole rows (contiguous without groups or horizontal dilation) when
@@ -1302,7 +1312,7 @@ def _column(v: dict, p: ConvParams, g: ConstantLoop, col_type: str) -> dict:
                                 f"{kw * channels} contiguous values",
                                 depth_here + _nested(bool(interior))),
             "ky": ky, "lines": x_lines + col_lines, "each": row,
-            "step": f"{col} = {_widened(x, offset, is_float)};",
+            "step": f"{col} = {_widened(x, offset, is_float, col_type)};",
         }
         if not interior:  # every window is interior: no taps one by one
             return {"pointwise": None, "rows": rows, "taps": None, "loops": [ky, row],
@@ -1320,7 +1330,7 @@ def _column(v: dict, p: ConvParams, g: ConstantLoop, col_type: str) -> dict:
         "ky": ky, "kx": kx, "y_lines": iy.lines if named else [],
         "x_lines": (ix.lines if named else []) + col_lines,
         "test": _guard(test), "lines": x_lines, "each": c,
-        "step": f"{col} = {_widened(x, offset, is_float)};",
+        "step": f"{col} = {_widened(x, offset, is_float, col_type)};",
         "pad": f"{col} = 0; /* padding */",
     }
     loops = [ky, kx, c, *([rows["each"]] if rows else [])]
@@ -1329,12 +1339,13 @@ def _column(v: dict, p: ConvParams, g: ConstantLoop, col_type: str) -> dict:
 
 
 def _dot_products(v: dict, p: ConvParams, g: ConstantLoop, depth: int, col_size: int,
-                  rows: str, w_type: str) -> dict:
+                  rows: str, w_type: str, pair: bool = False, depth_extra: int = 0) -> dict:
     """The dot products of col with the filter rows of group g's output channels, into
     acc[g * group_outputs + o]: float32 in FLOAT_LANES partial sums, int8 OUTPUT_BLOCK output
-    channels at a time."""
+    channels at a time. A `pair` takes the columns cols[0] and cols[1] of two pixels at once,
+    into acc and acc2, so that each load of a filter row serves both."""
     group_outputs = p.output_shape[3] // p.groups
-    depth_here = _nested(v["batch"], v["out_y"], v["out_x"], g)
+    depth_here = _nested(v["batch"], v["out_y"], v["out_x"], g) + depth_extra
 
     def at(loop: ConstantLoop, k: int = 0) -> str:
         return c_sum([(g, group_outputs), (loop, 1)], k)
@@ -1362,30 +1373,41 @@ def _dot_products(v: dict, p: ConvParams, g: ConstantLoop, depth: int, col_size:
             "store": f"acc[{at(o)}] = {_pairwise(lanes)};"}, "ints": None,
             "loops": [o, main, rest]}
 
-    def keep(o: str, d: str) -> str:
-        """acc[o] = the integer dot product d plus the bias."""
-        return _kept(v, f"acc[{o}]", d, o)
-
-    blocked = group_outputs - group_outputs % OUTPUT_BLOCK
-    block = ConstantLoop("o", blocked, 0, OUTPUT_BLOCK)
+    width = PAIR_BLOCK if pair else OUTPUT_BLOCK
+    blocked = group_outputs - group_outputs % width
+    block = ConstantLoop("o", blocked, 0, width)
     single = ConstantLoop("o", group_outputs, blocked)
     k = ConstantLoop("k", col_size)
     filters = [f"*w0 = {_offset(rows, [(g, group_outputs * col_size), (block, col_size)])}"]
-    filters += [f"*w{i} = w{i - 1} + {col_size}" for i in range(1, OUTPUT_BLOCK)]
+    filters += [f"*w{i} = w{i - 1} + {col_size}" for i in range(1, width)]
     wr, wr_lines = _pointer("wr", f"const {w_type}", rows, [(g, group_outputs * col_size),
                                                             (single, col_size)])
+    # per pixel: its column, its sums' names, its accumulators and its column value's name
+    pixels = ([("cols[0]", "d", "acc", "xv"), ("cols[1]", "e", "acc2", "yv")] if pair
+              else [("col", "d", "acc", "xv")])
+    sums = [f"{d}{i} = 0" for _, d, _, _ in pixels for i in range(width)]
+    shared = "col" if not pair else "the columns"
     return {"floats": None, "ints": {
-        "comment": _comment(f"{OUTPUT_BLOCK} output channels at a time share each load of col",
+        "comment": _comment(f"{width} output channels at a time share each load of "
+                            f"{shared}" + (", and both pixels each load of a filter row"
+                                           if pair else ""),
                             depth_here) if block.runs else None,
         "block": block,
         "pointers": _declare(f"const {w_type}", filters, depth_here + _nested(block)),
-        "sums": ", ".join(f"d{i} = 0" for i in range(OUTPUT_BLOCK)),
-        "k": k, "x": f"col[{k.index}]",
-        "steps": [f"d{i} += xv * w{i}[{k.index}];" for i in range(OUTPUT_BLOCK)],
-        "stores": [keep(at(block, i), f"d{i}") for i in range(OUTPUT_BLOCK)],
+        "sums": _declare("int32_t", sums, depth_here + _nested(block)),
+        "k": k,
+        "x": "const int32_t " + ", ".join(f"{xv} = {col}[{k.index}]"
+                                          for col, _, _, xv in pixels) + ";",
+        "steps": [f"{d}{i} += {xv} * w{i}[{k.index}];"
+                  for i in range(width) for _, d, _, xv in pixels],
+        "stores": [_kept(v, f"{acc}[{at(block, i)}]", f"{d}{i}", at(block, i))
+                   for _, d, acc, _ in pixels for i in range(width)],
         "single": single, "lines": wr_lines,
-        "step": f"d += col[{k.index}] * {wr}[{k.index}];",
-        "store": keep(at(single), "d"),
+        "single_sums": "int32_t " + ", ".join(f"{d} = 0" for _, d, _, _ in pixels) + ";",
+        "single_steps": [f"{d} += {col}[{k.index}] * {wr}[{k.index}];"
+                         for col, d, _, _ in pixels],
+        "single_stores": [_kept(v, f"{acc}[{at(single)}]", d, at(single))
+                          for _, d, acc, _ in pixels],
     }, "loops": [block, single, k]}
 
 
@@ -1406,17 +1428,50 @@ def conv_values(ctx: OpContext) -> dict:
     # the filter whose rows are padded to a multiple of WIDE_STEP
     wide = not is_float and depth % VECTOR_STEP != 0
     col_size = -(-depth // WIDE_STEP) * WIDE_STEP if wide else depth
-    col_type = "float" if is_float else "int16_t"
     v = _common(ctx, 0, 2, out_channels, 1)
+    # int8 input + 128 is a byte, which x86's VNNI multiplies by the int8 filter in place
+    byte = not wide and v["dtype"] == "int8" and not v["hybrid"] and v["offset"] == 128
+    col_type = "float" if is_float else BYTE_COLUMN if byte else "int16_t"
     g = ConstantLoop("g", p.groups)
     gather = _column(v, p, g, col_type)
     filter_rows, w_type = (f"{ctx.prefix}_w16", "int16_t") if wide else ("w", v["w_ctype"])
-    dots = _dot_products(v, p, g, depth, col_size, filter_rows, w_type)
+    out_w = p.output_shape[2]
+    # on the host (generic C), integer sums take the pixels of a row in pairs (ox even, ox + 1),
+    # whose dot products share each load of a filter row, where two columns and two pixels'
+    # accumulators fit; a Cortex-M has too few registers for a pair's sums and pointers
+    pair = (ctx.target == GENERIC and v["rq"] is not None and p.groups == 1 and out_w > 1
+            and 2 * _accumulator_bytes(p) * v["acc_size"] <= MAX_STACK_BYTES
+            and 2 * 2 * col_size <= MAX_STACK_BYTES)
+    odd = pair and out_w % 2 == 1  # then the row's last pixel goes alone
+    depth_here = _nested(v["batch"], v["out_y"], v["out_x"])
+    dots = _dot_products(v, p, g, depth, col_size, filter_rows, w_type, depth_extra=int(odd))
+    dot_loops = dots.pop("loops")  # the loops written: a pair's, and a lone pixel's
     # the zeros after the depth meet the zeros padding the widened rows
     col_pad = ConstantLoop("k", col_size, depth)
-    finish = _finish(v, [], _nested(v["batch"], v["out_y"], v["out_x"]))
+    finish = _finish(v, [], depth_here + int(odd))
+    if pair:
+        pair_dots = _dot_products(v, p, g, depth, col_size, filter_rows, w_type, pair=True,
+                                  depth_extra=int(odd))
+        dot_loops = [*pair_dots.pop("loops"), *(dot_loops if odd else [])]
+        wait = "ox % 2 == 0" + (f" && ox < {out_w - 1}" if odd else "")
+        v["pair"] = {
+            "wait": f"if ({wait}) continue; /* the sums wait for the pair's second pixel */",
+            "condition": "ox % 2 == 1" if odd else None,
+            "ints": pair_dots["ints"],
+            "finish": {"loop": None, "lines": [
+                *_finish(v, [], depth_here, shift=-out_channels)["lines"],
+                *_finish(v, [], depth_here, acc="acc2")["lines"]]},
+        }
+        v["pixel_lines"] = [*v["pixel_lines"],
+                            f"{col_type} *col = cols[ox % 2]; /* each pixel of a pair has its "
+                            "own */"]
+        v["accumulators"][0] = v["accumulators"][0].replace(
+            f"acc[{v['acc_size']}];", f"acc[{v['acc_size']}], acc2[{v['acc_size']}];")
+        v["acc_init_step"] = f"acc[{v['acc_init'].index}] = acc2[{v['acc_init'].index}] = 0;"
+    else:
+        v["pair"] = None
     loops = [v["batch"], v["out_y"], v["out_x"], g, v["acc_init"], col_pad, *gather.pop("loops"),
-             *dots.pop("loops"), finish["loop"] or col_pad]
+             *dot_loops, finish["loop"] or col_pad]
     # the dot products read the widened filter; with no tap of a window ever inside the image
     # (dilated taps around a narrow one), nothing reads the input
     unread = (("w",) if wide else ()) + (() if gather.pop("reads") else ("x",))
@@ -1433,20 +1488,26 @@ def conv_values(ctx: OpContext) -> dict:
         v["wide"] = None
     (sh, sw), (dh, dw) = p.window.stride, p.window.dilation
     groups = f", {p.groups} groups" if p.groups > 1 else ""
-    as_int16 = "" if is_float else f", as {_summed(v)} in int16 (padding is 0)"
+    as_int16 = ("" if is_float else f", as {_summed(v)}, 0 to 255, in {col_type} (padding is 0)"
+                if byte else f", as {_summed(v)} in int16 (padding is 0)")
     v.update(
         **gather, **dots,
         kernel="conv_column", group=g, col_pad=col_pad,
-        col_pad_step=f"col[{col_pad.index}] = 0; /* meets the rows' zero padding */",
+        helpers=("byte_column",) if byte else (),
+        col_pad_step=(f"cols[0][{col_pad.index}] = cols[1][{col_pad.index}] = 0;" if pair
+                      else f"col[{col_pad.index}] = 0;") + " /* meets the rows' zero padding */",
         finish=finish,
-        declarations=_declarations(v, [f"{col_type} col[{col_size}];"], loops, unread),
+        declarations=_declarations(v, [f"{col_type} cols[2][{col_size}];" if pair
+                                       else f"{col_type} col[{col_size}];"], loops, unread),
         filter_copy=_read(v["filter_copy"], unread),
         comment=c_comment(
             f"{v['name']}: {kh}x{kw} filter, stride {sh}x{sw}, dilation {dh}x{dw}{groups}. Per "
             f"output pixel{' and group' if p.groups > 1 else ''}, `col` holds the receptive "
             f"field in filter (ky, kx, c) order{as_int16}; each output channel is a dot product "
-            "of col with its filter row. Pixels are written in NHWC order (ORDER CONTRACT, top "
-            f"of conv.c.j2).{_about(v)}"),
+            "of col with its filter row. "
+            + ("The pixels of a row go in pairs, whose dot products share each load of a filter "
+               "row. " if pair else "")
+            + f"Pixels are written in NHWC order (ORDER CONTRACT, top of conv.c.j2).{_about(v)}"),
     )
     return v
 
@@ -1526,7 +1587,7 @@ def _conv_direct_values(ctx: OpContext) -> dict:
 
 def emit_conv_2d(ctx: OpContext) -> Kernel:
     v = conv_values(ctx)
-    return Kernel(render_macro(TEMPLATE, v["kernel"], v))
+    return Kernel(render_macro(TEMPLATE, v["kernel"], v), v.get("helpers", ()))
 
 
 # -- DEPTHWISE_CONV_2D -------------------------------------------------------------------------

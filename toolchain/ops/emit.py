@@ -26,6 +26,7 @@ from toolchain.ops.tables import (
     softmax_reciprocal_lut,
 )
 from toolchain.render import environment
+from toolchain.targets import GENERIC
 
 C_TYPES: dict[str, str] = {
     "float32": "float",
@@ -119,6 +120,9 @@ class OpContext:
     label: str = ""
     control: CControl | None = None  # what an IF or WHILE runs
     state: tuple[str, ...] = ()  # typed pointers to the kernel's state (Binding.state)
+    # the toolchain.targets name the C is made for: a portable kernel may shape its loops for
+    # the host's vector units (generic) or for a Cortex-M's registers
+    target: str = GENERIC
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,7 @@ HELPERS_TEMPLATE = "c/helpers.c.j2"
 # Each helper group (a macro of HELPERS_TEMPLATE) and the groups its functions call.
 HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "ivdep": (),
+    "byte_column": (),
     "shifts": (),
     "gemmlowp_exp": ("shifts",),
     "gemmlowp_inv_sqrt": ("shifts",),

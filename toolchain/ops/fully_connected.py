@@ -34,6 +34,7 @@ import numpy as np
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ops.conv import BYTE_COLUMN, MAX_STACK_BYTES
 from toolchain.ops.emit import (
     ConstantLoop,
     CTensor,
@@ -623,27 +624,40 @@ def fc_quantized_values(ctx: OpContext) -> dict:
     v = _fc_common(ctx)
     weights = _constant_data(ctx.inputs[1])
     folded = weights is not None
+    w_ctype = ctx.inputs[1].ctype
+    wide = p.accumulator == "int64"  # TFLite's 16x8 accumulator and bias, unless asked int32
+    # int8 input + 128 is a byte: the dot products read a stack copy of each input row in
+    # arenac_col8, which x86's VNNI multiplies by the int8 filter in place (as CONV_2D's column)
+    byte = (folded and p.dtype == "int8" and w_ctype == "int8_t" and not wide
+            and 2 * p.depth <= MAX_STACK_BYTES)
     row_terms = None
     if folded:
         # sum((x + io) * (w + fo)) = sum(x * w) + fo * sum(x) + [io * sum(w) + depth * io * fo]:
-        # the bracket is a per-unit constant, so the inner loop is a plain int8 dot product.
-        # (The bias stays in its own array, which the C still reads.)
+        # the bracket is a per-unit constant, so the inner loop is a plain int8 dot product
+        # (of x + 128 with the copy: its io is then io - 128). (The bias stays in its own
+        # array, which the C still reads.)
         w = np.asarray(weights, np.int64).reshape(p.units, p.depth)
-        terms = p.input_offset * w.sum(axis=1) + p.depth * p.input_offset * p.filter_offset
+        terms = ((p.input_offset - (128 if byte else 0)) * w.sum(axis=1)
+                 + p.depth * p.input_offset * p.filter_offset)
         row_terms = c_array(_wrap_int32(terms)) if terms.any() else None
     per_channel = len(p.requant_scales) > 1
     scales = [_c_double(s) for s in p.requant_scales]
-    wide = p.accumulator == "int64"  # TFLite's 16x8 accumulator and bias, unless asked int32
     offset_product = MAX_OFFSET_PRODUCT_INT16 if p.dtype == "int16" else MAX_OFFSET_PRODUCT
     acc_type = "int64_t" if wide else _accumulator(
-        p.depth, MAX_RAW_PRODUCT[p.dtype] if folded else offset_product)
+        p.depth, 255 * 128 if byte else MAX_RAW_PRODUCT[p.dtype] if folded else offset_product)
     filter_offset = p.filter_offset if folded else 0
     # an input and a filter element at depth {d} of a row, offset unless folded
-    x_term = "{row}[{d}]" if folded else _offset(p.input_offset, "{row}[{d}]")
+    x_term = ("xr[{d}]" if byte else "{row}[{d}]" if folded
+              else _offset(p.input_offset, "{row}[{d}]"))
     w_term = "{row}[{d}]" if folded else _offset(p.filter_offset, "{row}[{d}]")
     xterm = " + xterm" if filter_offset else ""
     name, prefix, xb = v["name"], v["prefix"], v["xb"]
-    w_ctype = ctx.inputs[1].ctype
+    copy_loop = ConstantLoop("d", p.depth if byte else 0)
+    copy = {"declaration": f"{BYTE_COLUMN} xr[{p.depth}];",
+            "comment": "/* this input row + 128, which the dot products read */",
+            "loop": copy_loop,
+            "step": f"xr[{copy_loop.index}] = ({BYTE_COLUMN})({xb}[{copy_loop.index}] + 128);",
+            } if byte else None
 
     # units in blocks of UNIT_BLOCK, then one by one; each dot product in a main loop of a
     # multiple of VECTOR_STEP steps and a tail
@@ -676,7 +690,8 @@ def fc_quantized_values(ctx: OpContext) -> dict:
         return f"{v['ob']}[{unit}] = {prefix}_output({sum_value}, {unit});"
 
     bias = " + bias[u]" if v["bias"] else ""
-    row_comment = (f"{ctx.op.opcode} '{name}': per unit, input offset * filter row sum"
+    row_comment = (f"{ctx.op.opcode} '{name}': per unit, "
+                   + ("(input offset - 128)" if byte else "input offset") + " * filter row sum"
                    + (" + depth * input offset * filter offset" if filter_offset else "")
                    + " (int32, wrapped)")
     return {
@@ -724,7 +739,9 @@ def fc_quantized_values(ctx: OpContext) -> dict:
         "unit_main": main, "unit_rest": tail,
         "unit_main_step": step1(main), "unit_rest_step": step1(tail),
         "unit_tail_store": store(unit_tail.index, "dot"),
-        "counters": written_vars([v["batch"], row_sum, block, unit_tail, main, tail]),
+        "counters": written_vars([v["batch"], row_sum, copy_loop, block, unit_tail, main,
+                                  tail]),
+        "row_copy": copy,
     }
 
 
@@ -782,7 +799,9 @@ def emit_fully_connected(ctx: OpContext) -> Kernel:
         return Kernel(render_macro(TEMPLATE, "fully_connected_hybrid", fc_hybrid_values(ctx)))
     if isinstance(ctx.params, FullyConnectedFloatParams):
         return Kernel(render_macro(TEMPLATE, "fully_connected_float", fc_float_values(ctx)))
-    return Kernel(render_macro(TEMPLATE, "fully_connected_quantized", fc_quantized_values(ctx)))
+    v = fc_quantized_values(ctx)
+    return Kernel(render_macro(TEMPLATE, "fully_connected_quantized", v),
+                  ("byte_column",) if v["row_copy"] else ())
 
 
 # -- BATCH_MATMUL ----------------------------------------------------------------------------
