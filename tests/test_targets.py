@@ -36,7 +36,7 @@ from toolchain.errors import ArenacError, RuntimeBackendError
 from toolchain.firmware import mcu_sources
 from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops import arm_dsp
-from toolchain.ops.rounding import fc_multiplier, single_roundings
+from toolchain.ops.rounding import fc_multiplier, shared_roundings, single_roundings
 from toolchain.plan import ModelPlan, plan_model
 from toolchain.quant import quantize_multiplier
 from toolchain.reader import parse_model
@@ -204,6 +204,50 @@ def test_single_rounding_equals_both_references_exhaustively():
             rounding = np.where(acc < 0, r.negative_rounding, r.rounding)
             got = np.clip((acc * r.multiplier + rounding) >> r.shift, low, high)
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("low", [0, -60])
+def test_shared_rounding_equals_both_references_exhaustively(low):
+    """One N and one R for both signs, on every accumulator of random channels: where the
+    clamp leaves out the negative outputs (an activation) and where it keeps a few of them."""
+    rng = np.random.default_rng(5)
+    scales = np.exp(rng.uniform(np.log(2e-4), np.log(0.3), 6))
+    acc_lo, acc_hi = -rng.integers(1, 40000, 6), rng.integers(1, 40000, 6)
+    high = 255
+    quantized = [quantize_multiplier(float(s)) for s in scales]
+    mult = np.array([m for m, _ in quantized], np.int64)[:, None]
+    exp = np.array([e for _, e in quantized], np.int64)[:, None]
+
+    def mbqm(acc):
+        return multiply_by_quantized_multiplier(acc, mult, exp)
+
+    def double(acc):
+        return double_to_int32(round_half_away(acc.astype(np.float64) * scales[:, None]))
+
+    cases = [(mbqm, [m * 2.0 ** (e - 31) for m, e in quantized]), (double, list(scales))]
+    for reference, real in cases:
+        roundings = shared_roundings(reference, low, high, acc_lo, acc_hi, real)
+        if roundings is None:
+            assert low < 0  # halves of both signs: no R serves both
+            continue
+        assert len({r.shift for r in roundings}) == 1
+        for c, r in enumerate(roundings):
+            assert r.rounding == r.negative_rounding and 0 <= r.multiplier < 2**31
+            acc = np.arange(acc_lo[c], acc_hi[c] + 1, dtype=np.int64)
+            want = np.clip(reference(np.broadcast_to(acc, (6, acc.size)))[c], low, high)
+            got = np.clip((acc * r.multiplier + r.rounding) >> r.shift, low, high)
+            np.testing.assert_array_equal(got, want)
+
+
+def test_shared_rounding_refuses_halves_of_both_signs():
+    # MultiplyByQuantizedMultiplier rounds -0.5 to -1 and 0.5 to 1: no R does both
+    def reference(acc):
+        return multiply_by_quantized_multiplier(acc, 2**30, -1)
+
+    assert shared_roundings(reference, -100, 100, np.array([-300]), np.array([300]),
+                            [2.0**-2]) is None
+    assert shared_roundings(reference, 0, 100, np.array([-300]), np.array([300]),
+                            [2.0**-2]) is not None
 
 
 def test_single_rounding_refuses_what_it_cannot_match():
@@ -457,6 +501,7 @@ def test_reference_arithmetic_where_no_single_rounding_matches(monkeypatch):
     """Without a proven single rounding the kernels requantize as the references do (the
     convolution's MultiplyByQuantizedMultiplier, FULLY_CONNECTED's double)."""
     monkeypatch.setattr(arm_dsp, "single_roundings", lambda *args: None)
+    monkeypatch.setattr(arm_dsp, "shared_roundings", lambda *args: None)
     model = pointwise_model(2)
     c = generate(planned(model, "cortex-m4"), "net")["net.c"]
     assert "arenac_mbqm(acc" in c and "(double)acc *" in c and "one rounding" not in c

@@ -79,6 +79,7 @@ from toolchain.ops.rounding import (
     SingleRounding,
     accumulator_range,
     fc_multiplier,
+    shared_roundings,
     single_roundings,
 )
 from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
@@ -253,12 +254,17 @@ def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
     mult = np.asarray(multipliers, np.int64)[:, None]
     exp = np.asarray(shifts, np.int64)[:, None]
     acc_lo, acc_hi = m.accumulators()
-    single = None
-    if all(s <= 0 for s in shifts) and acc_lo.min() >= INT32_MIN and acc_hi.max() <= INT32_MAX:
+
+    def reference(acc: np.ndarray) -> np.ndarray:
+        return multiply_by_quantized_multiplier(acc, mult, exp)
+
+    single = shared_roundings(reference, low, high, acc_lo, acc_hi,
+                              [mu * 2.0 ** (s - 31) for mu, s in zip(multipliers, shifts)])
+    if (single is None and all(s <= 0 for s in shifts) and acc_lo.min() >= INT32_MIN
+            and acc_hi.max() <= INT32_MAX):
         single = single_roundings(
-            lambda acc: multiply_by_quantized_multiplier(acc, mult, exp), low, high, acc_lo,
-            acc_hi, multipliers, [31 + max(-s, 1 if mu == 0 else 0)
-                                  for mu, s in zip(multipliers, shifts)])
+            reference, low, high, acc_lo, acc_hi, multipliers,
+            [31 + max(-s, 1 if mu == 0 else 0) for mu, s in zip(multipliers, shifts)])
     return OutputStage(low, high, zp, tuple(single) if single else None, tuple(multipliers),
                        tuple(shifts), magnitudes=_magnitudes(acc_lo, acc_hi))
 
@@ -272,12 +278,15 @@ def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
     scales = list(p.requant_scales) * (m.channels if len(p.requant_scales) == 1 else 1)
     found = [fc_multiplier(s) for s in scales]
     acc_lo, acc_hi = m.accumulators()
-    single = None
-    if all(found) and acc_lo.min() >= INT32_MIN and acc_hi.max() <= INT32_MAX:
-        column = np.asarray(scales, np.float64)[:, None]
-        single = single_roundings(
-            lambda acc: double_to_int32(round_half_away(acc.astype(np.float64) * column)),
-            low, high, acc_lo, acc_hi, [f[0] for f in found], [f[1] for f in found])
+    column = np.asarray(scales, np.float64)[:, None]
+
+    def reference(acc: np.ndarray) -> np.ndarray:
+        return double_to_int32(round_half_away(acc.astype(np.float64) * column))
+
+    single = shared_roundings(reference, low, high, acc_lo, acc_hi, scales)
+    if single is None and all(found) and acc_lo.min() >= INT32_MIN and acc_hi.max() <= INT32_MAX:
+        single = single_roundings(reference, low, high, acc_lo, acc_hi, [f[0] for f in found],
+                                  [f[1] for f in found])
     return OutputStage(low, high, zp, tuple(single) if single else None,
                        scales=tuple(scales), magnitudes=_magnitudes(acc_lo, acc_hi))
 
@@ -329,7 +338,13 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
             store = ["const int32_t v = __ssat(q, 8);", f"return (int8_t){rest};"]
         elif folded:
             store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
-        if len(set(fields)) == 1:
+        shared = all(a == b and n == fields[0][3] for a, b, _, n in fields)
+        if shared:  # one N, and one R for both signs: no select, the shift a constant
+            mult = per_channel("multiplier", "int32_t", [f[2] for f in fields])
+            rounding = per_channel("rounding", "int64_t", [f[0] for f in fields], c_int64)
+            lines = [f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + {rounding}) >> "
+                     f"{32 + fields[0][3]});"]
+        elif len(set(fields)) == 1:
             rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
                                                str(fields[0][2]), str(fields[0][3]))
             lines = []
@@ -344,12 +359,17 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
             lines = [f"const arenac_rounding *r = &{prefix}_rounding[c];"]
             rounding, negative, mult, shift = ("r->rounding", "r->negative_rounding",
                                                "r->multiplier", "r->shift")
-        lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
-                  f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
-                  + (f" >> {shift};" if shift != "0" else ";"),
-                  *store]
-        comment = ("one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc"
-                   + (" (and holding the output zero point times 2^(32 + s))" if folded else "")
+        if not shared:
+            lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
+                      f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
+                      + (f" >> {shift};" if shift != "0" else ";")]
+        lines += store
+        comment = ((f"one rounding, (acc * m + r) >> {32 + fields[0][3]}, the same r for both "
+                    "signs" if shared else
+                    "one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc")
+                   + ((f" (and holding the output zero point times 2^{32 + fields[0][3]})"
+                       if shared else " (and holding the output zero point times 2^(32 + s))")
+                      if folded else "")
                    + ": at generation time toolchain/ops/rounding.py proved it equal, after the "
                    "clamp, to the reference's requantization on every sum this op can produce")
     elif stage.scales:
