@@ -107,7 +107,8 @@ def test_targets_and_their_guards():
 def test_a_dsp_target_binds_its_kernels_and_others_the_portable_ones():
     model = pointwise_model()
     for target in DSP:
-        assert kernels_bound(planned(model, target)) == ["dsp-1x1", "dsp-1x1", "portable", "dsp"]
+        assert kernels_bound(planned(model, target)) == ["dsp-1x1-staged", "dsp-1x1", "portable",
+                                                         "dsp"]
     for target in ("generic", "cortex-m0plus"):
         assert set(kernels_bound(planned(model, target))) == {"portable"}
     assert kernels_bound(planned(model, "cortex-m55")) == ["mve-1x1", "mve-1x1", "portable", "mve"]
@@ -122,23 +123,29 @@ def test_a_dsp_target_binds_its_kernels_and_others_the_portable_ones():
 def test_target_kernels_bring_their_scratch_and_overlap_into_the_plan():
     model = pointwise_model()
     mp = planned(model, "cortex-m4")
-    scratch = {r.op: r for r in mp.program.scratch()}
-    # two pixels of 6 channels, padded to 8: 2 * 2 words * 2 groups * 4 bytes
-    assert scratch[0].size == 32 and "widened" in scratch[0].purpose
-    assert scratch[3].size == 8 * 15  # one row of 60 values: 15 groups
-    rule = mp.program.bindings[0].overlaps[0]
-    # 35 pixels, 6 channels in and 9 out: before the last one, 34 pixels' outputs are written
-    # and the input is read from pixel 34 on
-    assert rule.kind == "windowed" and rule.shift == 34 * (9 - 6)
-    assert mp.program.bindings[0].overlaps != planned(model, "generic").program.bindings[0].overlaps
+    scratch: dict[tuple[int, int], object] = {}
+    for r in mp.program.scratch():
+        scratch[r.op, sum(op == r.op for op, _ in scratch)] = r
+    # 35 pixels of 6 channels, padded to 8, widened: 35 * 2 groups * 8 bytes; and the filter
+    # rows of two channels
+    assert scratch[0, 0].size == 35 * 16 and "widened" in scratch[0, 0].purpose
+    assert scratch[0, 1].size == 2 * 16
+    # two pixels of 9 channels, padded to 12: 2 * 2 words * 3 groups * 4 bytes
+    assert scratch[1, 0].size == 48 and "widened" in scratch[1, 0].purpose
+    assert scratch[3, 0].size == 8 * 15  # one row of 60 values: 15 groups
+    # all the input is read before any output is written: any overlap
+    assert mp.program.bindings[0].overlaps[0].any_offset
+    rule = mp.program.bindings[1].overlaps[0]
+    assert rule.kind == "windowed" and not rule.any_offset
+    assert mp.program.bindings[1].overlaps != planned(model, "generic").program.bindings[1].overlaps
     ArenaInterpreter(mp).invoke(random_inputs(mp.graph, 0))  # runtime_py checks every claim
 
 
 def test_pointwise_overlap_follows_the_write_order():
     """The rule, replayed: every output byte the kernel writes lands on input bytes it no longer
     reads, for outputs placed exactly the declared shift below the input."""
-    for shape, channels, stride in [((1, 6, 5, 8), 16, 1), ((2, 5, 6, 8), 4, 2),
-                                    ((1, 7, 7, 3), 5, 2), ((3, 4, 5, 12), 12, 1)]:
+    for shape, channels, stride in [((1, 10, 12, 8), 16, 1), ((2, 5, 6, 8), 4, 2),
+                                    ((1, 7, 7, 3), 5, 2), ((3, 6, 6, 12), 12, 1)]:
         mp = planned(conv_model("int8", False, shape, channels, (1, 1), (stride, stride)),
                      "cortex-m4")
         m = arm_dsp.conv_matmul(mp.program.params()[0])
@@ -327,17 +334,28 @@ def assert_qemu_matches_oracle(model: bytes, target: str = "cortex-m4", inputs: 
 
 @needs_mcu
 @pytest.mark.parametrize("case", [
-    dict(input_shape=(1, 5, 7, 8), out_channels=16),  # depth a multiple of 4, odd pixel count
-    dict(input_shape=(2, 4, 3, 6), out_channels=7, per_channel=True),  # batches, odd channels
-    dict(input_shape=(1, 6, 5, 13), out_channels=5, stride=(2, 2), activation="RELU"),
-    dict(input_shape=(1, 1, 1, 40), out_channels=10, activation="RELU6", bias=False),
-    dict(input_shape=(1, 3, 9, 70), out_channels=3, stride=(1, 2), per_channel=True),
+    # a small input of stride 1 is widened whole first: depth a multiple of 4, odd pixel count
+    dict(input_shape=(1, 5, 7, 8), out_channels=16, kernel="dsp-1x1-staged"),
+    dict(input_shape=(2, 4, 3, 6), out_channels=7, per_channel=True,  # batches, odd channels
+         kernel="dsp-1x1-staged"),
+    dict(input_shape=(1, 3, 3, 21), out_channels=5, per_channel=True, activation="RELU",
+         kernel="dsp-1x1-staged"),
+    dict(input_shape=(1, 2, 3, 72), out_channels=6, activation="RELU6",  # a loop of steps
+         kernel="dsp-1x1-staged"),
+    dict(input_shape=(1, 10, 11, 5), out_channels=6, activation="RELU", kernel="dsp-1x1"),
+    dict(input_shape=(1, 6, 5, 13), out_channels=5, stride=(2, 2), activation="RELU",
+         kernel="dsp-1x1"),
+    dict(input_shape=(1, 1, 1, 40), out_channels=10, activation="RELU6", bias=False,
+         kernel="dsp-1x1"),
+    dict(input_shape=(1, 3, 9, 70), out_channels=3, stride=(1, 2), per_channel=True,
+         kernel="dsp-1x1"),
 ])
 def test_dsp_1x1_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
+    kernel = case.pop("kernel")
     model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
                        case.pop("out_channels"), (1, 1), **case)
-    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-1x1"]
+    assert kernels_bound(planned(model, "cortex-m4")) == [kernel]
     assert_qemu_matches_oracle(model)
 
 
@@ -357,7 +375,8 @@ def test_dsp_im2col_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
     model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
                        case.pop("out_channels"), case.pop("kernel"), **case)
-    assert set(kernels_bound(planned(model, "cortex-m4"))) <= {"dsp-1x1", "dsp-im2col"}
+    assert set(kernels_bound(planned(model, "cortex-m4"))) <= {"dsp-1x1", "dsp-1x1-staged",
+                                                              "dsp-im2col"}
     assert_qemu_matches_oracle(model)
 
 
@@ -512,8 +531,9 @@ def test_reference_arithmetic_where_no_single_rounding_matches(monkeypatch):
 @pytest.mark.parametrize("pixels", [1, 10**9])
 def test_filters_widened_at_generation_time_or_in_the_loop(monkeypatch, pixels):
     """Every matrix multiply with its filter kept as int16 pairs in flash (pixels=1) or as
-    int8 widened by the loop: the same outputs."""
+    int8 widened by the loop: the same outputs (no kernel staging the whole input)."""
     monkeypatch.setattr(arm_dsp, "WIDE_FILTER_PIXELS", pixels)
+    monkeypatch.setattr(arm_dsp, "MAX_STAGED_INPUT", 0)
     for model in (pointwise_model(5),
                   conv_model("int8", True, (1, 7, 6, 5), 7, (3, 3), stride=(2, 1), seed=3)):
         c = generate(planned(model, "cortex-m4"), "net")["net.c"]
@@ -524,10 +544,21 @@ def test_filters_widened_at_generation_time_or_in_the_loop(monkeypatch, pixels):
 
 @needs_mcu
 def test_the_overlap_the_dsp_kernel_declares_is_used_and_safe():
-    model = conv_model("int8", False, (1, 8, 8, 16), 16, (1, 1))
+    model = conv_model("int8", False, (1, 10, 10, 16), 16, (1, 1))
     mp = planned(model, "cortex-m4")
+    assert kernels_bound(mp) == ["dsp-1x1"]
     assert mp.plan.overlaps, "a 16 -> 16 channel 1x1 output may lie over its input"
     assert mp.arena_bytes < planned(model, "generic").arena_bytes
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+def test_the_staged_kernel_may_write_over_all_its_input():
+    """It widens the whole input before writing: the output may take the input's place."""
+    model = conv_model("int8", False, (1, 4, 4, 24), 24, (1, 1))
+    mp = planned(model, "cortex-m4")
+    assert kernels_bound(mp) == ["dsp-1x1-staged"]
+    assert mp.program.bindings[0].overlaps[0].any_offset and mp.plan.overlaps
     assert_qemu_matches_oracle(model)
 
 
@@ -719,7 +750,7 @@ def test_bench_counts_are_deterministic_and_the_dsp_kernels_execute_fewer():
     assert own.outputs_match and portable.outputs_match
     assert own.instructions == again.instructions
     assert [s.instructions for s in own.steps] == [s.instructions for s in again.steps]
-    assert [s.kernel for s in own.steps] == ["dsp-1x1", "dsp-1x1", "portable", "dsp"]
+    assert [s.kernel for s in own.steps] == ["dsp-1x1-staged", "dsp-1x1", "portable", "dsp"]
     for mine, theirs in zip(own.steps, portable.steps):
         if mine.kernel != "portable":
             assert mine.instructions < theirs.instructions

@@ -50,6 +50,7 @@ ADD and SUB (int8): the portable kernel, its output stage in one proven rounding
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -300,8 +301,12 @@ def _double(value: float) -> str:
     return text if ("." in text or "e" in text) else text + ".0"
 
 
-def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str], str]:
-    """The tables, body lines and comment of the op's output function."""
+def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] | None = None
+                  ) -> tuple[list[dict], list[str], str]:
+    """The tables, body lines and comment of the op's output function. `sums`: the channels'
+    folded sums and their table's comment, for a kernel that starts its sums from them (read
+    them with `sum_of`): they share a table with the requantization's per-channel constants
+    where it has some, so that a channel's values are one address."""
     tables: list[dict] = []
 
     def per_channel(name: str, ctype: str, values: list, literal=str) -> str:
@@ -339,10 +344,22 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
         elif folded:
             store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
         shared = all(a == b and n == fields[0][3] for a, b, _, n in fields)
-        if shared:  # one N, and one R for both signs: no select, the shift a constant
+        struct = shared and sums is not None and len({f[:3] for f in fields}) > 1
+        if struct:
+            tables.append({
+                "name": f"{prefix}_channel", "ctype": "arenac_channel", "align": "",
+                "length": c_length(len(fields)),
+                "data": ",\n  ".join(f"{{ {c_int64(f[0])}, {f[2]}, {total} }}"
+                                      for f, total in zip(fields, sums[0].tolist())),
+                "comment": c_comment(f"{sums[1]}; and its rounding and multiplier")})
+            mult, rounding = "k->multiplier", "k->rounding"
+            sums = None
+        elif shared:  # one N, and one R for both signs: no select, the shift a constant
             mult = per_channel("multiplier", "int32_t", [f[2] for f in fields])
             rounding = per_channel("rounding", "int64_t", [f[0] for f in fields], c_int64)
-            lines = [f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + {rounding}) >> "
+        if shared:
+            lines = [f"const arenac_channel *k = &{prefix}_channel[c];"] if struct else []
+            lines += [f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + {rounding}) >> "
                      f"{32 + fields[0][3]});"]
         elif len(set(fields)) == 1:
             rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
@@ -393,7 +410,24 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
         comment = ("TFLite's MultiplyByQuantizedMultiplier (no single rounding matched it)")
     if not any("[c]" in line for line in lines):
         lines.insert(0, "(void)c;")
+    if sums is not None:
+        tables.insert(0, {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
+                          "length": c_length(sums[0].size), "data": c_array(sums[0]),
+                          "comment": c_comment(sums[1])})
     return tables, lines, comment
+
+
+def _table_helpers(tables: list[dict]) -> set[str]:
+    """The helper groups that define the struct types of the tables."""
+    types = {"arenac_rounding": "arm_dsp_rounding", "arenac_channel": "arm_dsp_channel"}
+    return {types[t["ctype"]] for t in tables if t["ctype"] in types}
+
+
+def sum_of(prefix: str, tables: list[dict], channel: str) -> str:
+    """The C of channel `channel`'s folded sum in the tables output_values made."""
+    if any(t["name"] == f"{prefix}_channel" for t in tables):
+        return f"{prefix}_channel[{channel}].sum"
+    return f"{prefix}_sum[{channel}]"
 
 
 def _lines(items: list[str], width: int = 96) -> str:
@@ -436,8 +470,8 @@ def _steps(kind: str, m: Matmul, wide: bool) -> dict:
             "rest": [call(None, g) for g in range(main, groups)]}
 
 
-def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str],
-                    wide: bool) -> list[dict]:
+def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
+                    sum_at: Callable[[str], str]) -> list[dict]:
     blocks = []
     pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
     odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
@@ -446,9 +480,9 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str],
             continue
         kind = f"{pixels}x{width}"
         w_at = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP // (2 if wide else 1))])
-        sums = [f"{prefix}_sum[{c_sum([(loop, 1)], j)}]" for j in range(width)]
+        sums = [sum_at(c_sum([(loop, 1)], j)) for j in range(width)]
         head = [f"const {'int32_t' if wide else 'int8_t'} *w = {w_at};",
-                f"int32_t acc[{pixels * width}] = {{ {', '.join(sums * pixels)} }};"]
+                *_accumulators(sums, pixels)]
         stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output(acc[{i * width + j}], "
                   f"{c_sum([(loop, 1)], j)});"
                   for i in range(pixels) for j in range(width)]
@@ -456,6 +490,13 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str],
                        "stores": stores,
                        "helper": f"arm_dsp_mac{'16' if wide else ''}_{kind}"})
     return blocks
+
+
+def _accumulators(sums: list[str], pixels: int) -> list[str]:
+    """A block's sums, each channel's folded sum for each of its pixels."""
+    names = [f"s{j}" for j in range(len(sums))]
+    return [*(f"const int32_t {n} = {e};" for n, e in zip(names, sums)),
+            f"int32_t acc[{pixels * len(sums)}] = {{ {', '.join(names * pixels)} }};"]
 
 
 def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -> dict:
@@ -514,10 +555,13 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     the pointwise kernel's and the im2col convolution's."""
     prefix = ctx.prefix
     wide = m.batches * m.rows * m.pixels >= WIDE_FILTER_PIXELS
+    tables, output, output_comment = output_values(
+        prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
+                                  "filter row's sum (int32, wrapped)"))
     for pixel in pixels:
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
-                                            ["o0", "o1"][:pixel["count"]], wide)
-    tables, output, output_comment = output_values(prefix, stage)
+                                            ["o0", "o1"][:pixel["count"]], wide,
+                                            lambda channel: sum_of(prefix, tables, channel))
     packed = m.packed()
     order = ("for each pair of output channels, their rows four weights at a time, "
              f"alternating; each row padded with zeros to {m.groups * GROUP}")
@@ -537,18 +581,10 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
             "length": c_length(packed.size), "data": c_array(packed),
             "comment": c_comment(f"{what}: the filter ({m.channels} x {m.depth}) in the order "
                                  f"the loop reads it: {order}")}
-    tables = [
-        filter_table,
-        {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
-         "length": c_length(m.channels), "data": c_array(m.sums()),
-         "comment": c_comment(f"{what}: per output channel, bias + input offset * the filter "
-                              "row's sum (int32, wrapped)")},
-        *tables,
-    ]
+    tables = [filter_table, *tables]
     blocks = [b for p in pixels for b in p["channels"]]
     helpers = {"arm_dsp", *helpers, *(b["helper"] for b in blocks)}
-    if any(t["ctype"] == "arenac_rounding" for t in tables):
-        helpers.add("arm_dsp_rounding")
+    helpers |= _table_helpers(tables)
     counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
     return {
@@ -568,6 +604,128 @@ def emit_conv(ctx: OpContext) -> Kernel:
                               f"CONV_2D '{ctx.outputs[0].name}' 1x1")
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
                   includes=("arm_acle.h",))
+
+
+# -- CONV_2D 1x1 on a small input, channel pair by channel pair ------------------------------
+
+
+MAX_STAGED_INPUT = 16 * 1024  # bytes of a staged kernel's widened input
+
+
+def staged(m: Matmul) -> bool:
+    """Whether a 1x1 convolution keeps its whole input widened (`emit_staged`): one image of
+    contiguous pixels (stride 1), too few of them for the filter to be kept widened in flash,
+    and a widened input of at most MAX_STAGED_INPUT bytes."""
+    return (m.batches == 1 and m.rows == 1 and 4 <= m.pixels < WIDE_FILTER_PIXELS
+            and m.pixels * m.groups * 8 <= MAX_STAGED_INPUT)
+
+
+def accepts_staged(graph: Graph, op: Operator, p) -> str | None:
+    reason = accepts_conv(graph, op, p)
+    if reason is None and not staged(conv_matmul(p)):
+        return "not a 1x1 convolution of a small input"
+    return reason
+
+
+def staged_scratch(p: ConvParams) -> tuple[MemoryRequest, ...]:
+    m = conv_matmul(p)
+    return (MemoryRequest(m.pixels * m.groups * 8,
+                          f"the input's {m.pixels} pixels widened to int16 pairs"),
+            MemoryRequest(2 * m.groups * 8,
+                          "the filter rows of two output channels widened to int16 pairs"))
+
+
+def staged_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[OverlapRule]:
+    """The kernel reads the whole input (widening it) before it writes any output."""
+    return [OverlapRule(0, 0, 0, any_offset=True, kind="windowed")]
+
+
+def emit_staged(ctx: OpContext) -> Kernel:
+    """The whole input widened into the scratch first, then channel pair by channel pair: the
+    pair's filter rows widened into the scratch, and every pixel pair a 2x2 step of int16
+    words alone (arenac_mac16_2x2), as the filter kept widened in flash is read, without its
+    flash."""
+    p: ConvParams = ctx.params
+    m = conv_matmul(p)
+    prefix = ctx.prefix
+    what = f"CONV_2D '{ctx.outputs[0].name}' 1x1"
+    tables, output, output_comment = output_values(
+        prefix, conv_output(m, p.output),
+        (m.sums(), f"{what}: per output channel, bias + input offset * the filter row's sum "
+                   "(int32, wrapped)"))
+    full, tail = divmod(m.depth, GROUP)
+    words = m.groups * 2  # of one pixel, widened
+    even = m.pixels - m.pixels % 2
+    pixel_loops = ((ConstantLoop("p", even, 0, 2), 2), (ConstantLoop("p", m.pixels, even), 1))
+
+    def widen(loop: ConstantLoop, count: int) -> list[str]:
+        lines = [f"int32_t *pairs = {c_offset('input', [(loop, words)])};",
+                 f"const int8_t *x0 = {c_offset('x', [(loop, m.depth)])};"]
+        if count == 2:
+            lines.append(f"const int8_t *x1 = x0 + {m.depth};")
+        if full:
+            lines.append(f"arenac_widen_2(pairs, x0, x1, {full});" if count == 2 else
+                         f"arenac_widen_1(pairs, x0, {full});")
+        lines += [f"arenac_widen4({c_offset('pairs', [], full * 2 * count + 2 * i)}, "
+                  f"arenac_load_partial(x{i} + {full * GROUP}, {tail}));"
+                  for i in range(count if tail else 0)]
+        return lines
+
+    widening = [{"loop": loop, "lines": widen(loop, count)}
+                for loop, count in pixel_loops if loop.runs]
+    blocks, kinds, step_loops = [], set(), []
+    channel_pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
+    odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
+    for loop, width in ((channel_pairs, 2), (odd, 1)):
+        if not loop.runs:
+            continue
+        rows = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP)])
+        pixels = []
+        for ploop, count in pixel_loops:
+            if not ploop.runs:
+                continue
+            kind = f"{count}x{width}"
+            kinds.add(kind)
+            channels = [c_sum([(loop, 1)], j) for j in range(width)]
+            sums = [sum_of(prefix, tables, c) for c in channels]
+            out = c_offset("out", [(ploop, m.channels), (loop, 1)])
+            steps = _steps(kind, m, True)
+            step_loops += [steps["loop"]] if steps["loop"] else []
+            pixels.append({
+                "loop": ploop, "steps": steps,
+                "head": [f"const int32_t *pairs = {c_offset('input', [(ploop, words)])};",
+                         f"int8_t *o0 = {out}" + (f", *o1 = o0 + {m.channels};" if count == 2
+                                                   else ";"),
+                         *_accumulators(sums, count)],
+                "stores": [f"o{i}[{j}] = {prefix}_output(acc[{i * width + j}], {c});"
+                           for i in range(count) for j, c in enumerate(channels)]})
+        blocks.append({"loop": loop, "pixels": pixels,
+                       "head": [f"arenac_widen_1(w, {rows}, {width * m.groups});"]})
+    helpers = {"arm_dsp", "arm_dsp_widen_1", *(f"arm_dsp_mac16_{k}" for k in kinds),
+               *(["arm_dsp_widen_2"] if full and even else []),
+               *(["arm_dsp_partial"] if tail else []), *_table_helpers(tables)}
+    tables = [{"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
+               "length": c_length(m.packed().size), "data": c_array(m.packed()),
+               "comment": c_comment(
+                   f"{what}: the filter ({m.channels} x {m.depth}) in the order the loop reads "
+                   "it: for each pair of output channels, their rows four weights at a time, "
+                   f"alternating; each row padded with zeros to {m.groups * GROUP}")},
+              *tables]
+    values = {
+        "fn": ctx.fn, "prefix": prefix, "tables": tables, "output": output,
+        "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
+        "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr, "input": ctx.scratch[0],
+        "filter": ctx.scratch[1], "widening": widening, "blocks": blocks,
+        "counters": written_vars([loop for loop, _ in pixel_loops]
+                                 + [b["loop"] for b in blocks] + step_loops),
+        "comment": c_comment(
+            f"{what} for the Arm DSP extension: a matrix multiply of {m.pixels} pixels of "
+            f"{m.depth} values by {m.channels} filter rows, the whole input first widened to "
+            "int16 pairs in the arena, then two output channels at a time: their filter rows "
+            "widened into the arena, and two pixels by the two channels a step, each __smlad "
+            "adding two products of int16 words read as they are")}
+    return Kernel(render_macro(TEMPLATE, "pointwise_staged", values),
+                  tuple(sorted(helpers)), includes=("arm_acle.h",))
 
 
 def emit_fc(ctx: OpContext) -> Kernel:
@@ -859,9 +1017,12 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     d = depthwise_of(p)
     prefix = ctx.prefix
     m = d.matmul()
-    tables, output, output_comment = output_values(prefix, conv_output(m, p.output))
     name = ctx.outputs[0].name
     what = f"DEPTHWISE_CONV_2D '{name}' {d.kh}x{d.kw}"
+    tables, output, output_comment = output_values(
+        prefix, conv_output(m, p.output),
+        (m.sums(), f"{what}: per channel, bias + input offset * the filter's sum (int32, "
+                   "wrapped)"))
     tables = [
         {"name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
          "length": c_length(d.channels * d.kh * d.pairs), "data": c_array(d.packed().ravel(), 8),
@@ -869,10 +1030,6 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
              f"{what}: per channel and filter row, the weights of two adjacent taps as an "
              "int16 pair (left tap in the lower half" +
              (", the last one with 0)" if d.kw % 2 else ")"))},
-        {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
-         "length": c_length(d.channels), "data": c_array(m.sums()),
-         "comment": c_comment(f"{what}: per channel, bias + input offset * the filter's sum "
-                              "(int32, wrapped)")},
         *tables,
     ]
     words = [f"w{ky * d.pairs + j}" for ky in range(d.kh) for j in range(d.pairs)]
@@ -916,8 +1073,8 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         "first_of_window": f"oy * {sh}" if sh > 1 else "oy", "kept": max(d.kh - sh, 0),
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
-        "helpers": tuple(sorted({"arm_dsp"} | ({"arm_dsp_rounding"} if any(
-            t["ctype"] == "arenac_rounding" for t in tables) else set()))),
+        "sum": sum_of(prefix, tables, "c"),
+        "helpers": tuple(sorted({"arm_dsp"} | _table_helpers(tables))),
     }
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
                   includes=("arm_acle.h",))
@@ -973,6 +1130,8 @@ def emit_add(ctx: OpContext) -> Kernel:
 _INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
+    TargetKernel("CONV_2D", "dsp-1x1-staged", _INT8, accepts_staged, emit_staged,
+                 scratch=staged_scratch, overlaps=staged_overlaps, scratch_alignment=WORD),
     TargetKernel("CONV_2D", "dsp-1x1", _INT8, accepts_conv, emit_conv,
                  scratch=lambda p: pointwise_scratch(conv_matmul(p)),
                  overlaps=pointwise_overlaps, scratch_alignment=WORD),
