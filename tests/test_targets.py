@@ -403,6 +403,7 @@ def test_dsp_fully_connected_is_bit_exact(case):
     dict(input_shape=(1, 6, 10, 4), kernel=(5, 4), stride=(1, 2), per_channel=True,
          activation="RELU", bias=False),
     dict(input_shape=(1, 5, 5, 8), kernel=(1, 1), per_channel=True),
+    dict(input_shape=(1, 5, 6, 20), kernel=(3, 3), per_channel=True),  # a loop of channels
 ])
 def test_dsp_depthwise_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}

@@ -918,10 +918,11 @@ def emit_im2col(ctx: OpContext) -> Kernel:
 class Depthwise:
     """An int8 DEPTHWISE_CONV_2D with depth multiplier 1, as the DSP kernel runs it.
 
-    For each output row, the kernel moves the input rows the previous output row read and this
-    one reads again down to their slots (filter row ky of the windows at slot ky), then copies
-    the rows its windows read and the previous output row's did not into the others, as
-    int16, one line of `line` values per channel (channel-planar), the left and right padding
+    For each output row, the kernel copies the rows its windows read and the previous output
+    row's did not into the slots of the rows no longer read (input row py, counting the
+    padding rows above the image, at slot py % kh: the rows read again stay where they are, and
+    each channel's filter rows are taken in the order of the slots instead), as int16, one
+    line of `line` values per channel (channel-planar), the left and right padding
     and the rows above and below the image filled with the input zero point (whose product
     with the input offset added is 0, as the reference's skipped taps). Two horizontally
     adjacent taps of a channel are then one word of that line, and one __smlad adds both
@@ -1032,10 +1033,15 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
              (", the last one with 0)" if d.kw % 2 else ")"))},
         *tables,
     ]
-    words = [f"w{ky * d.pairs + j}" for ky in range(d.kh) for j in range(d.pairs)]
     sh, sw = d.stride
     slot = d.channels * d.line
-    loads = [f"const int32_t {w} = wc[{i}];" for i, w in enumerate(words)]
+    # input row py sits at slot py % kh; output row oy's window starts at row oy * sh, so slot
+    # s holds its filter row (s - oy * sh) mod kh, whose words start at f_s
+    rotation = [] if d.kh == 1 else [
+        f"const int turn = {'oy' if sh == 1 else f'oy * {sh}'} % {d.kh};",
+        *(f"const int f{s} = ({s + d.kh} - turn) % {d.kh} * {d.pairs};" for s in range(d.kh))]
+    loads = [f"const int32_t w{s * d.pairs + j} = wc[{j if d.kh == 1 else f'f{s}' + _plus(j)}];"
+             for s in range(d.kh) for j in range(d.pairs)]
     even = d.out_w - d.out_w % 2
 
     def pixels(loop: ConstantLoop, count: int) -> dict:
@@ -1054,6 +1060,13 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
 
     pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
     blocks = [pixels(loop, count) for loop, count in ((pair, 2), (single, 1)) if loop.runs]
+    # one input pixel's channels into their lines: written out, or UNROLL a trip
+    copies = [f"lp[{j * d.line}] = xp[{j}];" for j in range(min(d.channels, UNROLLED))]
+    if d.channels > UNROLLED:
+        unroll = next(u for u in (UNROLL, 4, 2, 1) if d.channels % u == 0)
+        copies = [f"for (c = 0; c < {d.channels}; c += {unroll}, xp += {unroll}, "
+                  f"lp += {unroll * d.line}) {{",
+                  *(f"  {line}" for line in copies[:unroll]), "}"]
     # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
@@ -1069,8 +1082,8 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             "point), then per channel its filter words kept in registers, two output pixels "
             "a trip, each __smlad adding two taps' products"),
         "d": d, "zero_point": -d.input_offset, "slot": slot, "loads": loads,
-        "pixels": blocks, "ox": pair.written, "first_row": first_row,
-        "first_of_window": f"oy * {sh}" if sh > 1 else "oy", "kept": max(d.kh - sh, 0),
+        "pixels": blocks, "ox": pair.written, "first_row": first_row, "copies": copies,
+        "rotation": rotation, "slot_of_row": f"(py % {d.kh})" if d.kh > 1 else "0",
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
         "sum": sum_of(prefix, tables, "c"),
