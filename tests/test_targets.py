@@ -24,6 +24,7 @@ from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.ops.test_conv import conv_model, depthwise_model
 from tests.ops.test_elementwise import binary_model
 from tests.ops.test_fully_connected import fully_connected_model
+from tests.ops.test_pooling import pool_model
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from toolchain import targets as target_table
 from toolchain.bench import bench
@@ -551,6 +552,27 @@ def test_the_overlap_the_dsp_kernel_declares_is_used_and_safe():
     assert mp.plan.overlaps, "a 16 -> 16 channel 1x1 output may lie over its input"
     assert mp.arena_bytes < planned(model, "generic").arena_bytes
     assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+@pytest.mark.parametrize("opcode, shape, size, stride, padding, activation", [
+    ("AVERAGE_POOL_2D", (1, 6, 7, 8), (3, 3), (2, 2), "SAME", "NONE"),  # clipped windows
+    ("AVERAGE_POOL_2D", (2, 5, 5, 12), (5, 5), (1, 1), "VALID", "RELU6"),
+    ("AVERAGE_POOL_2D", (1, 16, 16, 4), (16, 16), (1, 1), "VALID", "NONE"),  # 256 values
+    ("MAX_POOL_2D", (1, 6, 7, 8), (3, 3), (2, 2), "SAME", "NONE"),
+    ("MAX_POOL_2D", (1, 9, 8, 16), (2, 3), (2, 1), "VALID", "RELU6"),
+])
+def test_dsp_pooling_is_bit_exact(opcode, shape, size, stride, padding, activation):
+    model = pool_model(opcode, "int8", shape, size, stride, padding, activation)
+    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp"]
+    assert_qemu_matches_oracle(model)
+
+
+def test_dsp_pooling_leaves_what_it_does_not_run_to_the_portable_kernel():
+    for opcode, shape, size in [("MAX_POOL_2D", (1, 4, 4, 6), (2, 2)),  # 6 channels
+                                ("AVERAGE_POOL_2D", (1, 17, 16, 4), (17, 16))]:  # 272 values
+        model = pool_model(opcode, "int8", shape, size, (1, 1), "VALID")
+        assert kernels_bound(planned(model, "cortex-m4")) == ["portable"]
 
 
 @needs_mcu
