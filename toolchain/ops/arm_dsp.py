@@ -45,7 +45,13 @@ General convolution (int8 CONV_2D of any filter and stride, no dilation, and a
 DEPTHWISE_CONV_2D of one input channel): see `Im2col`; each pixel's window becomes the
 pointwise kernel's widened inputs, the rest is the pointwise matrix multiply.
 
+A stride-1 1x1 CONV_2D of a small input (`staged`): the whole input widened first, then channel
+pair by channel pair, see `emit_staged`.
+
 ADD and SUB (int8): the portable kernel, its output stage in one proven rounding (`add_rounding`).
+
+AVERAGE_POOL_2D and MAX_POOL_2D (int8, channels a multiple of four): four channels a word, see
+`emit_pool`.
 """
 
 from __future__ import annotations
