@@ -24,6 +24,7 @@ from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.ops.test_conv import conv_model, depthwise_model
 from tests.ops.test_elementwise import binary_model
 from tests.ops.test_fully_connected import fully_connected_model
+from tests.ops.test_pooling import pool_model
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from toolchain import targets as target_table
 from toolchain.bench import bench
@@ -36,7 +37,7 @@ from toolchain.errors import ArenacError, RuntimeBackendError
 from toolchain.firmware import mcu_sources
 from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops import arm_dsp
-from toolchain.ops.rounding import fc_multiplier, single_roundings
+from toolchain.ops.rounding import fc_multiplier, shared_roundings, single_roundings
 from toolchain.plan import ModelPlan, plan_model
 from toolchain.quant import quantize_multiplier
 from toolchain.reader import parse_model
@@ -107,7 +108,8 @@ def test_targets_and_their_guards():
 def test_a_dsp_target_binds_its_kernels_and_others_the_portable_ones():
     model = pointwise_model()
     for target in DSP:
-        assert kernels_bound(planned(model, target)) == ["dsp-1x1", "dsp-1x1", "portable", "dsp"]
+        assert kernels_bound(planned(model, target)) == ["dsp-1x1-staged", "dsp-1x1", "portable",
+                                                         "dsp"]
     for target in ("generic", "cortex-m0plus"):
         assert set(kernels_bound(planned(model, target))) == {"portable"}
     assert kernels_bound(planned(model, "cortex-m55")) == ["mve-1x1", "mve-1x1", "portable", "mve"]
@@ -122,23 +124,29 @@ def test_a_dsp_target_binds_its_kernels_and_others_the_portable_ones():
 def test_target_kernels_bring_their_scratch_and_overlap_into_the_plan():
     model = pointwise_model()
     mp = planned(model, "cortex-m4")
-    scratch = {r.op: r for r in mp.program.scratch()}
-    # two pixels of 6 channels, padded to 8: 2 * 2 words * 2 groups * 4 bytes
-    assert scratch[0].size == 32 and "widened" in scratch[0].purpose
-    assert scratch[3].size == 8 * 15  # one row of 60 values: 15 groups
-    rule = mp.program.bindings[0].overlaps[0]
-    # 35 pixels, 6 channels in and 9 out: before the last one, 34 pixels' outputs are written
-    # and the input is read from pixel 34 on
-    assert rule.kind == "windowed" and rule.shift == 34 * (9 - 6)
-    assert mp.program.bindings[0].overlaps != planned(model, "generic").program.bindings[0].overlaps
+    scratch: dict[tuple[int, int], object] = {}
+    for r in mp.program.scratch():
+        scratch[r.op, sum(op == r.op for op, _ in scratch)] = r
+    # 35 pixels of 6 channels, padded to 8, widened: 35 * 2 groups * 8 bytes; and the filter
+    # rows of two channels
+    assert scratch[0, 0].size == 35 * 16 and "widened" in scratch[0, 0].purpose
+    assert scratch[0, 1].size == 2 * 16
+    # two pixels of 9 channels, padded to 12: 2 * 2 words * 3 groups * 4 bytes
+    assert scratch[1, 0].size == 48 and "widened" in scratch[1, 0].purpose
+    assert scratch[3, 0].size == 8 * 15  # one row of 60 values: 15 groups
+    # all the input is read before any output is written: any overlap
+    assert mp.program.bindings[0].overlaps[0].any_offset
+    rule = mp.program.bindings[1].overlaps[0]
+    assert rule.kind == "windowed" and not rule.any_offset
+    assert mp.program.bindings[1].overlaps != planned(model, "generic").program.bindings[1].overlaps
     ArenaInterpreter(mp).invoke(random_inputs(mp.graph, 0))  # runtime_py checks every claim
 
 
 def test_pointwise_overlap_follows_the_write_order():
     """The rule, replayed: every output byte the kernel writes lands on input bytes it no longer
     reads, for outputs placed exactly the declared shift below the input."""
-    for shape, channels, stride in [((1, 6, 5, 8), 16, 1), ((2, 5, 6, 8), 4, 2),
-                                    ((1, 7, 7, 3), 5, 2), ((3, 4, 5, 12), 12, 1)]:
+    for shape, channels, stride in [((1, 10, 12, 8), 16, 1), ((2, 5, 6, 8), 4, 2),
+                                    ((1, 7, 7, 3), 5, 2), ((3, 6, 6, 12), 12, 1)]:
         mp = planned(conv_model("int8", False, shape, channels, (1, 1), (stride, stride)),
                      "cortex-m4")
         m = arm_dsp.conv_matmul(mp.program.params()[0])
@@ -204,6 +212,50 @@ def test_single_rounding_equals_both_references_exhaustively():
             rounding = np.where(acc < 0, r.negative_rounding, r.rounding)
             got = np.clip((acc * r.multiplier + rounding) >> r.shift, low, high)
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("low", [0, -60])
+def test_shared_rounding_equals_both_references_exhaustively(low):
+    """One N and one R for both signs, on every accumulator of random channels: where the
+    clamp leaves out the negative outputs (an activation) and where it keeps a few of them."""
+    rng = np.random.default_rng(5)
+    scales = np.exp(rng.uniform(np.log(2e-4), np.log(0.3), 6))
+    acc_lo, acc_hi = -rng.integers(1, 40000, 6), rng.integers(1, 40000, 6)
+    high = 255
+    quantized = [quantize_multiplier(float(s)) for s in scales]
+    mult = np.array([m for m, _ in quantized], np.int64)[:, None]
+    exp = np.array([e for _, e in quantized], np.int64)[:, None]
+
+    def mbqm(acc):
+        return multiply_by_quantized_multiplier(acc, mult, exp)
+
+    def double(acc):
+        return double_to_int32(round_half_away(acc.astype(np.float64) * scales[:, None]))
+
+    cases = [(mbqm, [m * 2.0 ** (e - 31) for m, e in quantized]), (double, list(scales))]
+    for reference, real in cases:
+        roundings = shared_roundings(reference, low, high, acc_lo, acc_hi, real)
+        if roundings is None:
+            assert low < 0  # halves of both signs: no R serves both
+            continue
+        assert len({r.shift for r in roundings}) == 1
+        for c, r in enumerate(roundings):
+            assert r.rounding == r.negative_rounding and 0 <= r.multiplier < 2**31
+            acc = np.arange(acc_lo[c], acc_hi[c] + 1, dtype=np.int64)
+            want = np.clip(reference(np.broadcast_to(acc, (6, acc.size)))[c], low, high)
+            got = np.clip((acc * r.multiplier + r.rounding) >> r.shift, low, high)
+            np.testing.assert_array_equal(got, want)
+
+
+def test_shared_rounding_refuses_halves_of_both_signs():
+    # MultiplyByQuantizedMultiplier rounds -0.5 to -1 and 0.5 to 1: no R does both
+    def reference(acc):
+        return multiply_by_quantized_multiplier(acc, 2**30, -1)
+
+    assert shared_roundings(reference, -100, 100, np.array([-300]), np.array([300]),
+                            [2.0**-2]) is None
+    assert shared_roundings(reference, 0, 100, np.array([-300]), np.array([300]),
+                            [2.0**-2]) is not None
 
 
 def test_single_rounding_refuses_what_it_cannot_match():
@@ -283,17 +335,28 @@ def assert_qemu_matches_oracle(model: bytes, target: str = "cortex-m4", inputs: 
 
 @needs_mcu
 @pytest.mark.parametrize("case", [
-    dict(input_shape=(1, 5, 7, 8), out_channels=16),  # depth a multiple of 4, odd pixel count
-    dict(input_shape=(2, 4, 3, 6), out_channels=7, per_channel=True),  # batches, odd channels
-    dict(input_shape=(1, 6, 5, 13), out_channels=5, stride=(2, 2), activation="RELU"),
-    dict(input_shape=(1, 1, 1, 40), out_channels=10, activation="RELU6", bias=False),
-    dict(input_shape=(1, 3, 9, 70), out_channels=3, stride=(1, 2), per_channel=True),
+    # a small input of stride 1 is widened whole first: depth a multiple of 4, odd pixel count
+    dict(input_shape=(1, 5, 7, 8), out_channels=16, kernel="dsp-1x1-staged"),
+    dict(input_shape=(2, 4, 3, 6), out_channels=7, per_channel=True,  # batches, odd channels
+         kernel="dsp-1x1-staged"),
+    dict(input_shape=(1, 3, 3, 21), out_channels=5, per_channel=True, activation="RELU",
+         kernel="dsp-1x1-staged"),
+    dict(input_shape=(1, 2, 3, 72), out_channels=6, activation="RELU6",  # a loop of steps
+         kernel="dsp-1x1-staged"),
+    dict(input_shape=(1, 10, 11, 5), out_channels=6, activation="RELU", kernel="dsp-1x1"),
+    dict(input_shape=(1, 6, 5, 13), out_channels=5, stride=(2, 2), activation="RELU",
+         kernel="dsp-1x1"),
+    dict(input_shape=(1, 1, 1, 40), out_channels=10, activation="RELU6", bias=False,
+         kernel="dsp-1x1"),
+    dict(input_shape=(1, 3, 9, 70), out_channels=3, stride=(1, 2), per_channel=True,
+         kernel="dsp-1x1"),
 ])
 def test_dsp_1x1_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
+    kernel = case.pop("kernel")
     model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
                        case.pop("out_channels"), (1, 1), **case)
-    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-1x1"]
+    assert kernels_bound(planned(model, "cortex-m4")) == [kernel]
     assert_qemu_matches_oracle(model)
 
 
@@ -313,7 +376,8 @@ def test_dsp_im2col_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
     model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
                        case.pop("out_channels"), case.pop("kernel"), **case)
-    assert set(kernels_bound(planned(model, "cortex-m4"))) <= {"dsp-1x1", "dsp-im2col"}
+    assert set(kernels_bound(planned(model, "cortex-m4"))) <= {"dsp-1x1", "dsp-1x1-staged",
+                                                              "dsp-im2col"}
     assert_qemu_matches_oracle(model)
 
 
@@ -340,6 +404,7 @@ def test_dsp_fully_connected_is_bit_exact(case):
     dict(input_shape=(1, 6, 10, 4), kernel=(5, 4), stride=(1, 2), per_channel=True,
          activation="RELU", bias=False),
     dict(input_shape=(1, 5, 5, 8), kernel=(1, 1), per_channel=True),
+    dict(input_shape=(1, 5, 6, 20), kernel=(3, 3), per_channel=True),  # a loop of channels
 ])
 def test_dsp_depthwise_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
@@ -457,6 +522,7 @@ def test_reference_arithmetic_where_no_single_rounding_matches(monkeypatch):
     """Without a proven single rounding the kernels requantize as the references do (the
     convolution's MultiplyByQuantizedMultiplier, FULLY_CONNECTED's double)."""
     monkeypatch.setattr(arm_dsp, "single_roundings", lambda *args: None)
+    monkeypatch.setattr(arm_dsp, "shared_roundings", lambda *args: None)
     model = pointwise_model(2)
     c = generate(planned(model, "cortex-m4"), "net")["net.c"]
     assert "arenac_mbqm(acc" in c and "(double)acc *" in c and "one rounding" not in c
@@ -467,8 +533,9 @@ def test_reference_arithmetic_where_no_single_rounding_matches(monkeypatch):
 @pytest.mark.parametrize("pixels", [1, 10**9])
 def test_filters_widened_at_generation_time_or_in_the_loop(monkeypatch, pixels):
     """Every matrix multiply with its filter kept as int16 pairs in flash (pixels=1) or as
-    int8 widened by the loop: the same outputs."""
+    int8 widened by the loop: the same outputs (no kernel staging the whole input)."""
     monkeypatch.setattr(arm_dsp, "WIDE_FILTER_PIXELS", pixels)
+    monkeypatch.setattr(arm_dsp, "MAX_STAGED_INPUT", 0)
     for model in (pointwise_model(5),
                   conv_model("int8", True, (1, 7, 6, 5), 7, (3, 3), stride=(2, 1), seed=3)):
         c = generate(planned(model, "cortex-m4"), "net")["net.c"]
@@ -479,10 +546,42 @@ def test_filters_widened_at_generation_time_or_in_the_loop(monkeypatch, pixels):
 
 @needs_mcu
 def test_the_overlap_the_dsp_kernel_declares_is_used_and_safe():
-    model = conv_model("int8", False, (1, 8, 8, 16), 16, (1, 1))
+    model = conv_model("int8", False, (1, 10, 10, 16), 16, (1, 1))
     mp = planned(model, "cortex-m4")
+    assert kernels_bound(mp) == ["dsp-1x1"]
     assert mp.plan.overlaps, "a 16 -> 16 channel 1x1 output may lie over its input"
     assert mp.arena_bytes < planned(model, "generic").arena_bytes
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+@pytest.mark.parametrize("opcode, shape, size, stride, padding, activation", [
+    ("AVERAGE_POOL_2D", (1, 6, 7, 8), (3, 3), (2, 2), "SAME", "NONE"),  # clipped windows
+    ("AVERAGE_POOL_2D", (2, 5, 5, 12), (5, 5), (1, 1), "VALID", "RELU6"),
+    ("AVERAGE_POOL_2D", (1, 16, 16, 4), (16, 16), (1, 1), "VALID", "NONE"),  # 256 values
+    ("MAX_POOL_2D", (1, 6, 7, 8), (3, 3), (2, 2), "SAME", "NONE"),
+    ("MAX_POOL_2D", (1, 9, 8, 16), (2, 3), (2, 1), "VALID", "RELU6"),
+])
+def test_dsp_pooling_is_bit_exact(opcode, shape, size, stride, padding, activation):
+    model = pool_model(opcode, "int8", shape, size, stride, padding, activation)
+    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp"]
+    assert_qemu_matches_oracle(model)
+
+
+def test_dsp_pooling_leaves_what_it_does_not_run_to_the_portable_kernel():
+    for opcode, shape, size in [("MAX_POOL_2D", (1, 4, 4, 6), (2, 2)),  # 6 channels
+                                ("AVERAGE_POOL_2D", (1, 17, 16, 4), (17, 16))]:  # 272 values
+        model = pool_model(opcode, "int8", shape, size, (1, 1), "VALID")
+        assert kernels_bound(planned(model, "cortex-m4")) == ["portable"]
+
+
+@needs_mcu
+def test_the_staged_kernel_may_write_over_all_its_input():
+    """It widens the whole input before writing: the output may take the input's place."""
+    model = conv_model("int8", False, (1, 4, 4, 24), 24, (1, 1))
+    mp = planned(model, "cortex-m4")
+    assert kernels_bound(mp) == ["dsp-1x1-staged"]
+    assert mp.program.bindings[0].overlaps[0].any_offset and mp.plan.overlaps
     assert_qemu_matches_oracle(model)
 
 
@@ -674,7 +773,7 @@ def test_bench_counts_are_deterministic_and_the_dsp_kernels_execute_fewer():
     assert own.outputs_match and portable.outputs_match
     assert own.instructions == again.instructions
     assert [s.instructions for s in own.steps] == [s.instructions for s in again.steps]
-    assert [s.kernel for s in own.steps] == ["dsp-1x1", "dsp-1x1", "portable", "dsp"]
+    assert [s.kernel for s in own.steps] == ["dsp-1x1-staged", "dsp-1x1", "portable", "dsp"]
     for mine, theirs in zip(own.steps, portable.steps):
         if mine.kernel != "portable":
             assert mine.instructions < theirs.instructions

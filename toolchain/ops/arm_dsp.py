@@ -45,11 +45,18 @@ General convolution (int8 CONV_2D of any filter and stride, no dilation, and a
 DEPTHWISE_CONV_2D of one input channel): see `Im2col`; each pixel's window becomes the
 pointwise kernel's widened inputs, the rest is the pointwise matrix multiply.
 
+A stride-1 1x1 CONV_2D of a small input (`staged`): the whole input widened first, then channel
+pair by channel pair, see `emit_staged`.
+
 ADD and SUB (int8): the portable kernel, its output stage in one proven rounding (`add_rounding`).
+
+AVERAGE_POOL_2D and MAX_POOL_2D (int8, channels a multiple of four): four channels a word, see
+`emit_pool`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,16 +76,19 @@ from toolchain.ops.emit import (
     c_int64,
     c_length,
     c_offset,
+    c_pointer,
     c_sum,
     render_macro,
     written_vars,
 )
 from toolchain.ops.fully_connected import FullyConnectedQuantizedParams
 from toolchain.ops.overlaps import OverlapRule
+from toolchain.ops.pooling import Pool2DParams, window_axis, window_count
 from toolchain.ops.rounding import (
     SingleRounding,
     accumulator_range,
     fc_multiplier,
+    shared_roundings,
     single_roundings,
 )
 from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
@@ -253,12 +263,17 @@ def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
     mult = np.asarray(multipliers, np.int64)[:, None]
     exp = np.asarray(shifts, np.int64)[:, None]
     acc_lo, acc_hi = m.accumulators()
-    single = None
-    if all(s <= 0 for s in shifts) and acc_lo.min() >= INT32_MIN and acc_hi.max() <= INT32_MAX:
+
+    def reference(acc: np.ndarray) -> np.ndarray:
+        return multiply_by_quantized_multiplier(acc, mult, exp)
+
+    single = shared_roundings(reference, low, high, acc_lo, acc_hi,
+                              [mu * 2.0 ** (s - 31) for mu, s in zip(multipliers, shifts)])
+    if (single is None and all(s <= 0 for s in shifts) and acc_lo.min() >= INT32_MIN
+            and acc_hi.max() <= INT32_MAX):
         single = single_roundings(
-            lambda acc: multiply_by_quantized_multiplier(acc, mult, exp), low, high, acc_lo,
-            acc_hi, multipliers, [31 + max(-s, 1 if mu == 0 else 0)
-                                  for mu, s in zip(multipliers, shifts)])
+            reference, low, high, acc_lo, acc_hi, multipliers,
+            [31 + max(-s, 1 if mu == 0 else 0) for mu, s in zip(multipliers, shifts)])
     return OutputStage(low, high, zp, tuple(single) if single else None, tuple(multipliers),
                        tuple(shifts), magnitudes=_magnitudes(acc_lo, acc_hi))
 
@@ -272,12 +287,15 @@ def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
     scales = list(p.requant_scales) * (m.channels if len(p.requant_scales) == 1 else 1)
     found = [fc_multiplier(s) for s in scales]
     acc_lo, acc_hi = m.accumulators()
-    single = None
-    if all(found) and acc_lo.min() >= INT32_MIN and acc_hi.max() <= INT32_MAX:
-        column = np.asarray(scales, np.float64)[:, None]
-        single = single_roundings(
-            lambda acc: double_to_int32(round_half_away(acc.astype(np.float64) * column)),
-            low, high, acc_lo, acc_hi, [f[0] for f in found], [f[1] for f in found])
+    column = np.asarray(scales, np.float64)[:, None]
+
+    def reference(acc: np.ndarray) -> np.ndarray:
+        return double_to_int32(round_half_away(acc.astype(np.float64) * column))
+
+    single = shared_roundings(reference, low, high, acc_lo, acc_hi, scales)
+    if single is None and all(found) and acc_lo.min() >= INT32_MIN and acc_hi.max() <= INT32_MAX:
+        single = single_roundings(reference, low, high, acc_lo, acc_hi, [f[0] for f in found],
+                                  [f[1] for f in found])
     return OutputStage(low, high, zp, tuple(single) if single else None,
                        scales=tuple(scales), magnitudes=_magnitudes(acc_lo, acc_hi))
 
@@ -291,8 +309,12 @@ def _double(value: float) -> str:
     return text if ("." in text or "e" in text) else text + ".0"
 
 
-def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str], str]:
-    """The tables, body lines and comment of the op's output function."""
+def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] | None = None
+                  ) -> tuple[list[dict], list[str], str]:
+    """The tables, body lines and comment of the op's output function. `sums`: the channels'
+    folded sums and their table's comment, for a kernel that starts its sums from them (read
+    them with `sum_of`): they share a table with the requantization's per-channel constants
+    where it has some, so that a channel's values are one address."""
     tables: list[dict] = []
 
     def per_channel(name: str, ctype: str, values: list, literal=str) -> str:
@@ -329,7 +351,25 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
             store = ["const int32_t v = __ssat(q, 8);", f"return (int8_t){rest};"]
         elif folded:
             store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
-        if len(set(fields)) == 1:
+        shared = all(a == b and n == fields[0][3] for a, b, _, n in fields)
+        struct = shared and sums is not None and len({f[:3] for f in fields}) > 1
+        if struct:
+            tables.append({
+                "name": f"{prefix}_channel", "ctype": "arenac_channel", "align": "",
+                "length": c_length(len(fields)),
+                "data": ",\n  ".join(f"{{ {c_int64(f[0])}, {f[2]}, {total} }}"
+                                      for f, total in zip(fields, sums[0].tolist())),
+                "comment": c_comment(f"{sums[1]}; and its rounding and multiplier")})
+            mult, rounding = "k->multiplier", "k->rounding"
+            sums = None
+        elif shared:  # one N, and one R for both signs: no select, the shift a constant
+            mult = per_channel("multiplier", "int32_t", [f[2] for f in fields])
+            rounding = per_channel("rounding", "int64_t", [f[0] for f in fields], c_int64)
+        if shared:
+            lines = [f"const arenac_channel *k = &{prefix}_channel[c];"] if struct else []
+            lines += [f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + {rounding}) >> "
+                     f"{32 + fields[0][3]});"]
+        elif len(set(fields)) == 1:
             rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
                                                str(fields[0][2]), str(fields[0][3]))
             lines = []
@@ -344,12 +384,17 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
             lines = [f"const arenac_rounding *r = &{prefix}_rounding[c];"]
             rounding, negative, mult, shift = ("r->rounding", "r->negative_rounding",
                                                "r->multiplier", "r->shift")
-        lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
-                  f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
-                  + (f" >> {shift};" if shift != "0" else ";"),
-                  *store]
-        comment = ("one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc"
-                   + (" (and holding the output zero point times 2^(32 + s))" if folded else "")
+        if not shared:
+            lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
+                      f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
+                      + (f" >> {shift};" if shift != "0" else ";")]
+        lines += store
+        comment = ((f"one rounding, (acc * m + r) >> {32 + fields[0][3]}, the same r for both "
+                    "signs" if shared else
+                    "one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc")
+                   + ((f" (and holding the output zero point times 2^{32 + fields[0][3]})"
+                       if shared else " (and holding the output zero point times 2^(32 + s))")
+                      if folded else "")
                    + ": at generation time toolchain/ops/rounding.py proved it equal, after the "
                    "clamp, to the reference's requantization on every sum this op can produce")
     elif stage.scales:
@@ -373,7 +418,24 @@ def output_values(prefix: str, stage: OutputStage) -> tuple[list[dict], list[str
         comment = ("TFLite's MultiplyByQuantizedMultiplier (no single rounding matched it)")
     if not any("[c]" in line for line in lines):
         lines.insert(0, "(void)c;")
+    if sums is not None:
+        tables.insert(0, {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
+                          "length": c_length(sums[0].size), "data": c_array(sums[0]),
+                          "comment": c_comment(sums[1])})
     return tables, lines, comment
+
+
+def _table_helpers(tables: list[dict]) -> set[str]:
+    """The helper groups that define the struct types of the tables."""
+    types = {"arenac_rounding": "arm_dsp_rounding", "arenac_channel": "arm_dsp_channel"}
+    return {types[t["ctype"]] for t in tables if t["ctype"] in types}
+
+
+def sum_of(prefix: str, tables: list[dict], channel: str) -> str:
+    """The C of channel `channel`'s folded sum in the tables output_values made."""
+    if any(t["name"] == f"{prefix}_channel" for t in tables):
+        return f"{prefix}_channel[{channel}].sum"
+    return f"{prefix}_sum[{channel}]"
 
 
 def _lines(items: list[str], width: int = 96) -> str:
@@ -416,8 +478,8 @@ def _steps(kind: str, m: Matmul, wide: bool) -> dict:
             "rest": [call(None, g) for g in range(main, groups)]}
 
 
-def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str],
-                    wide: bool) -> list[dict]:
+def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
+                    sum_at: Callable[[str], str]) -> list[dict]:
     blocks = []
     pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
     odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
@@ -426,9 +488,9 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str],
             continue
         kind = f"{pixels}x{width}"
         w_at = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP // (2 if wide else 1))])
-        sums = [f"{prefix}_sum[{c_sum([(loop, 1)], j)}]" for j in range(width)]
+        sums = [sum_at(c_sum([(loop, 1)], j)) for j in range(width)]
         head = [f"const {'int32_t' if wide else 'int8_t'} *w = {w_at};",
-                f"int32_t acc[{pixels * width}] = {{ {', '.join(sums * pixels)} }};"]
+                *_accumulators(sums, pixels)]
         stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output(acc[{i * width + j}], "
                   f"{c_sum([(loop, 1)], j)});"
                   for i in range(pixels) for j in range(width)]
@@ -436,6 +498,13 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str],
                        "stores": stores,
                        "helper": f"arm_dsp_mac{'16' if wide else ''}_{kind}"})
     return blocks
+
+
+def _accumulators(sums: list[str], pixels: int) -> list[str]:
+    """A block's sums, each channel's folded sum for each of its pixels."""
+    names = [f"s{j}" for j in range(len(sums))]
+    return [*(f"const int32_t {n} = {e};" for n, e in zip(names, sums)),
+            f"int32_t acc[{pixels * len(sums)}] = {{ {', '.join(names * pixels)} }};"]
 
 
 def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -> dict:
@@ -494,10 +563,13 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     the pointwise kernel's and the im2col convolution's."""
     prefix = ctx.prefix
     wide = m.batches * m.rows * m.pixels >= WIDE_FILTER_PIXELS
+    tables, output, output_comment = output_values(
+        prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
+                                  "filter row's sum (int32, wrapped)"))
     for pixel in pixels:
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
-                                            ["o0", "o1"][:pixel["count"]], wide)
-    tables, output, output_comment = output_values(prefix, stage)
+                                            ["o0", "o1"][:pixel["count"]], wide,
+                                            lambda channel: sum_of(prefix, tables, channel))
     packed = m.packed()
     order = ("for each pair of output channels, their rows four weights at a time, "
              f"alternating; each row padded with zeros to {m.groups * GROUP}")
@@ -517,18 +589,10 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
             "length": c_length(packed.size), "data": c_array(packed),
             "comment": c_comment(f"{what}: the filter ({m.channels} x {m.depth}) in the order "
                                  f"the loop reads it: {order}")}
-    tables = [
-        filter_table,
-        {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
-         "length": c_length(m.channels), "data": c_array(m.sums()),
-         "comment": c_comment(f"{what}: per output channel, bias + input offset * the filter "
-                              "row's sum (int32, wrapped)")},
-        *tables,
-    ]
+    tables = [filter_table, *tables]
     blocks = [b for p in pixels for b in p["channels"]]
     helpers = {"arm_dsp", *helpers, *(b["helper"] for b in blocks)}
-    if any(t["ctype"] == "arenac_rounding" for t in tables):
-        helpers.add("arm_dsp_rounding")
+    helpers |= _table_helpers(tables)
     counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
     return {
@@ -548,6 +612,128 @@ def emit_conv(ctx: OpContext) -> Kernel:
                               f"CONV_2D '{ctx.outputs[0].name}' 1x1")
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
                   includes=("arm_acle.h",))
+
+
+# -- CONV_2D 1x1 on a small input, channel pair by channel pair ------------------------------
+
+
+MAX_STAGED_INPUT = 16 * 1024  # bytes of a staged kernel's widened input
+
+
+def staged(m: Matmul) -> bool:
+    """Whether a 1x1 convolution keeps its whole input widened (`emit_staged`): one image of
+    contiguous pixels (stride 1), too few of them for the filter to be kept widened in flash,
+    and a widened input of at most MAX_STAGED_INPUT bytes."""
+    return (m.batches == 1 and m.rows == 1 and 4 <= m.pixels < WIDE_FILTER_PIXELS
+            and m.pixels * m.groups * 8 <= MAX_STAGED_INPUT)
+
+
+def accepts_staged(graph: Graph, op: Operator, p) -> str | None:
+    reason = accepts_conv(graph, op, p)
+    if reason is None and not staged(conv_matmul(p)):
+        return "not a 1x1 convolution of a small input"
+    return reason
+
+
+def staged_scratch(p: ConvParams) -> tuple[MemoryRequest, ...]:
+    m = conv_matmul(p)
+    return (MemoryRequest(m.pixels * m.groups * 8,
+                          f"the input's {m.pixels} pixels widened to int16 pairs"),
+            MemoryRequest(2 * m.groups * 8,
+                          "the filter rows of two output channels widened to int16 pairs"))
+
+
+def staged_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[OverlapRule]:
+    """The kernel reads the whole input (widening it) before it writes any output."""
+    return [OverlapRule(0, 0, 0, any_offset=True, kind="windowed")]
+
+
+def emit_staged(ctx: OpContext) -> Kernel:
+    """The whole input widened into the scratch first, then channel pair by channel pair: the
+    pair's filter rows widened into the scratch, and every pixel pair a 2x2 step of int16
+    words alone (arenac_mac16_2x2), as the filter kept widened in flash is read, without its
+    flash."""
+    p: ConvParams = ctx.params
+    m = conv_matmul(p)
+    prefix = ctx.prefix
+    what = f"CONV_2D '{ctx.outputs[0].name}' 1x1"
+    tables, output, output_comment = output_values(
+        prefix, conv_output(m, p.output),
+        (m.sums(), f"{what}: per output channel, bias + input offset * the filter row's sum "
+                   "(int32, wrapped)"))
+    full, tail = divmod(m.depth, GROUP)
+    words = m.groups * 2  # of one pixel, widened
+    even = m.pixels - m.pixels % 2
+    pixel_loops = ((ConstantLoop("p", even, 0, 2), 2), (ConstantLoop("p", m.pixels, even), 1))
+
+    def widen(loop: ConstantLoop, count: int) -> list[str]:
+        lines = [f"int32_t *pairs = {c_offset('input', [(loop, words)])};",
+                 f"const int8_t *x0 = {c_offset('x', [(loop, m.depth)])};"]
+        if count == 2:
+            lines.append(f"const int8_t *x1 = x0 + {m.depth};")
+        if full:
+            lines.append(f"arenac_widen_2(pairs, x0, x1, {full});" if count == 2 else
+                         f"arenac_widen_1(pairs, x0, {full});")
+        lines += [f"arenac_widen4({c_offset('pairs', [], full * 2 * count + 2 * i)}, "
+                  f"arenac_load_partial(x{i} + {full * GROUP}, {tail}));"
+                  for i in range(count if tail else 0)]
+        return lines
+
+    widening = [{"loop": loop, "lines": widen(loop, count)}
+                for loop, count in pixel_loops if loop.runs]
+    blocks, kinds, step_loops = [], set(), []
+    channel_pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
+    odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
+    for loop, width in ((channel_pairs, 2), (odd, 1)):
+        if not loop.runs:
+            continue
+        rows = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP)])
+        pixels = []
+        for ploop, count in pixel_loops:
+            if not ploop.runs:
+                continue
+            kind = f"{count}x{width}"
+            kinds.add(kind)
+            channels = [c_sum([(loop, 1)], j) for j in range(width)]
+            sums = [sum_of(prefix, tables, c) for c in channels]
+            out = c_offset("out", [(ploop, m.channels), (loop, 1)])
+            steps = _steps(kind, m, True)
+            step_loops += [steps["loop"]] if steps["loop"] else []
+            pixels.append({
+                "loop": ploop, "steps": steps,
+                "head": [f"const int32_t *pairs = {c_offset('input', [(ploop, words)])};",
+                         f"int8_t *o0 = {out}" + (f", *o1 = o0 + {m.channels};" if count == 2
+                                                   else ";"),
+                         *_accumulators(sums, count)],
+                "stores": [f"o{i}[{j}] = {prefix}_output(acc[{i * width + j}], {c});"
+                           for i in range(count) for j, c in enumerate(channels)]})
+        blocks.append({"loop": loop, "pixels": pixels,
+                       "head": [f"arenac_widen_1(w, {rows}, {width * m.groups});"]})
+    helpers = {"arm_dsp", "arm_dsp_widen_1", *(f"arm_dsp_mac16_{k}" for k in kinds),
+               *(["arm_dsp_widen_2"] if full and even else []),
+               *(["arm_dsp_partial"] if tail else []), *_table_helpers(tables)}
+    tables = [{"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
+               "length": c_length(m.packed().size), "data": c_array(m.packed()),
+               "comment": c_comment(
+                   f"{what}: the filter ({m.channels} x {m.depth}) in the order the loop reads "
+                   "it: for each pair of output channels, their rows four weights at a time, "
+                   f"alternating; each row padded with zeros to {m.groups * GROUP}")},
+              *tables]
+    values = {
+        "fn": ctx.fn, "prefix": prefix, "tables": tables, "output": output,
+        "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
+        "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr, "input": ctx.scratch[0],
+        "filter": ctx.scratch[1], "widening": widening, "blocks": blocks,
+        "counters": written_vars([loop for loop, _ in pixel_loops]
+                                 + [b["loop"] for b in blocks] + step_loops),
+        "comment": c_comment(
+            f"{what} for the Arm DSP extension: a matrix multiply of {m.pixels} pixels of "
+            f"{m.depth} values by {m.channels} filter rows, the whole input first widened to "
+            "int16 pairs in the arena, then two output channels at a time: their filter rows "
+            "widened into the arena, and two pixels by the two channels a step, each __smlad "
+            "adding two products of int16 words read as they are")}
+    return Kernel(render_macro(TEMPLATE, "pointwise_staged", values),
+                  tuple(sorted(helpers)), includes=("arm_acle.h",))
 
 
 def emit_fc(ctx: OpContext) -> Kernel:
@@ -740,10 +926,11 @@ def emit_im2col(ctx: OpContext) -> Kernel:
 class Depthwise:
     """An int8 DEPTHWISE_CONV_2D with depth multiplier 1, as the DSP kernel runs it.
 
-    For each output row, the kernel moves the input rows the previous output row read and this
-    one reads again down to their slots (filter row ky of the windows at slot ky), then copies
-    the rows its windows read and the previous output row's did not into the others, as
-    int16, one line of `line` values per channel (channel-planar), the left and right padding
+    For each output row, the kernel copies the rows its windows read and the previous output
+    row's did not into the slots of the rows no longer read (input row py, counting the
+    padding rows above the image, at slot py % kh: the rows read again stay where they are, and
+    each channel's filter rows are taken in the order of the slots instead), as int16, one
+    line of `line` values per channel (channel-planar), the left and right padding
     and the rows above and below the image filled with the input zero point (whose product
     with the input offset added is 0, as the reference's skipped taps). Two horizontally
     adjacent taps of a channel are then one word of that line, and one __smlad adds both
@@ -839,9 +1026,12 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     d = depthwise_of(p)
     prefix = ctx.prefix
     m = d.matmul()
-    tables, output, output_comment = output_values(prefix, conv_output(m, p.output))
     name = ctx.outputs[0].name
     what = f"DEPTHWISE_CONV_2D '{name}' {d.kh}x{d.kw}"
+    tables, output, output_comment = output_values(
+        prefix, conv_output(m, p.output),
+        (m.sums(), f"{what}: per channel, bias + input offset * the filter's sum (int32, "
+                   "wrapped)"))
     tables = [
         {"name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
          "length": c_length(d.channels * d.kh * d.pairs), "data": c_array(d.packed().ravel(), 8),
@@ -849,16 +1039,17 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
              f"{what}: per channel and filter row, the weights of two adjacent taps as an "
              "int16 pair (left tap in the lower half" +
              (", the last one with 0)" if d.kw % 2 else ")"))},
-        {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
-         "length": c_length(d.channels), "data": c_array(m.sums()),
-         "comment": c_comment(f"{what}: per channel, bias + input offset * the filter's sum "
-                              "(int32, wrapped)")},
         *tables,
     ]
-    words = [f"w{ky * d.pairs + j}" for ky in range(d.kh) for j in range(d.pairs)]
     sh, sw = d.stride
     slot = d.channels * d.line
-    loads = [f"const int32_t {w} = wc[{i}];" for i, w in enumerate(words)]
+    # input row py sits at slot py % kh; output row oy's window starts at row oy * sh, so slot
+    # s holds its filter row (s - oy * sh) mod kh, whose words start at f_s
+    rotation = [] if d.kh == 1 else [
+        f"const int turn = {'oy' if sh == 1 else f'oy * {sh}'} % {d.kh};",
+        *(f"const int f{s} = ({s + d.kh} - turn) % {d.kh} * {d.pairs};" for s in range(d.kh))]
+    loads = [f"const int32_t w{s * d.pairs + j} = wc[{j if d.kh == 1 else f'f{s}' + _plus(j)}];"
+             for s in range(d.kh) for j in range(d.pairs)]
     even = d.out_w - d.out_w % 2
 
     def pixels(loop: ConstantLoop, count: int) -> dict:
@@ -877,6 +1068,13 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
 
     pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
     blocks = [pixels(loop, count) for loop, count in ((pair, 2), (single, 1)) if loop.runs]
+    # one input pixel's channels into their lines: written out, or UNROLL a trip
+    copies = [f"lp[{j * d.line}] = xp[{j}];" for j in range(min(d.channels, UNROLLED))]
+    if d.channels > UNROLLED:
+        unroll = next(u for u in (UNROLL, 4, 2, 1) if d.channels % u == 0)
+        copies = [f"for (c = 0; c < {d.channels}; c += {unroll}, xp += {unroll}, "
+                  f"lp += {unroll * d.line}) {{",
+                  *(f"  {line}" for line in copies[:unroll]), "}"]
     # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
@@ -892,12 +1090,12 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             "point), then per channel its filter words kept in registers, two output pixels "
             "a trip, each __smlad adding two taps' products"),
         "d": d, "zero_point": -d.input_offset, "slot": slot, "loads": loads,
-        "pixels": blocks, "ox": pair.written, "first_row": first_row,
-        "first_of_window": f"oy * {sh}" if sh > 1 else "oy", "kept": max(d.kh - sh, 0),
+        "pixels": blocks, "ox": pair.written, "first_row": first_row, "copies": copies,
+        "rotation": rotation, "slot_of_row": f"(py % {d.kh})" if d.kh > 1 else "0",
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
-        "helpers": tuple(sorted({"arm_dsp"} | ({"arm_dsp_rounding"} if any(
-            t["ctype"] == "arenac_rounding" for t in tables) else set()))),
+        "sum": sum_of(prefix, tables, "c"),
+        "helpers": tuple(sorted({"arm_dsp"} | _table_helpers(tables))),
     }
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
                   includes=("arm_acle.h",))
@@ -950,9 +1148,91 @@ def emit_add(ctx: OpContext) -> Kernel:
     return Kernel(text, ("ivdep",) if uses_ivdep else (), includes=("arm_acle.h",))
 
 
+# -- AVERAGE_POOL_2D and MAX_POOL_2D -------------------------------------------------------
+
+MAX_AVERAGE_TAPS = 256  # an int16 lane holds the sum of this many int8 values
+
+
+def accepts_pool(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, Pool2DParams) or graph.tensors[op.inputs[0]].dtype != "int8":
+        return "not an int8 pooling"
+    if p.channels % GROUP:
+        return "channels not a multiple of four"
+    if op.opcode == "AVERAGE_POOL_2D" and p.filter_height * p.filter_width > MAX_AVERAGE_TAPS:
+        return f"a window of more than {MAX_AVERAGE_TAPS} values"
+    return None
+
+
+def emit_pool(ctx: OpContext) -> Kernel:
+    """Four channels a word, output pixel by output pixel: their window read a word per
+    position into registers, an average's sums in int16 lanes (__sxtab16: bytes 0 and 2, and
+    1 and 3), a maximum per byte lane (SSUB8 then SEL); then the reference's rounding of the
+    average (halves away from zero) and the activation's clamp, per channel."""
+    p: Pool2DParams = ctx.params
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    batch_size, height, width, channels = x.shape
+    average = ctx.op.opcode == "AVERAGE_POOL_2D"
+    batch, out_y, out_x = (ConstantLoop("b", batch_size), ConstantLoop("oy", p.output_height),
+                           ConstantLoop("ox", p.output_width))
+    group = ConstantLoop("c", channels, 0, GROUP)
+    wy = window_axis("y", out_y, p.stride_height, p.pad_top, height, p.filter_height)
+    wx = window_axis("x", out_x, p.stride_width, p.pad_left, width, p.filter_width)
+    (y_terms, y_first), (x_terms, x_first) = wy.index, wx.index
+    row = c_offset("x", [(batch, height * width * channels),
+                         *[(t, c * width * channels) for t, c in y_terms],
+                         *[(t, c * channels) for t, c in x_terms], (group, 1)],
+                   (y_first * width + x_first) * channels)
+    o, o_lines = c_pointer("o", "int8_t", "out",
+                           [(batch, p.output_height * p.output_width * channels),
+                            (out_y, p.output_width * channels), (out_x, channels)])
+    low, high = int(p.activation_min), int(p.activation_max)
+    count = window_count([wy.count, wx.count])
+    if average:
+        half, divisor = (count // 2, count) if isinstance(count, int) else ("count / 2", "count")
+        init = ["int32_t even = 0, odd = 0; /* the sums of channels c, c + 2 and c + 1, c + 3 */"]
+        accumulate = ["even = __sxtab16(even, v);", "odd = arenac_sxtab16_ror8(odd, v);"]
+        lanes = ["((even & 0xFFFF) ^ 0x8000) - 0x8000", "((odd & 0xFFFF) ^ 0x8000) - 0x8000",
+                 "even >> 16", "odd >> 16"]
+        finish = [f"const int32_t s{j} = {lane};" for j, lane in enumerate(lanes)]
+        finish += [f"const int32_t a{j} = s{j} > 0 ? (s{j} + {half}) / {divisor} : "
+                   f"(s{j} - {half}) / {divisor};" for j in range(GROUP)]
+        finish += [f"{o}[{c_sum([(group, 1)], j)}] = (int8_t)arenac_clamp(a{j}, {low}, {high});"
+                   for j in range(GROUP)]
+        count_lines = [] if isinstance(count, int) else [f"const int count = {count};"]
+    else:
+        init = ["int32_t m = (int32_t)0x80808080u; /* four int8 lanes, each its channel's */"]
+        accumulate = ["m = arenac_max8(m, v);"]
+        finish = [*([f"m = arenac_max8(m, {_lanes(low)});"] if low > -128 else []),
+                  *([f"m = arenac_min8(m, {_lanes(high)});"] if high < 127 else []),
+                  f"memcpy({o} + {group.index}, &m, 4);"]
+        count_lines = []
+    loops = (batch, out_y, out_x, wy.loop, wx.loop, group)
+    values = {
+        "fn": ctx.fn, "x": x.ptr, "out": out.ptr, "batch": batch, "out_y": out_y,
+        "out_x": out_x, "group": group, "window_y": wy.loop, "window_x": wx.loop,
+        "y_lines": wy.lines, "x_lines": wx.lines, "pixel_lines": count_lines + o_lines,
+        "row": row, "init": init, "accumulate": accumulate, "finish": finish,
+        "counters": ", ".join(loop.var for loop in loops if loop.written),
+        "comment": c_comment(
+            f"{ctx.op.opcode} '{out.name}' for the Arm DSP extension: four channels a word, "
+            + ("their sums in int16 lanes (__sxtab16), then each divided as the reference "
+               "does (halves away from zero)" if average else
+               "their maxima per byte lane (SSUB8 and SEL)")
+            + ", the activation's clamp")}
+    helpers = ("arm_dsp", "arm_dsp_sxtab16") if average else ("arm_dsp", "arm_dsp_max8")
+    return Kernel(render_macro(TEMPLATE, "pool", values), helpers, includes=("arm_acle.h",))
+
+
+def _lanes(value: int) -> str:
+    """An int8 value in each byte of a word, as C."""
+    return f"(int32_t)0x{(value & 0xFF) * 0x01010101:08X}u"
+
+
 _INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
+    TargetKernel("CONV_2D", "dsp-1x1-staged", _INT8, accepts_staged, emit_staged,
+                 scratch=staged_scratch, overlaps=staged_overlaps, scratch_alignment=WORD),
     TargetKernel("CONV_2D", "dsp-1x1", _INT8, accepts_conv, emit_conv,
                  scratch=lambda p: pointwise_scratch(conv_matmul(p)),
                  overlaps=pointwise_overlaps, scratch_alignment=WORD),
@@ -974,4 +1254,11 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("DEPTHWISE_CONV_2D", "dsp-depthwise", _INT8, accepts_depthwise,
                  emit_depthwise, scratch=depthwise_scratch, overlaps=depthwise_overlaps,
                  scratch_alignment=WORD),
+    # the window's order of reads and the output pixel's writes as the portable kernel's
+    TargetKernel("AVERAGE_POOL_2D", "dsp", kernels("int8 -> int8", targets=DSP_TARGETS),
+                 accepts_pool, emit_pool, overlaps=lambda graph, op, p: overlaps.pooling(
+                     graph, op)),
+    TargetKernel("MAX_POOL_2D", "dsp", kernels("int8 -> int8", targets=DSP_TARGETS),
+                 accepts_pool, emit_pool, overlaps=lambda graph, op, p: overlaps.pooling(
+                     graph, op)),
 )

@@ -153,6 +153,9 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "int16_softmax_tables": (),
     "arm_dsp": (),
     "arm_dsp_rounding": (),
+    "arm_dsp_channel": (),
+    "arm_dsp_sxtab16": ("arm_dsp",),
+    "arm_dsp_max8": ("arm_dsp",),
     **{f"arm_dsp_{part}": ("arm_dsp",) for part in (
         "partial", "widen_2", "widen_1", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1",
         "mac16_2x2", "mac16_2x1", "mac16_1x2", "mac16_1x1")},

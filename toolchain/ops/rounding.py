@@ -96,6 +96,47 @@ def single_roundings(q: Callable[[np.ndarray], np.ndarray], low: int, high: int,
     return result
 
 
+# M's tried around the reference's scale times 2^N, nearest first.
+NEAR = np.array(sorted(range(-16, 17), key=abs), np.int64)
+
+
+def shared_roundings(q: Callable[[np.ndarray], np.ndarray], low: int, high: int,
+                     acc_lo: np.ndarray, acc_hi: np.ndarray,
+                     scales: list[float]) -> list[SingleRounding] | None:
+    """SingleRoundings with one N for every channel and one R for both signs (rounding ==
+    negative_rounding): f is then the high word of acc * M + R shifted by a constant, one
+    SMLAL and no select (an SSAT takes the shift for free). N is the largest that keeps every
+    channel's M = scale * 2^N below 2^31 (the most precise), each M the nearest to it for
+    which some R matches every threshold of q on [acc_lo, acc_hi]; None if a channel has none
+    (where the reference rounds halves of both signs and both occur, no R serves both)."""
+    acc_lo, acc_hi = np.asarray(acc_lo, np.int64), np.asarray(acc_hi, np.int64)
+    largest = max(scales)
+    if acc_lo.min() < INT32_MIN or acc_hi.max() > INT32_MAX or not 0.0 < largest < 0.5:
+        return None
+    n = min(MAX_SHIFT, 30 - int(np.floor(np.log2(largest))))
+    while largest * 2.0**n >= INT32_MAX:
+        n -= 1
+    if n < MIN_SHIFT:
+        return None
+    values = np.arange(low + 1, high + 1, dtype=np.int64)
+    found = thresholds(q, values, acc_lo, acc_hi)
+    result = []
+    for channel, scale in enumerate(scales):
+        t = found[channel]
+        reached, left = t <= acc_hi[channel], t > acc_lo[channel]
+        m = np.clip(int(round(scale * 2.0**n)) + NEAR, 0, INT32_MAX)[:, None]
+        # f(t) >= v and f(t - 1) < v, for each M (rows) and value (columns)
+        r_lo = np.where(reached, (values << n) - t * m, -MAX_ROUNDING).max(axis=1)
+        r_hi = np.where(left, (values << n) - (t - 1) * m - 1, MAX_ROUNDING).min(axis=1)
+        fits = np.flatnonzero(r_lo <= r_hi)
+        if fits.size == 0:
+            return None
+        i = int(fits[0])
+        r = min(max(1 << (n - 1), int(r_lo[i])), int(r_hi[i]))
+        result.append(SingleRounding(int(m[i, 0]), r, r, n))
+    return result
+
+
 def _rounding(values: np.ndarray, found: np.ndarray, first: int, last: int, m: int,
               n: int) -> int | None:
     """An R for which f matches the thresholds `found` of q on [first, last], or None."""
