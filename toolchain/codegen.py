@@ -317,6 +317,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                     striped_params(params[w.op], w.out_lo, w.out_hi, lo, hi),
                     (*ins, *(c_tensor(t) for t in op.inputs[len(ins):])), (out,),
                     tuple(scratch_of.get(w.op, ())), None, program.op_label(w.op))
+                check_stripe_scratch(program.bindings[w.op], context.params, source)
                 kernel = emit(context)
                 kernel_of[w.op] = kernel
                 texts.append(kernel.text)
@@ -488,6 +489,17 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         f"{name}.c": render("c/model.c.j2", **values),
         f"{name}_main.c": render("c/harness.c.j2", **values),
     }
+
+
+def check_stripe_scratch(binding, params, source: str | None) -> None:
+    """A stripe's kernel runs in the scratch planned for the whole op: refuse one that would
+    ask for more."""
+    spec = binding.variant if binding.variant is not None else REGISTRY[binding.opcode]
+    asked = spec.scratch(params) if spec.scratch else ()
+    if any(a.size > b.size for a, b in zip(asked, binding.scratch)) or \
+            len(asked) != len(binding.scratch):
+        raise PlanError(f"op {binding.op} {binding.opcode}: a stripe's kernel needs more scratch "
+                        "than the op's", source)
 
 
 def traced_tensors(mp: ModelPlan) -> list[tuple[int, int]]:

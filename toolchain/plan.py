@@ -207,9 +207,15 @@ class ModelPlan:
 
     def rows(self) -> list[BufferRow]:
         tensors = self.graph.tensors
+        stripes = {stripe_purpose(b.tensor) for s in self.tiling.segments for b in s.buffers}
+        requests = iter(self.lifetimes.scratch)
         rows = []
         for buf, tensor, off in zip(self.plan.buffers, self.lifetimes.tensor_of, self.plan.offsets):
-            name = tensors[tensor].name if tensor is not None else "<scratch>"
+            if tensor is None:
+                purpose = next(requests).purpose
+                name = f"<{purpose}>" if purpose in stripes else "<scratch>"
+            else:
+                name = tensors[tensor].name
             rows.append(BufferRow(buf.id, tensor, name, buf.size, buf.first, buf.last, off))
         return rows
 

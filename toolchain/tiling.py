@@ -256,7 +256,7 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
     outside_inputs: set[int] = set()
     for op_index in ops:
         binding = bindings[op_index]
-        if binding is None or binding.variant is not None:
+        if binding is None:
             return None
         rows = row_map(binding, graph)
         if rows is None:
