@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
+from tests.conftest import tflm_head_figures
 from tests.opcheck import assert_matches_oracle, assert_varied
 from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import CBackend
@@ -177,6 +178,8 @@ def test_shared_models_meet_the_tiling_goals():
         assert tiled[m.stem] <= plain[m.stem]
     assert tiled["vww_96_int8"] <= 30720 and tiled["person_detect"] <= 30720
     assert tiled["pretrainedResnet_quant"] < plain["pretrainedResnet_quant"]
+    heads = tflm_head_figures()
+    assert sum(tiled.values()) <= 0.55 * sum(heads[name] for name in tiled)
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/models is absent")

@@ -31,6 +31,8 @@ from toolchain.ops.spec import Binding
 # The longest run of ops one segment may hold, and the stripe heights tried (in output rows).
 MAX_SEGMENT_OPS = 8
 STRIPE_HEIGHTS = (1, 2, 3, 4, 6, 8, 12, 16)
+# The arrangements the arena-driven search plans per round, the most promising first.
+REFINE_TRIALS = 48
 ELEMENTWISE = frozenset({"ADD", "SUB", "MUL"})
 WINDOWED = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D"})
 
@@ -403,6 +405,12 @@ def heights(chain: Chain) -> list[int]:
 Score = tuple[int, int]
 
 
+def with_segment(tiling: Tiling, segment: Segment) -> Tiling:
+    """`tiling` with `segment` in place of the segments whose steps it meets."""
+    others = tuple(s for s in tiling.segments if s.last < segment.first or s.first > segment.last)
+    return Tiling(tuple(sorted((*others, segment), key=lambda s: s.first)))
+
+
 def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment],
                   evaluate: Callable[[Tiling], tuple[Score, int]]) -> Tiling:
     """Segments that lower the peak: while some chain over the peak step (`evaluate` gives the
@@ -417,16 +425,40 @@ def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment
             last = chain.first + len(chain.ops) - 1
             if not chain.first <= peak <= last:
                 continue
-            others = tuple(s for s in tiling.segments if s.last < chain.first or s.first > last)
             for height in sorted(heights(chain), reverse=True):
-                trial = Tiling(tuple(sorted((*others, build(chain, height)),
-                                            key=lambda s: s.first)))
+                trial = with_segment(tiling, build(chain, height))
                 found, at = evaluate(trial)
                 if found < (best[0] if best else score):
                     best = (found, at, trial)
         if best is None:
             return tiling
         score, peak, tiling = best
+    return tiling
+
+
+def refine_tiling(tiling: Tiling, chains: Sequence[Chain], build: Callable[[Chain, int], Segment],
+                  evaluate: Callable[[Tiling], tuple[Score, int]],
+                  arena_of: Callable[[Tiling], int | None], passed: Callable[[], bool]) -> Tiling:
+    """Segments that lower the arena the planners find where the bound does not see it (a run
+    of outputs each a little below its input drifts down the arena; one segment in their place
+    drifts once): while time is left, every segment added to `tiling` (in place of those it
+    meets) is planned, the most promising by their score first, and the best taken while it
+    lowers the arena. A plan on its bound is left as it is: the bound's search chose it."""
+    best = arena_of(tiling)
+    while best is not None and best > evaluate(tiling)[0][0] and not passed():
+        trials = sorted((evaluate(trial)[0], k, trial) for k, trial in enumerate(
+            with_segment(tiling, build(chain, height))
+            for chain in chains for height in sorted(heights(chain), reverse=True)))
+        found = None
+        for _, _, trial in trials[:REFINE_TRIALS]:
+            if passed():
+                break
+            arena = arena_of(trial)
+            if arena is not None and arena < best:
+                best, found = arena, trial
+        if found is None:
+            break
+        tiling = found
     return tiling
 
 
