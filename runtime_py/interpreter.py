@@ -263,8 +263,12 @@ class ArenaInterpreter:
             def rows(t: int, lo: int, hi: int, stripe=stripe) -> np.ndarray:
                 if t in rows_of:
                     return self.views[t][:, lo:hi]
-                base = stripe.bases[where[t]]
-                return buffers[where[t]][:, lo - base:hi - base]
+                base, view = stripe.bases[where[t]], buffers[where[t]]
+                if not 0 <= lo - base <= hi - base <= view.shape[1]:
+                    raise PlanError(f"rows {lo}-{hi - 1} of tensor {t} lie outside its stripe "
+                                    f"buffer (rows {base}-{base + view.shape[1] - 1})",
+                                    self.source)
+                return view[:, lo - base:hi - base]
 
             for work in stripe.ops:
                 op = graph.operators[work.op]

@@ -88,7 +88,20 @@ def int16_chain() -> bytes:
     return b.build()
 
 
-@pytest.mark.parametrize("build", [mobilenet_stem, residual_block, float_pool_chain, int16_chain])
+def strided_pointwise() -> bytes:
+    """A 1x1 convolution read by a strided 1x1 convolution: the rows between its windows are
+    never needed, so no stripe makes them."""
+    b = ModelBuilder("int8", seed=9)
+    x = b.input("x", (1, 15, 7, 6), "int8", scale=0.05, zero_point=3)
+    y = b.conv_2d(x, 40, 1, activation="RELU")
+    y = b.conv_2d(y, 8, 1, stride=2)
+    y = b.depthwise_conv_2d(y, 3, stride=2)
+    b.output(b.reshape(y, (1, 4 * 2 * 8)))
+    return b.build()
+
+
+@pytest.mark.parametrize("build", [mobilenet_stem, residual_block, float_pool_chain, int16_chain,
+                                   strided_pointwise])
 def test_striped_chain_matches_litert_in_runtime_py_and_c(build):
     data = build()
     striped_plan(data)

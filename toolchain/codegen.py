@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -261,14 +261,15 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         """A striped segment's kernels, one per op and run of alike stripes, and the function
         that runs them stripe by stripe (toolchain.tiling)."""
         produced = {o: graph.operators[o].outputs[0] for o in seg.ops}
+        constants_of: dict[str, str] = {}  # file-scope constant -> its definition
         cursor = f"{name}_stripe{seg.first}"
         first_op = order[seg.first]
         buffer_at = {b.tensor: (b, stripe_slot[first_op, stripe_purpose(b.tensor)])
                      for b in seg.buffers}
         ops = ", ".join(program.op_label(o) for o in seg.ops)
-        rows = f"{seg.height} output row{'s' if seg.height > 1 else ''}"
         texts.append(c_comment(f"Steps {seg.first}-{seg.last} ({ops}) run in "
-                               f"{len(seg.stripes)} stripes of {rows}; {cursor} is the stripe "
+                               f"{len(seg.stripes)} stripes of "
+                               f"{counted(seg.height, 'output row')}; {cursor} is the stripe "
                                "the kernels below are on.") + f"\nstatic int {cursor};")
         keep = {b.tensor: f"rows{b.tensor}" for b in seg.buffers}
         moving: set[int] = set()  # the stripe buffers whose rows move up
@@ -299,7 +300,8 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                     at = keep[b.tensor]
                     moving.add(b.tensor)
                     lines.append(f"memmove({at}, {at} + {(base - before) * b.row_bytes}, "
-                                 f"{kept * b.row_bytes}); /* its last {kept} rows up */")
+                                 f"{kept * b.row_bytes}); /* keep its last "
+                                 f"{'row' if kept == 1 else f'{kept} rows'} at the top */")
             for w, places in zip(stripe.ops, run.rows):
                 op = graph.operators[w.op]
                 _, lo, hi = w.reads[0]
@@ -313,19 +315,30 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                     w.out_hi - w.out_lo, run.start)
                 fn = f"{fns[w.op]}_stripes{run.start}"
                 context = OpContext(
-                    fn, f"{name}_{program.op_symbol(w.op)}s{run.start}", op,
+                    fn, f"{name}_{program.op_symbol(w.op)}s", op,
                     striped_params(params[w.op], w.out_lo, w.out_hi, lo, hi),
                     (*ins, *(c_tensor(t) for t in op.inputs[len(ins):])), (out,),
                     tuple(scratch_of.get(w.op, ())), None, program.op_label(w.op))
                 check_stripe_scratch(program.bindings[w.op], context.params, source)
+                # The runs of an op share its constants; one whose differ has its own.
                 kernel = emit(context)
+                text = shared_definitions(kernel.text, constants_of)
+                if text is None:
+                    kernel = emit(replace(context, prefix=f"{context.prefix}{run.start}"))
+                    text = shared_definitions(kernel.text, constants_of)
                 kernel_of[w.op] = kernel
-                texts.append(kernel.text)
+                stripes = (f"stripes {run.start}-{run.start + run.count - 1}" if run.count > 1
+                           else f"stripe {run.start}")
+                texts.append(c_comment(
+                    f"{program.op_label(w.op)} in {stripes} of step {seg.first}: "
+                    f"{counted(w.out_hi - w.out_lo, 'output row')} of its "
+                    f"{graph.tensors[out_t].shape[1]} from {counted(hi - lo, 'input row')}.")
+                    + "\n" + text)
                 groups.extend(kernel.helpers)
-                then = (f" in stripe {run.start}, then {w.out_hi - w.out_lo} rows further "
-                        "each stripe") if run.count > 1 else ""
-                lines.append(f"{fn}(); /* {program.op_label(w.op)}: output rows {w.out_lo}"
-                             f"-{w.out_hi - 1}{then} */")
+                then = f", then the next {w.out_hi - w.out_lo} each stripe" if run.count > 1 else ""
+                rows = (f"row {w.out_lo}" if w.out_hi - w.out_lo == 1
+                        else f"rows {w.out_lo}-{w.out_hi - 1}")
+                lines.append(f"{fn}(); /* {program.op_label(w.op)}: output {rows}{then} */")
             runs.append({"loop": run.count > 1, "start": run.start,
                          "stop": run.start + run.count, "lines": lines})
         declarations = [f"uint8_t *const {keep[b.tensor]} = {arena_symbol} + "
@@ -489,6 +502,56 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         f"{name}.c": render("c/model.c.j2", **values),
         f"{name}_main.c": render("c/harness.c.j2", **values),
     }
+
+
+# The first name a top-level definition gives: `static const int8_t NAME[4] = ...`,
+# `static void NAME(void) {`.
+DEFINED_NAME = re.compile(r"\b(\w+)\s*[\[(]")
+TOP_LEVEL_STARTS = ("static", "ARENAC_", "/*", "#")
+MACROS = re.compile(r"\bARENAC_\w+(?:\([^)]*\))?\s*")  # ARENAC_ALIGN(4), ARENAC_DSP_KERNEL
+
+
+def top_level_items(text: str) -> list[tuple[str | None, str]]:
+    """A kernel's text as its top-level items, each with the comment above it, and the name it
+    defines (None for one that defines nothing, such as a lone comment)."""
+    items: list[list[str]] = []
+
+    def definition(lines: list[str]) -> str | None:
+        return next((x for x in lines if x.startswith(("static", "ARENAC_"))), None)
+
+    for line in text.splitlines(keepends=True):
+        below_its_comment = (items and items[-1][0].startswith("/*")
+                             and definition(items[-1]) is None and not line.startswith("/*"))
+        if not items or line.startswith(TOP_LEVEL_STARTS) and not below_its_comment:
+            items.append([line])
+        else:
+            items[-1].append(line)
+    named = []
+    for lines in items:
+        head = definition(lines)
+        found = DEFINED_NAME.search(MACROS.sub("", head).split("=")[0]) if head else None
+        named.append((found.group(1) if found else None, "".join(lines)))
+    return named
+
+
+def shared_definitions(text: str, defined: dict[str, str]) -> str | None:
+    """A kernel's text without what an earlier kernel defined alike (recording its own), or
+    None when it defines a name an earlier one defined otherwise."""
+    items = top_level_items(text)
+    if any(n is not None and defined.get(n, d) != d for n, d in items):
+        return None
+    kept = []
+    for n, d in items:
+        if n is None or n not in defined:
+            kept.append(d)
+        if n is not None:
+            defined[n] = d
+    return "".join(kept)
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 row", "3 rows"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def check_stripe_scratch(binding, params, source: str | None) -> None:

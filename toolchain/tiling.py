@@ -311,31 +311,34 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
     previous_base = dict.fromkeys(intermediates, 0)
     stripes, moved, shift = [], 0, 0
     for lo in range(0, chain.rows[y], height):
+        # Backwards from the output: the rows each tensor must reach, and the first it makes
+        # (an intermediate skips rows no window reads: a strided 1x1 convolution's).
         need = dict(computed)
         need[y] = min(lo + height, chain.rows[y])
+        start: dict[int, int] = {}
         for op_index in reversed(ops):
             out = chain.produced[op_index]
-            if need[out] <= computed[out]:
-                continue
-            for t, rows in chain.reads[op_index]:
-                if t != x:
-                    need[t] = max(need[t], rows.end(need[out] - 1))
-
-        bases = tuple(first_needed(consumers[t], computed) for t in intermediates)
+            start[out] = computed[out] if out == y else max(computed[out],
+                                                             first_needed(consumers[out], start))
+            need[out] = max(need[out], start[out])
+            if need[out] > start[out]:
+                for t, rows in chain.reads[op_index]:
+                    if t != x:
+                        need[t] = max(need[t], rows.end(need[out] - 1))
+        bases = tuple(first_needed(consumers[t], start) for t in intermediates)
         kept = tuple(max(0, computed[t] - base) for t, base in zip(intermediates, bases))
         moved += sum(k * chain.row_bytes[t] for k, t, base in zip(kept, intermediates, bases)
                      if k and previous_base[t] != base)
-        input_from = first_needed(consumers[x], computed)
+        input_from = first_needed(consumers[x], start)
         work = []
         for op_index in ops:
             out = chain.produced[op_index]
-            if need[out] <= computed[out]:
-                continue
-            reads = tuple((t, rows.first(computed[out]), rows.end(need[out] - 1))
-                          for t, rows in chain.reads[op_index])
-            work.append(OpRows(op_index, computed[out], need[out], reads))
-        for t in intermediates:
-            capacity[t] = max(capacity[t], need[t] - bases[intermediates.index(t)])
+            if need[out] > start[out]:
+                reads = tuple((t, rows.first(start[out]), rows.end(need[out] - 1))
+                              for t, rows in chain.reads[op_index])
+                work.append(OpRows(op_index, start[out], need[out], reads))
+        for t, base in zip(intermediates, bases):
+            capacity[t] = max(capacity[t], need[t] - base)
         shift = max(shift, need[y] * chain.row_bytes[y] - input_from * chain.row_bytes[x])
         computed = need
         previous_base.update(zip(intermediates, bases))
@@ -347,9 +350,9 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
                    tuple(stripes), max(0, shift), moved, macs)
 
 
-def first_needed(consumers: Sequence[tuple[int, RowMap]], computed: Mapping[int, int]) -> int:
-    """The first row of a tensor its consumers still read, each having made `computed` rows."""
-    return min(rows.first(computed[out]) for out, rows in consumers)
+def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int]) -> int:
+    """The first row of a tensor its consumers still read, each making its rows from `made`."""
+    return min(rows.first(made[out]) for out, rows in consumers)
 
 
 def stripe_purpose(tensor: int) -> str:
