@@ -45,9 +45,9 @@ from toolchain.schedule import schedule
 from toolchain.targets import GENERIC
 from toolchain.tiling import (
     NO_TILING,
+    Segment,
     Tiling,
     choose_tiling,
-    refine_tiling,
     stripe_chain,
     stripe_purpose,
 )
@@ -56,10 +56,6 @@ from toolchain.tiling import candidates as stripe_candidates
 STATE_ALIGNMENT = 16
 # The most of the time limit the schedule search may take; the planners have the rest.
 SCHEDULE_SHARE = 0.5
-# The most of the time left the search for striped segments may take, and the seconds it gives
-# the planners for each arrangement it tries.
-TILING_SHARE = 0.25
-TRIAL_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -375,8 +371,7 @@ def plan_model(
     tiling = NO_TILING
     if techniques.tiling != "off" and program.layout is None and not pools:
         with step("tiling"):
-            tiling = tiling_for(program, order, kept, problem, alignment,
-                                deadline.share(TILING_SHARE))
+            tiling = tiling_for(program, order, kept, problem, alignment)
     tiled = None
     if tiling.segments:
         tiled_lifetimes, tiled_overlaps = problem(tiling)
@@ -404,34 +399,32 @@ def plan_model(
                      **bounds(lifetimes, overlaps), **pooled)
 
 
-def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int,
-               deadline: Deadline) -> Tiling:
-    """The striped segments that lower the bound of the plan, then, while `deadline` allows,
-    the arena the planners find (toolchain.tiling)."""
+def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int) -> Tiling:
+    """The striped segments that lower the bound of the plan (toolchain.tiling)."""
     graph = program.graph
+    built: dict[tuple, Segment] = {}
+    scores: dict[tuple, tuple[tuple[int, int], int]] = {}
+
+    def key(tiling: Tiling) -> tuple:
+        return tuple((s.first, s.last, s.height) for s in tiling.segments)
 
     def evaluate(tiling: Tiling) -> tuple[tuple[int, int], int]:
-        lifetimes, overlaps = problem(tiling)
-        loads = step_loads(lifetimes.buffers, overlaps, alignment)
-        peak = max(loads, key=lambda s: (loads[s], -s), default=0)
-        return (loads.get(peak, 0), sum(loads.values())), peak
-
-    def arena_of(tiling: Tiling) -> int | None:
-        lifetimes, overlaps = problem(tiling)
-        try:
-            return smallest_plan(lifetimes.buffers, best_candidates(TRIAL_SECONDS), alignment,
-                                 overlaps, Deadline.after(min(TRIAL_SECONDS, deadline.left()))
-                                 ).arena_bytes
-        except PlanError:
-            return None
+        if key(tiling) not in scores:
+            lifetimes, overlaps = problem(tiling)
+            loads = step_loads(lifetimes.buffers, overlaps, alignment)
+            peak = max(loads, key=lambda s: (loads[s], -s), default=0)
+            scores[key(tiling)] = (loads.get(peak, 0), sum(loads.values())), peak
+        return scores[key(tiling)]
 
     chains = stripe_candidates(graph, program.bindings, order, frozenset(kept))
 
-    def build(chain, height: int):
-        return stripe_chain(chain, height, graph, program.bindings)
+    def build(chain, height: int) -> Segment:
+        at = (chain.first, chain.ops, height)
+        if at not in built:
+            built[at] = stripe_chain(chain, height, graph, program.bindings)
+        return built[at]
 
-    tiling = choose_tiling(chains, build, evaluate)
-    return refine_tiling(tiling, chains, build, evaluate, arena_of, deadline.passed)
+    return choose_tiling(chains, build, evaluate)
 
 
 def tiled_problem(program: Program, order: Sequence[int], scratch, outside, roles, lives,

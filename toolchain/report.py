@@ -447,7 +447,7 @@ def segment_data(mp: ModelPlan, s) -> dict[str, Any]:
     """One striped segment as `plan --json` gives it."""
     return {"steps": [s.first, s.last], "ops": list(s.ops), "input": s.input, "output": s.output,
             "stripe_rows": s.height, "stripes": len(s.stripes), "shift": s.shift,
-            "moved_bytes": s.moved_bytes, "macs": s.macs, "recomputed_macs": 0,
+            "moved_bytes": s.moved_bytes, "macs": s.macs, "whole_macs": s.whole_macs,
             "buffers": [{"tensor": b.tensor, "rows": b.rows, "bytes": b.size}
                         for b in s.buffers]}
 
@@ -462,7 +462,9 @@ def tiling_lines(mp: ModelPlan) -> list[str]:
         rows = f"{s.height} output row{'s' if s.height > 1 else ''}"
         lines.append(f"{'striped' if s is mp.tiling.segments[0] else '':<13}ops {ops} in "
                      f"{len(s.stripes)} stripes of {rows}; rows kept: {kept}; "
-                     f"{s.moved_bytes} bytes moved, no MAC recomputed")
+                     f"{s.moved_bytes} bytes moved, no MAC recomputed"
+                     + (f", {s.whole_macs - s.macs} MACs of unread rows skipped"
+                        if s.macs < s.whole_macs else ""))
     return lines
 
 

@@ -31,8 +31,6 @@ from toolchain.ops.spec import Binding
 # The longest run of ops one segment may hold, and the stripe heights tried (in output rows).
 MAX_SEGMENT_OPS = 8
 STRIPE_HEIGHTS = (1, 2, 3, 4, 6, 8, 12, 16)
-# The arrangements the arena-driven search plans per round, the most promising first.
-REFINE_TRIALS = 48
 ELEMENTWISE = frozenset({"ADD", "SUB", "MUL"})
 WINDOWED = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D"})
 
@@ -81,9 +79,7 @@ class Stripe:
     bases: tuple[int, ...]  # per stripe buffer, in Segment.buffers order
     kept: tuple[int, ...]  # per stripe buffer: rows moved up from the previous stripe
     ops: tuple[OpRows, ...]
-    input_needed_from: int  # before the stripe
-    input_done_to: int  # after it: rows below are dead
-    output_to: int  # output rows written once the stripe ran
+    input_done_to: int
 
 
 @dataclass(frozen=True)
@@ -113,7 +109,8 @@ class Segment:
     stripes: tuple[Stripe, ...]
     shift: int  # the output may start this many bytes below the input
     moved_bytes: int  # bytes the stripe buffers move up over the whole segment
-    macs: int  # multiply-accumulates of the striped run (the same as whole: none repeat)
+    macs: int  # multiply-accumulates of the striped run: none repeats, unread rows are skipped
+    whole_macs: int  # of the same ops run whole
 
     def buffer_of(self, tensor: int) -> int | None:
         return next((i for i, b in enumerate(self.buffers) if b.tensor == tensor), None)
@@ -342,12 +339,13 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
         shift = max(shift, need[y] * chain.row_bytes[y] - input_from * chain.row_bytes[x])
         computed = need
         previous_base.update(zip(intermediates, bases))
-        stripes.append(Stripe(bases, kept, tuple(work), input_from,
-                              first_needed(consumers[x], computed), need[y]))
+        stripes.append(Stripe(bases, kept, tuple(work), first_needed(consumers[x], computed)))
     buffers = tuple(StripeBuffer(t, capacity[t], chain.row_bytes[t]) for t in intermediates)
-    macs = sum(op_macs(graph, bindings[o]) for o in ops)
+    per_row = {o: op_macs(graph, bindings[o]) // chain.rows[chain.produced[o]] for o in ops}
+    macs = sum((w.out_hi - w.out_lo) * per_row[w.op] for s in stripes for w in s.ops)
     return Segment(chain.first, chain.first + len(ops) - 1, ops, x, y, height, buffers,
-                   tuple(stripes), max(0, shift), moved, macs)
+                   tuple(stripes), max(0, shift), moved, macs,
+                   sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops))
 
 
 def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int]) -> int:
@@ -436,32 +434,6 @@ def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment
         if best is None:
             return tiling
         score, peak, tiling = best
-    return tiling
-
-
-def refine_tiling(tiling: Tiling, chains: Sequence[Chain], build: Callable[[Chain, int], Segment],
-                  evaluate: Callable[[Tiling], tuple[Score, int]],
-                  arena_of: Callable[[Tiling], int | None], passed: Callable[[], bool]) -> Tiling:
-    """Segments that lower the arena the planners find where the bound does not see it (a run
-    of outputs each a little below its input drifts down the arena; one segment in their place
-    drifts once): while time is left, every segment added to `tiling` (in place of those it
-    meets) is planned, the most promising by their score first, and the best taken while it
-    lowers the arena. A plan on its bound is left as it is: the bound's search chose it."""
-    best = arena_of(tiling)
-    while best is not None and best > evaluate(tiling)[0][0] and not passed():
-        trials = sorted((evaluate(trial)[0], k, trial) for k, trial in enumerate(
-            with_segment(tiling, build(chain, height))
-            for chain in chains for height in sorted(heights(chain), reverse=True)))
-        found = None
-        for _, _, trial in trials[:REFINE_TRIALS]:
-            if passed():
-                break
-            arena = arena_of(trial)
-            if arena is not None and arena < best:
-                best, found = arena, trial
-        if found is None:
-            break
-        tiling = found
     return tiling
 
 
