@@ -41,7 +41,13 @@ from toolchain.planners import PooledPlacement, verify, verify_pools
 from toolchain.render import render
 from toolchain.targets import get_target
 from toolchain.text import c_identifier, c_text
-from toolchain.tiling import Segment, stripe_purpose, stripe_runs, striped_params
+from toolchain.tiling import (
+    Segment,
+    stripe_purpose,
+    stripe_runs,
+    stripe_scratch_fits,
+    striped_params,
+)
 
 # The fixed-point functions every file may define (templates/c/model.c.j2): each is defined only
 # where a kernel calls it, so that no compiler warns of an unused static function.
@@ -318,8 +324,11 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                     fn, f"{name}_{program.op_symbol(w.op)}s", op,
                     striped_params(params[w.op], w.out_lo, w.out_hi, lo, hi),
                     (*ins, *(c_tensor(t) for t in op.inputs[len(ins):])), (out,),
-                    tuple(scratch_of.get(w.op, ())), None, program.op_label(w.op))
-                check_stripe_scratch(program.bindings[w.op], context.params, source)
+                    tuple(scratch_of.get(w.op, ())), None, program.op_label(w.op),
+                    op_rows=graph.tensors[out_t].shape[1])
+                if not stripe_scratch_fits(program.bindings[w.op], context.params):
+                    raise PlanError(f"{program.op_label(w.op)} {op.opcode}: a stripe's kernel "
+                                    "needs more scratch than the op's", source)
                 # The runs of an op share its constants; one whose differ has its own.
                 kernel = emit(context)
                 text = shared_definitions(kernel.text, constants_of)
@@ -552,17 +561,6 @@ def shared_definitions(text: str, defined: dict[str, str]) -> str | None:
 def counted(n: int, noun: str) -> str:
     """"1 row", "3 rows"."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def check_stripe_scratch(binding, params, source: str | None) -> None:
-    """A stripe's kernel runs in the scratch planned for the whole op: refuse one that would
-    ask for more."""
-    spec = binding.variant if binding.variant is not None else REGISTRY[binding.opcode]
-    asked = spec.scratch(params) if spec.scratch else ()
-    if any(a.size > b.size for a, b in zip(asked, binding.scratch)) or \
-            len(asked) != len(binding.scratch):
-        raise PlanError(f"op {binding.op} {binding.opcode}: a stripe's kernel needs more scratch "
-                        "than the op's", source)
 
 
 def traced_tensors(mp: ModelPlan) -> list[tuple[int, int]]:

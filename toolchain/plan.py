@@ -48,6 +48,7 @@ from toolchain.tiling import (
     Segment,
     Tiling,
     choose_tiling,
+    fits_scratch,
     stripe_chain,
     stripe_purpose,
 )
@@ -402,7 +403,7 @@ def plan_model(
 def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int) -> Tiling:
     """The striped segments that lower the bound of the plan (toolchain.tiling)."""
     graph = program.graph
-    built: dict[tuple, Segment] = {}
+    built: dict[tuple, Segment | None] = {}
     scores: dict[tuple, tuple[tuple[int, int], int]] = {}
 
     def key(tiling: Tiling) -> tuple:
@@ -418,10 +419,14 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
 
     chains = stripe_candidates(graph, program.bindings, order, frozenset(kept))
 
-    def build(chain, height: int) -> Segment:
+    params = [b.params if b is not None else None for b in program.bindings]
+
+    def build(chain, height: int) -> Segment | None:
+        """The segment, unless a stripe's kernel would ask for more scratch than its op's."""
         at = (chain.first, chain.ops, height)
         if at not in built:
-            built[at] = stripe_chain(chain, height, graph, program.bindings)
+            segment = stripe_chain(chain, height, graph, program.bindings)
+            built[at] = segment if fits_scratch(segment, program.bindings, params) else None
         return built[at]
 
     return choose_tiling(chains, build, evaluate)

@@ -348,6 +348,23 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
                    sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops))
 
 
+def stripe_scratch_fits(binding: Binding, params: Any) -> bool:
+    """Whether a stripe's kernel (`params`) asks for no more scratch than its whole op."""
+    from toolchain.ops import REGISTRY
+
+    spec = binding.variant if binding.variant is not None else REGISTRY[binding.opcode]
+    asked = spec.scratch(params) if spec.scratch else ()
+    return len(asked) == len(binding.scratch) and all(
+        a.size <= b.size for a, b in zip(asked, binding.scratch))
+
+
+def fits_scratch(segment: Segment, bindings: Sequence[Binding | None], params) -> bool:
+    """Whether every stripe of the segment runs in its ops' planned scratch."""
+    return all(stripe_scratch_fits(bindings[w.op], striped_params(params[w.op], w.out_lo,
+                                                                  w.out_hi, *w.reads[0][1:]))
+               for s in segment.stripes for w in s.ops)
+
+
 def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int]) -> int:
     """The first row of a tensor its consumers still read, each making its rows from `made`."""
     return min(rows.first(made[out]) for out, rows in consumers)
@@ -412,7 +429,7 @@ def with_segment(tiling: Tiling, segment: Segment) -> Tiling:
     return Tiling(tuple(sorted((*others, segment), key=lambda s: s.first)))
 
 
-def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment],
+def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment | None],
                   evaluate: Callable[[Tiling], tuple[Score, int]]) -> Tiling:
     """Segments that lower the peak: while some chain over the peak step (`evaluate` gives the
     score (peak, sum of loads) and the peak step) lowers the score, take the best of them with
@@ -427,7 +444,10 @@ def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment
             if not chain.first <= peak <= last:
                 continue
             for height in sorted(heights(chain), reverse=True):
-                trial = with_segment(tiling, build(chain, height))
+                segment = build(chain, height)
+                if segment is None:
+                    continue
+                trial = with_segment(tiling, segment)
                 found, at = evaluate(trial)
                 if found < (best[0] if best else score):
                     best = (found, at, trial)

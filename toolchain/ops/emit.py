@@ -119,6 +119,9 @@ class OpContext:
     label: str = ""
     control: CControl | None = None  # what an IF or WHILE runs
     state: tuple[str, ...] = ()  # typed pointers to the kernel's state (Binding.state)
+    # A stripe's kernel (toolchain.tiling): the rows of the op's whole output, of which it
+    # writes some; the kernels of the op's stripes share its constants. 0: the whole op.
+    op_rows: int = 0
 
 
 @dataclass(frozen=True)
