@@ -370,7 +370,10 @@ def plan_model(
                                                                   alignment))
 
     tiling = NO_TILING
-    if techniques.tiling != "off" and program.layout is None and not pools:
+    # Striping is an overlap of the segment output over its input, and TFLite Micro's
+    # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
+    if techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
+            and program.layout is None and not pools:
         with step("tiling"):
             tiling = tiling_for(program, order, kept, problem, alignment)
     tiled = None
@@ -446,8 +449,6 @@ def tiled_problem(program: Program, order: Sequence[int], scratch, outside, role
                                   tiling.merged_steps())
     overlaps = overlap_pairs(graph, lifetimes, program.bindings, techniques.inplace,
                              techniques.overlap, kept)
-    if not techniques.overlap:  # the segment output over the input rows it has consumed
-        return lifetimes, overlaps
     return lifetimes, (*overlaps, *segment_overlaps(lifetimes, tiling, kept))
 
 

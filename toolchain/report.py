@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import textwrap
 from typing import Any
 
 from toolchain.errors import ArenacError
@@ -453,18 +454,20 @@ def segment_data(mp: ModelPlan, s) -> dict[str, Any]:
 
 
 def tiling_lines(mp: ModelPlan) -> list[str]:
-    """What the striped segments are, one line each."""
+    """What the striped segments are, a few lines each within 100 columns."""
     lines = []
     for s in mp.tiling.segments:
-        ops = ", ".join(mp.program.op_label(o) for o in s.ops)
+        ops = ", ".join(str(o) for o in s.ops)
         kept = ", ".join(f"{b.rows} of {mp.graph.tensors[b.tensor].shape[1]}"
                          for b in s.buffers)
         rows = f"{s.height} output row{'s' if s.height > 1 else ''}"
-        lines.append(f"{'striped' if s is mp.tiling.segments[0] else '':<13}ops {ops} in "
-                     f"{len(s.stripes)} stripes of {rows}; rows kept: {kept}; "
-                     f"{s.moved_bytes} bytes moved, no MAC recomputed"
-                     + (f", {s.whole_macs - s.macs} MACs of unread rows skipped"
-                        if s.macs < s.whole_macs else ""))
+        skipped = (f", {s.whole_macs - s.macs} MACs of unread rows skipped"
+                   if s.macs < s.whole_macs else "")
+        text = (f"steps {s.first}-{s.last} (ops {ops}) in {len(s.stripes)} stripes of {rows}; "
+                f"rows kept: {kept}; {s.moved_bytes} bytes moved, no MAC recomputed{skipped}")
+        head = "striped" if s is mp.tiling.segments[0] else ""
+        wrapped = textwrap.wrap(text, 100 - 13, break_on_hyphens=False)
+        lines += [f"{head if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
     return lines
 
 

@@ -166,8 +166,10 @@ ROW_MAPS: dict[type, Callable[[Any], RowMap | None]] = {
 def row_map(binding: Binding, graph: Graph) -> RowMap | None:
     """How the op's output rows read its first input's rows, or None if it cannot stripe."""
     op = graph.operators[binding.op]
+    if len(op.outputs) != 1 or op.outputs[0] < 0:
+        return None
     out = graph.tensors[op.outputs[0]]
-    if len(op.outputs) != 1 or len(out.shape) != 4 or out.shape[0] != 1:
+    if len(out.shape) != 4 or out.shape[0] != 1:
         return None
     params = binding.params
     if binding.opcode in ELEMENTWISE and isinstance(params, BinaryOpParams):
