@@ -51,6 +51,7 @@ from toolchain.ops.overlaps import OverlapRule
 from toolchain.plan import ModelPlan, StateSlot
 from toolchain.planners import PooledPlacement, verify, verify_pools
 from toolchain.program import Control, Copy
+from toolchain.tiling import Segment, stripe_purpose, striped_params
 
 POISON = 0xA5
 FREE = -1  # the owner of a byte no live buffer holds
@@ -210,6 +211,9 @@ class ArenaInterpreter:
 
     def _step(self, step: int, active: bool) -> int:
         """One step and the steps of the subgraphs its op runs; returns the step after them."""
+        segment = self.model_plan.tiling.segment_at(step)
+        if segment is not None and active:
+            return self._segment(segment)
         plan = self.layout.steps[step]
         op = self.graph.operators[plan.op_index]
         params = self.params[plan.op_index]
@@ -232,6 +236,93 @@ class ArenaInterpreter:
         if active and self.observe is not None:  # after its subgraphs: what it hands on
             self.observe(plan.op_index, [self.views[t].copy() for t in op.outputs])
         return blocks[-1].stop if blocks else step + 1
+
+    def _segment(self, segment: Segment) -> int:
+        """A striped segment (toolchain.tiling): its stripes in order, each op on the rows the
+        stripe gives it. The output's rows are claimed as they are written and the input's rows
+        released as soon as no window reads them, so a plan that lets the output grow over rows
+        still needed fails here; the stripe buffers' rows not yet written hold poison."""
+        layout, graph = self.layout, self.graph
+        x, y = layout.holder_of.get(segment.input), layout.holder_of.get(segment.output)
+        steps = range(segment.first, segment.last + 1)
+        for step in steps:
+            op = graph.operators[layout.steps[step].op_index]
+            for claim in layout.steps[step].claims:
+                if claim.holder != y:
+                    self._claim(claim, step, op)
+        buffers = [self._stripe_view(segment, b) for b in segment.buffers]
+        dies = x is not None and segment.first <= layout.death.get(x, -1) <= segment.last
+        rows_of = {segment.input: 0, segment.output: 0}
+        where = {b.tensor: i for i, b in enumerate(segment.buffers)}
+        written = 0
+        for stripe in segment.stripes:
+            for view, base, kept, previous in zip(buffers, stripe.bases, stripe.kept,
+                                                  self._previous_bases(segment, stripe)):
+                if kept and base != previous:
+                    view[:, :kept] = view[:, base - previous:base - previous + kept].copy()
+                view[:, kept:].view(np.uint8)[...] = POISON
+
+            def rows(t: int, lo: int, hi: int, stripe=stripe) -> np.ndarray:
+                if t in rows_of:
+                    return self.views[t][:, lo:hi]
+                base, view = stripe.bases[where[t]], buffers[where[t]]
+                if not 0 <= lo - base <= hi - base <= view.shape[1]:
+                    raise PlanError(f"rows {lo}-{hi - 1} of tensor {t} lie outside its stripe "
+                                    f"buffer (rows {base}-{base + view.shape[1] - 1})",
+                                    self.source)
+                return view[:, lo - base:hi - base]
+
+            for work in stripe.ops:
+                op = graph.operators[work.op]
+                if work.op == segment.ops[-1] and y is not None:
+                    self._claim_rows(y, segment.output, written, work.out_hi, op)
+                    written = work.out_hi
+                _, in_lo, in_hi = work.reads[0]
+                params = striped_params(self.params[work.op], work.out_lo, work.out_hi, in_lo,
+                                        in_hi)
+                ins = [rows(t, lo, hi) for t, lo, hi in work.reads]
+                ins += [self.views[t] for t in op.inputs[len(ins):] if t >= 0]
+                KERNELS[op.kind](params, ins, [rows(op.outputs[0], work.out_lo, work.out_hi)])
+            if dies:
+                self._release_rows(x, segment.input, stripe.input_done_to)
+        for step in steps:
+            self._finish(step)
+        if self.observe is not None:
+            op = graph.operators[segment.ops[-1]]
+            self.observe(op.index, [self.views[t].copy() for t in op.outputs])
+        return segment.last + 1
+
+    @staticmethod
+    def _previous_bases(segment: Segment, stripe) -> tuple[int, ...]:
+        k = segment.stripes.index(stripe)
+        return segment.stripes[k - 1].bases if k else stripe.bases
+
+    def _stripe_view(self, segment: Segment, buffer) -> np.ndarray:
+        """The arena rows of an intermediate's stripe buffer, as NHWC rows of its dtype."""
+        holder = self.layout.stripe_holder[segment.first, buffer.tensor]
+        start, end = self.layout.spans[holder]
+        tensor = self.graph.tensors[buffer.tensor]
+        return (self.arena[start:end].view(np.dtype(tensor.dtype))
+                .reshape((1, buffer.rows, *tensor.shape[2:])))
+
+    def _row_bytes(self, tensor: int) -> int:
+        t = self.graph.tensors[tensor]
+        return t.nbytes // t.shape[1]
+
+    def _claim_rows(self, holder: int, tensor: int, lo: int, hi: int, op: Operator) -> None:
+        start = self.layout.spans[holder][0]
+        row = self._row_bytes(tensor)
+        self._claim(Claim(holder, start + lo * row, start + hi * row),
+                    self.layout.step_of[op.index], op)
+
+    def _release_rows(self, holder: int, tensor: int, rows: int) -> None:
+        """Poisons and frees the bytes of the input's first `rows` rows it still owns."""
+        start = self.layout.spans[holder][0]
+        end = start + rows * self._row_bytes(tensor)
+        owners = self.owner[start:end]
+        mine = owners == holder
+        self.arena[start:end][mine] = POISON
+        owners[mine] = FREE
 
     def _control(self, step: int, control: Control, blocks: tuple[range, ...],
                  active: bool) -> None:
@@ -371,8 +462,14 @@ class ArenaLayout:
             self.spans[holder] = self._span(plan.offsets[holder], graph.tensors[t].nbytes,
                                             model_plan.arena_bytes)
             self.labels[holder] = f"tensor {t} ({graph.tensors[t].name!r})"
-        step_of = {op: step for step, op in enumerate(order)}
+        self.step_of = step_of = {op: step for step, op in enumerate(order)}
         scratch_at: dict[int, list[Claim]] = {}
+        # (segment's first step, intermediate) -> the holder of its stripe buffer
+        holder_of_request = {(r.op, r.purpose): holder
+                             for holder, r in zip(scratch_holders, lifetimes.scratch)}
+        self.stripe_holder = {(s.first, b.tensor): holder_of_request[order[s.first],
+                                                                     stripe_purpose(b.tensor)]
+                              for s in model_plan.tiling.segments for b in s.buffers}
         for holder, request in zip(scratch_holders, lifetimes.scratch, strict=True):
             self.spans[holder] = self._span(plan.offsets[holder], request.size,
                                             model_plan.arena_bytes)

@@ -1,8 +1,8 @@
 """`make bench`: figures measured side by side in one run, printed as ratios.
 
 Not a test: timings vary from machine to machine, so nothing here asserts; it prints.
-Usage: python -m tests.bench [plan] [state] [scaling] [solve] [wide] [c] [quant] [runtime] [mcu]
-       [speed] [MODEL.tflite ...]
+Usage: python -m tests.bench [plan] [tiling] [state] [scaling] [solve] [wide] [c] [quant]
+       [runtime] [mcu] [speed] [MODEL.tflite ...]
 """
 
 from __future__ import annotations
@@ -197,7 +197,8 @@ def plan_row(path: Path) -> list[object]:
         ("optimal", "optimal", classic),
         ("+inplace", "best", replace(classic, inplace=True)),
         ("+overlap", "best", replace(classic, inplace=True, overlap=True)),
-        ("+order", "best", Techniques()),
+        ("+order", "best", Techniques(tiling="off")),
+        ("+tiling", "best", Techniques()),
     ]
     cells, times, lower, overlap_bound = [], [], 0, 0
     for _, planner, techniques in steps:
@@ -218,10 +219,46 @@ def plan_section(paths: list[Path]) -> None:
           "lower: no two live tensors share a byte, ovl: the bound when declared overlaps may "
           "share (of the last plan's order)")
     print(table(["model", "lower", "ovl", "naive", "freelist", "greedy", "optimal", "+inplace",
-                 "+overlap", "+order", "tflm head", "ours/tflm", "max ms"], rows))
-    ours = sum(r[9] for r in rows)
-    heads = sum(r[10] for r in rows if isinstance(r[10], int))
+                 "+overlap", "+order", "+tiling", "tflm head", "ours/tflm", "max ms"], rows))
+    ours = sum(r[10] for r in rows)
+    heads = sum(r[11] for r in rows if isinstance(r[11], int))
     print(f"sum: ours {ours} bytes, TFLM heads {heads} bytes, ratio {ours / heads:.3f}")
+
+
+def tiling_row(path: Path, count: bool) -> list[object]:
+    """The arena without and with striped segments, the bound each technique reaches, and
+    (with the Arm toolchain, `count`) the instructions striping adds on a Cortex-M4."""
+    from toolchain.bench import bench
+
+    model = read_model(path)
+    off = plan_model(model, techniques=Techniques(tiling="off"))
+    on = plan_model(model)
+    segments = on.tiling.segments
+    row = [path.stem, off.lower_bound_bytes, off.overlap_bound_bytes,
+           on.overlap_bound_bytes if segments else "-", off.arena_bytes, on.arena_bytes,
+           len(segments), sum(len(s.stripes) for s in segments),
+           sum(s.moved_bytes for s in segments)]
+    if not count or not segments:
+        return [*row, "-", "-", "-"]
+    m4 = [plan_model(model, target="cortex-m4", techniques=Techniques(tiling=t))
+          for t in ("off", "auto")]
+    if not m4[1].tiling.segments:
+        return [*row, m4[0].arena_bytes, m4[1].arena_bytes, "not striped"]
+    plain, striped = (bench(mp, check=False).instructions for mp in m4)
+    return [*row, m4[0].arena_bytes, m4[1].arena_bytes, f"{(striped - plain) / plain:+.2%}"]
+
+
+def tiling_section(paths: list[Path]) -> None:
+    from toolchain.checking.qemu_backend import missing
+
+    count = not missing()
+    print("striped segments (--tiling): arena bytes without and with, the bound each technique "
+          "reaches (lower: classic; ovl: outputs over their inputs; tiled: with the segments "
+          "striped, the most bytes that must coexist), the stripes' row moves (no MAC is "
+          "recomputed), and on a Cortex-M4 (QEMU) the arena and the instructions striping adds"
+          + ("" if count else " (skipped: no Arm toolchain or QEMU)"))
+    print(table(["model", "lower", "ovl", "tiled", "off", "auto", "segments", "stripes",
+                 "moved", "m4 off", "m4 auto", "m4 instr"], [tiling_row(p, count) for p in paths]))
 
 
 def state_section(paths: list[Path]) -> None:
@@ -479,13 +516,17 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     sections = [a for a in argv if not a.endswith(".tflite")] or [
-        "plan", "state", "scaling", "solve", "wide", "c", "quant", "runtime", "mcu", "speed"]
+        "plan", "tiling", "state", "scaling", "solve", "wide", "c", "quant", "runtime", "mcu",
+        "speed"]
     paths = [Path(a) for a in argv if a.endswith(".tflite")] or SHARED_MODEL_FILES
     if not paths:
         print("no models: pass .tflite paths or provide ../shared/models", file=sys.stderr)
         return 2
     if "plan" in sections:
         plan_section(paths)
+        print()
+    if "tiling" in sections:
+        tiling_section(paths)
         print()
     if "state" in sections and RECURRENT_MODEL_FILES:
         state_section(RECURRENT_MODEL_FILES)

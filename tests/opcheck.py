@@ -17,16 +17,18 @@ from toolchain.reader import parse_model
 
 def assert_matches_oracle(
     model_bytes: bytes, inputs: int = 3, seed: int = 0, planner: str = "greedy", c: bool = True,
-    sequence: int | None = None,
+    sequence: int | None = None, striped: bool = False,
 ) -> None:
     """Bit-exact for integer outputs, 1e-5 relative for float, on `inputs` random input sets
     (each a sequence of `sequence` invokes with the state kept; by default 3 for a model with
     state, else 1).
 
-    The compiled C joins unless `c` is off.
+    The compiled C joins unless `c` is off. With `striped`, the plan must run some segment
+    stripe by stripe (toolchain.tiling).
     """
     model = parse_model(model_bytes, "<built model>")
     mp = plan_model(model, planner)
+    assert mp.tiling.segments or not striped, "no segment is striped"
     extra = []
     if c:
         backend = CBackend(mp)

@@ -21,7 +21,7 @@ from toolchain.cli import main
 from toolchain.codegen import generate
 from toolchain.errors import ArenacError, PlanError
 from toolchain.memory import load_memory, parse_pool
-from toolchain.plan import plan_model
+from toolchain.plan import Techniques, plan_model
 from toolchain.planners import (
     Buffer,
     Placement,
@@ -37,6 +37,10 @@ FAST = Pool("fast", 2304, ".dtcm")
 SLOW = Pool("slow", 4096)
 
 
+# Pools plan whole ops: the single arena they are compared with too.
+WHOLE = Techniques(tiling="off")
+
+
 @pytest.fixture(scope="module")
 def chain() -> bytes:
     """Four 1152-byte tensors and two 32-byte scratch buffers; the best single arena is 2336
@@ -49,7 +53,7 @@ def pooled(data: bytes, pools=(FAST, SLOW), **options):
 
 
 def test_the_fast_pool_spills_exactly_what_it_must(chain):
-    single = plan_model(parse_model(chain, "chain.tflite"))
+    single = plan_model(parse_model(chain, "chain.tflite"), techniques=WHOLE)
     assert single.arena_bytes == single.overlap_bound_bytes == 2336 > FAST.capacity
     mp = pooled(chain)
     fast, slow = mp.pools
@@ -74,7 +78,7 @@ def test_runtime_py_runs_in_one_poisoned_array_per_pool(chain):
 def test_a_pool_that_holds_everything_takes_everything(chain):
     mp = pooled(chain, (Pool("big", 1 << 20), SLOW))
     assert set(mp.pool_of) == {0} and mp.pools[1].bytes == 0
-    assert mp.pools[0].bytes == plan_model(parse_model(chain)).arena_bytes
+    assert mp.pools[0].bytes == plan_model(parse_model(chain), techniques=WHOLE).arena_bytes
 
 
 def test_plain_buffers_spill_the_smallest_that_relieves_the_peak():
@@ -146,7 +150,7 @@ def test_the_c_puts_each_pool_in_its_own_array_and_section(chain):
     assert 'ARENAC_ALIGN(16) ARENAC_SECTION(".dtcm") static uint8_t p_fast_arena[2304];' in c
     assert "ARENAC_ALIGN(16) static uint8_t p_slow_arena[32];" in c
     assert "p_arena" not in c
-    default = generate(plan_model(parse_model(chain)), "p")["p.c"]
+    default = generate(plan_model(parse_model(chain), techniques=WHOLE), "p")["p.c"]
     assert "ARENAC_SECTION" not in default and "static uint8_t p_arena[2336];" in default
 
 

@@ -17,7 +17,7 @@ from toolchain.errors import ArenacError, PlanError, UnsupportedOpError
 from toolchain.examples import EXAMPLES
 from toolchain.ops import REGISTRY, operand_dtypes, unsupported_ops
 from toolchain.ops.spec import PORTABLE_C, kernels
-from toolchain.plan import plan_model
+from toolchain.plan import Techniques, plan_model
 from toolchain.planners import verify
 from toolchain.program import lower
 from toolchain.reader import parse_model, read_model
@@ -26,7 +26,8 @@ from toolchain.schema import fb
 
 
 def pooled_plan():
-    mp = plan_model(parse_model(EXAMPLES["tiny_cnn_int8"](), "tiny.tflite"), "greedy")
+    mp = plan_model(parse_model(EXAMPLES["tiny_cnn_int8"](), "tiny.tflite"), "greedy",
+                    techniques=Techniques(tiling="off"))  # every op its own kernel call
     scratch = [i for i, t in enumerate(mp.lifetimes.tensor_of) if t is None]
     assert scratch, "the pooling kernels request their accumulators as scratch"
     return mp, scratch

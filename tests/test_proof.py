@@ -17,7 +17,7 @@ from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import PlanError
 from toolchain.examples import EXAMPLES
 from toolchain.ops import bind
-from toolchain.plan import NO_TECHNIQUES, ModelPlan, plan_model
+from toolchain.plan import NO_TECHNIQUES, ModelPlan, Techniques, plan_model
 from toolchain.planners import Overlap, Placement, verify
 from toolchain.reader import parse_model, read_model
 
@@ -86,6 +86,7 @@ def test_every_unsafe_placement_of_a_shared_model_is_caught(path):
 
 
 def tiny_cnn_plan(**techniques) -> ModelPlan:
+    techniques.setdefault("techniques", Techniques(tiling="off"))  # every tensor whole
     return plan_model(parse_model(EXAMPLES["tiny_cnn_int8"](), "tiny.tflite"), "greedy",
                       **techniques)
 

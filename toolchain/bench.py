@@ -115,12 +115,17 @@ def bench_sources(mp: ModelPlan, name: str) -> tuple[dict[str, str], list[dict]]
     graph, program = mp.graph, mp.program
     # The steps the invoke calls: the main graph's (a CALL_ONCE's count holds the steps of the
     # subgraph it runs, as the state is reset before each), each op with code of its own.
+    # A striped segment is one step: the function that runs its stripes.
+    segments = {s.first: s for s in mp.tiling.segments}
     steps = [
         {"step": step, "op": op, "opcode": graph.operators[op].opcode, "fn": fn,
-         "comment": mp.step_label(step)}
+         "comment": mp.step_label(step)} if step not in segments else
+        {"step": step, "op": op, "opcode": "STRIPED", "fn": fn, "kernel": "stripes",
+         "comment": f"steps {step}-{segments[step].last} striped"}
         for step, op in enumerate(mp.lifetimes.order)
         if program.op_origin(op)[0] == mp.graph_index
-        and (fn := kernel_function(name, mp, op)) in defined
+        and (fn := f"{name}_stripes{step}" if step in segments
+             else kernel_function(name, mp, op)) in defined
     ]
     harness = render(
         "mcu/bench_main.c.j2",
@@ -194,7 +199,8 @@ def bench(mp: ModelPlan, name: str = "model", optimization: str = "-O2",
         matches = all(np.array_equal(e, a) for e, a in zip(expected, outputs))
     symbols = {k["function"]: k["bytes"] for k in figures["kernels"]}
     result_steps = tuple(
-        StepCount(s["step"], s["op"], s["opcode"], kernel_name(mp, s["op"]), s["fn"],
+        StepCount(s["step"], s["op"], s["opcode"], s.get("kernel") or kernel_name(mp, s["op"]),
+                  s["fn"],
                   count - empty, symbols.get(s["fn"], 0))
         for s, count in zip(steps, per_step))
     return BenchResult(

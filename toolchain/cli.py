@@ -107,6 +107,7 @@ def planning(args: argparse.Namespace) -> dict:
     techniques = Techniques(
         inplace=not args.no_inplace, overlap=not args.no_overlap, schedule=args.schedule,
         fuse_padding=not args.no_fuse_padding,
+        tiling=args.tiling,
     )
     pools, pins = memory_of(args)
     return dict(
@@ -281,7 +282,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from toolchain.embed import embed_file, measure_tflm_arena
 
     args.no_inplace = args.no_overlap = args.no_fuse_padding = True
-    args.schedule = "model"
+    args.schedule, args.tiling = "model", "off"
     if args.pool or args.memory:
         raise ArenacError("TFLite Micro plans one arena: embed takes no pools", args.model)
     mp = planned(args)
@@ -540,6 +541,9 @@ def add_planning(p: argparse.ArgumentParser) -> None:
                         "(fused, its padded tensor never exists)")
     p.add_argument("--schedule", choices=["auto", "model"], default="auto",
                    help="operator order: memory-aware (auto, default) or the file's (model)")
+    p.add_argument("--tiling", choices=["auto", "off"], default="auto",
+                   help="run chains of convolutions and pooling stripe by stripe where that "
+                        "lowers the arena (auto, default) or never (off)")
     p.add_argument("--pool", action="append", type=pool_spec, default=[],
                    metavar="NAME:SIZE[:SECTION]",
                    help="a memory pool instead of one arena, SIZE in bytes, K or M; repeat "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,18 +28,27 @@ from toolchain.ops.emit import (
     Kernel,
     OpContext,
     c_array,
+    c_comment,
     c_float,
     c_int64,
     c_length,
+    c_sum,
     helper_definitions,
     needs_math_h,
 )
 from toolchain.ops.spec import PORTABLE_C
-from toolchain.plan import ModelPlan, StateSlot
+from toolchain.plan import ModelPlan, StateSlot, segment_overlaps
 from toolchain.planners import PooledPlacement, verify, verify_pools
 from toolchain.render import render
 from toolchain.targets import get_target
 from toolchain.text import c_identifier, c_text
+from toolchain.tiling import (
+    Segment,
+    stripe_purpose,
+    stripe_runs,
+    stripe_scratch_fits,
+    striped_params,
+)
 
 # The fixed-point functions every file may define (templates/c/model.c.j2): each is defined only
 # where a kernel calls it, so that no compiler warns of an unused static function.
@@ -130,7 +139,12 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     places = [mp.place(i) for i in positions]
     array_of = [arena_symbol if k is None else pools[k]["symbol"] for k, _ in places]
     scratch_of: dict[int, list[str]] = {}  # op -> its scratch, by slot of the offset table
+    stripe_slot: dict[tuple[int, str], int] = {}  # a stripe buffer's (op, purpose) -> its slot
+    stripe_purposes = {stripe_purpose(b.tensor) for s in mp.tiling.segments for b in s.buffers}
     for k, (request, _) in enumerate(scratch, start=len(offsets)):
+        if request.purpose in stripe_purposes:
+            stripe_slot[request.op, request.purpose] = k
+            continue
         if request.kernel:  # else held only as TFLite Micro's kernel would hold it
             scratch_of.setdefault(request.op, []).append(f"({array_of[k]} + {name}_offsets[{k}])")
     program = mp.program
@@ -185,9 +199,18 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     used: set[int] = set()  # tensors some kernel points at
     kernel_of: dict[int, Kernel] = {}
 
+    segment_of = {step: seg for seg in mp.tiling.segments
+                  for step in range(seg.first, seg.last + 1)}
+
     def call(step: int) -> str:
         """The line that runs a step: a call, or for an op with no code a comment saying why."""
         op_index = order[step]
+        if step in segment_of:
+            seg = segment_of[step]
+            what = f"step {step}: {mp.step_label(step)}"
+            if step != seg.first:
+                return f"/* {what}: runs in the stripes of step {seg.first} */"
+            return f"{name}_stripes{step}(); /* steps {seg.first}-{seg.last} striped */"
         kernel = kernel_of[op_index]
         what = f"step {step}: {mp.step_label(step)}"
         if not kernel.text:
@@ -232,10 +255,118 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         return CControl(c_tensor(control.condition), tuple(blocks),
                         copy_lines(control.entry, "starts as"))
 
+    def emit(context: OpContext) -> Kernel:
+        op_index = context.op.index
+        binding = program.bindings[op_index]
+        emitter = binding.variant if binding.variant is not None else REGISTRY[context.op.kind]
+        try:
+            return emitter.emit(context)
+        except ArenacError as e:  # an emitter's refusal names the op and the file
+            raise type(e)(f"{program.op_label(op_index)} {context.op.opcode}: {e.message}",
+                          source) from None
+
+    def emit_segment(seg: Segment) -> None:
+        """A striped segment's kernels, one per op and run of alike stripes, and the function
+        that runs them stripe by stripe (toolchain.tiling)."""
+        produced = {o: graph.operators[o].outputs[0] for o in seg.ops}
+        constants_of: dict[str, str] = {}  # file-scope constant -> its definition
+        cursor = f"{name}_stripe{seg.first}"
+        first_op = order[seg.first]
+        buffer_at = {b.tensor: (b, stripe_slot[first_op, stripe_purpose(b.tensor)])
+                     for b in seg.buffers}
+        ops = ", ".join(program.op_label(o) for o in seg.ops)
+        texts.append(c_comment(f"Steps {seg.first}-{seg.last} ({ops}) run in "
+                               f"{len(seg.stripes)} stripes of "
+                               f"{counted(seg.height, 'output row')}; {cursor} is the stripe "
+                               "the kernels below are on.") + f"\nstatic int {cursor};")
+        keep = {b.tensor: f"rows{b.tensor}" for b in seg.buffers}
+        moving: set[int] = set()  # the stripe buffers whose rows move up
+
+        def rows_at(t: int, place, row: int, rows: int, start: int) -> CTensor:
+            tensor = graph.tensors[t]
+            ctype, elems = C_TYPES[tensor.dtype], tensor.num_elements // tensor.shape[1]
+            if t in buffer_at:
+                base = f"(({ctype} *)({arena_symbol} + {name}_offsets[{buffer_at[t][1]}]))"
+                at = str(row)
+            else:
+                base = pointer(t)
+                row0, per = place
+                constant = row0 - per * start
+                at = c_sum([(cursor, per)], constant) if per else str(row0)
+            ptr = base if at == "0" else f"({base} + ({at}) * {elems})"
+            return CTensor(t, c_text(tensor.name), tensor.dtype,
+                           (1, rows, *tensor.shape[2:]), ptr, None, used)
+
+        runs = []
+        for run in stripe_runs(seg, params, produced):
+            stripe = seg.stripes[run.start]
+            previous = seg.stripes[run.start - 1].bases if run.start else stripe.bases
+            lines = []
+            for (b, _), kept, base, before in zip(buffer_at.values(), stripe.kept,
+                                                  stripe.bases, previous):
+                if kept and base != before:
+                    at = keep[b.tensor]
+                    moving.add(b.tensor)
+                    lines.append(f"memmove({at}, {at} + {(base - before) * b.row_bytes}, "
+                                 f"{kept * b.row_bytes}); /* keep its last "
+                                 f"{'row' if kept == 1 else f'{kept} rows'} at the top */")
+            for w, places in zip(stripe.ops, run.rows):
+                op = graph.operators[w.op]
+                _, lo, hi = w.reads[0]
+                ins = [rows_at(t, place, r_lo - (stripe.bases[seg.buffer_of(t)]
+                                                 if t in buffer_at else 0),
+                               r_hi - r_lo, run.start)
+                       for (t, r_lo, r_hi), place in zip(w.reads, places)]
+                out_t = produced[w.op]
+                out = rows_at(out_t, places[-1], w.out_lo - (
+                    stripe.bases[seg.buffer_of(out_t)] if out_t in buffer_at else 0),
+                    w.out_hi - w.out_lo, run.start)
+                fn = f"{fns[w.op]}_stripes{run.start}"
+                context = OpContext(
+                    fn, f"{name}_{program.op_symbol(w.op)}s", op,
+                    striped_params(params[w.op], w.out_lo, w.out_hi, lo, hi),
+                    (*ins, *(c_tensor(t) for t in op.inputs[len(ins):])), (out,),
+                    tuple(scratch_of.get(w.op, ())), None, program.op_label(w.op),
+                    op_rows=graph.tensors[out_t].shape[1])
+                if not stripe_scratch_fits(program.bindings[w.op], context.params):
+                    raise PlanError(f"{program.op_label(w.op)} {op.opcode}: a stripe's kernel "
+                                    "needs more scratch than the op's", source)
+                # The runs of an op share its constants; one whose differ has its own.
+                kernel = emit(context)
+                text = shared_definitions(kernel.text, constants_of)
+                if text is None:
+                    kernel = emit(replace(context, prefix=f"{context.prefix}{run.start}"))
+                    text = shared_definitions(kernel.text, constants_of)
+                kernel_of[w.op] = kernel
+                stripes = (f"stripes {run.start}-{run.start + run.count - 1}" if run.count > 1
+                           else f"stripe {run.start}")
+                texts.append(c_comment(
+                    f"{program.op_label(w.op)} in {stripes} of step {seg.first}: "
+                    f"{counted(w.out_hi - w.out_lo, 'output row')} of its "
+                    f"{graph.tensors[out_t].shape[1]} from {counted(hi - lo, 'input row')}.")
+                    + "\n" + text)
+                groups.extend(kernel.helpers)
+                then = f", then the next {w.out_hi - w.out_lo} each stripe" if run.count > 1 else ""
+                rows = (f"row {w.out_lo}" if w.out_hi - w.out_lo == 1
+                        else f"rows {w.out_lo}-{w.out_hi - 1}")
+                lines.append(f"{fn}(); /* {program.op_label(w.op)}: output {rows}{then} */")
+            runs.append({"loop": run.count > 1, "start": run.start,
+                         "stop": run.start + run.count, "lines": lines})
+        declarations = [f"uint8_t *const {keep[b.tensor]} = {arena_symbol} + "
+                        f"{name}_offsets[{slot}]; /* {program.tensor_label(b.tensor)}: "
+                        f"{b.rows} rows */" for b, slot in buffer_at.values() if b.tensor in moving]
+        texts.append(render("c/stripes.c.j2", v={"fn": f"{name}_stripes{seg.first}",
+                                                 "cursor": cursor, "runs": runs,
+                                                 "declarations": declarations}))
+
     def emit_subgraph(subgraph: int) -> None:
         for step in steps_of.get(subgraph, ()):
             op_index = order[step]
             op = graph.operators[op_index]
+            if step in segment_of:
+                if step == segment_of[step].first:
+                    emit_segment(segment_of[step])
+                continue
             callee = None
             if op_index in program.calls:
                 called = program.calls[op_index]
@@ -258,14 +389,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                       for slot in mp.state_slots if slot.op == op_index),
                 program.target,
             )
-            binding = program.bindings[op_index]
-            emitter = binding.variant if binding.variant is not None else REGISTRY[op.kind]
-            try:
-                kernel = (fused_kernel(program, binding.params)
-                          if isinstance(binding.params, PadFusion) else emitter.emit(context))
-            except ArenacError as e:  # an emitter's refusal names the op and the file
-                raise type(e)(f"{program.op_label(op_index)} {op.opcode}: {e.message}",
-                              source) from None
+            kernel = emit(context)
             kernel_of[op_index] = kernel
             if kernel.text:
                 texts.append(kernel.text)
@@ -392,13 +516,65 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     }
 
 
+# The first name a top-level definition gives: `static const int8_t NAME[4] = ...`,
+# `static void NAME(void) {`.
+DEFINED_NAME = re.compile(r"\b(\w+)\s*[\[(]")
+TOP_LEVEL_STARTS = ("static", "ARENAC_", "/*", "#")
+MACROS = re.compile(r"\bARENAC_\w+(?:\([^)]*\))?\s*")  # ARENAC_ALIGN(4), ARENAC_DSP_KERNEL
+
+
+def top_level_items(text: str) -> list[tuple[str | None, str]]:
+    """A kernel's text as its top-level items, each with the comment above it, and the name it
+    defines (None for one that defines nothing, such as a lone comment)."""
+    items: list[list[str]] = []
+
+    def definition(lines: list[str]) -> str | None:
+        return next((x for x in lines if x.startswith(("static", "ARENAC_"))), None)
+
+    for line in text.splitlines(keepends=True):
+        below_its_comment = (items and items[-1][0].startswith("/*")
+                             and definition(items[-1]) is None and not line.startswith("/*"))
+        if not items or line.startswith(TOP_LEVEL_STARTS) and not below_its_comment:
+            items.append([line])
+        else:
+            items[-1].append(line)
+    named = []
+    for lines in items:
+        head = definition(lines)
+        found = DEFINED_NAME.search(MACROS.sub("", head).split("=")[0]) if head else None
+        named.append((found.group(1) if found else None, "".join(lines)))
+    return named
+
+
+def shared_definitions(text: str, defined: dict[str, str]) -> str | None:
+    """A kernel's text without what an earlier kernel defined alike (recording its own), or
+    None when it defines a name an earlier one defined otherwise."""
+    items = top_level_items(text)
+    if any(n is not None and defined.get(n, d) != d for n, d in items):
+        return None
+    kept = []
+    for n, d in items:
+        if n is None or n not in defined:
+            kept.append(d)
+        if n is not None:
+            defined[n] = d
+    return "".join(kept)
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 row", "3 rows"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def traced_tensors(mp: ModelPlan) -> list[tuple[int, int]]:
     """(step, tensor) of every value the main graph's ops write, in execution order: what a
     per-layer check compares (a called subgraph's tensors and resource handles excepted)."""
     graph, program = mp.graph, mp.program
     main = set(program.ops_of(program.graph_index))
+    striped = mp.tiling.intermediates()  # never whole: only their stripes' rows exist
     return [(step, t) for step, op in enumerate(mp.lifetimes.order) if op in main
-            for t in graph.operators[op].outputs if t >= 0 and not graph.tensors[t].is_handle]
+            for t in graph.operators[op].outputs
+            if t >= 0 and not graph.tensors[t].is_handle and t not in striped]
 
 
 def pool_arrays(mp: ModelPlan, name: str) -> list[dict]:
@@ -587,7 +763,8 @@ def check_plan(mp: ModelPlan, external_io: bool) -> None:
             "the plan's buffers (sizes or lives) are not the ones this graph needs", source
         )
     kept = mp.program.control_lives(mp.lifetimes.order)[1]
-    allowed = set(overlap_pairs(graph, mp.lifetimes, mp.program.bindings, kept=kept))
+    allowed = {*overlap_pairs(graph, mp.lifetimes, mp.program.bindings, kept=kept),
+               *segment_overlaps(mp.lifetimes, mp.tiling, kept)}
     for o in mp.plan.overlaps:
         if o not in allowed:
             raise PlanError(

@@ -213,13 +213,20 @@ def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
 
     graph = mp.graph
     kernel_names = {index: kernel_function(name, mp, index) for index in mp.lifetimes.order}
+    striped = {op for s in mp.tiling.segments for op in s.ops}
+
+    def functions(index: int, fn: str) -> list[str]:
+        """A kernel's function; a striped op's, one per run of alike stripes."""
+        return [f for f in symbols if f.startswith(f"{fn}_stripes")] if index in striped \
+            else [fn] if fn in symbols else []
+
     kernels = [
         {
             "op": index,
             "opcode": graph.operators[index].opcode,
-            "function": fn,
-            "bytes": symbols.get(fn, ("t", 0))[1],
-            "present": fn in symbols,
+            "function": f"{fn}_stripes*" if index in striped else fn,
+            "bytes": sum(symbols[f][1] for f in functions(index, fn)),
+            "present": bool(functions(index, fn)),
         }
         for index, fn in kernel_names.items()
     ]

@@ -112,6 +112,7 @@ def compute_lifetimes(
     outside: Collection[int] = (),
     roles: TensorRoles | None = None,
     lives: Mapping[int, int] | None = None,
+    merged: Mapping[int, int] | None = None,
 ) -> Lifetimes:
     """Buffers (id, size, first, last) for every activation tensor and scratch request.
 
@@ -120,11 +121,13 @@ def compute_lifetimes(
     its own (inputs and outputs with external I/O): they get no arena space. `roles`, when
     the caller has them already, spare deriving them again. `lives` gives tensors a step they
     live to at least, beyond their readers (what IF and WHILE copy between the steps of their
-    subgraphs: toolchain.program.Program.control_lives).
+    subgraphs: toolchain.program.Program.control_lives). `merged` maps steps to the step they
+    count at (a striped segment's steps all count at its first: toolchain.tiling).
     """
     order = tuple(model_order(graph) if order is None else order)
     roles = check_order(graph, order, source, roles)
-    step_of = {op: step for step, op in enumerate(order)}
+    merged = merged or {}
+    step_of = {op: merged.get(step, step) for step, op in enumerate(order)}
     last_step = max(len(order) - 1, 0)
     tensors = graph.tensors
     first = {t: 0 for t in roles.graph_inputs}
@@ -133,7 +136,7 @@ def compute_lifetimes(
     for step, op_index in enumerate(order):
         for t in graph.operators[op_index].inputs:
             if t >= 0 and roles.planned[t]:
-                last[t] = step
+                last[t] = merged.get(step, step)
     for t in roles.graph_outputs:
         if t in first:
             last[t] = last_step

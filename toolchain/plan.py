@@ -23,6 +23,7 @@ from toolchain.lifetimes import (
 from toolchain.planners import (
     PLANNERS,
     Deadline,
+    Overlap,
     Placement,
     Pool,
     PoolArena,
@@ -35,6 +36,7 @@ from toolchain.planners import (
     smallest_plan,
     verify,
 )
+from toolchain.planners.base import step_loads
 from toolchain.planners.csvio import load_offsets
 from toolchain.planners.tflm import TFLMPlanner
 from toolchain.program import Program, lower
@@ -42,6 +44,16 @@ from toolchain.progress import step
 from toolchain.quant import variable_fill
 from toolchain.schedule import schedule
 from toolchain.targets import GENERIC
+from toolchain.tiling import (
+    NO_TILING,
+    Segment,
+    Tiling,
+    choose_tiling,
+    fits_scratch,
+    stripe_chain,
+    stripe_purpose,
+)
+from toolchain.tiling import candidates as stripe_candidates
 
 STATE_ALIGNMENT = 16
 # The most of the time limit the schedule search may take; the planners have the rest.
@@ -103,6 +115,10 @@ class ModelPlan:
     pool_of: tuple[int, ...] = ()
     state_pool: int | None = None
     weights_pool: int | None = None  # where the weights are copied at the first invoke
+    # The segments run stripe by stripe (toolchain.tiling); the bounds above are then those of
+    # the striped buffers, and `untiled_bound_bytes` the overlap bound without tiling.
+    tiling: Tiling = NO_TILING
+    untiled_bound_bytes: int | None = None
 
     def reserved_in(self, k: int) -> str:
         """What pool k holds besides buffers, in words ("" for nothing)."""
@@ -200,9 +216,15 @@ class ModelPlan:
 
     def rows(self) -> list[BufferRow]:
         tensors = self.graph.tensors
+        stripes = {stripe_purpose(b.tensor) for s in self.tiling.segments for b in s.buffers}
+        requests = iter(self.lifetimes.scratch)
         rows = []
         for buf, tensor, off in zip(self.plan.buffers, self.lifetimes.tensor_of, self.plan.offsets):
-            name = tensors[tensor].name if tensor is not None else "<scratch>"
+            if tensor is None:
+                purpose = next(requests).purpose
+                name = f"<{purpose}>" if purpose in stripes else "<scratch>"
+            else:
+                name = tensors[tensor].name
             rows.append(BufferRow(buf.id, tensor, name, buf.size, buf.first, buf.last, off))
         return rows
 
@@ -260,9 +282,11 @@ class Techniques:
     overlap: bool = True  # convolution and pooling outputs over the rows they have consumed
     schedule: str = "auto"  # "auto": memory-aware operator order; "model": the file's order
     fuse_padding: bool = True  # a PAD's padding applied by the windowed op reading it
+    tiling: str = "auto"  # "auto": striped segments where they lower the arena; "off": none
 
 
-NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model", fuse_padding=False)
+NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model", fuse_padding=False,
+                           tiling="off")
 
 BEST = "best"
 # Every planner a user may name, `best` first: the one default is `best`, everywhere.
@@ -338,10 +362,120 @@ def plan_model(
                                      deadline.share(SCHEDULE_SHARE), scratch, roles)
     lives, kept = program.control_lives(order)  # a called subgraph's steps follow its call
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
-    lifetimes = compute_lifetimes(graph, order, scratch, model.source, outside, roles, lives)
-    overlaps = overlap_pairs(
-        graph, lifetimes, program.bindings, techniques.inplace, techniques.overlap, kept
-    )
+
+    def problem(tiling: Tiling) -> tuple[Lifetimes, tuple[Overlap, ...]]:
+        return tiled_problem(program, order, scratch, outside, roles, lives, kept, techniques,
+                             tiling)
+
+    lifetimes, overlaps = problem(NO_TILING)
+
+    def bounds(lifetimes: Lifetimes, overlaps) -> dict:
+        return dict(lower_bound_bytes=lower_bound(lifetimes.buffers, alignment),
+                    naive_bytes=naive_sum(lifetimes.buffers, alignment),
+                    overlap_bound_bytes=lower_bound_with_overlaps(lifetimes.buffers, overlaps,
+                                                                  alignment))
+
+    tiling = NO_TILING
+    # Striping is an overlap of the segment output over its input, and TFLite Micro's
+    # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
+    if techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
+            and program.layout is None and not pools:
+        with step("tiling"):
+            tiling = tiling_for(program, order, kept, problem, alignment)
+    tiled = None
+    if tiling.segments:
+        tiled_lifetimes, tiled_overlaps = problem(tiling)
+
+        def striped(placement: Placement) -> ModelPlan:
+            return ModelPlan(program=program, lifetimes=tiled_lifetimes, plan=placement,
+                             **bounds(tiled_lifetimes, tiled_overlaps), tiling=tiling,
+                             untiled_bound_bytes=lower_bound_with_overlaps(
+                                 lifetimes.buffers, overlaps, alignment))
+
+        if offsets_csv is not None:  # a solution of the striped problem, or else of the other
+            try:
+                return striped(loaded_plan(offsets_csv, tiled_lifetimes.buffers, tiled_overlaps,
+                                           alignment))
+            except ArenacError:
+                pass
+        else:
+            tiled, _ = place(program, tiled_lifetimes, tiled_overlaps, planner, dict(options),
+                             None, (), {}, time_limit / 2, alignment, deadline.share(0.5))
+    plan, pooled = place(program, lifetimes, overlaps, planner, options, offsets_csv, pools,
+                         pins, time_limit / (2 if tiled else 1), alignment, deadline)
+    if tiled is not None and tiled.arena_bytes < plan.arena_bytes:
+        return striped(tiled)
+    return ModelPlan(program=program, lifetimes=lifetimes, plan=plan,
+                     **bounds(lifetimes, overlaps), **pooled)
+
+
+def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int) -> Tiling:
+    """The striped segments that lower the bound of the plan (toolchain.tiling)."""
+    graph = program.graph
+    built: dict[tuple, Segment | None] = {}
+    scores: dict[tuple, tuple[tuple[int, int], int]] = {}
+
+    def key(tiling: Tiling) -> tuple:
+        return tuple((s.first, s.last, s.height) for s in tiling.segments)
+
+    def evaluate(tiling: Tiling) -> tuple[tuple[int, int], int]:
+        if key(tiling) not in scores:
+            lifetimes, overlaps = problem(tiling)
+            loads = step_loads(lifetimes.buffers, overlaps, alignment)
+            peak = max(loads, key=lambda s: (loads[s], -s), default=0)
+            scores[key(tiling)] = (loads.get(peak, 0), sum(loads.values())), peak
+        return scores[key(tiling)]
+
+    chains = stripe_candidates(graph, program.bindings, order, frozenset(kept))
+
+    params = [b.params if b is not None else None for b in program.bindings]
+
+    def build(chain, height: int) -> Segment | None:
+        """The segment, unless a stripe's kernel would ask for more scratch than its op's."""
+        at = (chain.first, chain.ops, height)
+        if at not in built:
+            segment = stripe_chain(chain, height, graph, program.bindings)
+            built[at] = segment if fits_scratch(segment, program.bindings, params) else None
+        return built[at]
+
+    return choose_tiling(chains, build, evaluate)
+
+
+def tiled_problem(program: Program, order: Sequence[int], scratch, outside, roles, lives,
+                  kept, techniques: Techniques, tiling: Tiling
+                  ) -> tuple[Lifetimes, tuple[Overlap, ...]]:
+    """The planner's buffers and overlaps for `tiling`: a segment's steps all count at its
+    first, its intermediates give way to their stripe buffers (scratch of its first op), and its
+    output may start `shift` bytes below its input when the input dies there."""
+    graph, source = program.graph, program.model.source
+    stripes = tuple(ScratchRequest(order[s.first], b.size, stripe_purpose(b.tensor))
+                    for s in tiling.segments for b in s.buffers)
+    lifetimes = compute_lifetimes(graph, order, (*scratch, *stripes), source,
+                                  set(outside) | tiling.intermediates(), roles, lives,
+                                  tiling.merged_steps())
+    overlaps = overlap_pairs(graph, lifetimes, program.bindings, techniques.inplace,
+                             techniques.overlap, kept)
+    return lifetimes, (*overlaps, *segment_overlaps(lifetimes, tiling, kept))
+
+
+def segment_overlaps(lifetimes: Lifetimes, tiling: Tiling, kept) -> tuple[Overlap, ...]:
+    """Each striped segment's output over its input, when the input dies in the segment: the
+    output may start `shift` bytes below it (toolchain.tiling)."""
+    buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+    pairs = []
+    for s in tiling.segments:
+        above, below = buffer_of.get(s.input), buffer_of.get(s.output)
+        if above is None or below is None or s.input in kept:
+            continue
+        if lifetimes.buffers[above].last == s.first == lifetimes.buffers[below].first:
+            pairs.append(Overlap(below, above, s.shift))
+    return tuple(pairs)
+
+
+def place(program: Program, lifetimes: Lifetimes, overlaps, planner: str, options: dict,
+          offsets_csv: str | None, pools: Sequence[Pool], pins, time_limit: float,
+          alignment: int, deadline: Deadline) -> tuple[Placement, dict]:
+    """The planners' placement of one problem (with the pools' fields, if any)."""
     pooled = {}
     if offsets_csv is not None:
         if pools:
@@ -359,15 +493,7 @@ def plan_model(
                 plan = pooled.pop("plan")
             else:
                 plan = smallest_plan(lifetimes.buffers, candidates, alignment, overlaps, deadline)
-    return ModelPlan(
-        program=program,
-        lifetimes=lifetimes,
-        plan=plan,
-        lower_bound_bytes=lower_bound(lifetimes.buffers, alignment),
-        naive_bytes=naive_sum(lifetimes.buffers, alignment),
-        overlap_bound_bytes=lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment),
-        **pooled,
-    )
+    return plan, pooled
 
 
 def pool_plan(program: Program, lifetimes: Lifetimes, overlaps, pools: Sequence[Pool],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import textwrap
 from typing import Any
 
 from toolchain.errors import ArenacError
@@ -241,6 +242,8 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
         "naive_bytes": mp.naive_bytes,
         "arena_over_lower_bound": ratio(mp.arena_bytes, mp.lower_bound_bytes),
         "overlap_bound_bytes": mp.overlap_bound_bytes,
+        "untiled_bound_bytes": mp.untiled_bound_bytes,
+        "tiling": [segment_data(mp, s) for s in mp.tiling.segments],
         "proven_optimal": mp.plan.proven_optimal,
         "gap_bytes": mp.plan.gap_bytes,
         "order": list(mp.lifetimes.order),
@@ -460,7 +463,15 @@ def plan_text(mp: ModelPlan) -> str:
         f"lower bound  {mp.lower_bound_bytes} bytes "
         f"(arena / lower bound = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f})"
     )
-    out.append(f"             {mp.overlap_bound_bytes} bytes when outputs may overlap their inputs")
+    if mp.untiled_bound_bytes is None:
+        out.append(f"             {mp.overlap_bound_bytes} bytes when outputs may overlap their "
+                   "inputs")
+    else:
+        out.append(f"             {mp.untiled_bound_bytes} bytes when outputs may overlap their "
+                   "inputs")
+        out.append(f"             {mp.overlap_bound_bytes} bytes with the segments striped "
+                   "(the most bytes that must coexist)")
+    out.extend(tiling_lines(mp))
     out.append(
         f"naive sum    {mp.naive_bytes} bytes "
         f"(arena / naive = {ratio(mp.arena_bytes, mp.naive_bytes):.3f})"
@@ -468,6 +479,33 @@ def plan_text(mp: ModelPlan) -> str:
     out.append("")
     out.append(memory_map_text(mp.rows(), mp.arena_bytes, len(mp.lifetimes.order)))
     return "\n".join(out)
+
+
+def segment_data(mp: ModelPlan, s) -> dict[str, Any]:
+    """One striped segment as `plan --json` gives it."""
+    return {"steps": [s.first, s.last], "ops": list(s.ops), "input": s.input, "output": s.output,
+            "stripe_rows": s.height, "stripes": len(s.stripes), "shift": s.shift,
+            "moved_bytes": s.moved_bytes, "macs": s.macs, "whole_macs": s.whole_macs,
+            "buffers": [{"tensor": b.tensor, "rows": b.rows, "bytes": b.size}
+                        for b in s.buffers]}
+
+
+def tiling_lines(mp: ModelPlan) -> list[str]:
+    """What the striped segments are, a few lines each within 100 columns."""
+    lines = []
+    for s in mp.tiling.segments:
+        ops = ", ".join(str(o) for o in s.ops)
+        kept = ", ".join(f"{b.rows} of {mp.graph.tensors[b.tensor].shape[1]}"
+                         for b in s.buffers)
+        rows = f"{s.height} output row{'s' if s.height > 1 else ''}"
+        skipped = (f", {s.whole_macs - s.macs} MACs of unread rows skipped"
+                   if s.macs < s.whole_macs else "")
+        text = (f"steps {s.first}-{s.last} (ops {ops}) in {len(s.stripes)} stripes of {rows}; "
+                f"rows kept: {kept}; {s.moved_bytes} bytes moved, no MAC recomputed{skipped}")
+        head = "striped" if s is mp.tiling.segments[0] else ""
+        wrapped = textwrap.wrap(text, 100 - 13, break_on_hyphens=False)
+        lines += [f"{head if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
+    return lines
 
 
 def memory_map_text(rows: list[BufferRow], arena: int, steps: int, height: int = 16) -> str:

@@ -562,7 +562,10 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     widens into the scratch, each block then multiplied by the filter two channels at a time:
     the pointwise kernel's and the im2col convolution's."""
     prefix = ctx.prefix
-    wide = m.batches * m.rows * m.pixels >= WIDE_FILTER_PIXELS
+    pixels_in_all = m.batches * m.rows * m.pixels  # of every call sharing the filter
+    if ctx.op_rows:  # a stripe's: the stripes of the op share its filter
+        pixels_in_all = pixels_in_all * ctx.op_rows // ctx.outputs[0].shape[1]
+    wide = pixels_in_all >= WIDE_FILTER_PIXELS
     tables, output, output_comment = output_values(
         prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
                                   "filter row's sum (int32, wrapped)"))

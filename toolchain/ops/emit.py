@@ -123,6 +123,9 @@ class OpContext:
     # the toolchain.targets name the C is made for: a portable kernel may shape its loops for
     # the host's vector units (generic) or for a Cortex-M's registers
     target: str = GENERIC
+    # A stripe's kernel (toolchain.tiling): the rows of the op's whole output, of which it
+    # writes some; the kernels of the op's stripes share its constants. 0: the whole op.
+    op_rows: int = 0
 
 
 @dataclass(frozen=True)

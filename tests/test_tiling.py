@@ -1,0 +1,207 @@
+"""Striped execution (toolchain.tiling): chains of windowed ops run stripe by stripe, bit-exact
+against LiteRT in runtime_py and in C, and a stripe plan that is unsafe by one row fails."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runtime_py.interpreter import ArenaInterpreter
+from tests.conftest import tflm_head_figures
+from tests.opcheck import assert_matches_oracle, assert_varied
+from toolchain.builder import ModelBuilder
+from toolchain.checking.c_backend import CBackend
+from toolchain.checking.check import check_plan, random_inputs
+from toolchain.cli import main
+from toolchain.errors import PlanError
+from toolchain.plan import Techniques, plan_model
+from toolchain.planners import verify
+from toolchain.reader import parse_model, read_model
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
+
+
+def mobilenet_stem() -> bytes:
+    """A MobileNet-like stem: the wide pointwise output is the peak unless it is striped."""
+    b = ModelBuilder("int8", seed=7)
+    x = b.input("x", (1, 24, 20, 3), "int8", scale=0.05, zero_point=-3)
+    y = b.conv_2d(x, 8, 3, stride=2, activation="RELU6")
+    y = b.depthwise_conv_2d(y, 3, activation="RELU6")
+    y = b.conv_2d(y, 32, 1, activation="RELU6")
+    y = b.depthwise_conv_2d(y, 3, stride=2, activation="RELU6")
+    y = b.max_pool_2d(y, 2, 1, "SAME")
+    y = b.conv_2d(y, 8, 1)
+    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (6, 5), 1, "VALID"), (1, 8))))
+    return b.build()
+
+
+def residual_block() -> bytes:
+    """Two 3x3 convolutions and a skip ADD of the block's input, then a strided block with a
+    1x1 strided shortcut: the input is read by two branches."""
+    b = ModelBuilder("int8", seed=11)
+    x = b.input("x", (1, 16, 12, 4), "int8", scale=0.04, zero_point=2)
+    s = b.conv_2d(x, 16, 3, activation="RELU")
+    y = b.conv_2d(s, 16, 3, activation="RELU")
+    y = b.conv_2d(y, 16, 3)
+    r = b.add(s, y, activation="RELU")
+    a = b.conv_2d(r, 16, 3, stride=2, activation="RELU")
+    a = b.conv_2d(a, 16, 3)
+    c = b.conv_2d(r, 16, 1, stride=2)
+    r = b.add(c, a, activation="RELU")
+    r = b.average_pool_2d(r, 3, 1, "SAME")
+    b.output(b.softmax(b.reshape(b.average_pool_2d(r, (8, 6), 1, "VALID"), (1, 16))))
+    return b.build()
+
+
+def striped_plan(data: bytes):
+    model = parse_model(data, "built.tflite")
+    mp = plan_model(model)
+    plain = plan_model(model, techniques=Techniques(tiling="off"))
+    assert mp.tiling.segments, "the chain should be striped"
+    assert mp.arena_bytes < plain.arena_bytes
+    assert mp.overlap_bound_bytes <= mp.arena_bytes and mp.untiled_bound_bytes is not None
+    return mp, plain
+
+
+def float_pool_chain() -> bytes:
+    """float32: a dilated convolution, average and max pooling with SAME padding, a MUL."""
+    b = ModelBuilder("float32", seed=5)
+    x = b.input("x", (1, 20, 9, 6), "float32")
+    y = b.conv_2d(x, 24, 3, dilation=2, activation="RELU")
+    y = b.average_pool_2d(y, 3, 1, "SAME")
+    y = b.max_pool_2d(y, 3, 2, "SAME")
+    y = b.conv_2d(y, 4, 3)
+    b.output(b.reshape(y, (1, 10 * 5 * 4)))
+    return b.build()
+
+
+def int16_chain() -> bytes:
+    """16x8: a convolution, a depthwise convolution and max pooling."""
+    b = ModelBuilder("int16", seed=3)
+    x = b.input("x", (1, 18, 8, 4), "int16", scale=0.002)
+    y = b.conv_2d(x, 32, 3, activation="RELU")
+    y = b.depthwise_conv_2d(y, 3, stride=2)
+    y = b.max_pool_2d(y, 3, 1, "SAME")
+    b.output(b.conv_2d(y, 4, 1))
+    return b.build()
+
+
+def strided_pointwise() -> bytes:
+    """A 1x1 convolution read by a strided 1x1 convolution: the rows between its windows are
+    never needed, so no stripe makes them."""
+    b = ModelBuilder("int8", seed=9)
+    x = b.input("x", (1, 15, 7, 6), "int8", scale=0.05, zero_point=3)
+    y = b.conv_2d(x, 40, 1, activation="RELU")
+    y = b.conv_2d(y, 8, 1, stride=2)
+    y = b.depthwise_conv_2d(y, 3, stride=2)
+    b.output(b.reshape(y, (1, 4 * 2 * 8)))
+    return b.build()
+
+
+@pytest.mark.parametrize("build", [mobilenet_stem, residual_block, float_pool_chain, int16_chain,
+                                   strided_pointwise])
+def test_striped_chain_matches_litert_in_runtime_py_and_c(build):
+    data = build()
+    striped_plan(data)
+    assert_varied(data)
+    assert_matches_oracle(data, planner="best", striped=True)
+
+
+def test_residual_segment_holds_the_skip_and_both_branches():
+    mp, _ = striped_plan(residual_block())
+    skips = [s for s in mp.tiling.segments for op in s.ops
+             if mp.graph.operators[op].opcode == "ADD" and s.input in mp.graph.operators[op].inputs]
+    assert skips, "a residual ADD reads its segment's input"
+    for s in mp.tiling.segments:
+        for b in s.buffers:  # an intermediate keeps fewer rows than it has
+            assert b.rows < mp.graph.tensors[b.tensor].shape[1]
+
+
+def test_striped_values_equal_the_whole_tensor_run():
+    """Every output of a striped plan equals the plan without tiling, in runtime_py."""
+    data = mobilenet_stem()
+    mp, plain = striped_plan(data)
+    inputs = random_inputs(mp.graph, 3)
+    striped = ArenaInterpreter(mp).invoke(inputs)
+    whole = ArenaInterpreter(plain).invoke(inputs)
+    assert all((a == b).all() for a, b in zip(striped, whole))
+
+
+def unsafe_by_one_row(mp):
+    """The plan with the segment output one input row higher than its shift allows."""
+    segment = mp.tiling.segments[0]
+    (pair,) = [o for o in mp.plan.overlaps
+               if mp.lifetimes.tensor_of[o.below] == segment.output]
+    offsets = list(mp.plan.offsets)
+    row = mp.graph.tensors[segment.input].nbytes // mp.graph.tensors[segment.input].shape[1]
+    offsets[pair.below] = offsets[pair.above] - pair.shift + row
+    return replace(mp, plan=replace(mp.plan, offsets=tuple(offsets)))
+
+
+def test_releasing_input_rows_a_stripe_too_early_fails_verify_and_the_runtime():
+    data = mobilenet_stem()
+    mp, _ = striped_plan(data)
+    segment = mp.tiling.segments[0]
+    assert segment.shift > 0
+    unsafe = unsafe_by_one_row(mp)
+    with pytest.raises(PlanError):
+        verify(unsafe.plan)
+    # runtime_py's own owner map, without verify: the output's rows clobber input rows a
+    # window of a later stripe still reads.
+    with pytest.raises(PlanError, match="would clobber"):
+        ArenaInterpreter(unsafe, verify_plan=False).invoke(random_inputs(mp.graph, 0))
+
+
+def test_releasing_input_rows_one_stripe_early_fails_check():
+    """A segment whose stripes let the input's rows die one stripe before the last window that
+    reads them: runtime_py poisons them, and its outputs no longer match LiteRT's."""
+    data = mobilenet_stem()
+    mp, _ = striped_plan(data)
+    segment = mp.tiling.segments[0]
+    stripes = list(segment.stripes)
+    early = [replace(s, input_done_to=after.input_done_to)
+             for s, after in zip(stripes, stripes[1:])]
+    assert any(a.input_done_to != b.input_done_to for a, b in zip(early, stripes))
+    hasty = replace(segment, stripes=(*early, stripes[-1]))
+    unsafe = replace(mp, tiling=replace(mp.tiling, segments=(hasty, *mp.tiling.segments[1:])))
+    assert not check_plan(unsafe, data, inputs=2).ok
+    assert check_plan(mp, data, inputs=2).ok
+
+
+def test_tiling_off_and_the_plan_report(capsys, tmp_path):
+    path = tmp_path / "stem.tflite"
+    path.write_bytes(mobilenet_stem())
+    assert main(["plan", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "with the segments striped" in text and "striped      steps" in text
+    assert main(["plan", str(path), "--tiling", "off"]) == 0
+    assert "striped" not in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/models is absent")
+def test_shared_models_meet_the_tiling_goals():
+    models = sorted(SHARED.glob("*.tflite"))
+    tiled, plain = {}, {}
+    for m in models:
+        model = read_model(str(m))
+        tiled[m.stem] = plan_model(model).arena_bytes
+        plain[m.stem] = plan_model(model, techniques=Techniques(tiling="off")).arena_bytes
+        assert tiled[m.stem] <= plain[m.stem]
+    assert tiled["vww_96_int8"] <= 30720 and tiled["person_detect"] <= 30720
+    assert tiled["pretrainedResnet_quant"] < plain["pretrainedResnet_quant"]
+    heads = tflm_head_figures()
+    assert sum(tiled.values()) <= 0.55 * sum(heads[name] for name in tiled)
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/models is absent")
+@pytest.mark.parametrize("name", ["vww_96_int8", "pretrainedResnet_quant"])
+def test_shared_striped_models_match_litert_in_c(name):
+    path = SHARED / f"{name}.tflite"
+    mp = plan_model(read_model(str(path)))
+    assert mp.tiling.segments
+    with CBackend(mp) as backend:
+        report = check_plan(mp, path.read_bytes(), inputs=2,
+                            extra=[("c", backend.invoke_many)])
+    assert report.ok
