@@ -205,3 +205,29 @@ def test_shared_striped_models_match_litert_in_c(name):
         report = check_plan(mp, path.read_bytes(), inputs=2,
                             extra=[("c", backend.invoke_many)])
     assert report.ok
+
+
+def padded_stem() -> bytes:
+    """The converter's MobileNet stem: explicit PADs before the strided windows (fused into
+    them), the wide pointwise output between them."""
+    b = ModelBuilder("int8", seed=3)
+    x = b.input("x", (1, 24, 20, 3), "int8", scale=0.05, zero_point=-128)
+    bottom_right = ((0, 0), (0, 1), (0, 1), (0, 0))
+    y = b.conv_2d(b.pad(x, bottom_right), 8, 3, stride=2, padding="VALID", activation="RELU6")
+    y = b.depthwise_conv_2d(y, 3, activation="RELU6")
+    y = b.conv_2d(y, 32, 1, activation="RELU6")
+    y = b.depthwise_conv_2d(b.pad(y, bottom_right), 3, stride=2, padding="VALID",
+                            activation="RELU6")
+    b.output(b.reshape(b.average_pool_2d(y, (6, 5), 1, "VALID"), (1, 32)))
+    return b.build()
+
+
+def test_a_fused_pad_stripes_with_its_window():
+    """A fused PAD's step does nothing: a segment runs through it, exact."""
+    data = padded_stem()
+    mp, _ = striped_plan(data)
+    pads = {f.pad for f in mp.program.fused_pads}
+    assert len(pads) == 2, "both PADs should be fused"
+    order = list(mp.lifetimes.order)
+    assert any(s.first < order.index(p) < s.last for s in mp.tiling.segments for p in pads)
+    assert_matches_oracle(data, planner="best", striped=True)

@@ -518,6 +518,15 @@ class ModelBuilder:
         self.op("RESHAPE", [x, shape_tensor], [out], {"new_shape": list(new_shape)})
         return out
 
+    def pad(self, x: int, paddings: Sequence[Sequence[int]]) -> int:
+        """PAD by (before, after) per dimension; the output keeps the input's quantization, so
+        the padding is its zero point."""
+        name = self._layer("pad")
+        pairs = np.asarray(paddings, np.int32)
+        out = self._like(name, x, tuple(int(n + a + z) for n, (a, z) in zip(self.shape(x), pairs)))
+        self.op("PAD", [x, self.const(f"{name}/paddings", pairs)], [out])
+        return out
+
     def softmax(self, x: int, beta: float = 1.0) -> int:
         """Softmax over the last dimension; a quantized 8-bit output uses TFLite's fixed 1/256
         and the type's lowest value as zero point, int16 1/32768 and zero point 0."""

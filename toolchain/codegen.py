@@ -260,6 +260,8 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         binding = program.bindings[op_index]
         emitter = binding.variant if binding.variant is not None else REGISTRY[context.op.kind]
         try:
+            if isinstance(binding.params, PadFusion):
+                return fused_kernel(program, binding.params)
             return emitter.emit(context)
         except ArenacError as e:  # an emitter's refusal names the op and the file
             raise type(e)(f"{program.op_label(op_index)} {context.op.opcode}: {e.message}",

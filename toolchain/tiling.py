@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from toolchain.fusion import PadFusion
 from toolchain.ir import Graph
 from toolchain.ops.conv import ConvParams, DepthwiseConvParams, HybridRescale
 from toolchain.ops.elementwise import BinaryOpParams
@@ -234,9 +235,11 @@ STRIPED: dict[type, Callable[..., Any]] = {
 
 @dataclass(frozen=True)
 class Chain:
-    """A run of steps that may stripe: its ops, input, output and each op's reads."""
+    """A run of steps that may stripe: its ops (the steps' but fused PADs), input, output and
+    each op's reads."""
 
     first: int
+    last: int
     ops: tuple[int, ...]
     input: int
     output: int
@@ -251,7 +254,9 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
              kept: frozenset[int]) -> Chain | None:
     """Steps [first, last] as a stripable chain, or None: ops that stripe, one input from
     outside, every tensor they make read only inside but the last op's output."""
-    ops = tuple(order[first:last + 1])
+    if fused_away(bindings[order[first]]) or fused_away(bindings[order[last]]):
+        return None  # a segment starts and ends on ops that run
+    ops = tuple(o for o in order[first:last + 1] if not fused_away(bindings[o]))
     inside = set(ops)
     produced, reads = {}, {}
     outside_inputs: set[int] = set()
@@ -290,7 +295,7 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
     tensors = {x, *produced.values()}
     if any(graph.tensors[t].shape[0] != 1 or graph.tensors[t].shape[1] < 2 for t in tensors):
         return None
-    return Chain(first, ops, x, y, reads,
+    return Chain(first, last, ops, x, y, reads,
                  {t: graph.tensors[t].nbytes // graph.tensors[t].shape[1] for t in tensors},
                  {t: graph.tensors[t].shape[1] for t in tensors}, produced)
 
@@ -345,7 +350,7 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
     buffers = tuple(StripeBuffer(t, capacity[t], chain.row_bytes[t]) for t in intermediates)
     per_row = {o: op_macs(graph, bindings[o]) // chain.rows[chain.produced[o]] for o in ops}
     macs = sum((w.out_hi - w.out_lo) * per_row[w.op] for s in stripes for w in s.ops)
-    return Segment(chain.first, chain.first + len(ops) - 1, ops, x, y, height, buffers,
+    return Segment(chain.first, chain.last, ops, x, y, height, buffers,
                    tuple(stripes), max(0, shift), moved, macs,
                    sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops))
 
@@ -405,11 +410,18 @@ def candidates(graph: Graph, bindings: Sequence[Binding | None], order: Sequence
     for first in range(len(order)):
         for last in range(first + 1, min(len(order), first + MAX_SEGMENT_OPS)):
             chain = chain_at(graph, bindings, order, first, last, readers, kept)
-            if chain is None and row_map_of(graph, bindings, order[last]) is None:
+            if chain is None and row_map_of(graph, bindings, order[last]) is None \
+                    and not fused_away(bindings[order[last]]):
                 break
             if chain is not None:
                 found.append(chain)
     return found
+
+
+def fused_away(binding: Binding | None) -> bool:
+    """A PAD fused into the window after it (toolchain.fusion): a step that does nothing, which
+    a segment runs through."""
+    return binding is not None and isinstance(binding.params, PadFusion)
 
 
 def row_map_of(graph: Graph, bindings: Sequence[Binding | None], op: int) -> RowMap | None:
@@ -442,8 +454,7 @@ def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment
     for _ in range(4 * len(chains) + 1):
         best = None
         for chain in chains:
-            last = chain.first + len(chain.ops) - 1
-            if not chain.first <= peak <= last:
+            if not chain.first <= peak <= chain.last:
                 continue
             for height in sorted(heights(chain), reverse=True):
                 segment = build(chain, height)
