@@ -224,13 +224,9 @@ class LstmShape:
 
 
 @dataclass(frozen=True)
-class IntegerGate:
-    """One gate of the integer LSTM. Its pre-activation is
-    sat16(sat16(mbqm(input_bias + x . W_in)) + mbqm(recurrent_bias + h . W_rec)), in Q3.12 or,
-    with layer norm, at its intermediate's scale; the biases fold the zero points in (the gate's
-    own bias too, unless layer norm adds it after normalizing). A peephole adds
-    mbqm(w_peephole * c); layer norm rescales by norm_multiplier and norm_shift (LiteRT's +12
-    included) and falls back to `variance_guard` for a variance below 1."""
+class GateProducts:
+    """What every integer gate requantizes: its input and recurrent products, each with its
+    bias (the zero points folded in), by a multiplier and shift of its own."""
 
     name: str
     input_multiplier: int
@@ -239,6 +235,17 @@ class IntegerGate:
     recurrent_shift: int
     input_bias: tuple[int, ...]
     recurrent_bias: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class IntegerGate(GateProducts):
+    """One gate of the integer LSTM. Its pre-activation is
+    sat16(sat16(mbqm(input_bias + x . W_in)) + mbqm(recurrent_bias + h . W_rec)), in Q3.12 or,
+    with layer norm, at its intermediate's scale; the biases fold the zero points in (the gate's
+    own bias too, unless layer norm adds it after normalizing). A peephole adds
+    mbqm(w_peephole * c); layer norm rescales by norm_multiplier and norm_shift (LiteRT's +12
+    included) and falls back to `variance_guard` for a variance below 1."""
+
     peephole_multiplier: int = 0
     peephole_shift: int = 0
     norm_multiplier: int = 0
@@ -282,20 +289,12 @@ class LstmIntegerParams:
 
 
 @dataclass(frozen=True)
-class Int16Gate:
+class Int16Gate(GateProducts):
     """One gate of the int16x8 LSTM: sat16(sat16(rq(input_bias + x . W_in)) +
     sat16(rq(recurrent_bias + h . W_rec))), each sum in int64 and rq TFLite's int64
     MultiplyByQuantizedMultiplier, (acc * multiplier + 2^(shift - 1)) >> shift wrapped to
     int32, with the multiplier already rounded to 16 bits and `shift` the whole right shift.
     The biases fold the zero points in (the input product's holds the gate's bias too)."""
-
-    name: str
-    input_multiplier: int
-    input_shift: int
-    recurrent_multiplier: int
-    recurrent_shift: int
-    input_bias: tuple[int, ...]
-    recurrent_bias: tuple[int, ...]
 
 
 # The int16x8 gates' activations: their pre-activations are Q3.12, which the int16 LOGISTIC

@@ -15,6 +15,7 @@
 
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,37 +67,52 @@ static int reserve(void **at, int64_t *room, int64_t need, size_t item) {
     return 1;
 }
 
-/* The first run ending after x. */
-static int64_t run_ending_after(const Runs *r, int64_t x) {
-    int64_t lo = 0, hi = r->count;
+/* The int64_t field `field` bytes into item i of an array of `item`-byte items. */
+static int64_t key_at(const void *items, size_t item, size_t field, int64_t i) {
+    int64_t key;
+    memcpy(&key, (const char *)items + (size_t)i * item + field, sizeof key);
+    return key;
+}
+
+/* The first item from `from` on whose key (sorted rising) is above x, galloping from `from`:
+ * the searches that only move on keep where the last one ended. */
+static int64_t first_above(const void *items, size_t item, size_t field, int64_t count,
+                           int64_t from, int64_t x) {
+    int64_t step = 1;
+    while (from + step < count && key_at(items, item, field, from + step) <= x) {
+        from += step;
+        step *= 2;
+    }
+    int64_t lo = from, hi = from + step < count ? from + step : count;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (r->at[mid].end > x) {
+        if (key_at(items, item, field, mid) > x) {
             hi = mid;
         } else {
             lo = mid + 1;
         }
     }
     return lo;
+}
+
+/* The first run from j on ending after x. */
+static int64_t run_ending_after(const Runs *r, int64_t j, int64_t x) {
+    return first_above(r->at, sizeof(Run), offsetof(Run, end), r->count, j, x);
 }
 
 /* The first run starting after x. */
 static int64_t run_starting_after(const Runs *r, int64_t x) {
-    int64_t lo = 0, hi = r->count;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (r->at[mid].start > x) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    return lo;
+    return first_above(r->at, sizeof(Run), offsetof(Run, start), r->count, 0, x);
+}
+
+/* The first member from k on starting after x. */
+static int64_t member_starting_after(const Members *m, int64_t k, int64_t x) {
+    return first_above(m->at, sizeof(Member), offsetof(Member, start), m->count, k, x);
 }
 
 /* Takes [s, e), merged with the runs it meets or touches. */
 static int take(Runs *r, int64_t s, int64_t e) {
-    int64_t i = run_ending_after(r, s - 1); /* the first run ending at s or later */
+    int64_t i = run_ending_after(r, 0, s - 1); /* the first run ending at s or later */
     int64_t j = run_starting_after(r, e);   /* runs i..j-1 meet or touch [s, e) */
     if (i < j) {
         s = r->at[i].start < s ? r->at[i].start : s;
@@ -111,55 +127,21 @@ static int take(Runs *r, int64_t s, int64_t e) {
     return 1;
 }
 
-/* The first run from j on ending after x, galloping from j: x only rises during one search,
- * so each list keeps where the last look ended. */
-static int64_t skip_runs(const Runs *r, int64_t j, int64_t x) {
-    int64_t step = 1;
-    while (j + step < r->count && r->at[j + step].end <= x) {
-        j += step;
-        step *= 2;
-    }
-    int64_t lo = j, hi = j + step < r->count ? j + step : r->count;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (r->at[mid].end > x) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    return lo;
-}
-
 /* Raises *x past the runs that meet [*x, *x + size), from run *j on; whether it rose. */
 static int clear_runs(const Runs *r, int64_t *j, int64_t *x, int64_t size) {
     int rose = 0;
-    for (*j = skip_runs(r, *j, *x); *j < r->count && r->at[*j].start < *x + size; ++*j) {
+    for (*j = run_ending_after(r, *j, *x); *j < r->count && r->at[*j].start < *x + size; ++*j) {
         *x = r->at[*j].end;
         rose = 1;
     }
     return rose;
 }
 
-/* The first member starting after x. */
-static int64_t member_starting_after(const Members *m, int64_t x) {
-    int64_t lo = 0, hi = m->count;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (m->at[mid].start > x) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    return lo;
-}
-
 static int join(Members *m, int64_t start, int64_t end, int64_t first, int64_t last) {
     if (!reserve((void **)&m->at, &m->room, m->count + 1, sizeof(Member))) {
         return 0;
     }
-    int64_t k = member_starting_after(m, start);
+    int64_t k = member_starting_after(m, 0, start);
     memmove(m->at + k + 1, m->at + k, (size_t)(m->count - k) * sizeof(Member));
     m->at[k] = (Member){start, end, first, last};
     m->count++;
@@ -167,25 +149,6 @@ static int join(Members *m, int64_t start, int64_t end, int64_t first, int64_t l
         m->widest = end - start;
     }
     return 1;
-}
-
-/* The first member from k on starting after x, galloping from k as skip_runs does. */
-static int64_t skip_members(const Members *m, int64_t k, int64_t x) {
-    int64_t step = 1;
-    while (k + step < m->count && m->at[k + step].start <= x) {
-        k += step;
-        step *= 2;
-    }
-    int64_t lo = k, hi = k + step < m->count ? k + step : m->count;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (m->at[mid].start > x) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    return lo;
 }
 
 /* Raises *x past the members alive during [first, last] that meet [*x, *x + size) (only
@@ -196,7 +159,7 @@ static int clear_members(const Members *m, int64_t *k, int64_t *x, int64_t size,
     int rose = 0;
     for (;;) {
         int64_t top = *x;
-        *k = skip_members(m, *k, *x - m->widest);
+        *k = member_starting_after(m, *k, *x - m->widest);
         for (int64_t j = *k; j < m->count && m->at[j].start < *x + size; j++) {
             const Member *a = &m->at[j];
             if (a->end > top && a->first <= last && a->last >= first) {
