@@ -3,6 +3,7 @@ against LiteRT in runtime_py and in C, and a stripe plan that is unsafe by one r
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import CBackend
 from toolchain.checking.check import check_plan, random_inputs
 from toolchain.cli import main
+from toolchain.codegen import generate
 from toolchain.errors import PlanError
 from toolchain.plan import Techniques, plan_model
 from toolchain.planners import verify
@@ -231,3 +233,29 @@ def test_a_fused_pad_stripes_with_its_window():
     order = list(mp.lifetimes.order)
     assert any(s.first < order.index(p) < s.last for s in mp.tiling.segments for p in pads)
     assert_matches_oracle(data, planner="best", striped=True)
+
+
+def wide_residual_block() -> bytes:
+    """A ResNet block on a 32x32 image: its stripes' kernels differ at the image's borders."""
+    b = ModelBuilder("int8", seed=11)
+    x = b.input("x", (1, 32, 32, 3), "int8", scale=0.04, zero_point=2)
+    s = b.conv_2d(x, 16, 3, activation="RELU")
+    y = b.conv_2d(s, 16, 3, activation="RELU")
+    y = b.conv_2d(y, 16, 3)
+    r = b.add(s, y, activation="RELU")
+    b.output(b.reshape(b.average_pool_2d(r, (32, 32), 1, "VALID"), (1, 16)))
+    return b.build()
+
+
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m55"])
+def test_the_stripes_of_an_op_define_its_tables_once(target):
+    """The kernels of an op's runs of stripes share its filter and per-channel tables: only
+    what differs between them (here the im2col window helpers at the borders) is defined
+    again, so striping adds code, not weights."""
+    mp = plan_model(parse_model(wide_residual_block(), "built.tflite"), target=target)
+    assert mp.tiling.segments
+    text = generate(mp, "model")["model.c"]
+    again = re.findall(r"^static \w+ \w+ (model_op\d+s\d+_\w+)\(", text, re.M)
+    assert again, "some stripe's kernel should differ from its op's first"
+    tables = re.findall(r"^(?:ARENAC_ALIGN\(\d+\) )?static const \w+ (\w+)\[", text, re.M)
+    assert not [t for t in tables if re.match(r"model_op\d+s\d+_", t)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -337,8 +338,11 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                 kernel = emit(context)
                 text = shared_definitions(kernel.text, constants_of)
                 if text is None:
-                    kernel = emit(replace(context, prefix=f"{context.prefix}{run.start}"))
-                    text = shared_definitions(kernel.text, constants_of)
+                    prefix = f"{context.prefix}{run.start}"
+                    kernel = emit(replace(context, prefix=prefix))
+                    text = shared_definitions(
+                        alike_renamed(kernel.text, prefix, context.prefix, constants_of),
+                        constants_of)
                 kernel_of[w.op] = kernel
                 stripes = (f"stripes {run.start}-{run.start + run.count - 1}" if run.count > 1
                            else f"stripe {run.start}")
@@ -561,6 +565,23 @@ def shared_definitions(text: str, defined: dict[str, str]) -> str | None:
         if n is not None:
             defined[n] = d
     return "".join(kept)
+
+
+def alike_renamed(text: str, prefix: str, earlier: str, defined: Mapping[str, str]) -> str:
+    """A kernel emitted under `prefix` because one of its names clashed with the kernel under
+    `earlier`: each of its definitions equal to the earlier one's, but for the name, dropped
+    and its uses renamed to that one, so only what differs is defined twice."""
+    renames = {}
+    for n, d in top_level_items(text):
+        if n is None or not n.startswith(f"{prefix}_"):
+            continue
+        before = f"{earlier}{n[len(prefix):]}"
+        if defined.get(before) == re.sub(rf"\b{re.escape(n)}\b", before, d):
+            renames[n] = before
+    if not renames:
+        return text
+    kept = "".join(d for n, d in top_level_items(text) if n not in renames)
+    return re.sub(rf"\b({'|'.join(map(re.escape, renames))})\b", lambda m: renames[m[1]], kept)
 
 
 def counted(n: int, noun: str) -> str:
