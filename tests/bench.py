@@ -236,14 +236,13 @@ def tiling_row(path: Path, count: bool) -> list[object]:
     segments = on.tiling.segments
     row = [path.stem, off.lower_bound_bytes, off.overlap_bound_bytes,
            on.overlap_bound_bytes if segments else "-", off.arena_bytes, on.arena_bytes,
-           len(segments), sum(len(s.stripes) for s in segments),
-           sum(s.moved_bytes for s in segments)]
+           sum(len(s.stripes) for s in segments), sum(s.moved_bytes for s in segments)]
     if not count or not segments:
         return [*row, "-", "-", "-"]
     m4 = [plan_model(model, target="cortex-m4", techniques=Techniques(tiling=t))
           for t in ("off", "auto")]
     if not m4[1].tiling.segments:
-        return [*row, m4[0].arena_bytes, m4[1].arena_bytes, "not striped"]
+        return [*row, m4[0].arena_bytes, m4[1].arena_bytes, "none"]
     plain, striped = (bench(mp, check=False).instructions for mp in m4)
     return [*row, m4[0].arena_bytes, m4[1].arena_bytes, f"{(striped - plain) / plain:+.2%}"]
 
@@ -257,8 +256,8 @@ def tiling_section(paths: list[Path]) -> None:
           "striped, the most bytes that must coexist), the stripes' row moves (no MAC is "
           "recomputed), and on a Cortex-M4 (QEMU) the arena and the instructions striping adds"
           + ("" if count else " (skipped: no Arm toolchain or QEMU)"))
-    print(table(["model", "lower", "ovl", "tiled", "off", "auto", "segments", "stripes",
-                 "moved", "m4 off", "m4 auto", "m4 instr"], [tiling_row(p, count) for p in paths]))
+    print(table(["model", "lower", "ovl", "tiled", "off", "auto", "stripes", "moved", "m4 off",
+                 "m4 auto", "m4 instr"], [tiling_row(p, count) for p in paths]))
 
 
 def state_section(paths: list[Path]) -> None:
