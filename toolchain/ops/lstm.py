@@ -782,10 +782,7 @@ def _prepare_integer(graph: Graph, op: Operator, o: _Operands) -> LstmIntegerPar
     if o.peephole and shape.n_output > shape.n_cell:
         raise UnsupportedOpError(f"peephole weights with {shape.n_output} outputs for "
                                  f"{shape.n_cell} cells (LiteRT reads past the cell state)")
-    for t in _weights_and_biases(o):
-        if t.data is None:
-            raise UnsupportedOpError(f"tensor {t.name!r} is not a constant (the zero points "
-                                     "are folded into the biases at prepare)")
+    _require_constant_weights(o)
 
     gates = []
     for k, name in enumerate(GATES):
@@ -890,10 +887,7 @@ def _prepare_int16(op: Operator, o: _Operands, activation: str) -> LstmInt16Para
     if len(o.output_state.shape) != 2 or o.output_state.shape[1] != shape.n_cell:
         raise UnsupportedOpError(f"output state of shape {list(o.output_state.shape)} (TFLite "
                                  f"Micro reads [batch, {shape.n_cell}])")
-    for t in _weights_and_biases(o):
-        if t.data is None:
-            raise UnsupportedOpError(f"tensor {t.name!r} is not a constant (the zero points "
-                                     "are folded into the biases at prepare)")
+    _require_constant_weights(o)
     in_scale, in_zp = _quantized(o.x, "the input")
     state_scale, state_zp = _quantized(o.output_state, "the output state")
     cell_scale, _ = _quantized(o.cell_state, "the cell state")
@@ -941,6 +935,15 @@ def _prepare_int16(op: Operator, o: _Operands, activation: str) -> LstmInt16Para
         clip = int(min(max(cell_clip / cell_scale, -32768.0), 32767.0))
     return LstmInt16Params(shape, tuple(gates), cell_tanh, *forget, *update, *hidden, state_zp,
                            clip)
+
+
+def _require_constant_weights(o: _Operands) -> None:
+    """The integer kernels fold the zero points into the biases at prepare: their weights and
+    biases must be constants."""
+    for t in _weights_and_biases(o):
+        if t.data is None:
+            raise UnsupportedOpError(f"tensor {t.name!r} is not a constant (the zero points "
+                                     "are folded into the biases at prepare)")
 
 
 def _weights_and_biases(o: _Operands) -> list[Tensor]:
