@@ -571,8 +571,9 @@ def alike_renamed(text: str, prefix: str, earlier: str, defined: Mapping[str, st
     """A kernel emitted under `prefix` because one of its names clashed with the kernel under
     `earlier`: each of its definitions equal to the earlier one's, but for the name, dropped
     and its uses renamed to that one, so only what differs is defined twice."""
+    items = top_level_items(text)
     renames = {}
-    for n, d in top_level_items(text):
+    for n, d in items:
         if n is None or not n.startswith(f"{prefix}_"):
             continue
         before = f"{earlier}{n[len(prefix):]}"
@@ -580,7 +581,7 @@ def alike_renamed(text: str, prefix: str, earlier: str, defined: Mapping[str, st
             renames[n] = before
     if not renames:
         return text
-    kept = "".join(d for n, d in top_level_items(text) if n not in renames)
+    kept = "".join(d for n, d in items if n not in renames)
     return re.sub(rf"\b({'|'.join(map(re.escape, renames))})\b", lambda m: renames[m[1]], kept)
 
 
