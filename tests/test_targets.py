@@ -37,7 +37,13 @@ from toolchain.errors import ArenacError, RuntimeBackendError
 from toolchain.firmware import mcu_sources
 from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops import arm_dsp
-from toolchain.ops.rounding import fc_multiplier, shared_roundings, single_roundings
+from toolchain.ops.rounding import (
+    fc_multiplier,
+    first_multiple,
+    high_word,
+    shared_roundings,
+    single_roundings,
+)
 from toolchain.plan import ModelPlan, Techniques, plan_model
 from toolchain.quant import quantize_multiplier
 from toolchain.reader import parse_model
@@ -245,6 +251,59 @@ def test_shared_rounding_equals_both_references_exhaustively(low):
             want = np.clip(reference(np.broadcast_to(acc, (6, acc.size)))[c], low, high)
             got = np.clip((acc * r.multiplier + r.rounding) >> r.shift, low, high)
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("zero_point", [0, -128, 37])
+def test_high_word_rounding_equals_the_reference_exhaustively(zero_point):
+    """Every R in a shared rounding's interval serves, its ends included; and the high-word
+    form, the accumulator offset and one SMMLA's high word shifted, equals the reference
+    (plus the zero point, folded into R) on every accumulator, wide ranges included."""
+    rng = np.random.default_rng(11)
+    scales = np.exp(rng.uniform(np.log(2e-4), np.log(0.3), 8))
+    acc_lo, acc_hi = -rng.integers(1, 300000, 8), rng.integers(1, 300000, 8)
+    quantized = [quantize_multiplier(float(s)) for s in scales]
+    mult = np.array([m for m, _ in quantized], np.int64)[:, None]
+    exp = np.array([e for _, e in quantized], np.int64)[:, None]
+
+    def reference(acc):
+        return multiply_by_quantized_multiplier(acc, mult, exp)
+
+    low, high = -128 - zero_point, 127 - zero_point
+    if low < 0 < high:
+        low = 0  # an activation: no halves of both signs
+    roundings = shared_roundings(reference, low, high, acc_lo, acc_hi,
+                                 [m * 2.0 ** (e - 31) for m, e in quantized])
+    assert roundings is not None
+    offsets = []
+    for c, r in enumerate(roundings):
+        acc = np.arange(acc_lo[c], acc_hi[c] + 1, dtype=np.int64)
+        want = np.clip(reference(np.broadcast_to(acc, (8, acc.size)))[c], low, high)
+        for rounding in (r.least, r.greatest):
+            np.testing.assert_array_equal(
+                np.clip((acc * r.multiplier + rounding) >> r.shift, low, high), want)
+        fold = zero_point << r.shift
+        found = high_word(r, fold, int(acc_lo[c]), int(acc_hi[c]))
+        assert found is not None
+        offsets.append(found.offset)
+        # SMMLA: the high word of the 64-bit sum; then the shift SSAT takes
+        word = ((acc + found.offset) * r.multiplier + (found.high << 32)) >> 32
+        got = np.clip(word >> (r.shift - 32), low + zero_point, high + zero_point)
+        np.testing.assert_array_equal(got, want + zero_point)
+    assert any(offsets)  # the offset is needed, not only zero
+
+
+def test_first_multiple_is_the_least_solution():
+    rng = np.random.default_rng(3)
+    for _ in range(3000):
+        m = int(rng.integers(1, 400))
+        a, lo = int(rng.integers(0, 500)), int(rng.integers(0, m))
+        hi = int(rng.integers(lo, m))
+        want = next((x for x in range(m + 1) if lo <= a * x % m <= hi), None)
+        assert first_multiple(a, m, lo, hi) == want
+    # at full width: the least x with 2^31 + 5 <= x * M mod 2^32 <= 2^31 + 900
+    m = 1124042518
+    x = first_multiple(m, 2**32, 2**31 + 5, 2**31 + 900)
+    assert x is not None and 2**31 + 5 <= x * m % 2**32 <= 2**31 + 900
 
 
 def test_shared_rounding_refuses_halves_of_both_signs():

@@ -88,6 +88,7 @@ from toolchain.ops.rounding import (
     SingleRounding,
     accumulator_range,
     fc_multiplier,
+    high_word,
     shared_roundings,
     single_roundings,
 )
@@ -250,7 +251,8 @@ class OutputStage:
     multipliers: tuple[int, ...] = ()
     shifts: tuple[int, ...] = ()
     scales: tuple[float, ...] = ()
-    magnitudes: tuple[int, ...] = ()  # per channel, the largest |sum| (none: any int32)
+    # per channel, the least and the greatest sum (none: any int32)
+    accumulators: tuple[tuple[int, int], ...] = ()
 
 
 def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
@@ -275,7 +277,7 @@ def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
             reference, low, high, acc_lo, acc_hi, multipliers,
             [31 + max(-s, 1 if mu == 0 else 0) for mu, s in zip(multipliers, shifts)])
     return OutputStage(low, high, zp, tuple(single) if single else None, tuple(multipliers),
-                       tuple(shifts), magnitudes=_magnitudes(acc_lo, acc_hi))
+                       tuple(shifts), accumulators=_ranges(acc_lo, acc_hi))
 
 
 def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
@@ -297,16 +299,20 @@ def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
         single = single_roundings(reference, low, high, acc_lo, acc_hi, [f[0] for f in found],
                                   [f[1] for f in found])
     return OutputStage(low, high, zp, tuple(single) if single else None,
-                       scales=tuple(scales), magnitudes=_magnitudes(acc_lo, acc_hi))
+                       scales=tuple(scales), accumulators=_ranges(acc_lo, acc_hi))
 
 
-def _magnitudes(acc_lo: np.ndarray, acc_hi: np.ndarray) -> tuple[int, ...]:
-    return tuple(int(v) for v in np.maximum(np.abs(acc_lo), np.abs(acc_hi)).tolist())
+def _ranges(acc_lo: np.ndarray, acc_hi: np.ndarray) -> tuple[tuple[int, int], ...]:
+    return tuple(zip(acc_lo.tolist(), acc_hi.tolist()))
 
 
 def _double(value: float) -> str:
     text = repr(float(value))
     return text if ("." in text or "e" in text) else text + ".0"
+
+
+PROVEN = (": at generation time toolchain/ops/rounding.py proved it equal, after the clamp, to "
+          "the reference's requantization on every sum this op can produce")
 
 
 def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] | None = None
@@ -337,7 +343,8 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
         # rounding plus zp, when the sum stays below 2^63 on every accumulator (and the high
         # word in int32): the clamp is then on the int8 value itself, one SSAT without an
         # activation
-        magnitudes = stage.magnitudes or (2**31,) * len(s)
+        ranges = stage.accumulators or ((INT32_MIN, INT32_MAX),) * len(s)
+        magnitudes = [max(-lo, hi) for lo, hi in ranges]
         folded = all(
             a * r.multiplier + max(abs(r.rounding), abs(r.negative_rounding))
             + (abs(zp) << r.shift) < 2**62 for r, a in zip(s, magnitudes))
@@ -352,51 +359,78 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
         elif folded:
             store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
         shared = all(a == b and n == fields[0][3] for a, b, _, n in fields)
+        highs = [high_word(r, fold << r.shift, lo, hi) for r, (lo, hi) in zip(s, ranges)
+                 ] if shared and folded and sums is not None else []
         struct = shared and sums is not None and len({f[:3] for f in fields}) > 1
-        if struct:
-            tables.append({
-                "name": f"{prefix}_channel", "ctype": "arenac_channel", "align": "",
-                "length": c_length(len(fields)),
-                "data": ",\n  ".join(f"{{ {c_int64(f[0])}, {f[2]}, {total} }}"
-                                      for f, total in zip(fields, sums[0].tolist())),
-                "comment": c_comment(f"{sums[1]}; and its rounding and multiplier")})
-            mult, rounding = "k->multiplier", "k->rounding"
-            sums = None
-        elif shared:  # one N, and one R for both signs: no select, the shift a constant
-            mult = per_channel("multiplier", "int32_t", [f[2] for f in fields])
-            rounding = per_channel("rounding", "int64_t", [f[0] for f in fields], c_int64)
-        if shared:
-            lines = [f"const arenac_channel *k = &{prefix}_channel[c];"] if struct else []
-            lines += [f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + {rounding}) >> "
-                     f"{32 + fields[0][3]});"]
-        elif len(set(fields)) == 1:
-            rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
-                                               str(fields[0][2]), str(fields[0][3]))
-            lines = []
+        if highs and all(highs):
+            shift = fields[0][3]
+            totals = sums[0] + np.asarray([h.offset for h in highs], np.int64)
+            totals = ((totals + 2**31) & 0xFFFFFFFF) - 2**31
+            constants = [(r.multiplier, h.high) for r, h in zip(s, highs)]
+            if len(set(constants)) > 1:
+                tables.append({
+                    "name": f"{prefix}_channel", "ctype": "arenac_high_channel", "align": "",
+                    "length": c_length(len(constants)),
+                    "data": ",\n  ".join(f"{{ {m}, {h}, {total} }}"
+                                          for (m, h), total in zip(constants, totals.tolist())),
+                    "comment": c_comment(f"{sums[1]}, plus the requantization's offset; and "
+                                         "the requantization's multiplier and high word")})
+                lines = [f"const arenac_high_channel *k = &{prefix}_channel[c];",
+                         "const int32_t q = arenac_smmla(acc, k->multiplier, k->high)"
+                         + (f" >> {shift};" if shift else ";")]
+                sums = None
+            else:
+                lines = [f"const int32_t q = arenac_smmla(acc, {constants[0][0]}, "
+                         f"{constants[0][1]})" + (f" >> {shift};" if shift else ";")]
+                sums = (totals, f"{sums[1]}, plus the requantization's offset")
+            lines += store
+            comment = (f"one rounding, (acc * m + h * 2^32) >> {32 + shift}, the high word of "
+                       "one SMMLA shifted, with the sum offset so that h * 2^32 is the rounding "
+                       f"(and holds the output zero point times 2^{32 + shift}){PROVEN}")
         else:
-            tables.append({
-                "name": f"{prefix}_rounding", "ctype": "arenac_rounding", "align": "",
-                "length": c_length(len(fields)),
-                "data": ",\n  ".join(f"{{ {c_int64(a)}, {c_int64(b)}, {m}, {n} }}"
-                                      for a, b, m, n in fields),
-                "comment": c_comment("Per output channel: rounding, negative rounding, "
-                                     "multiplier and shift of the requantization")})
-            lines = [f"const arenac_rounding *r = &{prefix}_rounding[c];"]
-            rounding, negative, mult, shift = ("r->rounding", "r->negative_rounding",
-                                               "r->multiplier", "r->shift")
-        if not shared:
-            lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
-                      f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
-                      + (f" >> {shift};" if shift != "0" else ";")]
-        lines += store
-        comment = ((f"one rounding, (acc * m + r) >> {32 + fields[0][3]}, the same r for both "
-                    "signs" if shared else
-                    "one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc")
-                   + ((f" (and holding the output zero point times 2^{32 + fields[0][3]})"
-                       if shared else " (and holding the output zero point times 2^(32 + s))")
-                      if folded else "")
-                   + ": at generation time toolchain/ops/rounding.py proved it equal, after the "
-                   "clamp, to the reference's requantization on every sum this op can produce")
+            if struct:
+                tables.append({
+                    "name": f"{prefix}_channel", "ctype": "arenac_channel", "align": "",
+                    "length": c_length(len(fields)),
+                    "data": ",\n  ".join(f"{{ {c_int64(f[0])}, {f[2]}, {total} }}"
+                                          for f, total in zip(fields, sums[0].tolist())),
+                    "comment": c_comment(f"{sums[1]}; and its rounding and multiplier")})
+                mult, rounding = "k->multiplier", "k->rounding"
+                sums = None
+            elif shared:  # one N, and one R for both signs: no select, the shift a constant
+                mult = per_channel("multiplier", "int32_t", [f[2] for f in fields])
+                rounding = per_channel("rounding", "int64_t", [f[0] for f in fields], c_int64)
+            if shared:
+                lines = [f"const arenac_channel *k = &{prefix}_channel[c];"] if struct else []
+                lines += [f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + {rounding}) >> "
+                         f"{32 + fields[0][3]});"]
+            elif len(set(fields)) == 1:
+                rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
+                                                   str(fields[0][2]), str(fields[0][3]))
+                lines = []
+            else:
+                tables.append({
+                    "name": f"{prefix}_rounding", "ctype": "arenac_rounding", "align": "",
+                    "length": c_length(len(fields)),
+                    "data": ",\n  ".join(f"{{ {c_int64(a)}, {c_int64(b)}, {m}, {n} }}"
+                                          for a, b, m, n in fields),
+                    "comment": c_comment("Per output channel: rounding, negative rounding, "
+                                         "multiplier and shift of the requantization")})
+                lines = [f"const arenac_rounding *r = &{prefix}_rounding[c];"]
+                rounding, negative, mult, shift = ("r->rounding", "r->negative_rounding",
+                                                   "r->multiplier", "r->shift")
+            if not shared:
+                lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
+                          f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
+                          + (f" >> {shift};" if shift != "0" else ";")]
+            lines += store
+            comment = ((f"one rounding, (acc * m + r) >> {32 + fields[0][3]}, the same r for both "
+                        "signs" if shared else
+                        "one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc")
+                       + ((f" (and holding the output zero point times 2^{32 + fields[0][3]})"
+                           if shared else " (and holding the output zero point times 2^(32 + s))")
+                          if folded else "")
+                       + PROVEN)
     elif stage.scales:
         scale = per_channel("scale", "double", list(stage.scales), _double)
         lines = [f"const double scaled = (double)acc * {scale};",
@@ -425,10 +459,14 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
     return tables, lines, comment
 
 
-def _table_helpers(tables: list[dict]) -> set[str]:
-    """The helper groups that define the struct types of the tables."""
-    types = {"arenac_rounding": "arm_dsp_rounding", "arenac_channel": "arm_dsp_channel"}
-    return {types[t["ctype"]] for t in tables if t["ctype"] in types}
+def _output_helpers(tables: list[dict], output: list[str]) -> set[str]:
+    """The helper groups the output function needs: those defining its tables' struct types,
+    and arenac_smmla where it calls it."""
+    types = {"arenac_rounding": "arm_dsp_rounding", "arenac_channel": "arm_dsp_channel",
+             "arenac_high_channel": "arm_dsp_high_channel"}
+    groups = {types[t["ctype"]] for t in tables if t["ctype"] in types}
+    return groups | ({"arm_dsp_smmla"} if any("arenac_smmla" in line for line in output)
+                     else set())
 
 
 def sum_of(prefix: str, tables: list[dict], channel: str) -> str:
@@ -595,7 +633,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     tables = [filter_table, *tables]
     blocks = [b for p in pixels for b in p["channels"]]
     helpers = {"arm_dsp", *helpers, *(b["helper"] for b in blocks)}
-    helpers |= _table_helpers(tables)
+    helpers |= _output_helpers(tables, output)
     counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
     return {
@@ -714,7 +752,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
                        "head": [f"arenac_widen_1(w, {rows}, {width * m.groups});"]})
     helpers = {"arm_dsp", "arm_dsp_widen_1", *(f"arm_dsp_mac16_{k}" for k in kinds),
                *(["arm_dsp_widen_2"] if full and even else []),
-               *(["arm_dsp_partial"] if tail else []), *_table_helpers(tables)}
+               *(["arm_dsp_partial"] if tail else []), *_output_helpers(tables, output)}
     tables = [{"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
                "length": c_length(m.packed().size), "data": c_array(m.packed()),
                "comment": c_comment(
@@ -1098,7 +1136,7 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
         "sum": sum_of(prefix, tables, "c"),
-        "helpers": tuple(sorted({"arm_dsp"} | _table_helpers(tables))),
+        "helpers": tuple(sorted({"arm_dsp"} | _output_helpers(tables, output))),
     }
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
                   includes=("arm_acle.h",))

@@ -157,6 +157,8 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp": (),
     "arm_dsp_rounding": (),
     "arm_dsp_channel": (),
+    "arm_dsp_high_channel": (),
+    "arm_dsp_smmla": ("arm_dsp",),
     "arm_dsp_sxtab16": ("arm_dsp",),
     "arm_dsp_max8": ("arm_dsp",),
     **{f"arm_dsp_{part}": ("arm_dsp",) for part in (

@@ -47,6 +47,9 @@ class SingleRounding:
     rounding: int
     negative_rounding: int
     shift: int
+    # every R in [least, greatest] serves as well (shared roundings only; None otherwise)
+    least: int | None = None
+    greatest: int | None = None
 
 
 def thresholds(q: Callable[[np.ndarray], np.ndarray], values: np.ndarray, lo: np.ndarray,
@@ -133,7 +136,7 @@ def shared_roundings(q: Callable[[np.ndarray], np.ndarray], low: int, high: int,
             return None
         i = int(fits[0])
         r = min(max(1 << (n - 1), int(r_lo[i])), int(r_hi[i]))
-        result.append(SingleRounding(int(m[i, 0]), r, r, n))
+        result.append(SingleRounding(int(m[i, 0]), r, r, n, int(r_lo[i]), int(r_hi[i])))
     return result
 
 
@@ -149,6 +152,56 @@ def _rounding(values: np.ndarray, found: np.ndarray, first: int, last: int, m: i
     if r_lo > r_hi:
         return None
     return min(max(1 << (n - 1), r_lo), r_hi)  # the usual half, where it fits
+
+
+@dataclass(frozen=True)
+class HighWord:
+    """R as offset * M + high * 2^32: the offset added to the accumulator (folded into the
+    channel's sum, free), the rounding is then the high word of acc * M + high * 2^32, one
+    SMMLA, where a 64-bit R costs an SMLAL and two moves to set up its accumulator."""
+
+    offset: int
+    high: int
+
+
+def high_word(r: SingleRounding, fold: int, acc_lo: int, acc_hi: int) -> HighWord | None:
+    """The HighWord with the smallest offset >= 0 whose R, less `fold` (the output zero point
+    times 2^N, added to R), lies in r's interval, keeping the shifted accumulators in int32
+    and acc * M + high * 2^32 in int64 on [acc_lo, acc_hi]; None if there is none."""
+    if r.least is None or r.greatest is None:
+        return None
+    lo, hi = r.least + fold, r.greatest + fold
+    start = lo % 2**32
+    if hi - lo >= 2**32 - 1 or start + (hi - lo) >= 2**32:  # a multiple of 2^32 is in reach
+        offset = 0
+    else:
+        offset = first_multiple(r.multiplier, 2**32, start, start + (hi - lo))
+        if offset is None:
+            return None
+    high = -((offset * r.multiplier - lo) // 2**32)  # the least with R >= lo
+    ends = (acc_lo + offset, acc_hi + offset)
+    if not (offset * r.multiplier + high * 2**32 <= hi and INT32_MIN <= high <= INT32_MAX
+            and all(INT32_MIN <= e <= INT32_MAX for e in ends)
+            and all(-(2**63) <= e * r.multiplier + high * 2**32 < 2**63 for e in ends)):
+        return None
+    return HighWord(offset, high)
+
+
+def first_multiple(a: int, m: int, lo: int, hi: int) -> int | None:
+    """The least x >= 0 with lo <= a * x mod m <= hi (0 <= lo <= hi < m), or None: Euclid's
+    steps on (m, a), each turning the question into one about the multiples of m mod a."""
+    a %= m
+    if lo == 0:
+        return 0
+    if a == 0:
+        return None
+    x = -(-lo // a)
+    if a * x <= hi:  # reached before a * x wraps
+        return x
+    # [lo, hi] holds no multiple of a, so hi - lo < a: some a * x lands in m * y + [lo, hi]
+    # exactly when (m mod a) * y mod a lies in [-hi mod a, -lo mod a]
+    y = first_multiple(m % a, a, -hi % a, -lo % a)
+    return None if y is None else -(-(m * y + lo) // a)
 
 
 def fc_multiplier(scale: float) -> tuple[int, int] | None:
