@@ -464,6 +464,9 @@ def test_dsp_fully_connected_is_bit_exact(case):
          activation="RELU", bias=False),
     dict(input_shape=(1, 5, 5, 8), kernel=(1, 1), per_channel=True),
     dict(input_shape=(1, 5, 6, 20), kernel=(3, 3), per_channel=True),  # a loop of channels
+    # pixel pairs sharing their words: three words a filter row, and a vertical stride
+    dict(input_shape=(1, 7, 9, 4), kernel=(3, 5), per_channel=True, activation="RELU"),
+    dict(input_shape=(2, 9, 6, 3), kernel=(3, 3), stride=(2, 1), input_zero_point=-128),
 ])
 def test_dsp_depthwise_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
@@ -514,9 +517,9 @@ def test_dsp_depthwise_leaves_what_it_does_not_run_to_the_portable_kernel():
     assert kernels_bound(planned(wide, "cortex-m4")) == ["portable"]
     model = depthwise_model("int8", True, (1, 8, 8, 4), (3, 3))
     scratch = planned(model, "cortex-m4").program.scratch()[0]
-    # 4 channels x 3 filter rows x a line of 11 int16 values: 8 pixels, the last window's two
-    # pairs of taps reaching 4 values past the 7th
-    assert scratch.size == 4 * 3 * (7 + 4) * 2 and "widened" in scratch.purpose
+    # 4 channels x 3 filter rows x a line of 12 int16 values: 8 pixels, the last pair of
+    # pixels' two words reaching 4 values past the 7th, and one more to keep lines even
+    assert scratch.size == 4 * 3 * (7 + 4 + 1) * 2 and "widened" in scratch.purpose
 
 
 ADD_CASES = [

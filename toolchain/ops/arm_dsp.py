@@ -38,8 +38,9 @@ SAME or VALID): see `Depthwise`. The input rows are widened to int16 into filter
 slots of the scratch, channel-planar, the padding filled with the input zero point so that the
 folded sums hold on every window; two adjacent taps of a channel are then one word and one
 __smlad, the filter packed as int16 pairs at generation time and kept in registers along an
-output row. Same sums, same requantization (`conv_output`), and the portable convolution's
-row overlap rule, which its order keeps.
+output row; at stride 1 two adjacent output pixels share the words they read. Same sums, same
+requantization (`conv_output`), and the portable convolution's row overlap rule, which its
+order keeps.
 
 General convolution (int8 CONV_2D of any filter and stride, no dilation, and a
 DEPTHWISE_CONV_2D of one input channel): see `Im2col`; each pixel's window becomes the
@@ -971,12 +972,13 @@ class Depthwise:
     row's did not into the slots of the rows no longer read (input row py, counting the
     padding rows above the image, at slot py % kh: the rows read again stay where they are, and
     each channel's filter rows are taken in the order of the slots instead), as int16, one
-    line of `line` values per channel (channel-planar), the left and right padding
-    and the rows above and below the image filled with the input zero point (whose product
-    with the input offset added is 0, as the reference's skipped taps). Two horizontally
-    adjacent taps of a channel are then one word of that line, and one __smlad adds both
-    products with the filter's pair of weights, packed at generation time (an odd
-    filter width pairs its last tap with a zero weight)."""
+    line of `line` values per channel and slot (a channel's kh slots adjacent, so that its
+    words are within LDRD's reach of one pointer), the left and right padding and the rows
+    above and below the image filled with the input zero point (whose product with the input
+    offset added is 0, as the reference's skipped taps). Two horizontally adjacent taps of a
+    channel are then one word of that line, and one __smlad adds both products with the
+    filter's pair of weights, packed at generation time (an odd filter width pairs its last
+    tap with a zero weight; see `shared_loads` for the pairs of pixels at stride 1)."""
 
     batches: int
     height: int
@@ -997,8 +999,27 @@ class Depthwise:
         return -(-self.kw // 2)
 
     @property
+    def shared_loads(self) -> bool:
+        """Whether two adjacent output pixels share their input words: at stride 1 and an odd
+        filter width kw = 2k + 1 >= 3, pixels ox and ox + 1 (ox even) read the k + 1 words
+        from ox on, word j the pair (x2j, x2j+1). Pixel ox adds (w2j, w2j+1) . word j for
+        j < k and x2k * w2k; pixel ox + 1 adds x1 * w0 and (w2j+1, w2j+2) . word j + 1: __smlad
+        for the pairs, __smlabt/__smlatb for the halves (`packed`). Per filter row, k + 1
+        loads (one LDRD for each two) serve both pixels, where each pixel alone takes k + 1."""
+        return self.stride[1] == 1 and self.kw % 2 == 1 and self.kw >= 3
+
+    @property
+    def row_words(self) -> int:
+        """Filter words per filter row: its pairs; with shared loads also the pairs one tap
+        on, (w1, w2), (w3, w4)..."""
+        return self.kw - 1 if self.shared_loads else self.pairs
+
+    @property
     def line(self) -> int:
-        """Values of one widened line: the last window's last pair included."""
+        """Values of one widened line: the last window's last pair included; even with shared
+        loads, so that every even pixel's words are aligned for LDRD."""
+        if self.shared_loads:
+            return self.out_w + self.kw + (self.out_w + self.kw) % 2
         return (self.out_w - 1) * self.stride[1] + 2 * self.pairs
 
     def matmul(self) -> Matmul:
@@ -1009,9 +1030,12 @@ class Depthwise:
 
     def packed(self) -> np.ndarray:
         """Per channel and filter row, the weights as int16 pairs in int32 words, the lower
-        half for the left tap (the one at the lower address)."""
+        half for the left tap (the one at the lower address): (w0, w1), (w2, w3)... and with
+        shared loads, after the first k of them, (w1, w2), (w3, w4)..."""
         w = np.zeros((self.channels, self.kh, 2 * self.pairs), np.int64)
         w[:, :, :self.kw] = self.weights.reshape(self.channels, self.kh, self.kw)
+        if self.shared_loads:
+            w = np.concatenate([w[:, :, :self.kw - 1], w[:, :, 1:self.kw]], axis=2)
         low, high = w[:, :, 0::2] & 0xFFFF, (w[:, :, 1::2] & 0xFFFF) << 16
         return (((low | high) + 2**31) & 0xFFFFFFFF) - 2**31
 
@@ -1039,11 +1063,11 @@ def accepts_depthwise(graph: Graph, op: Operator, p) -> str | None:
         return "a depth multiplier other than 1"
     if tuple(p.window.dilation) != (1, 1):
         return "a dilated filter"
-    kh, kw = p.window.filter
-    if kh * -(-kw // 2) > MAX_DEPTHWISE_WORDS:
-        return "a filter too large to keep in registers"
     if p.input_shape[0] < 1 or p.output_shape[1] < 1 or p.output_shape[2] < 1:
         return "an empty tensor"
+    d = depthwise_of(p)
+    if d.kh * d.row_words > MAX_DEPTHWISE_WORDS:
+        return "a filter too large to keep in registers"
     return None
 
 
@@ -1075,7 +1099,8 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
                    "wrapped)"))
     tables = [
         {"name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
-         "length": c_length(d.channels * d.kh * d.pairs), "data": c_array(d.packed().ravel(), 8),
+         "length": c_length(d.channels * d.kh * d.row_words),
+         "data": c_array(d.packed().ravel(), 8),
          "comment": c_comment(
              f"{what}: per channel and filter row, the weights of two adjacent taps as an "
              "int16 pair (left tap in the lower half" +
@@ -1083,21 +1108,49 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         *tables,
     ]
     sh, sw = d.stride
-    slot = d.channels * d.line
+    slot, channel = d.line, d.kh * d.line  # the scratch is [channel][slot][line]
     # input row py sits at slot py % kh; output row oy's window starts at row oy * sh, so slot
     # s holds its filter row (s - oy * sh) mod kh, whose words start at f_s
     rotation = [] if d.kh == 1 else [
         f"const int turn = {'oy' if sh == 1 else f'oy * {sh}'} % {d.kh};",
-        *(f"const int f{s} = ({s + d.kh} - turn) % {d.kh} * {d.pairs};" for s in range(d.kh))]
-    loads = [f"const int32_t w{s * d.pairs + j} = wc[{j if d.kh == 1 else f'f{s}' + _plus(j)}];"
-             for s in range(d.kh) for j in range(d.pairs)]
+        *(f"const int f{s} = ({s + d.kh} - turn) % {d.kh} * {d.row_words};"
+          for s in range(d.kh))]
+    words = d.row_words
+    loads = [f"const int32_t w{s * words + j} = wc[{j if d.kh == 1 else f'f{s}' + _plus(j)}];"
+             for s in range(d.kh) for j in range(words)]
     even = d.out_w - d.out_w % 2
+
+    def shared_taps(count: int) -> list[str]:
+        """Pixel ox (and ox + 1) from the k + 1 words of each filter row (`shared_loads`)."""
+        k = d.kw // 2
+        names = [f"a{j}" for j in range(k + 1)]
+        lines = [f"int32_t {', '.join(names)};"]
+        for ky in range(d.kh):
+            row, w = ky * slot, ky * words
+            for j in range(0, k + 1, 2):
+                at = c_offset("r", [], row + 2 * j)
+                lines.append(f"arenac_load2((const int32_t *)(const void *)({at}), &a{j}, "
+                             f"&a{j + 1});" if j + 1 <= k and count == 2 else
+                             f"a{j} = arenac_load32((const int8_t *)({at}));")
+                if j + 1 <= k and count == 1:
+                    lines.append(f"a{j + 1} = arenac_load32((const int8_t *)"
+                                 f"({c_offset('r', [], row + 2 * j + 2)}));")
+            lines += [f"acc0 = __smlad(a{j}, w{w + j}, acc0);" for j in range(k)]
+            lines.append(f"acc0 = __smlabt(a{k}, w{w + 2 * k - 1}, acc0);")
+            if count == 2:
+                lines.append(f"acc1 = __smlatb(a0, w{w}, acc1);")
+                lines += [f"acc1 = __smlad(a{j + 1}, w{w + k + j}, acc1);" for j in range(k)]
+        return lines
 
     def pixels(loop: ConstantLoop, count: int) -> dict:
         """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
         wr + ky * slot + ox * sw + 2 * j."""
         lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
                  f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
+        if d.shared_loads:
+            return {"loop": loop, "lines": lines + shared_taps(count) + [
+                f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
+                f"{prefix}_output(acc{i}, c);" for i in range(count)]}
         for i in range(count):
             lines += [f"acc{i} = __smlad(arenac_load32((const int8_t *)"
                       f"({c_offset('r', [], ky * slot + 2 * j + i * sw)})), "
@@ -1110,11 +1163,11 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
     blocks = [pixels(loop, count) for loop, count in ((pair, 2), (single, 1)) if loop.runs]
     # one input pixel's channels into their lines: written out, or UNROLL a trip
-    copies = [f"lp[{j * d.line}] = xp[{j}];" for j in range(min(d.channels, UNROLLED))]
+    copies = [f"lp[{j * channel}] = xp[{j}];" for j in range(min(d.channels, UNROLLED))]
     if d.channels > UNROLLED:
         unroll = next(u for u in (UNROLL, 4, 2, 1) if d.channels % u == 0)
         copies = [f"for (c = 0; c < {d.channels}; c += {unroll}, xp += {unroll}, "
-                  f"lp += {unroll * d.line}) {{",
+                  f"lp += {unroll * channel}) {{",
                   *(f"  {line}" for line in copies[:unroll]), "}"]
     # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
@@ -1130,13 +1183,14 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             f"the arena (a line of {d.line} values per channel, the padding the input zero "
             "point), then per channel its filter words kept in registers, two output pixels "
             "a trip, each __smlad adding two taps' products"),
-        "d": d, "zero_point": -d.input_offset, "slot": slot, "loads": loads,
+        "d": d, "zero_point": -d.input_offset, "channel": channel, "loads": loads,
         "pixels": blocks, "ox": pair.written, "first_row": first_row, "copies": copies,
         "rotation": rotation, "slot_of_row": f"(py % {d.kh})" if d.kh > 1 else "0",
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
         "sum": sum_of(prefix, tables, "c"),
-        "helpers": tuple(sorted({"arm_dsp"} | _output_helpers(tables, output))),
+        "helpers": tuple(sorted({"arm_dsp", *(["arm_dsp_load2"] if d.shared_loads else [])}
+                                | _output_helpers(tables, output))),
     }
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
                   includes=("arm_acle.h",))
