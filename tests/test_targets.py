@@ -402,6 +402,8 @@ def assert_qemu_matches_oracle(model: bytes, target: str = "cortex-m4", inputs: 
          kernel="dsp-1x1-staged"),
     dict(input_shape=(1, 2, 3, 72), out_channels=6, activation="RELU6",  # a loop of steps
          kernel="dsp-1x1-staged"),
+    dict(input_shape=(1, 2, 5, 12), out_channels=9,  # three triples of pixels and one more
+         kernel="dsp-1x1-staged"),
     dict(input_shape=(1, 10, 11, 5), out_channels=6, activation="RELU", kernel="dsp-1x1"),
     dict(input_shape=(1, 6, 5, 13), out_channels=5, stride=(2, 2), activation="RELU",
          kernel="dsp-1x1"),

@@ -47,7 +47,7 @@ DEPTHWISE_CONV_2D of one input channel): see `Im2col`; each pixel's window becom
 pointwise kernel's widened inputs, the rest is the pointwise matrix multiply.
 
 A stride-1 1x1 CONV_2D of a small input (`staged`): the whole input widened first, then channel
-pair by channel pair, see `emit_staged`.
+pair by channel pair, three pixels a step, see `emit_staged`.
 
 ADD and SUB (int8): the portable kernel, its output stage in one proven rounding (`add_rounding`).
 
@@ -498,7 +498,7 @@ def _plus(value: int) -> str:
 def _steps(kind: str, m: Matmul, wide: bool) -> dict:
     """The calls of one block's depth steps: written out up to UNROLLED groups, else a loop of
     UNROLL groups a trip and the rest written out. `wide`: the filter is int16 pairs."""
-    x_words = 4 if kind[0] == "2" else 2
+    x_words = 2 * int(kind[0])
     w_step = (8 if kind[2] == "2" else 4) // (2 if wide else 1)  # bytes, or int32 words
     name = f"arenac_mac{'16' if wide else ''}_{kind}"
 
@@ -692,9 +692,9 @@ def staged_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[OverlapRu
 
 def emit_staged(ctx: OpContext) -> Kernel:
     """The whole input widened into the scratch first, then channel pair by channel pair: the
-    pair's filter rows widened into the scratch, and every pixel pair a 2x2 step of int16
-    words alone (arenac_mac16_2x2), as the filter kept widened in flash is read, without its
-    flash."""
+    pair's filter rows widened into the scratch, and every three pixels a 3x2 step of int16
+    words alone (arenac_mac16_3x2; a last one or two pixels a 2x2 or 1x2 step), as the filter
+    kept widened in flash is read, without its flash."""
     p: ConvParams = ctx.params
     m = conv_matmul(p)
     prefix = ctx.prefix
@@ -705,17 +705,18 @@ def emit_staged(ctx: OpContext) -> Kernel:
                    "(int32, wrapped)"))
     full, tail = divmod(m.depth, GROUP)
     words = m.groups * 2  # of one pixel, widened
-    even = m.pixels - m.pixels % 2
-    pixel_loops = ((ConstantLoop("p", even, 0, 2), 2), (ConstantLoop("p", m.pixels, even), 1))
+    # three pixels a block (arenac_mac16_3x2), the last one or two pixels a block of their own
+    triples, rest = m.pixels - m.pixels % 3, m.pixels % 3
+    pixel_loops = ((ConstantLoop("p", triples, 0, 3), 3),
+                   (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
 
     def widen(loop: ConstantLoop, count: int) -> list[str]:
+        names = ", ".join(f"x{i}" for i in range(count))
         lines = [f"int32_t *pairs = {c_offset('input', [(loop, words)])};",
-                 f"const int8_t *x0 = {c_offset('x', [(loop, m.depth)])};"]
-        if count == 2:
-            lines.append(f"const int8_t *x1 = x0 + {m.depth};")
+                 f"const int8_t *x0 = {c_offset('x', [(loop, m.depth)])};",
+                 *(f"const int8_t *x{i} = x0 + {i * m.depth};" for i in range(1, count))]
         if full:
-            lines.append(f"arenac_widen_2(pairs, x0, x1, {full});" if count == 2 else
-                         f"arenac_widen_1(pairs, x0, {full});")
+            lines.append(f"arenac_widen_{count}(pairs, {names}, {full});")
         lines += [f"arenac_widen4({c_offset('pairs', [], full * 2 * count + 2 * i)}, "
                   f"arenac_load_partial(x{i} + {full * GROUP}, {tail}));"
                   for i in range(count if tail else 0)]
@@ -741,18 +742,18 @@ def emit_staged(ctx: OpContext) -> Kernel:
             out = c_offset("out", [(ploop, m.channels), (loop, 1)])
             steps = _steps(kind, m, True)
             step_loops += [steps["loop"]] if steps["loop"] else []
+            outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
             pixels.append({
                 "loop": ploop, "steps": steps,
                 "head": [f"const int32_t *pairs = {c_offset('input', [(ploop, words)])};",
-                         f"int8_t *o0 = {out}" + (f", *o1 = o0 + {m.channels};" if count == 2
-                                                   else ";"),
-                         *_accumulators(sums, count)],
+                         f"int8_t *o0 = {out}{outs};", *_accumulators(sums, count)],
                 "stores": [f"o{i}[{j}] = {prefix}_output(acc[{i * width + j}], {c});"
                            for i in range(count) for j, c in enumerate(channels)]})
         blocks.append({"loop": loop, "pixels": pixels,
                        "head": [f"arenac_widen_1(w, {rows}, {width * m.groups});"]})
     helpers = {"arm_dsp", "arm_dsp_widen_1", *(f"arm_dsp_mac16_{k}" for k in kinds),
-               *(["arm_dsp_widen_2"] if full and even else []),
+               *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops
+                 if full and loop.runs),
                *(["arm_dsp_partial"] if tail else []), *_output_helpers(tables, output)}
     tables = [{"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
                "length": c_length(m.packed().size), "data": c_array(m.packed()),
@@ -772,7 +773,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
             f"{what} for the Arm DSP extension: a matrix multiply of {m.pixels} pixels of "
             f"{m.depth} values by {m.channels} filter rows, the whole input first widened to "
             "int16 pairs in the arena, then two output channels at a time: their filter rows "
-            "widened into the arena, and two pixels by the two channels a step, each __smlad "
+            "widened into the arena, and three pixels by the two channels a step, each __smlad "
             "adding two products of int16 words read as they are")}
     return Kernel(render_macro(TEMPLATE, "pointwise_staged", values),
                   tuple(sorted(helpers)), includes=("arm_acle.h",))

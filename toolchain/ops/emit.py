@@ -162,9 +162,11 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp_sxtab16": ("arm_dsp",),
     "arm_dsp_max8": ("arm_dsp",),
     **{f"arm_dsp_{part}": ("arm_dsp",) for part in (
-        "partial", "widen_2", "widen_1", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1",
+        "partial", "widen_3", "widen_2", "widen_1", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1",
         "load2", "mac16_2x1", "mac16_1x2", "mac16_1x1")},
     "arm_dsp_mac16_2x2": ("arm_dsp", "arm_dsp_load2"),
+    "arm_dsp_mac16_3x2": ("arm_dsp", "arm_dsp_load2"),
+    "arm_dsp_mac16_3x1": ("arm_dsp",),
     **{f"signal_{kind}": () for kind in ("fft16", "fft32", "fftf")},
     **{f"signal_{kind}_{part}": (f"signal_{kind}",) for kind in ("fft16", "fft32", "fftf")
        for part in ("radix2", "radix3", "radix4", "radix4_inverse", "radix5")},
