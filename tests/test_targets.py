@@ -469,6 +469,9 @@ def test_dsp_fully_connected_is_bit_exact(case):
     # pixel pairs sharing their words: three words a filter row, and a vertical stride
     dict(input_shape=(1, 7, 9, 4), kernel=(3, 5), per_channel=True, activation="RELU"),
     dict(input_shape=(2, 9, 6, 3), kernel=(3, 3), stride=(2, 1), input_zero_point=-128),
+    # rows too wide to write out pair by pair: a loop of pairs, and an odd last pixel
+    dict(input_shape=(1, 4, 31, 4), kernel=(3, 3), per_channel=True),
+    dict(input_shape=(1, 5, 53, 3), kernel=(3, 3), stride=(2, 2), activation="RELU"),
 ])
 def test_dsp_depthwise_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}

@@ -101,6 +101,7 @@ GROUP = 4  # int8 values a word holds
 WORD = 4  # the scratch is read in words (LDRD needs them aligned)
 UNROLLED = 16  # depth groups written out without a loop
 UNROLL = 8  # depth groups a loop trip takes beyond that
+UNROLLED_PIXELS = 24  # a depthwise output row at most this wide is written out, pair by pair
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # A matrix multiply over at least this many pixels keeps its filter widened to int16 in flash:
 # it then reads each weight word with no __sxtb16, which saves about pixels / 4 instructions
@@ -1110,15 +1111,23 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     ]
     sh, sw = d.stride
     slot, channel = d.line, d.kh * d.line  # the scratch is [channel][slot][line]
-    # input row py sits at slot py % kh; output row oy's window starts at row oy * sh, so slot
-    # s holds its filter row (s - oy * sh) mod kh, whose words start at f_s
-    rotation = [] if d.kh == 1 else [
-        f"const int turn = {'oy' if sh == 1 else f'oy * {sh}'} % {d.kh};",
-        *(f"const int f{s} = ({s + d.kh} - turn) % {d.kh} * {d.row_words};"
-          for s in range(d.kh))]
+    # input row py sits at slot py % kh; output row oy's window starts at row oy * sh (its
+    # turn, mod kh), so slot s holds its filter row (s - turn) mod kh, whose words start at f_s:
+    # one call of the row function per turn, the f_s constants in each
     words = d.row_words
-    loads = [f"const int32_t w{s * words + j} = wc[{j if d.kh == 1 else f'f{s}' + _plus(j)}];"
+    turn_args = [f"f{s}" for s in range(d.kh)] if d.kh > 1 else []
+    loads = [f"const int32_t w{s * words + j} = wc[{f'f{s}' + _plus(j) if turn_args else j}];"
              for s in range(d.kh) for j in range(words)]
+    row_out = f"out + oy * {d.out_w * d.channels}"
+    turns = sorted({oy * sh % d.kh for oy in range(d.out_h)})
+
+    def call(turn: int) -> str:
+        offsets = [str((s + d.kh - turn) % d.kh * words) for s in range(len(turn_args))]
+        return f"{prefix}_row(rows, {', '.join([row_out, *offsets])});"
+
+    calls = [call(turns[0])] if len(turns) == 1 else [
+        f"switch ({'oy' if sh == 1 else f'oy * {sh}'} % {d.kh}) {{",
+        *(line for t in turns for line in (f"case {t}:", f"  {call(t)}", "  break;")), "}"]
     even = d.out_w - d.out_w % 2
 
     def shared_taps(count: int) -> list[str]:
@@ -1162,7 +1171,12 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         return {"loop": loop, "lines": lines}
 
     pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
-    blocks = [pixels(loop, count) for loop, count in ((pair, 2), (single, 1)) if loop.runs]
+    if d.out_w <= UNROLLED_PIXELS:  # the pairs written out: no loop, every offset a constant
+        pairs = [ConstantLoop("ox", ox + 2, ox, 2) for ox in range(0, even, 2)]
+    else:
+        pairs = [pair]
+    blocks = [pixels(loop, count) for loop, count in [*((p, 2) for p in pairs), (single, 1)]
+              if loop.runs]
     # one input pixel's channels into their lines: written out, or UNROLL a trip
     copies = [f"lp[{j * channel}] = xp[{j}];" for j in range(min(d.channels, UNROLLED))]
     if d.channels > UNROLLED:
@@ -1185,8 +1199,15 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             "point), then per channel its filter words kept in registers, two output pixels "
             "a trip, each __smlad adding two taps' products"),
         "d": d, "zero_point": -d.input_offset, "channel": channel, "loads": loads,
-        "pixels": blocks, "ox": pair.written, "first_row": first_row, "copies": copies,
-        "rotation": rotation, "slot_of_row": f"(py % {d.kh})" if d.kh > 1 else "0",
+        "pixels": blocks, "ox": any(p.written for p in pairs), "first_row": first_row,
+        "copies": copies,
+        "turn_args": turn_args, "calls": calls,
+        "row_comment": c_comment(
+            f"One output row of {what}, channel by channel: o its first output, and the filter "
+            "row of slot s starting at the channel's word f_s (the slots turn as output rows "
+            "go down)" if turn_args else f"One output row of {what}, channel by channel: o its "
+            "first output"),
+        "slot_of_row": f"(py % {d.kh})" if d.kh > 1 else "0",
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
         "sum": sum_of(prefix, tables, "c"),
