@@ -472,6 +472,7 @@ def test_dsp_fully_connected_is_bit_exact(case):
     # rows too wide to write out pair by pair: a loop of pairs, and an odd last pixel
     dict(input_shape=(1, 4, 31, 4), kernel=(3, 3), per_channel=True),
     dict(input_shape=(1, 5, 53, 3), kernel=(3, 3), stride=(2, 2), activation="RELU"),
+    dict(input_shape=(1, 7, 11, 2), kernel=(3, 5), stride=(2, 2), per_channel=True),
 ])
 def test_dsp_depthwise_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}

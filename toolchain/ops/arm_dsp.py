@@ -1130,21 +1130,27 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         *(line for t in turns for line in (f"case {t}:", f"  {call(t)}", "  break;")), "}"]
     even = d.out_w - d.out_w % 2
 
+    def word_loads(row: int, count: int, pairs: bool) -> list[str]:
+        """Words a0..a{count - 1} of a filter row from r + row on, two by two with LDRD where
+        `pairs` (both pixels' words: the pair's first pixel is even, so they are aligned)."""
+        lines = []
+        for j in range(0, count, 2):
+            at = c_offset("r", [], row + 2 * j)
+            if pairs and j + 1 < count:
+                lines.append(f"arenac_load2((const int32_t *)(const void *)({at}), &a{j}, "
+                             f"&a{j + 1});")
+                continue
+            lines += [f"a{i} = arenac_load32((const int8_t *)({c_offset('r', [], row + 2 * i)}));"
+                      for i in range(j, min(j + 2, count))]
+        return lines
+
     def shared_taps(count: int) -> list[str]:
         """Pixel ox (and ox + 1) from the k + 1 words of each filter row (`shared_loads`)."""
         k = d.kw // 2
-        names = [f"a{j}" for j in range(k + 1)]
-        lines = [f"int32_t {', '.join(names)};"]
+        lines = [f"int32_t {', '.join(f'a{j}' for j in range(k + 1))};"]
         for ky in range(d.kh):
             row, w = ky * slot, ky * words
-            for j in range(0, k + 1, 2):
-                at = c_offset("r", [], row + 2 * j)
-                lines.append(f"arenac_load2((const int32_t *)(const void *)({at}), &a{j}, "
-                             f"&a{j + 1});" if j + 1 <= k and count == 2 else
-                             f"a{j} = arenac_load32((const int8_t *)({at}));")
-                if j + 1 <= k and count == 1:
-                    lines.append(f"a{j + 1} = arenac_load32((const int8_t *)"
-                                 f"({c_offset('r', [], row + 2 * j + 2)}));")
+            lines += word_loads(row, k + 1, count == 2)
             lines += [f"acc0 = __smlad(a{j}, w{w + j}, acc0);" for j in range(k)]
             lines.append(f"acc0 = __smlabt(a{k}, w{w + 2 * k - 1}, acc0);")
             if count == 2:
@@ -1157,18 +1163,23 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         wr + ky * slot + ox * sw + 2 * j."""
         lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
                  f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
+        stores = [f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
+                  f"{prefix}_output(acc{i}, c);" for i in range(count)]
         if d.shared_loads:
-            return {"loop": loop, "lines": lines + shared_taps(count) + [
-                f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
-                f"{prefix}_output(acc{i}, c);" for i in range(count)]}
+            return {"loop": loop, "lines": lines + shared_taps(count) + stores}
+        if sw == 2 and count == 2:  # pixel ox + 1's words are pixel ox's from the second on
+            lines.append(f"int32_t {', '.join(f'a{j}' for j in range(d.pairs + 1))};")
+            for ky in range(d.kh):
+                lines += word_loads(ky * slot, d.pairs + 1, True)
+                lines += [f"acc{i} = __smlad(a{j + i}, w{ky * d.pairs + j}, acc{i});"
+                          for i in range(2) for j in range(d.pairs)]
+            return {"loop": loop, "lines": lines + stores}
         for i in range(count):
             lines += [f"acc{i} = __smlad(arenac_load32((const int8_t *)"
                       f"({c_offset('r', [], ky * slot + 2 * j + i * sw)})), "
                       f"w{ky * d.pairs + j}, acc{i});"
                       for ky in range(d.kh) for j in range(d.pairs)]
-        lines += [f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
-                  f"{prefix}_output(acc{i}, c);" for i in range(count)]
-        return {"loop": loop, "lines": lines}
+        return {"loop": loop, "lines": lines + stores}
 
     pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
     if d.out_w <= UNROLLED_PIXELS:  # the pairs written out: no loop, every offset a constant
@@ -1211,7 +1222,8 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
         "sum": sum_of(prefix, tables, "c"),
-        "helpers": tuple(sorted({"arm_dsp", *(["arm_dsp_load2"] if d.shared_loads else [])}
+        "helpers": tuple(sorted({"arm_dsp", *(["arm_dsp_load2"] if any(
+            "arenac_load2" in line for b in blocks for line in b["lines"]) else [])}
                                 | _output_helpers(tables, output))),
     }
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
