@@ -86,6 +86,7 @@ from toolchain.ops.fully_connected import FullyConnectedQuantizedParams
 from toolchain.ops.overlaps import OverlapRule
 from toolchain.ops.pooling import Pool2DParams, window_axis, window_count
 from toolchain.ops.rounding import (
+    HighWord,
     SingleRounding,
     accumulator_range,
     fc_multiplier,
@@ -326,15 +327,7 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
     tables: list[dict] = []
 
     def per_channel(name: str, ctype: str, values: list, literal=str) -> str:
-        """A constant when every channel has the same, else a table indexed by c."""
-        if len(set(values)) == 1:
-            return literal(values[0])
-        tables.append({"name": f"{prefix}_{name}", "ctype": ctype, "align": "",
-                       "length": c_length(len(values)),
-                       "data": _lines([literal(v) for v in values]),
-                       "comment": c_comment(f"Per output channel: the {name.replace('_', ' ')} "
-                                            "of the requantization")})
-        return f"{prefix}_{name}[c]"
+        return _per_channel(tables, prefix, name, ctype, values, literal)
 
     clamp = f"arenac_clamp(q, {stage.low}, {stage.high})"
     store = [f"return (int8_t)({clamp}{_plus(stage.zero_point)});"]
@@ -365,74 +358,11 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
                  ] if shared and folded and sums is not None else []
         struct = shared and sums is not None and len({f[:3] for f in fields}) > 1
         if highs and all(highs):
-            shift = fields[0][3]
-            totals = sums[0] + np.asarray([h.offset for h in highs], np.int64)
-            totals = ((totals + 2**31) & 0xFFFFFFFF) - 2**31
-            constants = [(r.multiplier, h.high) for r, h in zip(s, highs)]
-            if len(set(constants)) > 1:
-                tables.append({
-                    "name": f"{prefix}_channel", "ctype": "arenac_high_channel", "align": "",
-                    "length": c_length(len(constants)),
-                    "data": ",\n  ".join(f"{{ {m}, {h}, {total} }}"
-                                          for (m, h), total in zip(constants, totals.tolist())),
-                    "comment": c_comment(f"{sums[1]}, plus the requantization's offset; and "
-                                         "the requantization's multiplier and high word")})
-                lines = [f"const arenac_high_channel *k = &{prefix}_channel[c];",
-                         "const int32_t q = arenac_smmla(acc, k->multiplier, k->high)"
-                         + (f" >> {shift};" if shift else ";")]
-                sums = None
-            else:
-                lines = [f"const int32_t q = arenac_smmla(acc, {constants[0][0]}, "
-                         f"{constants[0][1]})" + (f" >> {shift};" if shift else ";")]
-                sums = (totals, f"{sums[1]}, plus the requantization's offset")
-            lines += store
-            comment = (f"one rounding, (acc * m + h * 2^32) >> {32 + shift}, the high word of "
-                       "one SMMLA shifted, with the sum offset so that h * 2^32 is the rounding "
-                       f"(and holds the output zero point times 2^{32 + shift}){PROVEN}")
+            lines, comment, sums = _high_word_output(prefix, tables, s, highs, sums,
+                                                     fields[0][3], store)
         else:
-            if struct:
-                tables.append({
-                    "name": f"{prefix}_channel", "ctype": "arenac_channel", "align": "",
-                    "length": c_length(len(fields)),
-                    "data": ",\n  ".join(f"{{ {c_int64(f[0])}, {f[2]}, {total} }}"
-                                          for f, total in zip(fields, sums[0].tolist())),
-                    "comment": c_comment(f"{sums[1]}; and its rounding and multiplier")})
-                mult, rounding = "k->multiplier", "k->rounding"
-                sums = None
-            elif shared:  # one N, and one R for both signs: no select, the shift a constant
-                mult = per_channel("multiplier", "int32_t", [f[2] for f in fields])
-                rounding = per_channel("rounding", "int64_t", [f[0] for f in fields], c_int64)
-            if shared:
-                lines = [f"const arenac_channel *k = &{prefix}_channel[c];"] if struct else []
-                lines += [f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + {rounding}) >> "
-                         f"{32 + fields[0][3]});"]
-            elif len(set(fields)) == 1:
-                rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
-                                                   str(fields[0][2]), str(fields[0][3]))
-                lines = []
-            else:
-                tables.append({
-                    "name": f"{prefix}_rounding", "ctype": "arenac_rounding", "align": "",
-                    "length": c_length(len(fields)),
-                    "data": ",\n  ".join(f"{{ {c_int64(a)}, {c_int64(b)}, {m}, {n} }}"
-                                          for a, b, m, n in fields),
-                    "comment": c_comment("Per output channel: rounding, negative rounding, "
-                                         "multiplier and shift of the requantization")})
-                lines = [f"const arenac_rounding *r = &{prefix}_rounding[c];"]
-                rounding, negative, mult, shift = ("r->rounding", "r->negative_rounding",
-                                                   "r->multiplier", "r->shift")
-            if not shared:
-                lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
-                          f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
-                          + (f" >> {shift};" if shift != "0" else ";")]
-            lines += store
-            comment = ((f"one rounding, (acc * m + r) >> {32 + fields[0][3]}, the same r for both "
-                        "signs" if shared else
-                        "one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc")
-                       + ((f" (and holding the output zero point times 2^{32 + fields[0][3]})"
-                           if shared else " (and holding the output zero point times 2^(32 + s))")
-                          if folded else "")
-                       + PROVEN)
+            lines, comment, sums = _rounding_output(prefix, tables, fields, shared, struct,
+                                                    folded, sums, store)
     elif stage.scales:
         scale = per_channel("scale", "double", list(stage.scales), _double)
         lines = [f"const double scaled = (double)acc * {scale};",
@@ -459,6 +389,105 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
                           "length": c_length(sums[0].size), "data": c_array(sums[0]),
                           "comment": c_comment(sums[1])})
     return tables, lines, comment
+
+
+def _per_channel(tables: list[dict], prefix: str, name: str, ctype: str, values: list,
+                 literal=str) -> str:
+    """A constant when every channel has the same, else a table indexed by c (appended to
+    `tables`)."""
+    if len(set(values)) == 1:
+        return literal(values[0])
+    tables.append({"name": f"{prefix}_{name}", "ctype": ctype, "align": "",
+                   "length": c_length(len(values)),
+                   "data": _lines([literal(v) for v in values]),
+                   "comment": c_comment(f"Per output channel: the {name.replace('_', ' ')} "
+                                        "of the requantization")})
+    return f"{prefix}_{name}[c]"
+
+
+def _high_word_output(prefix: str, tables: list[dict], single: tuple[SingleRounding, ...],
+                      highs: list[HighWord], sums: tuple[np.ndarray, str], shift: int,
+                      store: list[str]) -> tuple[list[str], str, tuple[np.ndarray, str] | None]:
+    """The output function's lines and comment with one SMMLA (`high_word`), and the sums
+    still to tabulate: the channels' offsets go into their sums, which share the struct of
+    the multipliers and high words where channels differ."""
+    totals = sums[0] + np.asarray([h.offset for h in highs], np.int64)
+    totals = ((totals + 2**31) & 0xFFFFFFFF) - 2**31
+    constants = [(r.multiplier, h.high) for r, h in zip(single, highs)]
+    shifted = f" >> {shift};" if shift else ";"
+    if len(set(constants)) > 1:
+        tables.append({
+            "name": f"{prefix}_channel", "ctype": "arenac_high_channel", "align": "",
+            "length": c_length(len(constants)),
+            "data": ",\n  ".join(f"{{ {m}, {h}, {total} }}"
+                                  for (m, h), total in zip(constants, totals.tolist())),
+            "comment": c_comment(f"{sums[1]}, plus the requantization's offset; and the "
+                                 "requantization's multiplier and high word")})
+        lines = [f"const arenac_high_channel *k = &{prefix}_channel[c];",
+                 f"const int32_t q = arenac_smmla(acc, k->multiplier, k->high){shifted}"]
+        rest = None
+    else:
+        lines = [f"const int32_t q = arenac_smmla(acc, {constants[0][0]}, {constants[0][1]})"
+                 f"{shifted}"]
+        rest = (totals, f"{sums[1]}, plus the requantization's offset")
+    comment = (f"one rounding, (acc * m + h * 2^32) >> {32 + shift}, the high word of one SMMLA "
+               "shifted, with the sum offset so that h * 2^32 is the rounding (and holds the "
+               f"output zero point times 2^{32 + shift}){PROVEN}")
+    return lines + store, comment, rest
+
+
+def _rounding_output(prefix: str, tables: list[dict], fields: list[tuple], shared: bool,
+                     struct: bool, folded: bool, sums: tuple[np.ndarray, str] | None,
+                     store: list[str]) -> tuple[list[str], str, tuple[np.ndarray, str] | None]:
+    """The output function's lines and comment with a 64-bit rounding (SMLAL), and the sums
+    still to tabulate. `fields`: per channel (rounding, negative rounding, multiplier, shift
+    after the high word), the zero point folded in where `folded`; `shared`: one shift and one
+    rounding for both signs; `struct`: the channels' constants differ and sit with their sums."""
+    if struct:
+        tables.append({
+            "name": f"{prefix}_channel", "ctype": "arenac_channel", "align": "",
+            "length": c_length(len(fields)),
+            "data": ",\n  ".join(f"{{ {c_int64(f[0])}, {f[2]}, {total} }}"
+                                  for f, total in zip(fields, sums[0].tolist())),
+            "comment": c_comment(f"{sums[1]}; and its rounding and multiplier")})
+        mult, rounding = "k->multiplier", "k->rounding"
+        sums = None
+    elif shared:  # one N, and one R for both signs: no select, the shift a constant
+        mult = _per_channel(tables, prefix, "multiplier", "int32_t", [f[2] for f in fields])
+        rounding = _per_channel(tables, prefix, "rounding", "int64_t", [f[0] for f in fields],
+                                c_int64)
+    if shared:
+        lines = [f"const arenac_channel *k = &{prefix}_channel[c];"] if struct else []
+        lines += [f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + {rounding}) >> "
+                 f"{32 + fields[0][3]});"]
+    elif len(set(fields)) == 1:
+        rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
+                                           str(fields[0][2]), str(fields[0][3]))
+        lines = []
+    else:
+        tables.append({
+            "name": f"{prefix}_rounding", "ctype": "arenac_rounding", "align": "",
+            "length": c_length(len(fields)),
+            "data": ",\n  ".join(f"{{ {c_int64(a)}, {c_int64(b)}, {m}, {n} }}"
+                                  for a, b, m, n in fields),
+            "comment": c_comment("Per output channel: rounding, negative rounding, "
+                                 "multiplier and shift of the requantization")})
+        lines = [f"const arenac_rounding *r = &{prefix}_rounding[c];"]
+        rounding, negative, mult, shift = ("r->rounding", "r->negative_rounding",
+                                           "r->multiplier", "r->shift")
+    if not shared:
+        lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
+                  f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
+                  + (f" >> {shift};" if shift != "0" else ";")]
+    lines += store
+    comment = ((f"one rounding, (acc * m + r) >> {32 + fields[0][3]}, the same r for both "
+                "signs" if shared else
+                "one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc")
+               + ((f" (and holding the output zero point times 2^{32 + fields[0][3]})"
+                   if shared else " (and holding the output zero point times 2^(32 + s))")
+                  if folded else "")
+               + PROVEN)
+    return lines, comment, sums
 
 
 def _output_helpers(tables: list[dict], output: list[str]) -> set[str]:
