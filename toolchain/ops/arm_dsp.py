@@ -526,8 +526,9 @@ def _plus(value: int) -> str:
 
 
 def _steps(kind: str, m: Matmul, wide: bool) -> dict:
-    """The calls of one block's depth steps: written out up to UNROLLED groups, else a loop of
-    UNROLL groups a trip and the rest written out. `wide`: the filter is int16 pairs."""
+    """The calls of one block's depth steps: written out up to UNROLLED groups (UNROLL for
+    the 3x2 step), else a loop of UNROLL groups a trip and the rest written out. `wide`: the
+    filter is int16 pairs."""
     x_words = 2 * int(kind[0])
     w_step = (8 if kind[2] == "2" else 4) // (2 if wide else 1)  # bytes, or int32 words
     name = f"arenac_mac{'16' if wide else ''}_{kind}"
@@ -539,7 +540,8 @@ def _steps(kind: str, m: Matmul, wide: bool) -> dict:
                 f"{c_offset('w', w_terms, extra * w_step)});")
 
     groups = m.groups
-    if groups <= UNROLLED:
+    # the 3x2 step holds every register: written out beyond one trip's groups, GCC spills
+    if groups <= (UNROLL if kind == "3x2" else UNROLLED):
         return {"loop": None, "body": [], "rest": [call(None, g) for g in range(groups)]}
     main = groups - groups % UNROLL
     k = ConstantLoop("k", main, 0, UNROLL)
