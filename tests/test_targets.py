@@ -411,6 +411,8 @@ def assert_qemu_matches_oracle(model: bytes, target: str = "cortex-m4", inputs: 
          kernel="dsp-1x1"),
     dict(input_shape=(1, 3, 9, 70), out_channels=3, stride=(1, 2), per_channel=True,
          kernel="dsp-1x1"),
+    # three pixels a block, the filter widened in flash (120 pixels): 40 triples
+    dict(input_shape=(1, 12, 10, 40), out_channels=5, kernel="dsp-1x1"),
 ])
 def test_dsp_1x1_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
@@ -432,6 +434,10 @@ def test_dsp_1x1_convolution_is_bit_exact(case):
     dict(input_shape=(1, 5, 1, 9), out_channels=3, kernel=(3, 1), stride=(1, 1), bias=False),
     dict(input_shape=(1, 4, 5, 6), out_channels=4, kernel=(1, 1), padding="SAME",
          stride=(1, 3), per_channel=True),
+    # three pixels a block: rows widened straight from the input, and copied first
+    dict(input_shape=(1, 8, 9, 4), out_channels=6, kernel=(3, 3), per_channel=True),
+    dict(input_shape=(1, 7, 11, 5), out_channels=3, kernel=(3, 3), stride=(1, 1),
+         activation="RELU"),
 ])
 def test_dsp_im2col_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
@@ -448,6 +454,7 @@ def test_dsp_im2col_convolution_is_bit_exact(case):
     dict(input_shape=(3, 21), units=5, activation="RELU", per_channel=True),
     dict(input_shape=(2, 3, 8), units=6, bias=False),
     dict(input_shape=(1, 300), units=9, activation="RELU6"),  # unrolled loop and a rest
+    dict(input_shape=(5, 300), units=4),  # three batches a block, then two
 ])
 def test_dsp_fully_connected_is_bit_exact(case):
     model = fully_connected_model("int8", **case)

@@ -10,10 +10,11 @@ Pointwise matrix multiply (int8 FULLY_CONNECTED, and CONV_2D with a 1x1 filter, 
 the output is a matrix of pixels (FULLY_CONNECTED: batch rows) by output channels (units), each
 value a dot product of a pixel's input channels with a filter row. Two pixels by two channels
 at a time (2x2 register blocking: four sums, each input word and weight word loaded once for
-two products):
+two products), three pixels by two channels where the depth takes a loop of steps (3x2: six
+sums, both channels' weights loaded once for three pixels; `Matmul.block`):
 
-- the two pixels' inputs are widened once into the op's scratch (planned in the arena: 16
-  bytes per four input channels) as int16 pairs, four values x0..x3 becoming the words (x0, x2)
+- the block's inputs are widened once into the op's scratch (planned in the arena: 8 bytes
+  per four input channels and pixel) as int16 pairs, four values x0..x3 becoming the words (x0, x2)
   and (x1, x3), which is what __sxtb16 and its rotated form make of one word;
 - the filter is reordered at generation time so that the rows of each pair of channels
   alternate four weights at a time (the 2x2 step reads eight consecutive bytes), each row
@@ -29,9 +30,9 @@ two products):
   produce (the output zero point folded into its rounding where the 64-bit sum has room, so
   that the clamp is one SSAT); otherwise it is the reference's arithmetic itself.
 
-Its write order differs from the portable convolution's: all the output channels of two pixels
-after both pixels' inputs were read. `pointwise_overlaps` declares what that order makes safe
-for CONV_2D; FULLY_CONNECTED declares no overlap, as its portable kernel.
+Its write order differs from the portable convolution's: all the output channels of a block's
+pixels after all of the block's inputs were read. `pointwise_overlaps` declares what that order
+makes safe for CONV_2D; FULLY_CONNECTED declares no overlap, as its portable kernel.
 
 Depthwise (int8 DEPTHWISE_CONV_2D, depth multiplier 1, no dilation, any filter and stride,
 SAME or VALID): see `Depthwise`. The input rows are widened to int16 into filter-height
@@ -151,12 +152,20 @@ class Matmul:
         quads = padded[:pairs * 2].reshape(pairs, 2, self.groups, GROUP).transpose(0, 2, 1, 3)
         return np.concatenate([quads.reshape(-1), padded[pairs * 2:].reshape(-1)])
 
+    @property
+    def block(self) -> int:
+        """Pixels a block takes along a row: three (the 3x2 step) where the depth makes a loop
+        of steps (written out, GCC spills the 3x2 step's fourteen registers), else two; a
+        row's last one or two pixels are a block of their own."""
+        return 3 if self.groups > UNROLL and self.pixels >= 3 else 2
+
     def blocks(self) -> list[tuple[int, int]]:
         """The blocks of pixels in the order the kernel runs them: (first output pixel, how
-        many), two at a time along each row."""
-        return [((b * self.rows + r) * self.pixels + i, min(2, self.pixels - i))
+        many), `block` at a time along each row."""
+        size = self.block
+        return [((b * self.rows + r) * self.pixels + i, min(size, self.pixels - i))
                 for b in range(self.batches) for r in range(self.rows)
-                for i in range(0, self.pixels, 2)]
+                for i in range(0, self.pixels, size)]
 
     def input_at(self, pixel: int) -> int:
         """The first input element output pixel `pixel` reads."""
@@ -220,7 +229,7 @@ def accepts_fc(graph: Graph, op: Operator, p) -> str | None:
 
 def pointwise_scratch(m: Matmul) -> tuple[MemoryRequest, ...]:
     """Room for one block's inputs widened: 8 bytes per four input values and pixel."""
-    pixels = 2 if m.pixels > 1 else 1
+    pixels = min(m.block, m.pixels)
     return (MemoryRequest(pixels * m.groups * 8,
                           f"the inputs of {pixels} pixel{'s' if pixels > 1 else ''} widened "
                           "to int16 pairs"),)
@@ -580,9 +589,10 @@ def _accumulators(sums: list[str], pixels: int) -> list[str]:
 
 def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -> dict:
     batches, rows = ConstantLoop("b", m.batches), ConstantLoop("r", m.rows)
-    even = m.pixels - m.pixels % 2
-    pair = ConstantLoop("p", even, 0, 2)
-    single = ConstantLoop("p", m.pixels, even)
+    size = m.block
+    whole = m.pixels - m.pixels % size
+    block = ConstantLoop("p", whole, 0, size)
+    rest = ConstantLoop("p", m.pixels, whole, max(m.pixels % size, 1))
     full, tail = divmod(m.depth, GROUP)
     row_head = []
     xr, orow = "x", "out"
@@ -596,16 +606,13 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -
 
     def head(count: int, loop: ConstantLoop) -> list[str]:
         """The block's pointers, and its inputs widened into the scratch."""
-        lines = [f"const int8_t *x0 = {c_offset(xr, [(loop, m.pixel_in)])};"]
-        out = c_offset(orow, [(loop, m.channels)])
-        if count == 2:
-            lines += [f"const int8_t *x1 = x0 + {m.pixel_in};",
-                      f"int8_t *o0 = {out}, *o1 = o0 + {m.channels};"]
-        else:
-            lines.append(f"int8_t *o0 = {out};")
+        lines = [f"const int8_t *x0 = {c_offset(xr, [(loop, m.pixel_in)])};",
+                 *(f"const int8_t *x{i} = x{i - 1} + {m.pixel_in};" for i in range(1, count))]
+        outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
+        lines.append(f"int8_t *o0 = {c_offset(orow, [(loop, m.channels)])}{outs};")
         if full:
-            lines.append(f"arenac_widen_2(pairs, x0, x1, {full});" if count == 2 else
-                         f"arenac_widen_1(pairs, x0, {full});")
+            names = ", ".join(f"x{i}" for i in range(count))
+            lines.append(f"arenac_widen_{count}(pairs, {names}, {full});")
         words = 2 * count  # per group
         for i in range(count if tail else 0):
             lines.append(f"arenac_widen4({c_offset('pairs', [], full * words + 2 * i)}, "
@@ -613,16 +620,17 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -
         return lines
 
     pixels = [{"loop": loop, "head": head(count, loop), "count": count}
-              for loop, count in ((pair, 2), (single, 1)) if loop.runs]
+              for loop, count in ((block, size), (rest, m.pixels % size)) if loop.runs]
     helpers = {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
     helpers |= {"arm_dsp_partial"} if tail else set()
     comment = (
         f"{what} for the Arm DSP extension: a matrix multiply of "
         f"{m.batches * m.rows * m.pixels} pixels of {m.depth} values by {m.channels} filter "
-        f"rows, {'two pixels' if m.pixels > 1 else 'one pixel'} by two output channels at a "
+        f"rows, {('one pixel', 'two pixels', 'three pixels')[min(size, m.pixels) - 1]} by two "
+        "output channels at a "
         "time: the inputs widened once to int16 pairs in the arena, the filter read four int8 "
         "weights a word, each __smlad adding two products")
-    return matmul_values(ctx, m, stage, what, comment, [batches, rows, pair, single],
+    return matmul_values(ctx, m, stage, what, comment, [batches, rows, block, rest],
                          row_head, pixels, helpers)
 
 
@@ -642,7 +650,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
                                   "filter row's sum (int32, wrapped)"))
     for pixel in pixels:
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
-                                            ["o0", "o1"][:pixel["count"]], wide,
+                                            [f"o{i}" for i in range(pixel["count"])], wide,
                                             lambda channel: sum_of(prefix, tables, channel))
     packed = m.packed()
     order = ("for each pair of output channels, their rows four weights at a time, "
@@ -827,10 +835,11 @@ def emit_fc(ctx: OpContext) -> Kernel:
 @dataclass(frozen=True)
 class Im2col:
     """An int8 CONV_2D of any filter and stride (no dilation) as the DSP kernel runs it: output
-    row by output row, two pixels at a time, each pixel's window (`kh` rows of `kw` * `depth`
-    values, in the filter's (ky, kx, c) order) copied into the scratch as int8, the padding the
-    input zero point (whose product with the input offset added is 0, as the reference's
-    skipped taps), then widened into the pairs the pointwise kernel's steps read. `matmul`: the
+    row by output row, a block of pixels at a time (`Matmul.block`), each pixel's window (`kh`
+    rows of `kw` * `depth` values, in the filter's (ky, kx, c) order) copied into the scratch
+    as int8, the padding the input zero point (whose product with the input offset added is 0,
+    as the reference's skipped taps), then widened into the pairs the pointwise kernel's steps
+    read. `matmul`: the
     windows times the filter rows, with its packed filter, folded sums and output stage."""
 
     batches: int
@@ -896,29 +905,36 @@ def accepts_im2col(graph: Graph, op: Operator, p) -> str | None:
 
 
 def im2col_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ...]:
-    """Two pixels' windows widened (8 bytes per four values and pixel), and as int8."""
+    """A block's windows widened (8 bytes per four values and pixel), and as int8."""
     d = im2col_of(p)
-    pixels = 2 if d.matmul.pixels > 1 else 1
+    pixels = min(d.matmul.block, d.matmul.pixels)
     plural = "s" if pixels > 1 else ""
     return (MemoryRequest(pixels * d.matmul.groups * 8,
                           f"the windows of {pixels} pixel{plural} widened to int16 pairs"),
             MemoryRequest(pixels * d.window, f"the windows of {pixels} pixel{plural} as int8"))
 
 
-def window_values(prefix: str, d: Im2col, direct: bool, window: bool) -> dict:
+def window_values(prefix: str, d: Im2col, direct: int, window: bool) -> dict:
     """The values of the functions that copy windows out of the input (the template's
     `window`): `{prefix}_row` always, `{prefix}_window` (one pixel's window, int8) if `window`,
-    `{prefix}_widen` (two pixels' windows widened, filter row by filter row) if `direct`."""
+    `{prefix}_widen` (the windows of `direct` pixels widened, filter row by filter row) if
+    `direct`."""
     sw = d.stride[1]
     rows_outside, columns_outside = d.reaches_outside(0), d.reaches_outside(1)
+    last = d.width - d.kw - (direct - 1) * sw  # the last column all the block's rows are in
     inside = [*(["iy + ky >= 0", f"iy + ky < {d.height}"] if rows_outside else []),
-              *(["ix >= 0", f"ix <= {d.width - d.kw - sw}"] if columns_outside else [])]
+              *(["ix >= 0", f"ix <= {last}"] if columns_outside else [])]
+    pixels = range(direct)
     return {
         "prefix": prefix, "d": d, "zero_point": -d.matmul.input_offset,
         "rows_outside": rows_outside, "columns_outside": columns_outside,
         "last_column": d.width - d.kw, "direct": direct, "window": window,
-        "inside": " && ".join(inside) or "1", "row_words": 4 * (d.row // GROUP),
-        "row_groups": d.row // GROUP, "next": sw * d.depth,
+        "inside": " && ".join(inside) or "1", "row_words": 2 * direct * (d.row // GROUP),
+        "row_groups": d.row // GROUP, "count": direct,
+        "rows_in": ", ".join(["xr", *(f"xr + {i * sw * d.depth}" for i in pixels[1:])]),
+        "rows_copied": ", ".join(["windows", *(f"windows + {i * d.row}" for i in pixels[1:])]),
+        "copies": [(f"windows + {i * d.row}" if i else "windows", f"ix + {i * sw}" if i else "ix")
+                   for i in pixels],
         "row_comment": c_comment(
             f"Filter row y - iy of one output pixel's window into `row`: {d.kw} x {d.depth} "
             "values from input row y, column ix on; those outside the image the input zero "
@@ -928,8 +944,8 @@ def window_values(prefix: str, d: Im2col, direct: bool, window: bool) -> dict:
             f"{d.kw} x {d.depth} values; (iy, ix) is its top left corner in the input, which "
             "may lie in the padding"),
         "direct_comment": c_comment(
-            f"The windows of the output pixels at columns ix and ix + {sw} widened into "
-            "`pairs` filter row by filter row: a row inside the image straight from the "
+            f"The windows of the {direct} output pixels from column ix on (every {sw}) widened "
+            "into `pairs` filter row by filter row: a row inside the image straight from the "
             "input, another copied into `windows` first")}
 
 
@@ -941,52 +957,53 @@ def emit_im2col(ctx: OpContext) -> Kernel:
     sh, sw = d.stride
     pt, pl = d.padding
     batches, rows = ConstantLoop("b", d.batches), ConstantLoop("r", d.out_h)
-    even = d.out_w - d.out_w % 2
-    pair, single = ConstantLoop("p", even, 0, 2), ConstantLoop("p", d.out_w, even)
+    size = m.block
+    whole = d.out_w - d.out_w % size
+    block = ConstantLoop("p", whole, 0, size)
+    rest = ConstantLoop("p", d.out_w, whole, max(d.out_w % size, 1))
     image, row_out = d.height * d.width * d.depth, d.out_w * m.channels
     orow = c_offset("out", [(batches, d.out_h * row_out), (rows, row_out)])
     row_head = [f"const int8_t *xb = {c_offset('x', [(batches, image)])};",
                 f"const int iy = {c_sum([(rows, sh)], -pt)};",
                 f"int8_t *orow = {orow};"]
 
-    # a filter row holding whole groups: two pixels' rows inside the image widen straight
-    # from the input
-    direct = d.row % GROUP == 0
+    # a filter row holding whole groups: the rows of a whole block's windows inside the image
+    # widen straight from the input
+    direct = d.row % GROUP == 0 and size > 1 and block.runs
 
     def head(count: int, loop: ConstantLoop) -> list[str]:
         """The block's outputs, and its windows copied and widened into the scratch."""
-        out = c_offset("orow", [(loop, m.channels)])
-        lines = [f"int8_t *o0 = {out}, *o1 = o0 + {m.channels};" if count == 2 else
-                 f"int8_t *o0 = {out};"]
-        if count == 2 and direct:
+        outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
+        lines = [f"int8_t *o0 = {c_offset('orow', [(loop, m.channels)])}{outs};"]
+        if count == size and direct:
             return [*lines, f"{prefix}_widen(pairs, windows, xb, iy, "
                             f"{c_sum([(loop, sw)], -pl)});"]
         for i in range(count):
             lines.append(f"{prefix}_window({c_offset('windows', [], i * d.window)}, xb, iy, "
                          f"{c_sum([(loop, sw)], i * sw - pl)});")
-        lines.append(f"arenac_widen_2(pairs, windows, windows + {d.window}, {m.groups});"
-                     if count == 2 else f"arenac_widen_1(pairs, windows, {m.groups});")
+        names = ", ".join(["windows", *(f"windows + {i * d.window}" for i in range(1, count))])
+        lines.append(f"arenac_widen_{count}(pairs, {names}, {m.groups});")
         return lines
 
     pixels = [{"loop": loop, "head": head(count, loop), "count": count}
-              for loop, count in ((pair, 2), (single, 1)) if loop.runs]
+              for loop, count in ((block, size), (rest, d.out_w % size)) if loop.runs]
     opcode = "CONV_2D" if isinstance(p, ConvParams) else "DEPTHWISE_CONV_2D of one channel"
     what = f"{opcode} '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
     comment = (
         f"{what} for the Arm DSP extension, output row by output row: "
-        f"{'two pixels' if d.out_w > 1 else 'one pixel'} at a time, each pixel's window of "
+        f"{('one pixel', 'two pixels', 'three pixels')[min(size, d.out_w) - 1]} at a time, "
+        "each pixel's window of "
         f"{m.depth} values widened to int16 pairs in the arena ("
         + ("filter rows inside the image straight from the input, the others copied first"
            if direct else "copied first")
         + ", the padding the input zero point), then multiplied by the filter two output "
         "channels at a time, each __smlad adding two products")
     values = matmul_values(ctx, m, conv_output(m, p.output), what, comment,
-                           [batches, rows, pair, single], row_head, pixels,
-                           {f"arm_dsp_widen_{p['count']}" for p in pixels}
-                           | ({"arm_dsp_widen_2"} if direct and pair.runs else set()))
+                           [batches, rows, block, rest], row_head, pixels,
+                           {f"arm_dsp_widen_{p['count']}" for p in pixels})
     tail = d.window - m.depth
-    values["patch"] = window_values(prefix, d, direct and pair.runs,
-                                    not (direct and pair.runs) or single.runs)
+    values["patch"] = window_values(prefix, d, size if direct else 0,
+                                    not direct or rest.runs)
     values["windows"] = ctx.scratch[1]
     values["setup"] = [f"memset({c_offset('windows', [], i * d.window + m.depth)}, 0, {tail});"
                        for i in range(pixels[0]["count"]) if tail]

@@ -167,6 +167,8 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp_mac16_2x2": ("arm_dsp", "arm_dsp_load2"),
     "arm_dsp_mac16_3x2": ("arm_dsp", "arm_dsp_load2"),
     "arm_dsp_mac16_3x1": ("arm_dsp",),
+    "arm_dsp_mac_3x2": ("arm_dsp", "arm_dsp_load2"),
+    "arm_dsp_mac_3x1": ("arm_dsp",),
     **{f"signal_{kind}": () for kind in ("fft16", "fft32", "fftf")},
     **{f"signal_{kind}_{part}": (f"signal_{kind}",) for kind in ("fft16", "fft32", "fftf")
        for part in ("radix2", "radix3", "radix4", "radix4_inverse", "radix5")},
