@@ -605,6 +605,20 @@ def test_reference_arithmetic_where_no_single_rounding_matches(monkeypatch):
 
 
 @needs_mcu
+def test_the_64_bit_rounding_where_no_high_word_form_fits(monkeypatch):
+    """A shared rounding with no offset that makes it one SMMLA keeps its 64-bit rounding
+    (an SMLAL), and stays bit-exact; with it, the kernels use the SMMLA."""
+    model = pointwise_model(2)
+    c = generate(planned(model, "cortex-m4"), "net")["net.c"]
+    high, wide = c.count("arenac_smmla(acc"), c.count("(int64_t)acc *")
+    assert high
+    monkeypatch.setattr(arm_dsp, "high_word", lambda *args: None)
+    c = generate(planned(model, "cortex-m4"), "net")["net.c"]
+    assert "arenac_smmla" not in c and c.count("(int64_t)acc *") == wide + high
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
 @pytest.mark.parametrize("pixels", [1, 10**9])
 def test_filters_widened_at_generation_time_or_in_the_loop(monkeypatch, pixels):
     """Every matrix multiply with its filter kept as int16 pairs in flash (pixels=1) or as
