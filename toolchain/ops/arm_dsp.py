@@ -28,7 +28,9 @@ sums, both channels' weights loaded once for three pixels; `Matmul.block`):
   toolchain/ops/rounding.py proves it equal to the reference's rounding (FULLY_CONNECTED's
   double one, the convolutions' MultiplyByQuantizedMultiplier) on every accumulator the op can
   produce (the output zero point folded into its rounding where the 64-bit sum has room, so
-  that the clamp is one SSAT); otherwise it is the reference's arithmetic itself.
+  that the clamp is one SSAT); where the rounding can be an offset folded into the channel's
+  sum plus a multiple of 2^32 (`high_word`), the multiply-add is one SMMLA, its high word
+  alone; otherwise it is the reference's arithmetic itself.
 
 Its write order differs from the portable convolution's: all the output channels of a block's
 pixels after all of the block's inputs were read. `pointwise_overlaps` declares what that order
