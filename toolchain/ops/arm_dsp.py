@@ -501,7 +501,7 @@ def _rounding_output(prefix: str, tables: list[dict], fields: list[tuple], share
     return lines, comment, sums
 
 
-def _output_helpers(tables: list[dict], output: list[str]) -> set[str]:
+def output_helpers(tables: list[dict], output: list[str]) -> set[str]:
     """The helper groups the output function needs: those defining its tables' struct types,
     and arenac_smmla where it calls it."""
     types = {"arenac_rounding": "arm_dsp_rounding", "arenac_channel": "arm_dsp_channel",
@@ -676,7 +676,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     tables = [filter_table, *tables]
     blocks = [b for p in pixels for b in p["channels"]]
     helpers = {"arm_dsp", *helpers, *(b["helper"] for b in blocks)}
-    helpers |= _output_helpers(tables, output)
+    helpers |= output_helpers(tables, output)
     counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
     return {
@@ -796,7 +796,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
     helpers = {"arm_dsp", "arm_dsp_widen_1", *(f"arm_dsp_mac16_{k}" for k in kinds),
                *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops
                  if full and loop.runs),
-               *(["arm_dsp_partial"] if tail else []), *_output_helpers(tables, output)}
+               *(["arm_dsp_partial"] if tail else []), *output_helpers(tables, output)}
     tables = [{"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
                "length": c_length(m.packed().size), "data": c_array(m.packed()),
                "comment": c_comment(
@@ -1274,7 +1274,7 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         "sum": sum_of(prefix, tables, "c"),
         "helpers": tuple(sorted({"arm_dsp", *(["arm_dsp_load2"] if any(
             "arenac_load2" in line for b in blocks for line in b["lines"]) else [])}
-                                | _output_helpers(tables, output))),
+                                | output_helpers(tables, output))),
     }
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
                   includes=("arm_acle.h",))

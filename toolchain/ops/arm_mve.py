@@ -32,7 +32,9 @@ from toolchain.ops.arm_dsp import (
     fc_matmul,
     fc_output,
     im2col_of,
+    output_helpers,
     output_values,
+    sum_of,
     window_values,
 )
 from toolchain.ops.conv import ConvParams
@@ -71,16 +73,14 @@ def mve_values(ctx: OpContext, m: Matmul, stage, what: str) -> dict:
     row = -(-m.depth // LANES) * LANES
     padded = np.zeros((m.channels, row), np.int64)
     padded[:, :m.depth] = m.weights
-    tables, output, output_comment = output_values(prefix, stage)
+    tables, output, output_comment = output_values(
+        prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
+                                  "filter row's sum (int32, wrapped)"))
     tables = [
         {"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(16) ",
          "length": c_length(padded.size), "data": c_array(padded.ravel()),
          "comment": c_comment(f"{what}: the filter ({m.channels} x {m.depth}), each row padded "
                               f"with zeros to {row}")},
-        {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
-         "length": c_length(m.channels), "data": c_array(m.sums()),
-         "comment": c_comment(f"{what}: per output channel, bias + input offset * the filter "
-                              "row's sum (int32, wrapped)")},
         *tables,
     ]
     batches, rows, pixels = (ConstantLoop("b", m.batches), ConstantLoop("r", m.rows),
@@ -105,8 +105,10 @@ def mve_values(ctx: OpContext, m: Matmul, stage, what: str) -> dict:
             f"{m.depth} values by {m.channels} filter rows, pixel by pixel and two output "
             "channels at a time, each vmladavaq_s8 adding sixteen products"),
         "pixel_head": [f"const int8_t *xp = {x_at};"], "patch": None, "windows": None,
-        "helpers": ("arm_dsp_rounding",) if any(
-            t["ctype"] == "arenac_rounding" for t in tables) else (),
+        "sum_pair": [sum_of(prefix, tables, pairs.index),
+                     sum_of(prefix, tables, c_sum([(pairs, 1)], 1))],
+        "sum_odd": sum_of(prefix, tables, odd.index),
+        "helpers": tuple(sorted(output_helpers(tables, output))),
     }
 
 
@@ -204,8 +206,7 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             f"{what} for Helium, output pixel by output pixel, four channels a vector: each "
             "tap inside the image adds (input + offset) * weight in int32 lanes (vmulq_s32, "
             "vaddq_s32), a tap in the padding nothing"),
-        "helpers": ("arm_dsp_rounding",) if any(
-            t["ctype"] == "arenac_rounding" for t in tables) else (),
+        "helpers": tuple(sorted(output_helpers(tables, output))),
     }
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
                   includes=("arm_mve.h", "arm_acle.h"))
