@@ -1156,7 +1156,8 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
          "comment": c_comment(
              f"{what}: per channel and filter row, the weights of two adjacent taps as an "
              "int16 pair (left tap in the lower half" +
-             (", the last one with 0)" if d.kw % 2 else ")"))},
+             ("), then those pairs one tap on (for the second pixel of a pair)"
+              if d.shared_loads else ", the last one with 0)" if d.kw % 2 else ")"))},
         *tables,
     ]
     sh, sw = d.stride
@@ -1258,7 +1259,8 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             f"reads that the previous one did not widened to int16 into the {d.kh} slots of "
             f"the arena (a line of {d.line} values per channel, the padding the input zero "
             "point), then per channel its filter words kept in registers, two output pixels "
-            "a trip, each __smlad adding two taps' products"),
+            "at a time" + (" sharing the words they read" if d.shared_loads or sw == 2 else "")
+            + ", each __smlad adding two taps' products"),
         "d": d, "zero_point": -d.input_offset, "channel": channel, "loads": loads,
         "pixels": blocks, "ox": any(p.written for p in pairs), "first_row": first_row,
         "copies": copies,
