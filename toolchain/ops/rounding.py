@@ -19,7 +19,9 @@ function, which runtime_py runs), intersects those intervals and returns an R in
 when they do not meet (the kernel then keeps the reference's arithmetic). On a Cortex-M the
 rounding is then a 32 x 32 -> 64-bit multiply-accumulate and a shift (SMLAL), where the
 double rounding costs a software double multiply and MultiplyByQuantizedMultiplier a dozen
-instructions.
+instructions; and where an R of the interval is an offset times M plus a multiple of 2^32
+(`high_word`), the offset rides in the accumulator and the multiply-accumulate is the high
+word alone (SMMLA).
 """
 
 from __future__ import annotations
