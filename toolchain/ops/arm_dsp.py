@@ -65,7 +65,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolchain.fixedpoint import multiply_by_quantized_multiplier
+from toolchain.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from toolchain.ir import Graph, Operator
 from toolchain.ops import overlaps
 from toolchain.ops.conv import ConvParams, DepthwiseConvParams, Requantize
@@ -140,7 +140,7 @@ class Matmul:
     def sums(self) -> np.ndarray:
         """Per channel, bias + input offset * the filter row's sum, wrapped to int32."""
         total = self.bias + self.input_offset * self.weights.sum(axis=1)
-        return ((total + 2**31) & 0xFFFFFFFF) - 2**31
+        return wrap_int32(total)
 
     def accumulators(self) -> tuple[np.ndarray, np.ndarray]:
         return accumulator_range(self.weights, self.input_offset, self.bias)
@@ -422,8 +422,7 @@ def _high_word_output(prefix: str, tables: list[dict], single: tuple[SingleRound
     """The output function's lines and comment with one SMMLA (`high_word`), and the sums
     still to tabulate: the channels' offsets go into their sums, which share the struct of
     the multipliers and high words where channels differ."""
-    totals = sums[0] + np.asarray([h.offset for h in highs], np.int64)
-    totals = ((totals + 2**31) & 0xFFFFFFFF) - 2**31
+    totals = wrap_int32(sums[0] + np.asarray([h.offset for h in highs], np.int64))
     constants = [(r.multiplier, h.high) for r, h in zip(single, highs)]
     shifted = f" >> {shift};" if shift else ";"
     if len(set(constants)) > 1:
@@ -1089,7 +1088,7 @@ class Depthwise:
         if self.shared_loads:
             w = np.concatenate([w[:, :, :self.kw - 1], w[:, :, 1:self.kw]], axis=2)
         low, high = w[:, :, 0::2] & 0xFFFF, (w[:, :, 1::2] & 0xFFFF) << 16
-        return (((low | high) + 2**31) & 0xFFFFFFFF) - 2**31
+        return wrap_int32(low | high)
 
 
 def depthwise_of(p) -> Depthwise:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from toolchain.fixedpoint import wrap_int32
 from toolchain.ir import Graph, Operator
 from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp import (
@@ -181,7 +182,7 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     taps[:, :d.channels] = d.weights.T
     bias = np.zeros(padded, np.int64)
     bias[:d.channels] = d.bias
-    bias = ((bias + 2**31) & 0xFFFFFFFF) - 2**31
+    bias = wrap_int32(bias)
     tables, output, output_comment = output_values(prefix, conv_output(m, p.output))
     what = f"DEPTHWISE_CONV_2D '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
     tables = [
