@@ -189,13 +189,13 @@ def test_c_for_a_target_does_not_compile_on_the_host(tmp_path):
 # -- requantization in one rounding --------------------------------------------------------
 
 
-def test_single_rounding_equals_both_references_exhaustively():
-    """Proven by thresholds, checked on every accumulator of small ranges: TFLite's
-    MultiplyByQuantizedMultiplier and FULLY_CONNECTED's double rounding."""
-    rng = np.random.default_rng(3)
-    scales = np.exp(rng.uniform(np.log(2e-4), np.log(0.3), 6))
-    acc_lo, acc_hi = -rng.integers(1, 40000, 6), rng.integers(1, 40000, 6)
-    low, high = -128 - 17, 127 - 17
+def random_channels(seed: int, count: int, span: int):
+    """`count` channels of random scales and accumulator ranges (up to `span` either side of
+    0), and both references on them: TFLite's MultiplyByQuantizedMultiplier with the scales
+    quantized, and FULLY_CONNECTED's double rounding."""
+    rng = np.random.default_rng(seed)
+    scales = np.exp(rng.uniform(np.log(2e-4), np.log(0.3), count))
+    acc_lo, acc_hi = -rng.integers(1, span, count), rng.integers(1, span, count)
     quantized = [quantize_multiplier(float(s)) for s in scales]
     mult = np.array([m for m, _ in quantized], np.int64)[:, None]
     exp = np.array([e for _, e in quantized], np.int64)[:, None]
@@ -206,6 +206,14 @@ def test_single_rounding_equals_both_references_exhaustively():
     def double(acc):
         return double_to_int32(round_half_away(acc.astype(np.float64) * scales[:, None]))
 
+    return scales, quantized, acc_lo, acc_hi, mbqm, double
+
+
+def test_single_rounding_equals_both_references_exhaustively():
+    """Proven by thresholds, checked on every accumulator of small ranges: TFLite's
+    MultiplyByQuantizedMultiplier and FULLY_CONNECTED's double rounding."""
+    scales, quantized, acc_lo, acc_hi, mbqm, double = random_channels(3, 6, 40000)
+    low, high = -128 - 17, 127 - 17
     found = [fc_multiplier(float(s)) for s in scales]
     cases = [(mbqm, [m for m, _ in quantized], [31 - e for _, e in quantized]),
              (double, [f[0] for f in found], [f[1] for f in found])]
@@ -224,20 +232,8 @@ def test_single_rounding_equals_both_references_exhaustively():
 def test_shared_rounding_equals_both_references_exhaustively(low):
     """One N and one R for both signs, on every accumulator of random channels: where the
     clamp leaves out the negative outputs (an activation) and where it keeps a few of them."""
-    rng = np.random.default_rng(5)
-    scales = np.exp(rng.uniform(np.log(2e-4), np.log(0.3), 6))
-    acc_lo, acc_hi = -rng.integers(1, 40000, 6), rng.integers(1, 40000, 6)
+    scales, quantized, acc_lo, acc_hi, mbqm, double = random_channels(5, 6, 40000)
     high = 255
-    quantized = [quantize_multiplier(float(s)) for s in scales]
-    mult = np.array([m for m, _ in quantized], np.int64)[:, None]
-    exp = np.array([e for _, e in quantized], np.int64)[:, None]
-
-    def mbqm(acc):
-        return multiply_by_quantized_multiplier(acc, mult, exp)
-
-    def double(acc):
-        return double_to_int32(round_half_away(acc.astype(np.float64) * scales[:, None]))
-
     cases = [(mbqm, [m * 2.0 ** (e - 31) for m, e in quantized]), (double, list(scales))]
     for reference, real in cases:
         roundings = shared_roundings(reference, low, high, acc_lo, acc_hi, real)
@@ -258,16 +254,7 @@ def test_high_word_rounding_equals_the_reference_exhaustively(zero_point):
     """Every R in a shared rounding's interval serves, its ends included; and the high-word
     form, the accumulator offset and one SMMLA's high word shifted, equals the reference
     (plus the zero point, folded into R) on every accumulator, wide ranges included."""
-    rng = np.random.default_rng(11)
-    scales = np.exp(rng.uniform(np.log(2e-4), np.log(0.3), 8))
-    acc_lo, acc_hi = -rng.integers(1, 300000, 8), rng.integers(1, 300000, 8)
-    quantized = [quantize_multiplier(float(s)) for s in scales]
-    mult = np.array([m for m, _ in quantized], np.int64)[:, None]
-    exp = np.array([e for _, e in quantized], np.int64)[:, None]
-
-    def reference(acc):
-        return multiply_by_quantized_multiplier(acc, mult, exp)
-
+    _, quantized, acc_lo, acc_hi, reference, _ = random_channels(11, 8, 300000)
     low, high = -128 - zero_point, 127 - zero_point
     if low < 0 < high:
         low = 0  # an activation: no halves of both signs
