@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
+from toolchain import firmware
 from toolchain.builder import ModelBuilder
 from toolchain.cli import main
 from toolchain.codegen import generate
+from toolchain.firmware import CODE_FLAGS
 from toolchain.fragments import build_fragments, needs_libm
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model
+from toolchain.targets import get_target
 
 
 def int8_model() -> bytes:
@@ -128,3 +131,15 @@ def test_target_flags_are_offered(tmp_path):
     fragments = build_fragments(mp, "net", generate(mp, "net"))
     assert "NET_TARGET_CFLAGS := -mcpu=cortex-m4 -mthumb" in fragments["net.mk"]
     assert "set(NET_TARGET_FLAGS -mcpu=cortex-m4 -mthumb" in fragments["net.cmake"]
+
+
+def test_target_flags_are_the_flags_the_firmware_is_built_with():
+    """The fragments' flags for a Cortex-M target are the CPU's and every code-generation flag
+    the measured firmware build passes (-fno-delete-null-pointer-checks among them)."""
+    mp = plan_model(parse_model(int8_model()), target="cortex-m55")
+    fragments = build_fragments(mp, "net", generate(mp, "net"))
+    line = next(x for x in fragments["net.mk"].splitlines() if x.startswith("NET_TARGET_CFLAGS"))
+    offered = line.split(":=")[1].split()
+    assert offered == [*get_target("cortex-m55").flags, *CODE_FLAGS]
+    assert set(CODE_FLAGS) <= set(firmware.C_FLAGS)
+    assert "-fno-delete-null-pointer-checks" in offered

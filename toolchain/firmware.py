@@ -46,6 +46,18 @@ RAM = DEFAULT.board.ram
 # toolchain.targets.
 ARCH_FLAGS = DEFAULT.flags
 OPTIMIZATION = "-Os"
+# Flags the generated kernels are built and measured with, beyond the CPU's: the build keeps
+# each kernel a function of its own (the footprint's flash per kernel; the inliner would
+# otherwise copy the large row helpers into every caller and spill), and address 0 is memory on
+# a Cortex-M (the vector table): GCC 12's loop optimizer can rewrite an arena store as an
+# address computed from 0, which the pure-function analysis then takes for a null dereference
+# and deletes the kernel's call (an int8 -> int16 SOFTMAX whose output lies below its input did
+# that). The fragments offer the same flags, so a firmware gets the code arenac measured.
+CODE_FLAGS = (
+    "-fno-inline-functions-called-once",
+    "-fno-inline-small-functions",
+    "-fno-delete-null-pointer-checks",
+)
 C_FLAGS = (
     "-std=c99",
     "-Wall",
@@ -55,13 +67,7 @@ C_FLAGS = (
     "-ffunction-sections",
     "-fdata-sections",
     "-fstack-usage",
-    "-fno-inline-functions-called-once",
-    "-fno-inline-small-functions",
-    # Address 0 is memory on a Cortex-M (the vector table), and GCC 12's loop optimizer can
-    # rewrite an arena store as an address computed from 0, which the pure-function analysis
-    # then takes for a null dereference and deletes the kernel's call (an int8 -> int16
-    # SOFTMAX whose output lies below its input did that).
-    "-fno-delete-null-pointer-checks",
+    *CODE_FLAGS,
 )
 LINK_FLAGS = ("--specs=nano.specs", "-nostartfiles", "-Wl,--gc-sections")
 # The Cortex-M4 core's SCB->CPACR, whose CP10 and CP11 fields switch the FPU (and MVE) on.

@@ -3,8 +3,9 @@ include rather than copy the sources, include directory, flags and libm need by 
 
 Both list only the model's own file (NAME.c; NAME_main.c is the host harness and has a main)
 and locate it relative to the fragment itself, so the generated folder can live anywhere in
-the firmware tree. The target's flags are what arenac builds and checks that C with; they are
-offered, not applied, since a firmware's toolchain file already chooses its CPU.
+the firmware tree. The target's flags are what arenac builds, checks and measures that C with
+(the CPU's and toolchain.firmware.CODE_FLAGS); they are offered, not applied, since a firmware's
+toolchain file already chooses its CPU.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 
 from toolchain import __version__
 from toolchain.codegen import SHARED_NAME
+from toolchain.firmware import CODE_FLAGS
 from toolchain.plan import ModelPlan
 from toolchain.render import render
 from toolchain.targets import get_target
@@ -50,7 +52,9 @@ def build_fragments(mp: ModelPlan, name: str, files: dict[str, str]) -> dict[str
         "sources": [f"{name}.c"] + [f for f in (f"{SHARED_NAME}.c",) if f in files],
         "c_flags": " ".join(C_FLAGS),
         "target": target.name,
-        "target_flags": " ".join(target.flags),
+        # a Cortex-M target's C is built with arm-none-eabi-gcc and these flags; portable C with
+        # any C99 compiler, so no compiler's own flags
+        "target_flags": " ".join((*target.flags, *CODE_FLAGS) if target.flags else ()),
         "libm": needs_libm(files[f"{name}.c"]),
         "arena_bytes": mp.arena_bytes,
         "state_bytes": mp.state_bytes,
