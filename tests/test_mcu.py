@@ -24,7 +24,7 @@ from toolchain.checking.check import difference, random_inputs
 from toolchain.checking.qemu_backend import QemuBackend
 from toolchain.errors import RuntimeBackendError
 from toolchain.examples import EXAMPLES
-from toolchain.firmware import FLASH, INPUT_FILE, RAM, mcu_sources
+from toolchain.firmware import FLASH, INPUT_FILE, RAM, build_mcu, mcu_sources, tool_complaint
 from toolchain.footprint import footprint, footprint_table, kernel_table
 from toolchain.ops.spec import LITERT_REF
 from toolchain.plan import ModelPlan, plan_model
@@ -182,6 +182,29 @@ def test_short_input_file_is_a_clear_error():
             backend._run(run_dir)
         with pytest.raises(RuntimeBackendError, match="expected 768 bytes, got 3"):
             backend.invoke([np.zeros(3, np.int8)])
+
+
+@needs_mcu
+def test_a_firmware_that_overflows_flash_says_by_how_much(tmp_path):
+    """The linker's own line, not the driver's `collect2: error: ld returned 1`."""
+    mp = example_plan("tiny_cnn_int8")
+    files = mcu_sources(mp, "net")
+    files["link.ld"] = files["link.ld"].replace(
+        f"ORIGIN = 0x{FLASH.origin:08x}, LENGTH = {FLASH.length}",
+        f"ORIGIN = 0x{FLASH.origin:08x}, LENGTH = 1024")
+    with pytest.raises(RuntimeBackendError, match=r"region .FLASH. overflowed by \d+ bytes"):
+        build_mcu(mp, str(tmp_path), "net", files=files)
+
+
+def test_a_failed_tool_names_its_own_complaint():
+    stderr = ("ld: net.elf section `.text' will not fit in region `FLASH'\n"
+              "ld: region `FLASH' overflowed by 1002712 bytes\n"
+              "collect2: error: ld returned 1 exit status\n")
+    assert tool_complaint(stderr) == "ld: region `FLASH' overflowed by 1002712 bytes"
+    assert tool_complaint("x.c:3:1: error: expected ';'\n") == "x.c:3:1: error: expected ';'"
+    assert tool_complaint("collect2: error: ld returned 1 exit status") == \
+        "collect2: error: ld returned 1 exit status"
+    assert tool_complaint("") == "no message"
 
 
 def test_missing_tools_are_a_clear_error(monkeypatch):

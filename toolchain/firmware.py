@@ -277,12 +277,21 @@ def run_tool(command: list[str], directory: str, what: str, source: str | None =
     except subprocess.TimeoutExpired:
         raise RuntimeBackendError(f"{what} timed out", source) from None
     if result.returncode != 0:
-        lines = [x.strip() for x in result.stderr.splitlines() if x.strip()]
-        lines = [x for x in lines if "error" in x.lower()] or lines
-        raise RuntimeBackendError(
-            f"{what} failed: {lines[0] if lines else 'no message'}", source
-        )
+        raise RuntimeBackendError(f"{what} failed: {tool_complaint(result.stderr)}", source)
     return result.stdout
+
+
+def tool_complaint(stderr: str) -> str:
+    """The line of a failed compile or link that says what is wrong: the linker's own words
+    (a region that overflowed, and by how much; an undefined reference) before the driver's
+    `collect2: error: ld returned 1 exit status`, which says only that the linker failed."""
+    lines = [x.strip() for x in stderr.splitlines() if x.strip()]
+    own = [x for x in lines if not x.startswith("collect2:")] or lines
+    for marks in (("overflowed",), ("error", "undefined reference", "will not fit")):
+        found = [x for x in own if any(m in x.lower() for m in marks)]
+        if found:
+            return found[0]
+    return own[0] if own else "no message"
 
 
 def build_mcu(mp: ModelPlan, directory: str, name: str = "model",
