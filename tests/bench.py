@@ -420,9 +420,10 @@ def mcu_section(paths: list[Path]) -> None:
     else:
         print("Cortex-M4 footprint of the generated C (bytes), beside TFLM's total arena")
         print(table(
-            ["model", "flash", "weights", "code", "ram", "arena", "state", "stack",
+            ["model", "flash", "weights", "kernel w", "code", "ram", "arena", "state", "stack",
              "tflm total", "ram/tflm"],
-            [[r["model"], r["flash"], r["weights"], r["code"], r["ram"], r["arena"], r["state"],
+            [[r["model"], r["flash"], r["weights"], r["kernel_weights"], r["code"], r["ram"],
+              r["arena"], r["state"],
               r["stack"], r["tflm_total"] or "n/a", ratio(r["ram"], r["tflm_total"])]
              for r in rows],
         ))

@@ -160,6 +160,22 @@ def test_footprint_is_plain_data_and_prints():
     assert "model_op0_conv_2d" in kernel_table(figures)
 
 
+@needs_mcu
+@pytest.mark.parametrize("target", ["generic", "cortex-m4", "cortex-m55"])
+def test_footprint_counts_the_weights_on_every_target(target):
+    """Every filter is in flash in some form: the model's array, or the kernel's own copy."""
+    mp = plan_model(parse_model(EXAMPLES["residual_cnn_int8"](), "residual_cnn_int8.tflite"),
+                    target=target)
+    figures = footprint(mp)
+    filters = sum(mp.graph.tensors[op.inputs[1]].nbytes for op in mp.graph.operators
+                  if op.opcode in ("CONV_2D", "DEPTHWISE_CONV_2D"))
+    assert figures["weights"] + figures["kernel_weights"] >= filters > 0
+    if target != "generic":  # the DSP and Helium kernels keep filters widened or interleaved
+        assert figures["kernel_weights"] > 0
+    assert figures["constants"] == (figures["flash"] - figures["weights"]
+                                    - figures["kernel_weights"] - figures["code"])
+
+
 def test_mcu_sources_are_deterministic_and_use_the_board_map():
     mp = example_plan("tiny_cnn_int8")
     files = mcu_sources(mp, "net")

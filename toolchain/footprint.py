@@ -6,9 +6,12 @@ C), from the firmware toolchain.firmware builds.
 
 - flash = .text + .rodata + .ARM.extab/.ARM.exidx + .data's initial values (+ .vectors where
   the board keeps the vector table apart), split into
-  `weights` (the const `NAME_t<N>` arrays), `code` (.text: kernels, startup, harness, C
-  library) and `constants` (the rest: offset table, per-channel rescaling tables, state
-  initializers, library tables);
+  `weights` (the model's constant tensors as it stores them: the const `NAME_t<N>` arrays),
+  `kernel_weights` (filters a target's kernels keep in a layout of their own, widened or
+  interleaved: `NAME_op<N>_filter`, `_w16`, `_w`, `_span_w`; where a kernel reads only its
+  copy, the linker drops the model's array, so the copy replaces it rather than adding to it),
+  `code` (.text: kernels, startup, harness, C library) and `constants` (the rest: offset
+  table, per-channel rescaling tables, state initializers, library tables);
 - RAM = .data + .bss, split into `arena` (`NAME_arena`), `state` (`NAME_state`) and
   `ram_other` (the harness and the C library); the stack is not in it;
 - stack: a static worst case, the deepest chain of frames from Reset_Handler. The firmware
@@ -41,6 +44,8 @@ from toolchain.targets import TARGETS
 
 FLASH_SECTIONS = (".vectors", ".text", ".rodata", ".ARM.extab", ".ARM.exidx", ".data")
 RAM_SECTIONS = (".data", ".bss")
+# A kernel's own copy of its filter (op<N>, a striped op<N>s<K>): the names toolchain.ops give
+KERNEL_WEIGHTS = r"{name}_(?:sg\d+_)?op\d+(?:s\d*)?_(?:filter|w16|w|span_w)"
 
 
 def section_sizes(path: str) -> dict[str, int]:
@@ -200,6 +205,8 @@ def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
     ram = sum(sections.get(s, 0) for s in RAM_SECTIONS)
     weights = sum(size for sym, (_, size) in symbols.items()
                   if re.fullmatch(rf"{name}_(?:sg\d+_)?t\d+", sym))
+    kernel_weights = sum(size for sym, (_, size) in symbols.items()
+                         if re.fullmatch(KERNEL_WEIGHTS.format(name=name), sym))
     code = sections.get(".text", 0)
     pools = [
         {"name": a.pool.name, "section": a.pool.section, "capacity": a.pool.capacity,
@@ -240,8 +247,9 @@ def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
         "cpu": target.name,
         "flash": flash,
         "weights": weights,
+        "kernel_weights": kernel_weights,
         "code": code,
-        "constants": flash - weights - code,
+        "constants": flash - weights - kernel_weights - code,
         "ram": ram,
         "arena": arena,
         "state": state,
@@ -261,7 +269,8 @@ def footprint_table(rows: list[dict[str, Any]]) -> str:
     """One line per footprint: flash and its split, RAM and its split, worst-case stack."""
     from toolchain.report import table
 
-    headers = ["model", "flash", "weights", "code", "const", "ram", "arena", "state", "other"]
+    headers = ["model", "flash", "weights", "kernel w", "code", "const", "ram", "arena", "state",
+               "other"]
     pooled = any("pools" in r for r in rows)
     return table(
         headers + ["stack"] + (["pools"] if pooled else []),
@@ -270,6 +279,7 @@ def footprint_table(rows: list[dict[str, Any]]) -> str:
                 os.path.splitext(os.path.basename(r["model"]))[0],
                 r["flash"],
                 r["weights"],
+                r["kernel_weights"],
                 r["code"],
                 r["constants"],
                 r["ram"],

@@ -78,7 +78,8 @@ def footprint_section(mp: ModelPlan) -> dict[str, Any]:
     return {
         "ran": True,
         "where": f"{f['cpu']} ({f['board']})",
-        "figures": [("flash", f["flash"]), ("weights", f["weights"]), ("code", f["code"]),
+        "figures": [("flash", f["flash"]), ("weights", f["weights"]),
+                    ("kernel weights", f["kernel_weights"]), ("code", f["code"]),
                     ("constants", f["constants"]), ("RAM", f["ram"]), ("arena", f["arena"]),
                     ("state", f["state"]), ("other RAM", f["ram_other"]),
                     ("stack (worst case)", f["stack"])],
