@@ -52,6 +52,7 @@ from toolchain.plan import ModelPlan, StateSlot
 from toolchain.planners import PooledPlacement, verify, verify_pools
 from toolchain.program import Control, Copy
 from toolchain.tiling import Segment, stripe_purpose, striped_params
+from toolchain.validate import DEFAULT_MAX_ITERATIONS
 
 POISON = 0xA5
 FREE = -1  # the owner of a byte no live buffer holds
@@ -83,11 +84,15 @@ class ArenaInterpreter:
     """runtime_py: runs a ModelPlan; it never plans.
 
     `verify_plan=False` skips the static proof, so that the check made while running can be
-    shown to catch an unsafe plan on its own.
+    shown to catch an unsafe plan on its own. A WHILE that would run its body more than
+    `max_iterations` times in one invoke raises RuntimeBackendError: work is bounded by a
+    count, never by the clock.
     """
 
-    def __init__(self, model_plan: ModelPlan, verify_plan: bool = True):
+    def __init__(self, model_plan: ModelPlan, verify_plan: bool = True,
+                 max_iterations: int = DEFAULT_MAX_ITERATIONS):
         self.model_plan = model_plan
+        self.max_iterations = max_iterations
         self.graph = graph = model_plan.graph
         self.source = model_plan.model.source
         self.shape_values = planned_shape_values(graph)
@@ -344,15 +349,26 @@ class ArenaInterpreter:
             self._copy(control.entry)
         with self._hold(control.carried):
             self._finish(step)
+            iterations = 0
             while True:
                 with self._hold((control.condition,)):
                     self._run(test_steps, active)
                     going = active and self._holds(control.condition)
+                if going:
+                    iterations += 1
+                    if iterations > self.max_iterations:
+                        raise self._endless(control)
                 with self._hold(c.src for c in body.copies):
                     self._run(body_steps, going)
                     if not going:
                         break
                     self._copy(body.copies)
+
+    def _endless(self, control: Control) -> RuntimeBackendError:
+        label = self.model_plan.program.op_label(control.op)
+        return RuntimeBackendError(f"{label} WHILE: its condition still holds after "
+                                   f"{self.max_iterations} iterations, the limit "
+                                   "(--max-iterations)", self.source)
 
     def _finish(self, step: int) -> None:
         """Releases what dies at a step, but what is held only once nothing holds it."""

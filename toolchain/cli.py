@@ -20,7 +20,7 @@ from toolchain import __version__, progress
 from toolchain.errors import ArenacError
 from toolchain.files import write_atomic, write_files_atomic
 from toolchain.planners import PLANNERS
-from toolchain.validate import DEFAULT_MAX_BYTES
+from toolchain.validate import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITERATIONS
 
 EXIT_USAGE = 2
 
@@ -121,6 +121,7 @@ def planning(args: argparse.Namespace) -> dict:
         portable=getattr(args, "portable", False),
         pools=pools,
         pins=pins,
+        max_bytes=getattr(args, "max_bytes", DEFAULT_MAX_BYTES),
         **options,
     )
 
@@ -166,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from runtime_py.interpreter import ArenaInterpreter
 
     mp = planned(args)
-    runtime = ArenaInterpreter(mp)
+    runtime = ArenaInterpreter(mp, max_iterations=args.max_iterations)
     arrays = [load_input(p) for p in args.input]
     steps, stacked = input_steps(mp.graph, arrays, args.input, args.model)
     results = [runtime.invoke(values) for values in steps]  # state carries from step to step
@@ -690,6 +691,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="take offsets from an external solver (id,offset or MiniMalloc's solution); verified",
     )
     run = sub.choices["run"]
+    run.add_argument(
+        "--max-iterations", type=positive, default=DEFAULT_MAX_ITERATIONS, metavar="N",
+        help="refuse a WHILE that runs its body more than N times in one invoke "
+             f"(default: {DEFAULT_MAX_ITERATIONS:,})",
+    )
     run.add_argument(
         "--input",
         action="append",

@@ -54,6 +54,7 @@ from toolchain.tiling import (
     stripe_purpose,
 )
 from toolchain.tiling import candidates as stripe_candidates
+from toolchain.validate import DEFAULT_MAX_BYTES
 
 STATE_ALIGNMENT = 16
 # The most of the time limit the schedule search may take; the planners have the rest.
@@ -303,7 +304,26 @@ def best_candidates(time_limit: float) -> tuple[tuple[str, dict], ...]:
     )
 
 
-def plan_model(
+def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES, **kwargs) -> ModelPlan:
+    """Plan one graph of `model` (`planned_model` says how), refused with one PlanError when
+    its arena and state block together exceed `max_bytes`: checked on the plan itself, before
+    any backend allocates the arena or writes it as C."""
+    model_plan = planned_model(model, *args, **kwargs)
+    check_budget(model_plan, max_bytes)
+    return model_plan
+
+
+def check_budget(model_plan: ModelPlan, max_bytes: int) -> None:
+    """The memory a run takes at once: the arena (every nested subgraph's tensors and all
+    scratch) and the state block (variables, resource variables, kernel state)."""
+    arena, state = model_plan.arena_bytes, model_plan.state_bytes
+    if arena + state > max_bytes:
+        raise PlanError(f"the plan needs a {arena}-byte arena and a {state}-byte state block, "
+                        f"{arena + state} bytes together, over the limit of {max_bytes} "
+                        "(--max-bytes)", model_plan.model.source)
+
+
+def planned_model(
     model: Model,
     planner: str = BEST,
     alignment: int = 16,

@@ -18,6 +18,13 @@ from toolchain.ir import DTYPE_BITS, Graph, Model, Operator, Tensor
 # far above any microcontroller's RAM, far below what would exhaust the host running arenac.
 DEFAULT_MAX_BYTES = 512 << 20
 INT32_MAX = 2**31 - 1
+# The deepest chain of CALL_ONCE, IF and WHILE calls a model may nest: far beyond any real
+# model, and shallow enough that every walk over the calls stays within Python's stack.
+MAX_NESTING = 64
+# The most iterations runtime_py lets one WHILE run in one invoke (`run --max-iterations`): a
+# loop whose condition never turns false is refused instead of running forever; a million
+# runs of a tiny body take seconds.
+DEFAULT_MAX_ITERATIONS = 1_000_000
 # Element types a graph input or output may have: plain numbers with a numpy and a C type.
 IO_DTYPES = frozenset({"float32", "float64", "float16", "int8", "uint8", "int16", "uint16",
                        "int32", "uint32", "int64", "uint64", "bool"})
@@ -39,6 +46,7 @@ def validate_model(model: Model, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
     for graph in model.graphs:
         _GraphChecks(graph, model.source, max_bytes, graph.index in entries).run()
     check_calls(model)
+    check_nested_total(model, max_bytes)
 
 
 # The options naming the subgraphs an operator runs, in the order it names them.
@@ -89,6 +97,53 @@ def check_calls(model: Model) -> None:
         raise ModelError(f"{'/'.join(kinds)} calls form a cycle: {path}", model.source)
     for graph, op, what in checks:
         _OPERAND_CHECKS[op.opcode](graph, op, graphs, what, model.source)
+    _check_depth(calls, model.source)
+
+
+def _check_depth(calls: dict[int, list[int]], source: str) -> None:
+    """No chain of calls nests deeper than MAX_NESTING (the calls form no cycle)."""
+    depth: dict[int, int] = {}
+    for start in sorted(calls):
+        stack = [start]
+        while stack:
+            g = stack[-1]
+            pending = [t for t in calls.get(g, ()) if t not in depth]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            depth[g] = max((1 + depth[t] for t in calls.get(g, ())), default=0)
+            if depth[g] > MAX_NESTING:
+                raise ModelError(f"subgraph {g} starts a chain of {depth[g]} nested "
+                                 f"CALL_ONCE/IF/WHILE calls, deeper than the limit of "
+                                 f"{MAX_NESTING}", source)
+
+
+def reachable_subgraphs(model: Model, start: int) -> list[int]:
+    """`start` and every subgraph its operators run, directly or through others."""
+    seen, stack = [start], [start]
+    while stack:
+        for op in model.graphs[stack.pop()].operators:
+            for target in called_subgraphs(op):
+                if target not in seen:
+                    seen.append(target)
+                    stack.append(target)
+    return seen
+
+
+def check_nested_total(model: Model, max_bytes: int) -> None:
+    """An entry graph is planned with every subgraph it runs (their tensors share its arena
+    and state block), so their non-constant tensors together stay within `max_bytes`."""
+    entries = sorted({0} | {s.subgraph for s in model.signature_defs})
+    for entry in (e for e in entries if 0 <= e < len(model.graphs)):
+        subgraphs = reachable_subgraphs(model, entry)
+        total = sum(t.nbytes for g in subgraphs for t in model.graphs[g].tensors
+                    if not _is_constant(t))
+        if total > max_bytes:
+            where = f"subgraph {entry}" if entry else "the main graph"
+            raise ModelError(f"{where} and the {len(subgraphs) - 1} subgraphs it runs have "
+                             f"activations and state totalling {total} bytes, over the limit "
+                             f"of {max_bytes} (--max-bytes)", model.source)
 
 
 def _check_call_once(graph: Graph, op: Operator, graphs, what: str, source: str) -> None:

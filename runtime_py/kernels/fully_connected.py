@@ -67,9 +67,10 @@ def fully_connected_quantized(p: FullyConnectedQuantizedParams, inputs, outputs)
 
 
 def _fc_operands(p, inputs):
-    """The input as (batches, depth) rows, as TFLite flattens it; weights (units, depth)."""
+    """The input as (batches, depth) rows, as TFLite flattens it; weights (units, depth); the
+    bias one value per unit whatever its shape ([16, 1] too), as TFLite's reference reads it."""
     x, weights = inputs[0], inputs[1]
-    bias = inputs[2] if len(inputs) > 2 else None
+    bias = inputs[2].reshape(-1) if len(inputs) > 2 and inputs[2] is not None else None
     return x.reshape(p.batches, p.depth), weights, bias
 
 

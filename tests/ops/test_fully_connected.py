@@ -710,3 +710,18 @@ def test_fully_connected_int16_refuses_bias_types(bias_dtype, bias_type, reason)
     b.op("FULLY_CONNECTED", [x, w, bias], [y], options, version=7)
     b.output(y)
     assert_refused(b.build(), reason)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_fully_connected_bias_of_shape_units_by_one(dtype):
+    """A bias of shape [units, 1] holds one value per unit, as TFLite reads it (it checks the
+    element count only), not a [units, units] broadcast."""
+    from tests.test_control_flow import edited
+
+    def column_bias(model):
+        bias = next(t for t in model.subgraphs[0].tensors if t.name == b"b")
+        bias.shape = [bias.shape[0], 1]
+
+    model = edited(fully_connected_model(dtype, (16, 8), 16), column_bias)
+    assert parse_model(model).main.tensors[2].shape == (16, 1)
+    assert_matches_and_varies(model)
