@@ -230,3 +230,10 @@ def test_a_size_beyond_int64_in_a_problem_is_one_line(tmp_path):
     done = arenac("solve", str(path))
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "too large" in done.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", str(2**32)])
+def test_a_seed_out_of_range_is_refused_in_one_line(value):
+    done = arenac("check", "model.tflite", "--seed", value)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "seed must be" in done.stderr
