@@ -87,3 +87,14 @@ def test_compiled_loop_gives_way_at_its_deadline(both_loops):
             make_plan(buffers, "greedy", deadline=Deadline.after(0.05))
 
     both_loops(short)
+
+
+def test_far_apart_lives_are_placed_as_their_ranks_are(both_loops):
+    """The compiled loop works on lives ranked among their ends: lives stretched over two
+    billion steps take the offsets they take squeezed into a few."""
+    squeezed = odd_buffers(7)
+    stretched = [Buffer(b.id, b.size, b.first * 10**8, b.last * 10**8 + 1000) for b in squeezed]
+    plans = both_loops(lambda: [make_plan(buffers, "greedy", 1).offsets
+                                for buffers in (squeezed, stretched)])
+    assert plans["compiled"] == plans["python"]
+    assert plans["compiled"][0] == plans["compiled"][1]

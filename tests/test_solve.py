@@ -198,3 +198,42 @@ def test_an_unwritable_solution_path_is_one_line_and_exit_2(problem_csv, tmp_pat
                   str(not_a_folder / "s.csv"))
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "s.csv" in done.stderr
+
+
+@pytest.mark.parametrize("capacity", [2**63 - 1, 2**64 - 1, 2**64, 10**30])
+def test_a_capacity_past_every_integer_type_is_unbounded_not_infeasible(problem_csv,
+                                                                       capacity):
+    path, buffers = problem_csv
+    done = arenac("solve", str(path), "--capacity", str(capacity), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    assert data["solved"] and not data["proven_infeasible"]
+    assert data["arena_bytes"] <= sum(b.size for b in buffers)
+
+
+def test_lives_two_billion_steps_apart_solve_in_memory_of_the_buffers(tmp_path):
+    path = tmp_path / "far.csv"
+    path.write_text("id,lower,upper,size\n0,0,2,100\n1,2000000000,2000000001,60\n"
+                    "2,1,2000000001,40\n")
+    done = subprocess.run([sys.executable, "-c", (
+        "import resource, sys; from toolchain.cli import main; "
+        "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+        f"sys.exit(main(['solve', {str(path)!r}, '--json']))")],
+        capture_output=True, text=True, timeout=HANG_GUARD)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["arena_bytes"] == 140
+
+
+def test_a_size_beyond_int64_in_a_problem_is_one_line(tmp_path):
+    path = tmp_path / "huge.csv"
+    path.write_text(f"id,lower,upper,size\n0,0,2,{2**64 + 5}\n")
+    done = arenac("solve", str(path))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "too large" in done.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", str(2**32)])
+def test_a_seed_out_of_range_is_refused_in_one_line(value):
+    done = arenac("check", "model.tflite", "--seed", value)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "seed must be" in done.stderr

@@ -606,6 +606,14 @@ def byte_count(text: str) -> int:
     return int(text)
 
 
+def seed(text: str) -> int:
+    """numpy's random generators take seeds of 0 to 2^32 - 1 only."""
+    if not text.isdigit() or int(text) >= 2**32:
+        raise argparse.ArgumentTypeError(f"seed must be a whole number from 0 to 2^32 - 1, "
+                                         f"got {text!r}")
+    return int(text)
+
+
 def seconds(text: str) -> float:
     try:
         value = float(text)
@@ -728,7 +736,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="invokes per input set, in a row with the state kept; every backend is reset "
              "between sets (default: 3 for a model with state, else 1)",
     )
-    check.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    check.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
     data.add_argument(
         "--input",
         metavar="FILE",
@@ -774,7 +782,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the page goes")
     report.add_argument("--inputs", type=positive, default=3, metavar="N",
                         help="random input sets the check runs (default: 3)")
-    report.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    report.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
     report.add_argument("--no-check", action="store_true",
                         help="leave out the check (the oracle, runtime_py and the C)")
     report.add_argument("--no-footprint", action="store_true",

@@ -129,7 +129,9 @@ def fits(
 ) -> Answer:
     """Whether `buffers` (ids may be anything; `overlaps` refer to them) fit in `capacity`
     bytes with every offset a multiple of `alignment`, searching for at most `seconds` and
-    `node_limit` nodes."""
+    `node_limit` nodes. A capacity beyond every padded size stacked is as good as unbounded,
+    so it is cut to that sum: the compiled search takes it as an int64."""
+    capacity = min(capacity, sum(align_up(b.size, alignment) for b in buffers))
     if _core() is None or len(buffers) > COMPILED_MAX_BUFFERS:
         return _python_fits(buffers, capacity, alignment, overlaps, seconds, node_limit)
     return CompiledProblem(buffers, alignment, overlaps).fits(capacity, seconds, node_limit)

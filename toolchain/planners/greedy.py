@@ -94,8 +94,7 @@ class GreedyPlanner(Planner):
 
     def _place_compiled(self, core: ctypes.CDLL, buffers: list[Buffer], sizes: list[int],
                         order: list[int]) -> list[int]:
-        firsts = np.array([b.first for b in buffers], dtype=np.int64)
-        lasts = np.array([b.last for b in buffers], dtype=np.int64)
+        firsts, lasts = _ranked_lives(buffers)
         block = max(1, int(BLOCK_SHARE * float(np.mean(lasts - firsts + 1)))) if buffers else 1
         offsets = np.zeros(len(buffers), dtype=np.int64)
         arrays = (np.array(sizes, dtype=np.int64), firsts, lasts, np.array(order, dtype=np.int64))
@@ -108,6 +107,16 @@ class GreedyPlanner(Planner):
                 f"the greedy planner placed {placed} of {len(buffers)} buffers in its time"
             )
         return offsets.tolist()
+
+
+def _ranked_lives(buffers: list[Buffer]) -> tuple[np.ndarray, np.ndarray]:
+    """Firsts and lasts as ranks among every first and last: lives meet exactly when they did,
+    and the compiled loop's blocks of time span as many ranks as there are buffers, not the
+    ops between the earliest and the latest (two buffers 2e9 ops apart took gigabytes)."""
+    ends = np.array([(b.first, b.last) for b in buffers], dtype=np.int64).reshape(-1, 2)
+    times = np.unique(ends)
+    ranks = np.searchsorted(times, ends)
+    return ranks[:, 0].copy(), ranks[:, 1].copy()
 
 
 _i64 = ctypes.POINTER(ctypes.c_int64)
