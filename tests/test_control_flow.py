@@ -17,12 +17,13 @@ from tests.opcheck import assert_matches_oracle
 from tests.test_codegen import style_problems
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from toolchain.builder import FILE_IDENTIFIER, ModelBuilder
+from toolchain.checking.c_backend import STRICT_FLAGS, compiler, split_outputs, write_files
 from toolchain.checking.check import random_inputs
 from toolchain.checking.oracle import LiteRTOracle
-from toolchain.codegen import generate
+from toolchain.codegen import SHARED_NAME, generate, generate_shared
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.plan import plan_model
-from toolchain.planners import verify
+from toolchain.planners import Pool, verify
 from toolchain.reader import parse_model
 from toolchain.report import plan_text
 from toolchain.schema import fb
@@ -468,6 +469,54 @@ def test_generated_c_reads_like_careful_hand_written_c(name):
     if "loop" in name or "while" in name:
         assert "  for (;;) {\n" in source and "    if (!condition[0]) break;\n" in source
     assert "malloc" not in source
+
+
+# --- the copies of IF and WHILE in every kind of arena ---------------------------------------
+
+
+def run_c(files: dict[str, str], name: str, input_sets: list[list[np.ndarray]],
+          graph, directory) -> list[list[np.ndarray]]:
+    """Compile NAME.c with its harness (and the shared arena's file, if generated) strictly,
+    and run it on `input_sets`: the outputs of each."""
+    write_files(files, str(directory))
+    shared = [f"{SHARED_NAME}.c"] if f"{SHARED_NAME}.c" in files else []
+    subprocess.run([*compiler(), *STRICT_FLAGS, f"{name}.c", f"{name}_main.c", *shared, "-lm",
+                    "-o", name], cwd=directory, check=True, timeout=600)
+    stdin = b"".join(np.ascontiguousarray(v).tobytes() for values in input_sets for v in values)
+    result = subprocess.run([str(directory / name), "1", "0"], input=stdin, capture_output=True,
+                            check=True, timeout=600)
+    return split_outputs(result.stdout, graph, len(input_sets))
+
+
+def assert_c_matches_runtime_py(mp, files: dict[str, str], name: str, directory) -> None:
+    """The C's outputs over six input sets (both branches, several trip counts) are runtime_py's
+    (floats to rounding: the C compiler may contract a multiply and an add)."""
+    input_sets = [random_inputs(mp.graph, k) for k in range(6)]
+    runtime = ArenaInterpreter(mp)
+    expected = [runtime.invoke(inputs) for inputs in input_sets]
+    for want, got in zip(expected, run_c(files, name, input_sets, mp.graph, directory)):
+        for w, g in zip(want, got):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["if_float", "counter_loop", "if_in_while"])
+def test_the_copies_address_memory_pools(name, tmp_path):
+    """With pools there is no NAME_arena: the copies index the pool each tensor lies in."""
+    data = MODELS[name]()
+    mp = planned(data, pools=[Pool("fast", 48), Pool("slow", 1 << 16)])
+    assert set(mp.pool_of) == {0, 1}
+    files = generate(mp, "m")
+    assert "m_arena" not in files["m.c"]
+    assert_c_matches_runtime_py(mp, files, "m", tmp_path)
+
+
+def test_the_copies_address_a_shared_arena(tmp_path):
+    """Models sharing one static arena copy within it: no model has an arena of its own."""
+    plans = [planned(if_float()), planned(counter_loop())]
+    files = generate_shared(list(zip(plans, ["branchy", "loopy"])))
+    for mp, name in zip(plans, ["branchy", "loopy"]):
+        assert f"{name}_arena" not in files[f"{name}.c"]
+        assert_c_matches_runtime_py(mp, files, name, tmp_path)
 
 
 # --- refusals: one line, exit status 2 -------------------------------------------------------

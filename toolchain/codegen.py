@@ -228,7 +228,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     def byte_pointer(t: int) -> str:
         """Where a tensor's bytes are, for the copies of IF and WHILE."""
         if t in slot_of and t not in external:
-            return f"{name}_arena + {name}_offsets[{slot_of[t]}]"
+            return f"{array_of[slot_of[t]]} + {name}_offsets[{slot_of[t]}]"
         used.add(t)
         return pointer(t)
 
