@@ -49,6 +49,7 @@ from pathlib import Path
 
 import flatbuffers
 import numpy as np
+from flatbuffers import flexbuffers
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -192,11 +193,28 @@ def _padded_int8() -> bytes:
     return b.build()
 
 
+def _signal_int16() -> bytes:
+    """The start of an audio front end in TFLite Micro's signal library, custom ops whose
+    options are flexbuffer maps: a window, a real FFT and the energies of its bins."""
+    b = ModelBuilder("int8", seed=5)
+    x = b.input("x", (16,), "int16")
+    window = b.const("window", (b.rng.integers(0, 4096, 16)).astype(np.int16))
+    windowed = b.tensor("windowed", (16,), "int16")
+    b.custom("SignalWindow", [x, window], [windowed], {"shift": 12})
+    bins = b.tensor("bins", (18,), "int16")
+    b.custom("SignalRfft", [windowed], [bins], {"T": 7, "fft_length": 16})
+    energy = b.tensor("energy", (9,), "uint32")
+    b.custom("SignalEnergy", [bins], [energy], {"end_index": 8, "start_index": 1})
+    b.output(energy)
+    return b.build()
+
+
 EXTRA_SEEDS: dict[str, Callable[[], bytes]] = {
     "elementwise_int8": _elementwise_int8,
     "padded_int8": _padded_int8,
     "moves_float32": _moves_float,
     "dense_float32": _dense_float,
+    "signal_int16": _signal_int16,
 }
 
 
@@ -820,6 +838,124 @@ def edit_opcode_version(model: fb.ModelT, which: int, version: int) -> str:
     return f"operator code {index}: version -> {version}"
 
 
+class FlexWriter:
+    """Flexbuffer bytes written by hand, every field `width` bytes wide: flexbuffers.Builder
+    writes each value once and counts truly, so it cannot write what the reader must survive
+    in custom options (references shared between vectors, deep nesting, false lengths)."""
+
+    def __init__(self, width: int = 1):
+        self.out = bytearray()
+        self.width = width
+
+    def _packed(self, kind: flexbuffers.Type) -> int:
+        return int(kind) << 2 | (self.width.bit_length() - 1)
+
+    def _uint(self, value: int) -> None:
+        self.out += (value % (1 << 8 * self.width)).to_bytes(self.width, "little")
+
+    def _sized(self, size: int) -> int:
+        """Pad to the width and write a size; the address of the elements that follow."""
+        self.out += bytes(-len(self.out) % self.width)
+        self._uint(size)
+        return len(self.out)
+
+    def ints(self, values: Sequence[int]) -> int:
+        """An untyped vector of inline ints; its address."""
+        address = self._sized(len(values))
+        for value in values:
+            self._uint(value)
+        self.out += bytes([self._packed(flexbuffers.Type.INT)] * len(values))
+        return address
+
+    def vector(self, targets: Sequence[int], size: int | None = None) -> int:
+        """An untyped vector of references to the vectors at `targets` (earlier addresses),
+        declaring `size` elements; its address."""
+        address = self._sized(len(targets) if size is None else size)
+        for i, target in enumerate(targets):
+            self._uint(address + i * self.width - target)
+        self.out += bytes([self._packed(flexbuffers.Type.VECTOR)] * len(targets))
+        return address
+
+    def finish(self, key: bytes, target: int, size: int = 1) -> bytes:
+        """The root: a map declaring `size` entries, of which the first, `key`, is the vector
+        at `target`."""
+        key_at = len(self.out)
+        self.out += key + b"\0"
+        keys = self._sized(1)
+        self._uint(keys - key_at)
+        self.out += bytes(-len(self.out) % self.width)
+        self._uint(len(self.out) - keys)  # the map's keys, 3 widths before its address
+        self._uint(self.width)
+        self._uint(size)
+        address = len(self.out)
+        self._uint(address - target)
+        self.out.append(self._packed(flexbuffers.Type.VECTOR))
+        self.out += bytes(-len(self.out) % self.width)
+        self._uint(len(self.out) - address)  # the root slot, then its type and width
+        self.out += bytes([self._packed(flexbuffers.Type.MAP), self.width])
+        return bytes(self.out)
+
+
+def shared_flexbuffer(references: int, depth: int) -> bytes:
+    """{"shift": v}: v a vector of `references` references to one vector of as many, `depth`
+    levels down to a vector of ints; written out it is references**depth values."""
+    flex = FlexWriter()
+    level = flex.ints([0] * references)
+    for _ in range(depth):
+        level = flex.vector([level] * references)
+    return flex.finish(b"shift", level)
+
+
+def deep_flexbuffer(depth: int) -> bytes:
+    """{"shift": [[[...[0]...]]]}, `depth` vectors deep."""
+    flex = FlexWriter()
+    level = flex.ints([0])
+    for _ in range(depth):
+        level = flex.vector([level])
+    return flex.finish(b"shift", level)
+
+
+def long_flexbuffer(declared: int, in_map: bool) -> bytes:
+    """{"shift": [0]} with 4-byte fields, the vector or the map declaring `declared` entries."""
+    flex = FlexWriter(4)
+    leaf = flex.ints([0])
+    if in_map:
+        return flex.finish(b"shift", flex.vector([leaf]), declared)
+    return flex.finish(b"shift", flex.vector([leaf], declared))
+
+
+FLEX_SHAPES = ("shared", "deep", "long vector", "long map")
+FLEX_SIZES = (0, 1, 2, 13, 16, 17, 255, 5000, 2**31 - 1)
+
+
+def hostile_flexbuffer(shape: str, size: int) -> bytes:
+    if shape == "shared":
+        return shared_flexbuffer(4, min(size, 24))
+    if shape == "deep":
+        return deep_flexbuffer(min(size, 5000))
+    return long_flexbuffer(size, shape == "long map")
+
+
+def edit_custom_options(model: fb.ModelT, op: int, shape: str, size: int) -> str:
+    """An operator's custom options become a hostile flexbuffer; a builtin operator becomes
+    a SignalWindow, whose kernel reads its option "shift"."""
+    operators = _graph(model).operators
+    if not operators:
+        return "no operator to give custom options"
+    index = op % len(operators)
+    operator, codes = operators[index], model.operatorCodes
+    code = codes[operator.opcodeIndex] if 0 <= operator.opcodeIndex < len(codes) else None
+    if code is None or code.builtinCode != fb.BuiltinOperator.CUSTOM:
+        codes.append(fb.OperatorCodeT())
+        codes[-1].builtinCode = codes[-1].deprecatedBuiltinCode = fb.BuiltinOperator.CUSTOM
+        codes[-1].customCode, codes[-1].version = b"SignalWindow", 1
+        operator.opcodeIndex = len(codes) - 1
+    operator.builtinOptionsType, operator.builtinOptions = 0, None
+    operator.customOptions = list(hostile_flexbuffer(shape, size))
+    operator.customOptionsFormat = 0
+    return f"{_op_label(model, index)} custom options: {shape} flexbuffer of size {size}"
+
+
 def flip_bit(data: bytes, position: int, bit: int) -> tuple[bytes, str]:
     at = position % len(data)
     edited = bytearray(data)
@@ -837,6 +973,48 @@ def overwrite(data: bytes, position: int, payload: bytes) -> tuple[bytes, str]:
 def truncate(data: bytes, position: int) -> tuple[bytes, str]:
     at = position % len(data)
     return data[:at], f"truncated to {at} bytes"
+
+
+def table_vectors(data: bytes) -> list[tuple[str, int, int]]:
+    """(what, position of the first slot, length) of the file's vectors of tables: subgraphs,
+    buffers, operator codes and the first subgraphs' tensors and operators."""
+    root = fb.Model.GetRootAs(data, 0)
+    fields = [("subgraph", root._tab, 8), ("buffer", root._tab, 12),
+              ("operator code", root._tab, 6)]
+    for i in range(min(root.SubgraphsLength(), 4)):
+        graph = root.Subgraphs(i)._tab
+        fields += [(f"subgraph {i} tensor", graph, 4), (f"subgraph {i} operator", graph, 10)]
+    found = []
+    for what, table, vtable_slot in fields:
+        offset = table.Offset(vtable_slot)
+        if offset:
+            found.append((what, table.Vector(offset), table.VectorLen(offset)))
+    return found
+
+
+def point_slots_at_first(data: bytes, start: int, count: int) -> bytes:
+    """Slots 1..count-1 of the vector of tables whose first slot is at `start` point at the
+    first slot's table (a flatbuffer slot holds the distance forward to its table)."""
+    edited = bytearray(data)
+    first = start + struct.unpack_from("<I", data, start)[0]
+    for slot in range(start + 4, start + 4 * count, 4):
+        struct.pack_into("<I", edited, slot, (first - slot) % (1 << 32))
+    return bytes(edited)
+
+
+def share_tables(data: bytes, which: int, count: int) -> tuple[bytes, str]:
+    """Several slots of one vector of tables point at one table, which no converter writes."""
+    try:
+        vectors = [v for v in table_vectors(data) if v[2] >= 2]
+    except Exception:  # an earlier byte edit left no readable vectors
+        vectors = []
+    if not vectors:
+        return data, "no vector of tables to share"
+    what, start, length = _pick(vectors, which)
+    slots = 2 + count % (min(length, (len(data) - start) // 4) - 1)
+    if slots > length or start + 4 * slots > len(data):
+        return data, f"{what} slots lie outside the file"
+    return point_slots_at_first(data, start, slots), f"{what}s 1..{slots - 1} -> the first's table"
 
 
 INDEX = st.integers(0, 1 << 12)
@@ -869,11 +1047,15 @@ SEMANTIC: dict[str, tuple[Callable[..., str], tuple[st.SearchStrategy, ...]]] = 
     "variable": (edit_variable, (INDEX,)),
     "opcode": (edit_opcode, (INDEX, st.sampled_from(OPCODE_CHOICES))),
     "opcode_version": (edit_opcode_version, (INDEX, st.sampled_from(VERSIONS))),
+    "custom_options": (
+        edit_custom_options, (INDEX, st.sampled_from(FLEX_SHAPES), st.sampled_from(FLEX_SIZES))
+    ),
 }
 BYTE_EDITS: dict[str, tuple[Callable[..., tuple[bytes, str]], tuple[st.SearchStrategy, ...]]] = {
     "flip": (flip_bit, (st.integers(0, 1 << 24), st.integers(0, 7))),
     "overwrite": (overwrite, (st.integers(0, 1 << 24), st.binary(min_size=1, max_size=8))),
     "truncate": (truncate, (st.integers(0, 1 << 24),)),
+    "share_tables": (share_tables, (INDEX, INDEX)),
 }
 
 

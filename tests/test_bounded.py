@@ -20,9 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import toolchain.schedule as sched
+from tests.test_control_flow import branch
 from tests.test_planners import random_buffers, random_overlaps, reference_freelist
 from tests.test_schedule import assert_valid, ir_graph, random_graphs
 from tests.wide import plan_wide, wide_model
+from toolchain.builder import ModelBuilder
 from toolchain.cli import main
 from toolchain.errors import PlanError
 from toolchain.plan import best_candidates, plan_model
@@ -42,7 +44,9 @@ from toolchain.planners import (
 from toolchain.planners.csvio import load_buffers, load_offsets
 from toolchain.planners.freelist import Runs
 from toolchain.planners.verify import SortedInts
+from toolchain.program import Program
 from toolchain.reader import parse_model
+from toolchain.report import subgraph_steps
 
 verifier = importlib.import_module("toolchain.planners.verify")  # the name is the function too
 PASSED = Deadline(0.0)  # long gone: every search must stop at its first look at the clock
@@ -369,6 +373,36 @@ def test_a_hundred_thousand_parallel_branches_plan_within_the_time_limit(tmp_pat
     assert plan["lower_bound_bytes"] == 100_000 * 16 + 1_600_000
     assert plan["lower_bound_bytes"] <= plan["arena_bytes"] <= plan["naive_bytes"]
     assert plan["arena_bytes"] <= plan["lower_bound_bytes"] + 16
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+def many_ifs(count: int) -> bytes:
+    """`count` IFs in a row, each with a then and an else subgraph of one op."""
+    b = ModelBuilder("float32")
+    c = b.input("c", (1,), "bool")
+    x, y = b.input("x", (1, 4), "float32"), b.input("y", (1, 4), "float32")
+    for i in range(count):
+        (x,) = b.if_(c, branch(b, f"then{i}", ["ADD"]), branch(b, f"else{i}", ["SUB"]), [x, y])
+    b.output(x)
+    return b.build()
+
+
+def test_subgraph_steps_look_each_step_up_once(monkeypatch):
+    """Looking every step up again for every subgraph made 5,000 subgraphs take seconds."""
+    mp = plan_model(parse_model(many_ifs(300), "ifs.tflite"))
+    program, order = mp.program, mp.lifetimes.order
+    expected = {g: [s for s, o in enumerate(order) if program.op_origin(o)[0] == g]
+                for g in program.subgraphs}
+    looked_up = []
+    real = Program.op_origin
+    monkeypatch.setattr(Program, "op_origin", lambda self, op: looked_up.append(op)
+                        or real(self, op))
+    rows = subgraph_steps(mp)
+    assert {row["subgraph"]: row["steps"] for row in rows} == expected
+    assert len(program.subgraphs) == 601 and len(order) == 900
+    assert len(looked_up) <= len(order) + 2 * len(program.subgraphs)
 
 
 # -- offsets from outside --------------------------------------------------------------------

@@ -2,8 +2,11 @@
 
 The Python flatbuffers runtime has no verifier, so every count and offset read from the file is
 checked against the file's size before it is used: a corrupt file must end in one ModelError,
-never a traceback, a hang or a huge allocation. A model that parses is then validated
-(toolchain.validate), so every command receives one that means something.
+never a traceback, a hang or a huge allocation. Nor may references shared between slots
+multiply the work: every vector and string read is charged against the file's size (the
+parser's `charge`), and a custom op's flexbuffer options against theirs (_Flexbuffer), so the
+work stays proportional to the file. A model that parses is then validated (toolchain.validate),
+so every command receives one that means something.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ T = TypeVar("T")
 
 MAX_TENSOR_ELEMENTS = 1 << 32  # larger than any microcontroller could hold: the file is corrupt
 PLACEHOLDER_FOR_GREATER_OP_CODES = 127
+MAX_OPTIONS_DEPTH = 16  # custom options are a flat map; deeper than this is a crafted file
 
 
 def read_model(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> Model:
@@ -80,21 +84,37 @@ class _Parser:
         self.data = data
         self.source = source
         self.root = fb.Model.GetRootAs(data, 0)
+        self.unread = len(data)  # bytes the parse may still read: see `charge`
 
     def fail(self, message: str) -> ModelError:
         return ModelError(message, self.source)
 
+    def charge(self, nbytes: int, what: str) -> None:
+        """Count `nbytes` of vector or string read against the file's size.
+
+        In a file whose slots share nothing (as a converter writes it) every vector and string
+        read lies in bytes of its own, so the reads add up to less than the file. Slots that
+        point at one table multiply them instead: N subgraph entries at one subgraph whose N
+        tensor entries point at one tensor cost N * N reads from a few kilobytes.
+        """
+        if nbytes < 0 or nbytes > len(self.data):
+            raise self.fail(f"corrupt flatbuffer ({what}: {nbytes} bytes cannot fit in the file)")
+        if nbytes > self.unread:
+            raise self.fail(
+                f"corrupt flatbuffer (entries share their tables: with {what}, the parts read "
+                f"add up to more than the file's {len(self.data)} bytes)"
+            )
+        self.unread -= nbytes
+
     def items(self, length: int, get: Callable[[int], T], bytes_each: int, what: str) -> list[T]:
-        """Read a flatbuffer vector after checking its length can fit in the file."""
-        if length < 0 or length * bytes_each > len(self.data):
-            raise self.fail(f"corrupt flatbuffer ({what}: {length} entries cannot fit in the file)")
+        """Read a flatbuffer vector after charging its length."""
+        self.charge(length * bytes_each, what)
         return [get(i) for i in range(length)]
 
     def ints(self, length: int, vector: Callable[[], Any], what: str) -> tuple[int, ...]:
-        """A vector of int32 read whole (the bindings' AsNumpy), after checking its length:
+        """A vector of int32 read whole (the bindings' AsNumpy), after charging its length:
         element by element, 100,000 operators' lists take seconds."""
-        if length < 0 or length * 4 > len(self.data):
-            raise self.fail(f"corrupt flatbuffer ({what}: {length} entries cannot fit in the file)")
+        self.charge(length * 4, what)
         return tuple(vector().tolist()) if length else ()
 
     # --- model -------------------------------------------------------------------------
@@ -133,9 +153,11 @@ class _Parser:
             sha256=hashlib.sha256(self.data).hexdigest(),
         )
 
-    @staticmethod
-    def text(raw: bytes | None) -> str:
-        return raw.decode("utf-8", errors="replace") if raw else ""
+    def text(self, raw: bytes | None) -> str:
+        if not raw:
+            return ""
+        self.charge(len(raw), "a name")
+        return raw.decode("utf-8", errors="replace")
 
     def opcode(self, code: Any, index: int) -> tuple[str, int, str | None]:
         """(builtin name, version, custom code); the larger code field wins, as in TFLite."""
@@ -148,8 +170,12 @@ class _Parser:
 
     # --- buffers -----------------------------------------------------------------------
     def buffer_bytes(self, index: int, what: str) -> bytes:
+        """A copy of buffer `index`, charged: entries sharing a buffer would copy it each."""
         view = self.buffer_view(index, what)
-        return b"" if view is None else view.tobytes()
+        if view is None:
+            return b""
+        self.charge(view.size, what)
+        return view.tobytes()
 
     def buffer_view(self, index: int, what: str) -> np.ndarray | None:
         """The bytes of buffer `index` as a read-only uint8 view, or None when it is empty.
@@ -278,36 +304,39 @@ class _Parser:
             version=version,
             inputs=inputs,
             outputs=outputs,
-            options=self.custom_options(op) if name == "CUSTOM" else self.options(op),
+            options=self.custom_options(op, what) if name == "CUSTOM" else self.options(op, what),
             custom_code=custom,
             intermediates=intermediates,
         )
 
-    @staticmethod
-    def options(op: Any) -> dict[str, Any]:
-        """Builtin options as plain values: snake_case keys, enums by name, vectors as tuples."""
+    def options(self, op: Any, what: str) -> dict[str, Any]:
+        """Builtin options as plain values: snake_case keys, enums by name, vectors as tuples
+        (charged, as operators sharing one options table would copy its vectors each)."""
         decoded = fb.BuiltinOptionsCreator(op.BuiltinOptionsType(), op.BuiltinOptions())
         if decoded is None:
             decoded = fb.BuiltinOptions2Creator(op.BuiltinOptions2Type(), op.BuiltinOptions2())
         if decoded is None:
             return {}
-        return {snake_case(k): _plain(k, v) for k, v in sorted(vars(decoded).items())}
+        fields = sorted(vars(decoded).items())
+        for _, value in fields:
+            if isinstance(value, np.ndarray):
+                self.charge(value.nbytes, f"{what} options")
+            elif isinstance(value, list | bytes | str):
+                self.charge(len(value), f"{what} options")
+        return {snake_case(k): _plain(k, v) for k, v in fields}
 
-    def custom_options(self, op: Any) -> dict[str, Any]:
+    def custom_options(self, op: Any, what: str) -> dict[str, Any]:
         """A custom op's options, when they are a flexbuffer map (as TFLite Micro's signal ops
         write them): plain values by key. Other bytes are the op's own business and read as no
-        options, so that the op is refused by name rather than the file as unreadable."""
+        options, so that the op is refused by name rather than the file as unreadable; a
+        flexbuffer that expands past its own size is refused (_Flexbuffer)."""
         length = int(op.CustomOptionsLength())
-        if length <= 0 or length > len(self.data) or op.CustomOptionsFormat() != 0:
+        if length <= 0 or op.CustomOptionsFormat() != 0:
             return {}
+        self.charge(length, f"{what} custom options")
         raw = op.CustomOptionsAsNumpy().tobytes()
-        try:
-            value = flexbuffers.Loads(raw)
-        except Exception:  # not a flexbuffer: no options this toolchain can read
-            return {}
-        if not isinstance(value, dict):
-            return {}
-        return {str(k): _plain(str(k), v) for k, v in value.items()}
+        value = _Flexbuffer(raw, lambda problem: self.fail(f"{what} custom options: {problem}"))
+        return {k: _plain(k, v) for k, v in value.top_map().items()}
 
     def signature(self, s: Any, graphs: tuple[Graph, ...]) -> SignatureDef:
         key = self.text(s.SignatureKey())
@@ -328,6 +357,80 @@ class _Parser:
         return SignatureDef(
             key, index, names(s.InputsLength(), s.Inputs), names(s.OutputsLength(), s.Outputs)
         )
+
+
+class _Flexbuffer:
+    """A flexbuffer read value by value, each charged against the buffer's size.
+
+    flexbuffers.Loads expands every reference it meets: a vector of 4 references to the
+    previous vector, 13 levels deep, is 4**13 values from a few hundred bytes. Here each value
+    costs one unit, each container its length and each string, key or blob its bytes; a
+    flexbuffer that shares nothing spans at least that many bytes, so reading more than its
+    size means shared references or false lengths, and the read stops there. (Maps nested in
+    a vector of maps that share long keys are charged the keys each time: no TFLite op writes
+    them.) Nesting is limited too, so that the walk never meets Python's recursion limit.
+    """
+
+    def __init__(self, raw: bytes, fail: Callable[[str], ModelError]):
+        self.raw = raw
+        self.fail = fail
+        self.unread = len(raw)
+
+    def top_map(self) -> dict[str, Any]:
+        """The root map by key; bytes that are no flexbuffer map read as no options."""
+        try:
+            root = flexbuffers.GetRoot(self.raw)
+            return self.map(root.AsMap, 1) if root.IsMap else {}
+        except ModelError:
+            raise
+        except Exception:  # not a flexbuffer: no options this toolchain can read
+            return {}
+
+    def charge(self, units: int) -> None:
+        self.unread -= units
+        if self.unread < 0:
+            raise self.fail(f"the {len(self.raw)}-byte flexbuffer declares more values than it "
+                            "holds (shared references or false lengths)")
+
+    def map(self, entries: flexbuffers.Map, depth: int) -> dict[str, Any]:
+        self.charge(len(entries))
+        keys, values = entries.Keys, entries.Values
+        return {self.text(keys[i]): self.value(values[i], depth) for i in range(len(entries))}
+
+    def value(self, ref: flexbuffers.Ref, depth: int) -> Any:
+        self.charge(1)
+        if ref.IsVector or ref.IsTypedVector or ref.IsFixedTypedVector:  # IsVector: maps too
+            if depth >= MAX_OPTIONS_DEPTH:
+                raise self.fail(f"the flexbuffer nests deeper than {MAX_OPTIONS_DEPTH} levels")
+            if ref.IsMap:
+                return self.map(ref.AsMap, depth + 1)
+            return self.vector(ref, depth + 1)
+        if ref.IsBlob:
+            blob = ref.AsBlob
+            self.charge(len(blob))
+            return blob
+        if ref.IsString or ref.IsKey:
+            return self.text(ref)
+        return ref.Value  # an inline scalar: null, bool, int or float
+
+    def vector(self, ref: flexbuffers.Ref, depth: int) -> tuple[Any, ...]:
+        if ref.IsVector:
+            elements = ref.AsVector
+        elif ref.IsTypedVector:
+            elements = ref.AsTypedVector
+        else:
+            elements = ref.AsFixedTypedVector
+        self.charge(len(elements))
+        if not ref.IsVector and elements.ElementType is not flexbuffers.Type.KEY:
+            return tuple(elements.Value)  # numbers, unpacked at once (strings read as keys)
+        return tuple(self.value(elements[i], depth) for i in range(len(elements)))
+
+    def text(self, ref: flexbuffers.Ref) -> str:
+        """A string or key; a key ends at its first zero, found by a scan of at most the
+        buffer, which the charge after it then stops."""
+        raw = ref.AsStringBytes
+        self.charge(len(raw))
+        return raw.decode("utf-8", errors="replace")
 
 
 def _plain(field: str, value: Any) -> Any:
