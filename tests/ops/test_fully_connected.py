@@ -725,3 +725,29 @@ def test_fully_connected_bias_of_shape_units_by_one(dtype):
     model = edited(fully_connected_model(dtype, (16, 8), 16), column_bias)
     assert parse_model(model).main.tensors[2].shape == (16, 1)
     assert_matches_and_varies(model)
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_fully_connected_hybrid_non_finite_inputs_agree_sanitized(asymmetric):
+    """NaN, +-inf, denormal and +-FLT_MAX rows, undefined in TFLite's quantizer: runtime_py and
+    the C (float-to-int overflow trapped) give the same bits."""
+    from runtime_py.interpreter import ArenaInterpreter
+    from toolchain.checking.c_backend import CBackend
+    from toolchain.plan import plan_model
+    from toolchain.reader import parse_model
+
+    big = np.finfo(np.float32).max
+    rows = [[np.nan] * 10, [1, np.nan, 2, -3, 0.5, 0.2, 0.1, 4, np.nan, 2],
+            [1, np.inf, 2, -3, 0.5, 0.2, 0.1, 4, -np.inf, 2], [1e-40] * 10, [-1e-40] * 10,
+            [big, -big] * 5, [1e-45, 0] * 5]
+    model = hybrid_fully_connected_model((1, 10), 3, asymmetric=asymmetric)
+    mp = plan_model(parse_model(model, "<built model>"), "greedy")
+    inputs = [[np.array([row], np.float32)] for row in rows]
+    with CBackend(mp) as plain:  # the unsanitized build must agree too
+        c_outputs = plain.invoke_many(inputs)
+    with CBackend(mp, sanitize=True) as c:  # float-to-int overflow trapped
+        sanitized = c.invoke_many(inputs)
+    for values, a, b in zip(inputs, c_outputs, sanitized):
+        want = ArenaInterpreter(mp).invoke(values)[0].view(np.uint32)
+        np.testing.assert_array_equal(a[0].view(np.uint32), want)
+        np.testing.assert_array_equal(b[0].view(np.uint32), want)

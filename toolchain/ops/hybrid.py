@@ -10,12 +10,21 @@ compiled through an SSE emulation, so its rounding is not std::round's).
 - Rounding of p = x * (1 / scale), in float: the first 8 * floor(n / 8) values as
   trunc(p +- 0.5f), the float addition on its own; the rest half away from zero.
 
+Not in TFLite (undefined there): NaN is left out of min and max and quantized as 0, and the
+scaled value saturates at +-SATURATED before it is rounded, so +-inf and the inf that a
+denormal extent's 127 / extent is give the extreme int8 values.
+
 runtime_py/hybrid.py computes the same in numpy.
 """
 
 from __future__ import annotations
 
 from toolchain.ops.emit import ConstantLoop
+
+# |x * (1 / scale)| beyond any int8 value plus zero point, where it is saturated before
+# rounding. TFLite converts it to int32 unclamped, undefined for NaN and +-inf (an infinite
+# input, or a denormal extent whose 127 / extent is inf); here those saturate, NaN as 0.
+SATURATED = "512.0"
 
 
 def round_lines(k: str, rounded: str, head: int, count: int | None = None) -> list[str]:
@@ -39,11 +48,13 @@ def quantize_lines(count: int, asymmetric: bool, k: ConstantLoop, src: str,
     `dst`: their scale in `scale` (a float the caller declares), and with `asymmetric` their
     zero point in `zp` (an int32_t the caller declares)."""
     head = (count // 8) * 8
-    first = "lo = 0.0f, hi = 0.0f" if asymmetric else f"lo = {src}[0], hi = {src}[0]"
-    scan = [f"float {first}, inv;", f"for ({k.header}) {{",
+    scan = ["float lo = 0.0f, hi = 0.0f, inv;  /* from 0: a NaN never becomes an end */",
+            f"for ({k.header}) {{",
             f"  lo = {src}[{k.index}] < lo ? {src}[{k.index}] : lo;",
             f"  hi = {src}[{k.index}] > hi ? {src}[{k.index}] : hi;", "}"]
-    each = [f"  const float p = {src}[{k.index}] * inv;", "  int32_t r;",
+    each = [f"  const float s = {src}[{k.index}] * inv;",
+            f"  const float p = s > {SATURATED}f ? {SATURATED}f : s < -{SATURATED}f ? "
+            f"-{SATURATED}f : s == s ? s : 0.0f;", "  int32_t r;",
             *("  " + line for line in round_lines(k.index, "r", head, count))]
     if not asymmetric:
         return [*scan, "/* symmetric: scale max|x| / 127, values in [-127, 127] */",
@@ -65,6 +76,7 @@ def quantize_lines(count: int, asymmetric: bool, k: ConstantLoop, src: str,
             "                   ? -128.0 - (double)lo / step : 127.0 - (double)hi / step;",
             "  if (z <= -128.0) {", "    zp = -128;",
             "  } else if (z >= 127.0) {", "    zp = 127;",
+            "  } else if (z != z) {", "    zp = 0;  /* an infinite end: the scale is too */",
             "  } else {", "    const int32_t t = (int32_t)z;",
             "    const double f = z - (double)t;",
             "    zp = t + (f >= 0.5) - (f <= -0.5);", "  }",
