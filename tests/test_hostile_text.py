@@ -131,6 +131,28 @@ def test_check_on_hostile_names_runs_only_the_model(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("command", [["inspect"], ["plan"], ["check", "--inputs", "1"]])
+def test_hostile_names_reach_the_terminal_escaped(tmp_path, command):
+    """An ESC (a terminal's control sequences, OSC titles), a bidirectional override or any
+    other control in a tensor name is printed escaped by every text view."""
+    model = fb.ModelT.InitFromPackedBuf(hostile_model("int8"), 0)
+    for i, tensor in enumerate(model.subgraphs[0].tensors):
+        tensor.name = f"{i} \x1b]0;title\x07 \x1b[2J \u202eevil \x9b"
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    path = tmp_path / "names.tflite"
+    path.write_bytes(bytes(builder.Output()))
+    result = subprocess.run(
+        [sys.executable, "-m", "toolchain.cli", command[0], str(path), *command[1:],
+         *(["--per-layer"] if command[0] == "check" else [])],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    shown = result.stdout + result.stderr
+    assert "\\x1b" in shown or "\\u202e" in shown  # the names are there, escaped
+    assert not any(c in shown for c in "\x1b\x07\x9b\u202e")
+
+
 def test_the_memory_map_svg_is_well_formed_xml():
     # every tensor whole, so that each hostile name has a buffer
     mp = plan_model(parse_model(hostile_model("int8"), HOSTILE_SOURCE),

@@ -58,9 +58,11 @@ def fitted_widths(widths: list[int], cuttable: list[bool], floors: list[int],
 
 def table(headers: list[str], rows: list[list[Any]], width: int = TABLE_WIDTH) -> str:
     """A plain aligned text table within `width` columns; numbers right-aligned, text cells
-    that do not fit cut in the middle (`--json` has them whole)."""
+    that do not fit cut in the middle (`--json` has them whole). Every cell is shown as
+    display_text shows it: a tensor name is the model's text, and an escape sequence or a
+    bidirectional control in it must not reach the terminal."""
     numeric = [all(isinstance(r[i], int) for r in rows) and rows for i in range(len(headers))]
-    cells = [[str(c) for c in row] for row in rows]
+    cells = [[display_text(str(c)) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     floors = [max(len(h), MIN_CUT_WIDTH) for h in headers]
     widths = fitted_widths(widths, [not n for n in numeric], floors, width)
@@ -200,7 +202,7 @@ def inspect_text(data: dict[str, Any]) -> str:
             table(
                 ["tensor", "name", "type", "bytes", "kind"],
                 [
-                    [t["index"], display_text(t["name"]), tensor_type(t), t["bytes"], t["kind"]]
+                    [t["index"], t["name"], tensor_type(t), t["bytes"], t["kind"]]
                     for t in g["tensors"]
                 ],
             )
@@ -440,7 +442,7 @@ def plan_text(mp: ModelPlan) -> str:
                    "(never reused);\na reset restores them")
         out.append(table(
             ["offset", "bytes", "kind", "name", "holds"],
-            [[slot.offset, slot.nbytes, slot.kind, display_text(slot.name),
+            [[slot.offset, slot.nbytes, slot.kind, slot.name,
               "flag" if slot.kind == "call_once" else f"{slot.dtype}{list(slot.shape)}"]
              for slot in mp.state_slots],
         ))
