@@ -3,8 +3,12 @@ every backend (the C and the firmware dump every intermediate tensor)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import subprocess
+import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -293,3 +297,81 @@ def test_per_layer_under_qemu(capsys, model):
     expected = runtime_py_tracer(mp)([xs[0], ys[0]])
     assert sorted(got) == sorted(expected)
     assert all(np.array_equal(got[t], v) for t, v in expected.items())
+
+
+def bomb_npy(shape=(2**40, 768)) -> bytes:
+    """An .npy whose header declares far more than the few bytes that follow it."""
+    stream = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        stream, {"descr": "|i1", "fortran_order": False, "shape": shape})
+    return stream.getvalue() + bytes(16)
+
+
+def one_input(tmp_path) -> str:
+    b = ModelBuilder("int8", seed=2)
+    x = b.input("x", (1, 4), "int8", scale=0.05, zero_point=0)
+    b.output(b.fully_connected(x, 3))
+    path = tmp_path / "one.tflite"
+    path.write_bytes(b.build())
+    return str(path)
+
+
+def test_array_headers_are_held_against_the_file_before_anything_is_read(capsys, model,
+                                                                          tmp_path):
+    (tmp_path / "bomb.npy").write_bytes(bomb_npy())
+    with zipfile.ZipFile(tmp_path / "bomb.npz", "w") as archive:
+        archive.writestr("x.npy", bomb_npy())
+        archive.writestr("y.npy", bomb_npy())
+    for command, data in (("run", "bomb.npy"), ("check", "bomb.npy"), ("check", "bomb.npz")):
+        target = one_input(tmp_path) if data.endswith(".npy") else str(model)
+        code, out, err = run(capsys, command, target, "--input", str(tmp_path / data))
+        assert code == 2 and not out and err.count("\n") == 1, err
+        assert "header declares [1099511627776, 768] of int8" in err and data in err, err
+
+
+def test_run_refuses_an_archive_in_one_line(capsys, tmp_path):
+    np.savez(tmp_path / "x.npz", x=np.zeros((1, 4), np.int8))
+    code, out, err = run(capsys, "run", one_input(tmp_path), "--input", str(tmp_path / "x.npz"))
+    assert code == 2 and not out and err.count("\n") == 1
+    assert "x.npz: an .npz archive: --input takes one .npy array per model input" in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
+def test_devices_are_refused_as_data_memory_and_problem_files(capsys, tmp_path):
+    for name in ("zero.npy", "zero.json", "zero.csv"):
+        os.symlink("/dev/zero", tmp_path / name)
+    said = "not a regular file (a device, a pipe or a socket)"
+    for args in (["run", one_input(tmp_path), "--input", str(tmp_path / "zero.npy")],
+                 ["plan", one_input(tmp_path), "--memory", str(tmp_path / "zero.json")],
+                 ["solve", str(tmp_path / "zero.csv")]):
+        code, out, err = run(capsys, *args)
+        assert code == 2 and not out and err.count("\n") == 1 and said in err, (args, err)
+
+
+def test_a_fifo_in_a_dataset_is_refused_without_blocking(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    os.mkfifo(data / "a.npy")  # opening it would wait for a writer forever
+    result = subprocess.run(
+        [sys.executable, "-m", "toolchain.cli", "check", one_input(tmp_path), "--dataset",
+         str(data)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "a.npy: not a regular file" in result.stderr
+
+
+@pytest.mark.parametrize("text, said", [
+    ('{"pools": [{"name": "fast", "size": 1024, "section": 5}]}', "section 5 must be a linker"),
+    ('{"pools": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+])
+def test_memory_files_of_the_wrong_shape_are_one_line(capsys, tmp_path, text, said):
+    (tmp_path / "memory.json").write_text(text)
+    code, out, err = run(capsys, "plan", one_input(tmp_path), "--memory",
+                         str(tmp_path / "memory.json"))
+    assert code == 2 and not out and err.count("\n") == 1 and said in err, err
+
+
+def test_pool_names_that_differ_only_in_case_are_refused(capsys, tmp_path):
+    code, out, err = run(capsys, "plan", one_input(tmp_path), "--pool", "fast:1K",
+                         "--pool", "FAST:64K")
+    assert code == 2 and not out and err.count("\n") == 1
+    assert "differ only in case" in err

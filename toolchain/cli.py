@@ -140,14 +140,13 @@ def memory_of(args: argparse.Namespace) -> tuple[list, dict[str, str]]:
 
 
 def load_input(path: str):
-    import numpy as np
+    from toolchain.files import load_arrays
 
-    try:
-        return np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise ArenacError("no such file", path) from None
-    except (OSError, ValueError, EOFError) as e:
-        raise ArenacError(f"not a readable .npy array ({first_words(e)})", path) from None
+    value = load_arrays(path)
+    if isinstance(value, dict):
+        raise ArenacError("an .npz archive: --input takes one .npy array per model input "
+                          "(check --input reads archives)", path)
+    return value
 
 
 def make_directory(path: str) -> None:
@@ -155,10 +154,6 @@ def make_directory(path: str) -> None:
         os.makedirs(path, exist_ok=True)
     except OSError as e:
         raise ArenacError(f"cannot create directory ({e.strerror})", path) from None
-
-
-def first_words(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def cmd_run(args: argparse.Namespace) -> int:

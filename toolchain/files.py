@@ -1,12 +1,94 @@
-"""Writing output files whole or not at all: a failed run leaves no partial output behind."""
+"""The user's files: read within a bound (a device or a pipe that never ends, or a header that
+declares more than the file holds, is refused before anything large is allocated), and output
+files written whole or not at all (a failed run leaves no partial output behind)."""
 
 from __future__ import annotations
 
+import io
+import math
 import os
 import shutil
+import stat
 import tempfile
+import zipfile
+
+import numpy as np
 
 from toolchain.errors import ArenacError
+
+USER_FILE_LIMIT = 512 << 20  # a data file, a CSV problem: as the models' default --max-bytes
+
+
+def read_bounded(path: str, limit: int = USER_FILE_LIMIT) -> bytes:
+    """A regular file's bytes, at most `limit` of them; anything else is one ArenacError.
+    Devices, FIFOs and sockets are refused before they are opened (opening a FIFO blocks)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ArenacError("no such file", path) from None
+    except OSError as e:
+        raise ArenacError(f"cannot read ({e.strerror})", path) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ArenacError("is a directory, not a file", path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ArenacError("not a regular file (a device, a pipe or a socket)", path)
+    too_large = ArenacError(f"file is larger than the limit of {limit} bytes", path)
+    if info.st_size > limit:
+        raise too_large
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise ArenacError(f"cannot read ({e.strerror})", path) from None
+    if len(data) > limit:  # it grew since the stat
+        raise too_large
+    return data
+
+
+def load_arrays(path: str, limit: int = USER_FILE_LIMIT) -> np.ndarray | dict[str, np.ndarray]:
+    """An .npy file's array, or an .npz archive's arrays by name. Every array's header is held
+    against the bytes that follow it before numpy allocates what the header declares."""
+    data = read_bounded(path, limit)
+    if not (path.lower().endswith(".npz") or zipfile.is_zipfile(io.BytesIO(data))):
+        return _npy_array(data, path)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = archive.infolist()
+            if sum(m.file_size for m in members) > limit:
+                raise ArenacError(f"archive unpacks to more than the limit of {limit} bytes",
+                                  path)
+            return {m.filename.removesuffix(".npy"): _npy_array(archive.read(m),
+                                                                f"{path}[{m.filename}]")
+                    for m in members}
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as e:
+        raise ArenacError(f"not a readable .npz archive ({_first_line(e)})", path) from None
+
+
+def _npy_array(data: bytes, where: str) -> np.ndarray:
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read_header(stream)
+    except (ValueError, EOFError, OSError) as e:
+        raise ArenacError(f"not a readable .npy array ({_first_line(e)})", where) from None
+    if dtype.hasobject:
+        raise ArenacError("holds Python objects (pickles), not numbers", where)
+    declared = math.prod(shape) * dtype.itemsize
+    held = len(data) - stream.tell()
+    if declared != held:
+        raise ArenacError(f"header declares {list(shape)} of {dtype} ({declared} bytes), but "
+                          f"{held} bytes follow it", where)
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, EOFError, OSError) as e:
+        raise ArenacError(f"not a readable .npy array ({_first_line(e)})", where) from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def write_atomic(path: str, data: str | bytes) -> None:

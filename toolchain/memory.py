@@ -19,8 +19,10 @@ import re
 from dataclasses import dataclass
 
 from toolchain.errors import ArenacError
+from toolchain.files import read_bounded
 from toolchain.planners import Pool
 
+MEMORY_FILE_LIMIT = 1 << 20  # a few pools and pins: a larger file is not a description
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20}
 SIZE = re.compile(r"(\d+)([KM]?)(?:i?B)?", re.I)
 POOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
@@ -53,7 +55,7 @@ def pool(name: str, size: str | int, section: str | None = None) -> Pool:
     """A checked pool: its name becomes part of C identifiers, its section a string literal."""
     if not POOL_NAME.fullmatch(name):
         raise ValueError(f"pool name {name!r} must be a letter then letters, digits or _")
-    if section is not None and not SECTION.fullmatch(section):
+    if section is not None and not (isinstance(section, str) and SECTION.fullmatch(section)):
         raise ValueError(f"section {section!r} must be a linker section name such as .dtcm")
     return Pool(name, size_bytes(size), section)
 
@@ -85,15 +87,14 @@ def toml(text: str, path: str) -> dict:
 
 def load_memory(path: str) -> Memory:
     """A memory description: TOML, or JSON when the file name ends in .json."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise ArenacError(f"cannot read ({e.strerror})", path) from None
+    raw = read_bounded(path, MEMORY_FILE_LIMIT)
     try:
         data = json.loads(raw) if path.lower().endswith(".json") else toml(raw.decode(), path)
     except (ValueError, UnicodeDecodeError) as e:
         raise ArenacError(f"not a readable memory description ({str(e).splitlines()[0]})",
+                          path) from None
+    except RecursionError:
+        raise ArenacError("not a readable memory description (nested too deeply)",
                           path) from None
     try:
         if not isinstance(data, dict) or not isinstance(data.get("pools"), list):

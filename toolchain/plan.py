@@ -522,8 +522,9 @@ def pool_plan(program: Program, lifetimes: Lifetimes, overlaps, pools: Sequence[
     state block's bytes reserved in its pool, and a refusal that names the peak step."""
     source = program.model.source
     index = {p.name: k for k, p in enumerate(pools)}
-    if len(index) != len(pools):
-        raise ArenacError("two pools have the same name", source)
+    if len({p.name.upper() for p in pools}) != len(pools):  # NAME_<POOL>_BYTES macros
+        raise ArenacError("two pools have the same name (or names that differ only in case, "
+                          "which the C's macros spell alike)", source)
     buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
     tensors = program.graph.tensors
     by_name = {}

@@ -17,12 +17,12 @@ convertible to it exactly: integers within its range, any real number for a floa
 from __future__ import annotations
 
 import os
-import zipfile
 
 import numpy as np
 
 from toolchain.checking.oracle_process import first_line
 from toolchain.errors import ArenacError
+from toolchain.files import load_arrays, read_bounded
 from toolchain.ir import Graph, Tensor
 
 SUFFIXES = (".npy", ".npz", ".csv")
@@ -70,11 +70,9 @@ def input_keys(graph: Graph, i: int) -> tuple[str, ...]:
 
 
 def archive_arrays(graph: Graph, path: str) -> list[np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            found = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise ArenacError(f"not a readable .npz archive ({first_line(e)})", path) from None
+    found = load_arrays(path)
+    if not isinstance(found, dict):
+        raise ArenacError("an .npy array named .npz: rename it .npy", path)
     arrays = []
     for i, t in enumerate(graph.inputs):
         key = next((k for k in input_keys(graph, i) if k in found), None)
@@ -104,10 +102,7 @@ def read_array(path: str, tensor: Tensor) -> np.ndarray:
     """A .npy or CSV file as values of `tensor`'s dtype (CSV values reshaped to its shape)."""
     if path.lower().endswith(".csv"):
         return convert(read_csv(path, tensor), tensor, path)
-    try:
-        value = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise ArenacError(f"not a readable .npy array ({first_line(e)})", path) from None
+    value = load_arrays(path)
     if not isinstance(value, np.ndarray):
         raise ArenacError("an .npz archive named .npy: rename it .npz", path)
     return convert(value, tensor, path)
@@ -115,9 +110,8 @@ def read_array(path: str, tensor: Tensor) -> np.ndarray:
 
 def read_csv(path: str, tensor: Tensor) -> np.ndarray:
     try:
-        with open(path) as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_bounded(path).decode()
+    except UnicodeDecodeError as e:
         raise ArenacError(f"cannot read ({first_line(e)})", path) from None
     words = text.replace(",", " ").split()
     try:

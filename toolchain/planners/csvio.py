@@ -7,13 +7,15 @@ MiniMalloc writes lives as half-open `[lower, upper)`, ours are inclusive `[firs
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
 
-from toolchain.errors import PlanError
+from toolchain.errors import ArenacError, PlanError
+from toolchain.files import read_bounded
 from toolchain.planners.base import Buffer
 
 PathOrFile = str | os.PathLike[str] | TextIO
@@ -169,6 +171,15 @@ def _opened(path_or_file: PathOrFile, mode: str) -> Iterator[tuple[str, TextIO]]
         yield getattr(path_or_file, "name", "<csv>"), path_or_file
         return
     source = os.fspath(path_or_file)
+    if mode.startswith("r"):  # a regular file within the bound, never a device or a FIFO
+        try:
+            text = read_bounded(source).decode("utf-8")
+        except ArenacError as error:
+            raise PlanError(f"cannot open: {error.message}", source) from None
+        except UnicodeDecodeError:
+            raise PlanError("cannot open: not UTF-8 text", source) from None
+        yield source, io.StringIO(text, newline="")
+        return
     try:
         file = open(path_or_file, mode, newline="", encoding="utf-8")
     except OSError as error:
