@@ -130,7 +130,7 @@ class ArenaInterpreter:
                 self.kernel_state.setdefault(slot.op, []).append(
                     self._view(self.state, slot.offset, slot))
         for t in graph.tensors:
-            if t.is_constant and not t.is_variable:
+            if t.is_constant:
                 self.views[t.index] = t.data
             elif t.is_handle:  # the view of the variable it names, which its ops copy from or to
                 slot = model_plan.state_of_handle(t.index)

@@ -4,15 +4,18 @@ WHILE stops at --max-iterations; each is refused in one line."""
 
 from __future__ import annotations
 
+import flatbuffers
 import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.test_control_flow import assert_clean_failure, cli
 from toolchain.builder import ModelBuilder
-from toolchain.errors import ModelError, PlanError, RuntimeBackendError
+from toolchain.codegen import generate
+from toolchain.errors import ModelError, PlanError, RuntimeBackendError, UnsupportedOpError
 from toolchain.plan import plan_model
 from toolchain.reader import parse_model
+from toolchain.schema import fb
 from toolchain.validate import MAX_NESTING
 
 MIB = 1 << 20
@@ -141,3 +144,33 @@ def test_the_generated_while_says_it_runs_uncapped(tmp_path):
     files = generate(plan_model(parse_model(endless_loop(1))))
     text = "".join(files.values()) if isinstance(files, dict) else str(files)
     assert "no cap on the iterations" in text
+
+
+def _repacked(model: fb.ModelT) -> bytes:
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+@pytest.mark.parametrize("slot, role", [(2, "weights_time"), (3, "bias")])
+def test_an_svdf_constant_marked_variable_is_refused_in_one_line(slot, role):
+    """A variable's data is its initial value, state: an op that needs a constant refuses it."""
+    from tests.ops.test_svdf import svdf_model
+
+    model = fb.ModelT.InitFromPackedBuf(svdf_model(), 0)
+    graph = model.subgraphs[0]
+    graph.tensors[graph.operators[0].inputs[slot]].isVariable = True
+    with pytest.raises(UnsupportedOpError, match=f"op 0 SVDF: {role} is not a constant"):
+        generate(plan_model(parse_model(_repacked(model), "svdf.tflite")), "m")
+
+
+@pytest.mark.parametrize("code, dtype", [(13, "resource"), (14, "variant"), (5, "string"),
+                                         (20, "uint4")])
+def test_an_lstm_state_of_a_type_that_holds_no_numbers_is_refused(code, dtype):
+    from tests.ops.test_lstm import INTEGER_CASES, lstm_model
+
+    built = lstm_model(next(iter(INTEGER_CASES.values())))
+    model = fb.ModelT.InitFromPackedBuf(built.data, 0)
+    model.subgraphs[0].tensors[built.cell_state].type = code
+    with pytest.raises(ModelError, match=f"'cell_state'\\) is a variable of type {dtype}"):
+        parse_model(_repacked(model), "lstm.tflite")

@@ -164,7 +164,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         ctype = C_TYPES[tensor.dtype]
         if t in weights_at:
             return f"((const {ctype} *)({name}_weights + {weights_at[t]}))"
-        if tensor.is_constant and not tensor.is_variable:
+        if tensor.is_constant:
             return constant_name(t)  # kernels read a constant from flash, even an output's
         if t in external:
             if t in graph.inputs:
@@ -189,7 +189,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
             return CTensor(t, c_text(variable.name if variable else tensor.name),
                            slot.dtype if slot else "uint8", slot.shape if slot else (0,),
                            pointer(t), None, used)
-        data = tensor.data if tensor.is_constant and not tensor.is_variable else None
+        data = tensor.data if tensor.is_constant else None
         return CTensor(t, c_text(tensor.name), tensor.dtype, tensor.shape, pointer(t), data, used)
 
     order = mp.lifetimes.order
@@ -424,7 +424,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
                        f"{t.dtype}{list(t.shape)}",
         }
         for t in graph.tensors
-        if t.is_constant and not t.is_variable and t.index in referenced
+        if t.is_constant and t.index in referenced
     ]
     rows = {r.tensor: r for r in mp.rows()}
     offset_rows = [

@@ -73,7 +73,9 @@ class Tensor:
 
     @property
     def is_constant(self) -> bool:
-        return self.data is not None
+        """Data in flash. A variable's data is its initial value: state, never a constant, so
+        an operator that needs a constant operand refuses a variable in that slot."""
+        return self.data is not None and not self.is_variable
 
     @property
     def is_handle(self) -> bool:

@@ -159,7 +159,7 @@ def compute_lifetimes(
         tensor_of=tuple(tensor_of),
         scratch=tuple(scratch),
         variables=tuple(t.index for t in tensors if t.is_variable),
-        constants=tuple(t.index for t in tensors if t.is_constant and not t.is_variable),
+        constants=tuple(t.index for t in tensors if t.is_constant),
     )
 
 

@@ -242,7 +242,7 @@ def weight_layout(graph) -> tuple[dict[int, int], int]:
     for op in graph.operators:
         for t in op.inputs:
             tensor = graph.tensors[t] if t >= 0 else None
-            if tensor is not None and tensor.is_constant and not tensor.is_variable \
+            if tensor is not None and tensor.is_constant \
                     and t not in offsets:
                 offsets[t] = end
                 end += align_up(tensor.nbytes, STATE_ALIGNMENT)

@@ -138,7 +138,7 @@ def check_nested_total(model: Model, max_bytes: int) -> None:
     for entry in (e for e in entries if 0 <= e < len(model.graphs)):
         subgraphs = reachable_subgraphs(model, entry)
         total = sum(t.nbytes for g in subgraphs for t in model.graphs[g].tensors
-                    if not _is_constant(t))
+                    if not t.is_constant)
         if total > max_bytes:
             where = f"subgraph {entry}" if entry else "the main graph"
             raise ModelError(f"{where} and the {len(subgraphs) - 1} subgraphs it runs have "
@@ -271,6 +271,7 @@ class _GraphChecks:
         for tensor in self.graph.tensors:
             self.check_size(tensor)
             self.check_quantization(tensor)
+            self.check_variable(tensor)
         self.check_total_size()
         self.check_inputs_and_outputs()
 
@@ -293,9 +294,16 @@ class _GraphChecks:
                 f"over the limit of {self.max_bytes}"
             )
 
+    def check_variable(self, t: Tensor) -> None:
+        """A variable (an LSTM's or SVDF's state, a resource variable's value) is numbers the
+        state block holds and a reset refills: a handle, a string or a packed type is none."""
+        if t.is_variable and t.dtype not in IO_DTYPES:
+            raise self.fail(f"{_name(t)} is a variable of type {t.dtype}: state holds plain "
+                            "numbers")
+
     def check_total_size(self) -> None:
         """Every non-constant tensor at once bounds the arena and the state from above."""
-        total = sum(t.nbytes for t in self.graph.tensors if not _is_constant(t))
+        total = sum(t.nbytes for t in self.graph.tensors if not t.is_constant)
         if total > self.max_bytes:
             raise self.fail(
                 f"activations and state total {total} bytes, over the limit of {self.max_bytes}"
@@ -349,7 +357,7 @@ class _GraphChecks:
     def check_inputs_and_outputs(self) -> None:
         graph, tensors = self.graph, self.graph.tensors
         for i, t in enumerate(graph.inputs):
-            if _is_constant(tensors[t]):
+            if tensors[t].is_constant:
                 raise self.fail(f"graph input {i} is {_name(tensors[t])}, a constant")
             if tensors[t].is_variable:
                 raise self.fail(f"graph input {i} is {_name(tensors[t])}, a variable")
@@ -363,7 +371,7 @@ class _GraphChecks:
         written = set()
         for op in graph.operators:
             for t in op.outputs:
-                if _is_constant(tensors[t]):
+                if tensors[t].is_constant:
                     raise self.fail(
                         f"op {op.index} {op.opcode} writes {_name(tensors[t])}, a constant"
                     )
@@ -376,11 +384,6 @@ class _GraphChecks:
                     f"graph output {i} is {_name(tensor)}, which no op writes and which is "
                     "neither a graph input nor a constant"
                 )
-
-
-def _is_constant(t: Tensor) -> bool:
-    """Constant data in flash; a variable's initial value is state, not a constant."""
-    return t.is_constant and not t.is_variable
 
 
 def _name(t: Tensor) -> str:
