@@ -91,3 +91,34 @@ def test_a_path_through_a_file(command, model, tmp_path):
 def test_run_into_the_read_only_place_itself(model, read_only):
     result = run_cli(*COMMANDS["run"](str(model), read_only))
     assert_one_line(result, os.path.join(read_only, "output_0.npy"))
+
+
+@pytest.mark.parametrize("names, said", [
+    (("a", "a_main"), "two models' files would both be a_main.c"),
+    (("Kws", "KWS"), "differ only in case"),
+    (("net", "arenac_SHARED"), "is the shared arena's"),
+])
+def test_names_whose_files_or_macros_collide_are_refused(model, tmp_path, names, said):
+    out = tmp_path / "out"
+    result = run_cli("gen", str(model), str(model), "-o", str(out),
+                     *[arg for n in names for arg in ("--name", n)])
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert result.stderr.count("\n") == 1 and said in result.stderr, result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["string", "stdio", "stdint", "Math"])
+def test_a_name_that_would_shadow_a_c_library_header_is_refused(model, tmp_path, name):
+    result = run_cli("gen", str(model), "-o", str(tmp_path / "out"), "--name", name)
+    assert result.returncode == 2 and f"shadow the C library's <{name.lower()}.h>" in \
+        result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_file_named_like_a_c_library_header_gets_its_own_name(tmp_path):
+    path = tmp_path / "string.tflite"
+    path.write_bytes(GOOD)
+    result = run_cli("gen", str(path), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "m_string.c", "m_string.cmake", "m_string.h", "m_string.mk", "m_string_main.c"]

@@ -628,18 +628,25 @@ def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = Fal
     arenac_shared.h/.c defining the arena, sized to the largest (with `arena="extern"` the
     caller's, handed to every model's NAME_init, so no arenac_shared files)."""
     names = [c_identifier(n) for _, n in models]
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    folded = [n.upper() for n in names]  # header guards and macros are NAME in upper case
+    repeated = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
     if repeated:
-        raise ArenacError(f"two models would both be called {repeated[0]!r}: give each its own "
-                          "--name")
-    if SHARED_NAME in names:
+        raise ArenacError(f"two models would both be called {repeated[0]!r} (or names that "
+                          "differ only in case, which header guards and macros spell alike): "
+                          "give each its own --name")
+    if SHARED_NAME.upper() in folded:
         raise ArenacError(f"the name {SHARED_NAME!r} is the shared arena's; choose another")
     shared = SharedArena(f"{SHARED_NAME}_arena", f"{SHARED_NAME}.h",
                          max(mp.arena_bytes for mp, _ in models),
                          max(mp.plan.alignment for mp, _ in models), tuple(names))
     files: dict[str, str] = {}
     for (mp, _), name in zip(models, names):
-        files.update(generate(mp, name, external_io, arena, shared))
+        own = generate(mp, name, external_io, arena, shared)
+        taken = {f.lower() for f in files} & {f.lower() for f in own}
+        if taken:  # `a` and `a_main`: a's harness is a_main.c, the other's model file
+            raise ArenacError(f"two models' files would both be {sorted(taken)[0]}: give them "
+                              "--name values whose files differ", mp.model.source)
+        files.update(own)
     if arena == "static":
         values = {"shared": shared, "guard": SHARED_NAME.upper() + "_H",
                   "macro": SHARED_NAME.upper() + "_ARENA_BYTES",

@@ -28,6 +28,14 @@ C_KEYWORDS = frozenset(
     "_Imaginary _Noreturn _Static_assert _Thread_local alignas alignof bool constexpr false "
     "nullptr static_assert thread_local true typeof typeof_unqual".split()
 )
+# The C library's headers (C99 to C23, and the common POSIX and newlib ones): a model's NAME.h
+# of one of these names would shadow it for every file built with the fragments' include path,
+# on a file system that ignores case too.
+C_HEADER_NAMES = frozenset(
+    "assert complex ctype errno fenv float inttypes iso646 limits locale math setjmp signal "
+    "stdalign stdarg stdatomic stdbit stdbool stdckdint stddef stdint stdio stdlib stdnoreturn "
+    "string tgmath threads time uchar wchar wctype alloca malloc memory strings unistd".split()
+)
 # Names a model's files may not take: keywords, and `main`, the host harness's entry point.
 RESERVED_NAMES = C_KEYWORDS | {"main"}
 
@@ -95,11 +103,12 @@ def _visible_escape(c: str) -> str:
 def c_identifier(text: str) -> str:
     """A C identifier built from `text` (a user's --name, a file's stem): ASCII letters, digits
     and underscores, starting with a letter (a leading underscore is reserved to the
-    implementation), not a keyword nor `main`, at most C_IDENTIFIER_LIMIT characters."""
+    implementation), not a keyword, `main` nor a C library header's name, at most
+    C_IDENTIFIER_LIMIT characters."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", text)[:C_IDENTIFIER_LIMIT]
     if not name:
         return FALLBACK_IDENTIFIER
-    if not name[0].isalpha() or name in RESERVED_NAMES:
+    if not name[0].isalpha() or name in RESERVED_NAMES or name.lower() in C_HEADER_NAMES:
         name = f"m_{name}"[:C_IDENTIFIER_LIMIT]
     return name
 
@@ -115,4 +124,7 @@ def name_refusal(text: str) -> str | None:
         return "would clash with main(), the entry point of the harness and of firmware (main.c)"
     if text in C_KEYWORDS:
         return "is a C keyword"
+    if text.lower() in C_HEADER_NAMES:
+        return (f"would make {text}.h shadow the C library's <{text.lower()}.h> on the include "
+                "path")
     return None
