@@ -174,3 +174,12 @@ def test_an_lstm_state_of_a_type_that_holds_no_numbers_is_refused(code, dtype):
     model.subgraphs[0].tensors[built.cell_state].type = code
     with pytest.raises(ModelError, match=f"'cell_state'\\) is a variable of type {dtype}"):
         parse_model(_repacked(model), "lstm.tflite")
+
+
+def test_check_stops_an_endless_loop_before_waiting_for_the_oracle(tmp_path):
+    """runtime_py runs before the oracle, so the loop is named, not the oracle's time-out."""
+    path = tmp_path / "loop.tflite"
+    path.write_bytes(endless_loop(0))
+    result = cli("check", str(path), "--max-iterations", "1000", "--inputs", "1",
+                 "--backends", "runtime_py", "--oracle-timeout", "100")
+    assert_clean_failure(result, path, "op 0 WHILE: its condition still holds after 1000")

@@ -18,7 +18,7 @@ from typing import Any
 
 from toolchain import __version__, progress
 from toolchain.errors import ArenacError
-from toolchain.files import write_atomic, write_files_atomic
+from toolchain.files import read_bounded, write_atomic, write_files_atomic
 from toolchain.planners import PLANNERS
 from toolchain.validate import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITERATIONS
 
@@ -316,13 +316,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise ArenacError(f"the c backend builds for this host; C made for --target "
                           f"{args.target} runs under --backends runtime_py,qemu", args.model)
     mp = planned(args)
-    with open(args.model, "rb") as f:
-        model_bytes = f.read()
+    model_bytes = read_bounded(args.model, args.max_bytes)
     data = user_data(mp.graph, args)
     if args.per_layer:
         with contextlib.ExitStack() as stack:
             layers = check_layers(mp, model_bytes, args.seed, oracle_timeout=args.oracle_timeout,
-                                  tracers=tracers(mp, args.backends, stack),
+                                  tracers=tracers(mp, args.backends, stack,
+                                                  args.max_iterations),
                                   values=data[1][0] if data else None)
         first_bad = {name: next((x for x in rows if x.output.mismatches), None)
                      for name, rows in layers.items()}
@@ -346,7 +346,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         report = check_plan(
             mp, model_bytes, args.inputs, args.seed, extra,
             runtime_py="runtime_py" in args.backends, oracle_timeout=args.oracle_timeout,
-            sequence=args.sequence, data=data,
+            sequence=args.sequence, data=data, max_iterations=args.max_iterations,
         )
     emit_json(report.as_dict()) if args.json else print(check_text(report, args.inputs))
     return 0 if report.ok else 1
@@ -363,7 +363,8 @@ def user_data(graph, args: argparse.Namespace):
     return None
 
 
-def tracers(mp, backends: tuple[str, ...], stack: contextlib.ExitStack) -> list:
+def tracers(mp, backends: tuple[str, ...], stack: contextlib.ExitStack,
+            max_iterations: int) -> list:
     """What --per-layer compares with the oracle: each backend asked for, as a tracer."""
     from toolchain.checking.c_backend import CBackend
     from toolchain.checking.check import runtime_py_tracer
@@ -371,7 +372,7 @@ def tracers(mp, backends: tuple[str, ...], stack: contextlib.ExitStack) -> list:
     made = []
     for name in backends:
         if name == "runtime_py":
-            made.append((name, runtime_py_tracer(mp)))
+            made.append((name, runtime_py_tracer(mp, max_iterations)))
         elif name == "c":
             made.append((name, stack.enter_context(CBackend(mp, trace=True)).trace))
         else:
@@ -694,11 +695,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="take offsets from an external solver (id,offset or MiniMalloc's solution); verified",
     )
     run = sub.choices["run"]
-    run.add_argument(
-        "--max-iterations", type=positive, default=DEFAULT_MAX_ITERATIONS, metavar="N",
-        help="refuse a WHILE that runs its body more than N times in one invoke "
-             f"(default: {DEFAULT_MAX_ITERATIONS:,})",
-    )
+    for runs_py in (run, sub.choices["check"]):
+        runs_py.add_argument(
+            "--max-iterations", type=positive, default=DEFAULT_MAX_ITERATIONS, metavar="N",
+            help="refuse a WHILE that runs its body more than N times in one invoke of "
+                 f"runtime_py (default: {DEFAULT_MAX_ITERATIONS:,})",
+        )
     run.add_argument(
         "--input",
         action="append",

@@ -36,6 +36,7 @@ from toolchain.ops import oracle_of, planned_shape_values
 from toolchain.ops.spec import TFLM
 from toolchain.plan import ModelPlan
 from toolchain.progress import step
+from toolchain.validate import DEFAULT_MAX_ITERATIONS
 
 FLOAT_RTOL = 1e-5
 # Invokes per sequence for a model with state, unless told otherwise: enough for state to
@@ -187,15 +188,19 @@ def check_plan(
     oracle_timeout: float = ORACLE_TIMEOUT,
     sequence: int | None = None,
     data: tuple[str, list[list[np.ndarray]]] | None = None,
+    max_iterations: int = DEFAULT_MAX_ITERATIONS,
 ) -> CheckReport:
     """Run the oracle, runtime_py and any extra backends on `inputs` random sequences of
     `sequence` invokes each (default_sequence when None): state is kept within a sequence and
     reset between them. Input set k (counting over all sequences) is drawn with seed + k.
 
     `data` is the user's own input sets instead (where they came from, and the sets), run in
-    order; a model with state runs them as one sequence unless `sequence` says otherwise."""
+    order; a model with state runs them as one sequence unless `sequence` says otherwise.
+    A WHILE that runs its body more than `max_iterations` times in one invoke stops runtime_py
+    with an error naming it."""
     graph = model_plan.graph
-    runtime = ArenaInterpreter(model_plan)  # unsupported ops fail here, before the oracle runs
+    # unsupported ops fail here, before the oracle runs
+    runtime = ArenaInterpreter(model_plan, max_iterations=max_iterations)
     if data is None:
         sequence = default_sequence(model_plan) if sequence is None else sequence
         input_sets = [random_inputs(graph, seed + i) for i in range(inputs * sequence)]
@@ -204,11 +209,14 @@ def check_plan(
         if sequence is None:
             sequence = len(input_sets) if model_plan.state_bytes else 1
         inputs = -(-len(input_sets) // sequence)
-    with step("oracle"):
-        oracle = oracle_run(model_plan, model_bytes, input_sets, (), oracle_timeout, sequence)
     backends: list[tuple[str, Backend]] = list(extra)
     if runtime_py:
         backends.insert(0, ("runtime_py", runtime_py_backend(runtime)))
+    # our backends first: one that fails (a loop past max_iterations) says so before the
+    # oracle is waited for
+    outputs = [run(input_sets, sequence) for _, run in backends]
+    with step("oracle"):
+        oracle = oracle_run(model_plan, model_bytes, input_sets, (), oracle_timeout, sequence)
     report = CheckReport(
         model_plan.model.source,
         model_plan.plan.planner,
@@ -226,8 +234,7 @@ def check_plan(
     ]
     rows = iter(report.outputs)
     classifier = [is_classifier(graph.tensors[t]) for t in graph.outputs]
-    for _, run in backends:
-        actual = run(input_sets, sequence)
+    for actual in outputs:
         backend_rows = [next(rows) for _ in graph.outputs]
         for k, (want, got) in enumerate(zip(oracle.outputs, actual)):
             for row, e, a, scores in zip(backend_rows, want, got, classifier):
@@ -285,7 +292,8 @@ class LayerDifference:
 Tracer = Callable[[list[np.ndarray]], dict[int, np.ndarray]]
 
 
-def runtime_py_tracer(model_plan: ModelPlan) -> Tracer:
+def runtime_py_tracer(model_plan: ModelPlan,
+                      max_iterations: int = DEFAULT_MAX_ITERATIONS) -> Tracer:
     """runtime_py as a tracer: what its `observe` hook sees of the main graph's ops."""
     graph, program = model_plan.graph, model_plan.program
     main = set(program.ops_of(program.graph_index))
@@ -298,7 +306,8 @@ def runtime_py_tracer(model_plan: ModelPlan) -> Tracer:
                 seen.update((t, v) for t, v in zip(graph.operators[op_index].outputs, outputs)
                             if not graph.tensors[t].is_handle)
 
-        ArenaInterpreter(model_plan).invoke(values, observe=record)
+        ArenaInterpreter(model_plan, max_iterations=max_iterations).invoke(values,
+                                                                           observe=record)
         return seen
 
     return trace
