@@ -7,6 +7,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import flatbuffers
@@ -229,3 +230,35 @@ def test_cli_embed_of_that_file_is_one_line(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result
     assert result.stderr.startswith(f"arenac: {path}: corrupt flatbuffer")
     assert not out.exists()
+
+
+def test_a_killed_check_leaves_no_oracle_log_behind(tmp_path):
+    """The oracle's log has no name, so a check killed while the oracle runs (here on a loop
+    that never ends) leaves nothing in the temporary folder; a crash's log is still read."""
+    from tests.test_budget import endless_loop
+
+    path = tmp_path / "loop.tflite"
+    path.write_bytes(endless_loop(0))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    program = ("import numpy as np, sys\n"
+               "from toolchain.checking.oracle_process import run_oracle\n"
+               "print('started', flush=True)\n"
+               "run_oracle(open(sys.argv[1], 'rb').read(), [[np.zeros(1, np.int32)]], 1,"
+               " timeout=300)\n")
+    child = subprocess.Popen([sys.executable, "-c", program, str(path)],
+                             env={**os.environ, "TMPDIR": str(scratch)},
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "started"
+        for _ in range(600):  # the oracle's child is running once the fork server is up
+            if any(p.name.startswith("pymp-") for p in scratch.iterdir()):
+                break
+            time.sleep(0.1)
+        time.sleep(2)
+        child.kill()
+        child.wait(60)
+    finally:
+        child.kill()
+    left = [p.name for p in scratch.rglob("*") if "oracle" in p.name]
+    assert left == []

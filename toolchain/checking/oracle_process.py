@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from multiprocessing import reduction
 from typing import BinaryIO
 
 import numpy as np
@@ -144,28 +145,29 @@ def run_in_child(
         write_array(request, array)
     who = INTERPRETERS[oracle]
     context = forkserver()
-    handle, log_path = tempfile.mkstemp(prefix="arenac-oracle-", suffix=".log")
-    os.close(handle)
+    # the log has no name from the start: however this process ends (killed included),
+    # nothing stays behind; the child gets its descriptor through the pipe
+    log = tempfile.TemporaryFile(prefix="arenac-oracle-", suffix=".log")
     ours, theirs = context.Pipe()
-    child = context.Process(target=serve, args=(theirs, log_path), daemon=True)
+    child = context.Process(target=serve, args=(theirs,), daemon=True)
     try:
         deadline = time.monotonic() + timeout
         child.start()
         theirs.close()
         with ours:
+            reduction.send_handle(ours, log.fileno(), child.pid)
             answer = exchange(ours, request.getbuffer(), deadline)
         child.join(max(0.0, deadline - time.monotonic()))
         if child.exitcode is None:
             raise RuntimeBackendError(f"{who} timed out after {timeout:g} s", source)
         if child.exitcode or answer is None:
-            with open(log_path, "rb") as log:
-                said = log.read()
-            raise RuntimeBackendError(died(who, child.exitcode, said, budget), source)
+            log.seek(0)
+            raise RuntimeBackendError(died(who, child.exitcode, log.read(), budget), source)
     finally:
         if child.is_alive():  # timed out, or this process was interrupted
             child.kill()
             child.join()
-        os.remove(log_path)
+        log.close()
     return read_answer(who, io.BytesIO(answer), len(input_sets), output_count, tensors, source)
 
 
@@ -262,10 +264,11 @@ def write_array(stream: BinaryIO, value: np.ndarray) -> None:
 
 
 # --- the child -----------------------------------------------------------------------------
-def serve(connection, log_path: str) -> None:
+def serve(connection) -> None:
     """The child: the fork server's stdout and stderr are the user's, so the interpreters'
-    chatter goes to the log first; then one request, one answer."""
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    chatter goes to the log (its descriptor the first message) first; then one request, one
+    answer."""
+    log = reduction.recv_handle(connection)
     os.dup2(log, 1)
     os.dup2(log, 2)
     header, arrays = answer(io.BytesIO(connection.recv_bytes()))
