@@ -306,7 +306,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from toolchain.checking.c_backend import CBackend
-    from toolchain.checking.check import check_layers, check_plan
+    from toolchain.checking.check import check_layers, check_plan, compare_edges, edge_inputs
 
     if args.inputs is None:
         args.inputs = 3
@@ -335,10 +335,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         else:
             print(layers_text(mp.graph, layers, first_bad))
         return 0 if ok else 1
+    if args.sanitize and "c" not in args.backends:
+        raise ArenacError("--sanitize builds the host C: give --backends with c", args.model)
     with contextlib.ExitStack() as stack:
         extra = []
         if "c" in args.backends:
-            extra.append(("c", stack.enter_context(CBackend(mp)).invoke_many))
+            c = stack.enter_context(CBackend(mp, sanitize=args.sanitize))
+            extra.append(("c", c.invoke_many))
         if "qemu" in args.backends:
             from toolchain.checking.qemu_backend import QemuBackend
 
@@ -348,8 +351,25 @@ def cmd_check(args: argparse.Namespace) -> int:
             runtime_py="runtime_py" in args.backends, oracle_timeout=args.oracle_timeout,
             sequence=args.sequence, data=data, max_iterations=args.max_iterations,
         )
-    emit_json(report.as_dict()) if args.json else print(check_text(report, args.inputs))
-    return 0 if report.ok else 1
+        edges = compare_edges(mp, c.invoke_many, args.max_iterations) if args.sanitize else []
+    if args.json:
+        emit_json({**report.as_dict(), **({"edge_differences": edges} if args.sanitize else {}),
+                   "ok": report.ok and not edges})
+    else:
+        print(check_text(report, args.inputs))
+        if args.sanitize:
+            print(edges_text(edges, len(edge_inputs(mp.graph))))
+    return 0 if report.ok and not edges else 1
+
+
+def edges_text(differences: list[str], sets: int) -> str:
+    from toolchain.text import display_text
+
+    if not differences:
+        return (f"edge inputs (NaN, +-inf, denormals, +-max): runtime_py and the C built with "
+                f"ASan and UBSan agree on all {sets} sets")
+    return "\n".join(["edge inputs: runtime_py and the sanitized C differ:",
+                      *(f"  {display_text(d)}" for d in differences)])
 
 
 def user_data(graph, args: argparse.Namespace):
@@ -751,6 +771,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated: runtime_py, c (this host), qemu (the target's QEMU machine, a "
              "Cortex-M4 for generic); default: runtime_py,c, or runtime_py,qemu with a --target",
     )
+    check.add_argument(
+        "--sanitize", action="store_true",
+        help="build the host C with ASan and UBSan (float-to-int overflow included) and also "
+             "run it and runtime_py on edge inputs (NaN, +-inf, denormals, +-max of each input "
+             "dtype), which the oracle is not asked about: TFLite leaves them undefined")
     check.add_argument("--oracle-timeout", type=seconds, default=120.0, metavar="S",
                        help="time each TFLite interpreter may take, in its child process "
                             "(default: 120)")

@@ -58,6 +58,53 @@ def random_inputs(graph: Graph, seed: int) -> list[np.ndarray]:
             for t in graph.inputs]
 
 
+def edge_values(dtype: np.dtype) -> tuple:
+    """The values at the edges of a dtype that random inputs never reach: for floats NaN,
+    +-inf, +-denormal and +-max, for integers the least and the greatest."""
+    if dtype == np.bool_:
+        return (False, True)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return (info.min, info.max)
+    info = np.finfo(dtype)
+    return (np.nan, np.inf, -np.inf, info.smallest_subnormal, -info.smallest_subnormal,
+            info.max, -info.max)
+
+
+def edge_inputs(graph: Graph) -> list[tuple[str, list[np.ndarray]]]:
+    """(what, input set): set k fills every input with the k-th edge value of its dtype (an
+    input holding an output's shape keeps that shape)."""
+    shapes = planned_shape_values(graph)
+    tensors = [graph.tensors[t] for t in graph.inputs]
+    values = [edge_values(np.dtype(t.dtype)) for t in tensors]
+    sets = []
+    for k in range(max(len(v) for v in values)):
+        chosen = [v[k % len(v)] for v in values]
+        arrays = [shapes[t.index] if t.index in shapes else
+                  np.full(t.shape, value, np.dtype(t.dtype)) for t, value in zip(tensors, chosen)]
+        sets.append((", ".join(str(value) for value in chosen), arrays))
+    return sets
+
+
+def compare_edges(model_plan: ModelPlan, backend: Backend,
+                  max_iterations: int = DEFAULT_MAX_ITERATIONS) -> list[str]:
+    """runtime_py and `backend` (the sanitized C) on edge_inputs, each set from the initial
+    state; what differs, one line per output, or [] when they agree. The oracle is not asked:
+    TFLite's own kernels leave NaN and infinities undefined in their float-to-int casts."""
+    graph = model_plan.graph
+    sets = edge_inputs(graph)
+    runtime = ArenaInterpreter(model_plan, max_iterations=max_iterations)
+    wanted = []
+    for _, values in sets:
+        runtime.reset()
+        wanted.append(runtime.invoke(values))
+    actual = backend([values for _, values in sets], 1)
+    return [f"inputs {what}: output {graph.tensors[t].name!r} differs in {d.mismatches} values"
+            for (what, _), want, got in zip(sets, wanted, actual)
+            for t, e, a in zip(graph.outputs, want, got)
+            if (d := difference(e, a)).mismatches]
+
+
 def random_tensor(t: Tensor, rng: np.random.Generator) -> np.ndarray:
     dtype = np.dtype(t.dtype)
     if dtype == np.bool_:
@@ -83,8 +130,9 @@ def difference(expected: np.ndarray, actual: np.ndarray) -> Difference:
         diff = np.abs(expected.astype(np.int64) - actual.astype(np.int64))
         return Difference(float(diff.max(initial=0)), int(np.count_nonzero(diff)))
     e, a = np.atleast_1d(expected.astype(np.float64)), np.atleast_1d(actual.astype(np.float64))
-    diff = np.abs(e - a)
-    diff[np.isnan(e) & np.isnan(a)] = 0.0
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(e - a)
+    diff[(e == a) | (np.isnan(e) & np.isnan(a))] = 0.0  # equal infinities are no difference
     diff[np.isnan(diff)] = np.inf
     tolerance = FLOAT_RTOL * max(float(np.abs(e[np.isfinite(e)]).max(initial=0.0)), 1e-30)
     return Difference(float(diff.max(initial=0.0)), int(np.count_nonzero(diff > tolerance)))
