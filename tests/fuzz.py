@@ -58,7 +58,7 @@ from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels import KERNELS
 from toolchain.builder import ModelBuilder
 from toolchain.checking.c_backend import SANITIZE_FLAGS, compile_files, split_outputs, write_files
-from toolchain.checking.check import difference, random_inputs
+from toolchain.checking.check import difference, edge_inputs, random_inputs
 from toolchain.codegen import generate
 from toolchain.errors import ArenacError, RuntimeBackendError
 from toolchain.examples import EXAMPLES
@@ -215,7 +215,29 @@ EXTRA_SEEDS: dict[str, Callable[[], bytes]] = {
     "moves_float32": _moves_float,
     "dense_float32": _dense_float,
     "signal_int16": _signal_int16,
+    "if_in_while": lambda: _control_flow("if_in_while"),
+    "variable_in_loop": lambda: _control_flow("variable_in_loop"),
+    "hybrid_fc": lambda: _hybrid("fully_connected"),
+    "hybrid_conv": lambda: _hybrid("conv"),
 }
+
+
+def _control_flow(name: str) -> bytes:
+    """A WHILE around an IF, and a resource variable a loop body updates."""
+    from tests.test_control_flow import MODELS
+
+    return MODELS[name]()
+
+
+def _hybrid(kind: str) -> bytes:
+    """float32 activations with int8 weights: the input quantized at run time."""
+    if kind == "conv":
+        from tests.ops.test_conv_hybrid import conv_model
+
+        return conv_model((1, 5, 5, 3), 4, activation="RELU")
+    from tests.ops.test_fully_connected import hybrid_fully_connected_model
+
+    return hybrid_fully_connected_model((2, 10), 3, asymmetric=True)
 
 
 def builtin_seeds() -> dict[str, bytes]:
@@ -838,6 +860,25 @@ def edit_opcode_version(model: fb.ModelT, which: int, version: int) -> str:
     return f"operator code {index}: version -> {version}"
 
 
+CALL_FIELDS = ("initSubgraphIndex", "thenSubgraphIndex", "elseSubgraphIndex",
+               "condSubgraphIndex", "bodySubgraphIndex")
+
+
+def edit_called_subgraph(model: fb.ModelT, which: int, target: int) -> str:
+    """Point a CALL_ONCE, IF or WHILE of any subgraph at another subgraph (itself, its caller,
+    one past the last): nesting, cycles and mismatched operands."""
+    calls = [(g, k, op) for g, graph in enumerate(model.subgraphs)
+             for k, op in enumerate(graph.operators or [])
+             if any(hasattr(op.builtinOptions, f) for f in CALL_FIELDS)]
+    if not calls:
+        return "called subgraph: no operator runs one, nothing changed"
+    g, k, op = _pick(calls, which)
+    field_name = _pick([f for f in CALL_FIELDS if hasattr(op.builtinOptions, f)], target)
+    index = target % (len(model.subgraphs) + 1)
+    setattr(op.builtinOptions, field_name, index)
+    return f"subgraph {g} op {k}: {field_name} -> {index}"
+
+
 class FlexWriter:
     """Flexbuffer bytes written by hand, every field `width` bytes wide: flexbuffers.Builder
     writes each value once and counts truly, so it cannot write what the reader must survive
@@ -1047,6 +1088,7 @@ SEMANTIC: dict[str, tuple[Callable[..., str], tuple[st.SearchStrategy, ...]]] = 
     "variable": (edit_variable, (INDEX,)),
     "opcode": (edit_opcode, (INDEX, st.sampled_from(OPCODE_CHOICES))),
     "opcode_version": (edit_opcode_version, (INDEX, st.sampled_from(VERSIONS))),
+    "called_subgraph": (edit_called_subgraph, (INDEX, INDEX)),
     "custom_options": (
         edit_custom_options, (INDEX, st.sampled_from(FLEX_SHAPES), st.sampled_from(FLEX_SIZES))
     ),
@@ -1227,6 +1269,7 @@ def run_pipeline(
     stage("runtime_py")
     # a model with state runs a short sequence, state kept, as the harness runs its sets
     sets = [random_inputs(graph, k) for k in range(STATEFUL_SETS if model_plan.state_bytes else 1)]
+    sets += [values for _, values in edge_inputs(graph)]  # NaN, +-inf, denormals, +-max
     overflowed: list[bool] = []
     runtime = ArenaInterpreter(model_plan)
     expected = [
