@@ -226,3 +226,15 @@ def test_draws_are_repeatable():
     assert fuzz.draw_examples(20, 7, sorted(SEEDS)) == fuzz.draw_examples(20, 7, sorted(SEEDS))
     assert fuzz.draw_examples(20, 7, sorted(SEEDS)) != fuzz.draw_examples(20, 8, sorted(SEEDS))
 
+
+
+@pytest.mark.parametrize("example", [
+    # every stripe of a segment written out with constant rows: no cursor is declared
+    fuzz.Example("padded_int8", (fuzz.Mutation("op_list", (105, 59, 4096)),),
+                 planning=fuzz.Planning("greedy", external_io=True)),
+    # a loop body fed its own counter: runtime_py stops it at the iteration limit
+    fuzz.Example("variable_in_loop", (fuzz.Mutation("op_input", (1549, 186, 3861)),)),
+], ids=["unread stripe cursor", "endless loop"])
+def test_campaign_findings_stay_fixed(worker, example):
+    outcome = worker.run(fuzz.mutate(SEEDS, example).data, example.compile_c, example.planning)
+    assert not outcome.is_finding, outcome.message

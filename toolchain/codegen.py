@@ -278,10 +278,8 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         buffer_at = {b.tensor: (b, stripe_slot[first_op, stripe_purpose(b.tensor)])
                      for b in seg.buffers}
         ops = ", ".join(program.op_label(o) for o in seg.ops)
-        texts.append(c_comment(f"Steps {seg.first}-{seg.last} ({ops}) run in "
-                               f"{len(seg.stripes)} stripes of "
-                               f"{counted(seg.height, 'output row')}; {cursor} is the stripe "
-                               "the kernels below are on.") + f"\nstatic int {cursor};")
+        header_at = len(texts)  # the segment's comment, and its cursor where anything reads it
+        texts.append("")
         keep = {b.tensor: f"rows{b.tensor}" for b in seg.buffers}
         moving: set[int] = set()  # the stripe buffers whose rows move up
 
@@ -364,6 +362,14 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         texts.append(render("c/stripes.c.j2", v={"fn": f"{name}_stripes{seg.first}",
                                                  "cursor": cursor, "runs": runs,
                                                  "declarations": declarations}))
+        what = (f"Steps {seg.first}-{seg.last} ({ops}) run in {len(seg.stripes)} stripes of "
+                f"{counted(seg.height, 'output row')}")
+        # every stripe written out with constant rows reads no cursor: none is declared
+        if re.search(rf"\b{cursor}\b", "\n".join(texts[header_at + 1:])):
+            texts[header_at] = (c_comment(f"{what}; {cursor} is the stripe the kernels below "
+                                          "are on.") + f"\nstatic int {cursor};")
+        else:
+            texts[header_at] = c_comment(f"{what}, each written out.")
 
     def emit_subgraph(subgraph: int) -> None:
         for step in steps_of.get(subgraph, ()):

@@ -21,10 +21,11 @@ INT32_MAX = 2**31 - 1
 # The deepest chain of CALL_ONCE, IF and WHILE calls a model may nest: far beyond any real
 # model, and shallow enough that every walk over the calls stays within Python's stack.
 MAX_NESTING = 64
-# The most iterations runtime_py lets one WHILE run in one invoke (`run --max-iterations`): a
-# loop whose condition never turns false is refused instead of running forever; a million
-# runs of a tiny body take seconds.
-DEFAULT_MAX_ITERATIONS = 1_000_000
+# The most iterations runtime_py lets one WHILE run in one invoke (`run`/`check
+# --max-iterations`): a loop whose condition never turns false is refused instead of running
+# forever. Ten thousand runs of a tiny body take under a second (a million took over a
+# minute), and are far more than a model's loops over frames or time steps need.
+DEFAULT_MAX_ITERATIONS = 10_000
 # Element types a graph input or output may have: plain numbers with a numpy and a C type.
 IO_DTYPES = frozenset({"float32", "float64", "float16", "int8", "uint8", "int16", "uint16",
                        "int32", "uint32", "int64", "uint64", "bool"})
