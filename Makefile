@@ -55,8 +55,9 @@ bench: $(STAMP)
 
 # A long fuzzing campaign over mutated models: every finding becomes a reproducer in build/fuzz/.
 N ?= 1000
+FILES ?= 200
 fuzz: $(STAMP)
-	$(BIN)/python -m tests.fuzz --examples $(N) --out build/fuzz
+	$(BIN)/python -m tests.fuzz --examples $(N) --files $(FILES) --out build/fuzz
 
 clean:
 	rm -rf build out .pytest_cache .ruff_cache

@@ -14,6 +14,7 @@ sanitizer report (or any other failure of the compiled harness), or runtime_py a
 disagreeing.
 
     python -m tests.fuzz --examples N [--seed S] [--out DIR]     a campaign; exit 1 on findings
+    python -m tests.fuzz ... --files N     also N hostile .npy/.npz, memory and solve files
     python -m tests.fuzz --replay FILE...                        one file at a time, again
 
 A campaign writes one shrunk reproducer per distinct finding into DIR (default build/fuzz):
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import io
+import json
 import os
 import queue
 import re
@@ -38,6 +41,7 @@ import tempfile
 import threading
 import time
 import traceback
+import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -1728,6 +1732,156 @@ def replay(paths: Iterable[str], timeouts: Timeouts) -> int:
     return 1 if bad else 0
 
 
+# --- the user's other files -------------------------------------------------------------------
+# Data files (.npy, .npz), memory descriptions and `solve` problems are hostile input too: each
+# case is one file through the command that reads it, in a process of its own, and must end in
+# a result or in one line naming the file (exit 2), within USER_FILE_SECONDS.
+USER_FILE_SECONDS = 60
+EDGE_INTS = (0, 1, -1, 7, 2**31 - 1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64, 10**30, -(2**63))
+DESCRS = ("|i1", "<f4", "|O", "<i8", ">f4", "|V8", "<U3", "|b1", "<f2", "bogus")
+
+
+@dataclass(frozen=True)
+class UserFile:
+    """One hostile user file: the command reading it, the file's name and bytes, what was done."""
+
+    command: str
+    name: str
+    data: bytes
+    note: str
+
+
+def _npy(rng: np.random.Generator, valid: np.ndarray) -> tuple[bytes, str]:
+    stream = io.BytesIO()
+    np.save(stream, valid)
+    data = stream.getvalue()
+    how = int(rng.integers(5))
+    if how == 0:
+        shape = tuple(int(rng.choice(DIMS[:8])) for _ in range(int(rng.integers(0, 4))))
+        header = {"descr": str(rng.choice(DESCRS)), "fortran_order": bool(rng.integers(2)),
+                  "shape": shape}
+        head = io.BytesIO()
+        np.lib.format.write_array_header_1_0(head, header)
+        return head.getvalue() + data[128:], f"header {header}"
+    if how == 1:
+        cut = int(rng.integers(len(data)))
+        return data[:cut], f"truncated at {cut}"
+    if how == 2:
+        return data[:6] + bytes([int(rng.integers(256))]) + data[7:], "version byte"
+    if how == 3:
+        return data[:8] + struct.pack("<H", int(rng.integers(1 << 16))) + data[10:], "length"
+    position = int(rng.integers(10, len(data)))
+    return (data[:position] + bytes([int(rng.integers(256))]) + data[position + 1:],
+            f"byte {position}")
+
+
+def _memory(rng: np.random.Generator) -> tuple[bytes, str]:
+    values = [*EDGE_INTS, "64K", "8M", "", "x", 1.5, None, True, [], {}, -5]
+    names = [*(n.decode(errors="replace") for n in HOSTILE_NAMES[:4]), "fast", "FAST",
+             "a" * 40, 5, None]
+    how = int(rng.integers(4))
+    if how == 0:
+        depth = int(rng.choice((10, 1000, 100_000)))
+        return ('{"pools": ' + "[" * depth + "]" * depth + "}").encode(), f"nested {depth}"
+    pools = [{"name": names[int(rng.integers(len(names)))],
+              "size": values[int(rng.integers(len(values)))],
+              **({"section": values[int(rng.integers(len(values)))]} if rng.integers(2) else {})}
+             for _ in range(int(rng.integers(0, 4)))]
+    text = {"pools": pools, **({"pins": values[int(rng.integers(len(values)))]}
+                               if how == 2 else {})}
+    if how == 3:
+        text = [text] if rng.integers(2) else pools
+    return json.dumps(text).encode(), f"memory {text!r:.120}"
+
+
+def _problem(rng: np.random.Generator) -> tuple[bytes, str]:
+    rows = ["id,lower,upper,size"]
+    for k in range(int(rng.integers(0, 6))):
+        cells = [str(k), str(int(rng.integers(0, 8))), str(int(rng.integers(1, 12))),
+                 str(int(rng.integers(1, 64)))]
+        if rng.integers(3) == 0:
+            cells[int(rng.integers(4))] = str(EDGE_INTS[int(rng.integers(len(EDGE_INTS)))])
+        if rng.integers(8) == 0:
+            cells = cells[:int(rng.integers(4))] + ["x"]
+        rows.append(",".join(cells))
+    return ("\n".join(rows) + "\n").encode(), f"{len(rows) - 1} buffers"
+
+
+def user_files(count: int, seed: int = 0) -> Iterator[UserFile]:
+    """`count` hostile user files, the same for the same seed."""
+    rng = np.random.default_rng(seed)
+    valid = np.zeros((1, 4), np.int8)
+    for k in range(count):
+        kind = k % 4
+        if kind == 0:
+            data, note = _npy(rng, valid)
+            yield UserFile("run", "x.npy", data, note)
+        elif kind == 1:
+            member, note = _npy(rng, valid)
+            archive = io.BytesIO()
+            with zipfile.ZipFile(archive, "w") as z:
+                z.writestr(str(rng.choice(["x.npy", "0.npy", "arr_0.npy", "y.npy"])), member)
+            data = archive.getvalue()
+            cut = len(data) if rng.integers(3) else int(rng.integers(len(data)))
+            yield UserFile("check", "x.npz", data[:cut], f"archive: {note}, cut at {cut}")
+        elif kind == 2:
+            data, note = _memory(rng)
+            yield UserFile("plan", "memory.json", data, note)
+        else:
+            data, note = _problem(rng)
+            yield UserFile("solve", "problem.csv", data, note)
+
+
+def _user_file_model() -> bytes:
+    b = ModelBuilder("int8", seed=2)
+    x = b.input("x", (1, 4), "int8", scale=0.05, zero_point=0)
+    b.output(b.fully_connected(x, 3))
+    return b.build()
+
+
+def run_user_file(case: UserFile, directory: str) -> str | None:
+    """None when the command ended with a result or one line naming the file; else what
+    went wrong (a traceback, an unclean refusal, a hang)."""
+    model, path = os.path.join(directory, "m.tflite"), os.path.join(directory, case.name)
+    Path(model).write_bytes(_user_file_model())
+    Path(path).write_bytes(case.data)
+    args = {
+        "run": ["run", model, "--input", path, "--output-dir", os.path.join(directory, "out")],
+        "check": ["check", model, "--input", path, "--backends", "runtime_py", "--quiet"],
+        "plan": ["plan", model, "--memory", path, "--quiet"],
+        "solve": ["solve", path, "--quiet"],
+    }[case.command]
+    try:
+        result = subprocess.run([sys.executable, "-m", "toolchain.cli", *args],
+                                capture_output=True, text=True, timeout=USER_FILE_SECONDS,
+                                cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return f"hang: over {USER_FILE_SECONDS} s"
+    if result.returncode in (0, 1) and "Traceback" not in result.stderr:
+        return None
+    lines = result.stderr.strip().splitlines()
+    if result.returncode == 2 and len(lines) == 1 and "Traceback" not in lines[0] and (
+            path in lines[0] or lines[0].startswith("arenac: error:")):
+        return None
+    return f"exit {result.returncode}: {result.stderr.strip()[-2000:]}"
+
+
+def user_file_campaign(count: int, seed: int, jobs: int) -> int:
+    """Every case of user_files(count, seed); prints each finding, returns how many."""
+    def one(case: UserFile) -> str | None:
+        with tempfile.TemporaryDirectory(prefix="arenac-fuzz-") as directory:
+            return run_user_file(case, directory)
+
+    cases = list(user_files(count, seed))
+    with ThreadPoolExecutor(jobs) as threads:
+        found = [(case, problem) for case, problem in zip(cases, threads.map(one, cases))
+                 if problem]
+    for case, problem in found:
+        print(f"user file {case.command} {case.name} ({case.note}): {problem}", file=sys.stderr)
+    print(f"fuzz: {count} user files, {len(found)} findings", file=sys.stderr)
+    return len(found)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.fuzz",
@@ -1745,10 +1899,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the built-in seeds, not ../shared/models")
     parser.add_argument("--replay", nargs="+", metavar="FILE",
                         help="run these files through the pipeline instead of a campaign")
+    parser.add_argument("--files", type=int, default=0, metavar="N",
+                        help="also N hostile data files, memory descriptions and solve "
+                             "problems, each through the command that reads it (0)")
     args = parser.parse_args(argv)
     timeouts = Timeouts(python=args.timeout)
     if args.replay:
         return replay(args.replay, timeouts)
+    file_findings = user_file_campaign(args.files, args.seed, args.jobs) if args.files else 0
     if args.examples < 1 or args.jobs < 1:
         parser.error("--examples and --jobs must be positive")
     seeds = builtin_seeds() if args.no_shared else {**builtin_seeds(), **shared_seeds()}
@@ -1756,7 +1914,7 @@ def main(argv: list[str] | None = None) -> int:
         args.examples, args.seed, seeds, Path(args.out), args.jobs, timeouts,
         lambda line: print(line, file=sys.stderr, flush=True),
     )
-    return 1 if tally.finding_count else 0
+    return 1 if tally.finding_count or file_findings else 0
 
 
 if __name__ == "__main__":

@@ -238,3 +238,20 @@ def test_draws_are_repeatable():
 def test_campaign_findings_stay_fixed(worker, example):
     outcome = worker.run(fuzz.mutate(SEEDS, example).data, example.compile_c, example.planning)
     assert not outcome.is_finding, outcome.message
+
+
+def test_hostile_user_files_are_read_or_refused_in_one_line(tmp_path):
+    """A dozen of the campaign's data files, memory descriptions and solve problems."""
+    problems = []
+    for k, case in enumerate(fuzz.user_files(12, seed=3)):
+        (tmp_path / str(k)).mkdir()
+        problem = fuzz.run_user_file(case, str(tmp_path / str(k)))
+        if problem:
+            problems.append((case.note, problem))
+    assert problems == []
+
+
+def test_an_npy_header_numpy_cannot_tokenize_is_one_line(tmp_path):
+    """A header cut inside its dict: numpy's parser raises tokenize's TokenError."""
+    case = fuzz.UserFile("run", "x.npy", b"\x93NUMPY\x01\x00\x10\x00{'descr': '|i1',\n", "cut")
+    assert fuzz.run_user_file(case, str(tmp_path)) is None

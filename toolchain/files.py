@@ -71,7 +71,8 @@ def _npy_array(data: bytes, where: str) -> np.ndarray:
         read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                        else np.lib.format.read_array_header_2_0)
         shape, _, dtype = read_header(stream)
-    except (ValueError, EOFError, OSError) as e:
+    except Exception as e:  # numpy's header parser fails in many ways on corrupt bytes
+        # (ValueError, EOFError, SyntaxError, tokenize's TokenError, UnicodeDecodeError...)
         raise ArenacError(f"not a readable .npy array ({_first_line(e)})", where) from None
     if dtype.hasobject:
         raise ArenacError("holds Python objects (pickles), not numbers", where)
@@ -82,7 +83,7 @@ def _npy_array(data: bytes, where: str) -> np.ndarray:
                           f"{held} bytes follow it", where)
     try:
         return np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, EOFError, OSError) as e:
+    except Exception as e:  # as above: a header that parsed can still describe nonsense
         raise ArenacError(f"not a readable .npy array ({_first_line(e)})", where) from None
 
 
