@@ -29,6 +29,8 @@ T = TypeVar("T")
 
 MAX_TENSOR_ELEMENTS = 1 << 32  # larger than any microcontroller could hold: the file is corrupt
 PLACEHOLDER_FOR_GREATER_OP_CODES = 127
+# SparseIndexVector's union members: (table, bytes a value)
+SPARSE_VECTORS = {1: (fb.Int32Vector, 4), 2: (fb.Uint16Vector, 2), 3: (fb.Uint8Vector, 1)}
 MAX_OPTIONS_DEPTH = 16  # custom options are a flat map; deeper than this is a crafted file
 
 
@@ -121,6 +123,11 @@ class _Parser:
     def model(self) -> Model:
         root = self.root
         self.buffers = self.items(root.BuffersLength(), root.Buffers, 4, "buffers")
+        # `embed` reads the whole file through the object API, which copies every buffer and
+        # the fields this reader skips: they are charged too, so shared ones end here
+        for buffer in self.buffers:
+            self.charge(int(buffer.DataLength()), "buffers")
+        self.charge(4 * int(root.MetadataBufferLength()), "the metadata buffer list")
         self.opcodes = [
             self.opcode(c, i)
             for i, c in enumerate(
@@ -248,6 +255,7 @@ class _Parser:
             else self.ints(t.ShapeSignatureLength(), t.ShapeSignatureAsNumpy,
                            f"{what} shape signature")
         )
+        self.charge_skipped(t, what)
         tensor = Tensor(
             index=index,
             name=name,
@@ -267,6 +275,27 @@ class _Parser:
                 f"needs {tensor.nbytes}"
             )
         return _with_data(tensor, raw)
+
+    def charge_skipped(self, t: Any, what: str) -> None:
+        """What the object API reads of a tensor beyond what the IR keeps: quantization min,
+        max and details, sparsity's vectors, variant tensors (see `model`)."""
+        q = t.Quantization()
+        if q is not None:
+            self.charge(4 * (int(q.MinLength()) + int(q.MaxLength())), f"{what} min and max")
+        sparsity = t.Sparsity()
+        if sparsity is not None:
+            self.charge(4 * (int(sparsity.TraversalOrderLength()) + int(sparsity.BlockMapLength())
+                             + int(sparsity.DimMetadataLength())), f"{what} sparsity")
+            for k in range(int(sparsity.DimMetadataLength())):
+                dim = sparsity.DimMetadata(k)
+                for kind, table in ((dim.ArraySegmentsType(), dim.ArraySegments()),
+                                    (dim.ArrayIndicesType(), dim.ArrayIndices())):
+                    vector = SPARSE_VECTORS.get(int(kind))
+                    if vector is not None and table is not None:
+                        values = vector[0]()
+                        values.Init(table.Bytes, table.Pos)
+                        self.charge(vector[1] * int(values.ValuesLength()), f"{what} sparsity")
+        self.charge(4 * int(t.VariantTensorsLength()), f"{what} variant tensors")
 
     def quantization(self, q: Any, what: str) -> Quantization | None:
         if q is None or q.ScaleLength() == 0:
@@ -294,6 +323,7 @@ class _Parser:
         outputs = self.tensor_refs(
             op.OutputsLength(), op.OutputsAsNumpy, tensor_count, f"{what} outputs"
         )
+        self.charge(int(op.MutatingVariableInputsLength()), f"{what} mutating inputs")
         intermediates = self.tensor_refs(
             op.IntermediatesLength(), op.IntermediatesAsNumpy, tensor_count,
             f"{what} intermediates"
