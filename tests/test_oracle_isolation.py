@@ -199,32 +199,56 @@ def test_a_failed_firmware_build_names_the_file_and_leaves_no_folder(monkeypatch
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("arenac-")] == []
 
 
-def with_unread_field_corrupt() -> bytes:
-    """tiny_cnn_int8 with a quantization `min` vector - a field the reader never reads - whose
-    length is far beyond the file: the reader accepts the file, the object API cannot."""
+def with_quantization_vector_corrupt(field: str) -> bytes:
+    """tiny_cnn_int8 whose input's quantization has a `field` vector (`min`, or the bytes of
+    custom `details`) - vectors arenac never uses - with a length far beyond the file."""
     model = fb.ModelT.InitFromPackedBuf(EXAMPLES["tiny_cnn_int8"](), 0)
-    tensor = model.subgraphs[0].tensors[model.subgraphs[0].inputs[0]]
-    tensor.quantization.min = [-1.0]
+    quantization = model.subgraphs[0].tensors[model.subgraphs[0].inputs[0]].quantization
+    if field == "min":
+        quantization.min = [-1.0]
+    else:
+        quantization.detailsType = fb.QuantizationDetails.CustomQuantization
+        quantization.details = fb.CustomQuantizationT()
+        quantization.details.custom = [1, 2, 3, 4]
     data = bytearray(repacked(model))
     graph = fb.Model.GetRootAs(data, 0).Subgraphs(0)
     q = graph.Tensors(graph.Inputs(0)).Quantization()
-    vector = q._tab.Vector(q._tab.Offset(4))  # field 0: min
+    if field == "min":
+        vector = q._tab.Vector(q._tab.Offset(4))  # field 0: min
+    else:
+        details = q.Details()
+        vector = details.Vector(details.Offset(4))  # CustomQuantization field 0: custom
     struct.pack_into("<I", data, vector - 4, 0x3FFFFFFF)
     return bytes(data)
 
 
-def test_embed_of_a_file_the_object_api_cannot_read_is_one_model_error():
-    data = with_unread_field_corrupt()
-    model = parse_model(data, "odd.tflite")  # the reader accepts it
-    mp = plan_model(model, "greedy", techniques=NO_TECHNIQUES)
+@pytest.mark.parametrize("field", ["min", "details"])
+def test_a_corrupt_vector_only_embed_would_copy_is_refused_by_the_reader(field):
+    """`embed` copies every field through the object API; the reader charges the ones it
+    skips as well, so a length beyond the file is refused before anything is planned."""
+    with pytest.raises(ModelError, match=r"corrupt flatbuffer \(tensor 0 \('input'\)") as e:
+        parse_model(with_quantization_vector_corrupt(field), "odd.tflite")
+    assert e.value.source == "odd.tflite"
+
+
+def test_embed_of_a_file_the_object_api_cannot_read_is_one_model_error(monkeypatch):
+    """What the reader does not visit (a field of a later schema, say) can still break the
+    object API: that is one ModelError naming the file, not a traceback."""
+    data = EXAMPLES["tiny_cnn_int8"]()
+    mp = plan_model(parse_model(data, "odd.tflite"), "greedy", techniques=NO_TECHNIQUES)
+
+    def unreadable(buf, pos):
+        raise IndexError("offset out of range")
+
+    monkeypatch.setattr(fb.ModelT, "InitFromPackedBuf", staticmethod(unreadable))
     with pytest.raises(ModelError, match="corrupt flatbuffer in a part arenac does not read") as e:
         embed_plan(data, mp, "odd.tflite")
     assert e.value.source == "odd.tflite"
 
 
-def test_cli_embed_of_that_file_is_one_line(tmp_path):
+def test_cli_embed_of_a_corrupt_file_is_one_line(tmp_path):
     path = tmp_path / "odd.tflite"
-    path.write_bytes(with_unread_field_corrupt())
+    path.write_bytes(with_quantization_vector_corrupt("details"))
     out = tmp_path / "out.tflite"
     result = arenac("embed", str(path), "-o", str(out))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result

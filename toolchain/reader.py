@@ -282,6 +282,10 @@ class _Parser:
         q = t.Quantization()
         if q is not None:
             self.charge(4 * (int(q.MinLength()) + int(q.MaxLength())), f"{what} min and max")
+            if int(q.DetailsType()) == fb.QuantizationDetails.CustomQuantization:
+                custom = fb.CustomQuantization()
+                custom.Init(q.Details().Bytes, q.Details().Pos)
+                self.charge(int(custom.CustomLength()), f"{what} custom quantization")
         sparsity = t.Sparsity()
         if sparsity is not None:
             self.charge(4 * (int(sparsity.TraversalOrderLength()) + int(sparsity.BlockMapLength())
