@@ -256,9 +256,23 @@ def test_cli_embed_of_a_corrupt_file_is_one_line(tmp_path):
     assert not out.exists()
 
 
-def test_a_killed_check_leaves_no_oracle_log_behind(tmp_path):
+def holding(folder: Path) -> list[int]:
+    """The processes with a descriptor open on a file in `folder` (Linux's /proc)."""
+    pids = []
+    for fds in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd).startswith(str(folder)) for fd in fds.iterdir()):
+                pids.append(int(fds.parent.name))
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return pids
+
+
+def test_a_killed_check_leaves_no_oracle_log_and_no_process_behind(tmp_path):
     """The oracle's log has no name, so a check killed while the oracle runs (here on a loop
-    that never ends) leaves nothing in the temporary folder; a crash's log is still read."""
+    that never ends) leaves nothing in the temporary folder; a crash's log is still read. The
+    oracle's process outlives a killed parent (the fork server is its parent), so its processor
+    time is capped: the kernel ends it soon after the timeout would have."""
     from tests.test_budget import endless_loop
 
     path = tmp_path / "loop.tflite"
@@ -269,20 +283,26 @@ def test_a_killed_check_leaves_no_oracle_log_behind(tmp_path):
                "from toolchain.checking.oracle_process import run_oracle\n"
                "print('started', flush=True)\n"
                "run_oracle(open(sys.argv[1], 'rb').read(), [[np.zeros(1, np.int32)]], 1,"
-               " timeout=300)\n")
+               " timeout=4)\n")
     child = subprocess.Popen([sys.executable, "-c", program, str(path)],
                              env={**os.environ, "TMPDIR": str(scratch)},
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "started"
-        for _ in range(600):  # the oracle's child is running once the fork server is up
-            if any(p.name.startswith("pymp-") for p in scratch.iterdir()):
+        for _ in range(600):  # the oracle's child is running once it holds the log too
+            if set(holding(scratch)) - {child.pid}:
                 break
             time.sleep(0.1)
-        time.sleep(2)
+        assert set(holding(scratch)) - {child.pid}, "the oracle never started"
+        time.sleep(1)
         child.kill()
         child.wait(60)
     finally:
         child.kill()
     left = [p.name for p in scratch.rglob("*") if "oracle" in p.name]
     assert left == []
+    for _ in range(1200):  # 9 s of processor time, on a busy machine maybe a minute
+        if not holding(scratch):
+            break
+        time.sleep(0.1)
+    assert holding(scratch) == [], "the oracle still runs after its parent was killed"

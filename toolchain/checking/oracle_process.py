@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -140,6 +141,7 @@ def run_in_child(
         "tensors": [int(t) for t in tensors],
         "sequence": int(sequence or 0),
         "memory_budget": budget,
+        "cpu_seconds": cpu_budget(timeout),
     })
     for array in arrays:
         write_array(request, array)
@@ -196,6 +198,8 @@ def died(who: str, status: int, log: bytes, budget: int) -> str:
     said = log.decode(errors="replace")
     if "bad_alloc" in said or "MemoryError" in said:
         return f"{who} ran out of memory on this model (budget {budget / 2**30:.1f} GiB)"
+    if status == -signal.SIGXCPU:
+        return f"{who} used up its processor time on this model"
     if status < 0:
         number = -status
         try:
@@ -279,6 +283,23 @@ def serve(connection) -> None:
     connection.send_bytes(reply.getbuffer())
 
 
+def cpu_budget(timeout: float) -> int:
+    """The processor seconds a child may use: twice its wall-clock timeout (an interpreter may
+    run threads), so that a child whose parent was killed before it could time it out (the
+    fork server outlives the parent) is ended by the kernel rather than left spinning."""
+    return math.ceil(2 * timeout) + 1
+
+
+def limit_cpu(seconds: int) -> None:
+    """SIGXCPU, which ends the process, once it has used `seconds` of processor time."""
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = seconds if hard == resource.RLIM_INFINITY else min(seconds, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):
+        pass
+
+
 def limit_memory(budget: int) -> None:
     """Cap the address space at `budget` beyond what is mapped now, where the OS enforces
     RLIMIT_AS (Linux does, macOS does not)."""
@@ -297,6 +318,7 @@ def answer(stream: BinaryIO) -> tuple[dict, list[np.ndarray]]:
     """The answer's header and the arrays that follow it, for the request on `stream`."""
     request = read_json(stream)
     limit_memory(request["memory_budget"])
+    limit_cpu(request["cpu_seconds"])
     model = read_array(stream).tobytes()
     input_sets = [[read_array(stream) for _ in range(n)] for n in request["inputs"]]
     def load():
