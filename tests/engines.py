@@ -99,6 +99,13 @@ class CLibrary:
     def invoke(self) -> int:
         return self.library.model_invoke(self.input_pointers, self.output_pointers)
 
+    def check(self, expected: Sequence[np.ndarray], what: str) -> None:
+        """Raise unless the last invoke's outputs are `expected` (runtime_py's) bit for bit:
+        a timing of wrong code is no timing."""
+        for k, (got, want) in enumerate(zip(self.outputs, expected, strict=True)):
+            if not np.array_equal(got, np.asarray(want), equal_nan=got.dtype.kind == "f"):
+                raise AssertionError(f"{what}: output {k} differs from runtime_py's")
+
     def __enter__(self) -> CLibrary:
         return self
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,9 +12,10 @@ import pytest
 from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODEL_FILES, SHARED_MODELS, needs_shared_models
+from tests.mobilenet import mobilenet_v2
 from tests.test_runtime import pool_chain
 from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend, compile_files, write_files
+from toolchain.checking.c_backend import CBackend, compile_files, compiler, write_files
 from toolchain.checking.check import check_plan, random_inputs
 from toolchain.cli import main
 from toolchain.codegen import generate
@@ -170,3 +172,45 @@ def test_generated_c_reads_like_careful_hand_written_c(name, data):
     files = generate(mp, "m")
     for file_name, text in files.items():
         assert style_problems(text) == [], file_name
+
+
+def host_gcc_runs(flags: tuple[str, ...]) -> bool:
+    """Whether the host compiler is GCC for x86-64 and this processor runs what `flags` build."""
+    try:
+        version = subprocess.run([*compiler(), "--version"], capture_output=True, text=True,
+                                 check=True).stdout
+        machine = subprocess.run([*compiler(), "-dumpmachine"], capture_output=True, text=True,
+                                 check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    cpu = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return ("clang" not in version.lower() and machine.startswith("x86_64")
+            and " avx2 " in cpu.replace("\n", " "))
+
+
+ZEN_FLAGS = ("-O3", "-march=znver3")
+
+
+@pytest.mark.parametrize("name", ["vww_96_int8", "person_detect", "mobilenet_v2_224"])
+def test_the_c_built_at_o3_for_zen_gives_runtime_pys_outputs(name):
+    """GCC 12's induction-variable pass misplaced the outputs of vww's and person_detect's
+    vectorized convolutions at -O3 with AMD Zen tuning (-march=native on such a core); the
+    generated file turns that pass off there (see model.c.j2). Every other GCC and clang
+    builds it as it stands."""
+    if not host_gcc_runs(ZEN_FLAGS):
+        pytest.skip("needs GCC for x86-64 on a processor with AVX2")
+    if name == "mobilenet_v2_224":
+        data = mobilenet_v2(224)
+    else:
+        path = SHARED_MODELS / f"{name}.tflite"
+        if not path.exists():
+            pytest.skip(f"{path} not found")
+        data = path.read_bytes()
+    mp = plan_model(parse_model(data, f"{name}.tflite"))
+    inputs = [random_inputs(mp.graph, seed=s) for s in range(3)]
+    expected = [ArenaInterpreter(mp).invoke(values) for values in inputs]
+    with CBackend(mp, flags=ZEN_FLAGS) as backend:
+        got = backend.invoke_many(inputs)
+    for want, have in zip(expected, got, strict=True):
+        for a, b in zip(want, have, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -103,6 +103,7 @@ def tensor_values(raw: bytes, graph: Graph, tensors: Sequence[int]) -> list[np.n
 
 class CBackend:
     """Generate, compile and run the C for a plan; `invoke` matches runtime_py's signature.
+    `flags` go to the compiler after arenac's own (-O3 there overrides -O2).
 
     The build folder is removed by `close` (or leaving the `with` block), and by the
     constructor itself when generating or compiling fails.
@@ -111,7 +112,7 @@ class CBackend:
     name = "c"
 
     def __init__(self, model_plan: ModelPlan, sanitize: bool = False, name: str = "model",
-                 trace: bool = False):
+                 trace: bool = False, flags: Sequence[str] = ()):
         self.graph = model_plan.graph
         self.source = model_plan.model.source
         # with `trace`, every set's output begins with these tensors' bytes
@@ -123,7 +124,8 @@ class CBackend:
             write_files(files, self.directory)
             with step("compiling the C"):
                 self.binary = compile_files(
-                    self.directory, name, SANITIZE_FLAGS if sanitize else (), self.source
+                    self.directory, name, (*(SANITIZE_FLAGS if sanitize else ()), *flags),
+                    self.source,
                 )
         except BaseException:
             self.close()
