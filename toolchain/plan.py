@@ -21,6 +21,7 @@ from toolchain.lifetimes import (
     overlap_pairs,
 )
 from toolchain.planners import (
+    NEVER,
     PLANNERS,
     Deadline,
     Overlap,
@@ -38,6 +39,7 @@ from toolchain.planners import (
 )
 from toolchain.planners.base import step_loads
 from toolchain.planners.csvio import load_offsets
+from toolchain.planners.optimal import DEFAULT_NODES
 from toolchain.planners.tflm import TFLMPlanner
 from toolchain.program import Program, lower
 from toolchain.progress import step
@@ -120,6 +122,9 @@ class ModelPlan:
     # the striped buffers, and `untiled_bound_bytes` the overlap bound without tiling.
     tiling: Tiling = NO_TILING
     untiled_bound_bytes: int | None = None
+    # The caller's --time-limit ran out before the search ended: this plan may differ on
+    # another machine or under another load (without one, the plan depends on work alone).
+    clock_cut: bool = False
 
     def reserved_in(self, k: int) -> str:
         """What pool k holds besides buffers, in words ("" for nothing)."""
@@ -294,14 +299,20 @@ BEST = "best"
 PLANNER_NAMES = (BEST, *sorted(PLANNERS))
 
 
-def best_candidates(time_limit: float) -> tuple[tuple[str, dict], ...]:
+def best_candidates(nodes: int = DEFAULT_NODES, time_limit: float | None = None
+                    ) -> tuple[tuple[str, dict], ...]:
     """What `best` tries: every planner and its options; the smallest verified plan wins."""
     return (
-        ("optimal", {"time_limit": time_limit}),
+        ("optimal", exact_options(nodes, time_limit)),
         ("greedy", {}),
         ("freelist", {"fit": "first"}),
         ("freelist", {"fit": "best"}),
     )
+
+
+def exact_options(nodes: int, time_limit: float | None) -> dict:
+    """The exact planner's budget: `nodes`, and the clock only when the caller set a limit."""
+    return {"nodes": nodes} if time_limit is None else {"nodes": nodes, "time_limit": time_limit}
 
 
 def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES, **kwargs) -> ModelPlan:
@@ -333,7 +344,8 @@ def planned_model(
     external_io: bool = False,
     techniques: Techniques = Techniques(),
     offsets_csv: str | None = None,
-    time_limit: float = 2.0,
+    time_limit: float | None = None,
+    nodes: int = DEFAULT_NODES,
     target: str = GENERIC,
     portable: bool = False,
     pools: Sequence[Pool] = (),
@@ -342,11 +354,14 @@ def planned_model(
 ) -> ModelPlan:
     """Plan one graph of `model`; the result is verified.
 
-    `planner="best"` tries every planner and keeps the smallest arena. `time_limit` (seconds)
-    bounds the whole search, the schedule's and every planner's: each returns the best it
-    found by then, and a planner with nothing by then gives way to the first-fit free list, so
-    only reading, lifetimes and checks (all near-linear) come on top. With `external_io` the
-    graph's inputs and outputs live in the caller's buffers, not the arena. `order` overrides
+    `planner="best"` tries every planner and keeps the smallest arena. The searches are bounded
+    by work, so the plan is the same on any machine: the exact planner by `nodes` search nodes
+    (each of the striped and the whole-op problems), the scheduler by its own count of states.
+    `time_limit` (seconds), when given, also bounds the whole search by the clock: each part
+    returns the best it found by then, a planner with nothing by then gives way to the
+    first-fit free list, and the plan records whether the clock ran out (`clock_cut`). With
+    `external_io` the graph's inputs and outputs live in the caller's buffers, not the arena.
+    `order` overrides
     the schedule the techniques would choose. `offsets_csv` takes the offsets from an external
     solver's solution (MiniMalloc CSV) instead of a planner; they are verified like any plan.
     The graph is lowered to a Program first, so the scratch its kernels request is planned
@@ -362,7 +377,7 @@ def planned_model(
     """
     if planner not in PLANNER_NAMES:
         raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
-    deadline = Deadline.after(time_limit)
+    deadline = NEVER if time_limit is None else Deadline.after(time_limit)
     program = lower(model, graph_index, target, portable, techniques.fuse_padding)
     needed = max((b.variant.scratch_alignment for b in program.bindings
                   if b is not None and b.variant is not None), default=1)
@@ -402,6 +417,7 @@ def planned_model(
             and program.layout is None and not pools:
         with step("tiling"):
             tiling = tiling_for(program, order, kept, problem, alignment)
+    budget = {"nodes": nodes, "time_limit": time_limit}
     tiled = None
     if tiling.segments:
         tiled_lifetimes, tiled_overlaps = problem(tiling)
@@ -420,13 +436,14 @@ def planned_model(
                 pass
         else:
             tiled, _ = place(program, tiled_lifetimes, tiled_overlaps, planner, dict(options),
-                             None, (), {}, time_limit / 2, alignment, deadline.share(0.5))
+                             None, (), {}, budget, alignment, deadline.share(0.5))
     plan, pooled = place(program, lifetimes, overlaps, planner, options, offsets_csv, pools,
-                         pins, time_limit / (2 if tiled else 1), alignment, deadline)
+                         pins, budget, alignment, deadline)
+    clock_cut = time_limit is not None and deadline.passed()
     if tiled is not None and tiled.arena_bytes < plan.arena_bytes:
-        return striped(tiled)
+        return replace(striped(tiled), clock_cut=clock_cut)
     return ModelPlan(program=program, lifetimes=lifetimes, plan=plan,
-                     **bounds(lifetimes, overlaps), **pooled)
+                     **bounds(lifetimes, overlaps), **pooled, clock_cut=clock_cut)
 
 
 def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int) -> Tiling:
@@ -493,9 +510,10 @@ def segment_overlaps(lifetimes: Lifetimes, tiling: Tiling, kept) -> tuple[Overla
 
 
 def place(program: Program, lifetimes: Lifetimes, overlaps, planner: str, options: dict,
-          offsets_csv: str | None, pools: Sequence[Pool], pins, time_limit: float,
+          offsets_csv: str | None, pools: Sequence[Pool], pins, budget: dict,
           alignment: int, deadline: Deadline) -> tuple[Placement, dict]:
-    """The planners' placement of one problem (with the pools' fields, if any)."""
+    """The planners' placement of one problem (with the pools' fields, if any); `budget`
+    holds the exact planner's `nodes` and `time_limit` (None: no clock)."""
     pooled = {}
     if offsets_csv is not None:
         if pools:
@@ -503,10 +521,13 @@ def place(program: Program, lifetimes: Lifetimes, overlaps, planner: str, option
                               offsets_csv)
         plan = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
     else:
+        nodes, time_limit = budget["nodes"], budget["time_limit"]
         if planner == "optimal":
-            options.setdefault("time_limit", time_limit)
-        candidates = best_candidates(time_limit) if planner == BEST else ((planner, options),)
-        with step(f"planning ({planner}, at most {time_limit:g} s)"):
+            options = {**exact_options(nodes, time_limit), **options}
+        candidates = best_candidates(nodes, time_limit) if planner == BEST \
+            else ((planner, options),)
+        clock = "" if time_limit is None else f", at most {time_limit:g} s"
+        with step(f"planning ({planner}, at most {nodes:,} search nodes{clock})"):
             if pools:
                 pooled = pool_plan(program, lifetimes, overlaps, pools, pins or {}, candidates,
                                    alignment, deadline)

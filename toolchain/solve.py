@@ -3,12 +3,14 @@ solvers can be compared with ours on the same files.
 
 With a capacity, the question is MiniMalloc's own: a plan within that many bytes (the canonical
 search, toolchain/planners/canonical.py). Without one, the exact planner looks for the smallest
-arena it can find and prove within the time limit.
+arena it can find and prove. Either search stops after `nodes` search nodes, so a solution is
+the same on every machine; a time limit, when given, stops it sooner.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import time
 from dataclasses import dataclass
 
@@ -16,6 +18,9 @@ from toolchain.errors import PlanError
 from toolchain.planners import Placement, lower_bound, make_plan, verify
 from toolchain.planners.canonical import compiled_available, fits
 from toolchain.planners.csvio import dump_solution, load_buffers
+
+# The default work budget of `solve`, in search nodes: the published problems need far fewer.
+SOLVE_NODES = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -50,17 +55,21 @@ class Solved:
         }
 
 
-def solve(path: str, capacity: int | None, time_limit: float, alignment: int = 1) -> Solved:
-    """Reads the problem at `path` and solves it within `time_limit` seconds."""
+def solve(path: str, capacity: int | None, time_limit: float | None = None, alignment: int = 1,
+          nodes: int = SOLVE_NODES) -> Solved:
+    """Reads the problem at `path` and solves it within `nodes` search nodes (and
+    `time_limit` seconds, when given)."""
     buffers = load_buffers(path)
     started = time.monotonic()
     bound = lower_bound(buffers, alignment)
     if capacity is None:
-        plan = make_plan(buffers, "optimal", alignment, time_limit=time_limit)
+        clock = {} if time_limit is None else {"time_limit": time_limit}
+        plan = make_plan(buffers, "optimal", alignment, nodes=nodes, **clock)
         seconds = time.monotonic() - started
         return Solved(path, len(buffers), None, plan, plan.bound_bytes or bound, False,
                       seconds, None, compiled_available())
-    answer = fits(buffers, capacity, alignment, seconds=time_limit)
+    answer = fits(buffers, capacity, alignment,
+                  seconds=math.inf if time_limit is None else time_limit, node_limit=nodes)
     plan = None
     if answer.offsets is not None:
         plan = Placement.from_offsets("optimal", alignment, buffers, answer.offsets)

@@ -44,6 +44,8 @@ COMPILED_MAX_BUFFERS = 4000
 # many births its life spans. Chosen on MiniMalloc's published problems: each of the eleven
 # needs one of the first two, and the third makes the portfolio less tied to them.
 PREORDERS = ("TWZ", "TAW", "TCA")
+# What the compiled search takes for "no time limit" (infinity does not convert to its clock).
+NO_CLOCK_SECONDS = 1e9
 STATUS = {1: "found", 0: "infeasible", -1: "out_of_nodes", -2: "out_of_time", -3: "no_memory"}
 
 _i64 = ctypes.POINTER(ctypes.c_int64)
@@ -164,7 +166,7 @@ class CompiledProblem:
                 n, *self.pointers, len(PREORDERS), _ptr(self.orders, _int),
                 _ptr(self.keys, _i64), self.letters, int(not self.ties),
                 self.alignment, capacity, -1 if node_limit is None else node_limit,
-                max(0.0, seconds), _ptr(offsets, _i64), _ptr(nodes, _i64),
+                min(max(0.0, seconds), NO_CLOCK_SECONDS), _ptr(offsets, _i64), _ptr(nodes, _i64),
             )
         ]
         if status == "no_memory":

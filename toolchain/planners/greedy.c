@@ -40,8 +40,8 @@ typedef struct {
     int64_t widest; /* the largest size among the members */
 } Members;
 
-/* Steps of work (a list looked at, a block updated) between two looks at the clock. */
-enum { CLOCK_EVERY = 1 << 12 };
+/* Steps of work between two looks at the clock; runs or members moved (at most) per step. */
+enum { CLOCK_EVERY = 1 << 12, MOVES_PER_STEP = 64 };
 
 static double now(void) {
     struct timespec t;
@@ -127,12 +127,14 @@ static int take(Runs *r, int64_t s, int64_t e) {
     return 1;
 }
 
-/* Raises *x past the runs that meet [*x, *x + size), from run *j on; whether it rose. */
-static int clear_runs(const Runs *r, int64_t *j, int64_t *x, int64_t size) {
+/* Raises *x past the runs that meet [*x, *x + size), from run *j on; whether it rose. Adds
+ * the runs it passed to *work. */
+static int clear_runs(const Runs *r, int64_t *j, int64_t *x, int64_t size, int64_t *work) {
     int rose = 0;
     for (*j = run_ending_after(r, *j, *x); *j < r->count && r->at[*j].start < *x + size; ++*j) {
         *x = r->at[*j].end;
         rose = 1;
+        ++*work;
     }
     return rose;
 }
@@ -153,15 +155,16 @@ static int join(Members *m, int64_t start, int64_t end, int64_t first, int64_t l
 
 /* Raises *x past the members alive during [first, last] that meet [*x, *x + size) (only
  * members starting less than `widest` bytes below *x can reach it), from member *k on;
- * whether it rose. */
+ * whether it rose. Adds the members it looked at to *work. */
 static int clear_members(const Members *m, int64_t *k, int64_t *x, int64_t size,
-                         int64_t first, int64_t last) {
+                         int64_t first, int64_t last, int64_t *work) {
     int rose = 0;
     for (;;) {
         int64_t top = *x;
         *k = member_starting_after(m, *k, *x - m->widest);
         for (int64_t j = *k; j < m->count && m->at[j].start < *x + size; j++) {
             const Member *a = &m->at[j];
+            ++*work;
             if (a->end > top && a->first <= last && a->last >= first) {
                 top = a->end;
             }
@@ -181,10 +184,13 @@ typedef struct {
 } List;
 
 /* Places buffers order[0..n-1] (sizes padded, zero-sized ones at 0), blocks of `block` steps;
- * stops at `deadline` (CLOCK_MONOTONIC seconds), looking at the clock after every
- * CLOCK_EVERY steps of work. Returns how many it placed, or -1 when out of memory. */
+ * stops after `max_work` steps of work (a list, run or member looked at, a block updated, a
+ * run or member moved), the same on every machine, or at `deadline` (CLOCK_MONOTONIC
+ * seconds), looking at the clock after every CLOCK_EVERY steps. Returns how many it placed,
+ * or -1 when out of memory. */
 int64_t arenac_greedy(int64_t n, const int64_t *size, const int64_t *first, const int64_t *last,
-                      const int64_t *order, int64_t block, double deadline, int64_t *offset) {
+                      const int64_t *order, int64_t block, int64_t max_work, double deadline,
+                      int64_t *offset) {
     int64_t steps = 1;
     for (int64_t i = 0; i < n; i++) {
         steps = last[i] + 1 > steps ? last[i] + 1 : steps;
@@ -199,6 +205,9 @@ int64_t arenac_greedy(int64_t n, const int64_t *size, const int64_t *first, cons
         goto done;
     }
     for (placed = 0; placed < n; placed++) {
+        if (work > max_work) {
+            goto done;
+        }
         if (work >= look) {
             if (now() >= deadline) {
                 goto done;
@@ -229,18 +238,21 @@ int64_t arenac_greedy(int64_t n, const int64_t *size, const int64_t *first, cons
         int64_t x = 0;
         for (int64_t k = 0, still = 0; still < count; k = (k + 1) % count) {
             List *list = &lists[k];
-            int rose = list->runs ? clear_runs(list->runs, &list->at, &x, z)
-                                  : clear_members(list->members, &list->at, &x, z, f, l);
+            int rose = list->runs ? clear_runs(list->runs, &list->at, &x, z, &work)
+                                  : clear_members(list->members, &list->at, &x, z, f, l, &work);
             still = rose ? 1 : still + 1;
             work++;
         }
         offset[i] = x;
         for (int64_t b = f / block; b <= l / block; b++) {
             int ok = take(&every[b], x, x + z);
+            work += every[b].count / MOVES_PER_STEP;
             if (f <= b * block && l >= (b + 1) * block - 1) {
                 ok = ok && take(&whole[b], x, x + z);
+                work += whole[b].count / MOVES_PER_STEP;
             } else {
                 ok = ok && join(&partial[b], x, x + z, f, l);
+                work += partial[b].count / MOVES_PER_STEP;
             }
             if (!ok) {
                 placed = -1;

@@ -35,6 +35,9 @@ SOURCE = Path(__file__).with_name("greedy.c")
 # The compiled loop's blocks of time, as a share of the mean life: fewer blocks to look at
 # against fewer partial lives in each (0.25 was the fastest on `make bench`'s random buffers).
 BLOCK_SHARE = 0.25
+# Steps of work after which the greedy planner gives up (see GreedyPlanner), far above what any
+# model's lives need.
+WORK = 100_000_000
 
 
 class GreedyPlanner(Planner):
@@ -48,7 +51,9 @@ class GreedyPlanner(Planner):
     The search for the lowest offset passes every gap too small below it, and there are more
     of those the more buffers are alive at once: with 2,500 (100,000 random buffers) the
     Python loop needs some 20 s, the compiled one a tenth of that. Either raises OutOfTime
-    at its deadline rather than run on, and callers fall back to the free list.
+    once it has done `WORK` steps (the Python loop: placed buffers looked at; the compiled
+    one: runs, members and lists looked at), so the same input gives up the same way on any
+    machine, or at a caller's deadline; callers fall back to the free list.
     """
 
     name = "greedy"
@@ -67,16 +72,18 @@ class GreedyPlanner(Planner):
             partners.setdefault(new, []).append(placed)
         offsets = [0] * len(buffers)
         lives = LiveIndex(buffers)
+        work = 0
         for count, i in enumerate(order):
-            if not count % CLOCK_EVERY and self.deadline.passed():
+            if work > WORK or not count % CLOCK_EVERY and self.deadline.passed():
                 raise OutOfTime(
-                    f"the greedy planner placed {count} of {len(buffers)} buffers in its time"
+                    f"the greedy planner placed {count} of {len(buffers)} buffers in its budget"
                 )
             size = sizes[i]
             if size == 0:
                 continue  # Occupies no bytes, so offset 0 collides with nothing.
             b = buffers[i]
             ids, starts, highs = lives.placed_during(b.first, b.last)
+            work += 1 + len(ids)
             lows = starts - size
             for partner in partners.get(i, ()):
                 for at in np.flatnonzero(ids == partner):
@@ -98,13 +105,13 @@ class GreedyPlanner(Planner):
         block = max(1, int(BLOCK_SHARE * float(np.mean(lasts - firsts + 1)))) if buffers else 1
         offsets = np.zeros(len(buffers), dtype=np.int64)
         arrays = (np.array(sizes, dtype=np.int64), firsts, lasts, np.array(order, dtype=np.int64))
-        placed = core.arenac_greedy(len(buffers), *(_pointer(a) for a in arrays), block,
+        placed = core.arenac_greedy(len(buffers), *(_pointer(a) for a in arrays), block, WORK,
                                     self.deadline.at, _pointer(offsets))
         if placed < 0:
             raise MemoryError("the compiled greedy planner ran out of memory")
         if placed < len(buffers):
             raise OutOfTime(
-                f"the greedy planner placed {placed} of {len(buffers)} buffers in its time"
+                f"the greedy planner placed {placed} of {len(buffers)} buffers in its budget"
             )
         return offsets.tolist()
 
@@ -128,7 +135,7 @@ def _core() -> ctypes.CDLL | None:
     if core is not None:
         core.arenac_greedy.restype = ctypes.c_int64
         core.arenac_greedy.argtypes = [ctypes.c_int64, _i64, _i64, _i64, _i64, ctypes.c_int64,
-                                       ctypes.c_double, _i64]
+                                       ctypes.c_int64, ctypes.c_double, _i64]
     return core
 
 

@@ -22,12 +22,17 @@ budget. Rounds ask it for the bound (no: the bound rises one alignment step) and
 below the best plan (no: the best is optimal), doubling the budget each round, so neither a
 weak bound nor a poor plan stalls the other. Ops that no life crosses split the problem into
 parts solved one by one. The heuristics' best plan is the incumbent, so the planner always has
-a plan to return when its time runs out.
+a plan to return when its budget runs out.
+
+The budget is work: `nodes` search nodes, and a part whose setup would pair more than
+`SETUP_PAIRS` lives is left at its incumbent. Both are counts, so the plan is the same on
+any machine under any load; a `time_limit` is a further cap only a caller sets.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Generator
@@ -60,15 +65,19 @@ from toolchain.planners.freelist import FreeListPlanner
 from toolchain.planners.greedy import GreedyPlanner
 
 VERIFY_SECONDS_PER_BUFFER = 4e-5  # measured: about 0.2 s for 10,000 buffers, with margin
+# The default work budget: search nodes over all parts, and the most pairs of meeting lives
+# a part's setup may list.
+DEFAULT_NODES = 2_000_000
+SETUP_PAIRS = 4_000_000
 # Members of one search node beyond which its setup looks at the clock as it goes.
 LONG_NODE = 256
 
 
 class OptimalPlanner(Planner):
-    """Searches for the smallest arena for up to `time_limit` seconds (and until the planner's
-    deadline, if sooner); `result()` tells whether the plan is proven optimal and the best lower
-    bound proven (`Placement.bound_bytes`). With `nodes`, the search also stops after that many
-    nodes (`nodes_used` counts them), so that what it finds does not depend on the machine."""
+    """Searches for the smallest arena for up to `nodes` search nodes (`nodes_used` counts
+    them), so that what it finds does not depend on the machine; a `time_limit` in seconds and
+    the planner's deadline, when given, stop it sooner. `result()` tells whether the plan is
+    proven optimal and the best lower bound proven (`Placement.bound_bytes`)."""
 
     name = "optimal"
 
@@ -76,16 +85,18 @@ class OptimalPlanner(Planner):
         self,
         alignment: int = 16,
         *,
-        time_limit: float = 2.0,
-        nodes: int | None = None,
+        time_limit: float | None = None,
+        nodes: int | None = DEFAULT_NODES,
         **options: object,
     ):
         super().__init__(alignment, **options)
-        if not isinstance(time_limit, (int, float)) or not time_limit > 0:
+        if time_limit is not None and (
+            not isinstance(time_limit, (int, float)) or not time_limit > 0
+        ):
             raise PlanError(f"time_limit must be a positive number of seconds, not {time_limit!r}")
         if nodes is not None and (not isinstance(nodes, int) or nodes < 0):
             raise PlanError(f"nodes must be a whole number of search nodes >= 0, not {nodes!r}")
-        self.time_limit = float(time_limit)
+        self.time_limit = math.inf if time_limit is None else float(time_limit)
         self.nodes = nodes
         self.nodes_used = 0
         self._bound = 0
@@ -101,7 +112,7 @@ class OptimalPlanner(Planner):
         now = time.monotonic()
         end = min(now + self.time_limit, self.deadline.at)
         reserve = min(VERIFY_SECONDS_PER_BUFFER * len(buffers), max(0.0, end - now) / 2)
-        deadline = end - reserve
+        deadline = end - reserve if math.isfinite(end) else math.inf
         nodes_left = self.nodes
         self.nodes_used = 0
         a = self.alignment
@@ -134,8 +145,9 @@ class OptimalPlanner(Planner):
 def incumbent(
     buffers: list[Buffer], overlaps: list[Overlap], alignment: int, deadline: float
 ) -> list[int]:
-    """The best heuristic plan, with the overlaps and (valid too, sometimes smaller) without;
-    at least one, and no more once the next would likely run past the deadline."""
+    """The best heuristic plan, with the overlaps and (valid too, sometimes smaller) without:
+    all of them, or under a clock deadline at least one and no more once the next would likely
+    run past it."""
     heuristics = [
         GreedyPlanner(alignment, deadline=Deadline(deadline)),  # gives up at the deadline
         FreeListPlanner(alignment, deadline=Deadline(deadline)),  # never does: stacks the rest
@@ -146,7 +158,7 @@ def incumbent(
     cost = 0.0
     for given in [overlaps, []] if overlaps else [overlaps]:
         for heuristic in heuristics:
-            if best and time.monotonic() + cost > deadline:
+            if best and math.isfinite(deadline) and time.monotonic() + cost > deadline:
                 return best
             started = time.monotonic()
             try:
@@ -261,6 +273,7 @@ class Search:
         # (low, high) is c's window beside p.
         self.neighbours: list[list[tuple[int, int]]] = [[] for _ in order]
         by_first = sorted(part, key=lambda i: buffers[i].first)
+        pairs_listed = 0
         for n, i in enumerate(by_first):
             if time.monotonic() > deadline:
                 raise Timeout  # a huge part: not even worth finishing the setup
@@ -268,6 +281,9 @@ class Search:
                 j = by_first[later]
                 if buffers[j].first > buffers[i].last:
                     break
+                pairs_listed += 1
+                if pairs_listed > SETUP_PAIRS:
+                    raise Timeout  # as many lives meet as in no model: the incumbent stays
                 for new, placed in ((i, j), (j, i)):
                     window = windows.get((new, placed))
                     high = sizes[placed] if window is None else window.high

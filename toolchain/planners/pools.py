@@ -27,7 +27,7 @@ from toolchain.planners.verify import verify
 
 # The planners that decide what a pool sheds: fast on any input, each better on some.
 FAST: tuple[tuple[str, dict[str, object]], ...] = (("greedy", {}), ("freelist", {"fit": "best"}))
-SHED_SECONDS = 0.25  # what the exact planner may take of each try
+SHED_NODES = 20_000  # the search nodes the exact planner may take of each try
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def plan_pools(
     fast = [c for c in candidates if c[0] != "optimal"]
     shedders = tuple(fast) if len(candidates) == 1 and fast else (FALLBACK, *FAST)
     if len(fast) < len(candidates):  # the exact planner too, for a moment per try
-        shedders += (("optimal", {"time_limit": SHED_SECONDS}),)
+        shedders += (("optimal", {"nodes": SHED_NODES}),)
     chosen: list[tuple[Buffer, ...]] = []
     plans: list[Placement] = []
     for k, pool in enumerate(pools):
@@ -143,7 +143,7 @@ def shed_to_fit(
     while True:
         keep = shed(buffers, fixed, overlaps, target, alignment)
         plan = smallest_plan(keep, planners, alignment, within(overlaps, {b.id for b in keep}),
-                             Deadline(min(deadline.at, Deadline.after(SHED_SECONDS).at)))
+                             deadline)
         if plan.arena_bytes <= room:
             return refill(buffers, keep, plan, overlaps, room, alignment, deadline)
         if all(b.id in fixed for b in keep):

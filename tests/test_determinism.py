@@ -1,0 +1,81 @@
+"""Same model, same options, same bytes: plans and generated C do not depend on the machine's
+load, the folder they are made in or the hash seed, because every search is bounded by work.
+
+Two processes plan and generate every shared model (and a 224x224 MobileNetV2) side by side,
+each in a folder of its own and with its own hash seed, while another spins on the processor:
+under a clock budget the loaded runs would stop their searches at different points."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import SHARED_MODEL_FILES
+from tests.mobilenet import mobilenet_v2
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# One side: for each model and target, `plan --json` and `gen`, then a digest of each output
+# (the generated files by name, the folder left out) as one JSON line.
+SIDE = """
+import contextlib, hashlib, io, json, sys
+from pathlib import Path
+from toolchain.cli import main
+
+digests = {}
+for model in sys.argv[2:]:
+    for target in ("generic", "cortex-m4"):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            status = main(["plan", model, "--json", "--target", target, "--quiet"])
+        assert status == 0, (model, target)
+        plan = json.loads(out.getvalue())
+        digests[f"{model} {target} plan"] = hashlib.sha256(out.getvalue().encode()).hexdigest()
+        digests[f"{model} {target} arena"] = plan["arena_bytes"]
+        folder = Path(sys.argv[1]) / Path(model).stem / target
+        with contextlib.redirect_stdout(io.StringIO()):
+            status = main(["gen", model, "-o", str(folder), "--target", target, "--quiet"])
+        assert status == 0, (model, target)
+        for path in sorted(folder.iterdir()):
+            digests[f"{model} {target} {path.name}"] = hashlib.sha256(
+                path.read_bytes()).hexdigest()
+print(json.dumps(digests))
+"""
+
+HOG = "while True: pass"
+
+
+def test_plans_and_generated_c_are_the_same_bytes_under_load_in_any_folder(tmp_path):
+    models = [str(p) for p in SHARED_MODEL_FILES]
+    mobilenet = tmp_path / "mobilenet_v2_224.tflite"
+    mobilenet.write_bytes(mobilenet_v2(224))
+    models.append(str(mobilenet))
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(1)]
+    try:
+        sides = []
+        for k, seed in enumerate(("1", "4242")):
+            folder = tmp_path / f"checkout {k}" / "out"
+            folder.mkdir(parents=True)
+            env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
+            sides.append(subprocess.Popen([sys.executable, "-c", SIDE, str(folder), *models],
+                                          cwd=folder.parent, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        results = [side.communicate(timeout=900) for side in sides]
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    for side, (_, err) in zip(sides, results, strict=True):
+        assert side.returncode == 0, err[-2000:]
+    first, second = (json.loads(out) for out, _ in results)
+    assert len(first) >= 7 * 2 * len(models)  # plan, arena and five generated files each
+    differing = sorted(key for key in first if first[key] != second.get(key))
+    assert differing == [], f"{len(differing)} outputs differ, e.g. {differing[:5]}"
+    # a third run, in this process and unloaded, plans the MobileNet to the same arena
+    from toolchain.plan import plan_model
+    from toolchain.reader import read_model
+
+    assert first[f"{mobilenet} generic arena"] == plan_model(read_model(str(mobilenet))).arena_bytes
