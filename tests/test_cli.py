@@ -89,3 +89,48 @@ def test_reference_models_plan_within_tflm(capsys, path):
     assert results["naive"]["arena_bytes"] == results["naive"]["naive_bytes"]
     for r in results.values():
         assert r["arena_bytes"] >= r["lower_bound_bytes"]
+
+
+def sqrt_model() -> bytes:
+    """A convolution followed by SQRT, which no kernel here runs."""
+    from toolchain.builder import ModelBuilder
+
+    b = ModelBuilder("float32", 0)
+    x = b.input("x", (1, 8, 8, 3), "float32")
+    y = b.conv_2d(x, 4, 3)
+    root = b.tensor("root", b.shape(y), "float32")
+    b.op("SQRT", [y], [root])
+    b.output(root)
+    return b.build()
+
+
+def test_plan_says_which_ops_lack_a_kernel_and_so_their_scratch(capsys, tmp_path):
+    path = tmp_path / "sqrt.tflite"
+    path.write_bytes(sqrt_model())
+    status, out, _ = run(capsys, "plan", str(path))
+    assert status == 0
+    assert "unsupported  1 ops (SQRT) have no kernel here: the arena below lacks their scratch," \
+        in out
+    status, out, _ = run(capsys, "plan", str(path), "--json")
+    assert [(r["op"], r["opcode"]) for r in json.loads(out)["unsupported_ops"]] == [(1, "SQRT")]
+    status, _, err = run(capsys, "gen", str(path), "-o", str(tmp_path / "out"))
+    assert status == 2 and "SQRT" in err
+
+
+def test_plan_of_a_supported_model_lists_no_unsupported_ops(capsys, example_path):
+    status, out, _ = run(capsys, "plan", str(example_path("tiny_cnn_int8")), "--json")
+    assert status == 0 and json.loads(out)["unsupported_ops"] == []
+
+
+def test_every_plan_line_fits_100_columns_on_a_big_model(capsys, tmp_path):
+    """Buffer numbers of three digits label the map's rows here: its columns narrow to keep
+    each row within 100 (96 columns made 102)."""
+    from tests.wide import wide_model
+
+    path = tmp_path / "wide.tflite"
+    path.write_bytes(wide_model(300))
+    status, out, _ = run(capsys, "plan", str(path), "--planner", "freelist")
+    assert status == 0
+    rows = [line for line in out.splitlines() if "|" in line]
+    assert rows and max(len(line) for line in out.splitlines()) <= 100
+    assert any(len(line) == 100 for line in rows)  # the map takes the width it may

@@ -173,3 +173,21 @@ def test_reference_models_check_with_every_planner(capsys, path):
         for o in data["outputs"]:
             if o["dtype"] != "float32":
                 assert o["max_abs_diff"] == 0
+
+
+def test_cli_check_per_layer_says_how_it_checks_a_striped_segment(capsys, tmp_path):
+    """The demo model's steps 1-3 run in stripes: ops 1 and 2 have no whole output to compare,
+    so the check says op 3's output stands for them, in text and JSON."""
+    from toolchain.examples import EXAMPLES
+
+    model = tmp_path / "demo.tflite"
+    model.write_bytes(EXAMPLES["residual_cnn_int8"]())
+    code, out, _ = run_cli(capsys, "check", str(model), "--per-layer")
+    assert code == 0, out
+    assert ("ops 1, 2 run in stripes: their outputs exist only as stripe rows, so op 3's output "
+            "checks them (--tiling off checks each)") in out
+    code, out, _ = run_cli(capsys, "check", str(model), "--per-layer", "--json")
+    assert json.loads(out)["striped"] == [{"ops": [1, 2], "compared_at": 3}]
+    code, out, _ = run_cli(capsys, "check", str(model), "--per-layer", "--tiling", "off",
+                           "--json")
+    assert json.loads(out)["striped"] == []

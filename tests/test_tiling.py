@@ -177,7 +177,7 @@ def test_tiling_off_and_the_plan_report(capsys, tmp_path):
     path.write_bytes(mobilenet_stem())
     assert main(["plan", str(path)]) == 0
     text = capsys.readouterr().out
-    assert "with the segments striped" in text and "striped      steps" in text
+    assert "bytes, striped: the most that must coexist" in text and "striped      steps" in text
     assert main(["plan", str(path), "--tiling", "off"]) == 0
     assert "striped" not in capsys.readouterr().out
 

@@ -20,6 +20,8 @@ from toolchain import __version__, progress
 from toolchain.errors import ArenacError
 from toolchain.files import read_bounded, write_atomic, write_files_atomic
 from toolchain.planners import PLANNERS
+from toolchain.planners.optimal import DEFAULT_NODES
+from toolchain.solve import SOLVE_NODES
 from toolchain.validate import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITERATIONS
 
 EXIT_USAGE = 2
@@ -95,7 +97,13 @@ def planned(args: argparse.Namespace):
     from toolchain.plan import plan_model
     from toolchain.reader import read_model
 
-    return plan_model(read_model(args.model, max_bytes=args.max_bytes), **planning(args))
+    model_plan = plan_model(read_model(args.model, max_bytes=args.max_bytes), **planning(args))
+    if model_plan.clock_cut and args.command != "plan":  # `plan` says it in its report
+        from toolchain.report import CLOCK_CUT
+
+        print(f"arenac: warning: {args.model}: --time-limit {args.time_limit:g} s {CLOCK_CUT}",
+              file=sys.stderr)
+    return model_plan
 
 
 def planning(args: argparse.Namespace) -> dict:
@@ -117,6 +125,7 @@ def planning(args: argparse.Namespace) -> dict:
         techniques=techniques,
         offsets_csv=getattr(args, "load_offsets", None),
         time_limit=args.time_limit,
+        nodes=args.nodes,
         target=getattr(args, "target", "generic"),
         portable=getattr(args, "portable", False),
         pools=pools,
@@ -330,10 +339,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"model": args.model, "ok": ok, "backends": list(layers),
                        "layers": layers_data(mp.graph, layers),
+                       "striped": [{"ops": list(inner), "compared_at": at}
+                                   for inner, at in striped_ops(mp)],
                        "first_divergence": {name: None if bad is None else layer_data(
                            mp.graph, bad) for name, bad in first_bad.items()}})
         else:
-            print(layers_text(mp.graph, layers, first_bad))
+            print(layers_text(mp.graph, layers, first_bad, striped_ops(mp)))
         return 0 if ok else 1
     if args.sanitize and "c" not in args.backends:
         raise ArenacError("--sanitize builds the host C: give --backends with c", args.model)
@@ -429,7 +440,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_solve(args: argparse.Namespace) -> int:
     from toolchain.solve import solution_csv, solve, solved_text
 
-    solved = solve(args.problem, args.capacity, args.time_limit, args.align)
+    solved = solve(args.problem, args.capacity, args.time_limit, args.align, args.nodes)
     if args.output and solved.plan is not None:
         write_atomic(args.output, solution_csv(solved))
     emit_json(solved.as_dict()) if args.json else print(solved_text(solved))
@@ -503,7 +514,14 @@ def layers_data(graph, layers: dict) -> list[dict]:
             for same in zip(*layers.values())]
 
 
-def layers_text(graph, layers: dict, first_bad: dict) -> str:
+def striped_ops(mp) -> list[tuple[tuple[int, ...], int]]:
+    """Per striped segment, the ops whose outputs exist only as stripe rows (so no per-layer
+    check can see them whole) and the op whose output, whole, stands for them."""
+    return [(s.ops[:-1], s.ops[-1]) for s in mp.tiling.segments if len(s.ops) > 1]
+
+
+def layers_text(graph, layers: dict, first_bad: dict,
+                striped: list[tuple[tuple[int, ...], int]] = ()) -> str:
     from toolchain.report import table
 
     rows = [
@@ -514,6 +532,11 @@ def layers_text(graph, layers: dict, first_bad: dict) -> str:
     lines = [table(["op", "type", "tensor", *layers], rows),
              "(per backend: largest |diff| from the oracle, and in brackets the elements that "
              "differ)", ""]
+    for inner, at in striped:
+        lines.append(f"ops {', '.join(map(str, inner))} run in stripes: their outputs exist only "
+                     f"as stripe rows, so op {at}'s output checks them (--tiling off checks each)")
+    if striped:
+        lines.append("")
     for name, bad in first_bad.items():
         if bad is None:
             lines.append(f"{name}: every layer agrees with the oracle")
@@ -546,9 +569,12 @@ def add_planning(p: argparse.ArgumentParser) -> None:
                    help="free-block choice of the freelist planner (default: first)")
     p.add_argument("--align", type=alignment, default=16, metavar="N",
                    help="offset alignment in bytes, a power of two (default: 16)")
-    p.add_argument("--time-limit", type=seconds, default=2.0, metavar="S",
-                   help="time budget of the whole plan search: the schedule and every planner "
-                        "(default: 2)")
+    p.add_argument("--nodes", type=whole, default=DEFAULT_NODES, metavar="N",
+                   help="work budget of the exact planner, in search nodes: the same plan on "
+                        f"any machine (default: {DEFAULT_NODES:,})")
+    p.add_argument("--time-limit", type=seconds, default=None, metavar="S",
+                   help="also stop the plan search (schedule and planners) after S seconds; "
+                        "the plan may then depend on the machine and its load (default: none)")
     p.add_argument("--no-inplace", action="store_true",
                    help="no output over a dying input (aliases, elementwise ops)")
     p.add_argument("--no-overlap", action="store_true",
@@ -822,8 +848,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="find a plan within this many bytes (default: the smallest found)")
     solve.add_argument("-o", "--output", metavar="SOLUTION.csv",
                        help="write the solution: the problem's columns and an offset column")
-    solve.add_argument("--time-limit", type=seconds, default=10.0, metavar="S",
-                       help="seconds the search may take (default: 10)")
+    solve.add_argument("--nodes", type=whole, default=SOLVE_NODES, metavar="N",
+                       help="search nodes the search may visit: the same solution on any "
+                            f"machine (default: {SOLVE_NODES:,})")
+    solve.add_argument("--time-limit", type=seconds, default=None, metavar="S",
+                       help="also stop the search after S seconds (default: none)")
     solve.add_argument("--align", type=alignment, default=1,
                        help="every offset a multiple of this power of two (default: 1)")
     solve.add_argument("--json", action="store_true", help="machine-readable output")
@@ -844,6 +873,12 @@ def backend_list(text: str) -> tuple[str, ...]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"backends are {', '.join(BACKENDS)}; got {text!r}")
     return names
+
+
+def whole(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(text)
 
 
 def positive(text: str) -> int:

@@ -474,7 +474,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         "alignment": mp.plan.alignment,
         "arena_bytes": mp.arena_bytes,
         "arena_length": c_length(mp.arena_bytes),
-        "lower_bound_bytes": mp.lower_bound_bytes,
+        "lower_bound_bytes": mp.overlap_bound_bytes,  # the bound of this plan (overlaps, stripes)
         "state_bytes": mp.state_bytes,
         "state_length": c_length(mp.state_bytes),
         "state_image": c_array(np.frombuffer(bytes(image), np.uint8)) if any(image) else None,

@@ -15,7 +15,14 @@ from toolchain import __version__
 from toolchain.errors import ArenacError
 from toolchain.plan import ModelPlan
 from toolchain.render import render
-from toolchain.report import inspect_data, memory_map_svg, plan_data, symbol, tensor_type
+from toolchain.report import (
+    CLOCK_CUT,
+    inspect_data,
+    memory_map_svg,
+    plan_data,
+    symbol,
+    tensor_type,
+)
 
 
 def report_html(mp: ModelPlan, model_bytes: bytes, inputs: int = 3, seed: int = 0,
@@ -34,14 +41,14 @@ def report_html(mp: ModelPlan, model_bytes: bytes, inputs: int = 3, seed: int = 
         summary=[
             ("planner", plan["planner"] + (", proven optimal" if plan["proven_optimal"] else "")),
             ("arena", f"{plan['arena_bytes']} bytes (alignment {plan['alignment']})"),
-            ("lower bound", f"{plan['lower_bound_bytes']} bytes; "
-                            f"{plan['overlap_bound_bytes']} with outputs over their inputs"),
+            ("lower bound", bound_summary(plan)),
             ("naive sum", f"{plan['naive_bytes']} bytes"),
             ("state", f"{plan['state_bytes']} bytes"),
             ("weights", f"{graph['weight_bytes']} bytes"),
             ("operators", f"{len(graph['operators'])} in subgraph {mp.graph_index}, "
                           f"{len(plan['order'])} steps"),
             ("target", mp.program.target),
+            *([("time limit", CLOCK_CUT)] if mp.clock_cut else []),
         ],
         svg=memory_map_svg(mp),  # markup of its own template, escaped there
         buffers=[[symbol(r.buffer, len(rows)), "-" if b["tensor"] is None else b["tensor"],
@@ -58,6 +65,18 @@ def report_html(mp: ModelPlan, model_bytes: bytes, inputs: int = 3, seed: int = 
         footprint=footprint_section(mp) if footprint else not_run("not asked for"),
         check=check_section(mp, model_bytes, inputs, seed) if check else not_run("not asked for"),
     )
+
+
+def bound_summary(plan: dict[str, Any]) -> str:
+    """The plan's lower bound first (the most bytes that must coexist), then the looser ones,
+    each named for what it allows, as `arenac plan` gives them."""
+    if plan["untiled_bound_bytes"] is None:
+        parts = [f"{plan['overlap_bound_bytes']} bytes when outputs may overlap their inputs"]
+    else:
+        parts = [f"{plan['overlap_bound_bytes']} bytes with the segments striped",
+                 f"{plan['untiled_bound_bytes']} without striping"]
+    parts.append(f"{plan['lower_bound_bytes']} if no two live tensors share a byte")
+    return "; ".join(parts)
 
 
 def not_run(reason: str) -> dict[str, Any]:

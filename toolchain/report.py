@@ -20,6 +20,8 @@ from toolchain.text import ELLIPSIS, display_text
 MAP_SYMBOLS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 TABLE_WIDTH = 100  # columns a text table may take: long names are cut in the middle
 MIN_CUT_WIDTH = 12  # a text column is never cut narrower than this (or its header)
+# What a plan says when the caller's --time-limit ran out before its search ended.
+CLOCK_CUT = "ran out before the search ended: the plan may differ on another machine or load"
 TICK_INTERVALS = tuple(m * 10**e for e in range(10) for m in (1, 2, 5))  # 1, 2, 5, 10, 20, ...
 
 
@@ -247,6 +249,8 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
         "untiled_bound_bytes": mp.untiled_bound_bytes,
         "tiling": [segment_data(mp, s) for s in mp.tiling.segments],
         "proven_optimal": mp.plan.proven_optimal,
+        "clock_cut": mp.clock_cut,
+        "unsupported_ops": unsupported(mp),
         "gap_bytes": mp.plan.gap_bytes,
         "order": list(mp.lifetimes.order),
         "overlaps": [
@@ -450,6 +454,14 @@ def plan_text(mp: ModelPlan) -> str:
     proof = {True: ", proven optimal", False: ", not proven optimal", None: ""}
     out.append(f"planner      {mp.plan.planner} (alignment {mp.plan.alignment})"
                f"{proof[mp.plan.proven_optimal]}")
+    if mp.clock_cut:
+        out.append(f"time limit   {CLOCK_CUT}")
+    refused = unsupported(mp)
+    if refused:
+        names = ", ".join(sorted({r["opcode"] for r in refused}))
+        out.append(f"unsupported  {len(refused)} ops ({display_text(names)}) have no kernel here: "
+                   "the arena below lacks their scratch,")
+        out.append("             and run, gen and check refuse the model (inspect says why)")
     shared = [o for o in mp.plan.overlaps if shared_bytes(mp, o.below, o.above)]
     if shared:
         out.append(f"overlaps     {len(shared)} outputs placed over their dying inputs, "
@@ -464,18 +476,7 @@ def plan_text(mp: ModelPlan) -> str:
     out.extend(pool_lines(mp))
     if mp.state_slots:
         out.append(f"state        {mp.state_bytes} bytes (persistent, beside the arena)")
-    out.append(
-        f"lower bound  {mp.lower_bound_bytes} bytes "
-        f"(arena / lower bound = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f})"
-    )
-    if mp.untiled_bound_bytes is None:
-        out.append(f"             {mp.overlap_bound_bytes} bytes when outputs may overlap their "
-                   "inputs")
-    else:
-        out.append(f"             {mp.untiled_bound_bytes} bytes when outputs may overlap their "
-                   "inputs")
-        out.append(f"             {mp.overlap_bound_bytes} bytes with the segments striped "
-                   "(the most bytes that must coexist)")
+    out.extend(bound_lines(mp))
     out.extend(tiling_lines(mp))
     out.append(
         f"naive sum    {mp.naive_bytes} bytes "
@@ -484,6 +485,34 @@ def plan_text(mp: ModelPlan) -> str:
     out.append("")
     out.append(memory_map_text(mp.rows(), mp.arena_bytes, len(mp.lifetimes.order)))
     return "\n".join(out)
+
+
+def unsupported(mp: ModelPlan) -> list[dict[str, Any]]:
+    """The operators no kernel here runs: planned as tensors only, without their scratch."""
+    program = mp.program
+    rows = []
+    for r in program.refusals:
+        if r.op >= 0:
+            graph, op = program.op_origin(r.op)
+            operator = program.model.graphs[graph].operators[op]
+            rows.append({"subgraph": graph, "op": op, "reason": r.message,
+                         "opcode": operator.custom_code if operator.opcode == "CUSTOM"
+                         else operator.opcode})
+    return rows
+
+
+def bound_lines(mp: ModelPlan) -> list[str]:
+    """The bounds the arena is measured against: first the plan's own lower bound (the most
+    bytes that must coexist, overlaps and stripes counted), then the looser ones it beats."""
+    how = "striped" if mp.untiled_bound_bytes is not None else "outputs over inputs"
+    lines = [f"lower bound  {mp.overlap_bound_bytes} bytes, {how}: the most that must coexist "
+             f"(arena / bound = {ratio(mp.arena_bytes, mp.overlap_bound_bytes):.3f})"]
+    if mp.untiled_bound_bytes is not None:
+        lines.append(f"             {mp.untiled_bound_bytes} bytes without striping (outputs "
+                     "over their inputs)")
+    lines.append(f"             {mp.lower_bound_bytes} bytes if no two live tensors share a "
+                 f"byte (arena / that = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f})")
+    return lines
 
 
 def segment_data(mp: ModelPlan, s) -> dict[str, Any]:
@@ -519,16 +548,18 @@ def memory_map_text(rows: list[BufferRow], arena: int, steps: int, height: int =
     numbered row per buffer, live where it is marked."""
     if arena == 0 or steps == 0:
         return "memory map: empty arena"
-    width = min(steps, 96)
+    band = max(1, -(-arena // height))
+    row_count = -(-arena // band)
+    numbered = len(rows) > len(MAP_SYMBOLS)
+    margin = len(str(max(r.buffer for r in rows) if numbered else (row_count - 1) * band))
+    width = min(steps, TABLE_WIDTH - margin - 3)  # "label |cells|" within TABLE_WIDTH
     columns = [
         (col * steps // width, max(col * steps // width, (col + 1) * steps // width - 1))
         for col in range(width)
     ]
     per_column = "1 op" if width == steps else f"{steps / width:.1f} ops"
-    if len(rows) > len(MAP_SYMBOLS):
+    if numbered:
         return lifetime_map_text(rows, columns, per_column)
-    band = max(1, -(-arena // height))
-    row_count = -(-arena // band)
     # Each cell shows the buffer holding most of its bytes (the first such in `rows`); every
     # buffer paints only the cells it covers, so wide graphs stay cheap.
     best: dict[tuple[int, int], tuple[int, BufferRow]] = {}
@@ -542,7 +573,6 @@ def memory_map_text(rows: list[BufferRow], arena: int, steps: int, height: int =
             for col in cols:
                 if held > best.get((row_index, col), (0, None))[0]:
                     best[row_index, col] = (held, r)
-    margin = len(str((row_count - 1) * band))
     lines = [f"memory map: offset in bytes down ({band} bytes per row), op step across "
              f"({per_column} per column)"]
     for row_index in range(row_count):
