@@ -1,0 +1,117 @@
+"""The README's excerpts are what the commands print or write: each fenced block that starts
+with `$ arenac ...` is run (in a folder holding the files it names) and every line it shows
+must appear in the output, in order; a block after `<!-- excerpt of FILE from: COMMAND -->`
+is compared so with the FILE that COMMAND writes. `...` stands for lines left out; a shown
+line ending in `...` is the start of the printed one. Arenas, bounds and counts are
+deterministic, so an excerpt that goes stale fails here."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import SHARED_MODELS
+from toolchain.examples import EXAMPLES
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+# The example model `make demo` writes, under the name the README uses.
+DEMO = ("build/demo_int8.tflite", "residual_cnn_int8")
+
+
+EXCERPT = re.compile(r"<!-- excerpt of (\S+) from: (arenac .+) -->")
+
+
+def command_blocks() -> list[tuple[int, str, str | None, list[str]]]:
+    """(line number, command, file or None for its output, lines shown) of every README block
+    that starts with `$ arenac` or follows an excerpt marker."""
+    blocks, lines = [], README.read_text().splitlines()
+    for k, line in enumerate(lines):
+        marker = EXCERPT.fullmatch(line)
+        if marker and lines[k + 1].startswith("```"):
+            end = lines.index("```", k + 2)
+            blocks.append((k + 3, marker[2], marker[1], lines[k + 2:end]))
+        elif line == "```" and k + 1 < len(lines) and lines[k + 1].startswith("$ arenac "):
+            end = lines.index("```", k + 1)
+            blocks.append((k + 2, lines[k + 1][2:], None, lines[k + 2:end]))
+    return blocks
+
+
+def workspace(folder: Path, command: str) -> None:
+    """The files `command` reads, under the names it gives them."""
+    demo, example = DEMO
+    (folder / demo).parent.mkdir(parents=True, exist_ok=True)
+    (folder / demo).write_bytes(EXAMPLES[example]())
+    words = shlex.split(command)
+    for before, word in zip(words, words[1:]):
+        if word.endswith(".tflite") and before != "-o" and not (folder / word).exists():
+            source = SHARED_MODELS / word
+            if not source.exists():
+                pytest.skip(f"{source} not found")
+            os.symlink(source, folder / word)
+    if "frames.npy" in command:  # four input sets of the model's one input, seeded
+        from toolchain.reader import read_model
+
+        model = read_model(str(folder / shlex.split(command)[2]))
+        tensor = model.main.tensors[model.main.inputs[0]]
+        info = np.iinfo(tensor.dtype)
+        frames = np.random.default_rng(0).integers(info.min, info.max + 1,
+                                                   (4, *tensor.shape), dtype=tensor.dtype)
+        np.save(folder / "frames.npy", frames)
+
+
+def shown_in(shown: list[str], printed: list[str]) -> str | None:
+    """None when every shown line appears in `printed` in order, else the first that does not."""
+    at = 0
+    for line in shown:
+        if line.strip() == "...":
+            continue
+        want = line.rstrip()
+        prefix = want.endswith("...") and want[:-3]
+        while at < len(printed) and not (
+            printed[at].rstrip() == want or (prefix and printed[at].startswith(prefix))
+        ):
+            at += 1
+        if at == len(printed):
+            return line
+        at += 1
+    return None
+
+
+BLOCKS = command_blocks()
+
+
+def test_the_readme_has_command_excerpts():
+    assert len(BLOCKS) >= 8, "the README's excerpts were not found"
+
+
+@pytest.mark.parametrize("line, command, file, shown", BLOCKS,
+                         ids=[f"README.md:{line}" for line, *_ in BLOCKS])
+def test_a_readme_excerpt_is_what_its_command_prints(tmp_path, line, command, file, shown):
+    workspace(tmp_path, command)
+    done = subprocess.run([sys.executable, "-m", "toolchain.cli", *shlex.split(command)[1:]],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    printed = (done.stdout + done.stderr).splitlines()
+    if file is not None:
+        assert done.returncode == 0, done.stderr
+        printed = (tmp_path / file).read_text().splitlines()
+    missing = shown_in(shown, printed)
+    assert missing is None, (
+        f"README.md:{line}: `{command}` no longer {'writes' if file else 'prints'}\n"
+        f"  {missing}\nit {'wrote' if file else 'printed'}:\n" + "\n".join(printed[:60]))
+
+
+def test_an_excerpt_check_fails_on_a_changed_figure():
+    printed = ["arena        5120 bytes", "naive sum    15136 bytes"]
+    assert shown_in(["arena        5120 bytes", "...", "naive sum    15136 bytes"], printed) is None
+    assert shown_in(["arena        5121 bytes"], printed) == "arena        5121 bytes"
+    assert shown_in(["naive sum    15136 bytes", "arena        5120 bytes"], printed) is not None
+    assert re.fullmatch(r"README\.md:\d+", f"README.md:{BLOCKS[0][0]}")
