@@ -488,3 +488,24 @@ def test_embed_without_tflite_micro_says_what_is_unknown(
     assert said["head_bytes"] is said["tail_bytes"] is said["total_bytes"] is None
     assert main(["embed", str(path), "-o", str(out)]) == 0
     assert "install tflite-micro to measure the whole arena" in capsys.readouterr().out
+
+
+def test_embed_warns_when_tflm_needs_more_with_the_plan_than_with_its_own(capsys, tmp_path):
+    """keyword_scrambled_8bit: TFLM's own head is 672 bytes, 800 with the exported plan (it
+    places its kernels' scratch around an offline plan). The file is still written; the
+    warning and the JSON say what each costs."""
+    from tests.conftest import SHARED_MODELS
+    from toolchain.cli import main
+
+    path = SHARED_MODELS / "recurrent" / "keyword_scrambled_8bit.tflite"
+    if not path.exists() or importlib.util.find_spec("tflite_micro") is None:
+        pytest.skip("needs the shared recurrent models and tflite-micro")
+    out = tmp_path / "planned.tflite"
+    assert main(["embed", str(path), "-o", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert (data["head_bytes"], data["own_head_bytes"]) == (800, 672)
+    assert ("with this plan TFLite Micro's head is 800 bytes, above the 672 of its own plan"
+            in captured.err)
+    assert main(["embed", str(SHARED_MODELS / "kws_ref_model.tflite"), "-o", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err

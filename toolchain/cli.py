@@ -294,13 +294,22 @@ def cmd_embed(args: argparse.Namespace) -> int:
     embed_file(args.model, args.output, mp)
     with open(args.output, "rb") as f:
         embedded = f.read()
-    arena = measure_tflm_arena(embedded, 2 * mp.arena_bytes + len(embedded) + (4 << 20),
-                               args.output)
+    room = 2 * mp.arena_bytes + len(embedded) + (4 << 20)
+    arena = measure_tflm_arena(embedded, room, args.output)
+    # TFLM's own plan of the file as it was: an offline plan that needs more is worth a word
+    own = None if arena is None else measure_tflm_arena(read_bounded(args.model, args.max_bytes),
+                                                        room, args.model)
+    if own is not None and arena.head > own.head:
+        print(f"arenac: warning: {args.output}: with this plan TFLite Micro's head is "
+              f"{arena.head} bytes, above the {own.head} of its own plan of {args.model} "
+              "(TFLM places its kernels' scratch around an offline plan): the original file needs "
+              "less", file=sys.stderr)
     if args.json:
         emit_json({"model": args.model, "output": args.output, "planner": mp.plan.planner,
                    "arena_bytes": mp.arena_bytes, "measured": arena is not None,
                    "head_bytes": arena and arena.head, "tail_bytes": arena and arena.tail,
-                   "total_bytes": arena and arena.total})
+                   "total_bytes": arena and arena.total,
+                   "own_head_bytes": own and own.head})
     elif arena is None:
         print(f"{args.output}: TFLite Micro's head will be {mp.arena_bytes} bytes "
               f"({mp.plan.planner} plan) plus any scratch its kernels request, and its tail "
