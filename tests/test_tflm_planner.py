@@ -199,3 +199,19 @@ def test_our_scratch_rides_in_tflm_own_in_order():
 def test_kernels_run_in_a_tflm_plan(name):
     """runtime_py and the C run in TFLM's layout, each kernel on its own scratch in TFLM's."""
     assert_matches_oracle(RECURRENT_BUILT[name](), planner="tflm")
+
+
+@needs_tflm
+def test_planner_tflm_plans_tflm_graph_with_every_pad_its_own_op():
+    """A MobileNetV2 as the converter writes it (explicit PADs before the strided windows):
+    with the default techniques, `--planner tflm` runs the file's order with every PAD kept,
+    as TFLM does, and gives TFLM's head; our own plan fuses the PADs and is far smaller."""
+    from tests.mobilenet import mobilenet_v2
+
+    data = mobilenet_v2(96, explicit_pads=True)
+    model = parse_model(data)
+    assert any(op.opcode == "PAD" for op in model.main.operators)
+    theirs = plan_model(model, "tflm")
+    assert theirs.arena_bytes == tflm_head(data, len(model.main.outputs))
+    assert not theirs.program.pad_fusions or all(not f.fused for f in theirs.program.pad_fusions)
+    assert plan_model(model).arena_bytes < theirs.arena_bytes

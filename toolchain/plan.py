@@ -378,6 +378,8 @@ def planned_model(
     if planner not in PLANNER_NAMES:
         raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
     deadline = NEVER if time_limit is None else Deadline.after(time_limit)
+    if planner == TFLMPlanner.name:  # TFLM's graph as TFLM runs it: file order, PADs their own
+        techniques = replace(techniques, schedule="model", fuse_padding=False)
     program = lower(model, graph_index, target, portable, techniques.fuse_padding)
     needed = max((b.variant.scratch_alignment for b in program.bindings
                   if b is not None and b.variant is not None), default=1)
