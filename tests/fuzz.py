@@ -74,7 +74,7 @@ from toolchain.schema import DTYPE_NAMES, OPCODE_CODES, fb
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "fuzz.tflite"  # every refusal must name it
-PLAN_TIME_LIMIT = 0.2
+PLAN_NODES = 20_000  # the exact planner's work budget per plan: small, and the same on replay
 STATEFUL_SETS = 3  # invokes in a row, state kept, for a model with state
 STARTUP_SECONDS = 120  # imports on a loaded machine; not counted against any stage
 WORKER_MEMORY_BYTES = 4 << 30  # the Python stages; an absurd allocation fails, not the machine
@@ -285,7 +285,7 @@ class Planning:
         """runtime_py runs the plan without external I/O; the C gets `external_io`'s."""
         techniques = Techniques(self.inplace, self.overlap, self.schedule)
         return plan_model(model, self.planner, techniques=techniques, external_io=external_io,
-                          time_limit=PLAN_TIME_LIMIT)
+                          nodes=PLAN_NODES)
 
     def flags(self) -> list[str]:
         """The arenac options that plan the same way."""
@@ -305,6 +305,7 @@ class Planning:
         parser.add_argument("--no-overlap", action="store_true")
         parser.add_argument("--schedule", default="auto")
         parser.add_argument("--external-io", action="store_true")
+        parser.add_argument("--nodes")  # always PLAN_NODES here; a reproducer's note gives it
         a = parser.parse_args(flags)
         return cls(a.planner, not a.no_inplace, not a.no_overlap, a.schedule, a.external_io)
 
@@ -1583,7 +1584,7 @@ def describe(result: Result) -> str:
         f"stage: {outcome.stage}",
         f"key:   {outcome.key}",
         f"seed:  {example.seed}",
-        f"flags: {' '.join(example.planning.flags())}",
+        f"flags: {' '.join([*example.planning.flags(), '--nodes', str(PLAN_NODES)])}",
         "mutations:",
         *(
             f"  {m}  # {note}"
