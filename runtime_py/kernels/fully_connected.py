@@ -13,6 +13,7 @@ from runtime_py.hybrid import quantize_asymmetric as _asymmetric_row
 from runtime_py.hybrid import quantize_symmetric as _symmetric_row
 from toolchain.fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, wrap_int32
 from toolchain.ops.fully_connected import (
+    VECTOR_ACTIVATIONS,
     BatchMatMulFloatParams,
     BatchMatMulHybridParams,
     BatchMatMulInt8Params,
@@ -129,8 +130,12 @@ def fully_connected_hybrid(p: FullyConnectedHybridParams, inputs, outputs) -> No
             acc = acc - zero_point * np.asarray(p.row_sums, np.int64)
         row_scale = (filter_scales * scale).astype(f32)  # one product per unit, or one
         out[b] = out[b] + (wrap_int32(acc).astype(f32) * row_scale).astype(f32)
-    clamped = np.clip(out, f32(p.activation_min), f32(p.activation_max))
-    outputs[0][...] = clamped.reshape(outputs[0].shape)
+    low, high = VECTOR_ACTIVATIONS[p.activation]
+    if high is not None:  # std::min(y, high): NaN stays
+        out = np.where(f32(high) < out, f32(high), out)
+    if low is not None:  # std::max(low, y): NaN becomes low
+        out = np.where(f32(low) < out, out, f32(low))
+    outputs[0][...] = out.astype(f32).reshape(outputs[0].shape)
 
 
 def batch_matmul_hybrid(p: BatchMatMulHybridParams, inputs, outputs) -> None:

@@ -751,3 +751,14 @@ def test_fully_connected_hybrid_non_finite_inputs_agree_sanitized(asymmetric):
         want = ArenaInterpreter(mp).invoke(values)[0].view(np.uint32)
         np.testing.assert_array_equal(a[0].view(np.uint32), want)
         np.testing.assert_array_equal(b[0].view(np.uint32), want)
+
+
+@pytest.mark.parametrize("activation", ["NONE", "RELU", "RELU6", "RELU_N1_TO_1"])
+def test_fully_connected_hybrid_overflow_is_tflites_activation_of_inf(activation):
+    """Finite inputs near FLT_MAX whose scaled sums overflow: TFLite applies the activation to
+    the vector as it is (NONE keeps +-inf, RELU keeps +inf), not the float kernels' clamp to
+    the finite floats; runtime_py and the C give LiteRT's bits."""
+    big = np.finfo(np.float32).max
+    rows = [[big] * 10, [-big] * 10, [big, -big] * 5, [big / 3] * 10]
+    model = hybrid_fully_connected_model((1, 10), 3, activation, seed=4)
+    assert_bit_exact(model, [[np.array([row], np.float32)] for row in rows])

@@ -83,8 +83,10 @@ class FullyConnectedHybridParams:
     int8 as it is read, symmetric (scale max|x| / 127) or, with `asymmetric`, over [min(0, x),
     max(0, x)] with a zero point; its int32 dot products, less zero point * `row_sums[u]`, are
     scaled back by the row's scale times the filter's (`filter_scales`: one, or one per unit),
-    then the float bias and the clamp. TFLite's x86 reference build rounds the first
-    8 * floor(depth / 8) scaled values as trunc(p +- 0.5f), the rest half away from zero."""
+    then the float bias and the fused `activation` as TFLite applies it to a vector
+    (`VECTOR_ACTIVATIONS`: NONE leaves infinities, RELU has no upper bound). TFLite's x86
+    reference build rounds the first 8 * floor(depth / 8) scaled values as trunc(p +- 0.5f),
+    the rest half away from zero."""
 
     batches: int
     depth: int
@@ -92,8 +94,14 @@ class FullyConnectedHybridParams:
     asymmetric: bool
     filter_scales: tuple[float, ...]
     row_sums: tuple[int, ...]
-    activation_min: float
-    activation_max: float
+    activation: str
+
+
+# The hybrid kernels' activations, as TFLite's ApplyActivationToVector applies them (not the
+# clamp to CalculateActivationRange's finite bounds that its float kernels use): (low, high),
+# None for no bound, each bound as std::max / std::min take it, so NaN becomes the low bound.
+VECTOR_ACTIVATIONS: dict[str, tuple[float | None, float | None]] = {
+    "NONE": (None, None), "RELU": (0.0, None), "RELU6": (0.0, 6.0), "RELU_N1_TO_1": (-1.0, 1.0)}
 
 
 @dataclass(frozen=True)
@@ -286,11 +294,12 @@ def _fully_connected_hybrid(weights: Tensor, bias: Tensor | None, out: Tensor, a
         raise UnsupportedOpError("hybrid weights holding -128 (TFLite's x86 kernel miscounts "
                                  "them; converters write [-127, 127])")
     asymmetric = bool(options.get("asymmetric_quantize_inputs", False))
-    low, high = activation_range_float(activation)
+    if activation not in VECTOR_ACTIVATIONS:
+        raise UnsupportedOpError(f"hybrid fused activation {activation}")
     return FullyConnectedHybridParams(
         **shape, asymmetric=asymmetric, filter_scales=tuple(float(s) for s in scales),
         row_sums=tuple(int(v) for v in values.sum(axis=1)) if asymmetric else (),
-        activation_min=low, activation_max=high)
+        activation=activation)
 
 
 def fully_connected_scratch(p) -> tuple[MemoryRequest, ...]:
@@ -783,8 +792,8 @@ def fc_hybrid_values(ctx: OpContext) -> dict:
     finish += [f"y = (float)acc * {row_scale};",
                (f"y = bias[{unit.index}] + y;" if v["bias"]
                 else "y = 0.0f + y; /* TFLite adds to a zeroed output: -0.0f becomes 0.0f */"),
-               f"{v['ob']}[{unit.index}] = arenac_clampf(y, {c_float(p.activation_min)}, "
-               f"{c_float(p.activation_max)});"]
+               *vector_activation_lines(p.activation, "y"),
+               f"{v['ob']}[{unit.index}] = y;"]
     comment = (f"FULLY_CONNECTED '{v['name']}' (hybrid: float32 input, int8 weights): each input "
                "row quantized to int8 in the arena as TFLite's x86 reference build does, int32 "
                "dot products, scaled back to float, bias and clamp")
@@ -792,6 +801,17 @@ def fc_hybrid_values(ctx: OpContext) -> dict:
             "unit": unit, "depth": k, "row": c_offset("w", [(unit, p.depth)]),
             "quantize": quantize, "finish": finish,
             "counters": written_vars([v["batch"], k, unit]) or "k"}
+
+
+def vector_activation_lines(activation: str, y: str) -> list[str]:
+    """C applying `activation` to float `y` in place as std::min, then std::max, would."""
+    low, high = VECTOR_ACTIVATIONS[activation]
+    lines = []
+    if high is not None:
+        lines.append(f"{y} = {c_float(high)} < {y} ? {c_float(high)} : {y};")
+    if low is not None:
+        lines.append(f"{y} = {c_float(low)} < {y} ? {y} : {c_float(low)};")
+    return lines
 
 
 def emit_fully_connected(ctx: OpContext) -> Kernel:
