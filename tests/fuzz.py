@@ -1861,8 +1861,11 @@ def run_user_file(case: UserFile, directory: str) -> str | None:
     if result.returncode in (0, 1) and "Traceback" not in result.stderr:
         return None
     lines = result.stderr.strip().splitlines()
+    # one line naming the file, or the model where the file is sound but the model does not
+    # fit what it describes (pools too small: "does not fit the pools", as the README says)
     if result.returncode == 2 and len(lines) == 1 and "Traceback" not in lines[0] and (
-            path in lines[0] or lines[0].startswith("arenac: error:")):
+            path in lines[0] or lines[0].startswith("arenac: error:")
+            or lines[0].startswith(f"arenac: {model}: does not fit the pools")):
         return None
     return f"exit {result.returncode}: {result.stderr.strip()[-2000:]}"
 

@@ -255,3 +255,11 @@ def test_an_npy_header_numpy_cannot_tokenize_is_one_line(tmp_path):
     """A header cut inside its dict: numpy's parser raises tokenize's TokenError."""
     case = fuzz.UserFile("run", "x.npy", b"\x93NUMPY\x01\x00\x10\x00{'descr': '|i1',\n", "cut")
     assert fuzz.run_user_file(case, str(tmp_path)) is None
+
+
+def test_a_sound_memory_file_whose_pools_are_too_small_is_a_refusal_not_a_finding(tmp_path):
+    """The campaign's one finding at 200 files: a pool of 1 byte. The model does not fit it,
+    which `plan` says in one line naming the model (exit 2): a result, not a defect."""
+    case = fuzz.UserFile("plan", "memory.json", b'{"pools": [{"name": "fast", "size": 1}]}',
+                         "a pool of 1 byte")
+    assert fuzz.run_user_file(case, str(tmp_path)) is None
