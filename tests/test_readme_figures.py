@@ -2,8 +2,9 @@
 with `$ arenac ...` is run (in a folder holding the files it names) and every line it shows
 must appear in the output, in order; a block after `<!-- excerpt of FILE from: COMMAND -->`
 is compared so with the FILE that COMMAND writes. `...` stands for lines left out; a shown
-line ending in `...` is the start of the printed one. Arenas, bounds and counts are
-deterministic, so an excerpt that goes stale fails here."""
+line ending in `...` is the start of the printed one. The benchmark tables of arenas
+(`python -m tests.bench plan` and `tiling`) are compared column by column, timings left out.
+Arenas, bounds and counts are deterministic, so a figure that goes stale fails here."""
 
 from __future__ import annotations
 
@@ -115,3 +116,68 @@ def test_an_excerpt_check_fails_on_a_changed_figure():
     assert shown_in(["arena        5121 bytes"], printed) == "arena        5121 bytes"
     assert shown_in(["naive sum    15136 bytes", "arena        5120 bytes"], printed) is not None
     assert re.fullmatch(r"README\.md:\d+", f"README.md:{BLOCKS[0][0]}")
+
+
+# -- the benchmark tables' deterministic columns ------------------------------------------------
+
+PLAN_TABLE = "Arena bytes as each technique is added"
+
+
+def table_rows(heading: str) -> list[list[str]]:
+    """The cells of each row of the first fenced block after the paragraph starting `heading`
+    (header and rule left out)."""
+    lines = README.read_text().splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith(heading))
+    begin = lines.index("```", start)
+    end = lines.index("```", begin + 1)
+    return [line.split() for line in lines[begin + 3:end] if not line.startswith("sum:")]
+
+
+def shared_model(shown: str) -> Path:
+    """The shared model a table row names, its name maybe cut in the middle ("hel..._float")."""
+    from tests.conftest import SHARED_MODEL_FILES
+
+    head, _, tail = shown.partition("...")
+    found = [p for p in SHARED_MODEL_FILES
+             if (p.stem == shown) or (tail and p.stem.startswith(head) and p.stem.endswith(tail))]
+    assert len(found) == 1, f"{shown!r} names {len(found)} shared models"
+    return found[0]
+
+
+PLAN_ROWS = table_rows(PLAN_TABLE)
+
+
+@pytest.mark.parametrize("cells", PLAN_ROWS, ids=[cells[0] for cells in PLAN_ROWS])
+def test_the_readme_arena_table_is_what_bench_plan_gives(cells):
+    """`python -m tests.bench plan`: every column but the planning time."""
+    from tests.bench import plan_row
+    from tests.conftest import SHARED_MODEL_FILES
+
+    if not SHARED_MODEL_FILES:
+        pytest.skip("the shared models are absent")
+    row = plan_row(shared_model(cells[0]))
+    assert [str(c) for c in row[1:-1]] == cells[1:-1], f"README row {cells[0]} is stale"
+
+
+TILING_ROWS = table_rows("Striped segments (section `tiling`)")
+
+
+@pytest.mark.parametrize("cells", TILING_ROWS, ids=[cells[0] for cells in TILING_ROWS])
+def test_the_readme_striping_table_is_what_bench_tiling_gives(cells):
+    """`python -m tests.bench tiling`: the arenas, bounds, stripes and moved bytes, and the
+    Cortex-M4 arenas (the instructions column needs a QEMU run, which `make bench` makes)."""
+    from tests.bench import tiling_row
+    from tests.conftest import SHARED_MODEL_FILES
+    from toolchain.plan import Techniques, plan_model
+    from toolchain.reader import read_model
+
+    if not SHARED_MODEL_FILES:
+        pytest.skip("the shared models are absent")
+    path = shared_model(cells[0])
+    row = tiling_row(path, count=False)
+    assert [str(c) for c in row[1:8]] == cells[1:8], f"README row {cells[0]} is stale"
+    if cells[8] != "-":
+        model = read_model(path)
+        m4 = [plan_model(model, target="cortex-m4", techniques=Techniques(tiling=t)).arena_bytes
+              for t in ("off", "auto")]
+        assert [str(a) for a in m4] == cells[8:10], f"README row {cells[0]}: Cortex-M4 arenas"
