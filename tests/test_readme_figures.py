@@ -3,7 +3,8 @@ with `$ arenac ...` is run (in a folder holding the files it names) and every li
 must appear in the output, in order; a block after `<!-- excerpt of FILE from: COMMAND -->`
 is compared so with the FILE that COMMAND writes. `...` stands for lines left out; a shown
 line ending in `...` is the start of the printed one. The benchmark tables of arenas
-(`python -m tests.bench plan` and `tiling`) are compared column by column, timings left out.
+(`python -m tests.bench plan` and `tiling`) and the Cortex-M4 footprint (`mcu`) are compared
+column by column, timings left out.
 Arenas, bounds and counts are deterministic, so a figure that goes stale fails here."""
 
 from __future__ import annotations
@@ -181,3 +182,34 @@ def test_the_readme_striping_table_is_what_bench_tiling_gives(cells):
         m4 = [plan_model(model, target="cortex-m4", techniques=Techniques(tiling=t)).arena_bytes
               for t in ("off", "auto")]
         assert [str(a) for a in m4] == cells[8:10], f"README row {cells[0]}: Cortex-M4 arenas"
+
+
+FOOTPRINT_ROWS = table_rows("Measured by `make bench` (bytes; `-Os`, default plan; TFLM total")
+
+
+@pytest.mark.parametrize("cells", FOOTPRINT_ROWS, ids=[cells[0] for cells in FOOTPRINT_ROWS])
+def test_the_readme_footprint_table_is_what_bench_mcu_gives(cells):
+    """`python -m tests.bench mcu`: flash, weights, kernel weights, code, RAM, arena, state
+    and stack of the Cortex-M4 build (sizes from the linker, stack from -fstack-usage), and
+    TFLM's total arena measured in its interpreter."""
+    from tests.conftest import SHARED_MODEL_FILES
+    from toolchain.checking.oracle import TFLMOracle
+    from toolchain.checking.qemu_backend import missing
+    from toolchain.firmware import TOOL_PREFIX
+    from toolchain.footprint import footprint
+    from toolchain.plan import plan_model
+    from toolchain.reader import read_model
+
+    if not SHARED_MODEL_FILES:
+        pytest.skip("the shared models are absent")
+    absent = [program for program in missing() if program.startswith(TOOL_PREFIX)]
+    if absent:
+        pytest.skip(f"not on PATH: {', '.join(absent)}")
+    path = shared_model(cells[0])
+    model = read_model(path)
+    r = footprint(plan_model(model))
+    total = TFLMOracle(path.read_bytes(), len(model.main.outputs),
+                       arena_size=4 << 20).allocations()["total"]
+    got = [r["flash"], r["weights"], r["kernel_weights"], r["code"], r["ram"], r["arena"],
+           r["state"], r["stack"], total]
+    assert [str(v) for v in got] == cells[1:10], f"README row {cells[0]} is stale"
