@@ -79,3 +79,22 @@ def test_plans_and_generated_c_are_the_same_bytes_under_load_in_any_folder(tmp_p
     from toolchain.reader import read_model
 
     assert first[f"{mobilenet} generic arena"] == plan_model(read_model(str(mobilenet))).arena_bytes
+
+
+def test_a_node_budget_is_a_whole_number_an_int64_holds(tmp_path):
+    """--nodes reaches the compiled searches as an int64: anything else is one usage line."""
+    from toolchain.examples import EXAMPLES
+
+    path = tmp_path / "m.tflite"
+    path.write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    problem = tmp_path / "p.csv"
+    problem.write_text("id,lower,upper,size\n0,0,2,10\n1,1,3,20\n")
+    for command in (["plan", str(path)], ["solve", str(problem), "--capacity", "30"]):
+        for bad in ("-1", "1e6", str(2**63)):
+            done = subprocess.run([sys.executable, "-m", "toolchain.cli", *command, "--nodes",
+                                   bad], capture_output=True, text=True, cwd=ROOT)
+            assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+            assert "--nodes: expected a whole number below 2^63" in done.stderr
+        done = subprocess.run([sys.executable, "-m", "toolchain.cli", *command, "--nodes",
+                               str(2**63 - 1)], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, done.stderr

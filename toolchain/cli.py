@@ -885,8 +885,9 @@ def backend_list(text: str) -> tuple[str, ...]:
 
 
 def whole(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    """A count the compiled searches take as an int64."""
+    if not text.isdigit() or int(text) >= 2**63:
+        raise argparse.ArgumentTypeError(f"expected a whole number below 2^63, got {text!r}")
     return int(text)
 
 
