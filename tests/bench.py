@@ -36,6 +36,7 @@ from toolchain.plan import (
     BEST,
     NO_TECHNIQUES,
     ModelPlan,
+    SearchBudget,
     Techniques,
     best_candidates,
     plan_model,
@@ -347,7 +348,7 @@ def limit_section(count: int = 100_000, time_limit: float = 2.0) -> None:
     bound = lower_bound(buffers, 16)
     rows = []
     for planner in ("best", "optimal", "greedy", "freelist", "tflm"):
-        candidates = best_candidates(time_limit=time_limit) if planner == BEST else (
+        candidates = best_candidates(SearchBudget(time_limit=time_limit)) if planner == BEST else (
             (planner, {"time_limit": time_limit} if planner == "optimal" else {}),)
         start, cpu = time.perf_counter(), time.process_time()
         plan = smallest_plan(buffers, candidates, 16, (), Deadline.after(time_limit))

@@ -299,20 +299,28 @@ BEST = "best"
 PLANNER_NAMES = (BEST, *sorted(PLANNERS))
 
 
-def best_candidates(nodes: int = DEFAULT_NODES, time_limit: float | None = None
-                    ) -> tuple[tuple[str, dict], ...]:
+@dataclass(frozen=True)
+class SearchBudget:
+    """What the exact planner may spend: `nodes` search nodes, the plan's sole bound unless
+    the caller also set a clock limit (`time_limit` seconds)."""
+
+    nodes: int = DEFAULT_NODES
+    time_limit: float | None = None
+
+    def options(self) -> dict:
+        """The exact planner's options: the clock only when the caller set one."""
+        clock = {} if self.time_limit is None else {"time_limit": self.time_limit}
+        return {"nodes": self.nodes, **clock}
+
+
+def best_candidates(budget: SearchBudget = SearchBudget()) -> tuple[tuple[str, dict], ...]:
     """What `best` tries: every planner and its options; the smallest verified plan wins."""
     return (
-        ("optimal", exact_options(nodes, time_limit)),
+        ("optimal", budget.options()),
         ("greedy", {}),
         ("freelist", {"fit": "first"}),
         ("freelist", {"fit": "best"}),
     )
-
-
-def exact_options(nodes: int, time_limit: float | None) -> dict:
-    """The exact planner's budget: `nodes`, and the clock only when the caller set a limit."""
-    return {"nodes": nodes} if time_limit is None else {"nodes": nodes, "time_limit": time_limit}
 
 
 def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES, **kwargs) -> ModelPlan:
@@ -419,7 +427,7 @@ def planned_model(
             and program.layout is None and not pools:
         with step("tiling"):
             tiling = tiling_for(program, order, kept, problem, alignment)
-    budget = {"nodes": nodes, "time_limit": time_limit}
+    budget = SearchBudget(nodes, time_limit)
     tiled = None
     if tiling.segments:
         tiled_lifetimes, tiled_overlaps = problem(tiling)
@@ -512,10 +520,9 @@ def segment_overlaps(lifetimes: Lifetimes, tiling: Tiling, kept) -> tuple[Overla
 
 
 def place(program: Program, lifetimes: Lifetimes, overlaps, planner: str, options: dict,
-          offsets_csv: str | None, pools: Sequence[Pool], pins, budget: dict,
+          offsets_csv: str | None, pools: Sequence[Pool], pins, budget: SearchBudget,
           alignment: int, deadline: Deadline) -> tuple[Placement, dict]:
-    """The planners' placement of one problem (with the pools' fields, if any); `budget`
-    holds the exact planner's `nodes` and `time_limit` (None: no clock)."""
+    """The planners' placement of one problem (with the pools' fields, if any)."""
     pooled = {}
     if offsets_csv is not None:
         if pools:
@@ -523,13 +530,11 @@ def place(program: Program, lifetimes: Lifetimes, overlaps, planner: str, option
                               offsets_csv)
         plan = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
     else:
-        nodes, time_limit = budget["nodes"], budget["time_limit"]
         if planner == "optimal":
-            options = {**exact_options(nodes, time_limit), **options}
-        candidates = best_candidates(nodes, time_limit) if planner == BEST \
-            else ((planner, options),)
-        clock = "" if time_limit is None else f", at most {time_limit:g} s"
-        with step(f"planning ({planner}, at most {nodes:,} search nodes{clock})"):
+            options = {**budget.options(), **options}
+        candidates = best_candidates(budget) if planner == BEST else ((planner, options),)
+        clock = "" if budget.time_limit is None else f", at most {budget.time_limit:g} s"
+        with step(f"planning ({planner}, at most {budget.nodes:,} search nodes{clock})"):
             if pools:
                 pooled = pool_plan(program, lifetimes, overlaps, pools, pins or {}, candidates,
                                    alignment, deadline)
