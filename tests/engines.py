@@ -100,10 +100,13 @@ class CLibrary:
         return self.library.model_invoke(self.input_pointers, self.output_pointers)
 
     def check(self, expected: Sequence[np.ndarray], what: str) -> None:
-        """Raise unless the last invoke's outputs are `expected` (runtime_py's) bit for bit:
-        a timing of wrong code is no timing."""
+        """Raise unless the last invoke's outputs agree with `expected` (runtime_py's) as
+        `arenac check` judges them (integers bit for bit, floats within its tolerance): a
+        timing of wrong code is no timing."""
+        from toolchain.checking.check import difference
+
         for k, (got, want) in enumerate(zip(self.outputs, expected, strict=True)):
-            if not np.array_equal(got, np.asarray(want), equal_nan=got.dtype.kind == "f"):
+            if difference(np.asarray(want), got).mismatches:
                 raise AssertionError(f"{what}: output {k} differs from runtime_py's")
 
     def __enter__(self) -> CLibrary:
