@@ -27,18 +27,23 @@ def window_model(options: bytes | dict) -> bytes:
                         options, {1: hann(8)})
 
 
+def counted_calls(monkeypatch, owner: type, name: str) -> list[int]:
+    """A one-item list counting the calls of method `name` of `owner` from now on."""
+    count = [0]
+    real = getattr(owner, name)
+
+    def counting(self, *args):
+        count[0] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(owner, name, counting)
+    return count
+
+
 @pytest.fixture
 def values_read(monkeypatch) -> list[int]:
     """Counts the flexbuffer values the reader reads."""
-    count = [0]
-    real = reader._Flexbuffer.value
-
-    def counting(self, ref, depth):
-        count[0] += 1
-        return real(self, ref, depth)
-
-    monkeypatch.setattr(reader._Flexbuffer, "value", counting)
-    return count
+    return counted_calls(monkeypatch, reader._Flexbuffer, "value")
 
 
 # -- custom options ---------------------------------------------------------------------------
@@ -139,15 +144,8 @@ def shared(data: bytes, *vectors: str) -> bytes:
 
 @pytest.fixture
 def tensors_read(monkeypatch) -> list[int]:
-    count = [0]
-    real = reader._Parser.tensor
-
-    def counting(self, t, index):
-        count[0] += 1
-        return real(self, t, index)
-
-    monkeypatch.setattr(reader._Parser, "tensor", counting)
-    return count
+    """Counts the tensor tables the reader reads."""
+    return counted_calls(monkeypatch, reader._Parser, "tensor")
 
 
 def test_subgraphs_sharing_a_subgraph_of_shared_tensors_are_refused(tensors_read):
