@@ -375,3 +375,17 @@ def test_pool_names_that_differ_only_in_case_are_refused(capsys, tmp_path):
                          "--pool", "FAST:64K")
     assert code == 2 and not out and err.count("\n") == 1
     assert "differ only in case" in err
+
+
+def test_a_fifo_given_as_the_model_is_refused_at_once(tmp_path):
+    """Opening a FIFO blocks until a writer comes: the model is read as any user file is."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "model.tflite"
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "toolchain.cli", "inspect", str(fifo)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == f"arenac: {fifo}: not a regular file (a device, a pipe or a socket)\n"

@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 import numpy as np
 from flatbuffers import flexbuffers
 
-from toolchain.errors import ModelError
+from toolchain.errors import ArenacError, ModelError
+from toolchain.files import read_bounded
 from toolchain.ir import DTYPE_BITS, Graph, Model, Operator, Quantization, SignatureDef, Tensor
 from toolchain.schema import DTYPE_NAMES, OPCODE_NAMES, OPTION_ENUMS, fb, snake_case
 from toolchain.validate import DEFAULT_MAX_BYTES, validate_model
@@ -42,16 +43,9 @@ def read_model(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> M
     """
     source = os.fspath(path)
     try:
-        with open(source, "rb") as f:
-            if os.fstat(f.fileno()).st_size > max_bytes:
-                raise _too_large(max_bytes, source)
-            data = f.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise ModelError("no such file", source) from None
-    except IsADirectoryError:
-        raise ModelError("is a directory, not a .tflite file", source) from None
-    except OSError as e:
-        raise ModelError(f"cannot read file ({e.strerror})", source) from None
+        data = read_bounded(source, max_bytes)
+    except ArenacError as e:  # the same words, as the model's error
+        raise ModelError(e.message, source) from None
     return parse_model(data, source, max_bytes)
 
 
