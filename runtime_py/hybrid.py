@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from toolchain.ops.hybrid import SATURATED as _SATURATED
+
 f32 = np.float32
-SATURATED = f32(512.0)  # toolchain/ops/hybrid.py: NaN and +-inf defined where TFLite's are not
+SATURATED = f32(_SATURATED)  # NaN and +-inf defined where TFLite's are not (ops/hybrid.py)
 
 
 def saturated(p: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from toolchain.plan import ModelPlan
 from toolchain.render import render
 from toolchain.report import (
     CLOCK_CUT,
+    bounds,
     inspect_data,
     memory_map_svg,
     plan_data,
@@ -41,7 +42,7 @@ def report_html(mp: ModelPlan, model_bytes: bytes, inputs: int = 3, seed: int = 
         summary=[
             ("planner", plan["planner"] + (", proven optimal" if plan["proven_optimal"] else "")),
             ("arena", f"{plan['arena_bytes']} bytes (alignment {plan['alignment']})"),
-            ("lower bound", bound_summary(plan)),
+            ("lower bound", "; ".join(bounds(mp))),
             ("naive sum", f"{plan['naive_bytes']} bytes"),
             ("state", f"{plan['state_bytes']} bytes"),
             ("weights", f"{graph['weight_bytes']} bytes"),
@@ -65,18 +66,6 @@ def report_html(mp: ModelPlan, model_bytes: bytes, inputs: int = 3, seed: int = 
         footprint=footprint_section(mp) if footprint else not_run("not asked for"),
         check=check_section(mp, model_bytes, inputs, seed) if check else not_run("not asked for"),
     )
-
-
-def bound_summary(plan: dict[str, Any]) -> str:
-    """The plan's lower bound first (the most bytes that must coexist), then the looser ones,
-    each named for what it allows, as `arenac plan` gives them."""
-    if plan["untiled_bound_bytes"] is None:
-        parts = [f"{plan['overlap_bound_bytes']} bytes when outputs may overlap their inputs"]
-    else:
-        parts = [f"{plan['overlap_bound_bytes']} bytes with the segments striped",
-                 f"{plan['untiled_bound_bytes']} without striping"]
-    parts.append(f"{plan['lower_bound_bytes']} if no two live tensors share a byte")
-    return "; ".join(parts)
 
 
 def not_run(reason: str) -> dict[str, Any]:

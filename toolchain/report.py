@@ -87,10 +87,8 @@ def inspect_data(model: Model) -> dict[str, Any]:
     refusals: dict[int, dict[int, str]] = {}
     padding: dict[int, dict[int, dict]] = {}  # subgraph -> PAD -> what became of it
     if program is not None:
-        for r in program.refusals:
-            if r.op >= 0:
-                graph, op = program.op_origin(r.op)
-                refusals.setdefault(graph, {})[op] = r.message
+        for r in refused_ops(program):
+            refusals.setdefault(r["subgraph"], {})[r["op"]] = r["reason"]
         for f in program.pad_fusions:
             graph, op = program.op_origin(f.pad)
             padding.setdefault(graph, {})[op] = {
@@ -250,7 +248,7 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
         "tiling": [segment_data(mp, s) for s in mp.tiling.segments],
         "proven_optimal": mp.plan.proven_optimal,
         "clock_cut": mp.clock_cut,
-        "unsupported_ops": unsupported(mp),
+        "unsupported_ops": refused_ops(mp.program),
         "gap_bytes": mp.plan.gap_bytes,
         "order": list(mp.lifetimes.order),
         "overlaps": [
@@ -456,7 +454,7 @@ def plan_text(mp: ModelPlan) -> str:
                f"{proof[mp.plan.proven_optimal]}")
     if mp.clock_cut:
         out.append(f"time limit   {CLOCK_CUT}")
-    refused = unsupported(mp)
+    refused = refused_ops(mp.program)
     if refused:
         names = ", ".join(sorted({r["opcode"] for r in refused}))
         out.append(f"unsupported  {len(refused)} ops ({display_text(names)}) have no kernel here: "
@@ -476,7 +474,8 @@ def plan_text(mp: ModelPlan) -> str:
     out.extend(pool_lines(mp))
     if mp.state_slots:
         out.append(f"state        {mp.state_bytes} bytes (persistent, beside the arena)")
-    out.extend(bound_lines(mp))
+    out.extend(f"{'lower bound' if k == 0 else '':13}{phrase}"
+               for k, phrase in enumerate(bounds(mp)))
     out.extend(tiling_lines(mp))
     out.append(
         f"naive sum    {mp.naive_bytes} bytes "
@@ -487,9 +486,9 @@ def plan_text(mp: ModelPlan) -> str:
     return "\n".join(out)
 
 
-def unsupported(mp: ModelPlan) -> list[dict[str, Any]]:
-    """The operators no kernel here runs: planned as tensors only, without their scratch."""
-    program = mp.program
+def refused_ops(program) -> list[dict[str, Any]]:
+    """The operators no kernel here runs, by subgraph and op of the file, with the reason:
+    planned as tensors only, without their scratch."""
     rows = []
     for r in program.refusals:
         if r.op >= 0:
@@ -501,18 +500,19 @@ def unsupported(mp: ModelPlan) -> list[dict[str, Any]]:
     return rows
 
 
-def bound_lines(mp: ModelPlan) -> list[str]:
-    """The bounds the arena is measured against: first the plan's own lower bound (the most
-    bytes that must coexist, overlaps and stripes counted), then the looser ones it beats."""
+def bounds(mp: ModelPlan) -> list[str]:
+    """The bounds the arena is measured against, one phrase each: first the plan's own lower
+    bound (the most bytes that must coexist, overlaps and stripes counted), then the looser
+    ones it beats. `plan` lists them under "lower bound", the HTML report on one line."""
     how = "striped" if mp.untiled_bound_bytes is not None else "outputs over inputs"
-    lines = [f"lower bound  {mp.overlap_bound_bytes} bytes, {how}: the most that must coexist "
-             f"(arena / bound = {ratio(mp.arena_bytes, mp.overlap_bound_bytes):.3f})"]
+    phrases = [f"{mp.overlap_bound_bytes} bytes, {how}: the most that must coexist "
+               f"(arena / bound = {ratio(mp.arena_bytes, mp.overlap_bound_bytes):.3f})"]
     if mp.untiled_bound_bytes is not None:
-        lines.append(f"             {mp.untiled_bound_bytes} bytes without striping (outputs "
-                     "over their inputs)")
-    lines.append(f"             {mp.lower_bound_bytes} bytes if no two live tensors share a "
-                 f"byte (arena / that = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f})")
-    return lines
+        phrases.append(f"{mp.untiled_bound_bytes} bytes without striping (outputs over their "
+                       "inputs)")
+    phrases.append(f"{mp.lower_bound_bytes} bytes if no two live tensors share a byte "
+                   f"(arena / that = {ratio(mp.arena_bytes, mp.lower_bound_bytes):.3f})")
+    return phrases
 
 
 def segment_data(mp: ModelPlan, s) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from toolchain.ops.emit import ConstantLoop
 # |x * (1 / scale)| beyond any int8 value plus zero point, where it is saturated before
 # rounding. TFLite converts it to int32 unclamped, undefined for NaN and +-inf (an infinite
 # input, or a denormal extent whose 127 / extent is inf); here those saturate, NaN as 0.
-SATURATED = "512.0"
+SATURATED = 512.0
 
 
 def round_lines(k: str, rounded: str, head: int, count: int | None = None) -> list[str]:
@@ -53,8 +53,8 @@ def quantize_lines(count: int, asymmetric: bool, k: ConstantLoop, src: str,
             f"  lo = {src}[{k.index}] < lo ? {src}[{k.index}] : lo;",
             f"  hi = {src}[{k.index}] > hi ? {src}[{k.index}] : hi;", "}"]
     each = [f"  const float s = {src}[{k.index}] * inv;",
-            f"  const float p = s > {SATURATED}f ? {SATURATED}f : s < -{SATURATED}f ? "
-            f"-{SATURATED}f : s == s ? s : 0.0f;", "  int32_t r;",
+            f"  const float p = s > {SATURATED!r}f ? {SATURATED!r}f : s < -{SATURATED!r}f ? "
+            f"-{SATURATED!r}f : s == s ? s : 0.0f;", "  int32_t r;",
             *("  " + line for line in round_lines(k.index, "r", head, count))]
     if not asymmetric:
         return [*scan, "/* symmetric: scale max|x| / 127, values in [-127, 127] */",
