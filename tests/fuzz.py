@@ -1862,7 +1862,7 @@ def run_user_file(case: UserFile, directory: str) -> str | None:
         return None
     lines = result.stderr.strip().splitlines()
     # one line naming the file, or the model where the file is sound but the model does not
-    # fit what it describes (pools too small: "does not fit the pools", as the README says)
+    # fit what it describes (pools too small: "does not fit the pools", as docs/cortex-m.md says)
     if result.returncode == 2 and len(lines) == 1 and "Traceback" not in lines[0] and (
             path in lines[0] or lines[0].startswith("arenac: error:")
             or lines[0].startswith(f"arenac: {model}: does not fit the pools")):

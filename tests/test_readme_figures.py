@@ -1,11 +1,11 @@
-"""The README's excerpts are what the commands print or write: each fenced block that starts
-with `$ arenac ...` is run (in a folder holding the files it names) and every line it shows
-must appear in the output, in order; a block after `<!-- excerpt of FILE from: COMMAND -->`
-is compared so with the FILE that COMMAND writes. `...` stands for lines left out; a shown
-line ending in `...` is the start of the printed one. The benchmark tables of arenas
-(`python -m tests.bench plan` and `tiling`) and the Cortex-M4 footprint (`mcu`) are compared
-column by column, timings left out.
-Arenas, bounds and counts are deterministic, so a figure that goes stale fails here."""
+"""The documents' excerpts (README.md and docs/) are what the commands print or write:
+each fenced block that starts with `$ arenac ...` is run (in a folder holding the files it
+names) and every line it shows must appear in the output, in order; a block after
+`<!-- excerpt of FILE from: COMMAND -->` is compared so with the FILE that COMMAND writes.
+`...` stands for lines left out; a shown line ending in `...` is the start of the printed one.
+The benchmark tables of arenas (`python -m tests.bench plan` and `tiling`) and the Cortex-M4
+footprint (`mcu`) are compared column by column, timings left out. Arenas, bounds and counts
+are deterministic, so a figure that goes stale fails here."""
 
 from __future__ import annotations
 
@@ -23,26 +23,29 @@ from tests.conftest import SHARED_MODELS
 from toolchain.examples import EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
-# The example model `make demo` writes, under the name the README uses.
+# The user's manual: the README's quick start and the reference in docs/.
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The example model `make demo` writes, under the name the documents use.
 DEMO = ("build/demo_int8.tflite", "residual_cnn_int8")
 
 
 EXCERPT = re.compile(r"<!-- excerpt of (\S+) from: (arenac .+) -->")
 
 
-def command_blocks() -> list[tuple[int, str, str | None, list[str]]]:
-    """(line number, command, file or None for its output, lines shown) of every README block
-    that starts with `$ arenac` or follows an excerpt marker."""
-    blocks, lines = [], README.read_text().splitlines()
-    for k, line in enumerate(lines):
-        marker = EXCERPT.fullmatch(line)
-        if marker and lines[k + 1].startswith("```"):
-            end = lines.index("```", k + 2)
-            blocks.append((k + 3, marker[2], marker[1], lines[k + 2:end]))
-        elif line == "```" and k + 1 < len(lines) and lines[k + 1].startswith("$ arenac "):
-            end = lines.index("```", k + 1)
-            blocks.append((k + 2, lines[k + 1][2:], None, lines[k + 2:end]))
+def command_blocks() -> list[tuple[str, str, str | None, list[str]]]:
+    """(file:line, command, file written or None for its output, lines shown) of every block
+    of the documents that starts with `$ arenac` or follows an excerpt marker."""
+    blocks = []
+    for document in DOCUMENTS:
+        lines, where = document.read_text().splitlines(), document.relative_to(ROOT)
+        for k, line in enumerate(lines):
+            marker = EXCERPT.fullmatch(line)
+            if marker and lines[k + 1].startswith("```"):
+                end = lines.index("```", k + 2)
+                blocks.append((f"{where}:{k + 3}", marker[2], marker[1], lines[k + 2:end]))
+            elif line == "```" and k + 1 < len(lines) and lines[k + 1].startswith("$ arenac "):
+                end = lines.index("```", k + 1)
+                blocks.append((f"{where}:{k + 2}", lines[k + 1][2:], None, lines[k + 2:end]))
     return blocks
 
 
@@ -91,11 +94,11 @@ BLOCKS = command_blocks()
 
 
 def test_the_readme_has_command_excerpts():
-    assert len(BLOCKS) >= 8, "the README's excerpts were not found"
+    assert len(BLOCKS) >= 8, "the documents' excerpts were not found"
 
 
 @pytest.mark.parametrize("line, command, file, shown", BLOCKS,
-                         ids=[f"README.md:{line}" for line, *_ in BLOCKS])
+                         ids=[line for line, *_ in BLOCKS])
 def test_a_readme_excerpt_is_what_its_command_prints(tmp_path, line, command, file, shown):
     workspace(tmp_path, command)
     done = subprocess.run([sys.executable, "-m", "toolchain.cli", *shlex.split(command)[1:]],
@@ -107,7 +110,7 @@ def test_a_readme_excerpt_is_what_its_command_prints(tmp_path, line, command, fi
         printed = (tmp_path / file).read_text().splitlines()
     missing = shown_in(shown, printed)
     assert missing is None, (
-        f"README.md:{line}: `{command}` no longer {'writes' if file else 'prints'}\n"
+        f"{line}: `{command}` no longer {'writes' if file else 'prints'}\n"
         f"  {missing}\nit {'wrote' if file else 'printed'}:\n" + "\n".join(printed[:60]))
 
 
@@ -116,7 +119,7 @@ def test_an_excerpt_check_fails_on_a_changed_figure():
     assert shown_in(["arena        5120 bytes", "...", "naive sum    15136 bytes"], printed) is None
     assert shown_in(["arena        5121 bytes"], printed) == "arena        5121 bytes"
     assert shown_in(["naive sum    15136 bytes", "arena        5120 bytes"], printed) is not None
-    assert re.fullmatch(r"README\.md:\d+", f"README.md:{BLOCKS[0][0]}")
+    assert re.fullmatch(r"[\w/.-]+\.md:\d+", BLOCKS[0][0])
 
 
 # -- the benchmark tables' deterministic columns ------------------------------------------------
@@ -126,12 +129,15 @@ PLAN_TABLE = "Arena bytes as each technique is added"
 
 def table_rows(heading: str) -> list[list[str]]:
     """The cells of each row of the first fenced block after the paragraph starting `heading`
-    (header and rule left out)."""
-    lines = README.read_text().splitlines()
-    start = next(k for k, line in enumerate(lines) if line.startswith(heading))
-    begin = lines.index("```", start)
-    end = lines.index("```", begin + 1)
-    return [line.split() for line in lines[begin + 3:end] if not line.startswith("sum:")]
+    in the documents (header and rule left out)."""
+    for document in DOCUMENTS:
+        lines = document.read_text().splitlines()
+        start = next((k for k, line in enumerate(lines) if line.startswith(heading)), None)
+        if start is not None:
+            begin = lines.index("```", start)
+            end = lines.index("```", begin + 1)
+            return [line.split() for line in lines[begin + 3:end] if not line.startswith("sum:")]
+    raise AssertionError(f"no table after {heading!r} in the documents")
 
 
 def shared_model(shown: str) -> Path:
@@ -157,7 +163,7 @@ def test_the_readme_arena_table_is_what_bench_plan_gives(cells):
     if not SHARED_MODEL_FILES:
         pytest.skip("the shared models are absent")
     row = plan_row(shared_model(cells[0]))
-    assert [str(c) for c in row[1:-1]] == cells[1:-1], f"README row {cells[0]} is stale"
+    assert [str(c) for c in row[1:-1]] == cells[1:-1], f"the documented row {cells[0]} is stale"
 
 
 TILING_ROWS = table_rows("Striped segments (section `tiling`)")
@@ -176,12 +182,12 @@ def test_the_readme_striping_table_is_what_bench_tiling_gives(cells):
         pytest.skip("the shared models are absent")
     path = shared_model(cells[0])
     row = tiling_row(path, count=False)
-    assert [str(c) for c in row[1:8]] == cells[1:8], f"README row {cells[0]} is stale"
+    assert [str(c) for c in row[1:8]] == cells[1:8], f"the documented row {cells[0]} is stale"
     if cells[8] != "-":
         model = read_model(path)
         m4 = [plan_model(model, target="cortex-m4", techniques=Techniques(tiling=t)).arena_bytes
               for t in ("off", "auto")]
-        assert [str(a) for a in m4] == cells[8:10], f"README row {cells[0]}: Cortex-M4 arenas"
+        assert [str(a) for a in m4] == cells[8:10], f"row {cells[0]}: its Cortex-M4 arenas"
 
 
 FOOTPRINT_ROWS = table_rows("Measured by `make bench` (bytes; `-Os`, default plan; TFLM total")
@@ -212,4 +218,4 @@ def test_the_readme_footprint_table_is_what_bench_mcu_gives(cells):
                        arena_size=4 << 20).allocations()["total"]
     got = [r["flash"], r["weights"], r["kernel_weights"], r["code"], r["ram"], r["arena"],
            r["state"], r["stack"], total]
-    assert [str(v) for v in got] == cells[1:10], f"README row {cells[0]} is stale"
+    assert [str(v) for v in got] == cells[1:10], f"the documented row {cells[0]} is stale"

@@ -601,7 +601,7 @@ def add_planning(p: argparse.ArgumentParser) -> None:
                    help="a memory pool instead of one arena, SIZE in bytes, K or M; repeat "
                         "fastest first (buffers fill the fastest pool first)")
     p.add_argument("--memory", metavar="FILE",
-                   help="pools and pins from a TOML or JSON file (see the README)")
+                   help="pools and pins from a TOML or JSON file (see docs/cortex-m.md)")
     p.add_argument("--pin", action="append", type=pin_spec, default=[], metavar="TENSOR=POOL",
                    help="put a tensor (index or name), or the state block (state=POOL), in a "
                         "pool")

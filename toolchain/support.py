@@ -1,6 +1,6 @@
 """The support matrix, generated from the registry in toolchain.ops.
 
-`python -m toolchain.support` prints it as Markdown for the README; a test keeps the README's
+`python -m toolchain.support` prints it as Markdown for docs/runtime_py.md; a test keeps that
 copy equal to it.
 """
 
