@@ -1,0 +1,83 @@
+"""What arenac does to every example and shared model, as digests that survive a move of code:
+the arena table of `plan` exactly, and the generated C with its comments and layout normalized
+away, on the generic, Cortex-M4 and Cortex-M55 targets.
+
+`python -m tests.behaviour record` writes tests/behaviour.json from the code as it is;
+tests/test_behaviour.py checks the code against that record. Record again only when a change
+of behaviour is meant, and say which in the commit."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+RECORD = Path(__file__).with_name("behaviour.json")
+TARGETS = ("generic", "cortex-m4", "cortex-m55")
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_SPACE = re.compile(r"\s+")
+
+
+def normalized_c(text: str) -> str:
+    """C text with comments gone and every run of white space one blank: what a compiler sees,
+    give or take the preprocessor."""
+    return _SPACE.sub(" ", _COMMENT.sub(" ", text)).strip()
+
+
+def model_paths(folder: Path) -> dict[str, Path]:
+    """Every example (written into folder) and every shared model, by a name free of folders."""
+    from tests.conftest import SHARED_MODEL_FILES
+    from toolchain.examples import EXAMPLES
+
+    paths = {}
+    for name, build in sorted(EXAMPLES.items()):
+        paths[name] = folder / f"{name}.tflite"
+        paths[name].write_bytes(build())
+    paths.update((p.stem, p) for p in SHARED_MODEL_FILES)
+    return paths
+
+
+def _arenac(*args: str) -> str:
+    from toolchain.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main([*args, "--quiet"])
+    if status != 0:
+        raise AssertionError(f"arenac {' '.join(args)} exited {status}")
+    return out.getvalue()
+
+
+def digests(name: str, path: Path, target: str, folder: Path) -> dict[str, str]:
+    """The arena table of one model on one target, and a digest per generated C file."""
+    table = _arenac("plan", str(path), "--target", target).replace(str(path), name)
+    found = {"plan": hashlib.sha256(table.encode()).hexdigest()}
+    out = folder / name / target
+    _arenac("gen", str(path), "-o", str(out), "--target", target, "--name", "m")
+    for file in sorted(out.iterdir()):
+        if file.suffix in (".c", ".h"):
+            text = normalized_c(file.read_text())
+            found[file.name] = hashlib.sha256(text.encode()).hexdigest()
+    return found
+
+
+def behaviour(names: list[str] | None = None) -> dict[str, dict[str, str]]:
+    """`digests` for every model (or those named) on every target, keyed "model target"."""
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        paths = model_paths(folder)
+        return {f"{name} {target}": digests(name, path, target, folder)
+                for name, path in paths.items() if names is None or name in names
+                for target in TARGETS}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["record"]:
+        sys.exit("usage: python -m tests.behaviour record")
+    RECORD.write_text(json.dumps(behaviour(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {RECORD}")
