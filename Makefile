@@ -17,9 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-$(DEMO): $(STAMP) $(wildcard toolchain/*.py)
+$(DEMO): $(STAMP) $(wildcard toolchain/*.py toolchain/*/*.py)
 	@mkdir -p build
-	$(BIN)/python -m toolchain.examples residual_cnn_int8 $(DEMO)
+	$(BIN)/python -m toolchain.front.examples residual_cnn_int8 $(DEMO)
 
 demo: $(DEMO)
 	$(BIN)/arenac inspect $(DEMO)
@@ -47,7 +47,7 @@ check: $(STAMP)
 # its footprint, and its instructions per inference.
 mcu: $(STAMP)
 	$(BIN)/arenac check $(MODEL) --target $(TARGET) --backends runtime_py,qemu --inputs 1
-	$(BIN)/python -m toolchain.footprint $(MODEL) --kernels --target $(TARGET)
+	$(BIN)/python -m toolchain.lab.footprint $(MODEL) --kernels --target $(TARGET)
 	$(BIN)/arenac bench $(MODEL) --target $(TARGET)
 
 bench: $(STAMP)

@@ -24,7 +24,7 @@ inputs) and one flag byte per subgraph CALL_ONCE runs. `reset` returns the block
 its initial values; the steps of CALL_ONCE's subgraph, which follow its step, run only while its
 flag is clear.
 
-IF and WHILE run the steps of their subgraphs that follow their step (toolchain.program): IF
+IF and WHILE run the steps of their subgraphs that follow their step (toolchain.lower.program): IF
 one branch's, WHILE its condition's and body's as long as the condition holds, with the copies
 their Control lists. Steps that do not run are passed over: their outputs are never claimed,
 but what dies there is released as the plan says. A tensor such a copy or test reads, and a
@@ -44,15 +44,15 @@ import numpy as np
 
 from runtime_py.kernels import KERNELS
 from toolchain.errors import PlanError, RuntimeBackendError
-from toolchain.fusion import PadFusion
+from toolchain.front.validate import DEFAULT_MAX_ITERATIONS
 from toolchain.ir import Operator, Tensor
+from toolchain.lower.fusion import PadFusion
+from toolchain.lower.plan import ModelPlan, StateSlot
+from toolchain.lower.program import Control, Copy
+from toolchain.lower.tiling import Segment, stripe_purpose, striped_params
 from toolchain.ops import planned_shape_values
 from toolchain.ops.overlaps import OverlapRule
-from toolchain.plan import ModelPlan, StateSlot
 from toolchain.planners import PooledPlacement, verify, verify_pools
-from toolchain.program import Control, Copy
-from toolchain.tiling import Segment, stripe_purpose, striped_params
-from toolchain.validate import DEFAULT_MAX_ITERATIONS
 
 POISON = 0xA5
 FREE = -1  # the owner of a byte no live buffer holds
@@ -243,7 +243,7 @@ class ArenaInterpreter:
         return blocks[-1].stop if blocks else step + 1
 
     def _segment(self, segment: Segment) -> int:
-        """A striped segment (toolchain.tiling): its stripes in order, each op on the rows the
+        """A striped segment (toolchain.lower.tiling): its stripes in order, each op on the rows the
         stripe gives it. The output's rows are claimed as they are written and the input's rows
         released as soon as no window reads them, so a plan that lets the output grow over rows
         still needed fails here; the stripe buffers' rows not yet written hold poison."""

@@ -32,7 +32,7 @@ def normalized_c(text: str) -> str:
 def model_paths(folder: Path) -> dict[str, Path]:
     """Every example (written into folder) and every shared model, by a name free of folders."""
     from tests.conftest import SHARED_MODEL_FILES
-    from toolchain.examples import EXAMPLES
+    from toolchain.front.examples import EXAMPLES
 
     paths = {}
     for name, build in sorted(EXAMPLES.items()):

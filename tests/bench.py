@@ -26,13 +26,13 @@ from tests.conftest import (
 )
 from tests.engines import Engine
 from tests.wide import wide_graph_timing
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import TFLMOracle
 from toolchain.errors import ArenacError
-from toolchain.examples import EXAMPLES
-from toolchain.ops import TFLM, oracle_of, unsupported_ops
-from toolchain.plan import (
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import TFLMOracle
+from toolchain.lower.plan import (
     BEST,
     NO_TECHNIQUES,
     ModelPlan,
@@ -41,6 +41,7 @@ from toolchain.plan import (
     best_candidates,
     plan_model,
 )
+from toolchain.ops import TFLM, oracle_of, unsupported_ops
 from toolchain.planners import (
     Buffer,
     Deadline,
@@ -52,8 +53,7 @@ from toolchain.planners import (
     verify,
 )
 from toolchain.planners.csvio import load_buffers
-from toolchain.reader import parse_model, read_model
-from toolchain.report import table
+from toolchain.views.report import table
 
 
 def try_backend(make: Callable[[], object]) -> object | None:
@@ -237,7 +237,7 @@ def plan_section(paths: list[Path]) -> None:
 def tiling_row(path: Path, count: bool) -> list[object]:
     """The arena without and with striped segments, the bound each technique reaches, and
     (with the Arm toolchain, `count`) the instructions striping adds on a Cortex-M4."""
-    from toolchain.bench import bench
+    from toolchain.lab.bench import bench
 
     model = read_model(path)
     off = plan_model(model, techniques=Techniques(tiling="off"))
@@ -257,7 +257,7 @@ def tiling_row(path: Path, count: bool) -> list[object]:
 
 
 def tiling_section(paths: list[Path]) -> None:
-    from toolchain.checking.qemu_backend import missing
+    from toolchain.lab.qemu_backend import missing
 
     count = not missing()
     print("striped segments (--tiling): arena bytes without and with, the bound each technique "
@@ -403,10 +403,10 @@ def solve_section() -> None:
 def mcu_section(paths: list[Path]) -> None:
     """Cortex-M4 footprint (arm-none-eabi-gcc -Os) beside TFLM, and TFLM's head with our plan;
     the footprint is skipped, in one line, without the Arm toolchain."""
-    from toolchain.checking.qemu_backend import missing
-    from toolchain.embed import embed_plan
-    from toolchain.firmware import TOOL_PREFIX
-    from toolchain.footprint import footprint
+    from toolchain.lab.firmware import TOOL_PREFIX
+    from toolchain.lab.footprint import footprint
+    from toolchain.lab.qemu_backend import missing
+    from toolchain.tflm.embed import embed_plan
 
     absent = [program for program in missing() if program.startswith(TOOL_PREFIX)]
     rows, heads = [], []
@@ -457,8 +457,8 @@ def speed_section(paths: list[Path]) -> None:
     (arm-none-eabi-gcc -O2, `arenac bench`), the target's kernels beside its portable ones, and
     MLPerf Tiny's published Cortex-M4 figures as cycles (a cycle is never less than an
     instruction on that core). Deterministic counts: no timing involved."""
-    from toolchain.bench import bench
-    from toolchain.checking.qemu_backend import missing
+    from toolchain.lab.bench import bench
+    from toolchain.lab.qemu_backend import missing
     from toolchain.ops import VARIANTS
     from toolchain.targets import TARGETS
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.checking.c_backend import compiler
 from toolchain.errors import RuntimeBackendError
+from toolchain.lab.c_backend import compiler
 
 SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 # Recurrent models from TFLM's examples: their state persists across invokes.
@@ -40,7 +40,7 @@ def tflm_head_figures() -> dict[str, int]:
 @pytest.fixture
 def example_path(tmp_path):
     """Write a built-in example model to a temporary file and return its path."""
-    from toolchain.examples import EXAMPLES
+    from toolchain.front.examples import EXAMPLES
 
     def write(name: str) -> Path:
         path = tmp_path / f"{name}.tflite"

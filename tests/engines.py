@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from runtime_py.interpreter import ArenaInterpreter
-from toolchain.checking.c_backend import STRICT_FLAGS, compiler, write_files
-from toolchain.codegen import generate
-from toolchain.plan import ModelPlan
+from toolchain.c.generate import generate
+from toolchain.lab.c_backend import STRICT_FLAGS, compiler, write_files
+from toolchain.lower.plan import ModelPlan
 
 Engine = Callable[[], object]
 ROUNDS = 7
@@ -103,7 +103,7 @@ class CLibrary:
         """Raise unless the last invoke's outputs agree with `expected` (runtime_py's) as
         `arenac check` judges them (integers bit for bit, floats within its tolerance): a
         timing of wrong code is no timing."""
-        from toolchain.checking.check import difference
+        from toolchain.lab.check import difference
 
         for k, (got, want) in enumerate(zip(self.outputs, expected, strict=True)):
             if difference(np.asarray(want), got).mismatches:

@@ -60,17 +60,17 @@ from hypothesis import strategies as st
 
 from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels import KERNELS
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import SANITIZE_FLAGS, compile_files, split_outputs, write_files
-from toolchain.checking.check import difference, edge_inputs, random_inputs
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
 from toolchain.errors import ArenacError, RuntimeBackendError
-from toolchain.examples import EXAMPLES
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import DTYPE_NAMES, OPCODE_CODES, fb
 from toolchain.ir import Model
+from toolchain.lab.c_backend import SANITIZE_FLAGS, compile_files, split_outputs, write_files
+from toolchain.lab.check import difference, edge_inputs, random_inputs
+from toolchain.lower.plan import ModelPlan, Techniques, plan_model
 from toolchain.ops import REGISTRY
-from toolchain.plan import ModelPlan, Techniques, plan_model
-from toolchain.reader import parse_model
-from toolchain.schema import DTYPE_NAMES, OPCODE_CODES, fb
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "fuzz.tflite"  # every refusal must name it
@@ -173,7 +173,7 @@ def _dense_float() -> bytes:
 
 
 def _padded_int8() -> bytes:
-    """PADs a convolution and a max pool apply themselves (toolchain.fusion): the pads, the
+    """PADs a convolution and a max pool apply themselves (toolchain.lower.fusion): the pads, the
     pad values and the windows are what mutations then change."""
     b = ModelBuilder("int8", seed=4)
     x = b.input("x", (1, 7, 6, 3), "int8", 0.05, -3)
@@ -245,7 +245,7 @@ def _hybrid(kind: str) -> bytes:
 
 
 def builtin_seeds() -> dict[str, bytes]:
-    """The examples of toolchain/examples.py and a few models of the other op families."""
+    """The examples of toolchain/front/examples.py and a few models of the other op families."""
     return {name: build() for name, build in {**EXAMPLES, **EXTRA_SEEDS}.items()}
 
 

@@ -5,7 +5,7 @@ search has real work to do: the determinism tests plan it at 224x224."""
 
 from __future__ import annotations
 
-from toolchain.builder import ModelBuilder
+from toolchain.front.builder import ModelBuilder
 
 # (expansion, output channels at width 1.0, repeats, first stride), as in the paper
 BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),

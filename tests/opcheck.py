@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import check_plan, random_inputs
-from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import UnsupportedOpError
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import check_plan, random_inputs
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
 from toolchain.ops import prepare_graph
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 
 def assert_matches_oracle(
@@ -24,7 +24,7 @@ def assert_matches_oracle(
     state, else 1).
 
     The compiled C joins unless `c` is off. With `striped`, the plan must run some segment
-    stripe by stripe (toolchain.tiling).
+    stripe by stripe (toolchain.lower.tiling).
     """
     model = parse_model(model_bytes, "<built model>")
     mp = plan_model(model, planner)

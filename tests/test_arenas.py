@@ -16,16 +16,16 @@ from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODELS
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from tests.test_runtime import pool_chain
-from toolchain.checking.c_backend import STRICT_FLAGS, compile_files, compiler
-from toolchain.checking.check import random_inputs
-from toolchain.checking.qemu_backend import qemu_command
+from toolchain.c.generate import generate, generate_shared
 from toolchain.cli import main
-from toolchain.codegen import generate, generate_shared
 from toolchain.errors import ArenacError
-from toolchain.examples import EXAMPLES
-from toolchain.firmware import DEFAULT, build_mcu, support_files
-from toolchain.plan import ModelPlan, plan_model
-from toolchain.reader import parse_model, read_model
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab.c_backend import STRICT_FLAGS, compile_files, compiler
+from toolchain.lab.check import random_inputs
+from toolchain.lab.firmware import DEFAULT, build_mcu, support_files
+from toolchain.lab.qemu_backend import qemu_command
+from toolchain.lower.plan import ModelPlan, plan_model
 
 # Which model runs at each turn of the shared program: each one's outputs and state must
 # survive the other's invokes in the arena they share.

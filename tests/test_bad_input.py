@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolchain.errors import ArenacError
-from toolchain.examples import EXAMPLES
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
-from toolchain.schema import fb
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import fb
+from toolchain.lower.plan import plan_model
 
 GOOD = EXAMPLES["tiny_cnn_int8"]()
 

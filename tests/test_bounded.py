@@ -19,15 +19,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import toolchain.schedule as sched
+import toolchain.lower.schedule as sched
 from tests.test_control_flow import branch
 from tests.test_planners import random_buffers, random_overlaps, reference_freelist
 from tests.test_schedule import assert_valid, ir_graph, random_graphs
 from tests.wide import plan_wide, wide_model
-from toolchain.builder import ModelBuilder
 from toolchain.cli import main
 from toolchain.errors import PlanError
-from toolchain.plan import SearchBudget, best_candidates, plan_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lower.plan import SearchBudget, best_candidates, plan_model
+from toolchain.lower.program import Program
 from toolchain.planners import (
     CLOCK_EVERY,
     Buffer,
@@ -44,9 +46,7 @@ from toolchain.planners import (
 from toolchain.planners.csvio import load_buffers, load_offsets
 from toolchain.planners.freelist import Runs
 from toolchain.planners.verify import SortedInts
-from toolchain.program import Program
-from toolchain.reader import parse_model
-from toolchain.report import subgraph_steps
+from toolchain.views.report import subgraph_steps
 
 verifier = importlib.import_module("toolchain.planners.verify")  # the name is the function too
 PASSED = Deadline(0.0)  # long gone: every search must stop at its first look at the clock

@@ -10,13 +10,13 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.test_control_flow import assert_clean_failure, cli
-from toolchain.builder import ModelBuilder
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
 from toolchain.errors import ModelError, PlanError, RuntimeBackendError, UnsupportedOpError
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
-from toolchain.schema import fb
-from toolchain.validate import MAX_NESTING
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import fb
+from toolchain.front.validate import MAX_NESTING
+from toolchain.lower.plan import plan_model
 
 MIB = 1 << 20
 
@@ -139,7 +139,7 @@ def test_run_refuses_an_endless_loop_in_one_line(tmp_path):
 
 
 def test_the_generated_while_says_it_runs_uncapped(tmp_path):
-    from toolchain.codegen import generate
+    from toolchain.c.generate import generate
 
     files = generate(plan_model(parse_model(endless_loop(1))))
     text = "".join(files.values()) if isinstance(files, dict) else str(files)

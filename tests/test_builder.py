@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-from toolchain import examples
-from toolchain.builder import BUFFER_ALIGNMENT, ModelBuilder, options_class_name
-from toolchain.schema import DTYPE_NAMES, OPCODE_CODES, OPCODE_NAMES, fb
+from toolchain.front import examples
+from toolchain.front.builder import BUFFER_ALIGNMENT, ModelBuilder, options_class_name
+from toolchain.front.schema import DTYPE_NAMES, OPCODE_CODES, OPCODE_NAMES, fb
 
 
 def interpreter(data: bytes) -> Interpreter:
@@ -317,7 +317,7 @@ def test_main_writes_the_example(tmp_path) -> None:
 
 def test_usage_error_is_one_line_and_exit_2() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "toolchain.examples", "no_such_model", "out.tflite"],
+        [sys.executable, "-m", "toolchain.front.examples", "no_such_model", "out.tflite"],
         capture_output=True,
         text=True,
         check=False,

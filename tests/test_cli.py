@@ -93,7 +93,7 @@ def test_reference_models_plan_within_tflm(capsys, path):
 
 def sqrt_model() -> bytes:
     """A convolution followed by SQRT, which no kernel here runs."""
-    from toolchain.builder import ModelBuilder
+    from toolchain.front.builder import ModelBuilder
 
     b = ModelBuilder("float32", 0)
     x = b.input("x", (1, 8, 8, 3), "float32")

@@ -14,16 +14,16 @@ from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODEL_FILES, SHARED_MODELS, needs_shared_models
 from tests.mobilenet import mobilenet_v2
 from tests.test_runtime import pool_chain
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend, compile_files, compiler, write_files
-from toolchain.checking.check import check_plan, random_inputs
+from toolchain.c.generate import generate
 from toolchain.cli import main
-from toolchain.codegen import generate
-from toolchain.examples import EXAMPLES
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab.c_backend import CBackend, compile_files, compiler, write_files
+from toolchain.lab.check import check_plan, random_inputs
+from toolchain.lower.plan import NO_TECHNIQUES, plan_model
 from toolchain.ops import REGISTRY
 from toolchain.ops.emit import LINE_LIMIT
-from toolchain.plan import NO_TECHNIQUES, plan_model
-from toolchain.reader import parse_model, read_model
 
 
 def test_every_registered_op_has_a_numpy_kernel_and_a_c_emitter():

@@ -16,17 +16,17 @@ from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle
 from tests.test_codegen import style_problems
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
-from toolchain.builder import FILE_IDENTIFIER, ModelBuilder
-from toolchain.checking.c_backend import STRICT_FLAGS, compiler, split_outputs, write_files
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import LiteRTOracle
-from toolchain.codegen import SHARED_NAME, generate, generate_shared
+from toolchain.c.generate import SHARED_NAME, generate, generate_shared
 from toolchain.errors import ModelError, UnsupportedOpError
-from toolchain.plan import plan_model
+from toolchain.front.builder import FILE_IDENTIFIER, ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import fb
+from toolchain.lab.c_backend import STRICT_FLAGS, compiler, split_outputs, write_files
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
 from toolchain.planners import Pool, verify
-from toolchain.reader import parse_model
-from toolchain.report import plan_text
-from toolchain.schema import fb
+from toolchain.views.report import plan_text
 
 INT8 = (0.05, -3)  # scale and zero point of the int8 test tensors
 
@@ -445,7 +445,7 @@ def test_runtime_py_catches_a_plan_that_forgets_the_copies(monkeypatch, name):
     last reader, the loop values at theirs) overlaps what the copies still read; runtime_py's
     owner map says so at the step that clobbers it, with the static proof switched off."""
     from toolchain.errors import PlanError
-    from toolchain.program import Program
+    from toolchain.lower.program import Program
 
     real = Program.control_lives
     monkeypatch.setattr(Program, "control_lives", lambda self, order: ({}, frozenset()))
@@ -682,7 +682,7 @@ def test_tflite_micro_runs_the_embedded_plan(name):
     arenac reads in place, come on top of the plan: its head is at least the arena)."""
     pytest.importorskip("tflite_micro")
     from tests.test_embed import plain, run_both
-    from toolchain.embed import embed_plan
+    from toolchain.tflm.embed import embed_plan
 
     data = MODELS[name]()
     model = parse_model(data)
@@ -699,8 +699,8 @@ def test_tflite_micro_runs_the_embedded_plan(name):
 def test_control_flow_on_the_cortex_m4(name):
     """The firmware under QEMU (Cortex-M4) gives runtime_py's outputs bit for bit, sequences of
     invokes with the state kept included."""
-    from toolchain.checking import check
-    from toolchain.checking.qemu_backend import QemuBackend
+    from toolchain.lab import check
+    from toolchain.lab.qemu_backend import QemuBackend
 
     mp = planned(MODELS[name]())
     sets = [random_inputs(mp.graph, k) for k in range(6)]
@@ -721,7 +721,7 @@ def test_control_flow_on_the_cortex_m4(name):
 def test_external_io_copies_from_and_into_the_callers_buffers(tmp_path, name):
     """With external I/O a value passed through a branch comes from the caller's input buffer
     and a loop value that is a graph output lives in the caller's output buffer."""
-    from toolchain.checking.c_backend import compile_files, split_outputs, write_files
+    from toolchain.lab.c_backend import compile_files, split_outputs, write_files
 
     data = MODELS[name]()
     mp = planned(data, external_io=True)
@@ -744,8 +744,8 @@ def test_external_io_copies_from_and_into_the_callers_buffers(tmp_path, name):
 
 def test_generated_control_flow_is_clean_under_sanitizers():
     """The branches', loops' and copies' C under AddressSanitizer and UBSan, against LiteRT."""
-    from toolchain.checking.c_backend import CBackend
-    from toolchain.checking.check import check_plan
+    from toolchain.lab.c_backend import CBackend
+    from toolchain.lab.check import check_plan
 
     for name in ("if_pass_through", "if_in_while", "variable_in_loop"):
         data = MODELS[name]()

@@ -75,15 +75,15 @@ def test_plans_and_generated_c_are_the_same_bytes_under_load_in_any_folder(tmp_p
     differing = sorted(key for key in first if first[key] != second.get(key))
     assert differing == [], f"{len(differing)} outputs differ, e.g. {differing[:5]}"
     # a third run, in this process and unloaded, plans the MobileNet to the same arena
-    from toolchain.plan import plan_model
-    from toolchain.reader import read_model
+    from toolchain.front.reader import read_model
+    from toolchain.lower.plan import plan_model
 
     assert first[f"{mobilenet} generic arena"] == plan_model(read_model(str(mobilenet))).arena_bytes
 
 
 def test_a_node_budget_is_a_whole_number_an_int64_holds(tmp_path):
     """--nodes reaches the compiled searches as an int64: anything else is one usage line."""
-    from toolchain.examples import EXAMPLES
+    from toolchain.front.examples import EXAMPLES
 
     path = tmp_path / "m.tflite"
     path.write_bytes(EXAMPLES["tiny_cnn_int8"]())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolchain.support import BEGIN, END, support_matrix_markdown
+from toolchain.views.support import BEGIN, END, support_matrix_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -15,7 +15,7 @@ SUPPORT = ROOT / "docs" / "runtime_py.md"  # where the support matrix stands
 def test_the_support_matrix_is_generated_from_the_one_list():
     text = SUPPORT.read_text()
     block = text[text.index(BEGIN):text.index(END) + len(END)]
-    assert block == support_matrix_markdown(), "run: python -m toolchain.support"
+    assert block == support_matrix_markdown(), "run: python -m toolchain.views.support"
 
 
 def test_readme_shows_the_two_setup_commands():

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.oracle import LiteRTOracle
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
 
 FLOAT_MAX = float(np.finfo(np.float32).max)
 FLOAT_EDGES = np.array(

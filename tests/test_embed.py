@@ -19,16 +19,16 @@ import numpy as np
 import pytest
 
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models, tflm_head_figures
-from toolchain.builder import FILE_IDENTIFIER, ModelBuilder
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import TFLMOracle, capture_fd
-from toolchain.embed import METADATA_NAME, embed_file, embed_plan
 from toolchain.errors import ArenacError, ModelError, PlanError
-from toolchain.examples import EXAMPLES
-from toolchain.lifetimes import ScratchRequest
-from toolchain.plan import NO_TECHNIQUES, plan_model
-from toolchain.reader import parse_model, read_model
-from toolchain.schema import fb
+from toolchain.front.builder import FILE_IDENTIFIER, ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.front.schema import fb
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import TFLMOracle, capture_fd
+from toolchain.lower.lifetimes import ScratchRequest
+from toolchain.lower.plan import NO_TECHNIQUES, plan_model
+from toolchain.tflm.embed import METADATA_NAME, embed_file, embed_plan
 
 PLANNERS = ("greedy", "freelist")
 needs_tflm = pytest.mark.skipif(

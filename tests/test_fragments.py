@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
-from toolchain import firmware
-from toolchain.builder import ModelBuilder
+from toolchain.c.fragments import build_fragments, needs_libm
+from toolchain.c.generate import generate
 from toolchain.cli import main
-from toolchain.codegen import generate
-from toolchain.firmware import CODE_FLAGS
-from toolchain.fragments import build_fragments, needs_libm
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab import firmware
+from toolchain.lab.firmware import CODE_FLAGS
+from toolchain.lower.plan import plan_model
 from toolchain.targets import get_target
 
 

@@ -1,4 +1,4 @@
-"""Fused explicit padding (toolchain.fusion): a PAD in front of a convolution or max pool is
+"""Fused explicit padding (toolchain.lower.fusion): a PAD in front of a convolution or max pool is
 applied by that op, the padded tensor never planned, and every backend stays bit-exact with
 TFLite, which runs the PAD; what cannot be fused exactly is left as it is."""
 
@@ -14,15 +14,15 @@ from tests.opcheck import assert_matches_oracle, assert_varied
 from tests.test_control_flow import branches_taken
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from tests.test_targets import assert_qemu_matches_oracle, kernels_bound, planned
-from toolchain.builder import ModelBuilder
-from toolchain.checking.check import random_inputs
+from toolchain.c.generate import generate
 from toolchain.cli import main
-from toolchain.codegen import generate
-from toolchain.embed import METADATA_NAME, embed_plan
 from toolchain.errors import PlanError
-from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
-from toolchain.program import lower
-from toolchain.reader import parse_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.check import random_inputs
+from toolchain.lower.plan import NO_TECHNIQUES, Techniques, plan_model
+from toolchain.lower.program import lower
+from toolchain.tflm.embed import METADATA_NAME, embed_plan
 
 ZP = -7  # the int8 input's zero point: padding with anything else would show
 NO_FUSION = Techniques(fuse_padding=False)

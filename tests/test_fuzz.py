@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, reject, settings
 
 from tests import fuzz
 from toolchain.errors import ModelError
-from toolchain.reader import parse_model
+from toolchain.front.reader import parse_model
 
 SEEDS = fuzz.builtin_seeds()
 # One example in COMPILE_SHARE builds and runs its C: compiling is the slow part.
@@ -158,8 +158,8 @@ def result(stage: str, verdict: str, key: str, edits: int) -> fuzz.Result:
 def test_one_reproducer_per_distinct_finding(tmp_path):
     tally = fuzz.Tally()
     for r in (
-        result("plan", "traceback", "KeyError in toolchain/plan.py:plan_model", 2),
-        result("plan", "traceback", "KeyError in toolchain/plan.py:plan_model", 1),
+        result("plan", "traceback", "KeyError in toolchain/lower/plan.py:plan_model", 2),
+        result("plan", "traceback", "KeyError in toolchain/lower/plan.py:plan_model", 1),
         result("compile", "compile-error", "error: 'x' undeclared", 1),
         result("parse", "refused", "fuzz.tflite: corrupt", 1),
         result("compare", "ok", "", 1),

@@ -12,10 +12,10 @@ import pytest
 from tests.bench import random_buffers as bench_buffers
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
 from tests.test_planners import random_buffers
-from toolchain.plan import NO_TECHNIQUES, plan_model
+from toolchain.front.reader import read_model
+from toolchain.lower.plan import NO_TECHNIQUES, plan_model
 from toolchain.planners import Buffer, Deadline, OutOfTime, make_plan
 from toolchain.planners import greedy as greedy_module
-from toolchain.reader import read_model
 
 
 @pytest.fixture

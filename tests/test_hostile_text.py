@@ -16,8 +16,15 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import (
+from toolchain.c.generate import generate
+from toolchain.errors import ArenacError, ModelError, PlanError, UnsupportedOpError
+from toolchain.files import write_files_atomic
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import fb
+from toolchain.ir import Quantization
+from toolchain.lab.c_backend import (
     STRICT_FLAGS,
     CBackend,
     compile_files,
@@ -25,17 +32,10 @@ from toolchain.checking.c_backend import (
     split_outputs,
     write_files,
 )
-from toolchain.checking.check import random_inputs
-from toolchain.codegen import generate
-from toolchain.errors import ArenacError, ModelError, PlanError, UnsupportedOpError
-from toolchain.examples import EXAMPLES
-from toolchain.files import write_files_atomic
-from toolchain.ir import Quantization
-from toolchain.plan import Techniques, plan_model
-from toolchain.reader import parse_model
-from toolchain.report import memory_map_svg
-from toolchain.schema import fb
+from toolchain.lab.check import random_inputs
+from toolchain.lower.plan import Techniques, plan_model
 from toolchain.text import C_IDENTIFIER_LIMIT, C_KEYWORDS, c_identifier, c_text
+from toolchain.views.report import memory_map_svg
 
 HOSTILE = [
     "x */ int injected = 1; /*",

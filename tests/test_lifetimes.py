@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toolchain.builder import ModelBuilder
 from toolchain.errors import ModelError
-from toolchain.lifetimes import ScratchRequest, compute_lifetimes
-from toolchain.plan import NO_TECHNIQUES, plan_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lower.lifetimes import ScratchRequest, compute_lifetimes
+from toolchain.lower.plan import NO_TECHNIQUES, plan_model
 from toolchain.planners import Buffer
-from toolchain.reader import parse_model
 
 
 def chain_model():

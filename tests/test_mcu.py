@@ -18,17 +18,17 @@ import pytest
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
 from tests.ops.test_signal import front_end
-from toolchain.builder import ModelBuilder
-from toolchain.checking import qemu_backend
-from toolchain.checking.check import difference, random_inputs
-from toolchain.checking.qemu_backend import QemuBackend
 from toolchain.errors import RuntimeBackendError
-from toolchain.examples import EXAMPLES
-from toolchain.firmware import FLASH, INPUT_FILE, RAM, build_mcu, mcu_sources, tool_complaint
-from toolchain.footprint import footprint, footprint_table, kernel_table
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab import qemu_backend
+from toolchain.lab.check import difference, random_inputs
+from toolchain.lab.firmware import FLASH, INPUT_FILE, RAM, build_mcu, mcu_sources, tool_complaint
+from toolchain.lab.footprint import footprint, footprint_table, kernel_table
+from toolchain.lab.qemu_backend import QemuBackend
+from toolchain.lower.plan import ModelPlan, plan_model
 from toolchain.ops.spec import LITERT_REF
-from toolchain.plan import ModelPlan, plan_model
-from toolchain.reader import parse_model, read_model
 
 RAM_SLACK = 2048  # bytes of .data + .bss allowed besides the arena and the state
 MOVE_ONLY = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")  # no code when output lies over input
@@ -118,7 +118,7 @@ def test_external_io_plan_runs():
 @needs_shared_models
 @pytest.mark.parametrize("path", SHARED_MODEL_FILES, ids=lambda p: p.stem)
 def test_shared_models_match_runtime_py_and_beat_tflm(path):
-    from toolchain.checking.oracle import TFLMOracle
+    from toolchain.lab.oracle import TFLMOracle
 
     mp = plan_model(read_model(path), "greedy")
     values = random_inputs(mp.graph, 0)
@@ -234,7 +234,7 @@ def test_missing_tools_are_a_clear_error(monkeypatch):
 
 @needs_mcu
 def test_footprint_command(example_path, capsys):
-    from toolchain.footprint import main
+    from toolchain.lab.footprint import main
 
     path = example_path("tiny_cnn_int8")
     assert main([str(path), "--kernels"]) == 0

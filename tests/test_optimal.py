@@ -237,8 +237,8 @@ REAL_NODES = 4_000
 
 
 def model_buffers(path) -> list[Buffer]:
-    from toolchain.lifetimes import compute_lifetimes
-    from toolchain.reader import read_model
+    from toolchain.front.reader import read_model
+    from toolchain.lower.lifetimes import compute_lifetimes
 
     return list(compute_lifetimes(read_model(path).main).buffers)
 

@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 
 from tests.conftest import SHARED_MODELS, needs_shared_models
-from toolchain.builder import FILE_IDENTIFIER, AlignedBufferT
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import check_plan, random_inputs
-from toolchain.checking.oracle import LiteRTOracle
-from toolchain.checking.oracle_process import run_oracle, short
-from toolchain.checking.qemu_backend import QemuBackend
-from toolchain.embed import embed_plan, metadata_bytes
 from toolchain.errors import ModelError, RuntimeBackendError
-from toolchain.examples import EXAMPLES
-from toolchain.plan import NO_TECHNIQUES, plan_model
-from toolchain.reader import parse_model
-from toolchain.schema import fb
+from toolchain.front.builder import FILE_IDENTIFIER, AlignedBufferT
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import fb
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import check_plan, random_inputs
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lab.oracle_process import run_oracle, short
+from toolchain.lab.qemu_backend import QemuBackend
+from toolchain.lower.plan import NO_TECHNIQUES, plan_model
+from toolchain.tflm.embed import embed_plan, metadata_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -280,7 +280,7 @@ def test_a_killed_check_leaves_no_oracle_log_and_no_process_behind(tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     program = ("import numpy as np, sys\n"
-               "from toolchain.checking.oracle_process import run_oracle\n"
+               "from toolchain.lab.oracle_process import run_oracle\n"
                "print('started', flush=True)\n"
                "run_oracle(open(sys.argv[1], 'rb').read(), [[np.zeros(1, np.int32)]], 1,"
                " timeout=4)\n")

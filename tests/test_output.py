@@ -25,13 +25,13 @@ from tests.conftest import (
     needs_shared_models,
 )
 from toolchain import __version__, progress
-from toolchain.builder import ModelBuilder
 from toolchain.cli import main
-from toolchain.examples import EXAMPLES
-from toolchain.firmware import toolchain_available
-from toolchain.plan import BufferRow, plan_model
-from toolchain.reader import parse_model, read_model
-from toolchain.report import (
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab.firmware import toolchain_available
+from toolchain.lower.plan import BufferRow, plan_model
+from toolchain.views.report import (
     MAP_SYMBOLS,
     TABLE_WIDTH,
     memory_map_svg,
@@ -255,7 +255,7 @@ def chain_model(ops: int) -> bytes:
 
 @pytest.mark.parametrize("ops", [20, len(MAP_SYMBOLS) - 1, len(MAP_SYMBOLS) + 8])
 def test_map_marks_never_repeat(ops):
-    from toolchain.report import plan_text
+    from toolchain.views.report import plan_text
 
     mp = plan_model(parse_model(chain_model(ops), "chain.tflite"), "greedy")
     rows = mp.rows()

@@ -13,8 +13,8 @@ import tempfile
 import numpy as np
 import pytest
 
-from toolchain.examples import EXAMPLES
-from toolchain.reader import parse_model
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model
 
 GOOD = EXAMPLES["tiny_cnn_int8"]()
 

@@ -9,15 +9,15 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, SHARED_MODELS, needs_shared_models, tflm_head_figures
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import check_plan, random_inputs
 from toolchain.cli import main
 from toolchain.errors import PlanError
-from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import check_plan, random_inputs
+from toolchain.lower.plan import NO_TECHNIQUES, Techniques, plan_model
 from toolchain.planners import verify
-from toolchain.reader import parse_model, read_model
-from toolchain.report import shared_bytes
+from toolchain.views.report import shared_bytes
 
 
 def conv_chain() -> bytes:

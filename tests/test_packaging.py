@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from tests.conftest import SHARED_MODELS
 from tests.ops.test_svdf import svdf_model
-from toolchain.builder import ModelBuilder
+from toolchain.front.builder import ModelBuilder
 
 try:
     import tomllib

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from tests import fuzz
 from tests.ops.test_signal import custom_model, hann
-from toolchain import reader
-from toolchain.builder import ModelBuilder
 from toolchain.errors import ModelError
-from toolchain.reader import parse_model
-from toolchain.schema import fb
+from toolchain.front import reader
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import fb
 
 
 def window_model(options: bytes | dict) -> bytes:
@@ -177,7 +177,7 @@ def test_the_reference_models_read_less_than_their_size():
     """What the budget allows: every slot and string of a converter's file lies in bytes of
     its own."""
     from tests.conftest import SHARED_MODEL_FILES
-    from toolchain.examples import EXAMPLES
+    from toolchain.front.examples import EXAMPLES
 
     files = {path.name: path.read_bytes() for path in SHARED_MODEL_FILES}
     files.update({name: build() for name, build in EXAMPLES.items()})

@@ -14,10 +14,10 @@ import pytest
 
 from toolchain.cli import main
 from toolchain.errors import ArenacError
-from toolchain.footprint import main as footprint_main
-from toolchain.plan import PLANNER_NAMES, plan_model
+from toolchain.front.reader import read_model
+from toolchain.lab.footprint import main as footprint_main
+from toolchain.lower.plan import PLANNER_NAMES, plan_model
 from toolchain.planners import PLANNERS
-from toolchain.reader import read_model
 
 MODEL = "residual_cnn_int8"
 needs_arm_gcc = pytest.mark.skipif(

@@ -14,14 +14,15 @@ import pytest
 from runtime_py.interpreter import POISON, ArenaInterpreter
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from tests.test_runtime import pool_chain
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import check_plan
-from toolchain.checking.qemu_backend import QemuBackend
+from toolchain.c.generate import generate
 from toolchain.cli import main
-from toolchain.codegen import generate
 from toolchain.errors import ArenacError, PlanError
-from toolchain.memory import load_memory, parse_pool
-from toolchain.plan import Techniques, plan_model
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import check_plan
+from toolchain.lab.qemu_backend import QemuBackend
+from toolchain.lower.memory import load_memory, parse_pool
+from toolchain.lower.plan import Techniques, plan_model
 from toolchain.planners import (
     Buffer,
     Placement,
@@ -31,7 +32,6 @@ from toolchain.planners import (
     plan_pools,
     verify_pools,
 )
-from toolchain.reader import parse_model
 
 FAST = Pool("fast", 2304, ".dtcm")
 SLOW = Pool("slow", 4096)
@@ -113,7 +113,7 @@ def test_pins_that_overflow_their_pool_are_refused_by_name(chain):
 
 
 def test_the_state_block_can_be_pinned_and_takes_its_room():
-    from toolchain.examples import EXAMPLES
+    from toolchain.front.examples import EXAMPLES
 
     data = EXAMPLES["streaming_kws_int8"]()
     base = plan_model(parse_model(data, "kws.tflite"))
@@ -254,7 +254,7 @@ def test_bad_pool_options_are_usage_errors(chain, tmp_path, capsys, bad):
 
 @needs_mcu
 def test_pools_and_a_pinned_state_run_under_qemu(chain):
-    from toolchain.examples import EXAMPLES
+    from toolchain.front.examples import EXAMPLES
 
     data = EXAMPLES["streaming_kws_int8"]()
     model = parse_model(data, "kws.tflite")
@@ -295,7 +295,7 @@ def test_what_pools_do_not_combine_with_is_one_line(chain, tmp_path, capsys, arg
 @pytest.mark.parametrize("example", ["tiny_cnn_int8", "residual_cnn_float32",
                                      "streaming_kws_int8"])
 def test_weights_pinned_to_a_pool_are_copied_there_and_read_there(example):
-    from toolchain.examples import EXAMPLES
+    from toolchain.front.examples import EXAMPLES
 
     data = EXAMPLES[example]()
     model = parse_model(data, f"{example}.tflite")
@@ -315,7 +315,7 @@ def test_weights_pinned_to_a_pool_are_copied_there_and_read_there(example):
 
 
 def test_weights_too_large_for_their_pool_are_refused():
-    from toolchain.examples import EXAMPLES
+    from toolchain.front.examples import EXAMPLES
 
     model = parse_model(EXAMPLES["tiny_cnn_int8"](), "cnn.tflite")
     with pytest.raises(PlanError, match=r"the weights \(3632 bytes\), aligned to 16, do not "

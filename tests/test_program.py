@@ -10,19 +10,19 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES
-from toolchain.builder import ModelBuilder
-from toolchain.checking.check import random_inputs
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
 from toolchain.errors import ArenacError, PlanError, UnsupportedOpError
-from toolchain.examples import EXAMPLES
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.front.schema import fb
+from toolchain.lab.check import random_inputs
+from toolchain.lower.plan import Techniques, plan_model
+from toolchain.lower.program import lower
 from toolchain.ops import REGISTRY, operand_dtypes, unsupported_ops
 from toolchain.ops.spec import PORTABLE_C, kernels
-from toolchain.plan import Techniques, plan_model
 from toolchain.planners import verify
-from toolchain.program import lower
-from toolchain.reader import parse_model, read_model
-from toolchain.report import inspect_data
-from toolchain.schema import fb
+from toolchain.views.report import inspect_data
 
 
 def pooled_plan():

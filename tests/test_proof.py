@@ -11,15 +11,15 @@ import pytest
 
 from runtime_py.interpreter import POISON, ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
-from toolchain.builder import ModelBuilder
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import PlanError
-from toolchain.examples import EXAMPLES
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import NO_TECHNIQUES, ModelPlan, Techniques, plan_model
 from toolchain.ops import bind
-from toolchain.plan import NO_TECHNIQUES, ModelPlan, Techniques, plan_model
 from toolchain.planners import Overlap, Placement, verify
-from toolchain.reader import parse_model, read_model
 
 
 def with_offsets(

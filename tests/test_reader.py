@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
-from toolchain.builder import ModelBuilder
-from toolchain.examples import EXAMPLES
-from toolchain.reader import parse_model, read_model
-from toolchain.schema import fb
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.front.schema import fb
 
 
 def built_conv_model() -> bytes:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import SHARED_MODELS
-from toolchain.examples import EXAMPLES
+from toolchain.front.examples import EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 # The user's manual: the README's quick start and the reference in docs/.
@@ -62,7 +62,7 @@ def workspace(folder: Path, command: str) -> None:
                 pytest.skip(f"{source} not found")
             os.symlink(source, folder / word)
     if "frames.npy" in command:  # four input sets of the model's one input, seeded
-        from toolchain.reader import read_model
+        from toolchain.front.reader import read_model
 
         model = read_model(str(folder / shlex.split(command)[2]))
         tensor = model.main.tensors[model.main.inputs[0]]
@@ -175,8 +175,8 @@ def test_the_readme_striping_table_is_what_bench_tiling_gives(cells):
     Cortex-M4 arenas (the instructions column needs a QEMU run, which `make bench` makes)."""
     from tests.bench import tiling_row
     from tests.conftest import SHARED_MODEL_FILES
-    from toolchain.plan import Techniques, plan_model
-    from toolchain.reader import read_model
+    from toolchain.front.reader import read_model
+    from toolchain.lower.plan import Techniques, plan_model
 
     if not SHARED_MODEL_FILES:
         pytest.skip("the shared models are absent")
@@ -199,12 +199,12 @@ def test_the_readme_footprint_table_is_what_bench_mcu_gives(cells):
     and stack of the Cortex-M4 build (sizes from the linker, stack from -fstack-usage), and
     TFLM's total arena measured in its interpreter."""
     from tests.conftest import SHARED_MODEL_FILES
-    from toolchain.checking.oracle import TFLMOracle
-    from toolchain.checking.qemu_backend import missing
-    from toolchain.firmware import TOOL_PREFIX
-    from toolchain.footprint import footprint
-    from toolchain.plan import plan_model
-    from toolchain.reader import read_model
+    from toolchain.front.reader import read_model
+    from toolchain.lab.firmware import TOOL_PREFIX
+    from toolchain.lab.footprint import footprint
+    from toolchain.lab.oracle import TFLMOracle
+    from toolchain.lab.qemu_backend import missing
+    from toolchain.lower.plan import plan_model
 
     if not SHARED_MODEL_FILES:
         pytest.skip("the shared models are absent")

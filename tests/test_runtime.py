@@ -10,12 +10,12 @@ import pytest
 
 from runtime_py.interpreter import POISON, ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
-from toolchain.builder import ModelBuilder
-from toolchain.checking.check import check_plan
 from toolchain.cli import main
 from toolchain.errors import PlanError, RuntimeBackendError, UnsupportedOpError
-from toolchain.plan import Techniques, plan_model
-from toolchain.reader import parse_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.check import check_plan
+from toolchain.lower.plan import Techniques, plan_model
 
 
 def pool_chain(dtype: str = "int8") -> bytes:
@@ -178,7 +178,7 @@ def test_reference_models_check_with_every_planner(capsys, path):
 def test_cli_check_per_layer_says_how_it_checks_a_striped_segment(capsys, tmp_path):
     """The demo model's steps 1-3 run in stripes: ops 1 and 2 have no whole output to compare,
     so the check says op 3's output stands for them, in text and JSON."""
-    from toolchain.examples import EXAMPLES
+    from toolchain.front.examples import EXAMPLES
 
     model = tmp_path / "demo.tflite"
     model.write_bytes(EXAMPLES["residual_cnn_int8"]())

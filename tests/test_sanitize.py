@@ -21,12 +21,12 @@ from tests.ops.test_fully_connected import hybrid_batch_matmul_model, hybrid_ful
 from tests.ops.test_lstm import HYBRID_CASES as LSTM_HYBRID
 from tests.ops.test_lstm import lstm_model
 from tests.ops.test_svdf import float_svdf_model
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import compare_edges, difference, edge_inputs
 from toolchain.cli import main
-from toolchain.examples import EXAMPLES
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model, read_model
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import compare_edges, difference, edge_inputs
+from toolchain.lower.plan import plan_model
 
 HYBRID = {
     "fully connected": lambda: hybrid_fully_connected_model((2, 10), 3),

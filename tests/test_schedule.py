@@ -8,15 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import toolchain.schedule as sched
+import toolchain.lower.schedule as sched
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
-from toolchain.builder import ModelBuilder
 from toolchain.errors import ModelError, PlanError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.lifetimes import ScratchRequest, compute_lifetimes
+from toolchain.lower.lifetimes import ScratchRequest, compute_lifetimes
+from toolchain.lower.schedule import best_order, peak_bytes, schedule
 from toolchain.planners import align_up
-from toolchain.reader import parse_model
-from toolchain.schedule import best_order, peak_bytes, schedule
 
 # -- helpers ---------------------------------------------------------------------------------
 

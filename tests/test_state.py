@@ -25,20 +25,20 @@ from tests.ops.test_variables import (
 )
 from tests.test_codegen import style_problems
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
-from toolchain.builder import FILE_IDENTIFIER, ModelBuilder
-from toolchain.checking import c_backend, check
-from toolchain.checking.c_backend import CBackend, compile_files, split_outputs, write_files
-from toolchain.checking.check import check_plan, default_sequence, random_inputs
-from toolchain.checking.oracle_process import run_in_child
-from toolchain.checking.qemu_backend import QemuBackend
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
 from toolchain.errors import ModelError, PlanError
-from toolchain.examples import EXAMPLES
-from toolchain.plan import plan_model
+from toolchain.front.builder import FILE_IDENTIFIER, ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import fb
+from toolchain.lab import c_backend, check
+from toolchain.lab.c_backend import CBackend, compile_files, split_outputs, write_files
+from toolchain.lab.check import check_plan, default_sequence, random_inputs
+from toolchain.lab.oracle_process import run_in_child
+from toolchain.lab.qemu_backend import QemuBackend
+from toolchain.lower.plan import plan_model
 from toolchain.planners import Placement, verify
-from toolchain.reader import parse_model
-from toolchain.report import plan_data, plan_text
-from toolchain.schema import fb
+from toolchain.views.report import plan_data, plan_text
 
 
 def planned(data: bytes, name: str = "m.tflite", **options):
@@ -118,7 +118,7 @@ def test_an_order_that_splits_a_call_is_refused():
 
 
 def test_the_file_order_is_what_schedule_model_keeps():
-    from toolchain.plan import NO_TECHNIQUES
+    from toolchain.lower.plan import NO_TECHNIQUES
 
     mp = planned(computed_start(), techniques=NO_TECHNIQUES)
     assert mp.lifetimes.order == mp.program.file_order() == (0, 1, 6, 7, 8, 9, 2, 3, 4, 5)
@@ -494,7 +494,7 @@ def test_a_cycle_of_calls_fails_even_inspect(tmp_path):
 
 def test_the_tflite_interpreters_refuse_what_arenac_refuses():
     """LiteRT refuses the same malformed calls (a self call, an out-of-range index)."""
-    from toolchain.checking.oracle import LiteRTOracle
+    from toolchain.lab.oracle import LiteRTOracle
 
     for edit, words in ((call_index(0), "GetSubgraphIndex"), (call_index(7), "subgraphs->size")):
         with pytest.raises(RuntimeError, match=words):

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import SHARED_MODELS
-from toolchain.examples import EXAMPLES
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model, read_model
-from toolchain.report import memory_map_svg
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lower.plan import plan_model
+from toolchain.views.report import memory_map_svg
 
 BROWSERS = ("chromium", "chromium-browser", "chromium-headless-shell", "google-chrome")
 BROWSER = next((path for path in map(shutil.which, BROWSERS) if path), None)
@@ -165,7 +165,7 @@ def test_every_label_is_inside_the_canvas_and_axis_labels_never_touch(svg_file, 
 
 
 def test_the_report_page_renders_with_its_map(tmp_path):
-    from toolchain.html_report import report_html
+    from toolchain.views.html import report_html
 
     mp = plan_model(MODELS["residual_cnn_int8"]())
     page = tmp_path / "report.html"

@@ -27,26 +27,26 @@ from tests.ops.test_fully_connected import fully_connected_model
 from tests.ops.test_pooling import pool_model
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
 from toolchain import targets as target_table
-from toolchain.bench import bench
-from toolchain.checking.c_backend import compiler
-from toolchain.checking.check import check_plan, random_inputs
-from toolchain.checking.qemu_backend import QemuBackend
+from toolchain.c.generate import generate
 from toolchain.cli import main
-from toolchain.codegen import generate
 from toolchain.errors import ArenacError, RuntimeBackendError
-from toolchain.firmware import mcu_sources
-from toolchain.fixedpoint import multiply_by_quantized_multiplier
-from toolchain.ops import arm_dsp
-from toolchain.ops.rounding import (
+from toolchain.front.reader import parse_model
+from toolchain.lab.bench import bench
+from toolchain.lab.c_backend import compiler
+from toolchain.lab.check import check_plan, random_inputs
+from toolchain.lab.firmware import mcu_sources
+from toolchain.lab.qemu_backend import QemuBackend
+from toolchain.lower.plan import ModelPlan, Techniques, plan_model
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
+from toolchain.numerics.quant import quantize_multiplier
+from toolchain.numerics.rounding import (
     fc_multiplier,
     first_multiple,
     high_word,
     shared_roundings,
     single_roundings,
 )
-from toolchain.plan import ModelPlan, Techniques, plan_model
-from toolchain.quant import quantize_multiplier
-from toolchain.reader import parse_model
+from toolchain.ops import arm_dsp
 from toolchain.targets import TARGETS, get_target
 
 DSP = ("cortex-m4", "cortex-m7", "cortex-m33")
@@ -62,7 +62,7 @@ def kernels_bound(mp: ModelPlan) -> list[str]:
 
 def pointwise_model(seed: int = 0) -> bytes:
     """1x1 CONV_2D (stride 1), 1x1 CONV_2D (stride 2), FULLY_CONNECTED: odd sizes everywhere."""
-    from toolchain.builder import ModelBuilder
+    from toolchain.front.builder import ModelBuilder
 
     rng = np.random.default_rng(seed)
     b = ModelBuilder("int8")
@@ -783,7 +783,7 @@ CLANG = shutil.which("clang") or shutil.which("clang-14")
 
 def clang_model() -> bytes:
     """Every DSP kernel: the pointwise model's, then a 3x3 convolution and a depthwise one."""
-    from toolchain.builder import ModelBuilder
+    from toolchain.front.builder import ModelBuilder
 
     rng = np.random.default_rng(7)
     b = ModelBuilder("int8")

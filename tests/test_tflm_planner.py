@@ -19,13 +19,13 @@ from tests.opcheck import assert_matches_oracle
 from tests.ops.test_lstm import Lstm, lstm_model
 from tests.ops.test_lstm_int16 import Lstm16, lstm16_model
 from tests.ops.test_svdf import float_svdf_model, svdf_model
-from toolchain.builder import ModelBuilder
-from toolchain.checking.oracle import TFLMOracle
 from toolchain.cli import main
-from toolchain.examples import EXAMPLES
-from toolchain.plan import NO_TECHNIQUES, Techniques, plan_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab.oracle import TFLMOracle
+from toolchain.lower.plan import NO_TECHNIQUES, Techniques, plan_model
 from toolchain.planners import Buffer, align_up, make_plan
-from toolchain.reader import parse_model, read_model
 
 needs_tflm = pytest.mark.skipif(
     importlib.util.find_spec("tflite_micro") is None, reason="tflite-micro is not installed"

@@ -1,5 +1,6 @@
-"""Striped execution (toolchain.tiling): chains of windowed ops run stripe by stripe, bit-exact
-against LiteRT in runtime_py and in C, and a stripe plan that is unsafe by one row fails."""
+"""Striped execution (toolchain.lower.tiling): chains of windowed ops run stripe by stripe,
+bit-exact against LiteRT in runtime_py and in C, and a stripe plan that is unsafe by one row
+fails."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ import pytest
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import tflm_head_figures
 from tests.opcheck import assert_matches_oracle, assert_varied
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import check_plan, random_inputs
+from toolchain.c.generate import generate
 from toolchain.cli import main
-from toolchain.codegen import generate
 from toolchain.errors import PlanError
-from toolchain.plan import Techniques, plan_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import check_plan, random_inputs
+from toolchain.lower.plan import Techniques, plan_model
 from toolchain.planners import verify
-from toolchain.reader import parse_model, read_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
 

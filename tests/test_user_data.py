@@ -13,18 +13,18 @@ import zipfile
 import numpy as np
 import pytest
 
-import toolchain.checking.check as check_module
+import toolchain.lab.check as check_module
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODELS, needs_shared_models
-from toolchain.builder import ModelBuilder
-from toolchain.checking import qemu_backend
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import is_classifier, runtime_py_tracer
-from toolchain.checking.samples import load_dataset, load_samples
+from toolchain.c.generate import generate, traced_tensors
 from toolchain.cli import build_parser, main
-from toolchain.codegen import generate, traced_tensors
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model, read_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model, read_model
+from toolchain.lab import qemu_backend
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import is_classifier, runtime_py_tracer
+from toolchain.lab.samples import load_dataset, load_samples
+from toolchain.lower.plan import plan_model
 
 KWS = SHARED_MODELS / "kws_ref_model.tflite"
 

@@ -13,15 +13,15 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODEL_FILES, SHARED_MODELS, needs_shared_models
-from toolchain.builder import ModelBuilder
-from toolchain.checking.check import random_inputs
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
 from toolchain.errors import ModelError, UnsupportedOpError
-from toolchain.examples import EXAMPLES
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import TENSOR_TYPES, fb
+from toolchain.lab.check import random_inputs
+from toolchain.lower.plan import plan_model
 from toolchain.ops import REGISTRY, prepare_graph
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
-from toolchain.schema import TENSOR_TYPES, fb
 
 SOURCE = "edited.tflite"
 TINY_INT8 = EXAMPLES["tiny_cnn_int8"]()

@@ -18,8 +18,8 @@ from pathlib import Path
 import flatbuffers
 import numpy as np
 
-from toolchain.builder import FILE_IDENTIFIER, SCHEMA_VERSION
-from toolchain.schema import fb
+from toolchain.front.builder import FILE_IDENTIFIER, SCHEMA_VERSION
+from toolchain.front.schema import fb
 
 WIDTH = 4  # float32 elements of the input and of each branch
 

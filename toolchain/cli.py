@@ -19,10 +19,10 @@ from typing import Any
 from toolchain import __version__, progress
 from toolchain.errors import ArenacError
 from toolchain.files import read_bounded, write_atomic, write_files_atomic
+from toolchain.front.validate import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITERATIONS
 from toolchain.planners import PLANNERS
 from toolchain.planners.optimal import DEFAULT_NODES
-from toolchain.solve import SOLVE_NODES
-from toolchain.validate import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITERATIONS
+from toolchain.planners.solve import SOLVE_NODES
 
 EXIT_USAGE = 2
 
@@ -66,8 +66,8 @@ def finite(data: Any) -> Any:
 
 # --- commands ---------------------------------------------------------------------------
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from toolchain.reader import read_model
-    from toolchain.report import inspect_data, inspect_text
+    from toolchain.front.reader import read_model
+    from toolchain.views.report import inspect_data, inspect_text
 
     data = inspect_data(read_model(args.model, max_bytes=args.max_bytes))
     emit_json(data) if args.json else print(inspect_text(data))
@@ -76,7 +76,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from toolchain.planners.csvio import dump_buffers
-    from toolchain.report import memory_map_svg, plan_data, plan_text
+    from toolchain.views.report import memory_map_svg, plan_data, plan_text
 
     mp = planned(args)
     outputs = {}
@@ -94,12 +94,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def planned(args: argparse.Namespace):
     """Read the model and plan it as the planning options say."""
-    from toolchain.plan import plan_model
-    from toolchain.reader import read_model
+    from toolchain.front.reader import read_model
+    from toolchain.lower.plan import plan_model
 
     model_plan = plan_model(read_model(args.model, max_bytes=args.max_bytes), **planning(args))
     if model_plan.clock_cut and args.command != "plan":  # `plan` says it in its report
-        from toolchain.report import CLOCK_CUT
+        from toolchain.views.report import CLOCK_CUT
 
         print(f"arenac: warning: {args.model}: --time-limit {args.time_limit:g} s {CLOCK_CUT}",
               file=sys.stderr)
@@ -109,7 +109,7 @@ def planned(args: argparse.Namespace):
 def planning(args: argparse.Namespace) -> dict:
     """plan_model's arguments from the planning options (`add_planning`): every command, the
     footprint too, plans the same way for the same options."""
-    from toolchain.plan import Techniques
+    from toolchain.lower.plan import Techniques
 
     options = {"fit": args.fit} if args.planner == "freelist" else {}
     techniques = Techniques(
@@ -137,7 +137,7 @@ def planning(args: argparse.Namespace) -> dict:
 
 def memory_of(args: argparse.Namespace) -> tuple[list, dict[str, str]]:
     """The pools (a --memory file's, then each --pool) and the pins (--pin after the file's)."""
-    from toolchain.memory import load_memory
+    from toolchain.lower.memory import load_memory
 
     memory = load_memory(args.memory) if args.memory else None
     pools = [*(memory.pools if memory else ()), *args.pool]
@@ -242,8 +242,8 @@ def input_steps(graph, arrays: list, paths: list[str], model: str):
 
 
 def cmd_gen(args: argparse.Namespace) -> int:
-    from toolchain.codegen import generate, generate_shared
-    from toolchain.fragments import build_fragments
+    from toolchain.c.fragments import build_fragments
+    from toolchain.c.generate import generate, generate_shared
 
     models = [args.model, *args.more_models]
     names = args.name or [os.path.splitext(os.path.basename(m))[0] for m in models]
@@ -284,7 +284,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
 def cmd_embed(args: argparse.Namespace) -> int:
     """TFLite Micro's kernels were not written for shared buffers: export a plan without
     in-place or overlapping tensors, in the file's operator order."""
-    from toolchain.embed import embed_file, measure_tflm_arena
+    from toolchain.tflm.embed import embed_file, measure_tflm_arena
 
     args.no_inplace = args.no_overlap = args.no_fuse_padding = True
     args.schedule, args.tiling = "model", "off"
@@ -323,8 +323,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from toolchain.checking.c_backend import CBackend
-    from toolchain.checking.check import check_layers, check_plan, compare_edges, edge_inputs
+    from toolchain.lab.c_backend import CBackend
+    from toolchain.lab.check import check_layers, check_plan, compare_edges, edge_inputs
 
     if args.inputs is None:
         args.inputs = 3
@@ -363,7 +363,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             c = stack.enter_context(CBackend(mp, sanitize=args.sanitize))
             extra.append(("c", c.invoke_many))
         if "qemu" in args.backends:
-            from toolchain.checking.qemu_backend import QemuBackend
+            from toolchain.lab.qemu_backend import QemuBackend
 
             extra.append(("qemu", stack.enter_context(QemuBackend(mp)).invoke_many))
         report = check_plan(
@@ -394,7 +394,7 @@ def edges_text(differences: list[str], sets: int) -> str:
 
 def user_data(graph, args: argparse.Namespace):
     """(where from, input sets) of --input or --dataset; None for random inputs."""
-    from toolchain.checking.samples import load_dataset, load_samples
+    from toolchain.lab.samples import load_dataset, load_samples
 
     if args.input:
         return args.input, load_samples(graph, args.input)
@@ -406,8 +406,8 @@ def user_data(graph, args: argparse.Namespace):
 def tracers(mp, backends: tuple[str, ...], stack: contextlib.ExitStack,
             max_iterations: int) -> list:
     """What --per-layer compares with the oracle: each backend asked for, as a tracer."""
-    from toolchain.checking.c_backend import CBackend
-    from toolchain.checking.check import runtime_py_tracer
+    from toolchain.lab.c_backend import CBackend
+    from toolchain.lab.check import runtime_py_tracer
 
     made = []
     for name in backends:
@@ -416,14 +416,14 @@ def tracers(mp, backends: tuple[str, ...], stack: contextlib.ExitStack,
         elif name == "c":
             made.append((name, stack.enter_context(CBackend(mp, trace=True)).trace))
         else:
-            from toolchain.checking.qemu_backend import QemuBackend
+            from toolchain.lab.qemu_backend import QemuBackend
 
             made.append((name, stack.enter_context(QemuBackend(mp, trace=True)).trace))
     return made
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from toolchain.html_report import report_html
+    from toolchain.views.html import report_html
 
     mp = planned(args)
     with open(args.model, "rb") as f:
@@ -439,7 +439,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from toolchain.bench import bench, bench_text
+    from toolchain.lab.bench import bench, bench_text
 
     result = bench(planned(args), optimization=f"-{args.optimize}")
     emit_json(result.as_dict()) if args.json else print(bench_text(result))
@@ -447,7 +447,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    from toolchain.solve import solution_csv, solve, solved_text
+    from toolchain.planners.solve import solution_csv, solve, solved_text
 
     solved = solve(args.problem, args.capacity, args.time_limit, args.align, args.nodes)
     if args.output and solved.plan is not None:
@@ -457,7 +457,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 
 def check_text(report, inputs: int) -> str:
-    from toolchain.report import table
+    from toolchain.views.report import table
 
     rows = [
         [
@@ -531,7 +531,7 @@ def striped_ops(mp) -> list[tuple[tuple[int, ...], int]]:
 
 def layers_text(graph, layers: dict, first_bad: dict,
                 striped: list[tuple[tuple[int, ...], int]] = ()) -> str:
-    from toolchain.report import table
+    from toolchain.views.report import table
 
     rows = [
         [same[0].op, same[0].opcode, middle_cut(graph.tensors[same[0].tensor].name)]
@@ -608,7 +608,7 @@ def add_planning(p: argparse.ArgumentParser) -> None:
 
 
 def pool_spec(text: str):
-    from toolchain.memory import parse_pool
+    from toolchain.lower.memory import parse_pool
 
     try:
         return parse_pool(text)
@@ -617,7 +617,7 @@ def pool_spec(text: str):
 
 
 def pin_spec(text: str) -> tuple[str, str]:
-    from toolchain.memory import parse_pin
+    from toolchain.lower.memory import parse_pin
 
     try:
         return parse_pin(text)

@@ -6,10 +6,10 @@ A target picks three things:
   (toolchain.ops.VARIANTS: the DSP-extension kernels of toolchain/ops/arm_dsp.py for
   cortex-m4, cortex-m7 and cortex-m33, the Helium ones of toolchain/ops/arm_mve.py for
   cortex-m55), else its portable C kernel (PORTABLE_C), which every target runs;
-- the C compiler's flags for the firmware (toolchain.firmware): arm-none-eabi-gcc's -mcpu, the
+- the C compiler's flags for the firmware (toolchain.lab.firmware): arm-none-eabi-gcc's -mcpu, the
   FPU and the float ABI;
 - the QEMU machine the firmware runs on, with its memory map and the counter the benchmark
-  reads (toolchain.bench).
+  reads (toolchain.lab.bench).
 
 The generated file says which target it was made for and refuses to compile for another: an
 `#error` unless the compiler's architecture macros (ACLE's __ARM_ARCH_*, __ARM_FEATURE_DSP,

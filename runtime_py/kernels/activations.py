@@ -13,13 +13,20 @@ from typing import Any
 
 import numpy as np
 
-from runtime_py import gemmlowp
 from runtime_py.kernels.reductions import ordered_sum
 from toolchain.errors import RuntimeBackendError
-from toolchain.fixedpoint import (
+from toolchain.numerics import gemmlowp
+from toolchain.numerics.fixedpoint import (
     multiply_by_quantized_multiplier,
     rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul,
+)
+from toolchain.numerics.quant import INT_RANGES
+from toolchain.numerics.tables import (
+    lut_lookup_int16,
+    sigmoid_table_uint16,
+    softmax_exp_lut,
+    softmax_reciprocal_lut,
 )
 from toolchain.ops.activations import (
     HARD_SWISH_HIRES_SHIFT,
@@ -41,13 +48,6 @@ from toolchain.ops.activations import (
     QuantizedSoftmaxParams,
     RequantizeClampParams,
 )
-from toolchain.ops.tables import (
-    lut_lookup_int16,
-    sigmoid_table_uint16,
-    softmax_exp_lut,
-    softmax_reciprocal_lut,
-)
-from toolchain.quant import INT_RANGES
 
 f32 = np.float32
 INT8_MIN, INT8_MAX = -128, 127

@@ -1,5 +1,5 @@
 """IF and WHILE: nothing to compute at their own step. The interpreter runs the steps of the
-subgraphs that follow it and makes the copies toolchain.program.Control lists (see
+subgraphs that follow it and makes the copies toolchain.lower.program.Control lists (see
 runtime_py.interpreter)."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from runtime_py.hybrid import quantize_asymmetric, quantize_symmetric
-from toolchain.fixedpoint import wrap_int32
+from toolchain.numerics.fixedpoint import wrap_int32
 from toolchain.ops.conv import (
     ConvParams,
     DepthwiseConvParams,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from toolchain.fixedpoint import (
+from toolchain.numerics.fixedpoint import (
     multiply_by_quantized_multiplier,
     rounding_divide_by_pot,
     wrap_int32,

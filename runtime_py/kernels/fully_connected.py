@@ -11,7 +11,7 @@ import numpy as np
 
 from runtime_py.hybrid import quantize_asymmetric as _asymmetric_row
 from runtime_py.hybrid import quantize_symmetric as _symmetric_row
-from toolchain.fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, wrap_int32
+from toolchain.numerics.fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, wrap_int32
 from toolchain.ops.fully_connected import (
     VECTOR_ACTIVATIONS,
     BatchMatMulFloatParams,

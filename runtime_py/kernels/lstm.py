@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from runtime_py.gemmlowp import inv_sqrt_quantized_multiplier_exp
-from runtime_py.gemmlowp import saturating_rounding_doubling_high_mul_int16 as mul16
 from runtime_py.hybrid import quantize_asymmetric, quantize_symmetric
 from runtime_py.kernels.activations import _int16_sigmoid
-from toolchain.fixedpoint import multiply_by_quantized_multiplier as mbqm
-from toolchain.fixedpoint import rounding_divide_by_pot, wrap_int32
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier as mbqm
+from toolchain.numerics.fixedpoint import rounding_divide_by_pot, wrap_int32
+from toolchain.numerics.gemmlowp import inv_sqrt_quantized_multiplier_exp
+from toolchain.numerics.gemmlowp import saturating_rounding_doubling_high_mul_int16 as mul16
 from toolchain.ops.lstm import (
     EXP_BARREL_SHIFTER16,
     EXP_MINUS_ONE_EIGHTH16,

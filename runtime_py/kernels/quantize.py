@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from toolchain.fixedpoint import (
+from toolchain.numerics.fixedpoint import (
     INT32_MAX,
     INT32_MIN,
     multiply_by_quantized_multiplier,

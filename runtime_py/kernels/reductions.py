@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from toolchain.fixedpoint import multiply_by_quantized_multiplier
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops.reductions import ArgParams, ReduceParams
 
 

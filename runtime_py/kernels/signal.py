@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from toolchain.numerics.tables import LOG_SEGMENTS_LOG2, log_table
 from toolchain.ops.signal import (
     LOG_COEFF,
     LOG_SCALE_LOG2,
@@ -30,7 +31,6 @@ from toolchain.ops.signal import (
     StackerParams,
     WindowParams,
 )
-from toolchain.ops.tables import LOG_SEGMENTS_LOG2, log_table
 
 MASK32 = (1 << 32) - 1
 MASK64 = (1 << 64) - 1

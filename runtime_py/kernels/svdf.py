@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from runtime_py.hybrid import quantize_asymmetric, quantize_symmetric
-from toolchain.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
+from toolchain.numerics.quant import INT_RANGES
 from toolchain.ops.svdf import LANES, SvdfFloatParams, SvdfHybridParams, SvdfIntegerParams
-from toolchain.quant import INT_RANGES
 
 
 def _slide(state: np.ndarray) -> np.ndarray:

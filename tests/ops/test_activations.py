@@ -15,13 +15,13 @@ from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODELS
 from tests.opcheck import assert_matches_oracle, oracle_outputs
-from toolchain.builder import ModelBuilder
-from toolchain.checking.check import difference, random_inputs
-from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import RuntimeBackendError, UnsupportedOpError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.check import difference, random_inputs
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
 from toolchain.ops import REGISTRY, prepare_graph
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 Quant = tuple[float, int]
 

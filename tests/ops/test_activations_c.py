@@ -25,15 +25,15 @@ from tests.ops.test_activations import (
     uint8_model,
     unary_model,
 )
-from toolchain import builder
-from toolchain.checking.c_backend import SANITIZE_FLAGS, CBackend, compile_files, write_files
-from toolchain.checking.check import difference, random_inputs
-from toolchain.checking.oracle import LiteRTOracle
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
 from toolchain.errors import UnsupportedOpError
+from toolchain.front import builder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import SANITIZE_FLAGS, CBackend, compile_files, write_files
+from toolchain.lab.check import difference, random_inputs
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import ModelPlan, plan_model
 from toolchain.ops import activations as emitters
-from toolchain.plan import ModelPlan, plan_model
-from toolchain.reader import parse_model
 
 ALL_INT8 = np.arange(-128, 128, dtype=np.int8)
 

@@ -16,20 +16,20 @@ import pytest
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle, assert_varied
 from tests.ops.test_activations import PRELU_SHAPES, assert_refused, uint8_model
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import difference
-from toolchain.checking.oracle import LiteRTOracle
-from toolchain.ops import REGISTRY
-from toolchain.ops.activations import Int16SigmoidParams
-from toolchain.ops.tables import (
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import difference
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
+from toolchain.numerics.tables import (
     lut_lookup_int16,
     sigmoid_table_uint16,
     softmax_exp_lut,
     softmax_reciprocal_lut,
 )
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
+from toolchain.ops import REGISTRY
+from toolchain.ops.activations import Int16SigmoidParams
 
 Quant = tuple[float, int]
 

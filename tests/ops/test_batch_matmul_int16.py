@@ -13,12 +13,12 @@ import pytest
 
 from tests.opcheck import assert_matches_oracle, assert_varied
 from tests.ops.test_fully_connected import MATMUL_SHAPES, _adjusted, assert_refused
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.oracle import LiteRTOracle
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
 from toolchain.ops.fully_connected import BatchMatMulInt16Params, prepare_batch_matmul
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 # Uniform int16 and int8 values have these deviations.
 STD = {"int16": 65536 / math.sqrt(12), "int8": 256 / math.sqrt(12)}

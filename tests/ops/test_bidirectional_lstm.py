@@ -19,12 +19,12 @@ from tests.ops.test_lstm import (
     runtime_sequence,
 )
 from tests.test_codegen import style_problems
-from toolchain.builder import ModelBuilder
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
 from toolchain.errors import ModelError, UnsupportedOpError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lower.plan import plan_model
 from toolchain.ops import prepare_graph
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 GATES = ("input", "forget", "cell", "output")
 AUX = ("none", "weights", "backward input")  # no auxiliary input, one with weights, one without

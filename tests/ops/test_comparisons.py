@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from tests.opcheck import assert_matches_oracle, assert_varied, refusal
-from toolchain.builder import ModelBuilder
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lower.plan import plan_model
 from toolchain.ops.comparisons import EQUALITY, LOGICAL, ORDERED
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 COMPARISONS = (*ORDERED, *EQUALITY)
 NO_QUANT = (None, None)

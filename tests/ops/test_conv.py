@@ -15,13 +15,13 @@ import pytest
 
 from runtime_py.kernels.conv import requantize
 from tests.opcheck import assert_matches_oracle, oracle_outputs
-from toolchain.builder import ModelBuilder
-from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import UnsupportedOpError
-from toolchain.fixedpoint import multiply_by_quantized_multiplier
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops import prepare_graph
 from toolchain.ops.conv import Requantize
-from toolchain.reader import parse_model
 
 INPUT_SCALE, INPUT_ZERO_POINT = 0.05, 3
 OUTPUT_ZERO_POINT = -5

@@ -16,14 +16,14 @@ import toolchain.ops.conv as conv_codegen
 from runtime_py.kernels.conv import requantize
 from tests.conftest import native_vnni
 from tests.ops.test_conv import conv_model, depthwise_model, transpose_conv_model
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend, compiler
-from toolchain.checking.check import check_plan
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend, compiler
+from toolchain.lab.check import check_plan
+from toolchain.lower.plan import ModelPlan, plan_model
 from toolchain.ops.conv import Requantize
 from toolchain.ops.emit import LINE_LIMIT
-from toolchain.plan import ModelPlan, plan_model
-from toolchain.reader import parse_model
 
 
 def c_text(model: bytes) -> str:

@@ -19,13 +19,13 @@ import toolchain.ops.conv as conv_codegen
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_varied, refusal
 from tests.ops.test_conv_c import CONSTANT_FOR, c_text
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import LiteRTOracle
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import ModelPlan, plan_model
 from toolchain.ops.emit import LINE_LIMIT
-from toolchain.plan import ModelPlan, plan_model
-from toolchain.reader import parse_model
 
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 

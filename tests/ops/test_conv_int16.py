@@ -19,7 +19,7 @@ import toolchain.ops.conv as conv_codegen
 from runtime_py.kernels.conv import requantize_wide
 from tests.opcheck import assert_matches_oracle, assert_varied, refusal
 from tests.ops.test_conv_c import CONSTANT_FOR, assert_c_matches, c_text, overlapped_plan
-from toolchain.builder import ModelBuilder
+from toolchain.front.builder import ModelBuilder
 from toolchain.ops.conv import WideRequantize
 from toolchain.ops.emit import LINE_LIMIT
 

@@ -14,13 +14,13 @@ import pytest
 from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.opcheck import assert_matches_oracle
-from toolchain.builder import FILE_IDENTIFIER
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import LiteRTOracle
+from toolchain.front.builder import FILE_IDENTIFIER
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import fb
 from toolchain.ir import Graph
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import LiteRTOracle
 from toolchain.ops import REGISTRY
-from toolchain.reader import parse_model
-from toolchain.schema import fb
 
 pytestmark = needs_shared_models
 

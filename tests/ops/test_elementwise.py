@@ -9,13 +9,13 @@ import pytest
 from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.opcheck import assert_matches_oracle, oracle_outputs
-from toolchain.builder import ModelBuilder
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import UnsupportedOpError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import LiteRTOracle
 from toolchain.ops import prepare_graph
 from toolchain.ops.elementwise import prepare
-from toolchain.reader import parse_model
 
 OPS = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
 ACTIVATION_OPS = ("ADD", "SUB", "MUL", "DIV")

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from runtime_py.kernels import KERNELS
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import SANITIZE_FLAGS, compile_files, write_files
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import SANITIZE_FLAGS, compile_files, write_files
+from toolchain.lower.plan import plan_model
 from toolchain.ops import prepare_graph
 from toolchain.ops.elementwise import Loop, broadcast_loops
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 PLAIN_OPS = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
 

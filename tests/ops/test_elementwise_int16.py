@@ -9,12 +9,12 @@ import pytest
 
 from tests.opcheck import assert_matches_oracle, assert_varied
 from tests.ops.test_elementwise import SHAPES
-from toolchain.builder import ModelBuilder
 from toolchain.errors import UnsupportedOpError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import fb
 from toolchain.ops import prepare_graph
 from toolchain.ops.elementwise import RescaledParams, ShiftedParams, prepare
-from toolchain.reader import parse_model
-from toolchain.schema import fb
 
 Quant = tuple[float, int]
 

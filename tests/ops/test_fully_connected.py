@@ -14,13 +14,13 @@ import pytest
 from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODELS
 from tests.opcheck import assert_matches_oracle, assert_varied, oracle_outputs
-from toolchain.builder import ModelBuilder
-from toolchain.checking.check import difference, random_inputs
-from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import UnsupportedOpError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.check import difference, random_inputs
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.numerics.quant import ACTIVATION_FLOAT_RANGE
 from toolchain.ops import REGISTRY, prepare_graph
-from toolchain.quant import ACTIVATION_FLOAT_RANGE
-from toolchain.reader import parse_model
 
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 # int8 test inputs: uniform over the full range, so their real values have this deviation.
@@ -460,11 +460,11 @@ def assert_bit_exact(model: bytes, inputs: list[list[np.ndarray]] | None = None)
     """runtime_py and the C against LiteRT with every float32 output bit equal, on random
     input sets or the given ones."""
     from runtime_py.interpreter import ArenaInterpreter
-    from toolchain.checking.c_backend import CBackend
-    from toolchain.checking.check import random_inputs
-    from toolchain.checking.oracle import LiteRTOracle
-    from toolchain.plan import plan_model
-    from toolchain.reader import parse_model
+    from toolchain.front.reader import parse_model
+    from toolchain.lab.c_backend import CBackend
+    from toolchain.lab.check import random_inputs
+    from toolchain.lab.oracle import LiteRTOracle
+    from toolchain.lower.plan import plan_model
 
     mp = plan_model(parse_model(model, "<built model>"), "greedy")
     inputs = inputs or [random_inputs(mp.graph, seed) for seed in range(3)]
@@ -568,8 +568,8 @@ def test_batch_matmul_hybrid_rhs_of_minus_128():
 def test_batch_matmul_hybrid_zero_rows():
     """A zero lhs row quantizes with scale 1, and its outputs are +0.0."""
     from runtime_py.interpreter import ArenaInterpreter
-    from toolchain.checking.c_backend import CBackend
-    from toolchain.plan import plan_model
+    from toolchain.lab.c_backend import CBackend
+    from toolchain.lower.plan import plan_model
 
     for asymmetric in (False, True):
         model = hybrid_batch_matmul_model((3, 12), (12, 4), asymmetric=asymmetric)
@@ -671,8 +671,8 @@ def test_fully_connected_int16_filter_zero_point(bias_type, runtime_weights):
 def test_fully_connected_int16_int32_bias_wraps():
     """600 products of 2^22 overflow int32: TFLite's int32 sums wrap, its int64 ones do not."""
     from runtime_py.interpreter import ArenaInterpreter
-    from toolchain.checking.c_backend import CBackend
-    from toolchain.plan import plan_model
+    from toolchain.lab.c_backend import CBackend
+    from toolchain.lower.plan import plan_model
 
     results = {}
     for bias_type in ("INT32", "INT64"):
@@ -732,9 +732,9 @@ def test_fully_connected_hybrid_non_finite_inputs_agree_sanitized(asymmetric):
     """NaN, +-inf, denormal and +-FLT_MAX rows, undefined in TFLite's quantizer: runtime_py and
     the C (float-to-int overflow trapped) give the same bits."""
     from runtime_py.interpreter import ArenaInterpreter
-    from toolchain.checking.c_backend import CBackend
-    from toolchain.plan import plan_model
-    from toolchain.reader import parse_model
+    from toolchain.front.reader import parse_model
+    from toolchain.lab.c_backend import CBackend
+    from toolchain.lower.plan import plan_model
 
     big = np.finfo(np.float32).max
     rows = [[np.nan] * 10, [1, np.nan, 2, -3, 0.5, 0.2, 0.1, 4, np.nan, 2],

@@ -19,13 +19,13 @@ from tests.ops.test_fully_connected import (
     hybrid_batch_matmul_model,
     int16_fully_connected_model,
 )
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend, compiler
-from toolchain.checking.check import check_plan, difference
-from toolchain.checking.oracle import LiteRTOracle
-from toolchain.codegen import generate
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
+from toolchain.c.generate import generate
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend, compiler
+from toolchain.lab.check import check_plan, difference
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
 
 
 def c_text(model: bytes) -> str:

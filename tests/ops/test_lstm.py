@@ -17,22 +17,22 @@ from runtime_py.kernels.lstm import logistic16, tanh16
 from tests.conftest import SHARED_MODELS
 from tests.opcheck import assert_matches_oracle
 from tests.test_codegen import style_problems
-from toolchain.builder import ModelBuilder
-from toolchain.checking import qemu_backend
-from toolchain.checking.c_backend import SANITIZE_FLAGS, compile_files, split_outputs, write_files
-from toolchain.checking.check import difference
-from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
-from toolchain.checking.qemu_backend import QemuBackend
+from toolchain.c.generate import generate
 from toolchain.cli import main
-from toolchain.codegen import generate
 from toolchain.errors import ModelError, UnsupportedOpError
-from toolchain.fixedpoint import multiply_by_quantized_multiplier as mbqm
-from toolchain.fixedpoint import rounding_divide_by_pot as rdbpot
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab import qemu_backend
+from toolchain.lab.c_backend import SANITIZE_FLAGS, compile_files, split_outputs, write_files
+from toolchain.lab.check import difference
+from toolchain.lab.oracle import LiteRTOracle, TFLMOracle
+from toolchain.lab.qemu_backend import QemuBackend
+from toolchain.lower.plan import plan_model
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier as mbqm
+from toolchain.numerics.fixedpoint import rounding_divide_by_pot as rdbpot
+from toolchain.numerics.quant import quantize_multiplier
 from toolchain.ops import oracle_of, prepare_graph
 from toolchain.ops.spec import TFLM
-from toolchain.plan import plan_model
-from toolchain.quant import quantize_multiplier
-from toolchain.reader import parse_model
 
 GATES = ("input", "forget", "cell", "output")
 

@@ -13,16 +13,16 @@ import pytest
 from tests.opcheck import assert_matches_oracle, refusal
 from tests.ops.test_lstm import assert_same, c_sequence, runtime_sequence
 from tests.test_codegen import style_problems
-from toolchain.builder import ModelBuilder
-from toolchain.checking import qemu_backend
-from toolchain.checking.oracle import TFLMOracle
-from toolchain.checking.qemu_backend import QemuBackend
+from toolchain.c.generate import generate
 from toolchain.cli import main
-from toolchain.codegen import generate
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab import qemu_backend
+from toolchain.lab.oracle import TFLMOracle
+from toolchain.lab.qemu_backend import QemuBackend
+from toolchain.lower.plan import plan_model
 from toolchain.ops import oracle_of
 from toolchain.ops.spec import TFLM
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 GATES = ("input", "forget", "cell", "output")
 

@@ -12,7 +12,7 @@ from tests.ops.test_fully_connected import (
     assert_refused,
     check_ops_on_oracle_tensors,
 )
-from toolchain.builder import ModelBuilder
+from toolchain.front.builder import ModelBuilder
 from toolchain.ops.pooling import leading_padding, output_size
 
 POOLS = ("AVERAGE_POOL_2D", "MAX_POOL_2D")

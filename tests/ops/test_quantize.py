@@ -10,14 +10,14 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle, assert_varied
-from toolchain.builder import FILE_IDENTIFIER, ModelBuilder
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import UnsupportedOpError
+from toolchain.front.builder import FILE_IDENTIFIER, ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.front.schema import fb
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
 from toolchain.ops import prepare_graph
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
-from toolchain.schema import fb
 
 Quant = tuple[float, int] | None
 

@@ -14,15 +14,15 @@ from tests.opcheck import assert_matches_oracle
 from tests.ops.test_quantize import EDGES, ENDS, WRAPS, per_channel_model, unary_model
 from tests.ops.test_reductions import REDUCTIONS, arg_model, reduce_model
 from tests.ops.test_resize import resize_model
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import SANITIZE_FLAGS, CBackend, compile_files, write_files
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
 from toolchain.errors import ModelError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import SANITIZE_FLAGS, CBackend, compile_files, write_files
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import LiteRTOracle, TFLMOracle
+from toolchain.lower.plan import plan_model
 from toolchain.ops.reductions import Loop, Walk, collapse
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 
 def plan(model_bytes: bytes):

@@ -7,13 +7,13 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle, assert_varied
-from toolchain.builder import ModelBuilder
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
 from toolchain.errors import UnsupportedOpError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import LiteRTOracle, TFLMOracle
+from toolchain.lower.plan import plan_model
 from toolchain.ops import prepare_graph
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 Quant = tuple[float, int] | None
 

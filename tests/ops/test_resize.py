@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from tests.opcheck import assert_matches_oracle, assert_varied
-from toolchain.builder import ModelBuilder
 from toolchain.errors import UnsupportedOpError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
 from toolchain.ops import prepare_graph
-from toolchain.reader import parse_model
 
 QUANT = {"float32": (None, None), "int8": (0.05, -3), "uint8": (0.05, 128), "int16": (0.001, 0)}
 

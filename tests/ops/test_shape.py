@@ -14,12 +14,12 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle, assert_varied, refusal
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import LiteRTOracle
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
 
 # Activation quantization per dtype; int16 keeps zero point 0 as TFLite requires of it.
 QUANT = {"int8": (0.05, -3), "uint8": (0.05, 125), "int16": (0.002, 0)}
@@ -299,7 +299,7 @@ def test_pad_fills_with_the_output_zero_point():
 
 def test_scalar_in_the_middle():
     """Reshape to rank 0 (an empty new_shape) and back; a scalar model output would trip
-    toolchain.checking.check, which compares numpy scalars as arrays."""
+    toolchain.lab.check, which compares numpy scalars as arrays."""
     b = ModelBuilder()
     x = b.input("x", (1, 1), "float32")
     scalar = b.tensor("scalar", (), "float32")

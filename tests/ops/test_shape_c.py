@@ -15,13 +15,13 @@ import pytest
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle
 from tests.ops.test_shape import CASE_IDS, CASES, UINT8_RESCALED, build, concatenation_model, i32
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import random_inputs
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import random_inputs
+from toolchain.lower.plan import plan_model
 from toolchain.ops.shape import Move, pad_dims, simplify
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 ALL_DTYPES = ("int8", "float32", "int32", "int16", "int64")
 

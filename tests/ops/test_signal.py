@@ -11,17 +11,17 @@ import pytest
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_matches_oracle, refusal
 from tests.test_codegen import style_problems
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import CBackend
-from toolchain.checking.check import random_inputs
-from toolchain.checking.oracle import TFLMOracle
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
 from toolchain.errors import ModelError, UnsupportedOpError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lab.c_backend import CBackend
+from toolchain.lab.check import random_inputs
+from toolchain.lab.oracle import TFLMOracle
+from toolchain.lower.plan import plan_model
+from toolchain.numerics.tables import log_table
 from toolchain.ops import bind, oracle_of, prepare_graph
 from toolchain.ops.spec import TFLM
-from toolchain.ops.tables import log_table
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
 
 SEQUENCE = 4  # invokes a state is kept over
 

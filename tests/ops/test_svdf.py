@@ -19,17 +19,17 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODELS
-from toolchain.builder import ModelBuilder
-from toolchain.checking.c_backend import SANITIZE_FLAGS, compile_files, split_outputs, write_files
-from toolchain.checking.check import check_plan
-from toolchain.checking.oracle import LiteRTOracle, TFLMOracle
-from toolchain.codegen import generate
+from toolchain.c.generate import generate
 from toolchain.errors import ModelError, UnsupportedOpError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model, read_model
 from toolchain.ir import Graph
+from toolchain.lab.c_backend import SANITIZE_FLAGS, compile_files, split_outputs, write_files
+from toolchain.lab.check import check_plan
+from toolchain.lab.oracle import LiteRTOracle, TFLMOracle
+from toolchain.lower.plan import ModelPlan, plan_model
 from toolchain.ops import bind, oracle_of
 from toolchain.ops.spec import LITERT_REF, TFLM
-from toolchain.plan import ModelPlan, plan_model
-from toolchain.reader import parse_model, read_model
 
 INVOKES = 6  # invokes without a reset
 AGAIN = 3  # invokes after the reset
@@ -432,8 +432,8 @@ def test_check_compares_int8_states_with_tflm_and_int16_states_with_litert():
 
 
 def test_per_layer_check_refuses_a_model_only_tflm_computes():
-    from toolchain.checking.check import check_layers
     from toolchain.errors import RuntimeBackendError
+    from toolchain.lab.check import check_layers
 
     model = svdf_model("int8", state_zero_point=4)
     mp = plan_model(parse_model(model, "<built svdf>"), "greedy")
@@ -452,7 +452,7 @@ def bind_op(model: bytes):
 
 def rewritten(model: bytes, **changes) -> bytes:
     """`model` with fields of its SVDF operator or tensors replaced, through the object API."""
-    from toolchain.schema import fb
+    from toolchain.front.schema import fb
 
     table = fb.ModelT.InitFromObj(fb.Model.GetRootAs(model, 0))
     graph = table.subgraphs[0]
@@ -510,7 +510,7 @@ REFUSALS = {
 @pytest.mark.parametrize("options, changes, error, message", REFUSALS.values(),
                          ids=REFUSALS.keys())
 def test_refusals(options, changes, error, message):
-    from toolchain.schema import fb
+    from toolchain.front.schema import fb
 
     model = (float_svdf_model(expose_state=False) if options == "float"
              else float_svdf_model(hybrid=True, expose_state=False) if options == "hybrid"

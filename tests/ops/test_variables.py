@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from tests.opcheck import assert_matches_oracle
-from toolchain.builder import ModelBuilder
-from toolchain.checking.oracle import LiteRTOracle
 from toolchain.errors import ArenacError, ModelError, UnsupportedOpError
-from toolchain.examples import EXAMPLES
-from toolchain.plan import plan_model
-from toolchain.reader import parse_model
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model
+from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
 
 # dtype -> (scale, zero point) of the quantized test tensors
 QUANT = {"float32": (None, None), "int8": (0.05, -3), "int16": (0.002, 0), "int32": (None, None)}

@@ -45,6 +45,23 @@ import numpy as np
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.quant import (
+    ACTIVATION_FLOAT_RANGE,
+    INT_RANGES,
+    activation_range_quantized,
+    per_tensor_quantization,
+    quantize_multiplier,
+    require_int16_zero_points,
+)
+from toolchain.numerics.tables import (
+    INT16_MAX,
+    checked_log2,
+    logistic_float32,
+    lookup_table,
+    lut_lookup_int16,
+    softmax_exp_lut,
+    tanhf,
+)
 from toolchain.ops import overlaps
 from toolchain.ops.elementwise import broadcast_loops, broadcast_nest
 from toolchain.ops.emit import (
@@ -60,23 +77,6 @@ from toolchain.ops.emit import (
     written_vars,
 )
 from toolchain.ops.spec import OpSpec, Signature, kernels, required_input
-from toolchain.ops.tables import (
-    INT16_MAX,
-    checked_log2,
-    logistic_float32,
-    lookup_table,
-    lut_lookup_int16,
-    softmax_exp_lut,
-    tanhf,
-)
-from toolchain.quant import (
-    ACTIVATION_FLOAT_RANGE,
-    INT_RANGES,
-    activation_range_quantized,
-    per_tensor_quantization,
-    quantize_multiplier,
-    require_int16_zero_points,
-)
 
 f32 = np.float32
 

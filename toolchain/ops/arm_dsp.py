@@ -25,7 +25,7 @@ sums, both channels' weights loaded once for three pixels; `Matmul.block`):
 - the bias and the input offset times each filter row's sum are folded into one int32 per
   channel (wrapping as TFLite's int32 sums do), so the loop is a plain int8 dot product;
 - the requantization is one 32 x 32 -> 64-bit multiply-add and a shift where
-  toolchain/ops/rounding.py proves it equal to the reference's rounding (FULLY_CONNECTED's
+  toolchain/numerics/rounding.py proves it equal to the reference's rounding (FULLY_CONNECTED's
   double one, the convolutions' MultiplyByQuantizedMultiplier) on every accumulator the op can
   produce (the output zero point folded into its rounding where the 64-bit sum has room, so
   that the clamp is one SSAT); where the rounding can be an offset folded into the channel's
@@ -65,8 +65,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolchain.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from toolchain.ir import Graph, Operator
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
+from toolchain.numerics.rounding import (
+    HighWord,
+    SingleRounding,
+    accumulator_range,
+    fc_multiplier,
+    high_word,
+    shared_roundings,
+    single_roundings,
+)
 from toolchain.ops import overlaps
 from toolchain.ops.conv import ConvParams, DepthwiseConvParams, Requantize
 from toolchain.ops.elementwise import TEMPLATE as ELEMENTWISE_TEMPLATE
@@ -88,15 +97,6 @@ from toolchain.ops.emit import (
 from toolchain.ops.fully_connected import FullyConnectedQuantizedParams
 from toolchain.ops.overlaps import OverlapRule
 from toolchain.ops.pooling import Pool2DParams, window_axis, window_count
-from toolchain.ops.rounding import (
-    HighWord,
-    SingleRounding,
-    accumulator_range,
-    fc_multiplier,
-    high_word,
-    shared_roundings,
-    single_roundings,
-)
 from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
 
 DSP_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m33")
@@ -325,8 +325,8 @@ def _double(value: float) -> str:
     return text if ("." in text or "e" in text) else text + ".0"
 
 
-PROVEN = (": at generation time toolchain/ops/rounding.py proved it equal, after the clamp, to "
-          "the reference's requantization on every sum this op can produce")
+PROVEN = (": at generation time toolchain/numerics/rounding.py proved it equal, after the clamp, "
+          "to the reference's requantization on every sum this op can produce")
 
 
 def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] | None = None

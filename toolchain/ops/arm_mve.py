@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolchain.fixedpoint import wrap_int32
 from toolchain.ir import Graph, Operator
+from toolchain.numerics.fixedpoint import wrap_int32
 from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp import (
     Matmul,

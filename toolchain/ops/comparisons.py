@@ -21,6 +21,7 @@ import numpy as np
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.quant import INT_RANGES, per_tensor_quantization, quantize_multiplier
 from toolchain.ops import overlaps
 from toolchain.ops.elementwise import (
     BYTE_VALUES,
@@ -45,7 +46,6 @@ from toolchain.ops.emit import (
     render_macro,
 )
 from toolchain.ops.spec import OpSpec, kernels
-from toolchain.quant import INT_RANGES, per_tensor_quantization, quantize_multiplier
 
 # LiteRT's comparison and logical kernels broadcast through its 4-D loops; equal shapes run flat
 # at any rank.

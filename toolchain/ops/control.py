@@ -1,15 +1,16 @@
 """Control flow: IF and WHILE, which run subgraphs of the model.
 
-toolchain.program lays the subgraphs they run into one program with their caller's: their steps
-follow the op's step, their inputs are the tensors the op passes (no copy), and what they hand
-back is copied out after their steps (toolchain.program.Control). The backends run those steps:
-runtime_py (runtime_py.interpreter) and the C of `emit_if` / `emit_while`, which wrap the calls
-of the steps in an `if`/`else` and a loop. What the copies need of the plan (their sources alive
-until they run, the loop values across the whole loop) is planned with every other tensor.
+toolchain.lower.program lays the subgraphs they run into one program with their caller's: their
+steps follow the op's step, their inputs are the tensors the op passes (no copy), and what they
+hand back is copied out after their steps (toolchain.lower.program.Control). The backends run
+those steps: runtime_py (runtime_py.interpreter) and the C of `emit_if` / `emit_while`, which
+wrap the calls of the steps in an `if`/`else` and a loop. What the copies need of the plan (their
+sources alive until they run, the loop values across the whole loop) is planned with every other
+tensor.
 
 The operand checks TFLite makes (a bool condition, subgraphs whose inputs and outputs match the
-op's in number, type and shape) are the model's (toolchain.validate.check_calls); what TFLite
-would run with tensors resized at run time is refused by toolchain.program.
+op's in number, type and shape) are the model's (toolchain.front.validate.check_calls); what TFLite
+would run with tensors resized at run time is refused by toolchain.lower.program.
 """
 
 from __future__ import annotations

@@ -70,7 +70,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolchain.errors import ModelError, UnsupportedOpError
+from toolchain.front.schema import DTYPE_NAMES
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.quant import (
+    activation_range_float,
+    activation_range_quantized,
+    quantize_multiplier,
+    require_int16_zero_points,
+    scale_of,
+    scales_of,
+    zero_point_of,
+)
 from toolchain.ops import overlaps
 from toolchain.ops.emit import (
     LINE_LIMIT,
@@ -98,16 +108,6 @@ from toolchain.ops.spec import (
     required_input,
     required_options,
 )
-from toolchain.quant import (
-    activation_range_float,
-    activation_range_quantized,
-    quantize_multiplier,
-    require_int16_zero_points,
-    scale_of,
-    scales_of,
-    zero_point_of,
-)
-from toolchain.schema import DTYPE_NAMES
 from toolchain.targets import GENERIC
 
 FUSED_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")

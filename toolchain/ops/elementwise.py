@@ -32,8 +32,16 @@ from functools import partial
 import numpy as np
 
 from toolchain.errors import UnsupportedOpError
-from toolchain.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
+from toolchain.numerics.quant import (
+    ACTIVATION_FLOAT_RANGE,
+    INT_RANGES,
+    activation_range_quantized,
+    per_tensor_quantization,
+    quantize_multiplier,
+    require_int16_zero_points,
+)
 from toolchain.ops import overlaps
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -47,14 +55,6 @@ from toolchain.ops.emit import (
     render_macro,
 )
 from toolchain.ops.spec import OpSpec, kernels
-from toolchain.quant import (
-    ACTIVATION_FLOAT_RANGE,
-    INT_RANGES,
-    activation_range_quantized,
-    per_tensor_quantization,
-    quantize_multiplier,
-    require_int16_zero_points,
-)
 
 # The fused activations TFLite clamps with; it silently ignores any other for float and int32
 # (and rejects it for int8), so we refuse them rather than compute something else.

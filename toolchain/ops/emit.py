@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from toolchain.ir import Operator
-from toolchain.ops.tables import (
+from toolchain.numerics.tables import (
     log_table,
     sigmoid_table_uint16,
     softmax_exp_lut,
@@ -123,7 +123,7 @@ class OpContext:
     # the toolchain.targets name the C is made for: a portable kernel may shape its loops for
     # the host's vector units (generic) or for a Cortex-M's registers
     target: str = GENERIC
-    # A stripe's kernel (toolchain.tiling): the rows of the op's whole output, of which it
+    # A stripe's kernel (toolchain.lower.tiling): the rows of the op's whole output, of which it
     # writes some; the kernels of the op's stripes share its constants. 0: the whole op.
     op_rows: int = 0
 

@@ -33,7 +33,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolchain.errors import UnsupportedOpError
+from toolchain.front.schema import DTYPE_NAMES
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.quant import (
+    ACTIVATION_FLOAT_RANGE,
+    activation_range_float,
+    activation_range_quantized,
+    quantize_multiplier,
+    require_int16_zero_points,
+    scale_of,
+    scales_of,
+    zero_point_of,
+)
 from toolchain.ops.conv import BYTE_COLUMN, MAX_STACK_BYTES
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -52,17 +63,6 @@ from toolchain.ops.emit import (
 )
 from toolchain.ops.hybrid import quantize_lines
 from toolchain.ops.spec import MemoryRequest, OpSpec, kernels, required_input
-from toolchain.quant import (
-    ACTIVATION_FLOAT_RANGE,
-    activation_range_float,
-    activation_range_quantized,
-    quantize_multiplier,
-    require_int16_zero_points,
-    scale_of,
-    scales_of,
-    zero_point_of,
-)
-from toolchain.schema import DTYPE_NAMES
 
 # TFLite's check that a bias was quantized with input_scale * filter_scale (per-tensor FC only):
 # |input_scale * filter_scale - bias_scale| / output_scale must not exceed this.

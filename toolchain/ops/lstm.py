@@ -59,16 +59,18 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from runtime_py.gemmlowp import (
+from toolchain.errors import ModelError, UnsupportedOpError
+from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.fixedpoint import rounding_divide_by_pot
+from toolchain.numerics.gemmlowp import (
     EXP_BARREL_SHIFTER,
     EXP_MINUS_ONE_EIGHTH,
     FORTY_EIGHT_OVER_SEVENTEEN_Q2,
     MINUS_THIRTY_TWO_OVER_SEVENTEEN_Q2,
     ONE_THIRD,
 )
-from toolchain.errors import ModelError, UnsupportedOpError
-from toolchain.fixedpoint import rounding_divide_by_pot
-from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.quant import MAX_SHIFT, quantize_multiplier
+from toolchain.numerics.tables import checked_log2
 from toolchain.ops.activations import Int16SigmoidParams
 from toolchain.ops.emit import (
     COMMENT_WIDTH,
@@ -87,8 +89,6 @@ from toolchain.ops.emit import (
 )
 from toolchain.ops.hybrid import quantize_lines
 from toolchain.ops.spec import INT32_MAX, TFLM, MemoryRequest, OpSpec, kernels, required_input
-from toolchain.ops.tables import checked_log2
-from toolchain.quant import MAX_SHIFT, quantize_multiplier
 
 TEMPLATE = "c/lstm.c.j2"
 

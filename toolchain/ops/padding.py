@@ -1,6 +1,6 @@
 """The padding a windowed op applies before its own: that of a PAD fused into it.
 
-toolchain.fusion rewrites PAD -> CONV_2D (DEPTHWISE_CONV_2D, MAX_POOL_2D) into the windowed op
+toolchain.lower.fusion rewrites PAD -> CONV_2D (DEPTHWISE_CONV_2D, MAX_POOL_2D) into the windowed op
 alone, reading the PAD's input with the PAD's (top, bottom) and (left, right) in its options
 under FUSED_PADDING. The op's prepare and its overlap rule then slide its window over the
 input as if it were padded: its own SAME padding is computed for the padded size and added

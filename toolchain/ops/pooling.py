@@ -22,6 +22,14 @@ import numpy as np
 
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.quant import (
+    ACTIVATION_FLOAT_RANGE,
+    INT_RANGES,
+    activation_range_float,
+    activation_range_quantized,
+    scale_of,
+    zero_point_of,
+)
 from toolchain.ops import overlaps
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -44,14 +52,6 @@ from toolchain.ops.spec import (
     kernels,
     required_input,
     required_options,
-)
-from toolchain.quant import (
-    ACTIVATION_FLOAT_RANGE,
-    INT_RANGES,
-    activation_range_float,
-    activation_range_quantized,
-    scale_of,
-    zero_point_of,
 )
 
 # TFLite requires int8 pooling to keep the input's quantization (to this tolerance on the scale).

@@ -20,6 +20,13 @@ from dataclasses import dataclass
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.quant import (
+    INT_RANGES,
+    quantize_multiplier,
+    require_int16_zero_points,
+    scale_of,
+    zero_point_of,
+)
 from toolchain.ops import overlaps
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -35,13 +42,6 @@ from toolchain.ops.emit import (
     written_vars,
 )
 from toolchain.ops.spec import OpSpec, kernels, required_input
-from toolchain.quant import (
-    INT_RANGES,
-    quantize_multiplier,
-    require_int16_zero_points,
-    scale_of,
-    zero_point_of,
-)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolchain.errors import UnsupportedOpError
+from toolchain.front.schema import DTYPE_NAMES
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.quant import (
+    INT_RANGES,
+    quantize_multiplier,
+    require_int16_zero_points,
+    scale_of,
+    zero_point_of,
+)
 from toolchain.ops.emit import (
     ConstantLoop,
     Kernel,
@@ -38,14 +46,6 @@ from toolchain.ops.emit import (
     render_macro,
 )
 from toolchain.ops.spec import OpSpec, kernels, required_input
-from toolchain.quant import (
-    INT_RANGES,
-    quantize_multiplier,
-    require_int16_zero_points,
-    scale_of,
-    zero_point_of,
-)
-from toolchain.schema import DTYPE_NAMES
 
 QUANTIZED = frozenset({"int8", "uint8", "int16"})
 

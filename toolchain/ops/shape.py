@@ -38,6 +38,7 @@ import numpy as np
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.quant import require_int16_zero_points, zero_point_of
 from toolchain.ops import overlaps
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -53,7 +54,6 @@ from toolchain.ops.emit import (
     render_macro,
 )
 from toolchain.ops.spec import OpSpec, kernels, required_input
-from toolchain.quant import require_int16_zero_points, zero_point_of
 
 # Element types each op moves: TFLite's kernels copy them by size; UNPACK has no 64-bit kernel.
 MOVED_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64", "float32"})

@@ -28,7 +28,7 @@ with other keys than its kernel expects is refused rather than read differently.
 - SignalPCAN: per-channel automatic gain control from the noise estimate through a gain
   table, then a compressing "shrink".
 - SignalFilterBankLog: a fixed-point natural log (a 130-entry correction table,
-  toolchain.ops.tables.log_table) scaled and saturated to int16.
+  toolchain.numerics.tables.log_table) scaled and saturated to int16.
 - SignalDelay, SignalFramer, SignalStacker, SignalOverlapAdd: delay lines, frames and stacks
   of frames over the samples of past invokes, and the overlap-add of frames; TFLite Micro keeps
   them in circular buffers, here each is a line in the state block, oldest sample first.

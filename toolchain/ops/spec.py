@@ -212,7 +212,7 @@ class OpSpec:
     state: Callable[[Any], tuple[StateRequest, ...]] | None = None
     # The scratch TFLite Micro's kernel for the op requests in its Prepare, in its order, from
     # the op's params: what `--planner tflm` plans in place of ours, to show TFLM's own arena
-    # (toolchain.program.Program.tflm_scratch). None: it requests none.
+    # (toolchain.lower.program.Program.tflm_scratch). None: it requests none.
     tflm_scratch: Callable[[Any], tuple[MemoryRequest, ...]] | None = None
 
 

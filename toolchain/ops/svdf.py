@@ -53,6 +53,7 @@ import numpy as np
 
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.numerics.quant import INT_RANGES, per_tensor_quantization, quantize_multiplier
 from toolchain.ops.emit import (
     ConstantLoop,
     Kernel,
@@ -68,7 +69,6 @@ from toolchain.ops.emit import (
 )
 from toolchain.ops.hybrid import quantize_lines
 from toolchain.ops.spec import TFLM, MemoryRequest, OpSpec, kernels, required_input
-from toolchain.quant import INT_RANGES, per_tensor_quantization, quantize_multiplier
 
 # TFLite Micro refuses an int8-state SVDF whose bias scale is further than this (absolutely)
 # from state scale * weights_time scale.

@@ -4,15 +4,15 @@ ASSIGN_VARIABLE and CALL_ONCE, as TFLite's converter writes streaming models.
 A VAR_HANDLE names a resource variable by (container, shared name); handles of one name in any
 subgraph of the model name the same variable, as in TFLite. The handle holds no bytes: every
 backend resolves it before anything runs to the variable's place in the state block (the
-persistent memory beside the arena, toolchain.program.ResourceVariable), so READ_VARIABLE is a
+persistent memory beside the arena, toolchain.lower.program.ResourceVariable), so READ_VARIABLE is a
 copy from there and ASSIGN_VARIABLE a copy to there. CALL_ONCE runs its initialization subgraph
-on the first invocation after a reset; toolchain.program inlines that subgraph's steps right
+on the first invocation after a reset; toolchain.lower.program inlines that subgraph's steps right
 after it, and the backends skip them once a byte of the state block says they ran.
 
 What TFLite would do differently from a copy of a fixed size, or fail on, is refused here or by
-toolchain.program: a handle that no VAR_HANDLE writes (LiteRT also takes int32 resource ids,
+toolchain.lower.program: a handle that no VAR_HANDLE writes (LiteRT also takes int32 resource ids,
 whose numbering the file does not fix; a handle IF or WHILE passes into a subgraph is the
-caller's, as toolchain.program lays it out), a variable assigned or read with different types
+caller's, as toolchain.lower.program lays it out), a variable assigned or read with different types
 or sizes, and a read before anything assigned the variable.
 """
 
@@ -76,7 +76,7 @@ def prepare_assign_variable(graph: Graph, op: Operator) -> CopyParams:
 
 
 def prepare_call_once(graph: Graph, op: Operator) -> CallOnceParams:
-    """The subgraph index was validated with the model (toolchain.validate.check_calls)."""
+    """The subgraph index was validated with the model (toolchain.front.validate.check_calls)."""
     index = op.options.get("init_subgraph_index")
     if not isinstance(index, int):
         raise ModelError("its options lack init_subgraph_index")

@@ -1,0 +1,191 @@
+"""The compiled C backend: generated files built with the system `cc` and run on raw bytes.
+
+The host harness reads input sets from stdin and writes outputs to stdout, so one process
+serves every input set of a check; the model's state carries from one set to the next, and the
+harness resets it every `sequence` sets when asked.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+
+import numpy as np
+
+from toolchain.c.generate import generate, traced_tensors
+from toolchain.errors import RuntimeBackendError
+from toolchain.ir import Graph
+from toolchain.lower.plan import ModelPlan
+from toolchain.progress import step
+
+STRICT_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror")
+# float-cast-overflow is not part of `undefined`: a float out of an integer's range cast to it
+SANITIZE_FLAGS = ("-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all",
+                  "-g")
+COMPILE_TIMEOUT = 600.0  # seconds
+RUN_TIMEOUT = 600.0  # seconds for one run of the compiled model (every input set)
+
+
+def compiler(source: str | None = None) -> list[str]:
+    """$CC as a command (it may carry a launcher or flags: "ccache cc"), default `cc`."""
+    command = shlex.split(os.environ.get("CC", "cc")) or ["cc"]
+    if shutil.which(command[0]) is None:
+        raise RuntimeBackendError(f"no C compiler: {command[0]!r} is not on PATH", source)
+    return command
+
+
+def write_files(files: dict[str, str], directory: str) -> None:
+    for name, text in files.items():
+        with open(os.path.join(directory, name), "w") as f:
+            f.write(text)
+
+
+def compile_files(
+    directory: str, name: str, extra_flags: Sequence[str] = (), source: str | None = None
+) -> str:
+    """Build NAME.c with its harness NAME_main.c; returns the executable's path.
+
+    `source` names the model the C was generated from, for the error a failure raises.
+    """
+    binary = os.path.join(directory, name)
+    command = [
+        *compiler(source),
+        *STRICT_FLAGS,
+        *extra_flags,
+        f"{name}.c",
+        f"{name}_main.c",
+        "-lm",
+        "-o",
+        binary,
+    ]
+    try:
+        result = subprocess.run(
+            command, cwd=directory, capture_output=True, text=True, timeout=COMPILE_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeBackendError(
+            f"the C compiler did not finish within {COMPILE_TIMEOUT:g} s", source
+        ) from None
+    if result.returncode != 0:
+        raise RuntimeBackendError(
+            f"generated C does not compile: {first_error(result.stderr)}", source
+        )
+    return binary
+
+
+def first_error(stderr: str, otherwise: str = "unknown compiler failure") -> str:
+    """The first line that says "error" (a compiler's, ASan's, UBSan's), else the first line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()] or lines
+    return errors[0] if errors else otherwise
+
+
+def split_outputs(raw: bytes, graph: Graph, sets: int) -> list[list[np.ndarray]]:
+    """Raw output bytes, set after set and output after output, as arrays per set."""
+    size = sum(graph.tensors[t].nbytes for t in graph.outputs)
+    return [tensor_values(raw[k * size:(k + 1) * size], graph, graph.outputs)
+            for k in range(sets)]
+
+
+def tensor_values(raw: bytes, graph: Graph, tensors: Sequence[int]) -> list[np.ndarray]:
+    """The raw bytes of `tensors`, one after the other, as arrays."""
+    values, position = [], 0
+    for t in (graph.tensors[t] for t in tensors):
+        values.append(np.frombuffer(raw, np.dtype(t.dtype), t.num_elements, position)
+                      .reshape(t.shape).copy())
+        position += t.nbytes
+    return values
+
+
+class CBackend:
+    """Generate, compile and run the C for a plan; `invoke` matches runtime_py's signature.
+    `flags` go to the compiler after arenac's own (-O3 there overrides -O2).
+
+    The build folder is removed by `close` (or leaving the `with` block), and by the
+    constructor itself when generating or compiling fails.
+    """
+
+    name = "c"
+
+    def __init__(self, model_plan: ModelPlan, sanitize: bool = False, name: str = "model",
+                 trace: bool = False, flags: Sequence[str] = ()):
+        self.graph = model_plan.graph
+        self.source = model_plan.model.source
+        # with `trace`, every set's output begins with these tensors' bytes
+        self.traced = [t for _, t in traced_tensors(model_plan)] if trace else []
+        self.tensors: list[dict[int, np.ndarray]] = []  # per set of the last run, with trace
+        self.directory = tempfile.mkdtemp(prefix="arenac-c-")
+        try:
+            files = generate(model_plan, name, trace=trace)
+            write_files(files, self.directory)
+            with step("compiling the C"):
+                self.binary = compile_files(
+                    self.directory, name, (*(SANITIZE_FLAGS if sanitize else ()), *flags),
+                    self.source,
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def invoke_many(self, input_sets: Sequence[Sequence[np.ndarray]],
+                    sequence: int | None = None) -> list[list[np.ndarray]]:
+        """Run every input set in one process, in order; outputs per set. The model's state
+        carries from set to set; with `sequence`, it is reset before sets `sequence`,
+        2 * `sequence`, ... (the process starts from the initial state)."""
+        stdin = b"".join(np.ascontiguousarray(v).tobytes() for values in input_sets for v in values)
+        try:
+            with step("running the C"):
+                result = subprocess.run(
+                    [self.binary, "1", str(sequence or 0)], input=stdin, capture_output=True,
+                    timeout=RUN_TIMEOUT,
+                )
+        except subprocess.TimeoutExpired:
+            raise RuntimeBackendError(
+                f"compiled model did not finish within {RUN_TIMEOUT:g} s", self.source
+            ) from None
+        if result.returncode != 0:
+            status = (
+                f"signal {-result.returncode}" if result.returncode < 0
+                else f"exit {result.returncode}"
+            )
+            said = first_error(result.stderr.decode(errors="replace"), "no message")
+            raise RuntimeBackendError(f"compiled model failed ({status}): {said}", self.source)
+        traced = sum(self.graph.tensors[t].nbytes for t in self.traced)
+        outputs = sum(self.graph.tensors[t].nbytes for t in self.graph.outputs)
+        expected = len(input_sets) * (traced + outputs)
+        if len(result.stdout) != expected:
+            raise RuntimeBackendError(
+                f"compiled model wrote {len(result.stdout)} bytes, expected {expected}",
+                self.source,
+            )
+        if not self.traced:
+            return split_outputs(result.stdout, self.graph, len(input_sets))
+        self.tensors, sets = [], []
+        for k in range(len(input_sets)):
+            raw = result.stdout[k * (traced + outputs):(k + 1) * (traced + outputs)]
+            self.tensors.append(dict(zip(self.traced, tensor_values(raw, self.graph,
+                                                                    self.traced))))
+            sets += split_outputs(raw[traced:], self.graph, 1)
+        return sets
+
+    def trace(self, inputs: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
+        """Every traced tensor's value in one invoke from the initial state (trace=True)."""
+        self.invoke_many([inputs])
+        return self.tensors[0]
+
+    def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One invoke from the initial state."""
+        return self.invoke_many([inputs])[0]
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> CBackend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

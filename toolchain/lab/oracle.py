@@ -1,0 +1,130 @@
+"""Oracle adapters: the TensorFlow Lite interpreters whose outputs runtime_py must reproduce.
+
+LiteRT with BUILTIN_REF runs TFLite's reference kernels (the optimized default ones round
+differently); the TFLM interpreter stands in where LiteRT refuses a model. These classes run
+the interpreters in this process, for tests and for TFLM's own arena figures; `check` runs
+them in a child process (toolchain.lab.oracle_process), since a model file can crash
+them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+
+import numpy as np
+
+from toolchain.errors import RuntimeBackendError
+
+# What to install for both oracles (pyproject.toml's `check` extra)
+INSTALL_ORACLES = "pip install 'arenac[check]'"
+TFLM_MODULE = "tflite_micro.python.tflite_micro.runtime"
+
+
+def installed(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (its parents excepted)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+def tflm_missing(why: str) -> str:
+    """The one line saying TFLite Micro is needed and how to get it."""
+    return f"{why} needs TFLite Micro as its oracle, which is not installed: {INSTALL_ORACLES}"
+
+
+def _litert():
+    """LiteRT's interpreter module, or tflite_runtime's where that is what is installed."""
+    try:
+        from ai_edge_litert import interpreter
+    except ImportError:
+        try:
+            from tflite_runtime import interpreter
+        except ImportError:
+            raise RuntimeBackendError(
+                f"the LiteRT oracle is not installed: {INSTALL_ORACLES}"
+            ) from None
+    return interpreter
+
+
+class LiteRTOracle:
+    """TFLite's reference kernels; can keep every intermediate tensor for per-layer checks."""
+
+    def __init__(
+        self, model_bytes: bytes, preserve_all_tensors: bool = False, reference: bool = True
+    ):
+        lite = _litert()
+        resolver = lite.OpResolverType.BUILTIN_REF if reference else lite.OpResolverType.AUTO
+        self.name = "litert-ref" if reference else "litert"
+        self.interpreter = lite.Interpreter(
+            model_content=model_bytes,
+            experimental_op_resolver_type=resolver,
+            experimental_preserve_all_tensors=preserve_all_tensors,
+        )
+        self.interpreter.allocate_tensors()
+        self.inputs = [d["index"] for d in self.interpreter.get_input_details()]
+        self.outputs = [d["index"] for d in self.interpreter.get_output_details()]
+
+    def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        for index, value in zip(self.inputs, inputs):
+            self.interpreter.set_tensor(index, value)
+        self.interpreter.invoke()
+        return [self.interpreter.get_tensor(i).copy() for i in self.outputs]
+
+    def tensor(self, index: int) -> np.ndarray:
+        return self.interpreter.get_tensor(index).copy()
+
+
+# The smallest arena the TFLM interpreter gets when none is asked for: its own default, ten
+# times the model's size, is too small for the small models tests build around a stateful
+# kernel (an FFT's tables, a filter bank's sums live in the arena's persistent part).
+MIN_TFLM_ARENA = 256 * 1024
+
+
+class TFLMOracle:
+    """The TensorFlow Lite Micro interpreter from the tflite-micro package."""
+
+    name = "tflm"
+
+    def __init__(self, model_bytes: bytes, output_count: int, arena_size: int | None = None):
+        self.output_count = output_count
+        try:
+            from tflite_micro.python.tflite_micro import runtime
+        except ImportError:
+            raise RuntimeBackendError(
+                f"the TFLite Micro interpreter is not installed: {INSTALL_ORACLES}") from None
+        if arena_size is None:
+            arena_size = max(10 * len(model_bytes), MIN_TFLM_ARENA)
+        self.interpreter = runtime.Interpreter.from_bytes(model_bytes, arena_size=arena_size)
+
+    def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        for i, value in enumerate(inputs):
+            self.interpreter.set_input(value, i)
+        self.interpreter.invoke()
+        return [self.interpreter.get_output(i).copy() for i in range(self.output_count)]
+
+    def allocations(self) -> dict[str, int]:
+        """TFLM's arena figures: 'total', 'head' (planned activations) and 'tail' in bytes."""
+        text = capture_fd(2, self.interpreter.print_allocations)
+        return {k: int(v) for k, v in re.findall(r"Arena allocation (\w+) (\d+) bytes", text)}
+
+
+def capture_fd(fd: int, call) -> str:
+    """Text a C++ extension writes to file descriptor `fd` (TFLM logs to stderr) during `call`."""
+    libc = ctypes.CDLL(None)
+    with tempfile.TemporaryFile(mode="w+") as sink:
+        saved = os.dup(fd)
+        try:
+            os.dup2(sink.fileno(), fd)
+            call()
+            libc.fflush(None)  # C stdio may buffer what the extension printed
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+        sink.seek(0)
+        return sink.read()

@@ -1,0 +1,199 @@
+"""Lifetimes: which tensors need arena space, and during which steps of the execution order.
+
+The rules are those of the method arenac is built on: a tensor's life starts at the step of the
+operator that produces it (step 0 for graph inputs) and ends at the step of its last consumer
+(the last step for graph outputs); a tensor nobody reads lives only during its producer's step.
+Constants stay in flash and variables (recurrent state) persist, so neither is planned here:
+they are listed beside the planned buffers. Resource handles (VAR_HANDLE's outputs) hold no bytes:
+they name a resource variable, which lives in the state block too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from toolchain.errors import ModelError
+from toolchain.ir import Graph
+from toolchain.ops.overlaps import INPLACE_KINDS
+from toolchain.ops.spec import Binding
+from toolchain.planners import Buffer, Overlap
+
+
+@dataclass(frozen=True)
+class ScratchRequest:
+    """A per-op working buffer a kernel asks for; it lives exactly during its op. `kernel`
+    False: one that only TFLite Micro's kernel would ask for, planned to show TFLM's arena
+    (`--planner tflm`) and never read by ours."""
+
+    op: int
+    size: int
+    purpose: str
+    kernel: bool = True
+
+
+@dataclass(frozen=True)
+class Lifetimes:
+    """The planner's input for one graph, with the map back to tensors.
+
+    `order[step]` is the operator executed at that step; buffer ids are positions in
+    `buffers`; `tensor_of[id]` is the tensor a buffer holds (None for scratch).
+    """
+
+    order: tuple[int, ...]
+    buffers: tuple[Buffer, ...]
+    tensor_of: tuple[int | None, ...]
+    scratch: tuple[ScratchRequest, ...]
+    variables: tuple[int, ...]
+    constants: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TensorRoles:
+    """The order-free half of the lifetimes rules: which tensors the arena holds and which
+    operator writes each. `compute_lifetimes` and the scheduler's memory model both start
+    from it, so the two cannot disagree on what is planned."""
+
+    planned: tuple[bool, ...]  # per tensor: not constant (flash), variable (state) or a handle
+    graph_inputs: frozenset[int]  # planned graph inputs: live from the first step
+    graph_outputs: frozenset[int]  # live until the last step
+    producer: dict[int, int]  # planned tensor (not a graph input) -> the op that writes it
+
+    @classmethod
+    def of(cls, graph: Graph, source: str | None = None) -> TensorRoles:
+        """Raises ModelError for a tensor two operators write."""
+        tensors = graph.tensors
+        planned = tuple(not (t.is_constant or t.is_variable or t.is_handle) for t in tensors)
+        graph_inputs = frozenset(t for t in graph.inputs if 0 <= t < len(tensors) and planned[t])
+        producer: dict[int, int] = {}
+        for op in graph.operators:
+            for t in op.outputs:
+                if not planned[t]:
+                    continue
+                if t in graph_inputs or t in producer:
+                    raise ModelError(f"tensor {t} ({tensors[t].name!r}) is written twice", source)
+                producer[t] = op.index
+        return cls(planned, graph_inputs, frozenset(graph.outputs), producer)
+
+
+def model_order(graph: Graph) -> tuple[int, ...]:
+    """The operators in the order the file lists them: TFLite's own execution order."""
+    return tuple(range(len(graph.operators)))
+
+
+def check_order(graph: Graph, order: Sequence[int], source: str | None = None,
+                roles: TensorRoles | None = None) -> TensorRoles:
+    """Raises ModelError unless `order` runs the graph: a permutation of its operators in which
+    every planned tensor is written once, before anything reads it. Returns the roles."""
+    if sorted(order) != list(range(len(graph.operators))):
+        raise ModelError("execution order is not a permutation of the operators", source)
+    roles = roles or TensorRoles.of(graph, source)
+    step_of = {op: step for step, op in enumerate(order)}
+    for op_index in order:
+        op = graph.operators[op_index]
+        for t in op.inputs:
+            if t < 0 or not roles.planned[t] or t in roles.graph_inputs:
+                continue
+            writer = roles.producer.get(t)
+            if writer is None or step_of[writer] >= step_of[op_index]:
+                raise ModelError(
+                    f"operator {op_index} ({op.opcode}) reads tensor {t} "
+                    f"({graph.tensors[t].name!r}) before anything writes it",
+                    source,
+                )
+    return roles
+
+
+def compute_lifetimes(
+    graph: Graph,
+    order: Sequence[int] | None = None,
+    scratch: Sequence[ScratchRequest] = (),
+    source: str | None = None,
+    outside: Collection[int] = (),
+    roles: TensorRoles | None = None,
+    lives: Mapping[int, int] | None = None,
+    merged: Mapping[int, int] | None = None,
+) -> Lifetimes:
+    """Buffers (id, size, first, last) for every activation tensor and scratch request.
+
+    `order` is the seam for a chosen schedule: any permutation of the operators in which every
+    tensor is written before it is read. `outside` names tensors the caller keeps in buffers of
+    its own (inputs and outputs with external I/O): they get no arena space. `roles`, when
+    the caller has them already, spare deriving them again. `lives` gives tensors a step they
+    live to at least, beyond their readers (what IF and WHILE copy between the steps of their
+    subgraphs: toolchain.lower.program.Program.control_lives). `merged` maps steps to the step they
+    count at (a striped segment's steps all count at its first: toolchain.lower.tiling).
+    """
+    order = tuple(model_order(graph) if order is None else order)
+    roles = check_order(graph, order, source, roles)
+    merged = merged or {}
+    step_of = {op: merged.get(step, step) for step, op in enumerate(order)}
+    last_step = max(len(order) - 1, 0)
+    tensors = graph.tensors
+    first = {t: 0 for t in roles.graph_inputs}
+    first.update((t, step_of[op]) for t, op in roles.producer.items())
+    last: dict[int, int] = {}
+    for step, op_index in enumerate(order):
+        for t in graph.operators[op_index].inputs:
+            if t >= 0 and roles.planned[t]:
+                last[t] = merged.get(step, step)
+    for t in roles.graph_outputs:
+        if t in first:
+            last[t] = last_step
+    for t, step in (lives or {}).items():
+        if t in first:
+            last[t] = max(last.get(t, first[t]), step)
+    live = [t for t in range(len(tensors)) if t in first and t not in outside]
+    buffers = [
+        Buffer(id=i, size=tensors[t].nbytes, first=first[t], last=last.get(t, first[t]))
+        for i, t in enumerate(live)
+    ]
+    tensor_of: list[int | None] = list(live)
+    for request in scratch:
+        step = step_of[request.op]
+        buffers.append(Buffer(id=len(buffers), size=request.size, first=step, last=step))
+        tensor_of.append(None)
+    return Lifetimes(
+        order=order,
+        buffers=tuple(buffers),
+        tensor_of=tuple(tensor_of),
+        scratch=tuple(scratch),
+        variables=tuple(t.index for t in tensors if t.is_variable),
+        constants=tuple(t.index for t in tensors if t.is_constant),
+    )
+
+
+def overlap_pairs(
+    graph: Graph,
+    lifetimes: Lifetimes,
+    bindings: Sequence[Binding | None],
+    inplace: bool = True,
+    overlap: bool = True,
+    kept: Collection[int] = (),
+) -> tuple[Overlap, ...]:
+    """Overlaps the planner may use: an op's output over one of its inputs that dies there.
+
+    The rules are those of each op's binding (its kernel's loop order), `inplace` switching on
+    aliases and elementwise rewrites, `overlap` windowed ones. Only pairs whose lives touch at
+    exactly that op qualify: the input's last step and the
+    output's first step are both the op's step. A graph output never dies, even when its last
+    reader runs at the last step, so nothing may be placed over it; nor may anything be placed
+    over a `kept` tensor (one that IF or WHILE reads after its last reader ran).
+    """
+    buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+    graph_outputs = set(graph.outputs)
+    pairs = []
+    for step, op_index in enumerate(lifetimes.order):
+        op = graph.operators[op_index]
+        binding = bindings[op_index]
+        rules = binding.overlaps if binding is not None else ()
+        for rule in (r for r in rules if (inplace if r.kind in INPLACE_KINDS else overlap)):
+            above = buffer_of.get(op.inputs[rule.input])
+            below = buffer_of.get(op.outputs[rule.output])
+            if above is None or below is None or above == below:
+                continue
+            if op.inputs[rule.input] in graph_outputs or op.inputs[rule.input] in kept:
+                continue
+            if lifetimes.buffers[above].last == step and lifetimes.buffers[below].first == step:
+                pairs.append(Overlap(below, above, rule.shift, rule.any_offset))
+    return tuple(pairs)

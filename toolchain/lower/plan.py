@@ -1,0 +1,634 @@
+"""A model's arena plan: lifetimes of one graph (with the subgraphs it calls), planned offsets,
+the state block beside the arena, and the figures beside them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+
+from toolchain.errors import ArenacError, PlanError
+from toolchain.front.validate import DEFAULT_MAX_BYTES
+from toolchain.ir import Model
+from toolchain.lower.lifetimes import (
+    Lifetimes,
+    ScratchRequest,
+    TensorRoles,
+    check_order,
+    compute_lifetimes,
+    overlap_pairs,
+)
+from toolchain.lower.program import Program, lower
+from toolchain.lower.schedule import schedule
+from toolchain.lower.tiling import (
+    NO_TILING,
+    Segment,
+    Tiling,
+    choose_tiling,
+    fits_scratch,
+    stripe_chain,
+    stripe_purpose,
+)
+from toolchain.lower.tiling import candidates as stripe_candidates
+from toolchain.numerics.quant import variable_fill
+from toolchain.planners import (
+    NEVER,
+    PLANNERS,
+    Deadline,
+    Overlap,
+    Placement,
+    Pool,
+    PoolArena,
+    PoolsDoNotFit,
+    align_up,
+    lower_bound,
+    lower_bound_with_overlaps,
+    naive_sum,
+    plan_pools,
+    smallest_plan,
+    verify,
+)
+from toolchain.planners.base import step_loads
+from toolchain.planners.csvio import load_offsets
+from toolchain.planners.optimal import DEFAULT_NODES
+from toolchain.planners.tflm import TFLMPlanner
+from toolchain.progress import step
+from toolchain.targets import GENERIC
+
+STATE_ALIGNMENT = 16
+# The most of the time limit the schedule search may take; the planners have the rest.
+SCHEDULE_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class BufferRow:
+    """One planned buffer as users see it."""
+
+    buffer: int
+    tensor: int | None
+    name: str
+    bytes: int
+    first_op: int
+    last_op: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class StateSlot:
+    """One piece of the state block, the memory that persists across invocations (outside the
+    arena, never reused): a variable tensor, a resource variable, the memory a kernel keeps
+    (StateRequest), or the flag byte recording that CALL_ONCE ran a subgraph. `init` is what
+    the block starts as and what a reset restores (`nbytes` bytes)."""
+
+    kind: str  # "variable", "resource", "call_once" or "kernel"
+    name: str
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: tuple[int, ...]
+    init: bytes
+    tensor: int | None = None  # a variable tensor's index
+    resource: int | None = None  # a resource variable's position in Program.resources
+    subgraph: int | None = None  # the subgraph whose run a call_once flag records
+    op: int | None = None  # the op whose kernel keeps a kernel slot
+
+    @property
+    def fill(self) -> int | None:
+        """The byte every byte of `init` is, or None when they differ."""
+        return self.init[0] if self.init and self.init == self.init[:1] * self.nbytes else None
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """A planned Program: everything runtime_py and codegen need to run a graph in its arena."""
+
+    program: Program
+    lifetimes: Lifetimes
+    plan: Placement
+    lower_bound_bytes: int  # the classic bound: no two live tensors share a byte
+    naive_bytes: int
+    overlap_bound_bytes: int  # the bound when the declared overlaps may be used
+    # With memory pools: what the plan takes of each (the plan's offsets run through them
+    # one after the other, toolchain.planners.pools), each buffer's pool, and the state
+    # block's pool (None: its own array, as without pools). No pools: one arena.
+    pools: tuple[PoolArena, ...] = ()
+    pool_of: tuple[int, ...] = ()
+    state_pool: int | None = None
+    weights_pool: int | None = None  # where the weights are copied at the first invoke
+    # The segments run stripe by stripe (toolchain.lower.tiling); the bounds above are then those of
+    # the striped buffers, and `untiled_bound_bytes` the overlap bound without tiling.
+    tiling: Tiling = NO_TILING
+    untiled_bound_bytes: int | None = None
+    # The caller's --time-limit ran out before the search ended: this plan may differ on
+    # another machine or under another load (without one, the plan depends on work alone).
+    clock_cut: bool = False
+
+    def reserved_in(self, k: int) -> str:
+        """What pool k holds besides buffers, in words ("" for nothing)."""
+        held = [what for what, pool, nbytes in (
+            ("the state block", self.state_pool, self.state_bytes),
+            ("the weights", self.weights_pool, self.weights_layout[1])) if pool == k and nbytes]
+        return " and ".join(held)
+
+    @cached_property
+    def weights_layout(self) -> tuple[dict[int, int], int]:
+        """With the weights in a RAM pool: constant tensor -> offset in their copy there, and
+        the copy's size."""
+        return weight_layout(self.graph)
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.plan.arena_bytes
+
+    @property
+    def model(self) -> Model:
+        return self.program.model
+
+    @property
+    def graph_index(self) -> int:
+        return self.program.graph_index
+
+    @property
+    def graph(self):
+        return self.program.graph
+
+    def offset_of_tensor(self) -> dict[int, int]:
+        """Tensor index -> arena offset, for every planned tensor."""
+        return {
+            t: off for t, off in zip(self.lifetimes.tensor_of, self.plan.offsets) if t is not None
+        }
+
+    def place(self, position: int) -> tuple[int | None, int]:
+        """Where the plan's buffer at `position` lives: its pool (None without pools) and its
+        offset there."""
+        offset = self.plan.offsets[position]
+        if not self.pools:
+            return None, offset
+        k = self.pool_of[position]
+        return k, offset - self.pools[k].base
+
+    def scratch_offsets(self) -> list[tuple[ScratchRequest, int]]:
+        """Every kernel's scratch with its arena offset, in the order the kernels asked."""
+        offsets = [off for t, off in zip(self.lifetimes.tensor_of, self.plan.offsets) if t is None]
+        return list(zip(self.lifetimes.scratch, offsets))
+
+    @property
+    def state_slots(self) -> tuple[StateSlot, ...]:
+        """The state block's layout: variable tensors, resource variables and the state of
+        kernels, each aligned to STATE_ALIGNMENT, then one flag byte per subgraph that CALL_ONCE
+        runs."""
+        return self._state[0]
+
+    @property
+    def state_bytes(self) -> int:
+        return self._state[1]
+
+    @cached_property
+    def _state(self) -> tuple[tuple[StateSlot, ...], int]:
+        return state_layout(self.program, self.lifetimes)
+
+    def state_layout(self) -> tuple[dict[int, int], int]:
+        """Variable tensors persist in the state block: tensor -> offset there, and the block's
+        size (resource variables and CALL_ONCE flags included)."""
+        offsets = {s.tensor: s.offset for s in self.state_slots if s.kind == "variable"}
+        return offsets, self.state_bytes
+
+    def state_of_handle(self, tensor: int) -> StateSlot | None:
+        """The slot of the resource variable a handle tensor names (None if it names one that
+        nothing assigns)."""
+        index = self.program.handles.get(tensor)
+        return next((s for s in self.state_slots if s.resource == index), None) \
+            if index is not None else None
+
+    def call_once_slot(self, subgraph: int) -> StateSlot:
+        return next(s for s in self.state_slots if s.subgraph == subgraph)
+
+    @cached_property
+    def call_spans(self) -> dict[int, int]:
+        """Step of each CALL_ONCE that runs a subgraph -> the step after that subgraph's last."""
+        return self.program.call_spans(self.lifetimes.order)
+
+    @cached_property
+    def spans(self) -> dict[int, tuple[range, ...]]:
+        """Step of each op that runs subgraphs (CALL_ONCE, IF, WHILE) -> the steps of each."""
+        return self.program.spans(self.lifetimes.order)
+
+    def step_label(self, step: int) -> str:
+        """"op 3 ADD", "subgraph 1 op 0 VAR_HANDLE": the op that runs at a step."""
+        return step_label(self.program, self.lifetimes.order, step)
+
+    def rows(self) -> list[BufferRow]:
+        tensors = self.graph.tensors
+        stripes = {stripe_purpose(b.tensor) for s in self.tiling.segments for b in s.buffers}
+        requests = iter(self.lifetimes.scratch)
+        rows = []
+        for buf, tensor, off in zip(self.plan.buffers, self.lifetimes.tensor_of, self.plan.offsets):
+            if tensor is None:
+                purpose = next(requests).purpose
+                name = f"<{purpose}>" if purpose in stripes else "<scratch>"
+            else:
+                name = tensors[tensor].name
+            rows.append(BufferRow(buf.id, tensor, name, buf.size, buf.first, buf.last, off))
+        return rows
+
+
+def step_label(program: Program, order: Sequence[int], step: int) -> str:
+    op = order[step]
+    return f"{program.op_label(op)} {program.graph.operators[op].kind}"
+
+
+def weight_layout(graph) -> tuple[dict[int, int], int]:
+    """The constant tensors operators read, one after the other (each aligned to
+    STATE_ALIGNMENT), as a copy of them in RAM lays them out; and the copy's size."""
+    offsets, end = {}, 0
+    for op in graph.operators:
+        for t in op.inputs:
+            tensor = graph.tensors[t] if t >= 0 else None
+            if tensor is not None and tensor.is_constant \
+                    and t not in offsets:
+                offsets[t] = end
+                end += align_up(tensor.nbytes, STATE_ALIGNMENT)
+    return offsets, end
+
+
+def state_layout(program: Program, lifetimes: Lifetimes) -> tuple[tuple[StateSlot, ...], int]:
+    """The state block's slots and size (ModelPlan.state_slots)."""
+    tensors = program.graph.tensors
+    slots, offset = [], 0
+    for t in lifetimes.variables:
+        tensor = tensors[t]
+        slots.append(StateSlot("variable", tensor.name, offset, tensor.nbytes, tensor.dtype,
+                               tensor.shape, initial_bytes(tensor), tensor=t))
+        offset += align_up(tensor.nbytes, STATE_ALIGNMENT)
+    for i, v in enumerate(program.resources):
+        slots.append(StateSlot("resource", v.name, offset, v.nbytes, v.dtype, v.shape,
+                               bytes(v.nbytes), resource=i))
+        offset += align_up(v.nbytes, STATE_ALIGNMENT)
+    for b in program.bindings:
+        for request in b.state if b is not None else ():
+            nbytes = math.prod(request.shape) * np.dtype(request.dtype).itemsize
+            slots.append(StateSlot("kernel", f"{program.op_label(b.op)} {b.opcode}: "
+                                   f"{request.purpose}", offset, nbytes, request.dtype,
+                                   request.shape, bytes(nbytes), op=b.op))
+            offset += align_up(nbytes, STATE_ALIGNMENT)
+    for g in dict.fromkeys(program.calls.values()):
+        slots.append(StateSlot("call_once", f"subgraph {program.subgraph_label(g)} ran",
+                               offset, 1, "uint8", (), bytes(1), subgraph=g))
+        offset += 1
+    return tuple(slots), offset
+
+@dataclass(frozen=True)
+class Techniques:
+    """What a plan may use beyond the patent's method; each can be switched off on its own."""
+
+    inplace: bool = True  # outputs over dying inputs: aliases and elementwise ops
+    overlap: bool = True  # convolution and pooling outputs over the rows they have consumed
+    schedule: str = "auto"  # "auto": memory-aware operator order; "model": the file's order
+    fuse_padding: bool = True  # a PAD's padding applied by the windowed op reading it
+    tiling: str = "auto"  # "auto": striped segments where they lower the arena; "off": none
+
+
+NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model", fuse_padding=False,
+                           tiling="off")
+
+BEST = "best"
+# Every planner a user may name, `best` first: the one default is `best`, everywhere.
+PLANNER_NAMES = (BEST, *sorted(PLANNERS))
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    """What the exact planner may spend: `nodes` search nodes, the plan's sole bound unless
+    the caller also set a clock limit (`time_limit` seconds)."""
+
+    nodes: int = DEFAULT_NODES
+    time_limit: float | None = None
+
+    def options(self) -> dict:
+        """The exact planner's options: the clock only when the caller set one."""
+        clock = {} if self.time_limit is None else {"time_limit": self.time_limit}
+        return {"nodes": self.nodes, **clock}
+
+
+def best_candidates(budget: SearchBudget = SearchBudget()) -> tuple[tuple[str, dict], ...]:
+    """What `best` tries: every planner and its options; the smallest verified plan wins."""
+    return (
+        ("optimal", budget.options()),
+        ("greedy", {}),
+        ("freelist", {"fit": "first"}),
+        ("freelist", {"fit": "best"}),
+    )
+
+
+def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES, **kwargs) -> ModelPlan:
+    """Plan one graph of `model` (`planned_model` says how), refused with one PlanError when
+    its arena and state block together exceed `max_bytes`: checked on the plan itself, before
+    any backend allocates the arena or writes it as C."""
+    model_plan = planned_model(model, *args, **kwargs)
+    check_budget(model_plan, max_bytes)
+    return model_plan
+
+
+def check_budget(model_plan: ModelPlan, max_bytes: int) -> None:
+    """The memory a run takes at once: the arena (every nested subgraph's tensors and all
+    scratch) and the state block (variables, resource variables, kernel state)."""
+    arena, state = model_plan.arena_bytes, model_plan.state_bytes
+    if arena + state > max_bytes:
+        raise PlanError(f"the plan needs a {arena}-byte arena and a {state}-byte state block, "
+                        f"{arena + state} bytes together, over the limit of {max_bytes} "
+                        "(--max-bytes)", model_plan.model.source)
+
+
+def planned_model(
+    model: Model,
+    planner: str = BEST,
+    alignment: int = 16,
+    graph_index: int = 0,
+    order: Sequence[int] | None = None,
+    scratch: Sequence[ScratchRequest] = (),
+    external_io: bool = False,
+    techniques: Techniques = Techniques(),
+    offsets_csv: str | None = None,
+    time_limit: float | None = None,
+    nodes: int = DEFAULT_NODES,
+    target: str = GENERIC,
+    portable: bool = False,
+    pools: Sequence[Pool] = (),
+    pins: Mapping[str, str] | None = None,
+    **options,
+) -> ModelPlan:
+    """Plan one graph of `model`; the result is verified.
+
+    `planner="best"` tries every planner and keeps the smallest arena. The searches are bounded
+    by work, so the plan is the same on any machine: the exact planner by `nodes` search nodes
+    (each of the striped and the whole-op problems), the scheduler by its own count of states.
+    `time_limit` (seconds), when given, also bounds the whole search by the clock: each part
+    returns the best it found by then, a planner with nothing by then gives way to the
+    first-fit free list, and the plan records whether the clock ran out (`clock_cut`). With
+    `external_io` the graph's inputs and outputs live in the caller's buffers, not the arena.
+    `order` overrides
+    the schedule the techniques would choose. `offsets_csv` takes the offsets from an external
+    solver's solution (MiniMalloc CSV) instead of a planner; they are verified like any plan.
+    The graph is lowered to a Program first, so the scratch its kernels request is planned
+    with the tensors (with `planner="tflm"`, the scratch TFLite Micro's kernels request, ours
+    riding in it: Program.tflm_scratch); `scratch` adds requests beyond those. The subgraphs
+    the graph calls (CALL_ONCE) are planned with it, their steps right after their call:
+    `order` then runs over the program's ops
+    (toolchain.lower.program), and must keep each called subgraph's steps together after its call.
+    `target` (toolchain.targets) picks the kernels, whose scratch and overlaps the plan
+    follows; `portable` keeps to its portable kernels. `pools` (fastest first) take the
+    buffers instead of one arena (toolchain.planners.pools); `pins` force a tensor (by index
+    or name) or the state block ("state") into the pool named.
+    """
+    if planner not in PLANNER_NAMES:
+        raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
+    deadline = NEVER if time_limit is None else Deadline.after(time_limit)
+    if planner == TFLMPlanner.name:  # TFLM's graph as TFLM runs it: file order, PADs their own
+        techniques = replace(techniques, schedule="model", fuse_padding=False)
+    program = lower(model, graph_index, target, portable, techniques.fuse_padding)
+    needed = max((b.variant.scratch_alignment for b in program.bindings
+                  if b is not None and b.variant is not None), default=1)
+    if alignment < needed:
+        raise ArenacError(f"the {target} kernels read their scratch in {needed}-byte words: "
+                          f"plan with an alignment of at least {needed} (not {alignment})",
+                          model.source)
+    graph = program.graph
+    # TFLM's planner is shown on the buffers TFLM plans: its kernels' scratch, not ours.
+    own = program.tflm_scratch() if planner == TFLMPlanner.name else program.scratch()
+    scratch = (*own, *scratch)
+    roles = TensorRoles.of(graph, model.source)  # derived once, for every step below
+    if order is None:
+        check_order(graph, program.file_order(), model.source, roles)  # TFLite runs this order
+        with step("scheduling"):
+            order = schedule_program(program, techniques.schedule, alignment,
+                                     deadline.share(SCHEDULE_SHARE), scratch, roles)
+    lives, kept = program.control_lives(order)  # a called subgraph's steps follow its call
+    outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
+
+    def problem(tiling: Tiling) -> tuple[Lifetimes, tuple[Overlap, ...]]:
+        return tiled_problem(program, order, scratch, outside, roles, lives, kept, techniques,
+                             tiling)
+
+    lifetimes, overlaps = problem(NO_TILING)
+
+    def bounds(lifetimes: Lifetimes, overlaps) -> dict:
+        return dict(lower_bound_bytes=lower_bound(lifetimes.buffers, alignment),
+                    naive_bytes=naive_sum(lifetimes.buffers, alignment),
+                    overlap_bound_bytes=lower_bound_with_overlaps(lifetimes.buffers, overlaps,
+                                                                  alignment))
+
+    tiling = NO_TILING
+    # Striping is an overlap of the segment output over its input, and TFLite Micro's
+    # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
+    if techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
+            and program.layout is None and not pools:
+        with step("tiling"):
+            tiling = tiling_for(program, order, kept, problem, alignment)
+    budget = SearchBudget(nodes, time_limit)
+    tiled = None
+    if tiling.segments:
+        tiled_lifetimes, tiled_overlaps = problem(tiling)
+
+        def striped(placement: Placement) -> ModelPlan:
+            return ModelPlan(program=program, lifetimes=tiled_lifetimes, plan=placement,
+                             **bounds(tiled_lifetimes, tiled_overlaps), tiling=tiling,
+                             untiled_bound_bytes=lower_bound_with_overlaps(
+                                 lifetimes.buffers, overlaps, alignment))
+
+        if offsets_csv is not None:  # a solution of the striped problem, or else of the other
+            try:
+                return striped(loaded_plan(offsets_csv, tiled_lifetimes.buffers, tiled_overlaps,
+                                           alignment))
+            except ArenacError:
+                pass
+        else:
+            tiled, _ = place(program, tiled_lifetimes, tiled_overlaps, planner, dict(options),
+                             None, (), {}, budget, alignment, deadline.share(0.5))
+    plan, pooled = place(program, lifetimes, overlaps, planner, options, offsets_csv, pools,
+                         pins, budget, alignment, deadline)
+    clock_cut = time_limit is not None and deadline.passed()
+    if tiled is not None and tiled.arena_bytes < plan.arena_bytes:
+        return replace(striped(tiled), clock_cut=clock_cut)
+    return ModelPlan(program=program, lifetimes=lifetimes, plan=plan,
+                     **bounds(lifetimes, overlaps), **pooled, clock_cut=clock_cut)
+
+
+def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int) -> Tiling:
+    """The striped segments that lower the bound of the plan (toolchain.lower.tiling)."""
+    graph = program.graph
+    built: dict[tuple, Segment | None] = {}
+    scores: dict[tuple, tuple[tuple[int, int], int]] = {}
+
+    def key(tiling: Tiling) -> tuple:
+        return tuple((s.first, s.last, s.height) for s in tiling.segments)
+
+    def evaluate(tiling: Tiling) -> tuple[tuple[int, int], int]:
+        if key(tiling) not in scores:
+            lifetimes, overlaps = problem(tiling)
+            loads = step_loads(lifetimes.buffers, overlaps, alignment)
+            peak = max(loads, key=lambda s: (loads[s], -s), default=0)
+            scores[key(tiling)] = (loads.get(peak, 0), sum(loads.values())), peak
+        return scores[key(tiling)]
+
+    chains = stripe_candidates(graph, program.bindings, order, frozenset(kept))
+
+    params = [b.params if b is not None else None for b in program.bindings]
+
+    def build(chain, height: int) -> Segment | None:
+        """The segment, unless a stripe's kernel would ask for more scratch than its op's."""
+        at = (chain.first, chain.ops, height)
+        if at not in built:
+            segment = stripe_chain(chain, height, graph, program.bindings)
+            built[at] = segment if fits_scratch(segment, program.bindings, params) else None
+        return built[at]
+
+    return choose_tiling(chains, build, evaluate)
+
+
+def tiled_problem(program: Program, order: Sequence[int], scratch, outside, roles, lives,
+                  kept, techniques: Techniques, tiling: Tiling
+                  ) -> tuple[Lifetimes, tuple[Overlap, ...]]:
+    """The planner's buffers and overlaps for `tiling`: a segment's steps all count at its
+    first, its intermediates give way to their stripe buffers (scratch of its first op), and its
+    output may start `shift` bytes below its input when the input dies there."""
+    graph, source = program.graph, program.model.source
+    stripes = tuple(ScratchRequest(order[s.first], b.size, stripe_purpose(b.tensor))
+                    for s in tiling.segments for b in s.buffers)
+    lifetimes = compute_lifetimes(graph, order, (*scratch, *stripes), source,
+                                  set(outside) | tiling.intermediates(), roles, lives,
+                                  tiling.merged_steps())
+    overlaps = overlap_pairs(graph, lifetimes, program.bindings, techniques.inplace,
+                             techniques.overlap, kept)
+    return lifetimes, (*overlaps, *segment_overlaps(lifetimes, tiling, kept))
+
+
+def segment_overlaps(lifetimes: Lifetimes, tiling: Tiling, kept) -> tuple[Overlap, ...]:
+    """Each striped segment's output over its input, when the input dies in the segment: the
+    output may start `shift` bytes below it (toolchain.lower.tiling)."""
+    buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+    pairs = []
+    for s in tiling.segments:
+        above, below = buffer_of.get(s.input), buffer_of.get(s.output)
+        if above is None or below is None or s.input in kept:
+            continue
+        if lifetimes.buffers[above].last == s.first == lifetimes.buffers[below].first:
+            pairs.append(Overlap(below, above, s.shift))
+    return tuple(pairs)
+
+
+def place(program: Program, lifetimes: Lifetimes, overlaps, planner: str, options: dict,
+          offsets_csv: str | None, pools: Sequence[Pool], pins, budget: SearchBudget,
+          alignment: int, deadline: Deadline) -> tuple[Placement, dict]:
+    """The planners' placement of one problem (with the pools' fields, if any)."""
+    pooled = {}
+    if offsets_csv is not None:
+        if pools:
+            raise ArenacError("offsets loaded from a file are for one arena, not pools",
+                              offsets_csv)
+        plan = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
+    else:
+        if planner == "optimal":
+            options = {**budget.options(), **options}
+        candidates = best_candidates(budget) if planner == BEST else ((planner, options),)
+        clock = "" if budget.time_limit is None else f", at most {budget.time_limit:g} s"
+        with step(f"planning ({planner}, at most {budget.nodes:,} search nodes{clock})"):
+            if pools:
+                pooled = pool_plan(program, lifetimes, overlaps, pools, pins or {}, candidates,
+                                   alignment, deadline)
+                plan = pooled.pop("plan")
+            else:
+                plan = smallest_plan(lifetimes.buffers, candidates, alignment, overlaps, deadline)
+    return plan, pooled
+
+
+def pool_plan(program: Program, lifetimes: Lifetimes, overlaps, pools: Sequence[Pool],
+              pins: Mapping[str, str], candidates, alignment: int, deadline: Deadline) -> dict:
+    """The ModelPlan fields of a plan over memory pools: the pins resolved to buffers, the
+    state block's bytes reserved in its pool, and a refusal that names the peak step."""
+    source = program.model.source
+    index = {p.name: k for k, p in enumerate(pools)}
+    if len({p.name.upper() for p in pools}) != len(pools):  # NAME_<POOL>_BYTES macros
+        raise ArenacError("two pools have the same name (or names that differ only in case, "
+                          "which the C's macros spell alike)", source)
+    buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+    tensors = program.graph.tensors
+    by_name = {}
+    for t in tensors:
+        by_name.setdefault(t.name, t.index)
+    buffer_pins, blocks = {}, {}  # "state" / "weights" -> pool index
+    for key, pool in pins.items():
+        if pool not in index:
+            raise ArenacError(f"--pin {key}={pool}: no pool named {pool!r} (the pools are "
+                              f"{', '.join(index)})", source)
+        if key in ("state", "weights"):
+            blocks[key] = index[pool]
+            continue
+        t = int(key) if key.isdigit() else by_name.get(key)
+        if t is None or t >= len(tensors):
+            raise ArenacError(f"--pin {key}={pool}: the graph has no tensor {key!r}", source)
+        if t not in buffer_of:
+            raise ArenacError(
+                f"--pin {key}={pool}: tensor {t} ({tensors[t].name!r}) is not planned (a "
+                "constant stays in flash; variables live in the state block: pin state=POOL)",
+                source)
+        buffer_pins[lifetimes.buffers[buffer_of[t]].id] = index[pool]
+    sizes = {"state": align_up(state_layout(program, lifetimes)[1], STATE_ALIGNMENT),
+             "weights": weight_layout(program.graph)[1]}
+    reserved = [0] * len(pools)
+    for key, k in blocks.items():
+        reserved[k] += sizes[key]
+    for k in blocks.values():
+        if reserved[k] > pools[k].capacity:
+            what = " and ".join(f"the {b} ({sizes[b]} bytes)" for b in blocks if blocks[b] == k)
+            raise PlanError(f"{what}, aligned to {STATE_ALIGNMENT}, do not fit pool "
+                            f"{pools[k].name} ({pools[k].capacity} bytes)", source)
+    try:
+        pooled = plan_pools(lifetimes.buffers, overlaps, pools, candidates, alignment,
+                            buffer_pins, reserved, deadline)
+    except PoolsDoNotFit as e:
+        label = step_label(program, lifetimes.order, e.step)
+        if e.pool is not None:
+            raise PlanError(f"the tensors pinned to pool {pools[e.pool].name} need {e.needed} "
+                            f"bytes at step {e.step} ({label}); it holds "
+                            f"{pools[e.pool].capacity - reserved[e.pool]}", source) from None
+        given = ", ".join(f"{p.name} {p.capacity}" for p in pools)
+        state = "".join(f", {key} {sizes[key]} bytes pinned to {pools[k].name}"
+                        for key, k in blocks.items())
+        raise PlanError(f"does not fit the pools: step {e.step} ({label}) needs {e.needed} "
+                        f"bytes; the pools hold {given} bytes{state}", source) from None
+    return {"plan": pooled.placement, "pools": pooled.arenas, "pool_of": pooled.pool_of,
+            "state_pool": blocks.get("state"), "weights_pool": blocks.get("weights")}
+
+
+def schedule_program(program: Program, mode: str, alignment: int, deadline: Deadline,
+                     scratch: Sequence[ScratchRequest], roles: TensorRoles) -> tuple[int, ...]:
+    """The execution order: each subgraph scheduled on its own (toolchain.lower.schedule), the steps
+    of a called subgraph right after the op that runs them (CALL_ONCE, IF, WHILE)."""
+    if program.layout is None:
+        return schedule(program.graph, mode, alignment, deadline, scratch, roles)
+    orders = {}
+    for g in program.subgraphs:
+        ops = program.ops_of(g)
+        local = [replace(r, op=r.op - ops.start) for r in scratch if r.op in ops]
+        orders[g] = schedule(program.model.graphs[g], mode, alignment, deadline, local)
+    return program.flatten(orders)
+
+
+def initial_bytes(tensor) -> bytes:
+    """What a variable tensor starts as: its data when the file gives some, else its fill (the
+    zero point of int8, as TFLite and TFLite Micro reset it; zeros otherwise)."""
+    if tensor.data is not None:
+        return tensor.data.tobytes()
+    return np.full(tensor.num_elements, variable_fill(tensor), np.dtype(tensor.dtype)).tobytes()
+
+
+def loaded_plan(path: str, buffers, overlaps, alignment: int) -> Placement:
+    """A plan from an external solver's offsets, accepted only once `verify` passes."""
+    by_id = load_offsets(path, buffers)
+    plan = Placement.from_offsets("external", alignment, buffers, [by_id[b.id] for b in buffers],
+                             overlaps)
+    verify(plan)
+    return plan

@@ -1,0 +1,552 @@
+"""Striped execution: a chain of windowed ops run one horizontal stripe of output rows at a time.
+
+A segment is a run of consecutive steps (CONV_2D, DEPTHWISE_CONV_2D, AVERAGE/MAX_POOL_2D and
+same-shape ADD/SUB/MUL between them) with one input tensor from outside (it may be read by
+several ops of the segment: a residual ADD) and one output that leaves it. Its intermediates
+never exist whole: each keeps, in a stripe buffer of its own, only the rows a later window still
+needs (StreamNet's way: nothing is computed twice). Before a stripe, the rows a buffer keeps move
+to its top and the stripe's new rows go below them, so every op still reads and writes plain
+NHWC rows and runs its usual kernel, on fewer rows and with its own top padding.
+
+NHWC with batch 1 makes a row range a byte range, so the input's rows die as the stripes pass
+and the output may grow over them: the output may start `shift` bytes below the input, the
+largest excess of output bytes written over input bytes released at any stripe (an Overlap the
+planner honours and `verify` checks). The planner sees the whole segment at its first step:
+input, output, stripe buffers and the scratch of the segment's kernels all live there together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from toolchain.ir import Graph
+from toolchain.lower.fusion import PadFusion
+from toolchain.ops.conv import ConvParams, DepthwiseConvParams, HybridRescale
+from toolchain.ops.elementwise import BinaryOpParams
+from toolchain.ops.pooling import Pool2DParams
+from toolchain.ops.spec import Binding
+
+# The longest run of ops one segment may hold, and the stripe heights tried (in output rows).
+MAX_SEGMENT_OPS = 8
+STRIPE_HEIGHTS = (1, 2, 3, 4, 6, 8, 12, 16)
+ELEMENTWISE = frozenset({"ADD", "SUB", "MUL"})
+WINDOWED = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D"})
+
+
+@dataclass(frozen=True)
+class RowMap:
+    """Output row r of an op reads input rows r * stride - pad + j * dilation (j < taps) that
+    lie in [0, rows)."""
+
+    taps: int
+    stride: int
+    dilation: int
+    pad: int
+    rows: int
+
+    def first(self, r: int) -> int:
+        """The first input row output row r reads."""
+        return min(max(0, r * self.stride - self.pad), self.rows)
+
+    def end(self, r: int) -> int:
+        """One past the last input row output row r reads."""
+        return max(0, min(self.rows, r * self.stride - self.pad + (self.taps - 1) * self.dilation
+                          + 1))
+
+
+ONE_TO_ONE = RowMap(1, 1, 1, 0, 0)
+
+
+@dataclass(frozen=True)
+class OpRows:
+    """One op's work in one stripe: output rows [out_lo, out_hi), and per activation input
+    the rows [lo, hi) it reads."""
+
+    op: int
+    out_lo: int
+    out_hi: int
+    reads: tuple[tuple[int, int, int], ...]  # (tensor, lo, hi)
+
+
+@dataclass(frozen=True)
+class Stripe:
+    """One stripe: the row each stripe buffer starts at (its `base`), the rows it keeps from the
+    stripe before (they move up to the top first), the ops' work in order, and the first row of
+    the segment input still needed after the stripe (the rows above it die)."""
+
+    bases: tuple[int, ...]  # per stripe buffer, in Segment.buffers order
+    kept: tuple[int, ...]  # per stripe buffer: rows moved up from the previous stripe
+    ops: tuple[OpRows, ...]
+    input_done_to: int
+
+
+@dataclass(frozen=True)
+class StripeBuffer:
+    """The rows of one intermediate a stripe buffer holds: `rows` rows of `row_bytes`."""
+
+    tensor: int
+    rows: int
+    row_bytes: int
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.row_bytes
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Steps [first, last] of the order run stripe by stripe, `height` output rows at a time."""
+
+    first: int
+    last: int
+    ops: tuple[int, ...]
+    input: int
+    output: int
+    height: int
+    buffers: tuple[StripeBuffer, ...]
+    stripes: tuple[Stripe, ...]
+    shift: int  # the output may start this many bytes below the input
+    moved_bytes: int  # bytes the stripe buffers move up over the whole segment
+    macs: int  # multiply-accumulates of the striped run: none repeats, unread rows are skipped
+    whole_macs: int  # of the same ops run whole
+
+    def buffer_of(self, tensor: int) -> int | None:
+        return next((i for i, b in enumerate(self.buffers) if b.tensor == tensor), None)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The segments a plan runs striped, by their first step."""
+
+    segments: tuple[Segment, ...] = ()
+
+    def segment_at(self, step: int) -> Segment | None:
+        return next((s for s in self.segments if s.first == step), None)
+
+    def merged_steps(self) -> dict[int, int]:
+        """Step -> the step it counts at in the plan: a segment's steps all at its first."""
+        return {step: s.first for s in self.segments for step in range(s.first, s.last + 1)}
+
+    def intermediates(self) -> frozenset[int]:
+        """Tensors that never exist whole: only their stripe buffers are planned."""
+        return frozenset(b.tensor for s in self.segments for b in s.buffers)
+
+
+NO_TILING = Tiling()
+
+
+# -- which ops stripe, and how their rows map -------------------------------------------------
+
+
+def _conv_rows(p: ConvParams | DepthwiseConvParams) -> RowMap | None:
+    if isinstance(p.output, HybridRescale):
+        return None  # each image is quantized with its own range: rows cannot go alone
+    w = p.window
+    return RowMap(w.filter[0], w.stride[0], w.dilation[0], w.padding[0], p.input_shape[1])
+
+
+def _pool_rows(p: Pool2DParams) -> RowMap:
+    return RowMap(p.filter_height, p.stride_height, 1, p.pad_top, -1)
+
+
+def _binary_rows(p: BinaryOpParams) -> RowMap | None:
+    same = p.input1_shape == p.input2_shape == p.output_shape
+    return replace(ONE_TO_ONE, rows=p.output_shape[1]) if same else None
+
+
+ROW_MAPS: dict[type, Callable[[Any], RowMap | None]] = {
+    ConvParams: _conv_rows,
+    DepthwiseConvParams: _conv_rows,
+    Pool2DParams: _pool_rows,
+}
+
+
+def row_map(binding: Binding, graph: Graph) -> RowMap | None:
+    """How the op's output rows read its first input's rows, or None if it cannot stripe."""
+    op = graph.operators[binding.op]
+    if len(op.outputs) != 1 or op.outputs[0] < 0:
+        return None
+    out = graph.tensors[op.outputs[0]]
+    if len(out.shape) != 4 or out.shape[0] != 1:
+        return None
+    params = binding.params
+    if binding.opcode in ELEMENTWISE and isinstance(params, BinaryOpParams):
+        return _binary_rows(params)
+    if binding.opcode not in WINDOWED:
+        return None
+    for kind, rows in ROW_MAPS.items():
+        if isinstance(params, kind):
+            found = rows(params)
+            x = graph.tensors[op.inputs[0]]
+            return None if found is None else replace(found, rows=x.shape[1])
+    return None
+
+
+def striped_params(params: Any, out_lo: int, out_hi: int, in_lo: int, in_hi: int) -> Any:
+    """The op's params for output rows [out_lo, out_hi) read from input rows [in_lo, in_hi):
+    the same op on fewer rows, its top padding what is left of the padding above row in_lo."""
+    for kind, stripe in STRIPED.items():
+        if isinstance(params, kind):
+            return stripe(params, out_lo, out_hi, in_lo, in_hi)
+    raise TypeError(f"no striped form of {type(params).__name__}")
+
+
+def _rows_of(shape: tuple[int, ...], rows: int) -> tuple[int, ...]:
+    return (shape[0], rows, *shape[2:])
+
+
+def _conv_stripe(p, out_lo: int, out_hi: int, in_lo: int, in_hi: int):
+    w = p.window
+    stride, taps, dilation = w.stride[0], w.filter[0], w.dilation[0]
+    pad = in_lo - (out_lo * stride - w.padding[0])
+    rows = out_hi - out_lo
+    plane = max(in_hi - in_lo + pad, (rows - 1) * stride + (taps - 1) * dilation + 1)
+    return replace(p, input_shape=_rows_of(p.input_shape, in_hi - in_lo),
+                   output_shape=_rows_of(p.output_shape, rows),
+                   window=replace(w, padding=(pad, w.padding[1]), plane=(plane, w.plane[1])))
+
+
+def _pool_stripe(p: Pool2DParams, out_lo: int, out_hi: int, in_lo: int, in_hi: int):
+    counts = p.window_counts[out_lo:out_hi]
+    return replace(p, pad_top=in_lo - (out_lo * p.stride_height - p.pad_top),
+                   output_height=out_hi - out_lo, window_counts=counts)
+
+
+def _binary_stripe(p: BinaryOpParams, out_lo: int, out_hi: int, in_lo: int, in_hi: int):
+    rows = out_hi - out_lo
+    return replace(p, input1_shape=_rows_of(p.input1_shape, rows),
+                   input2_shape=_rows_of(p.input2_shape, rows),
+                   output_shape=_rows_of(p.output_shape, rows))
+
+
+STRIPED: dict[type, Callable[..., Any]] = {
+    ConvParams: _conv_stripe,
+    DepthwiseConvParams: _conv_stripe,
+    Pool2DParams: _pool_stripe,
+    BinaryOpParams: _binary_stripe,
+}
+
+
+# -- segments ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A run of steps that may stripe: its ops (the steps' but fused PADs), input, output and
+    each op's reads."""
+
+    first: int
+    last: int
+    ops: tuple[int, ...]
+    input: int
+    output: int
+    reads: Mapping[int, tuple[tuple[int, RowMap], ...]]  # op -> (tensor, rows map) per input
+    row_bytes: Mapping[int, int]  # tensor -> bytes per row
+    rows: Mapping[int, int]  # tensor -> rows
+    produced: Mapping[int, int]  # op -> its output
+
+
+def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[int],
+             first: int, last: int, readers: Mapping[int, set[int]],
+             kept: frozenset[int]) -> Chain | None:
+    """Steps [first, last] as a stripable chain, or None: ops that stripe, one input from
+    outside, every tensor they make read only inside but the last op's output."""
+    if fused_away(bindings[order[first]]) or fused_away(bindings[order[last]]):
+        return None  # a segment starts and ends on ops that run
+    ops = tuple(o for o in order[first:last + 1] if not fused_away(bindings[o]))
+    inside = set(ops)
+    produced, reads = {}, {}
+    outside_inputs: set[int] = set()
+    for op_index in ops:
+        binding = bindings[op_index]
+        if binding is None:
+            return None
+        rows = row_map(binding, graph)
+        if rows is None:
+            return None
+        op = graph.operators[op_index]
+        activations = [t for t in op.inputs if t >= 0 and not graph.tensors[t].is_constant]
+        if op.kind in ELEMENTWISE:
+            ins = tuple((t, replace(rows, rows=graph.tensors[t].shape[1])) for t in activations)
+        else:
+            if len(activations) != 1 or activations[0] != op.inputs[0]:
+                return None
+            ins = ((op.inputs[0], rows),)
+        for t, _ in ins:
+            if t not in produced.values():
+                outside_inputs.add(t)
+        reads[op_index] = ins
+        produced[op_index] = op.outputs[0]
+    if len(outside_inputs) != 1:
+        return None
+    (x,) = outside_inputs
+    y = produced[ops[-1]]
+    graph_outputs = set(graph.outputs)
+    for t in produced.values():
+        if t == y:
+            continue
+        if t in graph_outputs or t in kept or not readers.get(t) or not readers[t] <= inside:
+            return None
+    if x in graph_outputs or not graph.tensors[x].shape or len(graph.tensors[x].shape) != 4:
+        return None
+    tensors = {x, *produced.values()}
+    if any(graph.tensors[t].shape[0] != 1 or graph.tensors[t].shape[1] < 2 for t in tensors):
+        return None
+    return Chain(first, last, ops, x, y, reads,
+                 {t: graph.tensors[t].nbytes // graph.tensors[t].shape[1] for t in tensors},
+                 {t: graph.tensors[t].shape[1] for t in tensors}, produced)
+
+
+def stripe_chain(chain: Chain, height: int, graph: Graph,
+                 bindings: Sequence[Binding | None]) -> Segment:
+    """The stripes of `chain` at `height` output rows each, the stripe buffers they need and
+    how far the output must start below the input."""
+    x, y, ops = chain.input, chain.output, chain.ops
+    intermediates = [chain.produced[o] for o in ops[:-1]]
+    consumers: dict[int, list[tuple[int, RowMap]]] = {t: [] for t in (x, *intermediates)}
+    for op_index in ops:
+        for t, rows in chain.reads[op_index]:
+            consumers[t].append((chain.produced[op_index], rows))
+    computed = {t: 0 for t in chain.produced.values()}
+    capacity = dict.fromkeys(intermediates, 0)
+    previous_base = dict.fromkeys(intermediates, 0)
+    stripes, moved, shift = [], 0, 0
+    for lo in range(0, chain.rows[y], height):
+        # Backwards from the output: the rows each tensor must reach, and the first it makes
+        # (an intermediate skips rows no window reads: a strided 1x1 convolution's).
+        need = dict(computed)
+        need[y] = min(lo + height, chain.rows[y])
+        start: dict[int, int] = {}
+        for op_index in reversed(ops):
+            out = chain.produced[op_index]
+            start[out] = computed[out] if out == y else max(computed[out],
+                                                             first_needed(consumers[out], start))
+            need[out] = max(need[out], start[out])
+            if need[out] > start[out]:
+                for t, rows in chain.reads[op_index]:
+                    if t != x:
+                        need[t] = max(need[t], rows.end(need[out] - 1))
+        bases = tuple(first_needed(consumers[t], start) for t in intermediates)
+        kept = tuple(max(0, computed[t] - base) for t, base in zip(intermediates, bases))
+        moved += sum(k * chain.row_bytes[t] for k, t, base in zip(kept, intermediates, bases)
+                     if k and previous_base[t] != base)
+        input_from = first_needed(consumers[x], start)
+        work = []
+        for op_index in ops:
+            out = chain.produced[op_index]
+            if need[out] > start[out]:
+                reads = tuple((t, rows.first(start[out]), rows.end(need[out] - 1))
+                              for t, rows in chain.reads[op_index])
+                work.append(OpRows(op_index, start[out], need[out], reads))
+        for t, base in zip(intermediates, bases):
+            capacity[t] = max(capacity[t], need[t] - base)
+        shift = max(shift, need[y] * chain.row_bytes[y] - input_from * chain.row_bytes[x])
+        computed = need
+        previous_base.update(zip(intermediates, bases))
+        stripes.append(Stripe(bases, kept, tuple(work), first_needed(consumers[x], computed)))
+    buffers = tuple(StripeBuffer(t, capacity[t], chain.row_bytes[t]) for t in intermediates)
+    per_row = {o: op_macs(graph, bindings[o]) // chain.rows[chain.produced[o]] for o in ops}
+    macs = sum((w.out_hi - w.out_lo) * per_row[w.op] for s in stripes for w in s.ops)
+    return Segment(chain.first, chain.last, ops, x, y, height, buffers,
+                   tuple(stripes), max(0, shift), moved, macs,
+                   sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops))
+
+
+def stripe_scratch_fits(binding: Binding, params: Any) -> bool:
+    """Whether a stripe's kernel (`params`) asks for no more scratch than its whole op."""
+    from toolchain.ops import REGISTRY
+
+    spec = binding.variant if binding.variant is not None else REGISTRY[binding.opcode]
+    asked = spec.scratch(params) if spec.scratch else ()
+    return len(asked) == len(binding.scratch) and all(
+        a.size <= b.size for a, b in zip(asked, binding.scratch))
+
+
+def fits_scratch(segment: Segment, bindings: Sequence[Binding | None], params) -> bool:
+    """Whether every stripe of the segment runs in its ops' planned scratch."""
+    return all(stripe_scratch_fits(bindings[w.op], striped_params(params[w.op], w.out_lo,
+                                                                  w.out_hi, *w.reads[0][1:]))
+               for s in segment.stripes for w in s.ops)
+
+
+def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int]) -> int:
+    """The first row of a tensor its consumers still read, each making its rows from `made`."""
+    return min(rows.first(made[out]) for out, rows in consumers)
+
+
+def stripe_purpose(tensor: int) -> str:
+    """What the plan calls the stripe buffer of an intermediate (a scratch request's purpose)."""
+    return f"stripe rows of tensor {tensor}"
+
+
+def op_macs(graph: Graph, binding: Binding | None) -> int:
+    """Multiply-accumulates of a convolution (0 for the other ops)."""
+    if binding is None or binding.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        return 0
+    op = graph.operators[binding.op]
+    out, filt = graph.tensors[op.outputs[0]], graph.tensors[op.inputs[1]]
+    per_output = math.prod(filt.shape[1:]) if binding.opcode == "CONV_2D" \
+        else math.prod(filt.shape[1:3])
+    return out.num_elements * per_output
+
+
+def readers_of(graph: Graph) -> dict[int, set[int]]:
+    readers: dict[int, set[int]] = {}
+    for op in graph.operators:
+        for t in op.inputs:
+            if t >= 0:
+                readers.setdefault(t, set()).add(op.index)
+    return readers
+
+
+def candidates(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[int],
+               kept: frozenset[int] = frozenset()) -> list[Chain]:
+    """Every run of 2 to MAX_SEGMENT_OPS steps that may stripe."""
+    readers = readers_of(graph)
+    found = []
+    for first in range(len(order)):
+        for last in range(first + 1, min(len(order), first + MAX_SEGMENT_OPS)):
+            chain = chain_at(graph, bindings, order, first, last, readers, kept)
+            if chain is None and row_map_of(graph, bindings, order[last]) is None \
+                    and not fused_away(bindings[order[last]]):
+                break
+            if chain is not None:
+                found.append(chain)
+    return found
+
+
+def fused_away(binding: Binding | None) -> bool:
+    """A PAD fused into the window after it (toolchain.lower.fusion): a step that does nothing,
+    which a segment runs through."""
+    return binding is not None and isinstance(binding.params, PadFusion)
+
+
+def row_map_of(graph: Graph, bindings: Sequence[Binding | None], op: int) -> RowMap | None:
+    binding = bindings[op]
+    return None if binding is None else row_map(binding, graph)
+
+
+def heights(chain: Chain) -> list[int]:
+    rows = chain.rows[chain.output]
+    return [h for h in STRIPE_HEIGHTS if h < rows]
+
+
+Score = tuple[int, int]
+
+
+def with_segment(tiling: Tiling, segment: Segment) -> Tiling:
+    """`tiling` with `segment` in place of the segments whose steps it meets."""
+    others = tuple(s for s in tiling.segments if s.last < segment.first or s.first > segment.last)
+    return Tiling(tuple(sorted((*others, segment), key=lambda s: s.first)))
+
+
+def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment | None],
+                  evaluate: Callable[[Tiling], tuple[Score, int]]) -> Tiling:
+    """Segments that lower the peak: while some chain over the peak step (`evaluate` gives the
+    score (peak, sum of loads) and the peak step) lowers the score, take the best of them with
+    its best stripe height (the tallest among equals: fewer stripes), in place of the chosen
+    segments it meets."""
+    tiling = NO_TILING
+    score, peak = evaluate(tiling)
+    for _ in range(4 * len(chains) + 1):
+        best = None
+        for chain in chains:
+            if not chain.first <= peak <= chain.last:
+                continue
+            for height in sorted(heights(chain), reverse=True):
+                segment = build(chain, height)
+                if segment is None:
+                    continue
+                trial = with_segment(tiling, segment)
+                found, at = evaluate(trial)
+                if found < (best[0] if best else score):
+                    best = (found, at, trial)
+        if best is None:
+            return tiling
+        score, peak, tiling = best
+    return tiling
+
+
+# -- runs of alike stripes: one C loop each ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """Stripes [start, start + count) that do the same work: the same rows through the same
+    kernels at the same places in the stripe buffers, the segment input and output rows only
+    moving on by a fixed number of rows per stripe. `rows[k][i]` is (row at stripe 0 of the run,
+    rows per stripe) of the k-th op's i-th operand (its reads, then its output); None for an
+    operand in a stripe buffer, whose place in it is the same in every stripe of the run."""
+
+    start: int
+    count: int
+    rows: tuple[tuple[tuple[int, int] | None, ...], ...]
+
+
+def params_key(params: Any) -> tuple:
+    """What makes two stripes of one op run the same kernel."""
+    if isinstance(params, Pool2DParams):
+        return (params.pad_top, params.output_height, params.window_counts.tobytes())
+    if isinstance(params, BinaryOpParams):
+        return (params.input1_shape, params.input2_shape, params.output_shape)
+    return (params.input_shape, params.output_shape, params.window)
+
+
+def stripe_operands(segment: Segment, k: int) -> list[list[tuple[int, int]]]:
+    """Per op of stripe k: (tensor, first row) of its reads, then of its output."""
+    return [[*((t, lo) for t, lo, _ in w.reads), (segment.output if w.op == segment.ops[-1]
+                                                  else -1, w.out_lo)]
+            for w in segment.stripes[k].ops]
+
+
+def stripe_signature(segment: Segment, k: int, params: Sequence[Any], produced) -> tuple:
+    """Stripe k's work, its places in the stripe buffers and its moves, without the rows of the
+    segment input and output (which move on from stripe to stripe)."""
+    stripe = segment.stripes[k]
+    previous = segment.stripes[k - 1].bases if k else stripe.bases
+    where = {b.tensor: i for i, b in enumerate(segment.buffers)}
+    work = []
+    for w in stripe.ops:
+        out = produced[w.op]
+        _, lo, hi = w.reads[0]
+        places = tuple(None if t not in where else lo_t - stripe.bases[where[t]]
+                       for t, lo_t, _ in w.reads)
+        out_place = None if out not in where else w.out_lo - stripe.bases[where[out]]
+        work.append((w.op, places, out_place,
+                     params_key(striped_params(params[w.op], w.out_lo, w.out_hi, lo, hi))))
+    moves = tuple((kept, base - before) for kept, base, before
+                  in zip(stripe.kept, stripe.bases, previous))
+    return (tuple(work), moves)
+
+
+def stripe_runs(segment: Segment, params: Sequence[Any], produced: Mapping[int, int]
+                ) -> list[Run]:
+    """The segment's stripes as runs of alike stripes, in order."""
+    where = {b.tensor for b in segment.buffers}
+    runs: list[Run] = []
+    k, n = 0, len(segment.stripes)
+    while k < n:
+        signature = stripe_signature(segment, k, params, produced)
+        first = stripe_operands(segment, k)
+        steps = None
+        end = k + 1
+        while end < n and stripe_signature(segment, end, params, produced) == signature:
+            here = stripe_operands(segment, end)
+            moved = [[row - row0 for (_, row), (_, row0) in zip(a, b)]
+                     for a, b in zip(here, first)]
+            per = [[d // (end - k) if d % (end - k) == 0 else None for d in op] for op in moved]
+            if steps is None:
+                steps = per
+            if per != steps or any(s is None for op in per for s in op):
+                break
+            end += 1
+        steps = steps or [[0] * len(op) for op in first]
+        rows = tuple(tuple(None if t in where else (row, step)
+                           for (t, row), step in zip(op, op_steps))
+                     for op, op_steps in zip(first, steps))
+        runs.append(Run(k, end - k, rows))
+        k = end
+    return runs
