@@ -53,7 +53,7 @@ from toolchain.planners import (
     verify,
 )
 from toolchain.planners.csvio import load_buffers
-from toolchain.views.report import table
+from toolchain.text import table
 
 
 def try_backend(make: Callable[[], object]) -> object | None:

@@ -31,14 +31,8 @@ from toolchain.front.examples import EXAMPLES
 from toolchain.front.reader import parse_model, read_model
 from toolchain.lab.firmware import toolchain_available
 from toolchain.lower.plan import BufferRow, plan_model
-from toolchain.views.report import (
-    MAP_SYMBOLS,
-    TABLE_WIDTH,
-    memory_map_svg,
-    memory_map_text,
-    middle_cut,
-    table,
-)
+from toolchain.text import TABLE_WIDTH, middle_cut, table
+from toolchain.views.report import MAP_SYMBOLS, memory_map_svg, memory_map_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

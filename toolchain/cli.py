@@ -19,10 +19,20 @@ from typing import Any
 from toolchain import __version__, progress
 from toolchain.errors import ArenacError
 from toolchain.files import read_bounded, write_atomic, write_files_atomic
-from toolchain.front.validate import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITERATIONS
-from toolchain.planners import PLANNERS
-from toolchain.planners.optimal import DEFAULT_NODES
-from toolchain.planners.solve import SOLVE_NODES
+from toolchain.options import (
+    add_bench_options,
+    add_check_options,
+    add_embed_options,
+    add_gen_options,
+    add_model,
+    add_plan_options,
+    add_planning,
+    add_report_options,
+    add_run_options,
+    add_solve_options,
+    planning,
+)
+from toolchain.text import middle_cut
 
 EXIT_USAGE = 2
 
@@ -33,20 +43,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
-
-
-def alignment(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"alignment must be a whole number, got {text!r}"
-        ) from None
-    if value < 1 or value > 4096 or value & (value - 1):
-        raise argparse.ArgumentTypeError(
-            f"alignment must be a power of two from 1 to 4096, got {value}"
-        )
-    return value
 
 
 def emit_json(data: Any) -> None:
@@ -104,48 +100,6 @@ def planned(args: argparse.Namespace):
         print(f"arenac: warning: {args.model}: --time-limit {args.time_limit:g} s {CLOCK_CUT}",
               file=sys.stderr)
     return model_plan
-
-
-def planning(args: argparse.Namespace) -> dict:
-    """plan_model's arguments from the planning options (`add_planning`): every command, the
-    footprint too, plans the same way for the same options."""
-    from toolchain.lower.plan import Techniques
-
-    options = {"fit": args.fit} if args.planner == "freelist" else {}
-    techniques = Techniques(
-        inplace=not args.no_inplace, overlap=not args.no_overlap, schedule=args.schedule,
-        fuse_padding=not args.no_fuse_padding,
-        tiling=args.tiling,
-    )
-    pools, pins = memory_of(args)
-    return dict(
-        planner=args.planner,
-        alignment=args.align,
-        external_io=getattr(args, "external_io", False),
-        techniques=techniques,
-        offsets_csv=getattr(args, "load_offsets", None),
-        time_limit=args.time_limit,
-        nodes=args.nodes,
-        target=getattr(args, "target", "generic"),
-        portable=getattr(args, "portable", False),
-        pools=pools,
-        pins=pins,
-        max_bytes=getattr(args, "max_bytes", DEFAULT_MAX_BYTES),
-        **options,
-    )
-
-
-def memory_of(args: argparse.Namespace) -> tuple[list, dict[str, str]]:
-    """The pools (a --memory file's, then each --pool) and the pins (--pin after the file's)."""
-    from toolchain.lower.memory import load_memory
-
-    memory = load_memory(args.memory) if args.memory else None
-    pools = [*(memory.pools if memory else ()), *args.pool]
-    pins = {**dict(memory.pins if memory else ()), **dict(args.pin)}
-    if pins and not pools:
-        raise ArenacError("--pin places tensors in pools: give --pool or --memory too",
-                          args.model)
-    return pools, pins
 
 
 def load_input(path: str):
@@ -426,8 +380,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from toolchain.views.html import report_html
 
     mp = planned(args)
-    with open(args.model, "rb") as f:
-        model_bytes = f.read()
+    model_bytes = read_bounded(args.model, args.max_bytes)
     write_atomic(args.output, report_html(mp, model_bytes, args.inputs, args.seed,
                                           check=not args.no_check,
                                           footprint=not args.no_footprint))
@@ -457,7 +410,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 
 def check_text(report, inputs: int) -> str:
-    from toolchain.views.report import table
+    from toolchain.text import table
 
     rows = [
         [
@@ -502,14 +455,6 @@ def format_diff(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.3g}"
 
 
-def middle_cut(text: str, limit: int = 40) -> str:
-    """A long name as its start and its end, which tell tensors apart best."""
-    if len(text) <= limit:
-        return text
-    half = (limit - 3) // 2
-    return text[:half] + "..." + text[-(limit - 3 - half):]
-
-
 def layer_data(graph, layer) -> dict:
     return {"op": layer.op, "opcode": layer.opcode, "tensor": layer.tensor,
             "tensor_name": graph.tensors[layer.tensor].name,
@@ -531,10 +476,10 @@ def striped_ops(mp) -> list[tuple[tuple[int, ...], int]]:
 
 def layers_text(graph, layers: dict, first_bad: dict,
                 striped: list[tuple[tuple[int, ...], int]] = ()) -> str:
-    from toolchain.views.report import table
+    from toolchain.text import table
 
     rows = [
-        [same[0].op, same[0].opcode, middle_cut(graph.tensors[same[0].tensor].name)]
+        [same[0].op, same[0].opcode, middle_cut(graph.tensors[same[0].tensor].name, 40)]
         + [f"{format_diff(x.output.max_abs_diff)} ({x.output.mismatches})" for x in same]
         for same in zip(*layers.values())
     ]
@@ -560,158 +505,30 @@ def layers_text(graph, layers: dict, first_bad: dict,
     return "\n".join(lines)
 
 
-def add_model(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="path to a .tflite file")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress on stderr (shown only when stderr is a terminal)")
-    p.add_argument("--max-bytes", type=byte_count, default=DEFAULT_MAX_BYTES, metavar="N",
-                   help="refuse a model with a tensor, or activations and state together, "
-                        f"larger than N bytes (default: {DEFAULT_MAX_BYTES >> 20} MiB)")
-
-
-def add_planning(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--planner", choices=["best", *sorted(PLANNERS)], default="best",
-                   help="arena planner (default: best = the smallest verified plan of all; "
-                        "tflm = TFLite Micro's own)")
-    p.add_argument("--fit", choices=["first", "best"], default="first",
-                   help="free-block choice of the freelist planner (default: first)")
-    p.add_argument("--align", type=alignment, default=16, metavar="N",
-                   help="offset alignment in bytes, a power of two (default: 16)")
-    p.add_argument("--nodes", type=whole, default=DEFAULT_NODES, metavar="N",
-                   help="work budget of the exact planner, in search nodes: the same plan on "
-                        f"any machine (default: {DEFAULT_NODES:,})")
-    p.add_argument("--time-limit", type=seconds, default=None, metavar="S",
-                   help="also stop the plan search (schedule and planners) after S seconds; "
-                        "the plan may then depend on the machine and its load (default: none)")
-    p.add_argument("--no-inplace", action="store_true",
-                   help="no output over a dying input (aliases, elementwise ops)")
-    p.add_argument("--no-overlap", action="store_true",
-                   help="no convolution or pooling output over the rows it has consumed")
-    p.add_argument("--no-fuse-padding", action="store_true",
-                   help="keep each PAD in front of a convolution or max pool as its own op "
-                        "(fused, its padded tensor never exists)")
-    p.add_argument("--schedule", choices=["auto", "model"], default="auto",
-                   help="operator order: memory-aware (auto, default) or the file's (model)")
-    p.add_argument("--tiling", choices=["auto", "off"], default="auto",
-                   help="run chains of convolutions and pooling stripe by stripe where that "
-                        "lowers the arena (auto, default) or never (off)")
-    p.add_argument("--pool", action="append", type=pool_spec, default=[],
-                   metavar="NAME:SIZE[:SECTION]",
-                   help="a memory pool instead of one arena, SIZE in bytes, K or M; repeat "
-                        "fastest first (buffers fill the fastest pool first)")
-    p.add_argument("--memory", metavar="FILE",
-                   help="pools and pins from a TOML or JSON file (see docs/cortex-m.md)")
-    p.add_argument("--pin", action="append", type=pin_spec, default=[], metavar="TENSOR=POOL",
-                   help="put a tensor (index or name), or the state block (state=POOL), in a "
-                        "pool")
-
-
-def pool_spec(text: str):
-    from toolchain.lower.memory import parse_pool
-
-    try:
-        return parse_pool(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def pin_spec(text: str) -> tuple[str, str]:
-    from toolchain.lower.memory import parse_pin
-
-    try:
-        return parse_pin(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def add_target(p: argparse.ArgumentParser, default: str = "generic") -> None:
-    from toolchain.targets import TARGETS
-
-    p.add_argument("--target", type=target_name, default=default, metavar="T",
-                   help=f"what the C is made for: {', '.join(TARGETS)}; it picks the kernels "
-                        f"(default: {default})")
-
-
-def target_name(text: str) -> str:
-    from toolchain.targets import TARGETS
-
-    if text not in TARGETS:
-        raise argparse.ArgumentTypeError(
-            f"unknown target {text!r}; the targets are {', '.join(TARGETS)}")
-    return text
-
-
-def c_name(text: str) -> str:
-    from toolchain.text import name_refusal
-
-    refusal = name_refusal(text)
-    if refusal:
-        raise argparse.ArgumentTypeError(f"{text!r} {refusal}")
-    return text
-
-
-def byte_count(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 2**63:
-        raise argparse.ArgumentTypeError(f"expected a whole number of bytes, got {text!r}")
-    return int(text)
-
-
-def seed(text: str) -> int:
-    """numpy's random generators take seeds of 0 to 2^32 - 1 only."""
-    if not text.isdigit() or int(text) >= 2**32:
-        raise argparse.ArgumentTypeError(f"seed must be a whole number from 0 to 2^32 - 1, "
-                                         f"got {text!r}")
-    return int(text)
-
-
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"time limit must be in (0, 3600] seconds, got {value}")
-    return value
-
-
 COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callable]]] = {
     "inspect": ("show operators, tensors and totals of a model", cmd_inspect, [add_model]),
-    "plan": (
-        "plan the activation arena and show where every tensor lives",
-        cmd_plan,
-        [add_model, add_planning],
-    ),
-    "run": (
-        "run the model in runtime_py inside its planned arena and save the outputs",
-        cmd_run,
-        [add_model, add_planning],
-    ),
-    "gen": (
-        "generate C: static arena, offset table, const weights, kernels",
-        cmd_gen,
-        [add_model, add_planning],
-    ),
-    "check": (
-        "compare TFLite's reference kernels, runtime_py and the compiled C",
-        cmd_check,
-        [add_model, add_planning],
-    ),
-    "bench": (
-        "count the instructions the C executes per inference on a Cortex-M under QEMU",
-        cmd_bench,
-        [add_model, add_planning],
-    ),
-    "embed": (
-        "write a copy of the model carrying the plan for TFLite Micro (OfflineMemoryAllocation)",
-        cmd_embed,
-        [add_model, add_planning],
-    ),
-    "report": (
-        "one self-contained HTML page: inspect, plan, memory map, footprint and check",
-        cmd_report,
-        [add_model, add_planning],
-    ),
+    "plan": ("plan the activation arena and show where every tensor lives", cmd_plan,
+             [add_model, add_planning, add_plan_options]),
+    "run": ("run the model in runtime_py inside its planned arena and save the outputs", cmd_run,
+            [add_model, add_planning, add_run_options]),
+    "gen": ("generate C: static arena, offset table, const weights, kernels", cmd_gen,
+            [add_model, add_planning, add_gen_options]),
+    "check": ("compare TFLite's reference kernels, runtime_py and the compiled C", cmd_check,
+              [add_model, add_planning, add_check_options]),
+    "bench": ("count the instructions the C executes per inference on a Cortex-M under QEMU",
+              cmd_bench, [add_model, add_planning, add_bench_options]),
+    "embed": ("write a copy of the model carrying the plan for TFLite Micro "
+              "(OfflineMemoryAllocation)", cmd_embed, [add_model, add_planning, add_embed_options]),
+    "report": ("one self-contained HTML page: inspect, plan, memory map, footprint and check",
+               cmd_report, [add_model, add_planning, add_report_options]),
+    "solve": ("solve an allocation problem in MiniMalloc's CSV form (id,lower,upper,size)",
+              cmd_solve, [add_solve_options]),
+}
+# What --help says of a command beyond its one line, where there is more to say.
+DESCRIPTIONS = {
+    "solve": "Solve an allocation problem in MiniMalloc's CSV form (id,lower,upper,size; lives "
+             "half-open): within --capacity bytes, as MiniMalloc does, or as small as the exact "
+             "planner can find and prove. Exit status 1 if no plan was found.",
 }
 
 
@@ -724,177 +541,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"arenac {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (help_text, handler, adders) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
+        p = sub.add_parser(name, help=help_text, description=DESCRIPTIONS.get(name, help_text),
+                           allow_abbrev=False)
         for add in adders:
             add(p)
         p.set_defaults(handler=handler)
-    for command in ("plan", "run", "gen", "check", "report"):
-        add_target(sub.choices[command])
-    bench = sub.choices["bench"]
-    add_target(bench, "cortex-m4")
-    bench.add_argument("--portable", action="store_true",
-                       help="the portable kernels only, built for the target (the baseline its "
-                            "own kernels are measured against)")
-    bench.add_argument("--optimize", choices=["O2", "Os", "O3"], default="O2",
-                       help="arm-none-eabi-gcc's optimization level (default: O2)")
-    plan = sub.choices["plan"]
-    plan.add_argument("--svg", metavar="FILE", help="write the memory map as SVG")
-    plan.add_argument(
-        "--dump-buffers",
-        metavar="FILE.csv",
-        help="write the allocation problem as MiniMalloc CSV (id,lower,upper,size)",
-    )
-    plan.add_argument(
-        "--load-offsets",
-        metavar="FILE.csv",
-        help="take offsets from an external solver (id,offset or MiniMalloc's solution); verified",
-    )
-    run = sub.choices["run"]
-    for runs_py in (run, sub.choices["check"]):
-        runs_py.add_argument(
-            "--max-iterations", type=positive, default=DEFAULT_MAX_ITERATIONS, metavar="N",
-            help="refuse a WHILE that runs its body more than N times in one invoke of "
-                 f"runtime_py (default: {DEFAULT_MAX_ITERATIONS:,})",
-        )
-    run.add_argument(
-        "--input",
-        action="append",
-        required=True,
-        metavar="FILE.npy",
-        help="one .npy file per model input, in order (repeat the option); a file of shape "
-             "[T, *input shape] runs T invokes in a row, state kept",
-    )
-    run.add_argument(
-        "--output-dir",
-        default=".",
-        metavar="DIR",
-        help="where output_<i>.npy files go, stacked [T, *shape] for stacked inputs "
-             "(default: .)",
-    )
-    check = sub.choices["check"]
-    data = check.add_mutually_exclusive_group()  # random inputs, or the user's data
-    data.add_argument(
-        "--inputs",
-        type=positive,
-        default=None,  # 3, set by cmd_check: so that argparse sees `--inputs 3` beside --input
-        metavar="N",
-        help="number of random input sets, each a sequence of --sequence invokes (default: 3)",
-    )
-    check.add_argument(
-        "--sequence",
-        type=positive,
-        default=None,
-        metavar="N",
-        help="invokes per input set, in a row with the state kept; every backend is reset "
-             "between sets (default: 3 for a model with state, else 1)",
-    )
-    check.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
-    data.add_argument(
-        "--input",
-        metavar="FILE",
-        help="check on this data instead of random inputs: a .npy (one-input model), a .npz "
-             "with one array per input (named by input name or index), a directory of such "
-             "per-input .npy files, or a CSV of values; a leading [N, ...] axis is N samples",
-    )
-    data.add_argument("--dataset", metavar="DIR",
-                      help="check on every sample in DIR: each file or folder as --input takes")
-    check.add_argument(
-        "--backends",
-        type=backend_list,
-        default=None,
-        metavar="LIST",
-        help="comma-separated: runtime_py, c (this host), qemu (the target's QEMU machine, a "
-             "Cortex-M4 for generic); default: runtime_py,c, or runtime_py,qemu with a --target",
-    )
-    check.add_argument(
-        "--sanitize", action="store_true",
-        help="build the host C with ASan and UBSan (float-to-int overflow included) and also "
-             "run it and runtime_py on edge inputs (NaN, +-inf, denormals, +-max of each input "
-             "dtype), which the oracle is not asked about: TFLite leaves them undefined")
-    check.add_argument("--oracle-timeout", type=seconds, default=120.0, metavar="S",
-                       help="time each TFLite interpreter may take, in its child process "
-                            "(default: 120)")
-    check.add_argument(
-        "--per-layer",
-        action="store_true",
-        help="compare every intermediate tensor and name the first op that differs",
-    )
-    gen = sub.choices["gen"]
-    gen.add_argument("-o", "--output-dir", required=True, metavar="DIR", help="where files go")
-    gen.add_argument("more_models", nargs="*", metavar="MODEL",
-                     help="more models, generated to share one arena (run one at a time)")
-    gen.add_argument("--name", action="append", type=c_name,
-                     help="C identifier prefix and file name (default: model's name); once per "
-                          "model")
-    gen.add_argument("--arena", choices=["static", "extern"], default="static",
-                     help="static: an array of the generated file (default); extern: the "
-                          "caller's memory, given to NAME_init(arena, bytes)")
-    gen.add_argument(
-        "--external-io",
-        action="store_true",
-        help="inputs and outputs are the caller's buffers, outside the arena",
-    )
-    report = sub.choices["report"]
-    report.add_argument("-o", "--output", required=True, metavar="FILE.html",
-                        help="where the page goes")
-    report.add_argument("--inputs", type=positive, default=3, metavar="N",
-                        help="random input sets the check runs (default: 3)")
-    report.add_argument("--seed", type=seed, default=0, help="seed of the random inputs")
-    report.add_argument("--no-check", action="store_true",
-                        help="leave out the check (the oracle, runtime_py and the C)")
-    report.add_argument("--no-footprint", action="store_true",
-                        help="leave out the footprint (built with arm-none-eabi-gcc)")
-    solve = sub.add_parser(
-        "solve",
-        help="solve an allocation problem in MiniMalloc's CSV form (id,lower,upper,size)",
-        description="Solve an allocation problem in MiniMalloc's CSV form (id,lower,upper,size; "
-                    "lives half-open): within --capacity bytes, as MiniMalloc does, or as small "
-                    "as the exact planner can find and prove. Exit status 1 if no plan was found.",
-        allow_abbrev=False,
-    )
-    solve.add_argument("problem", metavar="PROBLEM.csv", help="the allocation problem")
-    solve.add_argument("--capacity", type=positive, metavar="BYTES",
-                       help="find a plan within this many bytes (default: the smallest found)")
-    solve.add_argument("-o", "--output", metavar="SOLUTION.csv",
-                       help="write the solution: the problem's columns and an offset column")
-    solve.add_argument("--nodes", type=whole, default=SOLVE_NODES, metavar="N",
-                       help="search nodes the search may visit: the same solution on any "
-                            f"machine (default: {SOLVE_NODES:,})")
-    solve.add_argument("--time-limit", type=seconds, default=None, metavar="S",
-                       help="also stop the search after S seconds (default: none)")
-    solve.add_argument("--align", type=alignment, default=1,
-                       help="every offset a multiple of this power of two (default: 1)")
-    solve.add_argument("--json", action="store_true", help="machine-readable output")
-    solve.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    solve.set_defaults(handler=cmd_solve)
-    embed = sub.choices["embed"]
-    embed.add_argument("-o", "--output", required=True, metavar="OUT.tflite",
-                       help="the model with the plan in its metadata")
     return parser
-
-
-BACKENDS = ("runtime_py", "c", "qemu")
-
-
-def backend_list(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in BACKENDS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"backends are {', '.join(BACKENDS)}; got {text!r}")
-    return names
-
-
-def whole(text: str) -> int:
-    """A count the compiled searches take as an int64."""
-    if not text.isdigit() or int(text) >= 2**63:
-        raise argparse.ArgumentTypeError(f"expected a whole number below 2^63, got {text!r}")
-    return int(text)
-
-
-def positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return int(text)
 
 
 def one_line(text: str, limit: int = 400) -> str:

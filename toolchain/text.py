@@ -5,11 +5,15 @@ comment and what follows compiles; a newline, a stray `/*`, a `??/` trigraph or 
 control breaks a -Werror build or hides code from a reviewer. So model text reaches C only through
 `c_text`, and the SVG memory map only through `display_text`; identifiers are never taken from
 model text, only from `c_identifier`, which builds a fresh one.
+
+The terminal gets model text through `display_text` too, and tables (`table`) that fit their
+columns by cutting long names in the middle.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 C_TEXT_LIMIT = 64  # characters of spelled text: a name in a comment stays one readable line
 ELLIPSIS = "..."
@@ -128,3 +132,54 @@ def name_refusal(text: str) -> str | None:
         return (f"would make {text}.h shadow the C library's <{text.lower()}.h> on the include "
                 "path")
     return None
+
+
+# --- text tables on a terminal ------------------------------------------------------------
+TABLE_WIDTH = 100  # columns a text table may take: long names are cut in the middle
+MIN_CUT_WIDTH = 12  # a text column is never cut narrower than this (or its header)
+
+
+def middle_cut(text: str, width: int) -> str:
+    """`text` in at most `width` characters, its middle replaced by an ellipsis: the start and
+    the end of a tensor name are what tell it from its neighbours, the end (layer and op) the
+    most, so it keeps two thirds."""
+    if len(text) <= width:
+        return text
+    keep = max(width - len(ELLIPSIS), 0)
+    end = keep - keep // 3
+    return text[: keep // 3] + ELLIPSIS + text[len(text) - end :]
+
+
+def fitted_widths(widths: list[int], cuttable: list[bool], floors: list[int],
+                  total: int) -> list[int]:
+    """Column widths within `total` characters (two between columns): the widest cuttable
+    column gives up a character at a time, down to its floor."""
+    widths = list(widths)
+    excess = sum(widths) + 2 * (len(widths) - 1) - total
+    while excess > 0:
+        open_ = [i for i, w in enumerate(widths) if cuttable[i] and w > floors[i]]
+        if not open_:
+            break
+        widest = max(open_, key=lambda i: widths[i])
+        widths[widest] -= 1
+        excess -= 1
+    return widths
+
+
+def table(headers: list[str], rows: list[list[Any]], width: int = TABLE_WIDTH) -> str:
+    """A plain aligned text table within `width` columns; numbers right-aligned, text cells
+    that do not fit cut in the middle (`--json` has them whole). Every cell is shown as
+    display_text shows it: a tensor name is the model's text, and an escape sequence or a
+    bidirectional control in it must not reach the terminal."""
+    numeric = [all(isinstance(r[i], int) for r in rows) and rows for i in range(len(headers))]
+    cells = [[display_text(str(c)) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    floors = [max(len(h), MIN_CUT_WIDTH) for h in headers]
+    widths = fitted_widths(widths, [not n for n in numeric], floors, width)
+    cells = [[middle_cut(c, w) for c, w in zip(r, widths)] for r in cells]
+
+    def line(values: list[str]) -> str:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])

@@ -262,7 +262,7 @@ def split_readings(raw: bytes, mp: ModelPlan, expected: int
 
 
 def bench_text(result: BenchResult) -> str:
-    from toolchain.views.report import table
+    from toolchain.text import table
 
     total = max(result.instructions, 1)
     rows = [[s.step, s.op, s.opcode, s.kernel, f"{s.instructions:,}",

@@ -267,7 +267,7 @@ def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
 
 def footprint_table(rows: list[dict[str, Any]]) -> str:
     """One line per footprint: flash and its split, RAM and its split, worst-case stack."""
-    from toolchain.views.report import table
+    from toolchain.text import table
 
     headers = ["model", "flash", "weights", "kernel w", "code", "const", "ram", "arena", "state",
                "other"]
@@ -297,7 +297,7 @@ def footprint_table(rows: list[dict[str, Any]]) -> str:
 
 def kernel_table(row: dict[str, Any]) -> str:
     """Flash per kernel of one footprint, in execution order."""
-    from toolchain.views.report import table
+    from toolchain.text import table
 
     return table(
         ["op", "opcode", "function", "bytes"],
@@ -314,10 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    from toolchain.cli import add_planning, planning
     from toolchain.errors import ArenacError
     from toolchain.front.reader import read_model
     from toolchain.lower.plan import plan_model
+    from toolchain.options import add_planning, planning
 
     parser = argparse.ArgumentParser(
         prog="python -m toolchain.lab.footprint",
