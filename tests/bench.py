@@ -49,6 +49,7 @@ from toolchain.planners import (
     canonical,
     lower_bound,
     make_plan,
+    optimal,
     smallest_plan,
     verify,
 )
@@ -383,7 +384,7 @@ def solve_section() -> None:
         name, capacity = path.name.split(".")[0], int(path.name.split(".")[1])
         buffers = load_buffers(path)
         started = time.monotonic()
-        answer = canonical.fits(buffers, capacity, 1, seconds=60.0)
+        answer = optimal.fits(buffers, capacity, 1, seconds=60.0)
         seconds = time.monotonic() - started
         if answer.offsets is not None:
             verify(Placement.from_offsets("optimal", 1, buffers, answer.offsets))

@@ -22,6 +22,7 @@ from toolchain.planners import (
     canonical,
     lower_bound,
     lower_bound_with_overlaps,
+    optimal,
     verify,
 )
 from toolchain.planners.csvio import dump_buffers, load_buffers, load_offsets
@@ -52,7 +53,7 @@ def smallest_fit(buffers, overlaps, alignment) -> int:
     high = sum(align_up(b.size, alignment) for b in buffers)  # always fits
     while low < high:
         capacity = (low + high) // 2
-        answer = canonical.fits(buffers, capacity, alignment, overlaps, seconds=HANG_GUARD)
+        answer = optimal.fits(buffers, capacity, alignment, overlaps, seconds=HANG_GUARD)
         if answer.status == "found":
             plan = Placement.from_offsets("optimal", alignment, buffers, answer.offsets, overlaps)
             verify(plan)
@@ -84,8 +85,8 @@ def test_both_paths_answer_alike_on_larger_problems(monkeypatch):
             if path == "python":
                 monkeypatch.setenv("ARENAC_PURE_PYTHON", "1")
             canonical._core.cache_clear()
-            below = canonical.fits(buffers, bound - 1, 1, seconds=HANG_GUARD, node_limit=10**6)
-            roomy = canonical.fits(buffers, 2 * bound, 1, seconds=HANG_GUARD)
+            below = optimal.fits(buffers, bound - 1, 1, seconds=HANG_GUARD, node_limit=10**6)
+            roomy = optimal.fits(buffers, 2 * bound, 1, seconds=HANG_GUARD)
             statuses[path] = below.status, roomy.status
             assert roomy.compiled == (path == "compiled")
             verify(Placement.from_offsets("optimal", 1, buffers, roomy.offsets))
@@ -97,14 +98,14 @@ def test_both_paths_answer_alike_on_larger_problems(monkeypatch):
 def test_a_node_limit_makes_the_answer_the_same_on_every_run(search_path):
     buffers = random_buffers(120, seed=3)
     capacity = lower_bound(buffers, 1)
-    first = canonical.fits(buffers, capacity, 1, seconds=HANG_GUARD, node_limit=500)
-    second = canonical.fits(buffers, capacity, 1, seconds=HANG_GUARD, node_limit=500)
+    first = optimal.fits(buffers, capacity, 1, seconds=HANG_GUARD, node_limit=500)
+    second = optimal.fits(buffers, capacity, 1, seconds=HANG_GUARD, node_limit=500)
     assert first == second
     assert first.nodes <= 500
 
 
 def test_nothing_to_place_fits_anywhere(search_path):
-    answer = canonical.fits([], 0, 16)
+    answer = optimal.fits([], 0, 16)
     assert answer.status == "found" and answer.offsets == ()
 
 
@@ -116,7 +117,7 @@ def test_minimalloc_problems_are_solved_at_their_capacity(path):
     canonical._core.cache_clear()
     buffers = load_buffers(path)
     capacity = int(path.name.split(".")[1])
-    answer = canonical.fits(buffers, capacity, 1, seconds=HANG_GUARD)
+    answer = optimal.fits(buffers, capacity, 1, seconds=HANG_GUARD)
     assert answer.status == "found" and answer.compiled
     plan = Placement.from_offsets("optimal", 1, buffers, answer.offsets)
     verify(plan)

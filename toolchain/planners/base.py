@@ -6,11 +6,12 @@ MiniMalloc CSV, or random buffers in a test.
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
@@ -389,3 +390,29 @@ class Planner(ABC):
     def _place(self, buffers: list[Buffer], overlaps: list[Overlap]) -> list[int]:
         """Returns one aligned offset per buffer, in the same order; `buffers[i].id == i`, and
         `overlaps` are valid, name buffers by that id and pair no two buffers twice."""
+
+
+def preorder(
+    items: list[int], key: Callable[[int], tuple[int, ...]], before: list[tuple[int, int]]
+) -> tuple[list[int], bool]:
+    """`items` by `key`, except that each (x, y) in `before` puts x ahead of y; returns the
+    order and whether every such constraint held (only a cycle can break one)."""
+    waiting = {i: 0 for i in items}
+    after: dict[int, list[int]] = {i: [] for i in items}
+    for x, y in before:
+        after[x].append(y)
+        waiting[y] += 1
+    ready = [(key(i), i) for i in items if not waiting[i]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for j in after[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, (key(j), j))
+    if len(order) == len(items):
+        return order, True
+    placed = set(order)
+    return order + sorted((i for i in items if i not in placed), key=key), False

@@ -13,19 +13,15 @@ buffers go in a fixed order. It runs a portfolio of three preorders in rounds of
 budgets, so one bad order cannot stall it.
 
 The core is `canonical.c`, built once with the system `cc` into the user's cache and loaded
-with ctypes. Without a compiler (or with ARENAC_PURE_PYTHON=1) the same question goes to the
-Python search of the exact planner, which answers it too, only slower.
+with ctypes (toolchain.planners.compiled). The question is asked through
+`toolchain.planners.optimal.fits`: without a compiler (or with ARENAC_PURE_PYTHON=1), or when
+the compiled search runs out of memory, the Python search of the exact planner answers it,
+only slower.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -33,7 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
-from toolchain.planners.base import Buffer, Overlap, align_up, overlap_windows, pair_saving
+from toolchain.planners.base import (
+    Buffer,
+    Overlap,
+    align_up,
+    overlap_windows,
+    pair_saving,
+    preorder,
+)
+from toolchain.planners.compiled import build
 
 SOURCE = Path(__file__).with_name("canonical.c")
 # Beyond this many buffers in one question the compiled search's per-depth lists would need
@@ -74,34 +78,6 @@ def _core() -> ctypes.CDLL | None:
     return bind(core) if core is not None else None
 
 
-def build(source: Path) -> ctypes.CDLL | None:
-    """`source` built once with the system `cc` into the user's cache, and loaded; None
-    without a compiler, with ARENAC_PURE_PYTHON set, or when the build fails."""
-    if os.environ.get("ARENAC_PURE_PYTHON"):
-        return None
-    compiler = shutil.which(os.environ.get("CC", "cc"))
-    if compiler is None:
-        return None
-    text = source.read_bytes()
-    cache_dir = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "arenac"
-    library = cache_dir / f"{source.stem}-{hashlib.sha256(text).hexdigest()[:16]}.so"
-    try:
-        if not library.exists():
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=cache_dir) as workdir:
-                built = Path(workdir) / library.name
-                command = [compiler, "-O2", "-std=c99", "-shared", "-fPIC", str(source)]
-                subprocess.run(
-                    [*command, "-o", str(built)],
-                    check=True,
-                    capture_output=True,
-                )
-                os.replace(built, library)  # atomic: a concurrent build only wins the race
-        return ctypes.CDLL(str(library))
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def bind(core: ctypes.CDLL) -> ctypes.CDLL:
     """Declares the core's one entry point, so ctypes converts every argument."""
     core.arenac_fits.restype = ctypes.c_int
@@ -121,24 +97,6 @@ def _ptr(array: np.ndarray, kind: type) -> object:
     return array.ctypes.data_as(kind)
 
 
-def fits(
-    buffers: Sequence[Buffer],
-    capacity: int,
-    alignment: int = 1,
-    overlaps: Sequence[Overlap] = (),
-    seconds: float = 10.0,
-    node_limit: int | None = None,
-) -> Answer:
-    """Whether `buffers` (ids may be anything; `overlaps` refer to them) fit in `capacity`
-    bytes with every offset a multiple of `alignment`, searching for at most `seconds` and
-    `node_limit` nodes. A capacity beyond every padded size stacked is as good as unbounded,
-    so it is cut to that sum: the compiled search takes it as an int64."""
-    capacity = min(capacity, sum(align_up(b.size, alignment) for b in buffers))
-    if _core() is None or len(buffers) > COMPILED_MAX_BUFFERS:
-        return _python_fits(buffers, capacity, alignment, overlaps, seconds, node_limit)
-    return CompiledProblem(buffers, alignment, overlaps).fits(capacity, seconds, node_limit)
-
-
 class CompiledProblem:
     """The arrays the compiled search reads, built once (with numpy) for several questions."""
 
@@ -154,10 +112,7 @@ class CompiledProblem:
         """One question: a plan within `capacity`, for at most `seconds` and `node_limit`
         nodes. Offsets come back by position in the buffers given."""
         core = _core()
-        if core is None:
-            return _python_fits(
-                self.buffers, capacity, self.alignment, self.overlaps, seconds, node_limit
-            )
+        assert core is not None, "a CompiledProblem is made only when compiled_available()"
         n = len(self.searched)
         offsets = np.zeros(n, dtype=np.int64)
         nodes = np.zeros(1, dtype=np.int64)
@@ -169,10 +124,6 @@ class CompiledProblem:
                 min(max(0.0, seconds), NO_CLOCK_SECONDS), _ptr(offsets, _i64), _ptr(nodes, _i64),
             )
         ]
-        if status == "no_memory":
-            return _python_fits(
-                self.buffers, capacity, self.alignment, self.overlaps, seconds, node_limit
-            )
         found = None
         if status == "found":
             every = [0] * len(self.buffers)
@@ -298,52 +249,7 @@ def _respect(order: list[int], before: list[tuple[int, int]]) -> tuple[list[int]
     """`order`, except that each (x, y) in `before` puts x ahead of y; and whether all held."""
     if not before:
         return order, True
-    from toolchain.planners.optimal import preorder
-
     rank = {item: r for r, item in enumerate(order)}
     return preorder(order, lambda item: (rank[item],), before)
 
-
-def _python_fits(
-    buffers: Sequence[Buffer],
-    capacity: int,
-    alignment: int,
-    overlaps: Sequence[Overlap],
-    seconds: float,
-    node_limit: int | None,
-) -> Answer:
-    from toolchain.planners.optimal import OutOfNodes, Search, Timeout, independent_parts
-
-    local = [Buffer(k, b.size, b.first, b.last) for k, b in enumerate(buffers)]
-    position = {b.id: k for k, b in enumerate(buffers)}
-    pairs = [
-        Overlap(position[o.below], position[o.above], o.shift, o.any_offset) for o in overlaps
-    ]
-    sizes = [align_up(b.size, alignment) for b in local]
-    windows = overlap_windows(sizes, pairs, alignment)
-    deadline = time.monotonic() + seconds
-    offsets = [0] * len(local)
-    nodes = 0
-    budget = 10**18 if node_limit is None else node_limit
-    status = "found"
-    for part in independent_parts(local, sizes):
-        try:
-            search = Search(part, local, sizes, pairs, windows, alignment, deadline, None)
-            search.compiled = None  # this is the path without the compiled search
-            answer = search.fits(capacity, max(0, budget - nodes))
-        except (Timeout, OutOfNodes):
-            answer = None
-            search = None
-        if search is not None:
-            nodes += search.nodes_used
-        if answer is None:
-            status = "out_of_time" if time.monotonic() > deadline else "out_of_nodes"
-            break
-        if answer is False:
-            status = "infeasible" if search.sound else "out_of_nodes"
-            break
-        for n, i in enumerate(search.order):
-            offsets[i] = search.best[n]
-    found = tuple(offsets) if status == "found" else None
-    return Answer(status, found, nodes, compiled=False)
 

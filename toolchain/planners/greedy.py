@@ -29,7 +29,7 @@ from toolchain.planners.base import (
     align_up,
     overlap_windows,
 )
-from toolchain.planners.canonical import build
+from toolchain.planners.compiled import build
 
 SOURCE = Path(__file__).with_name("greedy.c")
 # The compiled loop's blocks of time, as a share of the mean life: fewer blocks to look at

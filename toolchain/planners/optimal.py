@@ -31,11 +31,10 @@ any machine under any load; a `time_limit` is a further cap only a caller sets.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Generator
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -55,9 +54,11 @@ from toolchain.planners.base import (
     lower_bound_with_overlaps,
     overlap_windows,
     pair_saving,
+    preorder,
 )
 from toolchain.planners.canonical import (
     COMPILED_MAX_BUFFERS,
+    Answer,
     CompiledProblem,
     compiled_available,
 )
@@ -395,7 +396,12 @@ class Search:
             if self.nodes_used >= self.node_limit:
                 raise Timeout
             budget = min(budget, self.node_limit - self.nodes_used)
-        answer = self.compiled.fits(cap, self.deadline - time.monotonic(), budget)
+        seconds = self.deadline - time.monotonic()
+        answer = self.compiled.fits(cap, seconds, budget)
+        if answer.status == "no_memory":  # the compiled search's lists did not fit: in Python
+            problem = self.compiled
+            answer = python_fits(problem.buffers, cap, problem.alignment, problem.overlaps,
+                                 seconds, budget)
         self.nodes_used += answer.nodes
         if answer.status == "found":
             self.best = list(answer.offsets)
@@ -518,27 +524,63 @@ class Search:
             self.owed[later][s] += sign * saving
 
 
-def preorder(
-    items: list[int], key: Callable[[int], tuple[int, ...]], before: list[tuple[int, int]]
-) -> tuple[list[int], bool]:
-    """`items` by `key`, except that each (x, y) in `before` puts x ahead of y; returns the
-    order and whether every such constraint held (only a cycle can break one)."""
-    waiting = {i: 0 for i in items}
-    after: dict[int, list[int]] = {i: [] for i in items}
-    for x, y in before:
-        after[x].append(y)
-        waiting[y] += 1
-    ready = [(key(i), i) for i in items if not waiting[i]]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        order.append(i)
-        for j in after[i]:
-            waiting[j] -= 1
-            if not waiting[j]:
-                heapq.heappush(ready, (key(j), j))
-    if len(order) == len(items):
-        return order, True
-    placed = set(order)
-    return order + sorted((i for i in items if i not in placed), key=key), False
+def fits(
+    buffers: Sequence[Buffer],
+    capacity: int,
+    alignment: int = 1,
+    overlaps: Sequence[Overlap] = (),
+    seconds: float = 10.0,
+    node_limit: int | None = None,
+) -> Answer:
+    """Whether `buffers` (ids may be anything; `overlaps` refer to them) fit in `capacity`
+    bytes with every offset a multiple of `alignment`, searching for at most `seconds` and
+    `node_limit` nodes. A capacity beyond every padded size stacked is as good as unbounded,
+    so it is cut to that sum: the compiled search takes it as an int64."""
+    capacity = min(capacity, sum(align_up(b.size, alignment) for b in buffers))
+    if compiled_available() and len(buffers) <= COMPILED_MAX_BUFFERS:
+        answer = CompiledProblem(buffers, alignment, overlaps).fits(capacity, seconds, node_limit)
+        if answer.status != "no_memory":
+            return answer
+    return python_fits(buffers, capacity, alignment, overlaps, seconds, node_limit)
+
+
+def python_fits(
+    buffers: Sequence[Buffer],
+    capacity: int,
+    alignment: int,
+    overlaps: Sequence[Overlap],
+    seconds: float,
+    node_limit: int | None,
+) -> Answer:
+    local = [Buffer(k, b.size, b.first, b.last) for k, b in enumerate(buffers)]
+    position = {b.id: k for k, b in enumerate(buffers)}
+    pairs = [
+        Overlap(position[o.below], position[o.above], o.shift, o.any_offset) for o in overlaps
+    ]
+    sizes = [align_up(b.size, alignment) for b in local]
+    windows = overlap_windows(sizes, pairs, alignment)
+    deadline = time.monotonic() + seconds
+    offsets = [0] * len(local)
+    nodes = 0
+    budget = 10**18 if node_limit is None else node_limit
+    status = "found"
+    for part in independent_parts(local, sizes):
+        try:
+            search = Search(part, local, sizes, pairs, windows, alignment, deadline, None)
+            search.compiled = None  # this is the path without the compiled search
+            answer = search.fits(capacity, max(0, budget - nodes))
+        except (Timeout, OutOfNodes):
+            answer = None
+            search = None
+        if search is not None:
+            nodes += search.nodes_used
+        if answer is None:
+            status = "out_of_time" if time.monotonic() > deadline else "out_of_nodes"
+            break
+        if answer is False:
+            status = "infeasible" if search.sound else "out_of_nodes"
+            break
+        for n, i in enumerate(search.order):
+            offsets[i] = search.best[n]
+    found = tuple(offsets) if status == "found" else None
+    return Answer(status, found, nodes, compiled=False)

@@ -23,6 +23,7 @@ from toolchain.planners.base import (
     align_up,
     step_loads,
 )
+from toolchain.planners.registry import FALLBACK, smallest_plan
 from toolchain.planners.verify import verify
 
 # The planners that decide what a pool sheds: fast on any input, each better on some.
@@ -83,8 +84,6 @@ def plan_pools(
     """Assign each buffer to a pool and plan every pool with the `candidates` (as
     `smallest_plan` does); `pins` force buffer id -> pool index, and `reserved[k]` bytes of
     pool k are not the buffers' to take. The result is verified (`verify_pools`)."""
-    from toolchain.planners import FALLBACK, smallest_plan
-
     if not pools:
         raise PlanError("no pools to plan into")
     pins = dict(pins or {})
@@ -137,8 +136,6 @@ def shed_to_fit(
 
     The peak bound sheds first (`shed`); when a plan still outgrows the room, the bound's
     target drops by the excess (or more: by as much as it dropped so far) and sheds again."""
-    from toolchain.planners import smallest_plan
-
     target = room
     while True:
         keep = shed(buffers, fixed, overlaps, target, alignment)
@@ -158,8 +155,6 @@ def refill(
 ) -> tuple[list[Buffer], Placement]:
     """Takes back each shed buffer (largest first) that a fast plan still fits in the room: a
     lowered target may have shed more than the room needed."""
-    from toolchain.planners import FALLBACK, smallest_plan
-
     position = {b.id: i for i, b in enumerate(buffers)}
     kept = {b.id for b in keep}
     for b in sorted((b for b in buffers if b.id not in kept), key=lambda b: (-b.size, b.id)):

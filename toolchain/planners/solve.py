@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from toolchain.errors import PlanError
 from toolchain.planners import Placement, lower_bound, make_plan, verify
-from toolchain.planners.canonical import compiled_available, fits
+from toolchain.planners.canonical import compiled_available
 from toolchain.planners.csvio import dump_solution, load_buffers
+from toolchain.planners.optimal import fits
 
 # The default work budget of `solve`, in search nodes: the published problems need far fewer.
 SOLVE_NODES = 100_000_000
