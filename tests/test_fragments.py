@@ -17,9 +17,8 @@ from toolchain.cli import main
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
 from toolchain.lab import firmware
-from toolchain.lab.firmware import CODE_FLAGS
 from toolchain.lower.plan import plan_model
-from toolchain.targets import get_target
+from toolchain.targets import CODE_FLAGS, get_target
 
 
 def int8_model() -> bytes:

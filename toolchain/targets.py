@@ -31,6 +31,20 @@ from toolchain.errors import ArenacError
 
 GENERIC = "generic"
 
+# Flags the generated kernels are built and measured with, beyond the CPU's: the build keeps
+# each kernel a function of its own (the footprint's flash per kernel; the inliner would
+# otherwise copy the large row helpers into every caller and spill), and address 0 is memory on
+# a Cortex-M (the vector table): GCC 12's loop optimizer can rewrite an arena store as an
+# address computed from 0, which the pure-function analysis then takes for a null dereference
+# and deletes the kernel's call (an int8 -> int16 SOFTMAX whose output lies below its input did
+# that). The fragments (toolchain.c.fragments) offer the same flags, so a firmware gets the
+# code arenac measured.
+CODE_FLAGS = (
+    "-fno-inline-functions-called-once",
+    "-fno-inline-small-functions",
+    "-fno-delete-null-pointer-checks",
+)
+
 
 @dataclass(frozen=True)
 class Region:

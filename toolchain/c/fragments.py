@@ -4,7 +4,7 @@ include rather than copy the sources, include directory, flags and libm need by 
 Both list only the model's own file (NAME.c; NAME_main.c is the host harness and has a main)
 and locate it relative to the fragment itself, so the generated folder can live anywhere in
 the firmware tree. The target's flags are what arenac builds, checks and measures that C with
-(the CPU's and toolchain.lab.firmware.CODE_FLAGS); they are offered, not applied, since a firmware's
+(the CPU's and toolchain.targets.CODE_FLAGS); they are offered, not applied, since a firmware's
 toolchain file already chooses its CPU.
 """
 
@@ -14,10 +14,9 @@ import re
 
 from toolchain import __version__
 from toolchain.c.generate import SHARED_NAME
-from toolchain.lab.firmware import CODE_FLAGS
 from toolchain.lower.plan import ModelPlan
 from toolchain.render import render
-from toolchain.targets import get_target
+from toolchain.targets import CODE_FLAGS, get_target
 from toolchain.text import c_identifier
 
 C_FLAGS = ("-std=c99",)

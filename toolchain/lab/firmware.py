@@ -24,7 +24,7 @@ from toolchain.c.generate import c_identifier, generate, io_info
 from toolchain.errors import RuntimeBackendError
 from toolchain.lower.plan import ModelPlan
 from toolchain.render import render
-from toolchain.targets import DEFAULT_MCU, GENERIC, TARGETS, Board, Region, Target
+from toolchain.targets import CODE_FLAGS, DEFAULT_MCU, GENERIC, TARGETS, Board, Region, Target
 
 TOOL_PREFIX = "arm-none-eabi-"
 TOOLS = ("gcc", "size", "nm", "objdump")
@@ -46,18 +46,6 @@ RAM = DEFAULT.board.ram
 # toolchain.targets.
 ARCH_FLAGS = DEFAULT.flags
 OPTIMIZATION = "-Os"
-# Flags the generated kernels are built and measured with, beyond the CPU's: the build keeps
-# each kernel a function of its own (the footprint's flash per kernel; the inliner would
-# otherwise copy the large row helpers into every caller and spill), and address 0 is memory on
-# a Cortex-M (the vector table): GCC 12's loop optimizer can rewrite an arena store as an
-# address computed from 0, which the pure-function analysis then takes for a null dereference
-# and deletes the kernel's call (an int8 -> int16 SOFTMAX whose output lies below its input did
-# that). The fragments offer the same flags, so a firmware gets the code arenac measured.
-CODE_FLAGS = (
-    "-fno-inline-functions-called-once",
-    "-fno-inline-small-functions",
-    "-fno-delete-null-pointer-checks",
-)
 C_FLAGS = (
     "-std=c99",
     "-Wall",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -388,13 +388,7 @@ def planned_model(
     deadline = NEVER if time_limit is None else Deadline.after(time_limit)
     if planner == TFLMPlanner.name:  # TFLM's graph as TFLM runs it: file order, PADs their own
         techniques = replace(techniques, schedule="model", fuse_padding=False)
-    program = lower(model, graph_index, target, portable, techniques.fuse_padding)
-    needed = max((b.variant.scratch_alignment for b in program.bindings
-                  if b is not None and b.variant is not None), default=1)
-    if alignment < needed:
-        raise ArenacError(f"the {target} kernels read their scratch in {needed}-byte words: "
-                          f"plan with an alignment of at least {needed} (not {alignment})",
-                          model.source)
+    program = lowered(model, graph_index, target, portable, techniques, alignment)
     graph = program.graph
     # TFLM's planner is shown on the buffers TFLM plans: its kernels' scratch, not ours.
     own = program.tflm_scratch() if planner == TFLMPlanner.name else program.scratch()
@@ -407,19 +401,9 @@ def planned_model(
                                      deadline.share(SCHEDULE_SHARE), scratch, roles)
     lives, kept = program.control_lives(order)  # a called subgraph's steps follow its call
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
-
-    def problem(tiling: Tiling) -> tuple[Lifetimes, tuple[Overlap, ...]]:
-        return tiled_problem(program, order, scratch, outside, roles, lives, kept, techniques,
-                             tiling)
-
+    problem = partial(tiled_problem, program, order, scratch, outside, roles, lives, kept,
+                      techniques)
     lifetimes, overlaps = problem(NO_TILING)
-
-    def bounds(lifetimes: Lifetimes, overlaps) -> dict:
-        return dict(lower_bound_bytes=lower_bound(lifetimes.buffers, alignment),
-                    naive_bytes=naive_sum(lifetimes.buffers, alignment),
-                    overlap_bound_bytes=lower_bound_with_overlaps(lifetimes.buffers, overlaps,
-                                                                  alignment))
-
     tiling = NO_TILING
     # Striping is an overlap of the segment output over its input, and TFLite Micro's
     # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
@@ -430,30 +414,59 @@ def planned_model(
     budget = SearchBudget(nodes, time_limit)
     tiled = None
     if tiling.segments:
-        tiled_lifetimes, tiled_overlaps = problem(tiling)
-
-        def striped(placement: Placement) -> ModelPlan:
-            return ModelPlan(program=program, lifetimes=tiled_lifetimes, plan=placement,
-                             **bounds(tiled_lifetimes, tiled_overlaps), tiling=tiling,
-                             untiled_bound_bytes=lower_bound_with_overlaps(
-                                 lifetimes.buffers, overlaps, alignment))
-
-        if offsets_csv is not None:  # a solution of the striped problem, or else of the other
-            try:
-                return striped(loaded_plan(offsets_csv, tiled_lifetimes.buffers, tiled_overlaps,
-                                           alignment))
-            except ArenacError:
-                pass
-        else:
-            tiled, _ = place(program, tiled_lifetimes, tiled_overlaps, planner, dict(options),
-                             None, (), {}, budget, alignment, deadline.share(0.5))
+        untiled_bound = lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment)
+        tiled = striped_plan(program, problem(tiling), tiling, untiled_bound, planner,
+                             dict(options), offsets_csv, budget, alignment, deadline.share(0.5))
+        if tiled is not None and offsets_csv is not None:  # the solution was of this problem
+            return tiled
     plan, pooled = place(program, lifetimes, overlaps, planner, options, offsets_csv, pools,
                          pins, budget, alignment, deadline)
     clock_cut = time_limit is not None and deadline.passed()
     if tiled is not None and tiled.arena_bytes < plan.arena_bytes:
-        return replace(striped(tiled), clock_cut=clock_cut)
+        return replace(tiled, clock_cut=clock_cut)
     return ModelPlan(program=program, lifetimes=lifetimes, plan=plan,
-                     **bounds(lifetimes, overlaps), **pooled, clock_cut=clock_cut)
+                     **bound_figures(lifetimes, overlaps, alignment), **pooled, clock_cut=clock_cut)
+
+
+def lowered(model: Model, graph_index: int, target: str, portable: bool,
+            techniques: Techniques, alignment: int) -> Program:
+    """The graph lowered for `target` (toolchain.lower.program), refused when its kernels read
+    their scratch in words wider than `alignment` keeps whole."""
+    program = lower(model, graph_index, target, portable, techniques.fuse_padding)
+    needed = max((b.variant.scratch_alignment for b in program.bindings
+                  if b is not None and b.variant is not None), default=1)
+    if alignment < needed:
+        raise ArenacError(f"the {target} kernels read their scratch in {needed}-byte words: "
+                          f"plan with an alignment of at least {needed} (not {alignment})",
+                          model.source)
+    return program
+
+
+def bound_figures(lifetimes: Lifetimes, overlaps: Sequence[Overlap], alignment: int) -> dict:
+    """The figures every plan is shown beside: the bounds below it and the naive sum above."""
+    return dict(lower_bound_bytes=lower_bound(lifetimes.buffers, alignment),
+                naive_bytes=naive_sum(lifetimes.buffers, alignment),
+                overlap_bound_bytes=lower_bound_with_overlaps(lifetimes.buffers, overlaps,
+                                                              alignment))
+
+
+def striped_plan(program: Program, tiled: tuple[Lifetimes, tuple[Overlap, ...]], tiling: Tiling,
+                 untiled_bound: int, planner: str, options: dict, offsets_csv: str | None,
+                 budget: SearchBudget, alignment: int, deadline: Deadline) -> ModelPlan | None:
+    """The plan of the striped problem: an external solution of it (None when the solution is
+    of the whole-op problem instead), or the planners' best."""
+    lifetimes, overlaps = tiled
+    if offsets_csv is not None:
+        try:
+            placement = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
+        except ArenacError:
+            return None
+    else:
+        placement, _ = place(program, lifetimes, overlaps, planner, options, None, (), {},
+                             budget, alignment, deadline)
+    return ModelPlan(program=program, lifetimes=lifetimes, plan=placement,
+                     **bound_figures(lifetimes, overlaps, alignment), tiling=tiling,
+                     untiled_bound_bytes=untiled_bound)
 
 
 def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int) -> Tiling:

@@ -218,24 +218,8 @@ class Search:
         self.nodes_used = 0
         members = set(part)
         pairs = [o for o in overlaps if o.below in members and o.above in members]
-        # Sections: the ops where something is born, and the ops right after a pair's op, where
-        # its saving ends. Any other op's live set is a subset of the one at the last section
-        # before it, with no savings at either, so checking the sections checks every op.
-        ops = sorted({buffers[i].first for i in part} | {buffers[o.below].first + 1 for o in pairs})
-        section = {op: s for s, op in enumerate(ops)}
-        span = {
-            i: range(section[buffers[i].first], bisect_right(ops, buffers[i].last)) for i in part
-        }
-        # Bytes live at each section, and the most at any section of each buffer's span: by a
-        # running sum and a sparse table, so a part of long lives costs no more than short ones.
-        change = np.zeros(len(ops) + 1, dtype=np.int64)
-        for i in part:
-            change[span[i].start] += sizes[i]
-            change[span[i].stop] -= sizes[i]
-        most = [np.cumsum(change[:-1])]
-        while 2 ** len(most) <= len(ops):
-            half = 2 ** (len(most) - 1)
-            most.append(np.maximum(most[-1][:-half], most[-1][half:]))
+        section, span = sections(part, buffers, pairs)
+        busiest = busiest_bytes(part, span, sizes, len(section))
         # A pair whose padded shift is 0 may share one offset only if `below` goes first (placed
         # after `above`, it must clear it), so the tie order puts `below` first.
         ties = [
@@ -243,11 +227,6 @@ class Search:
             for o in pairs
             if not o.any_offset and align_up(o.shift, alignment) == 0
         ]
-        busiest = {}
-        for i in part:
-            level = len(span[i]).bit_length() - 1
-            table = most[level]
-            busiest[i] = int(max(table[span[i].start], table[span[i].stop - 2**level]))
         if time.monotonic() > deadline:
             raise Timeout  # each step of the setup is near-linear, but a part may be huge
         order, self.sound = preorder(
@@ -259,45 +238,9 @@ class Search:
         self.order = order
         self.size = [sizes[i] for i in order]
         self.span = [span[i] for i in order]
-        # What each buffer adds to a section's bytes is its size less its savings with earlier
-        # partners (in `charge_order`) that are still unplaced, never less than 0.
-        self.owed: list[dict[int, int]] = [{} for _ in order]  # section -> those savings
-        self.charges: list[list[tuple[int, int, int]]] = [[] for _ in order]  # (later, s, saving)
-        for o in pairs:
-            saving = max(0, pair_saving(o, sizes[o.below], sizes[o.above], alignment))
-            s = section[buffers[o.below].first]
-            early, late = sorted((buffers[o.below], buffers[o.above]), key=charge_order)
-            owed = self.owed[local[late.id]]
-            owed[s] = owed.get(s, 0) + saving
-            self.charges[local[early.id]].append((local[late.id], s, saving))
-        # Once buffer p sits at offset x, an unplaced neighbour c has floor >= x + high, where
-        # (low, high) is c's window beside p.
-        self.neighbours: list[list[tuple[int, int]]] = [[] for _ in order]
-        by_first = sorted(part, key=lambda i: buffers[i].first)
-        pairs_listed = 0
-        for n, i in enumerate(by_first):
-            if time.monotonic() > deadline:
-                raise Timeout  # a huge part: not even worth finishing the setup
-            for later in range(n + 1, len(by_first)):
-                j = by_first[later]
-                if buffers[j].first > buffers[i].last:
-                    break
-                pairs_listed += 1
-                if pairs_listed > SETUP_PAIRS:
-                    raise Timeout  # as many lives meet as in no model: the incumbent stays
-                for new, placed in ((i, j), (j, i)):
-                    window = windows.get((new, placed))
-                    high = sizes[placed] if window is None else window.high
-                    self.neighbours[local[placed]].append((local[new], high))
-        # Twins (same size and life, in no pair) are interchangeable: place them in order.
-        self.twin = [-1] * len(order)
-        in_pairs = {i for o in pairs for i in (o.below, o.above)}
-        last_twin: dict[tuple[int, int, int], int] = {}
-        for n, i in enumerate(order):
-            if i not in in_pairs:
-                key = (sizes[i], buffers[i].first, buffers[i].last)
-                self.twin[n] = last_twin.get(key, -1)
-                last_twin[key] = n
+        self.owed, self.charges = charges(order, local, pairs, buffers, sizes, section, alignment)
+        self.neighbours = neighbours(order, local, part, buffers, sizes, windows, deadline)
+        self.twin = twins(order, pairs, buffers, sizes)
         # The same questions, answered by the compiled search when there is one.
         self.compiled = None
         if compiled_available() and len(order) <= COMPILED_MAX_BUFFERS:
@@ -522,6 +465,98 @@ class Search:
         may count their savings with it only while it is unplaced."""
         for later, s, saving in self.charges[n]:
             self.owed[later][s] += sign * saving
+
+
+def sections(part: list[int], buffers: list[Buffer], pairs: list[Overlap]
+             ) -> tuple[dict[int, int], dict[int, range]]:
+    """The sections of a part (section number by op) and each buffer's span of them.
+
+    Sections are the ops where something is born, and the ops right after a pair's op, where
+    its saving ends. Any other op's live set is a subset of the one at the last section before
+    it, with no savings at either, so checking the sections checks every op."""
+    ops = sorted({buffers[i].first for i in part} | {buffers[o.below].first + 1 for o in pairs})
+    section = {op: s for s, op in enumerate(ops)}
+    span = {i: range(section[buffers[i].first], bisect_right(ops, buffers[i].last)) for i in part}
+    return section, span
+
+
+def busiest_bytes(part: list[int], span: dict[int, range], sizes: list[int],
+                  count: int) -> dict[int, int]:
+    """The most bytes live at any section of each buffer's span, by a running sum and a sparse
+    table, so a part of long lives costs no more than one of short ones."""
+    change = np.zeros(count + 1, dtype=np.int64)
+    for i in part:
+        change[span[i].start] += sizes[i]
+        change[span[i].stop] -= sizes[i]
+    most = [np.cumsum(change[:-1])]
+    while 2 ** len(most) <= count:
+        half = 2 ** (len(most) - 1)
+        most.append(np.maximum(most[-1][:-half], most[-1][half:]))
+    busiest = {}
+    for i in part:
+        level = len(span[i]).bit_length() - 1
+        table = most[level]
+        busiest[i] = int(max(table[span[i].start], table[span[i].stop - 2**level]))
+    return busiest
+
+
+def charges(order: list[int], local: dict[int, int], pairs: list[Overlap],
+            buffers: list[Buffer], sizes: list[int], section: dict[int, int], alignment: int
+            ) -> tuple[list[dict[int, int]], list[list[tuple[int, int, int]]]]:
+    """What each buffer adds to a section's bytes is its size less its savings with earlier
+    partners (in `charge_order`) that are still unplaced, never less than 0: per local buffer,
+    those savings by section, and the (later partner, section, saving) it owes them."""
+    owed: list[dict[int, int]] = [{} for _ in order]
+    charged: list[list[tuple[int, int, int]]] = [[] for _ in order]
+    for o in pairs:
+        saving = max(0, pair_saving(o, sizes[o.below], sizes[o.above], alignment))
+        s = section[buffers[o.below].first]
+        early, late = sorted((buffers[o.below], buffers[o.above]), key=charge_order)
+        savings = owed[local[late.id]]
+        savings[s] = savings.get(s, 0) + saving
+        charged[local[early.id]].append((local[late.id], s, saving))
+    return owed, charged
+
+
+def neighbours(order: list[int], local: dict[int, int], part: list[int], buffers: list[Buffer],
+               sizes: list[int], windows: dict[tuple[int, int], Window], deadline: float
+               ) -> list[list[tuple[int, int]]]:
+    """Per local buffer p, its (neighbour c, high) pairs: once p sits at offset x, an unplaced
+    c has floor >= x + high, where (low, high) is c's window beside p. A part whose lives meet
+    in more than SETUP_PAIRS pairs is not searched (Timeout): its incumbent stays."""
+    found: list[list[tuple[int, int]]] = [[] for _ in order]
+    by_first = sorted(part, key=lambda i: buffers[i].first)
+    pairs_listed = 0
+    for n, i in enumerate(by_first):
+        if time.monotonic() > deadline:
+            raise Timeout  # a huge part: not even worth finishing the setup
+        for later in range(n + 1, len(by_first)):
+            j = by_first[later]
+            if buffers[j].first > buffers[i].last:
+                break
+            pairs_listed += 1
+            if pairs_listed > SETUP_PAIRS:
+                raise Timeout  # as many lives meet as in no model: the incumbent stays
+            for new, placed in ((i, j), (j, i)):
+                window = windows.get((new, placed))
+                high = sizes[placed] if window is None else window.high
+                found[local[placed]].append((local[new], high))
+    return found
+
+
+def twins(order: list[int], pairs: list[Overlap], buffers: list[Buffer], sizes: list[int]
+          ) -> list[int]:
+    """Per local buffer, the previous one of the same size and life in no pair (-1 for none):
+    such twins are interchangeable, so the search places them in order."""
+    twin = [-1] * len(order)
+    in_pairs = {i for o in pairs for i in (o.below, o.above)}
+    last_twin: dict[tuple[int, int, int], int] = {}
+    for n, i in enumerate(order):
+        if i not in in_pairs:
+            key = (sizes[i], buffers[i].first, buffers[i].last)
+            twin[n] = last_twin.get(key, -1)
+            last_twin[key] = n
+    return twin
 
 
 def fits(
