@@ -36,7 +36,6 @@ from toolchain.lower.plan import (
     BEST,
     NO_TECHNIQUES,
     ModelPlan,
-    SearchBudget,
     Techniques,
     best_candidates,
     plan_model,
@@ -350,8 +349,7 @@ def limit_section(count: int = 100_000, time_limit: float = 2.0) -> None:
     bound = lower_bound(buffers, 16)
     rows = []
     for planner in ("best", "optimal", "greedy", "freelist", "tflm"):
-        candidates = best_candidates(SearchBudget(time_limit=time_limit)) if planner == BEST else (
-            (planner, {"time_limit": time_limit} if planner == "optimal" else {}),)
+        candidates = best_candidates() if planner == BEST else ((planner, {}),)
         start, cpu = time.perf_counter(), time.process_time()
         plan = smallest_plan(buffers, candidates, 16, (), Deadline.after(time_limit))
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -384,7 +382,7 @@ def solve_section() -> None:
         name, capacity = path.name.split(".")[0], int(path.name.split(".")[1])
         buffers = load_buffers(path)
         started = time.monotonic()
-        answer = optimal.fits(buffers, capacity, 1, seconds=60.0)
+        answer = optimal.fits(buffers, capacity, 1, deadline=Deadline.after(60.0))
         seconds = time.monotonic() - started
         if answer.offsets is not None:
             verify(Placement.from_offsets("optimal", 1, buffers, answer.offsets))

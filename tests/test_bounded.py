@@ -28,7 +28,7 @@ from toolchain.cli import main
 from toolchain.errors import PlanError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
-from toolchain.lower.plan import SearchBudget, best_candidates, plan_model
+from toolchain.lower.plan import best_candidates, plan_model
 from toolchain.lower.program import Program
 from toolchain.planners import (
     CLOCK_EVERY,
@@ -173,7 +173,7 @@ def test_every_planner_has_a_verified_plan_past_its_deadline():
     buffers = random_buffers(2_000, seed=4)
     overlaps = random_overlaps(buffers, seed=4)
     late = make_plan(buffers, "freelist", 16, overlaps, deadline=PASSED)
-    for candidates in (best_candidates(SearchBudget(time_limit=2.0)), [("greedy", {})],
+    for candidates in (best_candidates(), [("greedy", {})],
                        [("optimal", {})]):
         plan = smallest_plan(buffers, candidates, 16, overlaps, PASSED)
         verify(plan)
@@ -203,7 +203,7 @@ def test_a_free_list_out_of_time_stacks_the_buffers_it_has_not_placed():
 def test_best_with_time_keeps_the_smallest_plan_first_of_equals():
     buffers = random_buffers(300, seed=6)
     overlaps = random_overlaps(buffers, seed=6)
-    candidates = best_candidates(SearchBudget(time_limit=60.0))
+    candidates = best_candidates()
     plans = [make_plan(buffers, name, 16, overlaps, **options) for name, options in candidates]
     smallest = min(plans, key=lambda p: p.arena_bytes)
     plan = smallest_plan(buffers, candidates, 16, overlaps, Deadline())
@@ -485,7 +485,7 @@ def test_best_has_a_verified_plan_for_a_hundred_thousand_buffers_in_a_short_limi
     from tests.bench import random_buffers as bench_buffers
 
     buffers = bench_buffers(100_000, seed=100_000)
-    plan = smallest_plan(buffers, best_candidates(SearchBudget(time_limit=0.5)), 16, (),
+    plan = smallest_plan(buffers, best_candidates(), 16, (),
                          Deadline.after(0.5))
     verify(plan)
     assert len(plan.offsets) == 100_000

@@ -36,7 +36,7 @@ CONFIGS = {
     "freelist-first": ("freelist", {}),
     "freelist-best": ("freelist", {"fit": "best"}),
     "naive": ("naive", {}),
-    "optimal": ("optimal", {"time_limit": 1.0}),
+    "optimal": ("optimal", {"nodes": 100_000}),
 }
 
 

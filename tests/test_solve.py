@@ -17,6 +17,7 @@ from tests.conftest import ALLOCATION_PROBLEMS, needs_allocation_problems
 from tests.test_optimal import HANG_GUARD, brute_force_optimum
 from tests.test_planners import problems, random_buffers
 from toolchain.planners import (
+    Deadline,
     Placement,
     align_up,
     canonical,
@@ -53,7 +54,8 @@ def smallest_fit(buffers, overlaps, alignment) -> int:
     high = sum(align_up(b.size, alignment) for b in buffers)  # always fits
     while low < high:
         capacity = (low + high) // 2
-        answer = optimal.fits(buffers, capacity, alignment, overlaps, seconds=HANG_GUARD)
+        answer = optimal.fits(buffers, capacity, alignment, overlaps,
+                              deadline=Deadline.after(HANG_GUARD))
         if answer.status == "found":
             plan = Placement.from_offsets("optimal", alignment, buffers, answer.offsets, overlaps)
             verify(plan)
@@ -85,8 +87,9 @@ def test_both_paths_answer_alike_on_larger_problems(monkeypatch):
             if path == "python":
                 monkeypatch.setenv("ARENAC_PURE_PYTHON", "1")
             canonical._core.cache_clear()
-            below = optimal.fits(buffers, bound - 1, 1, seconds=HANG_GUARD, node_limit=10**6)
-            roomy = optimal.fits(buffers, 2 * bound, 1, seconds=HANG_GUARD)
+            below = optimal.fits(buffers, bound - 1, 1, deadline=Deadline.after(HANG_GUARD),
+                                 node_limit=10**6)
+            roomy = optimal.fits(buffers, 2 * bound, 1, deadline=Deadline.after(HANG_GUARD))
             statuses[path] = below.status, roomy.status
             assert roomy.compiled == (path == "compiled")
             verify(Placement.from_offsets("optimal", 1, buffers, roomy.offsets))
@@ -98,8 +101,8 @@ def test_both_paths_answer_alike_on_larger_problems(monkeypatch):
 def test_a_node_limit_makes_the_answer_the_same_on_every_run(search_path):
     buffers = random_buffers(120, seed=3)
     capacity = lower_bound(buffers, 1)
-    first = optimal.fits(buffers, capacity, 1, seconds=HANG_GUARD, node_limit=500)
-    second = optimal.fits(buffers, capacity, 1, seconds=HANG_GUARD, node_limit=500)
+    first = optimal.fits(buffers, capacity, 1, deadline=Deadline.after(HANG_GUARD), node_limit=500)
+    second = optimal.fits(buffers, capacity, 1, deadline=Deadline.after(HANG_GUARD), node_limit=500)
     assert first == second
     assert first.nodes <= 500
 
@@ -117,7 +120,7 @@ def test_minimalloc_problems_are_solved_at_their_capacity(path):
     canonical._core.cache_clear()
     buffers = load_buffers(path)
     capacity = int(path.name.split(".")[1])
-    answer = optimal.fits(buffers, capacity, 1, seconds=HANG_GUARD)
+    answer = optimal.fits(buffers, capacity, 1, deadline=Deadline.after(HANG_GUARD))
     assert answer.status == "found" and answer.compiled
     plan = Placement.from_offsets("optimal", 1, buffers, answer.offsets)
     verify(plan)

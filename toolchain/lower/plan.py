@@ -299,24 +299,11 @@ BEST = "best"
 PLANNER_NAMES = (BEST, *sorted(PLANNERS))
 
 
-@dataclass(frozen=True)
-class SearchBudget:
-    """What the exact planner may spend: `nodes` search nodes, the plan's sole bound unless
-    the caller also set a clock limit (`time_limit` seconds)."""
-
-    nodes: int = DEFAULT_NODES
-    time_limit: float | None = None
-
-    def options(self) -> dict:
-        """The exact planner's options: the clock only when the caller set one."""
-        clock = {} if self.time_limit is None else {"time_limit": self.time_limit}
-        return {"nodes": self.nodes, **clock}
-
-
-def best_candidates(budget: SearchBudget = SearchBudget()) -> tuple[tuple[str, dict], ...]:
-    """What `best` tries: every planner and its options; the smallest verified plan wins."""
+def best_candidates(nodes: int = DEFAULT_NODES) -> tuple[tuple[str, dict], ...]:
+    """What `best` tries: every planner and its options (the exact planner within `nodes`
+    search nodes); the smallest verified plan wins."""
     return (
-        ("optimal", budget.options()),
+        ("optimal", {"nodes": nodes}),
         ("greedy", {}),
         ("freelist", {"fit": "first"}),
         ("freelist", {"fit": "best"}),
@@ -411,16 +398,15 @@ def planned_model(
             and program.layout is None and not pools:
         with step("tiling"):
             tiling = tiling_for(program, order, kept, problem, alignment)
-    budget = SearchBudget(nodes, time_limit)
     tiled = None
     if tiling.segments:
         untiled_bound = lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment)
         tiled = striped_plan(program, problem(tiling), tiling, untiled_bound, planner,
-                             dict(options), offsets_csv, budget, alignment, deadline.share(0.5))
+                             dict(options), offsets_csv, nodes, alignment, deadline.share(0.5))
         if tiled is not None and offsets_csv is not None:  # the solution was of this problem
             return tiled
     plan, pooled = place(program, lifetimes, overlaps, planner, options, offsets_csv, pools,
-                         pins, budget, alignment, deadline)
+                         pins, nodes, alignment, deadline)
     clock_cut = time_limit is not None and deadline.passed()
     if tiled is not None and tiled.arena_bytes < plan.arena_bytes:
         return replace(tiled, clock_cut=clock_cut)
@@ -452,7 +438,7 @@ def bound_figures(lifetimes: Lifetimes, overlaps: Sequence[Overlap], alignment: 
 
 def striped_plan(program: Program, tiled: tuple[Lifetimes, tuple[Overlap, ...]], tiling: Tiling,
                  untiled_bound: int, planner: str, options: dict, offsets_csv: str | None,
-                 budget: SearchBudget, alignment: int, deadline: Deadline) -> ModelPlan | None:
+                 nodes: int, alignment: int, deadline: Deadline) -> ModelPlan | None:
     """The plan of the striped problem: an external solution of it (None when the solution is
     of the whole-op problem instead), or the planners' best."""
     lifetimes, overlaps = tiled
@@ -463,7 +449,7 @@ def striped_plan(program: Program, tiled: tuple[Lifetimes, tuple[Overlap, ...]],
             return None
     else:
         placement, _ = place(program, lifetimes, overlaps, planner, options, None, (), {},
-                             budget, alignment, deadline)
+                             nodes, alignment, deadline)
     return ModelPlan(program=program, lifetimes=lifetimes, plan=placement,
                      **bound_figures(lifetimes, overlaps, alignment), tiling=tiling,
                      untiled_bound_bytes=untiled_bound)
@@ -533,7 +519,7 @@ def segment_overlaps(lifetimes: Lifetimes, tiling: Tiling, kept) -> tuple[Overla
 
 
 def place(program: Program, lifetimes: Lifetimes, overlaps, planner: str, options: dict,
-          offsets_csv: str | None, pools: Sequence[Pool], pins, budget: SearchBudget,
+          offsets_csv: str | None, pools: Sequence[Pool], pins, nodes: int,
           alignment: int, deadline: Deadline) -> tuple[Placement, dict]:
     """The planners' placement of one problem (with the pools' fields, if any)."""
     pooled = {}
@@ -544,10 +530,10 @@ def place(program: Program, lifetimes: Lifetimes, overlaps, planner: str, option
         plan = loaded_plan(offsets_csv, lifetimes.buffers, overlaps, alignment)
     else:
         if planner == "optimal":
-            options = {**budget.options(), **options}
-        candidates = best_candidates(budget) if planner == BEST else ((planner, options),)
-        clock = "" if budget.time_limit is None else f", at most {budget.time_limit:g} s"
-        with step(f"planning ({planner}, at most {budget.nodes:,} search nodes{clock})"):
+            options = {"nodes": nodes, **options}
+        candidates = best_candidates(nodes) if planner == BEST else ((planner, options),)
+        clock = "" if deadline == NEVER else f", at most {deadline.left():.3g} s"
+        with step(f"planning ({planner}, at most {nodes:,} search nodes{clock})"):
             if pools:
                 pooled = pool_plan(program, lifetimes, overlaps, pools, pins or {}, candidates,
                                    alignment, deadline)

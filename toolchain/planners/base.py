@@ -41,6 +41,15 @@ class Deadline:
         """The deadline for a part of the work that may use `fraction` (> 0) of the time left."""
         return Deadline.after(self.left() * fraction)
 
+    def earlier(self, seconds: float) -> Deadline:
+        """This deadline moved `seconds` earlier, but never by more than half the time left:
+        the time kept back for the work that follows (a verify, say)."""
+        return Deadline(self.at - min(seconds, self.left() / 2))
+
+    def allows(self, seconds: float) -> bool:
+        """Whether `seconds` more work would still end by this deadline."""
+        return time.monotonic() + seconds <= self.at
+
 
 NEVER = Deadline()
 # Buffers a heuristic places between two looks at the clock.

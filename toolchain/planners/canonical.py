@@ -31,6 +31,7 @@ import numpy as np
 
 from toolchain.planners.base import (
     Buffer,
+    Deadline,
     Overlap,
     align_up,
     overlap_windows,
@@ -108,9 +109,9 @@ class CompiledProblem:
         self.searched = [k for k, b in enumerate(buffers) if align_up(b.size, alignment) > 0]
         self._arrays(alignment)
 
-    def fits(self, capacity: int, seconds: float, node_limit: int | None = None) -> Answer:
-        """One question: a plan within `capacity`, for at most `seconds` and `node_limit`
-        nodes. Offsets come back by position in the buffers given."""
+    def fits(self, capacity: int, deadline: Deadline, node_limit: int | None = None) -> Answer:
+        """One question: a plan within `capacity`, until `deadline` and for at most
+        `node_limit` nodes. Offsets come back by position in the buffers given."""
         core = _core()
         assert core is not None, "a CompiledProblem is made only when compiled_available()"
         n = len(self.searched)
@@ -121,7 +122,7 @@ class CompiledProblem:
                 n, *self.pointers, len(PREORDERS), _ptr(self.orders, _int),
                 _ptr(self.keys, _i64), self.letters, int(not self.ties),
                 self.alignment, capacity, -1 if node_limit is None else node_limit,
-                min(max(0.0, seconds), NO_CLOCK_SECONDS), _ptr(offsets, _i64), _ptr(nodes, _i64),
+                min(deadline.left(), NO_CLOCK_SECONDS), _ptr(offsets, _i64), _ptr(nodes, _i64),
             )
         ]
         found = None

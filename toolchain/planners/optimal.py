@@ -26,12 +26,11 @@ a plan to return when its budget runs out.
 
 The budget is work: `nodes` search nodes, and a part whose setup would pair more than
 `SETUP_PAIRS` lives is left at its incumbent. Both are counts, so the plan is the same on
-any machine under any load; a `time_limit` is a further cap only a caller sets.
+any machine under any load; a deadline (`Deadline`) is a further cap only a caller sets.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from bisect import bisect_right
 from collections.abc import Generator, Sequence
@@ -41,6 +40,7 @@ import numpy as np
 
 from toolchain.errors import PlanError
 from toolchain.planners.base import (
+    NEVER,
     Buffer,
     Deadline,
     OutOfTime,
@@ -76,8 +76,8 @@ LONG_NODE = 256
 
 class OptimalPlanner(Planner):
     """Searches for the smallest arena for up to `nodes` search nodes (`nodes_used` counts
-    them), so that what it finds does not depend on the machine; a `time_limit` in seconds and
-    the planner's deadline, when given, stop it sooner. `result()` tells whether the plan is
+    them), so that what it finds does not depend on the machine; the planner's deadline, when
+    a caller gives one, stops it sooner. `result()` tells whether the plan is
     proven optimal and the best lower bound proven (`Placement.bound_bytes`)."""
 
     name = "optimal"
@@ -86,18 +86,12 @@ class OptimalPlanner(Planner):
         self,
         alignment: int = 16,
         *,
-        time_limit: float | None = None,
         nodes: int | None = DEFAULT_NODES,
         **options: object,
     ):
         super().__init__(alignment, **options)
-        if time_limit is not None and (
-            not isinstance(time_limit, (int, float)) or not time_limit > 0
-        ):
-            raise PlanError(f"time_limit must be a positive number of seconds, not {time_limit!r}")
         if nodes is not None and (not isinstance(nodes, int) or nodes < 0):
             raise PlanError(f"nodes must be a whole number of search nodes >= 0, not {nodes!r}")
-        self.time_limit = math.inf if time_limit is None else float(time_limit)
         self.nodes = nodes
         self.nodes_used = 0
         self._bound = 0
@@ -110,10 +104,7 @@ class OptimalPlanner(Planner):
 
     def _place(self, buffers: list[Buffer], overlaps: list[Overlap]) -> list[int]:
         # Leave time for make_plan's verify, so that the verified plan arrives within the budget.
-        now = time.monotonic()
-        end = min(now + self.time_limit, self.deadline.at)
-        reserve = min(VERIFY_SECONDS_PER_BUFFER * len(buffers), max(0.0, end - now) / 2)
-        deadline = end - reserve if math.isfinite(end) else math.inf
+        deadline = self.deadline.earlier(VERIFY_SECONDS_PER_BUFFER * len(buffers))
         nodes_left = self.nodes
         self.nodes_used = 0
         a = self.alignment
@@ -127,7 +118,7 @@ class OptimalPlanner(Planner):
             arena = max(offsets[i] + sizes[i] for i in part)
             if arena <= bound:
                 continue  # this part already fits under what the whole needs anyway
-            if nodes_left == 0 or time.monotonic() > deadline:
+            if nodes_left == 0 or deadline.passed():
                 break
             try:
                 search = Search(part, buffers, sizes, overlaps, windows, a, deadline, nodes_left)
@@ -144,22 +135,22 @@ class OptimalPlanner(Planner):
 
 
 def incumbent(
-    buffers: list[Buffer], overlaps: list[Overlap], alignment: int, deadline: float
+    buffers: list[Buffer], overlaps: list[Overlap], alignment: int, deadline: Deadline
 ) -> list[int]:
     """The best heuristic plan, with the overlaps and (valid too, sometimes smaller) without:
     all of them, or under a clock deadline at least one and no more once the next would likely
     run past it."""
     heuristics = [
-        GreedyPlanner(alignment, deadline=Deadline(deadline)),  # gives up at the deadline
-        FreeListPlanner(alignment, deadline=Deadline(deadline)),  # never does: stacks the rest
-        FreeListPlanner(alignment, fit="best", deadline=Deadline(deadline)),
+        GreedyPlanner(alignment, deadline=deadline),  # gives up at the deadline
+        FreeListPlanner(alignment, deadline=deadline),  # never does: stacks the rest
+        FreeListPlanner(alignment, fit="best", deadline=deadline),
     ]
     best: list[int] = []
     best_arena = 0
     cost = 0.0
     for given in [overlaps, []] if overlaps else [overlaps]:
         for heuristic in heuristics:
-            if best and math.isfinite(deadline) and time.monotonic() + cost > deadline:
+            if best and not deadline.allows(cost):
                 return best
             started = time.monotonic()
             try:
@@ -209,7 +200,7 @@ class Search:
         overlaps: list[Overlap],
         windows: dict[tuple[int, int], Window],
         alignment: int,
-        deadline: float,
+        deadline: Deadline,
         node_limit: int | None = None,
     ) -> None:
         self.alignment = alignment
@@ -227,12 +218,12 @@ class Search:
             for o in pairs
             if not o.any_offset and align_up(o.shift, alignment) == 0
         ]
-        if time.monotonic() > deadline:
+        if deadline.passed():
             raise Timeout  # each step of the setup is near-linear, but a part may be huge
         order, self.sound = preorder(
             part, lambda i: (-busiest[i], -len(span[i]), -sizes[i], i), ties
         )
-        if time.monotonic() > deadline:
+        if deadline.passed():
             raise Timeout
         local = {i: n for n, i in enumerate(order)}
         self.order = order
@@ -339,12 +330,11 @@ class Search:
             if self.nodes_used >= self.node_limit:
                 raise Timeout
             budget = min(budget, self.node_limit - self.nodes_used)
-        seconds = self.deadline - time.monotonic()
-        answer = self.compiled.fits(cap, seconds, budget)
+        answer = self.compiled.fits(cap, self.deadline, budget)
         if answer.status == "no_memory":  # the compiled search's lists did not fit: in Python
             problem = self.compiled
             answer = python_fits(problem.buffers, cap, problem.alignment, problem.overlaps,
-                                 seconds, budget)
+                                 self.deadline, budget)
         self.nodes_used += answer.nodes
         if answer.status == "found":
             self.best = list(answer.offsets)
@@ -404,7 +394,7 @@ class Search:
         if self.node_limit is not None and self.nodes_used >= self.node_limit:
             raise Timeout  # the node limit ends the search as the deadline would
         self.nodes_used += 1
-        if time.monotonic() > self.deadline:
+        if self.deadline.passed():
             raise Timeout
         floor, size, offset, cap = self.floor, self.size, self.offset, self.cap
         tops = [floor[n] + size[n] for n in members]
@@ -415,7 +405,7 @@ class Search:
         adds: dict[int, list[tuple[int, int]]] = {}
         watch = len(members) > LONG_NODE  # a node this big may take long: look at the clock
         for n in members:
-            if watch and time.monotonic() > self.deadline:
+            if watch and self.deadline.passed():
                 raise Timeout
             owed = self.owed[n]
             at = max(low, floor[n])
@@ -519,7 +509,7 @@ def charges(order: list[int], local: dict[int, int], pairs: list[Overlap],
 
 
 def neighbours(order: list[int], local: dict[int, int], part: list[int], buffers: list[Buffer],
-               sizes: list[int], windows: dict[tuple[int, int], Window], deadline: float
+               sizes: list[int], windows: dict[tuple[int, int], Window], deadline: Deadline
                ) -> list[list[tuple[int, int]]]:
     """Per local buffer p, its (neighbour c, high) pairs: once p sits at offset x, an unplaced
     c has floor >= x + high, where (low, high) is c's window beside p. A part whose lives meet
@@ -528,7 +518,7 @@ def neighbours(order: list[int], local: dict[int, int], part: list[int], buffers
     by_first = sorted(part, key=lambda i: buffers[i].first)
     pairs_listed = 0
     for n, i in enumerate(by_first):
-        if time.monotonic() > deadline:
+        if deadline.passed():
             raise Timeout  # a huge part: not even worth finishing the setup
         for later in range(n + 1, len(by_first)):
             j = by_first[later]
@@ -564,19 +554,19 @@ def fits(
     capacity: int,
     alignment: int = 1,
     overlaps: Sequence[Overlap] = (),
-    seconds: float = 10.0,
+    deadline: Deadline = NEVER,
     node_limit: int | None = None,
 ) -> Answer:
     """Whether `buffers` (ids may be anything; `overlaps` refer to them) fit in `capacity`
-    bytes with every offset a multiple of `alignment`, searching for at most `seconds` and
-    `node_limit` nodes. A capacity beyond every padded size stacked is as good as unbounded,
+    bytes with every offset a multiple of `alignment`, searching for at most `node_limit`
+    nodes and until `deadline`. A capacity beyond every padded size stacked is as good as unbounded,
     so it is cut to that sum: the compiled search takes it as an int64."""
     capacity = min(capacity, sum(align_up(b.size, alignment) for b in buffers))
     if compiled_available() and len(buffers) <= COMPILED_MAX_BUFFERS:
-        answer = CompiledProblem(buffers, alignment, overlaps).fits(capacity, seconds, node_limit)
+        answer = CompiledProblem(buffers, alignment, overlaps).fits(capacity, deadline, node_limit)
         if answer.status != "no_memory":
             return answer
-    return python_fits(buffers, capacity, alignment, overlaps, seconds, node_limit)
+    return python_fits(buffers, capacity, alignment, overlaps, deadline, node_limit)
 
 
 def python_fits(
@@ -584,9 +574,10 @@ def python_fits(
     capacity: int,
     alignment: int,
     overlaps: Sequence[Overlap],
-    seconds: float,
+    deadline: Deadline,
     node_limit: int | None,
 ) -> Answer:
+    """`fits`, by the Python search: where there is no compiler, or too many buffers."""
     local = [Buffer(k, b.size, b.first, b.last) for k, b in enumerate(buffers)]
     position = {b.id: k for k, b in enumerate(buffers)}
     pairs = [
@@ -594,7 +585,6 @@ def python_fits(
     ]
     sizes = [align_up(b.size, alignment) for b in local]
     windows = overlap_windows(sizes, pairs, alignment)
-    deadline = time.monotonic() + seconds
     offsets = [0] * len(local)
     nodes = 0
     budget = 10**18 if node_limit is None else node_limit
@@ -610,7 +600,7 @@ def python_fits(
         if search is not None:
             nodes += search.nodes_used
         if answer is None:
-            status = "out_of_time" if time.monotonic() > deadline else "out_of_nodes"
+            status = "out_of_time" if deadline.passed() else "out_of_nodes"
             break
         if answer is False:
             status = "infeasible" if search.sound else "out_of_nodes"

@@ -81,7 +81,7 @@ def smallest_plan(
     is a plan by the deadline, on any input. Only the winner is verified: a check costs as
     much as a fast planner, and the winner is the only plan anyone uses.
     """
-    work = _less(deadline, VERIFY_SECONDS_PER_BUFFER * len(buffers))
+    work = deadline.earlier(VERIFY_SECONDS_PER_BUFFER * len(buffers))
 
     def fallback() -> Placement:
         return _unverified_plan(buffers, FALLBACK[0], alignment, overlaps, work, FALLBACK[1])
@@ -96,7 +96,7 @@ def smallest_plan(
     for done, rank in enumerate(turns):
         if plans and work.passed():
             break
-        until = work if plans else _less(work, FALLBACK_SECONDS_PER_BUFFER * len(buffers))
+        until = work if plans else work.earlier(FALLBACK_SECONDS_PER_BUFFER * len(buffers))
         name, options = candidates[rank]
         share = until.share(1 / (len(turns) - done))
         try:
@@ -108,11 +108,6 @@ def smallest_plan(
     plan = plans[min(plans, key=lambda rank: (plans[rank].arena_bytes, rank))]
     verify(plan)
     return plan
-
-
-def _less(deadline: Deadline, seconds: float) -> Deadline:
-    """`deadline` moved `seconds` earlier, but never by more than half the time left."""
-    return Deadline(deadline.at - min(seconds, deadline.left() / 2))
 
 
 def _unverified_plan(

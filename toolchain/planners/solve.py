@@ -10,12 +10,11 @@ the same on every machine; a time limit, when given, stops it sooner.
 from __future__ import annotations
 
 import io
-import math
 import time
 from dataclasses import dataclass
 
 from toolchain.errors import PlanError
-from toolchain.planners import Placement, lower_bound, make_plan, verify
+from toolchain.planners import NEVER, Deadline, Placement, lower_bound, make_plan, verify
 from toolchain.planners.canonical import compiled_available
 from toolchain.planners.csvio import dump_solution, load_buffers
 from toolchain.planners.optimal import fits
@@ -63,14 +62,13 @@ def solve(path: str, capacity: int | None, time_limit: float | None = None, alig
     buffers = load_buffers(path)
     started = time.monotonic()
     bound = lower_bound(buffers, alignment)
+    deadline = NEVER if time_limit is None else Deadline.after(time_limit)
     if capacity is None:
-        clock = {} if time_limit is None else {"time_limit": time_limit}
-        plan = make_plan(buffers, "optimal", alignment, nodes=nodes, **clock)
+        plan = make_plan(buffers, "optimal", alignment, deadline=deadline, nodes=nodes)
         seconds = time.monotonic() - started
         return Solved(path, len(buffers), None, plan, plan.bound_bytes or bound, False,
                       seconds, None, compiled_available())
-    answer = fits(buffers, capacity, alignment,
-                  seconds=math.inf if time_limit is None else time_limit, node_limit=nodes)
+    answer = fits(buffers, capacity, alignment, deadline=deadline, node_limit=nodes)
     plan = None
     if answer.offsets is not None:
         plan = Placement.from_offsets("optimal", alignment, buffers, answer.offsets)
