@@ -47,9 +47,10 @@ from toolchain.errors import PlanError, RuntimeBackendError
 from toolchain.front.validate import DEFAULT_MAX_ITERATIONS
 from toolchain.ir import Operator, Tensor
 from toolchain.lower.fusion import PadFusion
+from toolchain.lower.lifetimes import STRIPE, BufferKey
 from toolchain.lower.plan import ModelPlan, StateSlot
 from toolchain.lower.program import Control, Copy
-from toolchain.lower.tiling import Segment, stripe_purpose, striped_params
+from toolchain.lower.tiling import Segment, striped_params
 from toolchain.ops import planned_shape_values
 from toolchain.ops.overlaps import OverlapRule
 from toolchain.planners import PooledPlacement, verify, verify_pools
@@ -112,16 +113,14 @@ class ArenaInterpreter:
             or [np.full(model_plan.arena_bytes, POISON, dtype=np.uint8)]
         self.bases = [a.base for a in model_plan.pools] or [0]
         self.arena = self.arenas[0]
-        holders = len(model_plan.lifetimes.tensor_of)
+        holders = len(model_plan.lifetimes.keys)
         self.owner = np.full(model_plan.arena_bytes, FREE,
                              dtype=np.int16 if holders < 2**15 else np.int32)
         self.state = self.state_block(model_plan.state_bytes)
         self.views: dict[int, np.ndarray] = {}
-        for position, tensor in enumerate(model_plan.lifetimes.tensor_of):
-            if tensor is not None:
-                k, offset = model_plan.place(position)
-                self.views[tensor] = self._view(self.arenas[k or 0], offset,
-                                                graph.tensors[tensor])
+        for tensor, position in model_plan.lifetimes.tensor_buffers.items():
+            k, offset = model_plan.place(position)
+            self.views[tensor] = self._view(self.arenas[k or 0], offset, graph.tensors[tensor])
         self.kernel_state: dict[int, list[np.ndarray]] = {}  # op -> its kernel's state
         for slot in model_plan.state_slots:
             if slot.tensor is not None:
@@ -304,7 +303,7 @@ class ArenaInterpreter:
 
     def _stripe_view(self, segment: Segment, buffer) -> np.ndarray:
         """The arena rows of an intermediate's stripe buffer, as NHWC rows of its dtype."""
-        holder = self.layout.stripe_holder[segment.first, buffer.tensor]
+        holder = self.layout.holder_of_key[BufferKey(STRIPE, buffer.tensor)]
         start, end = self.layout.spans[holder]
         tensor = self.graph.tensors[buffer.tensor]
         return (self.arena[start:end].view(np.dtype(tensor.dtype))
@@ -463,30 +462,25 @@ class ArenaLayout:
         bindings = model_plan.program.bindings
         self.graph = graph
         self.source = source = model_plan.model.source
-        if len(plan.offsets) != len(lifetimes.tensor_of):
+        if len(plan.offsets) != len(lifetimes.keys):
             raise PlanError(
-                f"plan has {len(plan.offsets)} offsets for {len(lifetimes.tensor_of)} buffers",
+                f"plan has {len(plan.offsets)} offsets for {len(lifetimes.keys)} buffers",
                 source,
             )
-        self.holder_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+        self.holder_of = lifetimes.tensor_buffers
+        self.holder_of_key = lifetimes.buffer_of
         order = lifetimes.order
         self.death = death = self._deaths(model_plan)
-        scratch_holders = [i for i, t in enumerate(lifetimes.tensor_of) if t is None]
-        self.spans: list[tuple[int, int]] = [(0, 0)] * len(lifetimes.tensor_of)
-        self.labels: list[str] = [""] * len(lifetimes.tensor_of)
+        self.spans: list[tuple[int, int]] = [(0, 0)] * len(lifetimes.keys)
+        self.labels: list[str] = [""] * len(lifetimes.keys)
         for t, holder in self.holder_of.items():
             self.spans[holder] = self._span(plan.offsets[holder], graph.tensors[t].nbytes,
                                             model_plan.arena_bytes)
             self.labels[holder] = f"tensor {t} ({graph.tensors[t].name!r})"
         self.step_of = step_of = {op: step for step, op in enumerate(order)}
         scratch_at: dict[int, list[Claim]] = {}
-        # (segment's first step, intermediate) -> the holder of its stripe buffer
-        holder_of_request = {(r.op, r.purpose): holder
-                             for holder, r in zip(scratch_holders, lifetimes.scratch)}
-        self.stripe_holder = {(s.first, b.tensor): holder_of_request[order[s.first],
-                                                                     stripe_purpose(b.tensor)]
-                              for s in model_plan.tiling.segments for b in s.buffers}
-        for holder, request in zip(scratch_holders, lifetimes.scratch, strict=True):
+        for request in lifetimes.scratch:
+            holder = lifetimes.buffer_of[request.key]
             self.spans[holder] = self._span(plan.offsets[holder], request.size,
                                             model_plan.arena_bytes)
             self.labels[holder] = f"the scratch buffer of op {request.op} ({request.purpose})"

@@ -26,7 +26,7 @@ from toolchain.front.reader import parse_model, read_model
 from toolchain.front.schema import fb
 from toolchain.lab.check import random_inputs
 from toolchain.lab.oracle import TFLMOracle, capture_fd
-from toolchain.lower.lifetimes import ScratchRequest
+from toolchain.lower.lifetimes import SCRATCH, BufferKey, ScratchRequest
 from toolchain.lower.plan import NO_TECHNIQUES, plan_model
 from toolchain.tflm.embed import METADATA_NAME, embed_file, embed_plan
 
@@ -194,7 +194,8 @@ def test_tflm_places_kernel_scratch_around_the_offline_plan(dtype):
     assert head == mp.arena_bytes + padded
 
     # A plan that reserves the same scratch leaves gaps TFLM fills first-fit: head == arena.
-    requests = [ScratchRequest(0, s, "TFLM reference MEAN") for s in scratch]
+    requests = [ScratchRequest(0, s, "TFLM reference MEAN", BufferKey(SCRATCH, 0, k))
+                for k, s in enumerate(scratch)]
     mp = plain(model, "greedy", scratch=requests)
     out_before, out_after, _, head = run_both(data, embed_plan(data, mp), model.main)
     assert np.array_equal(out_before[0], out_after[0])

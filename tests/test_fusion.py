@@ -113,8 +113,8 @@ def assert_fused_and_exact(model: bytes) -> None:
     parsed = parse_model(model, "built.tflite")
     fused, plain = plan_model(parsed, "greedy"), plan_model(parsed, "greedy",
                                                             techniques=NO_FUSION)
-    assert fusion.tensor not in fused.lifetimes.tensor_of
-    assert fusion.tensor in plain.lifetimes.tensor_of
+    assert fusion.tensor not in fused.lifetimes.tensor_buffers
+    assert fusion.tensor in plain.lifetimes.tensor_buffers
     assert fused.arena_bytes <= plain.arena_bytes
     assert_varied(model)
     assert_matches_oracle(model)
@@ -177,7 +177,7 @@ def test_what_is_not_fused_stays_exact(model, reason):
     (fusion,) = fusions(model)
     assert not fusion.fused and reason in fusion.refused
     mp = plan_model(parse_model(model, "built.tflite"), "greedy")
-    assert fusion.tensor in mp.lifetimes.tensor_of
+    assert fusion.tensor in mp.lifetimes.tensor_buffers
     assert_matches_oracle(model, c=False)
 
 

@@ -8,7 +8,7 @@ import pytest
 from toolchain.errors import ModelError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
-from toolchain.lower.lifetimes import ScratchRequest, compute_lifetimes
+from toolchain.lower.lifetimes import SCRATCH, BufferKey, ScratchRequest, compute_lifetimes
 from toolchain.lower.plan import NO_TECHNIQUES, plan_model
 from toolchain.planners import Buffer
 
@@ -45,7 +45,7 @@ def residual_model():
 
 def lives(model):
     lt = compute_lifetimes(model.main)
-    names = [model.main.tensors[t].name for t in lt.tensor_of]
+    names = [model.main.tensors[key.index].name for key in lt.keys]
     return {n: (b.size, b.first, b.last) for n, b in zip(names, lt.buffers)}
 
 
@@ -88,9 +88,10 @@ def test_chain_plan_exact_numbers():
 
 def test_chain_order_seam_and_scratch():
     model = chain_model()
-    lt = compute_lifetimes(model.main, order=[0, 1, 2], scratch=[ScratchRequest(1, 96, "im2col")])
+    lt = compute_lifetimes(model.main, order=[0, 1, 2],
+                           scratch=[ScratchRequest(1, 96, "im2col", BufferKey(SCRATCH, 1))])
     assert lt.buffers[-1] == Buffer(id=4, size=96, first=1, last=1)
-    assert lt.tensor_of[-1] is None
+    assert lt.keys[-1] == BufferKey(SCRATCH, 1)
     with pytest.raises(ModelError, match="permutation"):
         compute_lifetimes(model.main, order=[0, 0, 2])
     with pytest.raises(ModelError, match="before anything writes it"):
@@ -107,5 +108,5 @@ def test_variables_and_constants_are_not_planned():
     model = parse_model(b.build())
     lt = compute_lifetimes(model.main)
     assert lt.variables == (s,)
-    assert s not in lt.tensor_of
-    assert sorted(lt.tensor_of) == sorted([x, y])
+    assert s not in lt.tensor_buffers
+    assert sorted(lt.tensor_buffers) == sorted([x, y])

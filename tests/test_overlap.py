@@ -53,7 +53,7 @@ def test_one_row_more_than_declared_is_refused_by_every_backend():
                     techniques=Techniques(inplace=False, schedule="model"))
     graph = mp.graph
     conv = graph.operators[1]
-    slot = {t: i for i, t in enumerate(mp.lifetimes.tensor_of)}
+    slot = mp.lifetimes.tensor_buffers
     pair = next(o for o in mp.plan.overlaps if o.above == slot[conv.inputs[0]])
     row = 12 * 8  # one input row of 12 pixels x 8 channels
     offsets = list(mp.plan.offsets)

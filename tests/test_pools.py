@@ -91,8 +91,7 @@ def test_plain_buffers_spill_the_smallest_that_relieves_the_peak():
 
 def test_pins_force_a_pool(chain):
     mp = pooled(chain, pins={"0": "slow", "max_pool_2d_0": "slow"})
-    tensor_of = mp.lifetimes.tensor_of
-    pool_of = {t: mp.pools[k].pool.name for t, k in zip(tensor_of, mp.pool_of)}
+    pool_of = {t: mp.pools[mp.pool_of[i]].pool.name for t, i in mp.lifetimes.tensor_buffers.items()}
     assert pool_of[0] == pool_of[2] == "slow" and pool_of[1] == "fast"
     assert ArenaInterpreter(mp).invoke([np.zeros((1, 12, 12, 8), np.int8)])
 

@@ -17,6 +17,7 @@ from toolchain.front.examples import EXAMPLES
 from toolchain.front.reader import parse_model, read_model
 from toolchain.front.schema import fb
 from toolchain.lab.check import random_inputs
+from toolchain.lower.lifetimes import TENSOR
 from toolchain.lower.plan import Techniques, plan_model
 from toolchain.lower.program import lower
 from toolchain.ops import REGISTRY, operand_dtypes, unsupported_ops
@@ -28,7 +29,7 @@ from toolchain.views.report import inspect_data
 def pooled_plan():
     mp = plan_model(parse_model(EXAMPLES["tiny_cnn_int8"](), "tiny.tflite"), "greedy",
                     techniques=Techniques(tiling="off"))  # every op its own kernel call
-    scratch = [i for i, t in enumerate(mp.lifetimes.tensor_of) if t is None]
+    scratch = [mp.lifetimes.buffer_of[r.key] for r in mp.lifetimes.scratch]
     assert scratch, "the pooling kernels request their accumulators as scratch"
     return mp, scratch
 
@@ -53,7 +54,7 @@ def test_scratch_over_a_live_tensor_fails_verify_and_the_runtime():
     i = scratch[0]
     step = mp.plan.buffers[i].first
     live = next(j for j, b in enumerate(mp.plan.buffers)
-                if j != i and b.first <= step <= b.last and mp.lifetimes.tensor_of[j] is not None)
+                if j != i and b.first <= step <= b.last and mp.lifetimes.keys[j].kind == TENSOR)
     offsets = list(mp.plan.offsets)
     offsets[i] = offsets[live]
     unsafe = replace(mp, plan=replace(mp.plan, offsets=tuple(offsets)))

@@ -94,7 +94,7 @@ def tiny_cnn_plan(**techniques) -> ModelPlan:
 def test_the_error_names_the_step_the_op_and_both_tensors():
     mp = tiny_cnn_plan()
     graph = mp.graph
-    slot = {t: i for i, t in enumerate(mp.lifetimes.tensor_of)}
+    slot = mp.lifetimes.tensor_buffers
     conv = graph.operators[0]
     offsets = list(mp.plan.offsets)
     offsets[slot[conv.outputs[0]]] = offsets[slot[conv.inputs[0]]]  # the conv needs a shift
@@ -125,7 +125,7 @@ def test_an_overlap_the_kernel_does_not_allow_is_caught_even_when_the_plan_decla
     The numpy kernels read all input before writing, so only the rule can tell."""
     mp = tiny_cnn_plan(techniques=NO_TECHNIQUES)
     graph = mp.graph
-    slot = {t: i for i, t in enumerate(mp.lifetimes.tensor_of)}
+    slot = mp.lifetimes.tensor_buffers
     op = next(op for op in graph.operators if op.opcode == opcode)
     below, above = slot[op.outputs[0]], slot[op.inputs[0]]
     offsets = list(mp.plan.offsets)
@@ -142,7 +142,7 @@ def test_sizes_and_lives_come_from_the_graph_not_from_the_plan():
     Each pair is moved to fresh bytes past the arena, where nothing else lives."""
     mp = tiny_cnn_plan(techniques=NO_TECHNIQUES)
     graph = mp.graph
-    slot = {t: i for i, t in enumerate(mp.lifetimes.tensor_of)}
+    slot = mp.lifetimes.tensor_buffers
     x = graph.inputs[0]
     conv, depthwise = graph.operators[0], graph.operators[1]
     c0, d1 = conv.outputs[0], depthwise.outputs[0]  # c0 lives [0, 1], d1 [1, 2]
@@ -174,7 +174,7 @@ def test_two_outputs_of_one_op_may_not_share_bytes():
     b.op("ADD", [left, right], [total])
     b.output(total)
     mp = plan_model(parse_model(b.build(), "split.tflite"), "greedy")
-    slot = {t: i for i, t in enumerate(mp.lifetimes.tensor_of)}
+    slot = mp.lifetimes.tensor_buffers
     offsets = list(mp.plan.offsets)
     offsets[slot[right]] = offsets[slot[left]]
     with pytest.raises(PlanError, match=r"step 0, op 0 \(SPLIT\): tensor \d+ \('right'\) .* "
@@ -188,7 +188,7 @@ def test_two_graph_inputs_may_not_share_bytes():
     first, second = b.input("first", (1, 16), "float32"), b.input("second", (1, 16), "float32")
     b.output(b.add(first, second))
     mp = plan_model(parse_model(b.build(), "inputs.tflite"), "greedy")
-    slot = {t: i for i, t in enumerate(mp.lifetimes.tensor_of)}
+    slot = mp.lifetimes.tensor_buffers
     offsets = list(mp.plan.offsets)
     offsets[slot[second]] = offsets[slot[first]]
     with pytest.raises(PlanError, match=r"step 0, writing the graph inputs: tensor 1 \('second'\)"
@@ -260,7 +260,7 @@ def test_nothing_is_placed_over_a_graph_output_read_by_the_last_op():
     b.output(s)
     b.output(p)
     mp = plan_model(parse_model(b.build(), "outputs.tflite"))
-    assert not any(mp.lifetimes.tensor_of[o.above] == s for o in mp.plan.overlaps)
+    assert not any(mp.lifetimes.keys[o.above].index == s for o in mp.plan.overlaps)
     inputs = [np.linspace(-8, 8, 32, dtype=np.float32).reshape(1, 4, 4, 2)]
     got_s, got_p = ArenaInterpreter(mp).invoke(inputs)
     np.testing.assert_array_equal(got_s, np.maximum(inputs[0], 0))

@@ -58,7 +58,7 @@ def test_a_plan_overlapping_two_live_buffers_is_refused_and_caught_while_running
     assert check_plan(mp, data, inputs=2).ok
     # Move the avg-pool output (alive through the add) onto the max-pool output.
     graph = mp.graph
-    slot = {t: i for i, t in enumerate(mp.lifetimes.tensor_of)}
+    slot = mp.lifetimes.tensor_buffers
     avg, mx = graph.operators[0].outputs[0], graph.operators[1].outputs[0]
     offsets = list(mp.plan.offsets)
     offsets[slot[avg]] = offsets[slot[mx]]

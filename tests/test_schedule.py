@@ -14,7 +14,7 @@ from toolchain.errors import ModelError, PlanError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.lower.lifetimes import ScratchRequest, compute_lifetimes
+from toolchain.lower.lifetimes import SCRATCH, BufferKey, ScratchRequest, compute_lifetimes
 from toolchain.lower.schedule import best_order, peak_bytes, schedule
 from toolchain.planners import align_up
 
@@ -348,8 +348,9 @@ def test_the_schedule_counts_kernel_scratch_as_the_planner_will(graph, data):
     """Scratch lives during its op's step in the lifetimes; the scheduler's memory model is the
     same, so its best order is the best of every order with the scratch counted."""
     ops = len(graph.operators)
-    scratch = [ScratchRequest(op, data.draw(st.integers(1, 3000)), "test")
-               for op in data.draw(st.lists(st.integers(0, ops - 1), max_size=3))]
+    scratch = [ScratchRequest(op, data.draw(st.integers(1, 3000)), "test",
+                              BufferKey(SCRATCH, op, k))
+               for k, op in enumerate(data.draw(st.lists(st.integers(0, ops - 1), max_size=3)))]
     orders = list(topological_orders(graph))
     peaks = [peak_bytes(graph, order, 16, scratch) for order in orders]
     order = best_order(graph, 16, scratch=scratch)

@@ -87,8 +87,7 @@ def test_verify_sees_the_called_subgraphs_buffers():
     unsafe, and `verify` says so."""
     mp = planned(computed_start(), planner="naive")
     program = mp.program
-    position = {program.tensor_label(t): i for i, t in enumerate(mp.lifetimes.tensor_of)
-                if t is not None}
+    position = {program.tensor_label(t): i for t, i in mp.lifetimes.tensor_buffers.items()}
     offsets = list(mp.plan.offsets)
     offsets[position["subgraph 1 tensor 2"]] = offsets[position["tensor 1"]]
     bad = Placement.from_offsets("bad", 16, mp.plan.buffers, offsets)

@@ -24,6 +24,7 @@ from toolchain.front.builder import ModelBuilder
 from toolchain.front.examples import EXAMPLES
 from toolchain.front.reader import parse_model, read_model
 from toolchain.lab.oracle import TFLMOracle
+from toolchain.lower.lifetimes import TFLM_SCRATCH
 from toolchain.lower.plan import NO_TECHNIQUES, Techniques, plan_model
 from toolchain.planners import Buffer, align_up, make_plan
 
@@ -159,15 +160,9 @@ def test_recurrent_models_need_tflm_own_scratch_to_reach_its_head(path):
     mp = plan_model(model, "tflm", techniques=NO_TECHNIQUES)
     theirs = [r for r in mp.lifetimes.scratch if not r.kernel]
     assert mp.arena_bytes == head and theirs
-    ours = [b for b, t, k in zip(mp.lifetimes.buffers, mp.lifetimes.tensor_of, kernel_flags(mp))
-            if t is not None or k]
+    ours = [b for b, key in zip(mp.lifetimes.buffers, mp.lifetimes.keys, strict=True)
+            if key.kind != TFLM_SCRATCH]
     assert make_plan(ours, "tflm").arena_bytes < head
-
-
-def kernel_flags(mp) -> list[bool]:
-    """Per buffer: whether our kernels read it (tensors: True)."""
-    scratch = iter(mp.lifetimes.scratch)
-    return [True if t is not None else next(scratch).kernel for t in mp.lifetimes.tensor_of]
 
 
 @needs_tflm

@@ -136,7 +136,7 @@ def unsafe_by_one_row(mp):
     """The plan with the segment output one input row higher than its shift allows."""
     segment = mp.tiling.segments[0]
     (pair,) = [o for o in mp.plan.overlaps
-               if mp.lifetimes.tensor_of[o.below] == segment.output]
+               if mp.lifetimes.keys[o.below].index == segment.output]
     offsets = list(mp.plan.offsets)
     row = mp.graph.tensors[segment.input].nbytes // mp.graph.tensors[segment.input].shape[1]
     offsets[pair.below] = offsets[pair.above] - pair.shift + row

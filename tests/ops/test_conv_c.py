@@ -197,7 +197,7 @@ def overlapped_plan(model: bytes) -> ModelPlan:
     (rule,) = [r for r in mp.program.bindings[0].overlaps if r.kind == "windowed"]
     x, out = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
     place = {op.inputs[0]: rule.shift, op.outputs[0]: 0}
-    offsets = tuple(place[t] for t in mp.lifetimes.tensor_of)
+    offsets = tuple(place[key.index] for key in mp.lifetimes.keys)
     assert rule.shift < out.nbytes, "the output would not overlap the input"
     arena = max(rule.shift + x.nbytes, out.nbytes)
     plan = dataclasses.replace(mp.plan, offsets=offsets, arena_bytes=arena, alignment=1)

@@ -24,6 +24,7 @@ from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import CBackend
 from toolchain.lab.check import random_inputs
 from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.lifetimes import TENSOR
 from toolchain.lower.plan import ModelPlan, plan_model
 from toolchain.ops.emit import LINE_LIMIT
 
@@ -323,10 +324,9 @@ def overlapped_plan(model: bytes) -> ModelPlan:
     x, out = (mp.graph.tensors[t] for t in (op.inputs[0], op.outputs[0]))
     assert rule.shift < out.nbytes, "the output would not overlap the input"
     end = max(rule.shift + x.nbytes, out.nbytes)
-    place = {op.inputs[0]: rule.shift, op.outputs[0]: 0, None: end}
-    offsets = tuple(place[t] for t in mp.lifetimes.tensor_of)
-    scratch = sum(b.size for t, b in zip(mp.lifetimes.tensor_of, mp.lifetimes.buffers)
-                  if t is None)
+    place = {op.inputs[0]: rule.shift, op.outputs[0]: 0}
+    offsets = tuple(place[key.index] if key.kind == TENSOR else end for key in mp.lifetimes.keys)
+    scratch = sum(r.size for r in mp.lifetimes.scratch)
     plan = dataclasses.replace(mp.plan, offsets=offsets, arena_bytes=end + scratch, alignment=1)
     return dataclasses.replace(mp, plan=plan)
 

@@ -18,11 +18,10 @@ from toolchain import __version__
 from toolchain.errors import ArenacError, ModelError, PlanError, UnsupportedOpError
 from toolchain.ir import Graph, Tensor
 from toolchain.lower.fusion import PadFusion
-from toolchain.lower.lifetimes import overlap_pairs
+from toolchain.lower.lifetimes import STRIPE, overlap_pairs
 from toolchain.lower.plan import ModelPlan, StateSlot, segment_overlaps
 from toolchain.lower.tiling import (
     Segment,
-    stripe_purpose,
     stripe_runs,
     stripe_scratch_fits,
     striped_params,
@@ -134,17 +133,16 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     pools = pool_arrays(mp, name)
     # Each slot of the offset table: the array it indexes and its offset there (tensors, then
     # scratch, as the table lists them).
-    positions = [i for i, t in enumerate(mp.lifetimes.tensor_of) if t is not None] + \
-        [i for i, t in enumerate(mp.lifetimes.tensor_of) if t is None]
+    positions = [*mp.lifetimes.tensor_buffers.values(),
+                 *(mp.lifetimes.buffer_of[r.key] for r in mp.lifetimes.scratch)]
     arena_symbol = shared.symbol if shared and arena == "static" else f"{name}_arena"
     places = [mp.place(i) for i in positions]
     array_of = [arena_symbol if k is None else pools[k]["symbol"] for k, _ in places]
     scratch_of: dict[int, list[str]] = {}  # op -> its scratch, by slot of the offset table
-    stripe_slot: dict[tuple[int, str], int] = {}  # a stripe buffer's (op, purpose) -> its slot
-    stripe_purposes = {stripe_purpose(b.tensor) for s in mp.tiling.segments for b in s.buffers}
+    stripe_slot: dict[int, int] = {}  # an intermediate -> the slot of its stripe buffer
     for k, (request, _) in enumerate(scratch, start=len(offsets)):
-        if request.purpose in stripe_purposes:
-            stripe_slot[request.op, request.purpose] = k
+        if request.key.kind == STRIPE:
+            stripe_slot[request.key.index] = k
             continue
         if request.kernel:  # else held only as TFLite Micro's kernel would hold it
             scratch_of.setdefault(request.op, []).append(f"({array_of[k]} + {name}_offsets[{k}])")
@@ -274,9 +272,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         produced = {o: graph.operators[o].outputs[0] for o in seg.ops}
         constants_of: dict[str, str] = {}  # file-scope constant -> its definition
         cursor = f"{name}_stripe{seg.first}"
-        first_op = order[seg.first]
-        buffer_at = {b.tensor: (b, stripe_slot[first_op, stripe_purpose(b.tensor)])
-                     for b in seg.buffers}
+        buffer_at = {b.tensor: (b, stripe_slot[b.tensor]) for b in seg.buffers}
         ops = ", ".join(program.op_label(o) for o in seg.ops)
         header_at = len(texts)  # the segment's comment, and its cursor where anything reads it
         texts.append("")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from toolchain.errors import ModelError
 from toolchain.ir import Graph
@@ -19,33 +20,75 @@ from toolchain.ops.overlaps import INPLACE_KINDS
 from toolchain.ops.spec import Binding
 from toolchain.planners import Buffer, Overlap
 
+# What a planned buffer may hold (BufferKey.kind).
+TENSOR = "tensor"
+SCRATCH = "scratch"  # a kernel's working memory
+STRIPE = "stripe"  # the rows of an intermediate that a striped segment keeps
+TFLM_SCRATCH = "tflm scratch"  # what only TFLite Micro's kernel would ask for
+
+
+@dataclass(frozen=True, order=True)
+class BufferKey:
+    """What a planned buffer holds, by which every backend finds it in the plan: a tensor
+    (`index` the tensor), a kernel's scratch (`index` the op, `slot` which of its kernel's
+    requests), the stripe rows of an intermediate (`index` the tensor), or scratch only TFLite
+    Micro's kernel would ask for (`index` the op, `slot` which of TFLM's requests)."""
+
+    kind: str
+    index: int
+    slot: int = 0
+
+    def __str__(self) -> str:
+        if self.kind == TENSOR:
+            return f"tensor {self.index}"
+        if self.kind == STRIPE:
+            return f"the stripe rows of tensor {self.index}"
+        return f"{self.kind} {self.slot} of op {self.index}"
+
 
 @dataclass(frozen=True)
 class ScratchRequest:
-    """A per-op working buffer a kernel asks for; it lives exactly during its op. `kernel`
-    False: one that only TFLite Micro's kernel would ask for, planned to show TFLM's arena
-    (`--planner tflm`) and never read by ours."""
+    """A per-op working buffer; it lives exactly during its op. Its `key` says whose it is: a
+    kernel's, the stripe rows of a segment (asked for by the segment's first op), or one only
+    TFLite Micro's kernel would ask for, planned to show TFLM's arena (`--planner tflm`) and
+    never read by ours. `purpose` is what it is for, in words."""
 
     op: int
     size: int
     purpose: str
-    kernel: bool = True
+    key: BufferKey
+
+    @property
+    def kernel(self) -> bool:
+        """Whether one of our kernels reads it."""
+        return self.key.kind != TFLM_SCRATCH
 
 
 @dataclass(frozen=True)
 class Lifetimes:
-    """The planner's input for one graph, with the map back to tensors.
+    """The planner's input for one graph, with the map back to what each buffer holds.
 
     `order[step]` is the operator executed at that step; buffer ids are positions in
-    `buffers`; `tensor_of[id]` is the tensor a buffer holds (None for scratch).
+    `buffers`; `keys[id]` is what a buffer holds: the tensors first, then the scratch
+    requests (`scratch`) in their order.
     """
 
     order: tuple[int, ...]
     buffers: tuple[Buffer, ...]
-    tensor_of: tuple[int | None, ...]
+    keys: tuple[BufferKey, ...]
     scratch: tuple[ScratchRequest, ...]
     variables: tuple[int, ...]
     constants: tuple[int, ...]
+
+    @cached_property
+    def buffer_of(self) -> dict[BufferKey, int]:
+        """The buffer that holds each key."""
+        return {key: i for i, key in enumerate(self.keys)}
+
+    @cached_property
+    def tensor_buffers(self) -> dict[int, int]:
+        """Planned tensor -> the buffer that holds it."""
+        return {key.index: i for i, key in enumerate(self.keys) if key.kind == TENSOR}
 
 
 @dataclass(frozen=True)
@@ -148,15 +191,17 @@ def compute_lifetimes(
         Buffer(id=i, size=tensors[t].nbytes, first=first[t], last=last.get(t, first[t]))
         for i, t in enumerate(live)
     ]
-    tensor_of: list[int | None] = list(live)
+    keys = [BufferKey(TENSOR, t) for t in live]
     for request in scratch:
         step = step_of[request.op]
         buffers.append(Buffer(id=len(buffers), size=request.size, first=step, last=step))
-        tensor_of.append(None)
+        keys.append(request.key)
+    if len(set(keys)) != len(keys):
+        raise ValueError("two scratch requests share a key")  # the caller's bug, not the model's
     return Lifetimes(
         order=order,
         buffers=tuple(buffers),
-        tensor_of=tuple(tensor_of),
+        keys=tuple(keys),
         scratch=tuple(scratch),
         variables=tuple(t.index for t in tensors if t.is_variable),
         constants=tuple(t.index for t in tensors if t.is_constant),
@@ -180,7 +225,7 @@ def overlap_pairs(
     reader runs at the last step, so nothing may be placed over it; nor may anything be placed
     over a `kept` tensor (one that IF or WHILE reads after its last reader ran).
     """
-    buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+    buffer_of = lifetimes.tensor_buffers
     graph_outputs = set(graph.outputs)
     pairs = []
     for step, op_index in enumerate(lifetimes.order):

@@ -14,6 +14,9 @@ from toolchain.errors import ArenacError, PlanError
 from toolchain.front.validate import DEFAULT_MAX_BYTES
 from toolchain.ir import Model
 from toolchain.lower.lifetimes import (
+    STRIPE,
+    TENSOR,
+    BufferKey,
     Lifetimes,
     ScratchRequest,
     TensorRoles,
@@ -30,7 +33,6 @@ from toolchain.lower.tiling import (
     choose_tiling,
     fits_scratch,
     stripe_chain,
-    stripe_purpose,
 )
 from toolchain.lower.tiling import candidates as stripe_candidates
 from toolchain.numerics.quant import variable_fill
@@ -157,9 +159,13 @@ class ModelPlan:
 
     def offset_of_tensor(self) -> dict[int, int]:
         """Tensor index -> arena offset, for every planned tensor."""
-        return {
-            t: off for t, off in zip(self.lifetimes.tensor_of, self.plan.offsets) if t is not None
-        }
+        offsets = self.plan.offsets
+        return {t: offsets[i] for t, i in self.lifetimes.tensor_buffers.items()}
+
+    def address(self, key: BufferKey) -> tuple[int | None, int]:
+        """Where the buffer that holds `key` lives: its pool (None without pools) and its
+        offset there."""
+        return self.place(self.lifetimes.buffer_of[key])
 
     def place(self, position: int) -> tuple[int | None, int]:
         """Where the plan's buffer at `position` lives: its pool (None without pools) and its
@@ -171,9 +177,9 @@ class ModelPlan:
         return k, offset - self.pools[k].base
 
     def scratch_offsets(self) -> list[tuple[ScratchRequest, int]]:
-        """Every kernel's scratch with its arena offset, in the order the kernels asked."""
-        offsets = [off for t, off in zip(self.lifetimes.tensor_of, self.plan.offsets) if t is None]
-        return list(zip(self.lifetimes.scratch, offsets))
+        """Every scratch request with its arena offset, in the order they were asked for."""
+        return [(r, self.plan.offsets[self.lifetimes.buffer_of[r.key]])
+                for r in self.lifetimes.scratch]
 
     @property
     def state_slots(self) -> tuple[StateSlot, ...]:
@@ -222,15 +228,15 @@ class ModelPlan:
 
     def rows(self) -> list[BufferRow]:
         tensors = self.graph.tensors
-        stripes = {stripe_purpose(b.tensor) for s in self.tiling.segments for b in s.buffers}
-        requests = iter(self.lifetimes.scratch)
+        purposes = {r.key: r.purpose for r in self.lifetimes.scratch}
         rows = []
-        for buf, tensor, off in zip(self.plan.buffers, self.lifetimes.tensor_of, self.plan.offsets):
-            if tensor is None:
-                purpose = next(requests).purpose
-                name = f"<{purpose}>" if purpose in stripes else "<scratch>"
+        for buf, key, off in zip(self.plan.buffers, self.lifetimes.keys, self.plan.offsets,
+                                 strict=True):
+            tensor = key.index if key.kind == TENSOR else None
+            if key.kind == TENSOR:
+                name = tensors[key.index].name
             else:
-                name = tensors[tensor].name
+                name = f"<{purposes[key]}>" if key.kind == STRIPE else "<scratch>"
             rows.append(BufferRow(buf.id, tensor, name, buf.size, buf.first, buf.last, off))
         return rows
 
@@ -494,7 +500,8 @@ def tiled_problem(program: Program, order: Sequence[int], scratch, outside, role
     first, its intermediates give way to their stripe buffers (scratch of its first op), and its
     output may start `shift` bytes below its input when the input dies there."""
     graph, source = program.graph, program.model.source
-    stripes = tuple(ScratchRequest(order[s.first], b.size, stripe_purpose(b.tensor))
+    stripes = tuple(ScratchRequest(order[s.first], b.size, f"stripe rows of tensor {b.tensor}",
+                                   BufferKey(STRIPE, b.tensor))
                     for s in tiling.segments for b in s.buffers)
     lifetimes = compute_lifetimes(graph, order, (*scratch, *stripes), source,
                                   set(outside) | tiling.intermediates(), roles, lives,
@@ -507,7 +514,7 @@ def tiled_problem(program: Program, order: Sequence[int], scratch, outside, role
 def segment_overlaps(lifetimes: Lifetimes, tiling: Tiling, kept) -> tuple[Overlap, ...]:
     """Each striped segment's output over its input, when the input dies in the segment: the
     output may start `shift` bytes below it (toolchain.lower.tiling)."""
-    buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+    buffer_of = lifetimes.tensor_buffers
     pairs = []
     for s in tiling.segments:
         above, below = buffer_of.get(s.input), buffer_of.get(s.output)
@@ -552,7 +559,7 @@ def pool_plan(program: Program, lifetimes: Lifetimes, overlaps, pools: Sequence[
     if len({p.name.upper() for p in pools}) != len(pools):  # NAME_<POOL>_BYTES macros
         raise ArenacError("two pools have the same name (or names that differ only in case, "
                           "which the C's macros spell alike)", source)
-    buffer_of = {t: i for i, t in enumerate(lifetimes.tensor_of) if t is not None}
+    buffer_of = lifetimes.tensor_buffers
     tensors = program.graph.tensors
     by_name = {}
     for t in tensors:

@@ -35,7 +35,7 @@ from toolchain.front.validate import called_subgraphs, same_shape
 from toolchain.ir import Graph, Model, Operator
 from toolchain.lower.fusion import PadFusion, control_tensors
 from toolchain.lower.fusion import fuse_padding as fuse
-from toolchain.lower.lifetimes import ScratchRequest
+from toolchain.lower.lifetimes import SCRATCH, TFLM_SCRATCH, BufferKey, ScratchRequest
 from toolchain.ops import Refusal, bind_graph, refusal_error
 from toolchain.ops.spec import Binding
 from toolchain.targets import GENERIC, get_target
@@ -193,10 +193,10 @@ class Program:
     def scratch(self) -> tuple[ScratchRequest, ...]:
         """Every kernel's scratch, as buffers living during their op's step."""
         return tuple(
-            ScratchRequest(b.op, request.size, request.purpose)
+            ScratchRequest(b.op, request.size, request.purpose, BufferKey(SCRATCH, b.op, k))
             for b in self.bindings
             if b is not None
-            for request in b.scratch
+            for k, request in enumerate(b.scratch)
         )
 
     def tflm_scratch(self) -> tuple[ScratchRequest, ...]:
@@ -208,17 +208,21 @@ class Program:
         requests = []
         for b in (b for b in self.bindings if b is not None):
             slots = [ScratchRequest(b.op, t.size, f"unused here, as TFLite Micro plans it: "
-                                    f"{t.purpose}", kernel=False) for t in b.tflm_scratch]
-            ours, at = list(b.scratch), 0
+                                    f"{t.purpose}", BufferKey(TFLM_SCRATCH, b.op, k))
+                     for k, t in enumerate(b.tflm_scratch)]
+            ours, at = list(enumerate(b.scratch)), 0
             while ours:
-                at = next((k for k in range(at, len(slots)) if slots[k].size >= ours[0].size),
+                at = next((k for k in range(at, len(slots)) if slots[k].size >= ours[0][1].size),
                           None)
                 if at is None:
                     break
-                slots[at] = ScratchRequest(b.op, slots[at].size, ours.pop(0).purpose)
+                mine, request = ours.pop(0)
+                slots[at] = ScratchRequest(b.op, slots[at].size, request.purpose,
+                                           BufferKey(SCRATCH, b.op, mine))
                 at += 1
             requests += slots
-            requests += [ScratchRequest(b.op, r.size, r.purpose) for r in ours]
+            requests += [ScratchRequest(b.op, r.size, r.purpose, BufferKey(SCRATCH, b.op, k))
+                         for k, r in ours]
         return tuple(requests)
 
     # --- where ops and tensors come from ----------------------------------------------------

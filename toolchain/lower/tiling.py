@@ -377,11 +377,6 @@ def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int
     return min(rows.first(made[out]) for out, rows in consumers)
 
 
-def stripe_purpose(tensor: int) -> str:
-    """What the plan calls the stripe buffer of an intermediate (a scratch request's purpose)."""
-    return f"stripe rows of tensor {tensor}"
-
-
 def op_macs(graph: Graph, binding: Binding | None) -> int:
     """Multiply-accumulates of a convolution (0 for the other ops)."""
     if binding is None or binding.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):

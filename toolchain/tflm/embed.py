@@ -141,7 +141,7 @@ def _check_in_file_order(model: Model, model_plan: ModelPlan, offsets: dict[int,
             "file's order; plan with the file's order",
             model.source,
         )
-    life = {t: b for t, b in zip(lifetimes.tensor_of, lifetimes.buffers) if t is not None}
+    life = {t: lifetimes.buffers[i] for t, i in lifetimes.tensor_buffers.items()}
     missing = sorted(set(offsets) - set(life))
     if missing:
         raise PlanError(

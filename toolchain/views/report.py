@@ -12,6 +12,7 @@ from typing import Any
 
 from toolchain.errors import ArenacError
 from toolchain.ir import Model
+from toolchain.lower.lifetimes import TENSOR
 from toolchain.lower.plan import BufferRow, ModelPlan
 from toolchain.ops import unsupported_ops
 from toolchain.render import render
@@ -204,7 +205,7 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
         "gap_bytes": mp.plan.gap_bytes,
         "order": list(mp.lifetimes.order),
         "overlaps": [
-            {"output": mp.lifetimes.tensor_of[o.below], "input": mp.lifetimes.tensor_of[o.above],
+            {"output": mp.lifetimes.keys[o.below].index, "input": mp.lifetimes.keys[o.above].index,
              "shift": o.shift, "any_offset": o.any_offset,
              "shared_bytes": shared_bytes(mp, o.below, o.above)}
             for o in mp.plan.overlaps
@@ -348,10 +349,9 @@ def plan_text(mp: ModelPlan) -> str:
     rows = mp.rows()
     program = mp.program
     several = program.layout is not None
-    scratch = iter(mp.lifetimes.scratch)
-    subgraph_of = [program.tensor_origin(t)[0] if t is not None
-                   else program.op_origin(next(scratch).op)[0]
-                   for t in mp.lifetimes.tensor_of]
+    ops = {r.key: r.op for r in mp.lifetimes.scratch}
+    subgraph_of = [program.tensor_origin(key.index)[0] if key.kind == TENSOR
+                   else program.op_origin(ops[key])[0] for key in mp.lifetimes.keys]
     pooled = bool(mp.pools)
     headers = ["map", *(["subgraph"] if several else []), "tensor", "name", "bytes", "first",
                "last", *(["pool"] if pooled else []), "offset"]
