@@ -50,6 +50,7 @@ from toolchain.lower.fusion import PadFusion
 from toolchain.lower.lifetimes import STRIPE, BufferKey
 from toolchain.lower.plan import ModelPlan, StateSlot
 from toolchain.lower.program import Control, Copy
+from toolchain.lower.steps import CallOnce, RunIf, RunOp, RunSegment, RunWhile, Step
 from toolchain.lower.tiling import Segment, striped_params
 from toolchain.ops import planned_shape_values
 from toolchain.ops.overlaps import OverlapRule
@@ -73,7 +74,7 @@ class Claim:
 
 
 @dataclass(frozen=True)
-class Step:
+class Ownership:
     """What the owner map does around one op: claims before it runs, releases after."""
 
     op_index: int
@@ -135,15 +136,6 @@ class ArenaInterpreter:
                 slot = model_plan.state_of_handle(t.index)
                 self.views[t.index] = (np.zeros(0, np.uint8) if slot is None
                                        else self._view(self.state, slot.offset, slot))
-        program, order = model_plan.program, model_plan.lifetimes.order
-        self.spans = model_plan.spans  # step -> the steps of each subgraph its op runs
-        # Step of each CALL_ONCE -> its flag's offset in the state block: the steps of the
-        # subgraph it runs run on the first invoke after a reset only.
-        self.flags = {step: model_plan.call_once_slot(program.calls[op]).offset
-                      for step, op in enumerate(order) if op in program.calls}
-        self.controls: dict[int, Control] = {step: program.controls[op]
-                                             for step, op in enumerate(order)
-                                             if op in program.controls}
         self.held: Counter[int] = Counter()  # holders whose release waits, and how many wait
         self.deferred: set[int] = set()  # held holders whose release came
         self.observe: Observer | None = None
@@ -204,44 +196,55 @@ class ArenaInterpreter:
             self._claim(claim, 0, None)
         for t, value in zip(graph.inputs, values):
             self.views[t][...] = value
-        self._run(range(len(self.layout.steps)), True)
+        self._run(self.model_plan.steps, True)
         return [self.views[t].copy() for t in graph.outputs]
 
-    def _run(self, steps: range, active: bool) -> None:
+    def _run(self, steps: Sequence[Step], active: bool) -> None:
         """Runs the steps of one block (`active`), or passes over them."""
-        step = steps.start
-        while step < steps.stop:
-            step = self._step(step, active)
+        for step in steps:
+            RUNNERS[type(step)](self, step, active)
 
-    def _step(self, step: int, active: bool) -> int:
-        """One step and the steps of the subgraphs its op runs; returns the step after them."""
-        segment = self.model_plan.tiling.segment_at(step)
-        if segment is not None and active:
-            return self._segment(segment)
+    def _op(self, step: RunOp, active: bool) -> None:
+        self._kernel(step.step, step.op, active)
+        self._finish(step.step)
+        self._observe(step.op, active)
+
+    def _kernel(self, step: int, op_index: int, active: bool) -> None:
+        """The op's kernel on its operands, once its outputs and scratch are claimed."""
         plan = self.layout.steps[step]
-        op = self.graph.operators[plan.op_index]
-        params = self.params[plan.op_index]
+        op = self.graph.operators[op_index]
+        params = self.params[op_index]
         if active and not isinstance(params, PadFusion):  # a fused PAD: its reader pads
             for claim in plan.claims:
                 self._claim(claim, step, op)
             ins = [self.views[t] if t >= 0 else None for t in op.inputs]
-            ins += self.kernel_state.get(plan.op_index, [])
+            ins += self.kernel_state.get(op_index, [])
             KERNELS[op.kind](params, ins, [self.views[t] for t in op.outputs])
-        blocks = self.spans.get(step, ())
-        if step in self.controls:
-            self._control(step, self.controls[step], blocks, active)
-        else:
-            ran = bool(self.state[self.flags[step]]) if step in self.flags else False
-            if active and step in self.flags:
-                self.state[self.flags[step]] = 1
-            self._finish(step)
-            for steps in blocks:  # CALL_ONCE: its subgraph, unless it ran since the last reset
-                self._run(steps, active and not ran)
-        if active and self.observe is not None:  # after its subgraphs: what it hands on
-            self.observe(plan.op_index, [self.views[t].copy() for t in op.outputs])
-        return blocks[-1].stop if blocks else step + 1
 
-    def _segment(self, segment: Segment) -> int:
+    def _observe(self, op_index: int, active: bool) -> None:
+        """What an op hands on, after its subgraphs ran, to whoever watches."""
+        if active and self.observe is not None:
+            op = self.graph.operators[op_index]
+            self.observe(op_index, [self.views[t].copy() for t in op.outputs])
+
+    def _striped(self, step: RunSegment, active: bool) -> None:
+        if active:
+            self._segment(step.segment)
+        else:
+            for passed in range(step.segment.first, step.segment.last + 1):
+                self._finish(passed)
+
+    def _call_once(self, step: CallOnce, active: bool) -> None:
+        """CALL_ONCE: its subgraph, unless it ran since the last reset."""
+        self._kernel(step.step, step.op, active)
+        ran = bool(self.state[step.flag])
+        if active:
+            self.state[step.flag] = 1
+        self._finish(step.step)
+        self._run(step.body, active and not ran)
+        self._observe(step.op, active)
+
+    def _segment(self, segment: Segment) -> None:
         """A striped segment (toolchain.lower.tiling): its stripes in order, each op on the rows the
         stripe gives it. The output's rows are claimed as they are written and the input's rows
         released as soon as no window reads them, so a plan that lets the output grow over rows
@@ -294,7 +297,6 @@ class ArenaInterpreter:
         if self.observe is not None:
             op = graph.operators[segment.ops[-1]]
             self.observe(op.index, [self.views[t].copy() for t in op.outputs])
-        return segment.last + 1
 
     @staticmethod
     def _previous_bases(segment: Segment, stripe) -> tuple[int, ...]:
@@ -328,40 +330,45 @@ class ArenaInterpreter:
         self.arena[start:end][mine] = POISON
         owners[mine] = FREE
 
-    def _control(self, step: int, control: Control, blocks: tuple[range, ...],
-                 active: bool) -> None:
-        """IF: the chosen branch's steps, the other's passed over; WHILE: the condition's and
-        the body's steps, again as long as the condition holds."""
-        if control.opcode == "IF":
-            chosen = (0 if self._holds(control.condition) else 1) if active else None
-            if chosen is not None and not blocks[chosen]:
-                self._copy(control.blocks[chosen].copies)  # nothing to run: its values as they are
-            self._finish(step)
-            for k, (block, steps) in enumerate(zip(control.blocks, blocks)):
-                with self._hold(c.src for c in block.copies):
-                    self._run(steps, k == chosen)
-                    if k == chosen and steps:
-                        self._copy(block.copies)
-            return
-        body, (test_steps, body_steps) = control.blocks[1], blocks
+    def _if(self, step: RunIf, active: bool) -> None:
+        """IF: the chosen branch's steps, the other's passed over."""
+        self._kernel(step.step, step.op, active)
+        control = step.control
+        chosen = (0 if self._holds(control.condition) else 1) if active else None
+        if chosen is not None and not step.branches[chosen]:
+            self._copy(control.blocks[chosen].copies)  # nothing to run: its values as they are
+        self._finish(step.step)
+        for k, (block, steps) in enumerate(zip(control.blocks, step.branches, strict=True)):
+            with self._hold(c.src for c in block.copies):
+                self._run(steps, k == chosen)
+                if k == chosen and steps:
+                    self._copy(block.copies)
+        self._observe(step.op, active)
+
+    def _while(self, step: RunWhile, active: bool) -> None:
+        """WHILE: the condition's and the body's steps, again as long as the condition holds."""
+        self._kernel(step.step, step.op, active)
+        control = step.control
+        body = control.blocks[1]
         if active:
             self._copy(control.entry)
         with self._hold(control.carried):
-            self._finish(step)
+            self._finish(step.step)
             iterations = 0
             while True:
                 with self._hold((control.condition,)):
-                    self._run(test_steps, active)
+                    self._run(step.test, active)
                     going = active and self._holds(control.condition)
                 if going:
                     iterations += 1
                     if iterations > self.max_iterations:
                         raise self._endless(control)
                 with self._hold(c.src for c in body.copies):
-                    self._run(body_steps, going)
+                    self._run(step.body, going)
                     if not going:
                         break
                     self._copy(body.copies)
+        self._observe(step.op, active)
 
     def _endless(self, control: Control) -> RuntimeBackendError:
         label = self.model_plan.program.op_label(control.op)
@@ -453,6 +460,16 @@ class ArenaInterpreter:
         )
 
 
+# The runner of each kind of step (toolchain.lower.steps).
+RUNNERS: dict[type, Callable[[ArenaInterpreter, Step, bool], None]] = {
+    RunOp: ArenaInterpreter._op,
+    RunSegment: ArenaInterpreter._striped,
+    CallOnce: ArenaInterpreter._call_once,
+    RunIf: ArenaInterpreter._if,
+    RunWhile: ArenaInterpreter._while,
+}
+
+
 class ArenaLayout:
     """The owner map's script for a plan: each buffer's arena bytes and label, and per step
     the claims and releases, derived from the graph and the execution order."""
@@ -497,7 +514,7 @@ class ArenaLayout:
         releases_at: dict[int, list[int]] = {}
         for holder, end in death.items():
             releases_at.setdefault(end, []).append(holder)
-        self.steps: list[Step] = []
+        self.steps: list[Ownership] = []
         for step, op_index in enumerate(order):
             op = graph.operators[op_index]
             rules = bindings[op_index].overlaps  # what the op's kernel allows, not the plan
@@ -507,7 +524,7 @@ class ArenaLayout:
                 for t in op.outputs
                 if t in self.holder_of
             ]
-            self.steps.append(Step(op_index, (*claims, *scratch_at.get(step, ())),
+            self.steps.append(Ownership(op_index, (*claims, *scratch_at.get(step, ())),
                                    tuple(releases_at.get(step, ()))))
 
     def _span(self, offset: int, size: int, arena_bytes: int) -> tuple[int, int]:

@@ -26,6 +26,7 @@ from toolchain.lower.lifetimes import (
 )
 from toolchain.lower.program import Program, lower
 from toolchain.lower.schedule import schedule
+from toolchain.lower.steps import Step, execution_steps
 from toolchain.lower.tiling import (
     NO_TILING,
     Segment,
@@ -216,6 +217,13 @@ class ModelPlan:
     def call_spans(self) -> dict[int, int]:
         """Step of each CALL_ONCE that runs a subgraph -> the step after that subgraph's last."""
         return self.program.call_spans(self.lifetimes.order)
+
+    @cached_property
+    def steps(self) -> tuple[Step, ...]:
+        """What runs, in what order and in which block (toolchain.lower.steps): every backend
+        visits these."""
+        return execution_steps(self.program, self.lifetimes.order, self.tiling,
+                               lambda subgraph: self.call_once_slot(subgraph).offset)
 
     @cached_property
     def spans(self) -> dict[int, tuple[range, ...]]:
