@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from toolchain import __version__
-from toolchain.c.generate import SHARED_NAME
+from toolchain.c.module import SHARED_NAME
 from toolchain.lower.plan import ModelPlan
 from toolchain.render import render
 from toolchain.targets import CODE_FLAGS, get_target

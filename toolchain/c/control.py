@@ -1,0 +1,61 @@
+"""The C of ops that run subgraphs: CALL_ONCE's subgraph, run once after each reset, and the
+blocks of IF and WHILE with the copies that carry values into and out of them. Each emits the
+kernels of the subgraphs' steps first, as C defines a function before its callers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from toolchain.lower.program import Copy, Program
+from toolchain.ops.emit import Callee, CBlock, CControl
+from toolchain.text import c_text
+
+if TYPE_CHECKING:
+    from toolchain.c.steps import Emission
+
+
+def c_subgraph(program: Program, graph: int) -> str:
+    """A subgraph as comments name it: its index, and its name spelled for a comment."""
+    name = program.model.graphs[graph].name
+    return f"{graph} '{c_text(name)}'" if name else str(graph)
+
+
+def callee(em: Emission, op: int) -> Callee | None:
+    """The subgraph a CALL_ONCE runs, its kernels emitted; None for any other op."""
+    program = em.mp.program
+    if op not in program.calls:
+        return None
+    called = program.calls[op]
+    em.emit_subgraph(called)
+    return Callee(c_subgraph(program, called), em.calls(called), em.flags[called])
+
+
+def c_control(em: Emission, op: int) -> CControl | None:
+    """An IF's or WHILE's blocks as C, the kernels of their steps emitted first; None for any
+    other op."""
+    program = em.mp.program
+    if op not in program.controls:
+        return None
+    control = program.controls[op]
+    blocks = []
+    for block in control.blocks:
+        em.emit_subgraph(block.subgraph)
+        blocks.append(CBlock(c_subgraph(program, block.subgraph),
+                             (*em.calls(block.subgraph), *copy_lines(em, block.copies))))
+    return CControl(em.at.c_tensor(control.condition), tuple(blocks),
+                    copy_lines(em, control.entry, "starts as"))
+
+
+def copy_lines(em: Emission, moves: Iterable[Copy], verb: str = "<-") -> tuple[str, ...]:
+    """The statements of IF's and WHILE's copies, each after a comment saying what."""
+    program, tensors = em.mp.program, em.mp.graph.tensors
+    lines = []
+    for move in moves:
+        dst, src = tensors[move.dst], tensors[move.src]
+        if dst.nbytes:
+            lines.append(f"/* {program.tensor_label(move.dst)} '{c_text(dst.name)}' {verb} "
+                         f"{program.tensor_label(move.src)} '{c_text(src.name)}' */")
+            lines.append(f"memcpy({em.at.byte_pointer(move.dst)}, "
+                         f"{em.at.byte_pointer(move.src)}, {dst.nbytes});")
+    return tuple(lines)

@@ -1,0 +1,192 @@
+"""A striped segment's C (toolchain.lower.tiling): one kernel per op and run of alike stripes,
+each over its rows of the op's tensors, and the function that runs them stripe by stripe, a run
+of several stripes as a loop over the segment's stripe cursor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from toolchain.c.kernel_text import alike_renamed, shared_definitions
+from toolchain.errors import PlanError
+from toolchain.lower.tiling import (
+    OpRows,
+    Run,
+    Segment,
+    StripeBuffer,
+    stripe_runs,
+    stripe_scratch_fits,
+    striped_params,
+)
+from toolchain.ops.emit import C_TYPES, CTensor, Kernel, OpContext, c_comment, c_sum
+from toolchain.render import render
+from toolchain.text import c_text
+
+if TYPE_CHECKING:
+    from toolchain.c.steps import Emission
+
+Place = tuple[int, int] | None  # an operand's (row at the run's first stripe, rows per stripe)
+
+
+@dataclass(frozen=True)
+class StripedSegment:
+    """One segment as its kernels address it: the cursor the stripe kernels of a loop read, the
+    tensor each op writes, and the stripe buffers with their slots of the offset table."""
+
+    em: Emission
+    seg: Segment
+    cursor: str
+    produced: dict[int, int]  # op -> its output
+    buffer_at: dict[int, tuple[StripeBuffer, int]]  # intermediate -> its buffer, its slot
+
+    def rows_at(self, t: int, place: Place, row: int, rows: int, start: int) -> CTensor:
+        """`rows` rows of tensor t as a stripe's kernel sees them: from `row` of its stripe
+        buffer, or where `place` puts them in the whole tensor for the run starting at
+        stripe `start`."""
+        at = self.em.at
+        tensor = self.em.mp.graph.tensors[t]
+        ctype, elems = C_TYPES[tensor.dtype], tensor.num_elements // tensor.shape[1]
+        if t in self.buffer_at:
+            base = f"(({ctype} *)({at.arena} + {at.name}_offsets[{self.buffer_at[t][1]}]))"
+            first = str(row)
+        else:
+            base = at.pointer(t)
+            row0, per = place
+            first = c_sum([(self.cursor, per)], row0 - per * start) if per else str(row0)
+        ptr = base if first == "0" else f"({base} + ({first}) * {elems})"
+        return CTensor(t, c_text(tensor.name), tensor.dtype, (1, rows, *tensor.shape[2:]), ptr,
+                       None, at.used)
+
+    def row_in_buffer(self, t: int, row: int, stripe: int) -> int:
+        """A row of tensor t relative to where the stripe has it: in its stripe buffer, from
+        the buffer's base row; in the whole tensor, as it is."""
+        if t not in self.buffer_at:
+            return row
+        return row - self.seg.stripes[stripe].bases[self.seg.buffer_of(t)]
+
+
+def striped_segment(em: Emission, seg: Segment) -> StripedSegment:
+    return StripedSegment(
+        em, seg, f"{em.at.name}_stripe{seg.first}",
+        {o: em.mp.graph.operators[o].outputs[0] for o in seg.ops},
+        {b.tensor: (b, em.at.stripe_slot[b.tensor]) for b in seg.buffers})
+
+
+def emit_segment(em: Emission, seg: Segment) -> None:
+    """A striped segment's kernels, one per op and run of alike stripes, and the function
+    that runs them stripe by stripe, after a comment saying how it stripes."""
+    s = striped_segment(em, seg)
+    header_at = len(em.texts)  # the segment's comment, and its cursor where anything reads it
+    em.texts.append("")
+    constants_of: dict[str, str] = {}  # file-scope constant -> its definition
+    moving: set[int] = set()  # the stripe buffers whose rows move up
+    runs = []
+    for run in stripe_runs(seg, em.params, s.produced):
+        stripe = seg.stripes[run.start]
+        lines = keep_moves(s, run, moving)
+        lines += [stripe_call(s, run, w, places, constants_of)
+                  for w, places in zip(stripe.ops, run.rows)]
+        runs.append({"loop": run.count > 1, "start": run.start, "stop": run.start + run.count,
+                     "lines": lines})
+    program, name, arena = em.mp.program, em.at.name, em.at.arena
+    declarations = [f"uint8_t *const rows{b.tensor} = {arena} + {name}_offsets[{slot}]; "
+                    f"/* {program.tensor_label(b.tensor)}: {b.rows} rows */"
+                    for b, slot in s.buffer_at.values() if b.tensor in moving]
+    em.texts.append(render("c/stripes.c.j2", v={"fn": f"{name}_stripes{seg.first}",
+                                                "cursor": s.cursor, "runs": runs,
+                                                "declarations": declarations}))
+    em.texts[header_at] = segment_comment(s, any(run["loop"] for run in runs))
+
+
+def segment_comment(s: StripedSegment, loops: bool) -> str:
+    """What the segment runs, and its cursor: a stripe's kernel reads the cursor only in a loop
+    (in one stripe alone its rows are constants), so a segment written out declares none."""
+    seg = s.seg
+    ops = ", ".join(s.em.mp.program.op_label(o) for o in seg.ops)
+    what = (f"Steps {seg.first}-{seg.last} ({ops}) run in {len(seg.stripes)} stripes of "
+            f"{counted(seg.height, 'output row')}")
+    if not loops:
+        return c_comment(f"{what}, each written out.")
+    return (c_comment(f"{what}; {s.cursor} is the stripe the kernels below are on.")
+            + f"\nstatic int {s.cursor};")
+
+
+def keep_moves(s: StripedSegment, run: Run, moving: set[int]) -> list[str]:
+    """The memmoves that start a run: each stripe buffer's kept rows up to its top, where the
+    stripe before left them lower (recording those buffers in `moving`)."""
+    stripe = s.seg.stripes[run.start]
+    previous = s.seg.stripes[run.start - 1].bases if run.start else stripe.bases
+    lines = []
+    for (b, _), kept, base, before in zip(s.buffer_at.values(), stripe.kept, stripe.bases,
+                                          previous):
+        if kept and base != before:
+            moving.add(b.tensor)
+            lines.append(f"memmove(rows{b.tensor}, rows{b.tensor} + "
+                         f"{(base - before) * b.row_bytes}, {kept * b.row_bytes}); /* keep its "
+                         f"last {'row' if kept == 1 else f'{kept} rows'} at the top */")
+    return lines
+
+
+def stripe_call(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...],
+                constants_of: dict[str, str]) -> str:
+    """One op's kernel for a run (its text added to the file) and the line calling it."""
+    em, program = s.em, s.em.mp.program
+    context = stripe_context(s, run, w, places)
+    kernel, text = shared_kernel(em, context, run.start, constants_of)
+    em.kernel_of[w.op] = kernel
+    _, lo, hi = w.reads[0]
+    out_rows = w.out_hi - w.out_lo
+    stripes = (f"stripes {run.start}-{run.start + run.count - 1}" if run.count > 1
+               else f"stripe {run.start}")
+    em.texts.append(c_comment(
+        f"{program.op_label(w.op)} in {stripes} of step {s.seg.first}: "
+        f"{counted(out_rows, 'output row')} of its {context.op_rows} from "
+        f"{counted(hi - lo, 'input row')}.") + "\n" + text)
+    em.groups.extend(kernel.helpers)
+    then = f", then the next {out_rows} each stripe" if run.count > 1 else ""
+    rows = f"row {w.out_lo}" if out_rows == 1 else f"rows {w.out_lo}-{w.out_hi - 1}"
+    return f"{context.fn}(); /* {program.op_label(w.op)}: output {rows}{then} */"
+
+
+def stripe_context(s: StripedSegment, run: Run, w: OpRows,
+                   places: tuple[Place, ...]) -> OpContext:
+    """What an op's kernel for a run of stripes gets: its rows of the tensors it stripes, the
+    rest whole, and params cut to its rows; refused when it would need more scratch."""
+    em = s.em
+    mp, at = em.mp, em.at
+    op = mp.graph.operators[w.op]
+    ins = [s.rows_at(t, place, s.row_in_buffer(t, r_lo, run.start), r_hi - r_lo, run.start)
+           for (t, r_lo, r_hi), place in zip(w.reads, places)]
+    out_t = s.produced[w.op]
+    out = s.rows_at(out_t, places[-1], s.row_in_buffer(out_t, w.out_lo, run.start),
+                    w.out_hi - w.out_lo, run.start)
+    _, lo, hi = w.reads[0]
+    context = OpContext(
+        f"{em.fns[w.op]}_stripes{run.start}", f"{at.name}_{mp.program.op_symbol(w.op)}s", op,
+        striped_params(em.params[w.op], w.out_lo, w.out_hi, lo, hi),
+        (*ins, *(at.c_tensor(t) for t in op.inputs[len(ins):])), (out,),
+        at.scratch_of.get(w.op, ()), None, mp.program.op_label(w.op),
+        op_rows=mp.graph.tensors[out_t].shape[1])
+    if not stripe_scratch_fits(mp.program.bindings[w.op], context.params):
+        raise PlanError(f"{mp.program.op_label(w.op)} {op.opcode}: a stripe's kernel needs more "
+                        "scratch than the op's", mp.model.source)
+    return context
+
+
+def shared_kernel(em: Emission, context: OpContext, start: int,
+                  constants_of: dict[str, str]) -> tuple[Kernel, str]:
+    """A run's kernel and the text the file adds for it: the runs of an op share its
+    constants; one whose constants differ has its own, under a prefix of its own."""
+    kernel = em.emit(context)
+    text = shared_definitions(kernel.text, constants_of)
+    if text is None:
+        prefix = f"{context.prefix}{start}"
+        kernel = em.emit(replace(context, prefix=prefix))
+        text = shared_definitions(alike_renamed(kernel.text, prefix, context.prefix,
+                                                constants_of), constants_of)
+    return kernel, text
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 row", "3 rows"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
