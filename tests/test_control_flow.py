@@ -25,6 +25,7 @@ from toolchain.lab.c_backend import STRICT_FLAGS, compiler, split_outputs, write
 from toolchain.lab.check import random_inputs
 from toolchain.lab.oracle import LiteRTOracle
 from toolchain.lower.plan import plan_model
+from toolchain.lower.steps import RunWhile
 from toolchain.planners import Pool, verify
 from toolchain.views.report import plan_text
 
@@ -375,7 +376,8 @@ def test_both_branches_are_planned_and_share_memory():
     labels = [mp.step_label(step) for step in range(len(mp.lifetimes.order))]
     assert labels == ["op 0 IF", "subgraph 1 op 0 ADD", "subgraph 1 op 1 RELU",
                       "subgraph 1 op 2 MUL", "subgraph 2 op 0 SUB", "subgraph 2 op 1 MUL"]
-    assert mp.spans == {0: (range(1, 4), range(4, 6))}
+    (branch,) = mp.steps
+    assert [[s.step for s in block] for block in branch.branches] == [[1, 2, 3], [4, 5]]
     rows = {program.tensor_label(r.tensor): r for r in mp.rows()}
     assert {"subgraph 1 tensor 2", "subgraph 1 tensor 3", "subgraph 1 tensor 4",
             "subgraph 2 tensor 2", "subgraph 2 tensor 3"} <= set(rows)
@@ -395,8 +397,9 @@ def test_loop_values_live_across_the_whole_while():
     temporaries live within the condition's steps."""
     mp = planned(counter_loop())
     program = mp.program
-    (step,) = [s for s, op in enumerate(mp.lifetimes.order) if op in program.controls]
-    test, body = mp.spans[step]
+    (loop,) = [s for s in mp.steps if isinstance(s, RunWhile)]
+    step = loop.step
+    test, body = (range(b[0].step, b[-1].step + 1) for b in (loop.test, loop.body))
     control = program.controls[mp.lifetimes.order[step]]
     rows = {r.tensor: r for r in mp.rows()}
     for t in control.carried:

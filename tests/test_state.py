@@ -37,6 +37,7 @@ from toolchain.lab.check import check_plan, default_sequence, random_inputs
 from toolchain.lab.oracle_process import run_in_child
 from toolchain.lab.qemu_backend import QemuBackend
 from toolchain.lower.plan import plan_model
+from toolchain.lower.steps import CallOnce
 from toolchain.planners import Placement, verify
 from toolchain.views.report import plan_data, plan_text
 
@@ -74,12 +75,29 @@ def test_a_called_subgraph_runs_within_its_callers_step():
         "subgraph 1 op 2 VAR_HANDLE", "subgraph 1 op 3 ASSIGN_VARIABLE", "op 2 VAR_HANDLE",
         "op 3 READ_VARIABLE", "op 4 MUL", "op 5 ASSIGN_VARIABLE",
     ]
-    assert mp.call_spans == {1: 6}
+    assert call_ends(mp.steps) == {1: 6}
     lives = {program.tensor_label(r.tensor): (r.first_op, r.last_op) for r in mp.rows()}
     assert lives["subgraph 1 tensor 2"] == (2, 3)  # 'sum'
     assert lives["subgraph 1 tensor 3"] == (3, 5)  # 'relu'
     assert lives["tensor 1"] == (0, 8)  # 'doubled': across the call
     assert_matches_oracle(computed_start())
+
+
+def call_ends(steps) -> dict[int, int]:
+    """Step of each CALL_ONCE -> the step after the last of its subgraph's (nested included)."""
+    ends = {}
+
+    def last(block) -> int:
+        end = -1
+        for s in block:
+            end = max(end, s.step)
+            if isinstance(s, CallOnce):
+                ends[s.step] = last(s.body) + 1
+                end = max(end, ends[s.step] - 1)
+        return end
+
+    last(steps)
+    return ends
 
 
 def test_verify_sees_the_called_subgraphs_buffers():
@@ -100,7 +118,7 @@ def test_nested_calls_nest_their_steps():
     labels = [mp.step_label(step) for step in range(len(mp.lifetimes.order))]
     assert labels[:3] == ["op 0 CALL_ONCE", "subgraph 1 op 0 CALL_ONCE",
                           "subgraph 2 op 0 VAR_HANDLE"]
-    assert mp.call_spans == {0: 9, 1: 4}
+    assert call_ends(mp.steps) == {0: 9, 1: 4}
     assert [s.kind for s in mp.state_slots] == ["resource", "resource", "call_once", "call_once"]
 
 
@@ -108,7 +126,7 @@ def test_an_order_that_splits_a_call_is_refused():
     """A call's subgraph runs as a whole right after its CALL_ONCE, in any order of its own."""
     data = computed_start()
     assert planned(data).lifetimes.order == (0, 1, 6, 7, 8, 9, 2, 3, 4, 5)
-    assert planned(data, order=(0, 1, 8, 6, 7, 9, 2, 3, 4, 5)).call_spans == {1: 6}
+    assert call_ends(planned(data, order=(0, 1, 8, 6, 7, 9, 2, 3, 4, 5)).steps) == {1: 6}
     for bad in [(1, 0, 6, 7, 8, 9, 2, 3, 4, 5), (0, 1, 6, 7, 8, 2, 9, 3, 4, 5)]:
         with pytest.raises(PlanError, match="right after the CALL_ONCE"):
             planned(data, order=bad)

@@ -13,6 +13,7 @@ from toolchain.text import c_text
 
 if TYPE_CHECKING:
     from toolchain.c.steps import Emission
+    from toolchain.lower.steps import CallOnce, RunIf, RunWhile
 
 
 def c_subgraph(program: Program, graph: int) -> str:
@@ -21,23 +22,19 @@ def c_subgraph(program: Program, graph: int) -> str:
     return f"{graph} '{c_text(name)}'" if name else str(graph)
 
 
-def callee(em: Emission, op: int) -> Callee | None:
-    """The subgraph a CALL_ONCE runs, its kernels emitted; None for any other op."""
+def callee(em: Emission, step: CallOnce) -> Callee:
+    """The subgraph a CALL_ONCE runs, its kernels emitted, and the state byte that records it
+    ran."""
     program = em.mp.program
-    if op not in program.calls:
-        return None
-    called = program.calls[op]
-    em.emit_subgraph(called)
-    return Callee(c_subgraph(program, called), em.calls(called), em.flags[called])
+    em.emit_subgraph(step.subgraph)
+    return Callee(c_subgraph(program, step.subgraph), em.calls(step.subgraph),
+                  f"{em.at.name}_state[{step.flag}]")
 
 
-def c_control(em: Emission, op: int) -> CControl | None:
-    """An IF's or WHILE's blocks as C, the kernels of their steps emitted first; None for any
-    other op."""
+def c_control(em: Emission, step: RunIf | RunWhile) -> CControl:
+    """An IF's or WHILE's blocks as C, the kernels of their steps emitted first."""
     program = em.mp.program
-    if op not in program.controls:
-        return None
-    control = program.controls[op]
+    control = step.control
     blocks = []
     for block in control.blocks:
         em.emit_subgraph(block.subgraph)

@@ -22,6 +22,7 @@ from toolchain.c.module import (
 from toolchain.c.steps import Emission, kernel_function
 from toolchain.errors import ArenacError
 from toolchain.lower.plan import ModelPlan
+from toolchain.lower.steps import own_steps
 from toolchain.ops.emit import c_length
 from toolchain.render import render
 from toolchain.targets import get_target
@@ -58,7 +59,7 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     em.emit_subgraph(mp.graph_index)
     calls = list(em.calls(mp.graph_index))
     if trace:
-        calls = traced_calls(mp, at, em.steps_of.get(mp.graph_index, []), calls)
+        calls = traced_calls(mp, at, own_steps(mp.steps), calls)
     return model_files(em, calls, layout, target)
 
 

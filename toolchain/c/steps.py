@@ -15,7 +15,15 @@ from toolchain.errors import ArenacError
 from toolchain.lower.fusion import PadFusion
 from toolchain.lower.plan import ModelPlan
 from toolchain.lower.program import Program
-from toolchain.lower.tiling import Segment
+from toolchain.lower.steps import (
+    CallOnce,
+    RunIf,
+    RunOp,
+    RunSegment,
+    RunWhile,
+    Step,
+    blocks_by_subgraph,
+)
 from toolchain.ops import REGISTRY
 from toolchain.ops.emit import Kernel, OpContext
 
@@ -50,22 +58,14 @@ class Emission:
     groups: list[str] = field(default_factory=list)  # the helper groups the kernels call
     kernel_of: dict[int, Kernel] = field(default_factory=dict)
     order: tuple[int, ...] = field(init=False)  # the op of each step
-    steps_of: dict[int, list[int]] = field(init=False)  # subgraph -> its steps, in order
+    blocks: dict[int, tuple[Step, ...]] = field(init=False)  # subgraph -> its steps
     fns: dict[int, str] = field(init=False)  # op -> its kernel's function
-    segment_of: dict[int, Segment] = field(init=False)  # a striped step -> its segment
-    flags: dict[int, str] = field(init=False)  # a subgraph CALL_ONCE runs -> its state byte
 
     def __post_init__(self) -> None:
         mp, name = self.mp, self.at.name
         self.order = mp.lifetimes.order
-        self.steps_of = {}
-        for step, op in enumerate(self.order):
-            self.steps_of.setdefault(mp.program.op_origin(op)[0], []).append(step)
+        self.blocks = blocks_by_subgraph(mp.steps, mp.graph_index)
         self.fns = {op: kernel_function(name, mp, op) for op in self.order}
-        self.segment_of = {step: seg for seg in mp.tiling.segments
-                           for step in range(seg.first, seg.last + 1)}
-        self.flags = {slot.subgraph: f"{name}_state[{slot.offset}]"
-                      for slot in mp.state_slots if slot.kind == "call_once"}
 
     def emit(self, context: OpContext) -> Kernel:
         """One op's kernel from its emitter, whose refusal names the op and the file."""
@@ -81,40 +81,40 @@ class Emission:
             raise type(e)(f"{program.op_label(op)} {context.op.opcode}: {e.message}",
                           self.mp.model.source) from None
 
-    def call(self, step: int) -> str:
-        """The line that runs a step: a call, or for an op with no code a comment saying why."""
+    def call(self, step: Step) -> tuple[str, ...]:
+        """The lines that run a step: a call, or for an op with no code a comment saying why;
+        a striped segment's one call, then a comment for each of its other steps."""
         name, mp = self.at.name, self.mp
-        what = f"step {step}: {mp.step_label(step)}"
-        if step in self.segment_of:
-            seg = self.segment_of[step]
-            if step != seg.first:
-                return f"/* {what}: runs in the stripes of step {seg.first} */"
-            return f"{name}_stripes{step}(); /* steps {seg.first}-{seg.last} striped */"
-        op = self.order[step]
-        kernel = self.kernel_of[op]
+        if isinstance(step, RunSegment):
+            seg = step.segment
+            return (f"{name}_stripes{seg.first}(); /* steps {seg.first}-{seg.last} striped */",
+                    *(f"/* step {k}: {mp.step_label(k)}: runs in the stripes of step "
+                      f"{seg.first} */" for k in range(seg.first + 1, seg.last + 1)))
+        what = f"step {step.step}: {mp.step_label(step.step)}"
+        kernel = self.kernel_of[step.op]
         if not kernel.text:
-            return f"/* {what}: {kernel.note} */"
-        return f"{self.fns[op]}(); /* {what} */"
+            return (f"/* {what}: {kernel.note} */",)
+        return (f"{self.fns[step.op]}(); /* {what} */",)
 
     def calls(self, subgraph: int) -> tuple[str, ...]:
         """The lines that run a subgraph's steps, whose kernels were emitted."""
-        return tuple(self.call(step) for step in self.steps_of.get(subgraph, ()))
+        return tuple(line for step in self.blocks.get(subgraph, ()) for line in self.call(step))
 
     def emit_subgraph(self, subgraph: int) -> None:
         """The kernels of a subgraph's steps, each after those of the subgraphs it runs."""
-        for step in self.steps_of.get(subgraph, ()):
-            if step in self.segment_of:
-                if step == self.segment_of[step].first:
-                    emit_segment(self, self.segment_of[step])
-                continue
-            self.emit_step(self.order[step])
+        for step in self.blocks.get(subgraph, ()):
+            if isinstance(step, RunSegment):
+                emit_segment(self, step.segment)
+            else:
+                self.emit_step(step)
 
-    def emit_step(self, op: int) -> None:
+    def emit_step(self, step: RunOp | CallOnce | RunIf | RunWhile) -> None:
         """The kernel of an op that runs whole."""
         mp, at = self.mp, self.at
+        op = step.op
         operator = mp.graph.operators[op]
-        runs = callee(self, op)
-        control = c_control(self, op)
+        runs = callee(self, step) if isinstance(step, CallOnce) else None
+        control = c_control(self, step) if isinstance(step, RunIf | RunWhile) else None
         context = OpContext(
             self.fns[op], f"{at.name}_{mp.program.op_symbol(op)}", operator, self.params[op],
             tuple(at.c_tensor(t) for t in operator.inputs),

@@ -214,21 +214,11 @@ class ModelPlan:
         return next(s for s in self.state_slots if s.subgraph == subgraph)
 
     @cached_property
-    def call_spans(self) -> dict[int, int]:
-        """Step of each CALL_ONCE that runs a subgraph -> the step after that subgraph's last."""
-        return self.program.call_spans(self.lifetimes.order)
-
-    @cached_property
     def steps(self) -> tuple[Step, ...]:
         """What runs, in what order and in which block (toolchain.lower.steps): every backend
         visits these."""
         return execution_steps(self.program, self.lifetimes.order, self.tiling,
                                lambda subgraph: self.call_once_slot(subgraph).offset)
-
-    @cached_property
-    def spans(self) -> dict[int, tuple[range, ...]]:
-        """Step of each op that runs subgraphs (CALL_ONCE, IF, WHILE) -> the steps of each."""
-        return self.program.spans(self.lifetimes.order)
 
     def step_label(self, step: int) -> str:
         """"op 3 ADD", "subgraph 1 op 0 VAR_HANDLE": the op that runs at a step."""

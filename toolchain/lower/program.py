@@ -295,15 +295,6 @@ class Program:
             orders[graph].append(index)
         return orders
 
-    def call_spans(self, order: Sequence[int]) -> dict[int, int]:
-        """Step of each CALL_ONCE that runs a subgraph -> the step after that subgraph's last
-        (nested calls included). Raises PlanError unless every op that runs subgraphs is
-        followed by exactly their steps."""
-        spans = self.spans(order)
-        order = tuple(order)
-        return {step: blocks[-1].stop for step, blocks in spans.items()
-                if order[step] in self.calls}
-
     def spans(self, order: Sequence[int]) -> dict[int, tuple[range, ...]]:
         """Step of each op that runs subgraphs -> the steps of each subgraph it runs, in order
         (nested ones included). Raises PlanError unless every such op is followed by exactly

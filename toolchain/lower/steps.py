@@ -107,25 +107,30 @@ def execution_steps(program: Program, order: Sequence[int], tiling: Tiling,
     return block(range(len(order)))
 
 
-def ops_of(steps: Sequence[Step]) -> list[int]:
-    """The steps (positions in the order) of a block and of every block inside it, in order."""
+def own_steps(block: Sequence[Step]) -> list[int]:
+    """The positions in the order of a block's own steps (a segment's each), without those of
+    the blocks inside them."""
     found: list[int] = []
-    for s in steps:
+    for s in block:
         if isinstance(s, RunSegment):
             found.extend(range(s.segment.first, s.segment.last + 1))
-            continue
-        found.append(s.step)
-        for inner in inner_blocks(s):
-            found.extend(ops_of(inner))
+        else:
+            found.append(s.step)
     return found
 
 
-def inner_blocks(s: Step) -> tuple[tuple[Step, ...], ...]:
-    """The blocks a step runs besides itself (none for an op or a segment)."""
-    if isinstance(s, CallOnce):
-        return (s.body,)
-    if isinstance(s, RunIf):
-        return s.branches
-    if isinstance(s, RunWhile):
-        return s.test, s.body
-    return ()
+def blocks_by_subgraph(steps: tuple[Step, ...], main: int) -> dict[int, tuple[Step, ...]]:
+    """Each subgraph's block of steps (subgraph `main` is `steps` itself): a program lays
+    every subgraph it runs out once, so each has one block."""
+    found = {main: steps}
+    for s in steps:
+        inner: tuple[tuple[int, tuple[Step, ...]], ...] = ()
+        if isinstance(s, CallOnce):
+            inner = ((s.subgraph, s.body),)
+        elif isinstance(s, RunIf | RunWhile):
+            blocks = s.branches if isinstance(s, RunIf) else (s.test, s.body)
+            inner = tuple((b.subgraph, steps_of) for b, steps_of in
+                          zip(s.control.blocks, blocks, strict=True))
+        for subgraph, block in inner:
+            found.update(blocks_by_subgraph(block, subgraph))
+    return found
