@@ -21,11 +21,27 @@ RECORD = Path(__file__).with_name("behaviour.json")
 TARGETS = ("generic", "cortex-m4", "cortex-m55")
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _SPACE = re.compile(r"\s+")
+_OFFSET_TABLE = re.compile(r"static const uint32_t (\w+)_offsets\[\d+\] = \{(.*?)\};\n", re.S)
+# The offset macros of NAME.c: `#define NAME_T22 512u`, each after a comment line
+_OFFSET_MACRO = re.compile(r"^#define ([A-Z][A-Z0-9_]*) (\d+u)$", re.M)
+_OFFSET_MACRO_LINE = re.compile(r"^#define [A-Z][A-Z0-9_]* \d+u\n", re.M)
 
 
 def normalized_c(text: str) -> str:
     """C text with comments gone and every run of white space one blank: what a compiler sees,
-    give or take the preprocessor."""
+    give or take the preprocessor. A buffer's offset is written as its value, whether the C
+    names it by a slot of an offset table (NAME_offsets[k], as before the buffers had keys) or
+    by a macro of what it holds (#define NAME_T22 512u)."""
+    table = _OFFSET_TABLE.search(text)
+    if table:
+        values = re.findall(r"(\d+u),", table.group(2))
+        text = text[:table.start()] + text[table.end():]
+        text = re.sub(re.escape(table.group(1)) + r"_offsets\[(\d+)\]",
+                      lambda m: values[int(m.group(1))], text)
+    macros = dict(_OFFSET_MACRO.findall(text))
+    if macros:
+        text = _OFFSET_MACRO_LINE.sub("", text)
+        text = re.sub(r"\b[A-Z][A-Z0-9_]*\b", lambda m: macros.get(m.group(0), m.group(0)), text)
     return _SPACE.sub(" ", _COMMENT.sub(" ", text)).strip()
 
 
@@ -60,9 +76,13 @@ def digests(name: str, path: Path, target: str, folder: Path) -> dict[str, str]:
     out = folder / name / target
     _arenac("gen", str(path), "-o", str(out), "--target", target, "--name", "m")
     for file in sorted(out.iterdir()):
-        if file.suffix in (".c", ".h"):
+        if file.suffix == ".c":
             text = normalized_c(file.read_text())
-            found[file.name] = hashlib.sha256(text.encode()).hexdigest()
+        elif file.suffix == ".h":
+            text = _SPACE.sub(" ", _COMMENT.sub(" ", file.read_text())).strip()
+        else:
+            continue
+        found[file.name] = hashlib.sha256(text.encode()).hexdigest()
     return found
 
 

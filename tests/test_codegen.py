@@ -59,7 +59,11 @@ def test_header_and_source_promises():
     assert re.search(r"ARENAC_ALIGN\(16\) static uint8_t demo_arena\[\d+\];", source)
     for banned in ["malloc", "free(", "printf", "stdio.h", "stdlib.h"]:
         assert banned not in source
-    assert source.count("u, /* t") == len(mp.offset_of_tensor())  # one offset entry per tensor
+    # one offset macro per planned tensor, named by it, its offset as the plan says
+    for t, offset in mp.offset_of_tensor().items():
+        assert f"/* tensor {t} '{mp.graph.tensors[t].name}':" in source
+        assert f"#define DEMO_T{t} {offset}u\n" in source
+    assert len(re.findall(r"^#define DEMO_T\d+ \d+u$", source, re.M)) == len(mp.offset_of_tensor())
 
 
 def test_external_io_keeps_inputs_and_outputs_out_of_the_arena(tmp_path):
@@ -134,6 +138,24 @@ def test_state_lives_in_its_own_block_and_reset_restores_it():
     assert "memset(s_state + 0, 0, 32);" in files["s.c"]
     with CBackend(mp) as backend:
         assert check_plan(mp, data, inputs=2, extra=[("c", backend.invoke_many)]).ok
+
+
+def test_align_reaches_the_state_block_and_each_piece_of_it():
+    """--align 64 aligns the state block and every variable in it to 64 bytes (what follows
+    one starts 64 bytes on), as it does the arena's buffers; the C declares the block so, and
+    still gives runtime_py's outputs."""
+    data = EXAMPLES["streaming_kws_int8"]()
+    mp = plan_model(parse_model(data, "kws.tflite"), alignment=64)
+    kept = [s for s in mp.state_slots if s.kind != "call_once"]
+    assert kept and all(s.offset % 64 == 0 for s in kept)
+    assert all(o % 64 == 0 for o in mp.plan.offsets)
+    files = generate(mp, "kws")
+    assert f"ARENAC_ALIGN(64) static uint8_t kws_state[{mp.state_bytes}]" in files["kws.c"]
+    with CBackend(mp) as backend:
+        assert check_plan(mp, data, inputs=2, extra=[("c", backend.invoke_many)]).ok
+    default = plan_model(parse_model(data, "kws.tflite"))
+    assert all(s.offset % 16 == 0 for s in default.state_slots if s.kind != "call_once")
+    assert default.state_bytes < mp.state_bytes
 
 
 # A `for` over constant bounds: (var, start, stop, step or "" for ++).

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolchain.lower.lifetimes import STRIPE
+from toolchain.lower.lifetimes import STRIPE, TENSOR, BufferKey
 from toolchain.lower.plan import ModelPlan, StateSlot
+from toolchain.lower.program import Program
 from toolchain.ops.emit import C_TYPES, CTensor, c_length
 from toolchain.text import c_text
 
@@ -24,6 +25,7 @@ class Addresses:
     slot_of: dict[int, int]  # a planned tensor -> its slot of the offset table
     places: tuple[tuple[int | None, int], ...]  # each slot's pool (None: the arena), offset
     array_of: tuple[str, ...]  # each slot's array
+    macros: tuple[str, ...]  # each slot's offset, as the C names it
     scratch_of: dict[int, tuple[str, ...]]  # an op -> `uint8_t *` of its kernel's scratch
     stripe_slot: dict[int, int]  # an intermediate -> the slot of its stripe buffer
     state_at: dict[int, StateSlot]  # a tensor kept in the state block -> its slot there
@@ -36,7 +38,7 @@ class Addresses:
 
     def slot_bytes(self, k: int) -> str:
         """The `uint8_t *` expression of slot k of the offset table."""
-        return f"{self.array_of[k]} + {self.name}_offsets[{k}]"
+        return f"{self.array_of[k]} + {self.macros[k]}"
 
     def state_pointer(self, dtype: str, offset: int) -> str:
         return f"(({C_TYPES[dtype]} *)({self.name}_state + {offset}))"
@@ -98,26 +100,39 @@ def addresses(mp: ModelPlan, name: str, external_io: bool, arena: str,
               pools: list[dict]) -> Addresses:
     """The places of the plan's buffers in a file whose arena is `arena` and pools `pools`."""
     offsets = mp.offset_of_tensor()
-    # Each slot of the offset table: the array it indexes and its offset there (tensors, then
-    # scratch, as the table lists them).
-    positions = [*mp.lifetimes.tensor_buffers.values(),
-                 *(mp.lifetimes.buffer_of[r.key] for r in mp.lifetimes.scratch)]
-    places = tuple(mp.place(i) for i in positions)
+    # Each slot: a planned buffer (tensors, then scratch, in the plan's order), the array it
+    # lives in, its offset there and the macro the C names that offset by.
+    keys = [*(BufferKey(TENSOR, t) for t in offsets), *(r.key for r in mp.lifetimes.scratch)]
+    places = tuple(mp.address(key) for key in keys)
     array_of = tuple(arena if k is None else pools[k]["symbol"] for k, _ in places)
+    macros = tuple(offset_macro(mp.program, name, key) for key in keys)
     scratch_of: dict[int, list[str]] = {}
     stripe_slot: dict[int, int] = {}
     for k, (request, _) in enumerate(mp.scratch_offsets(), start=len(offsets)):
         if request.key.kind == STRIPE:
             stripe_slot[request.key.index] = k
         elif request.kernel:  # else held only as TFLite Micro's kernel would hold it
-            scratch_of.setdefault(request.op, []).append(f"({array_of[k]} + {name}_offsets[{k}])")
+            scratch_of.setdefault(request.op, []).append(f"({array_of[k]} + {macros[k]})")
     graph = mp.graph
     return Addresses(
-        mp, name, arena, {t: k for k, t in enumerate(offsets)}, places, array_of,
+        mp, name, arena, {t: k for k, t in enumerate(offsets)}, places, array_of, macros,
         {op: tuple(s) for op, s in scratch_of.items()}, stripe_slot,
         {slot.tensor: slot for slot in mp.state_slots if slot.tensor is not None},
         frozenset(graph.inputs) | frozenset(graph.outputs) if external_io else frozenset(),
         mp.weights_layout[0] if mp.weights_pool is not None else {})
+
+
+def offset_macro(program: Program, name: str, key: BufferKey) -> str:
+    """The macro of a buffer's offset, named by what it holds: NAME_T22 (tensor 22),
+    NAME_SG1_T0 (tensor 0 of subgraph 1), NAME_OP4_SCRATCH0 (op 4's first scratch buffer),
+    NAME_T6_ROWS (the stripe rows of tensor 6), NAME_OP4_TFLM_SCRATCH1."""
+    if key.kind == TENSOR:
+        what = program.tensor_symbol(key.index)
+    elif key.kind == STRIPE:
+        what = f"{program.tensor_symbol(key.index)}_rows"
+    else:
+        what = f"{program.op_symbol(key.index)}_{key.kind.replace(' ', '_')}{key.slot}"
+    return f"{name}_{what}".upper()
 
 
 def pool_arrays(mp: ModelPlan, name: str) -> list[dict]:

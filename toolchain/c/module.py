@@ -17,7 +17,7 @@ from toolchain.c.control import c_subgraph
 from toolchain.c.kernel_text import fixed_point_called, names_math_constant
 from toolchain.c.steps import Emission
 from toolchain.ir import Graph, Tensor
-from toolchain.lower.plan import ModelPlan, StateSlot
+from toolchain.lower.plan import ModelPlan, StateSlot, block_alignment
 from toolchain.lower.program import Program
 from toolchain.ops.emit import C_TYPES, c_array, c_float, c_int64, c_length, helper_definitions
 from toolchain.render import render
@@ -25,6 +25,10 @@ from toolchain.targets import Target
 from toolchain.text import c_text
 
 SHARED_NAME = "arenac_shared"
+
+# Every constant array in flash starts on this boundary: the widest load a kernel makes of
+# one (a Helium vector, or LDRD's pair of words) is then aligned.
+CONSTANT_ALIGNMENT = 16
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ def about(mp: ModelPlan, name: str, target: Target) -> dict:
         "sha256": mp.model.sha256,
         "planner": mp.plan.planner,
         "alignment": mp.plan.alignment,
+        "block_alignment": block_alignment(mp.plan.alignment),
+        "constant_alignment": CONSTANT_ALIGNMENT,
         "arena_bytes": mp.arena_bytes,
         "arena_length": c_length(mp.arena_bytes),
         "lower_bound_bytes": mp.overlap_bound_bytes,  # the bound of this plan (overlaps, stripes)
@@ -199,12 +205,12 @@ def constant(mp: ModelPlan, at: Addresses, t: Tensor) -> dict:
 
 
 def offset_rows(mp: ModelPlan, at: Addresses) -> list[dict]:
-    """Each slot of the offset table: its offset in its array, and a comment saying what it
-    holds (and in which pool)."""
+    """Each planned buffer's offset in its array, as a macro named by what it holds, and a
+    comment saying what that is (and in which pool)."""
     program = mp.program
     rows = {r.tensor: r for r in mp.rows()}
     comments = [
-        f"{program.tensor_symbol(t)} '{c_text(rows[t].name)}': {rows[t].bytes} "
+        f"{program.tensor_label(t)} '{c_text(rows[t].name)}': {rows[t].bytes} "
         f"bytes, ops {rows[t].first_op}-{rows[t].last_op}" for t in at.slot_of
     ] + [
         f"scratch of {program.op_label(request.op)} ({c_text(request.purpose)}): "
@@ -212,7 +218,8 @@ def offset_rows(mp: ModelPlan, at: Addresses) -> list[dict]:
     ]
     if mp.pools:  # say which pool each slot indexes
         comments = [f"{mp.pools[k].pool.name}: {c}" for c, (k, _) in zip(comments, at.places)]
-    return [{"offset": offset, "comment": c} for c, (_, offset) in zip(comments, at.places)]
+    return [{"macro": macro, "offset": offset, "comment": c}
+            for macro, c, (_, offset) in zip(at.macros, comments, at.places, strict=True)]
 
 
 def weights(mp: ModelPlan, at: Addresses) -> dict | None:

@@ -47,7 +47,7 @@ class StripedSegment:
         tensor = self.em.mp.graph.tensors[t]
         ctype, elems = C_TYPES[tensor.dtype], tensor.num_elements // tensor.shape[1]
         if t in self.buffer_at:
-            base = f"(({ctype} *)({at.arena} + {at.name}_offsets[{self.buffer_at[t][1]}]))"
+            base = f"(({ctype} *)({at.arena} + {at.macros[self.buffer_at[t][1]]}))"
             first = str(row)
         else:
             base = at.pointer(t)
@@ -89,7 +89,7 @@ def emit_segment(em: Emission, seg: Segment) -> None:
         runs.append({"loop": run.count > 1, "start": run.start, "stop": run.start + run.count,
                      "lines": lines})
     program, name, arena = em.mp.program, em.at.name, em.at.arena
-    declarations = [f"uint8_t *const rows{b.tensor} = {arena} + {name}_offsets[{slot}]; "
+    declarations = [f"uint8_t *const rows{b.tensor} = {arena} + {em.at.macros[slot]}; "
                     f"/* {program.tensor_label(b.tensor)}: {b.rows} rows */"
                     for b, slot in s.buffer_at.values() if b.tensor in moving]
     em.texts.append(render("c/stripes.c.j2", v={"fn": f"{name}_stripes{seg.first}",

@@ -61,7 +61,15 @@ from toolchain.planners.tflm import TFLMPlanner
 from toolchain.progress import step
 from toolchain.targets import GENERIC
 
+# The least alignment of each piece of the state block and of the weights' copy in RAM, and of
+# the blocks themselves: a plan made with a larger --align aligns them to that instead.
 STATE_ALIGNMENT = 16
+
+
+def block_alignment(alignment: int) -> int:
+    """The alignment of the state block, the weights' copy and each piece of them, for a plan
+    whose buffers are aligned to `alignment`."""
+    return max(alignment, STATE_ALIGNMENT)
 # The most of the time limit the schedule search may take; the planners have the rest.
 SCHEDULE_SHARE = 0.5
 
@@ -140,7 +148,7 @@ class ModelPlan:
     def weights_layout(self) -> tuple[dict[int, int], int]:
         """With the weights in a RAM pool: constant tensor -> offset in their copy there, and
         the copy's size."""
-        return weight_layout(self.graph)
+        return weight_layout(self.graph, self.plan.alignment)
 
     @property
     def arena_bytes(self) -> int:
@@ -185,7 +193,7 @@ class ModelPlan:
     @property
     def state_slots(self) -> tuple[StateSlot, ...]:
         """The state block's layout: variable tensors, resource variables and the state of
-        kernels, each aligned to STATE_ALIGNMENT, then one flag byte per subgraph that CALL_ONCE
+        kernels, each aligned to block_alignment, then one flag byte per subgraph that CALL_ONCE
         runs."""
         return self._state[0]
 
@@ -195,7 +203,7 @@ class ModelPlan:
 
     @cached_property
     def _state(self) -> tuple[tuple[StateSlot, ...], int]:
-        return state_layout(self.program, self.lifetimes)
+        return state_layout(self.program, self.lifetimes, self.plan.alignment)
 
     def state_layout(self) -> tuple[dict[int, int], int]:
         """Variable tensors persist in the state block: tensor -> offset there, and the block's
@@ -244,9 +252,10 @@ def step_label(program: Program, order: Sequence[int], step: int) -> str:
     return f"{program.op_label(op)} {program.graph.operators[op].kind}"
 
 
-def weight_layout(graph) -> tuple[dict[int, int], int]:
+def weight_layout(graph, alignment: int) -> tuple[dict[int, int], int]:
     """The constant tensors operators read, one after the other (each aligned to
-    STATE_ALIGNMENT), as a copy of them in RAM lays them out; and the copy's size."""
+    block_alignment), as a copy of them in RAM lays them out; and the copy's size."""
+    align = block_alignment(alignment)
     offsets, end = {}, 0
     for op in graph.operators:
         for t in op.inputs:
@@ -254,30 +263,33 @@ def weight_layout(graph) -> tuple[dict[int, int], int]:
             if tensor is not None and tensor.is_constant \
                     and t not in offsets:
                 offsets[t] = end
-                end += align_up(tensor.nbytes, STATE_ALIGNMENT)
+                end += align_up(tensor.nbytes, align)
     return offsets, end
 
 
-def state_layout(program: Program, lifetimes: Lifetimes) -> tuple[tuple[StateSlot, ...], int]:
-    """The state block's slots and size (ModelPlan.state_slots)."""
+def state_layout(program: Program, lifetimes: Lifetimes, alignment: int
+                 ) -> tuple[tuple[StateSlot, ...], int]:
+    """The state block's slots and size (ModelPlan.state_slots), for a plan aligned to
+    `alignment`."""
+    align = block_alignment(alignment)
     tensors = program.graph.tensors
     slots, offset = [], 0
     for t in lifetimes.variables:
         tensor = tensors[t]
         slots.append(StateSlot("variable", tensor.name, offset, tensor.nbytes, tensor.dtype,
                                tensor.shape, initial_bytes(tensor), tensor=t))
-        offset += align_up(tensor.nbytes, STATE_ALIGNMENT)
+        offset += align_up(tensor.nbytes, align)
     for i, v in enumerate(program.resources):
         slots.append(StateSlot("resource", v.name, offset, v.nbytes, v.dtype, v.shape,
                                bytes(v.nbytes), resource=i))
-        offset += align_up(v.nbytes, STATE_ALIGNMENT)
+        offset += align_up(v.nbytes, align)
     for b in program.bindings:
         for request in b.state if b is not None else ():
             nbytes = math.prod(request.shape) * np.dtype(request.dtype).itemsize
             slots.append(StateSlot("kernel", f"{program.op_label(b.op)} {b.opcode}: "
                                    f"{request.purpose}", offset, nbytes, request.dtype,
                                    request.shape, bytes(nbytes), op=b.op))
-            offset += align_up(nbytes, STATE_ALIGNMENT)
+            offset += align_up(nbytes, align)
     for g in dict.fromkeys(program.calls.values()):
         slots.append(StateSlot("call_once", f"subgraph {program.subgraph_label(g)} ran",
                                offset, 1, "uint8", (), bytes(1), subgraph=g))
@@ -579,15 +591,16 @@ def pool_plan(program: Program, lifetimes: Lifetimes, overlaps, pools: Sequence[
                 "constant stays in flash; variables live in the state block: pin state=POOL)",
                 source)
         buffer_pins[lifetimes.buffers[buffer_of[t]].id] = index[pool]
-    sizes = {"state": align_up(state_layout(program, lifetimes)[1], STATE_ALIGNMENT),
-             "weights": weight_layout(program.graph)[1]}
+    align = block_alignment(alignment)
+    sizes = {"state": align_up(state_layout(program, lifetimes, alignment)[1], align),
+             "weights": weight_layout(program.graph, alignment)[1]}
     reserved = [0] * len(pools)
     for key, k in blocks.items():
         reserved[k] += sizes[key]
     for k in blocks.values():
         if reserved[k] > pools[k].capacity:
             what = " and ".join(f"the {b} ({sizes[b]} bytes)" for b in blocks if blocks[b] == k)
-            raise PlanError(f"{what}, aligned to {STATE_ALIGNMENT}, do not fit pool "
+            raise PlanError(f"{what}, aligned to {align}, do not fit pool "
                             f"{pools[k].name} ({pools[k].capacity} bytes)", source)
     try:
         pooled = plan_pools(lifetimes.buffers, overlaps, pools, candidates, alignment,
