@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
-from runtime_py.kernels.fully_connected import double_to_int32, round_half_away
 from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.ops.test_conv import conv_model, depthwise_model
 from tests.ops.test_elementwise import binary_model
@@ -40,9 +39,11 @@ from toolchain.lower.plan import ModelPlan, Techniques, plan_model
 from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.numerics.quant import quantize_multiplier
 from toolchain.numerics.rounding import (
+    double_to_int32,
     fc_multiplier,
     first_multiple,
     high_word,
+    round_half_away,
     shared_roundings,
     single_roundings,
 )

@@ -71,8 +71,10 @@ from toolchain.numerics.rounding import (
     HighWord,
     SingleRounding,
     accumulator_range,
+    double_to_int32,
     fc_multiplier,
     high_word,
+    round_half_away,
     shared_roundings,
     single_roundings,
 )
@@ -295,9 +297,6 @@ def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
 
 
 def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
-    # runtime_py's own rounding is the reference (imported here: runtime_py imports the ops)
-    from runtime_py.kernels.fully_connected import double_to_int32, round_half_away
-
     zp = p.output_offset
     low, high = p.activation_min - zp, p.activation_max - zp
     scales = list(p.requant_scales) * (m.channels if len(p.requant_scales) == 1 else 1)
