@@ -13,7 +13,7 @@ from runtime_py.hybrid import quantize_asymmetric as _asymmetric_row
 from runtime_py.hybrid import quantize_symmetric as _symmetric_row
 from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from toolchain.numerics.rounding import double_to_int32, round_half_away
-from toolchain.ops.fully_connected import (
+from toolchain.ops.fully_connected.prepare import (
     VECTOR_ACTIVATIONS,
     BatchMatMulFloatParams,
     BatchMatMulHybridParams,
