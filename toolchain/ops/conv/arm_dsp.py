@@ -580,36 +580,30 @@ def depthwise_overlaps(graph: Graph, op: Operator, p) -> list[OverlapRule]:
     return overlaps.convolution(graph, op)
 
 
-def emit_depthwise(ctx: OpContext) -> Kernel:
-    p = ctx.params
-    d = depthwise_of(p)
-    prefix = ctx.prefix
-    m = d.matmul()
-    name = ctx.outputs[0].name
-    what = f"DEPTHWISE_CONV_2D '{name}' {d.kh}x{d.kw}"
-    tables, output, output_comment = output_values(
-        prefix, conv_output(m, p.output),
-        (m.sums(), f"{what}: per channel, bias + input offset * the filter's sum (int32, "
-                   "wrapped)"))
-    tables = [
-        {"name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
-         "length": c_length(d.channels * d.kh * d.row_words),
-         "data": c_array(d.packed().ravel(), 8),
-         "comment": c_comment(
-             f"{what}: per channel and filter row, the weights of two adjacent taps as an "
-             "int16 pair (left tap in the lower half" +
-             ("), then those pairs one tap on (for the second pixel of a pair)"
-              if d.shared_loads else ", the last one with 0)" if d.kw % 2 else ")"))},
-        *tables,
-    ]
-    sh, sw = d.stride
-    slot, channel = d.line, d.kh * d.line  # the scratch is [channel][slot][line]
-    # input row py sits at slot py % kh; output row oy's window starts at row oy * sh (its
-    # turn, mod kh), so slot s holds its filter row (s - turn) mod kh, whose words start at f_s:
-    # one call of the row function per turn, the f_s constants in each
+def _depthwise_filter(prefix: str, d: Depthwise, what: str) -> dict:
+    """The filter table: per channel and filter row, the packed pairs of taps."""
+    return {
+        "name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
+        "length": c_length(d.channels * d.kh * d.row_words),
+        "data": c_array(d.packed().ravel(), 8),
+        "comment": c_comment(
+            f"{what}: per channel and filter row, the weights of two adjacent taps as an "
+            "int16 pair (left tap in the lower half" +
+            ("), then those pairs one tap on (for the second pixel of a pair)"
+             if d.shared_loads else ", the last one with 0)" if d.kw % 2 else ")"))}
+
+
+def _row_calls(prefix: str, d: Depthwise) -> tuple[list[str], list[str], list[str]]:
+    """The row function's slot arguments, its filter loads, and its calls per output row.
+
+    Input row py sits at slot py % kh; output row oy's window starts at row oy * sh (its turn,
+    mod kh), so slot s holds its filter row (s - turn) mod kh, whose words start at f_s: one
+    call of the row function per turn, the f_s constants in each."""
+    sh = d.stride[0]
     words = d.row_words
     turn_args = [f"f{s}" for s in range(d.kh)] if d.kh > 1 else []
-    loads = [f"const int32_t w{s * words + j} = wc[{f'f{s}' + plus_term(j) if turn_args else j}];"
+    loads = [f"const int32_t w{s * words + j} = "
+             f"wc[{f'f{s}' + plus_term(j) if turn_args else j}];"
              for s in range(d.kh) for j in range(words)]
     row_out = f"out + oy * {d.out_w * d.channels}"
     turns = sorted({oy * sh % d.kh for oy in range(d.out_h)})
@@ -621,73 +615,106 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     calls = [call(turns[0])] if len(turns) == 1 else [
         f"switch ({'oy' if sh == 1 else f'oy * {sh}'} % {d.kh}) {{",
         *(line for t in turns for line in (f"case {t}:", f"  {call(t)}", "  break;")), "}"]
-    even = d.out_w - d.out_w % 2
+    return turn_args, loads, calls
 
-    def word_loads(row: int, count: int, pairs: bool) -> list[str]:
-        """Words a0..a{count - 1} of a filter row from r + row on, two by two with LDRD where
-        `pairs` (both pixels' words: the pair's first pixel is even, so they are aligned)."""
-        lines = []
-        for j in range(0, count, 2):
-            at = c_offset("r", [], row + 2 * j)
-            if pairs and j + 1 < count:
-                lines.append(f"arenac_load2((const int32_t *)(const void *)({at}), &a{j}, "
-                             f"&a{j + 1});")
-                continue
-            lines += [f"a{i} = arenac_load32((const int8_t *)({c_offset('r', [], row + 2 * i)}));"
-                      for i in range(j, min(j + 2, count))]
-        return lines
 
-    def shared_taps(count: int) -> list[str]:
-        """Pixel ox (and ox + 1) from the k + 1 words of each filter row (`shared_loads`)."""
-        k = d.kw // 2
-        lines = [f"int32_t {', '.join(f'a{j}' for j in range(k + 1))};"]
+def _word_loads(row: int, count: int, pairs: bool) -> list[str]:
+    """Words a0..a{count - 1} of a filter row from r + row on, two by two with LDRD where
+    `pairs` (both pixels' words: the pair's first pixel is even, so they are aligned)."""
+    lines = []
+    for j in range(0, count, 2):
+        at = c_offset("r", [], row + 2 * j)
+        if pairs and j + 1 < count:
+            lines.append(f"arenac_load2((const int32_t *)(const void *)({at}), &a{j}, "
+                         f"&a{j + 1});")
+            continue
+        lines += [f"a{i} = arenac_load32((const int8_t *)({c_offset('r', [], row + 2 * i)}));"
+                  for i in range(j, min(j + 2, count))]
+    return lines
+
+
+def _shared_taps(d: Depthwise, count: int) -> list[str]:
+    """Pixel ox (and ox + 1) from the k + 1 words of each filter row (`shared_loads`)."""
+    k = d.kw // 2
+    lines = [f"int32_t {', '.join(f'a{j}' for j in range(k + 1))};"]
+    for ky in range(d.kh):
+        row, w = ky * d.line, ky * d.row_words
+        lines += _word_loads(row, k + 1, count == 2)
+        lines += [f"acc0 = __smlad(a{j}, w{w + j}, acc0);" for j in range(k)]
+        lines.append(f"acc0 = __smlabt(a{k}, w{w + 2 * k - 1}, acc0);")
+        if count == 2:
+            lines.append(f"acc1 = __smlatb(a0, w{w}, acc1);")
+            lines += [f"acc1 = __smlad(a{j + 1}, w{w + k + j}, acc1);" for j in range(k)]
+    return lines
+
+
+def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int) -> dict:
+    """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
+    wr + ky * slot + ox * sw + 2 * j."""
+    sw, slot = d.stride[1], d.line
+    lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
+             f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
+    stores = [f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
+              f"{prefix}_output(acc{i}, c);" for i in range(count)]
+    if d.shared_loads:
+        return {"loop": loop, "lines": lines + _shared_taps(d, count) + stores}
+    if sw == 2 and count == 2:  # pixel ox + 1's words are pixel ox's from the second on
+        lines.append(f"int32_t {', '.join(f'a{j}' for j in range(d.pairs + 1))};")
         for ky in range(d.kh):
-            row, w = ky * slot, ky * words
-            lines += word_loads(row, k + 1, count == 2)
-            lines += [f"acc0 = __smlad(a{j}, w{w + j}, acc0);" for j in range(k)]
-            lines.append(f"acc0 = __smlabt(a{k}, w{w + 2 * k - 1}, acc0);")
-            if count == 2:
-                lines.append(f"acc1 = __smlatb(a0, w{w}, acc1);")
-                lines += [f"acc1 = __smlad(a{j + 1}, w{w + k + j}, acc1);" for j in range(k)]
-        return lines
-
-    def pixels(loop: ConstantLoop, count: int) -> dict:
-        """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
-        wr + ky * slot + ox * sw + 2 * j."""
-        lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
-                 f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
-        stores = [f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
-                  f"{prefix}_output(acc{i}, c);" for i in range(count)]
-        if d.shared_loads:
-            return {"loop": loop, "lines": lines + shared_taps(count) + stores}
-        if sw == 2 and count == 2:  # pixel ox + 1's words are pixel ox's from the second on
-            lines.append(f"int32_t {', '.join(f'a{j}' for j in range(d.pairs + 1))};")
-            for ky in range(d.kh):
-                lines += word_loads(ky * slot, d.pairs + 1, True)
-                lines += [f"acc{i} = __smlad(a{j + i}, w{ky * d.pairs + j}, acc{i});"
-                          for i in range(2) for j in range(d.pairs)]
-            return {"loop": loop, "lines": lines + stores}
-        for i in range(count):
-            lines += [f"acc{i} = __smlad(arenac_load32((const int8_t *)"
-                      f"({c_offset('r', [], ky * slot + 2 * j + i * sw)})), "
-                      f"w{ky * d.pairs + j}, acc{i});"
-                      for ky in range(d.kh) for j in range(d.pairs)]
+            lines += _word_loads(ky * slot, d.pairs + 1, True)
+            lines += [f"acc{i} = __smlad(a{j + i}, w{ky * d.pairs + j}, acc{i});"
+                      for i in range(2) for j in range(d.pairs)]
         return {"loop": loop, "lines": lines + stores}
+    for i in range(count):
+        lines += [f"acc{i} = __smlad(arenac_load32((const int8_t *)"
+                  f"({c_offset('r', [], ky * slot + 2 * j + i * sw)})), "
+                  f"w{ky * d.pairs + j}, acc{i});"
+                  for ky in range(d.kh) for j in range(d.pairs)]
+    return {"loop": loop, "lines": lines + stores}
 
+
+def _depthwise_blocks(prefix: str, d: Depthwise) -> tuple[list[dict], list[ConstantLoop]]:
+    """The pixel blocks of an output row: its pairs (written out up to UNROLLED_PIXELS, else a
+    loop) and a last odd pixel; and the pair loops."""
+    even = d.out_w - d.out_w % 2
     pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
     if d.out_w <= UNROLLED_PIXELS:  # the pairs written out: no loop, every offset a constant
         pairs = [ConstantLoop("ox", ox + 2, ox, 2) for ox in range(0, even, 2)]
     else:
         pairs = [pair]
-    blocks = [pixels(loop, count) for loop, count in [*((p, 2) for p in pairs), (single, 1)]
-              if loop.runs]
-    # one input pixel's channels into their lines: written out, or UNROLL a trip
+    blocks = [_depthwise_pixels(prefix, d, loop, count)
+              for loop, count in [*((p, 2) for p in pairs), (single, 1)] if loop.runs]
+    return blocks, pairs
+
+
+def _channel_copies(d: Depthwise) -> list[str]:
+    """One input pixel's channels into their lines: written out, or UNROLL a trip."""
+    channel = d.kh * d.line
     copies = [f"lp[{j * channel}] = xp[{j}];" for j in range(min(d.channels, UNROLLED))]
     if d.channels > UNROLLED:
         unroll = next(u for u in (UNROLL, 4, 2, 1) if d.channels % u == 0)
         copies = [f"for (c = 0; c < {d.channels}; c += {unroll}, xp += {unroll}, "
                   f"lp += {unroll * channel}) {{",
                   *(f"  {line}" for line in copies[:unroll]), "}"]
+    return copies
+
+
+def emit_depthwise(ctx: OpContext) -> Kernel:
+    p = ctx.params
+    d = depthwise_of(p)
+    prefix = ctx.prefix
+    m = d.matmul()
+    name = ctx.outputs[0].name
+    what = f"DEPTHWISE_CONV_2D '{name}' {d.kh}x{d.kw}"
+    tables, output, output_comment = output_values(
+        prefix, conv_output(m, p.output),
+        (m.sums(), f"{what}: per channel, bias + input offset * the filter's sum (int32, "
+                   "wrapped)"))
+    tables = [_depthwise_filter(prefix, d, what), *tables]
+    sh, sw = d.stride
+    channel = d.kh * d.line  # the scratch is [channel][slot][line]
+    turn_args, loads, calls = _row_calls(prefix, d)
+    blocks, pairs = _depthwise_blocks(prefix, d)
     # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
@@ -705,7 +732,7 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             + ", each __smlad adding two taps' products"),
         "d": d, "zero_point": -d.input_offset, "channel": channel, "loads": loads,
         "pixels": blocks, "ox": any(p.written for p in pairs), "first_row": first_row,
-        "copies": copies,
+        "copies": _channel_copies(d),
         "turn_args": turn_args, "calls": calls,
         "row_comment": c_comment(
             f"One output row of {what}, channel by channel: o its first output, and the filter "

@@ -1099,19 +1099,141 @@ def _span_test(y: _WindowAxis, x: _WindowAxis, out_w: int, pad_left: int, width:
     return test
 
 
+def _depthwise_terms(p: DepthwiseConvParams, lane: ConstantLoop, xp: str, wp: str,
+                     filter_stride: int, offset: int) -> list[str]:
+    """The products of an interior pixel's taps, in (ky, kx) order: tap (ky, kx) reads the
+    input and the filter at constant offsets from the window's first pixel (xp) and from the
+    first tap (wp)."""
+    _, _, width, channels = p.input_shape
+    kh, kw = p.window.filter
+    dh, dw = p.window.dilation
+    terms = []
+    for ky in range(kh):
+        for kx in range(kw):
+            at = (ky * dh * width + kx * dw) * channels
+            tap = (ky * kw + kx) * filter_stride
+            terms.append(_product(f"{xp}[{c_sum([(lane, 1)], at)}]",
+                                  f"{wp}[{c_sum([(lane, 1)], tap)}]", offset))
+    return terms
+
+
+def _wrapped(v: dict, is_float: bool, head: str) -> tuple[str, str]:
+    """The head and tail of a sum of products after `head`: an int8 sum in uint32_t, as
+    TFLite's int32 sum wraps; a wide sum in int (it fits: at most MAX_UNROLLED_TAPS products),
+    then added to the bias in int64_t."""
+    if is_float or (v["wide"] and not v["int_bias"]):
+        return head, ";"
+    return (f"{head}(" if v["wide"] else f"{head}(uint32_t)("), ");"
+
+
+def _depthwise_span(ctx: OpContext, v: dict, origin: tuple, span: int, span_test: list[str],
+                    depth_pixel: int) -> tuple[dict, ConstantLoop]:
+    """The pass of `span` horizontally adjacent interior pixels whose few int8 channels fill
+    one vector together, with its filter and bias repeated for them; and its lane loop."""
+    p: DepthwiseConvParams = ctx.params
+    channels = p.input_shape[3]
+    taps = p.window.filter[0] * p.window.filter[1]
+    lanes = ConstantLoop("c", VECTOR_STEP)
+    filt = p.weights[:, :, 0].T  # [tap, channel]
+    span_w, span_bias = f"{ctx.prefix}_span_w", f"{ctx.prefix}_span_bias"
+    xp, xp_lines = _pointer("xp", f"const {v['ctype']}", "x", *origin)
+    xp_lines.append(f"const {v['w_ctype']} *wp = {span_w};")
+    values = {
+        "comment": c_comment(f"{v['name']}: the filter and bias repeated for {span} "
+                             f"adjacent pixels ({taps * VECTOR_STEP + VECTOR_STEP * 4} "
+                             "bytes of flash)"),
+        "filter_name": span_w, "filter_length": c_length(taps * VECTOR_STEP),
+        "filter": c_array(np.tile(filt, (1, span)).astype(np.int64)),
+        "bias_name": span_bias, "bias_length": VECTOR_STEP,
+        "bias": c_array(np.tile(np.asarray(p.bias, np.int64), span)),
+        "condition": " && ".join(span_test),
+        "inside": _comment(f"pixels ox..ox+{span - 1} all inside: their {span} x {channels} "
+                           "channels fill one vector", depth_pixel + 1),
+        "lines": xp_lines,
+        "lanes": lanes,
+        "sum": _sum_lines(f"acc[{lanes.index}] = (uint32_t){span_bias}[{lanes.index}] + "
+                          "(uint32_t)(", _depthwise_terms(p, lanes, xp, "wp", VECTOR_STEP,
+                                                          v["offset"]), ");"),
+        "call": f"{v['rq']['fn']}(acc, {v['px']});",
+        "skip": span - 1,
+    }
+    return values, lanes
+
+
+def _depthwise_unrolled(p: DepthwiseConvParams, v: dict, whole: list[str], origin: tuple,
+                        c0: ConstantLoop, c: ConstantLoop, depth_pixel: int) -> dict:
+    """The one pass of a pixel whose whole window is inside the image, each tap at a constant
+    offset."""
+    xp, xp_lines = _pointer("xp", f"const {v['ctype']}", "x", [*origin[0], (c0, 1)], origin[1])
+    wp, wp_lines = _pointer("wp", f"const {v['w_ctype']}", "w", [(c0, 1)])
+    bias = ""
+    if v["int_bias"]:
+        bias = f"{'' if v['wide'] else '(uint32_t)'}bias[{c_sum([(c0, 1), (c, 1)])}] + "
+    head, tail = _wrapped(v, isinstance(p.output, FloatClamp), f"acc[{c.index}] = {bias}")
+    return {
+        "condition": " && ".join(whole),
+        "comment": _comment("the whole window inside the image: each tap at a constant "
+                            "offset, one pass", depth_pixel + _nested(c0, bool(whole))),
+        "lines": xp_lines + wp_lines,
+        "lanes": c,
+        "sum": _sum_lines(head, _depthwise_terms(p, c, xp, wp, p.output_shape[3], v["offset"]),
+                          tail),
+    }
+
+
+def _depthwise_taps(p: DepthwiseConvParams, v: dict, y, x, c0: ConstantLoop, c: ConstantLoop,
+                    block: int) -> tuple[dict, list[ConstantLoop]]:
+    """The loops over the taps inside the image, for the pixels whose window is not whole; and
+    the loops they add."""
+    shape, multiplier = p.input_shape, p.depth_multiplier
+    is_float = isinstance(p.output, FloatClamp)
+    (dh, dw), kw, out_channels = p.window.dilation, p.window.filter[1], p.output_shape[3]
+    ctype, offset, b = v["ctype"], v["offset"], v["batch"]
+    count = ConstantLoop("c", block * multiplier)
+    init = "0"
+    if v["int_bias"]:
+        init = (f"{'' if v['wide'] else '(uint32_t)'}"
+                f"bias[{c_sum([(c0, multiplier), (count, 1)])}]")
+    terms, first = _nhwc(b, shape, [*y.origin, (y.tap, dh)], [*x.origin, (x.tap, dw)],
+                         (y.constant, x.constant), [(c0, 1)])
+    w_terms = [(y.tap, kw * out_channels), (x.tap, out_channels), (c0, multiplier)]
+    # no tap of some axis is ever inside the image (dilated taps around a narrow image)
+    runs = y.taps.runs and x.taps.runs
+    taps = {"init": count, "init_step": f"acc[{count.index}] = {init};", "runs": runs,
+            "ky": y.taps, "kx": x.taps, "channel": c}
+    loops = [y.taps, x.taps, count] if runs else [count]
+    if runs and multiplier == 1:
+        xv, x_lines = _walk("xp", f"const {ctype}", "x", terms, first, c)
+        wv, w_lines = _walk("wp", f"const {v['w_ctype']}", "w", w_terms, 0, c)
+        product = _product(xv, wv, offset)
+        taps.update(lines=x_lines + w_lines, xv=None, multiplier=None,
+                    step=f"acc[{c.index}] += {product if is_float else _added(v, product)};")
+    elif runs:
+        m = ConstantLoop("m", multiplier)
+        loops.append(m)
+        xv, x_lines = _walk("xp", f"const {ctype}", "x", terms, first, c)
+        wp, w_lines = _pointer("wp", f"const {v['w_ctype']}", "w", w_terms)
+        at = c_sum([(c, multiplier), (m, 1)])
+        taps.update(
+            lines=x_lines + w_lines, multiplier=m,
+            xv=f"const float xv = {xv};" if is_float
+            else f"const int32_t xv = {xv}{_plus(offset)};",
+            step=f"acc[{at}] += xv * {wp}[{at}];" if is_float
+            else f"acc[{at}] += {_added(v, f'xv * {wp}[{at}]')};")
+    return taps, loops
+
+
 def depthwise_values(ctx: OpContext) -> dict:
     p: DepthwiseConvParams = ctx.params
     shape = p.input_shape
     _, height, width, channels = shape
-    _, out_h, out_w, out_channels = p.output_shape
+    _, out_h, out_w, _ = p.output_shape
     multiplier = p.depth_multiplier
     kh, kw = p.window.filter
     (sh, sw), (dh, dw), (pad_top, pad_left) = p.window.stride, p.window.dilation, p.window.padding
-    is_float = isinstance(p.output, FloatClamp)
     # input channels per pass: their accumulators (block * multiplier) fit the stack
     block = _block(channels, _accumulator_bytes(p) * multiplier)
-    taps = kh * kw
-    unrolled = multiplier == 1 and taps <= MAX_UNROLLED_TAPS
+    unrolled = multiplier == 1 and kh * kw <= MAX_UNROLLED_TAPS
     y = _window_axis("y", ConstantLoop("oy", out_h), sh, dh, pad_top, height, kh)
     x = _window_axis("x", ConstantLoop("ox", out_w), sw, dw, pad_left, width, kw)
     # int8 with fewer channels than a vector: `span` horizontally adjacent interior pixels fill
@@ -1123,114 +1245,23 @@ def depthwise_values(ctx: OpContext) -> dict:
         span_test = _span_test(y, x, out_w, pad_left, width, span, span - 1 + (kw - 1) * dw)
         span = span if span_test is not None else 1
     v = _common(ctx, 0, 2, block * multiplier, channels // block, repeat=span > 1)
-    b, ctype, offset = v["batch"], v["ctype"], v["offset"]
+    b = v["batch"]
     c0, c = ConstantLoop("c0", channels, 0, block), ConstantLoop("c", block)
     loops = [b, v["out_y"], v["out_x"], c0, c, v["acc_init"]]
     depth_pixel = _nested(b, v["out_y"], v["out_x"])
     # the input at the window's first tap
     origin = _nhwc(b, shape, y.origin, x.origin, (y.constant, x.constant))
-
-    def tap_terms(lane: ConstantLoop, xp: str, wp: str, filter_stride: int) -> list[str]:
-        """The products of an interior pixel's taps, in (ky, kx) order: tap (ky, kx) reads the
-        input and the filter at constant offsets from the window's first pixel (xp) and from
-        the first tap (wp)."""
-        terms = []
-        for ky in range(kh):
-            for kx in range(kw):
-                at = (ky * dh * width + kx * dw) * channels
-                tap = (ky * kw + kx) * filter_stride
-                terms.append(_product(f"{xp}[{c_sum([(lane, 1)], at)}]",
-                                      f"{wp}[{c_sum([(lane, 1)], tap)}]", offset))
-        return terms
-
-    def wrapped(head: str) -> tuple[str, str]:
-        """The head and tail of a sum of products after `head`: an int8 sum in uint32_t, as
-        TFLite's int32 sum wraps; a wide sum in int (it fits: at most MAX_UNROLLED_TAPS
-        products), then added to the bias in int64_t."""
-        if is_float or (v["wide"] and not v["int_bias"]):
-            return head, ";"
-        return (f"{head}(" if v["wide"] else f"{head}(uint32_t)("), ");"
-
+    v["span"] = None
     if span > 1:
-        lanes = ConstantLoop("c", VECTOR_STEP)
+        v["span"], lanes = _depthwise_span(ctx, v, origin, span, span_test, depth_pixel)
         loops.append(lanes)
-        filt = p.weights[:, :, 0].T  # [tap, channel]
-        span_w, span_bias = f"{ctx.prefix}_span_w", f"{ctx.prefix}_span_bias"
-        xp, xp_lines = _pointer("xp", f"const {ctype}", "x", *origin)
-        xp_lines.append(f"const {v['w_ctype']} *wp = {span_w};")
-        v["span"] = {
-            "comment": c_comment(f"{v['name']}: the filter and bias repeated for {span} "
-                                 f"adjacent pixels ({taps * VECTOR_STEP + VECTOR_STEP * 4} "
-                                 "bytes of flash)"),
-            "filter_name": span_w, "filter_length": c_length(taps * VECTOR_STEP),
-            "filter": c_array(np.tile(filt, (1, span)).astype(np.int64)),
-            "bias_name": span_bias, "bias_length": VECTOR_STEP,
-            "bias": c_array(np.tile(np.asarray(p.bias, np.int64), span)),
-            "condition": " && ".join(span_test),
-            "inside": _comment(f"pixels ox..ox+{span - 1} all inside: their {span} x {channels} "
-                               "channels fill one vector", depth_pixel + 1),
-            "lines": xp_lines,
-            "lanes": lanes,
-            "sum": _sum_lines(f"acc[{lanes.index}] = (uint32_t){span_bias}[{lanes.index}] + "
-                              "(uint32_t)(", tap_terms(lanes, xp, "wp", VECTOR_STEP), ");"),
-            "call": f"{v['rq']['fn']}(acc, {v['px']});",
-            "skip": span - 1,
-        }
-    else:
-        v["span"] = None
     whole = _both(y.whole, x.whole) if unrolled else None
-    if whole is not None:
-        xp, xp_lines = _pointer("xp", f"const {ctype}", "x", [*origin[0], (c0, 1)], origin[1])
-        wp, wp_lines = _pointer("wp", f"const {v['w_ctype']}", "w", [(c0, 1)])
-        bias = ""
-        if v["int_bias"]:
-            bias = f"{'' if v['wide'] else '(uint32_t)'}bias[{c_sum([(c0, 1), (c, 1)])}] + "
-        head, tail = wrapped(f"acc[{c.index}] = {bias}")
-        v["unrolled"] = {
-            "condition": " && ".join(whole),
-            "comment": _comment("the whole window inside the image: each tap at a constant "
-                                "offset, one pass", depth_pixel + _nested(c0, bool(whole))),
-            "lines": xp_lines + wp_lines,
-            "lanes": c,
-            "sum": _sum_lines(head, tap_terms(c, xp, wp, out_channels), tail),
-        }
-    else:
-        v["unrolled"] = None
-    if whole == []:  # every window is whole: the unrolled pass is all
-        v["taps"] = None
-    else:
-        count = ConstantLoop("c", block * multiplier)
-        init = "0"
-        if v["int_bias"]:
-            init = (f"{'' if v['wide'] else '(uint32_t)'}"
-                    f"bias[{c_sum([(c0, multiplier), (count, 1)])}]")
-        terms, first = _nhwc(b, shape, [*y.origin, (y.tap, dh)], [*x.origin, (x.tap, dw)],
-                             (y.constant, x.constant), [(c0, 1)])
-        w_terms = [(y.tap, kw * out_channels), (x.tap, out_channels), (c0, multiplier)]
-        # no tap of some axis is ever inside the image (dilated taps around a narrow image)
-        runs = y.taps.runs and x.taps.runs
-        taps_v = {"init": count, "init_step": f"acc[{count.index}] = {init};", "runs": runs,
-                  "ky": y.taps, "kx": x.taps, "channel": c}
-        loops += [y.taps, x.taps, count] if runs else [count]
-        if runs and multiplier == 1:
-            xv, x_lines = _walk("xp", f"const {ctype}", "x", terms, first, c)
-            wv, w_lines = _walk("wp", f"const {v['w_ctype']}", "w", w_terms, 0, c)
-            product = _product(xv, wv, offset)
-            taps_v.update(lines=x_lines + w_lines, xv=None, multiplier=None,
-                          step=f"acc[{c.index}] += {product if is_float else _added(v, product)};")
-        elif runs:
-            m = ConstantLoop("m", multiplier)
-            loops.append(m)
-            xv, x_lines = _walk("xp", f"const {ctype}", "x", terms, first, c)
-            wp, w_lines = _pointer("wp", f"const {v['w_ctype']}", "w", w_terms)
-            at = c_sum([(c, multiplier), (m, 1)])
-            taps_v.update(
-                lines=x_lines + w_lines, multiplier=m,
-                xv=f"const float xv = {xv};" if is_float
-                else f"const int32_t xv = {xv}{_plus(offset)};",
-                step=f"acc[{at}] += xv * {wp}[{at}];" if is_float
-                else f"acc[{at}] += {_added(v, f'xv * {wp}[{at}]')};")
-        v["taps"] = taps_v
+    v["unrolled"] = (None if whole is None else
+                     _depthwise_unrolled(p, v, whole, origin, c0, c, depth_pixel))
+    v["taps"] = None
+    if whole != []:  # unless every window is whole, and the unrolled pass is all
+        v["taps"], tap_loops = _depthwise_taps(p, v, y, x, c0, c, block)
+        loops += tap_loops
     finish = _finish(v, [(c0, multiplier)], depth_pixel + _nested(c0))
     loops.append(finish["loop"] or c)
     reads = v["taps"] is None or v["taps"]["runs"]

@@ -146,54 +146,81 @@ def fc_float_values(ctx: OpContext) -> dict:
     }
 
 
-def fc_quantized_values(ctx: OpContext) -> dict:
+def _folded_row_terms(p: FullyConnectedQuantizedParams, weights: np.ndarray,
+                      byte: bool) -> str | None:
+    """The per-unit constant of a constant filter's sums, as a C array (None when all 0).
+
+    sum((x + io) * (w + fo)) = sum(x * w) + fo * sum(x) + [io * sum(w) + depth * io * fo]: the
+    bracket is a per-unit constant, so the inner loop is a plain int8 dot product (of x + 128
+    with the copy: its io is then io - 128). (The bias stays in its own array, which the C
+    still reads.)"""
+    w = np.asarray(weights, np.int64).reshape(p.units, p.depth)
+    terms = ((p.input_offset - (128 if byte else 0)) * w.sum(axis=1)
+             + p.depth * p.input_offset * p.filter_offset)
+    return c_array(_wrap_int32(terms)) if terms.any() else None
+
+
+def _fc_stage_values(ctx: OpContext, v: dict, wide: bool, byte: bool, row_terms: str | None,
+                     filter_offset: int) -> dict:
+    """The values of the output stage: from a unit's sum of products, its folded terms, bias
+    and filter offset term, to the rescaled, clamped output."""
     p: FullyConnectedQuantizedParams = ctx.params
-    v = _fc_common(ctx)
-    weights = _constant_data(ctx.inputs[1])
-    folded = weights is not None
-    w_ctype = ctx.inputs[1].ctype
-    wide = p.accumulator == "int64"  # TFLite's 16x8 accumulator and bias, unless asked int32
-    # int8 input + 128 is a byte: the dot products read a stack copy of each input row in
-    # arenac_col8, which x86's VNNI multiplies by the int8 filter in place (as CONV_2D's column)
-    byte = (folded and p.dtype == "int8" and w_ctype == "int8_t" and not wide
-            and 2 * p.depth <= MAX_STACK_BYTES)
-    row_terms = None
-    if folded:
-        # sum((x + io) * (w + fo)) = sum(x * w) + fo * sum(x) + [io * sum(w) + depth * io * fo]:
-        # the bracket is a per-unit constant, so the inner loop is a plain int8 dot product
-        # (of x + 128 with the copy: its io is then io - 128). (The bias stays in its own
-        # array, which the C still reads.)
-        w = np.asarray(weights, np.int64).reshape(p.units, p.depth)
-        terms = ((p.input_offset - (128 if byte else 0)) * w.sum(axis=1)
-                 + p.depth * p.input_offset * p.filter_offset)
-        row_terms = c_array(_wrap_int32(terms)) if terms.any() else None
+    name, prefix = v["name"], v["prefix"]
     per_channel = len(p.requant_scales) > 1
     scales = [_c_double(s) for s in p.requant_scales]
-    offset_product = MAX_OFFSET_PRODUCT_INT16 if p.dtype == "int16" else MAX_OFFSET_PRODUCT
-    acc_type = "int64_t" if wide else _accumulator(
-        p.depth, 255 * 128 if byte else MAX_RAW_PRODUCT[p.dtype] if folded else offset_product)
-    filter_offset = p.filter_offset if folded else 0
-    # an input and a filter element at depth {d} of a row, offset unless folded
-    x_term = ("xr[{d}]" if byte else "{row}[{d}]" if folded
-              else _offset(p.input_offset, "{row}[{d}]"))
-    w_term = "{row}[{d}]" if folded else _offset(p.filter_offset, "{row}[{d}]")
-    xterm = " + xterm" if filter_offset else ""
-    name, prefix, xb = v["name"], v["prefix"], v["xb"]
-    copy_loop = ConstantLoop("d", p.depth if byte else 0)
-    copy = {"declaration": f"{BYTE_COLUMN} xr[{p.depth}];",
-            "comment": "/* this input row + 128, which the dot products read */",
-            "loop": copy_loop,
-            "step": f"xr[{copy_loop.index}] = ({BYTE_COLUMN})({xb}[{copy_loop.index}] + 128);",
-            } if byte else None
+    row_comment = (f"{ctx.op.opcode} '{name}': per unit, "
+                   + ("(input offset - 128)" if byte else "input offset") + " * filter row sum"
+                   + (" + depth * input offset * filter offset" if filter_offset else "")
+                   + " (int32, wrapped)")
+    return {
+        "comment": c_comment(f"{ctx.op.opcode} '{name}'"),
+        "row_comment": c_comment(row_comment),
+        "scale_comment": c_comment(f"{ctx.op.opcode} '{name}': per unit, (double)input_scale * "
+                                   "filter_scale[u] / output_scale"),
+        "plus_bias": " + bias[u]" if v["bias"] else "",
+        "uses_unit": bool(row_terms or v["bias"] or per_channel),
+        "row_terms": row_terms,
+        "output_comment": c_comment(
+            "Output unit u from its sum of products, "
+            + ("in int64_t as TFLite's 16x8 accumulator. " if wide else
+               "in uint32_t so that it wraps like TFLite's int32 accumulator. ")
+            + "TFLite's reference rescales this op in double: round((double)acc * scale) with "
+            "C's round (halves away from zero), then a cast to int32 that gives INT32_MIN out of "
+            "range on x86. Without <math.h>: t truncates, and scaled - t is exact."),
+        "sum_type": "int64_t" if wide else "uint32_t",
+        "bias_type": "int64_t" if wide else "int32_t",
+        "acc": ("const int64_t acc = sum" + (" + bias[u];" if v["bias"] else ";")) if wide
+        else "const int32_t acc = (int32_t)(sum" + (f" + (uint32_t){prefix}_row[u]" if row_terms
+                                                     else "")
+        + (" + (uint32_t)bias[u]" if v["bias"] else "") + ");",
+        "filter_offset": filter_offset,
+        "sums_rows": filter_offset != 0,  # the filter offset times each input row's sum
+        "xsum_type": "int64_t" if p.dtype == "int16" else "int32_t",  # int16 rows may not fit
+        "xterm_type": "int64_t" if wide else "uint32_t",
+        "xterm": (f"(int64_t){filter_offset} * xsum" if wide
+                  else f"(uint32_t){filter_offset} * (uint32_t)xsum"),
+        "scales": ",\n  ".join(", ".join(scales[i:i + SCALES_PER_LINE])
+                               for i in range(0, len(scales), SCALES_PER_LINE))
+        if per_channel else None,
+        "scale": f"{prefix}_scale[u]" if per_channel else scales[0],
+        # added in uint32_t: TFLite's int32 sum wraps before the clamp
+        "output_offset": f"{_plus(p.output_offset)}u" if p.output_offset else "",
+        "act_min": p.activation_min, "act_max": p.activation_max,
+    }
 
-    # units in blocks of UNIT_BLOCK, then one by one; each dot product in a main loop of a
-    # multiple of VECTOR_STEP steps and a tail
+
+def _fc_unit_values(ctx: OpContext, v: dict, acc_type: str, x_term: str, w_term: str,
+                    xterm: str, wide: bool) -> dict:
+    """The dot products: units in blocks of UNIT_BLOCK, then one by one; each dot product in a
+    main loop of a multiple of VECTOR_STEP steps and a tail. `x_term` and `w_term`: an input
+    and a filter element at depth {d} of a {row}."""
+    p: FullyConnectedQuantizedParams = ctx.params
+    w_ctype, prefix, xb = ctx.inputs[1].ctype, v["prefix"], v["xb"]
     units_main = p.units - p.units % UNIT_BLOCK
     depth_main = p.depth - p.depth % VECTOR_STEP
     block = ConstantLoop("u", units_main, 0, UNIT_BLOCK)
     unit_tail = ConstantLoop("u", p.units, units_main)
     main, tail = ConstantLoop("d", depth_main), ConstantLoop("d", p.depth, depth_main)
-    row_sum = ConstantLoop("d", p.depth if filter_offset else 0)
     filters = [f"w{k}" for k in range(UNIT_BLOCK)]
     block_pointers = [f"const {w_ctype} *w0 = {c_offset('w', [(block, p.depth)])}"
                       + "".join(f", *w{k} = w{k - 1} + {p.depth}" for k in range(1, UNIT_BLOCK))
@@ -216,48 +243,7 @@ def fc_quantized_values(ctx: OpContext) -> dict:
         sum_value = f"{dot}{xterm}" if wide else f"(uint32_t){dot}{xterm}"
         return f"{v['ob']}[{unit}] = {prefix}_output({sum_value}, {unit});"
 
-    bias = " + bias[u]" if v["bias"] else ""
-    row_comment = (f"{ctx.op.opcode} '{name}': per unit, "
-                   + ("(input offset - 128)" if byte else "input offset") + " * filter row sum"
-                   + (" + depth * input offset * filter offset" if filter_offset else "")
-                   + " (int32, wrapped)")
     return {
-        **v, "comment": c_comment(f"{ctx.op.opcode} '{name}'"),
-        "row_comment": c_comment(row_comment),
-        "scale_comment": c_comment(f"{ctx.op.opcode} '{name}': per unit, (double)input_scale * "
-                                   "filter_scale[u] / output_scale"),
-        "plus_bias": bias,
-        "acc_type": acc_type,
-        "uses_unit": bool(row_terms or v["bias"] or per_channel),
-        "row_terms": row_terms,
-        "output_comment": c_comment(
-            "Output unit u from its sum of products, "
-            + ("in int64_t as TFLite's 16x8 accumulator. " if wide else
-               "in uint32_t so that it wraps like TFLite's int32 accumulator. ")
-            + "TFLite's reference rescales this op in double: round((double)acc * scale) with "
-            "C's round (halves away from zero), then a cast to int32 that gives INT32_MIN out of "
-            "range on x86. Without <math.h>: t truncates, and scaled - t is exact."),
-        "sum_type": "int64_t" if wide else "uint32_t",
-        "w_ctype": w_ctype,
-        "bias_type": "int64_t" if wide else "int32_t",
-        "acc": ("const int64_t acc = sum" + (" + bias[u];" if v["bias"] else ";")) if wide
-        else "const int32_t acc = (int32_t)(sum" + (f" + (uint32_t){prefix}_row[u]" if row_terms
-                                                     else "")
-        + (" + (uint32_t)bias[u]" if v["bias"] else "") + ");",
-        "filter_offset": filter_offset,
-        "sums_rows": filter_offset != 0,  # the filter offset times each input row's sum
-        "xsum_type": "int64_t" if p.dtype == "int16" else "int32_t",  # int16 rows may not fit
-        "xterm_type": "int64_t" if wide else "uint32_t",
-        "xterm": (f"(int64_t){filter_offset} * xsum" if wide
-                  else f"(uint32_t){filter_offset} * (uint32_t)xsum"),
-        "depth_loop": row_sum,
-        "scales": ",\n  ".join(", ".join(scales[i:i + SCALES_PER_LINE])
-                               for i in range(0, len(scales), SCALES_PER_LINE))
-        if per_channel else None,
-        "scale": f"{prefix}_scale[u]" if per_channel else scales[0],
-        # added in uint32_t: TFLite's int32 sum wraps before the clamp
-        "output_offset": f"{_plus(p.output_offset)}u" if p.output_offset else "",
-        "act_min": p.activation_min, "act_max": p.activation_max,
         "block": block, "block_pointers": block_pointers,
         "block_main": main, "block_tail": tail,
         "block_main_step": step4(main), "block_tail_step": step4(tail),
@@ -266,8 +252,45 @@ def fc_quantized_values(ctx: OpContext) -> dict:
         "unit_main": main, "unit_rest": tail,
         "unit_main_step": step1(main), "unit_rest_step": step1(tail),
         "unit_tail_store": store(unit_tail.index, "dot"),
-        "counters": written_vars([v["batch"], row_sum, copy_loop, block, unit_tail, main,
-                                  tail]),
+    }
+
+
+def fc_quantized_values(ctx: OpContext) -> dict:
+    p: FullyConnectedQuantizedParams = ctx.params
+    v = _fc_common(ctx)
+    weights = _constant_data(ctx.inputs[1])
+    folded = weights is not None
+    w_ctype = ctx.inputs[1].ctype
+    wide = p.accumulator == "int64"  # TFLite's 16x8 accumulator and bias, unless asked int32
+    # int8 input + 128 is a byte: the dot products read a stack copy of each input row in
+    # arenac_col8, which x86's VNNI multiplies by the int8 filter in place (as CONV_2D's column)
+    byte = (folded and p.dtype == "int8" and w_ctype == "int8_t" and not wide
+            and 2 * p.depth <= MAX_STACK_BYTES)
+    row_terms = _folded_row_terms(p, weights, byte) if folded else None
+    offset_product = MAX_OFFSET_PRODUCT_INT16 if p.dtype == "int16" else MAX_OFFSET_PRODUCT
+    acc_type = "int64_t" if wide else _accumulator(
+        p.depth, 255 * 128 if byte else MAX_RAW_PRODUCT[p.dtype] if folded else offset_product)
+    filter_offset = p.filter_offset if folded else 0
+    # an input and a filter element at depth {d} of a row, offset unless folded
+    x_term = ("xr[{d}]" if byte else "{row}[{d}]" if folded
+              else _offset(p.input_offset, "{row}[{d}]"))
+    w_term = "{row}[{d}]" if folded else _offset(p.filter_offset, "{row}[{d}]")
+    xterm = " + xterm" if filter_offset else ""
+    xb = v["xb"]
+    copy_loop = ConstantLoop("d", p.depth if byte else 0)
+    copy = {"declaration": f"{BYTE_COLUMN} xr[{p.depth}];",
+            "comment": "/* this input row + 128, which the dot products read */",
+            "loop": copy_loop,
+            "step": f"xr[{copy_loop.index}] = ({BYTE_COLUMN})({xb}[{copy_loop.index}] + 128);",
+            } if byte else None
+    row_sum = ConstantLoop("d", p.depth if filter_offset else 0)
+    units = _fc_unit_values(ctx, v, acc_type, x_term, w_term, xterm, wide)
+    return {
+        **v, **_fc_stage_values(ctx, v, wide, byte, row_terms, filter_offset), **units,
+        "acc_type": acc_type, "w_ctype": w_ctype, "depth_loop": row_sum,
+        "counters": written_vars([v["batch"], row_sum, copy_loop, units["block"],
+                                  units["unit_tail"], units["block_main"],
+                                  units["block_tail"]]),
         "row_copy": copy,
     }
 
@@ -436,18 +459,11 @@ def batch_matmul_values(ctx: OpContext) -> dict:
     }
 
 
-def batch_matmul_hybrid_values(ctx: OpContext) -> dict:
-    p: BatchMatMulHybridParams = ctx.params
-    lhs, rhs, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
-    prefix, name = ctx.prefix, out.name
-    rows, depth, cols = p.rows, p.depth, p.cols
-    batch = tuple(out.shape[:-2])
-    padded = (1,) * (3 - len(batch)) + batch
-    per_channel = len(p.filter_scales) > 1
-    k = ConstantLoop("k", depth)
-
-    # Stage 1: every lhs row quantized into the arena, as hybrid FULLY_CONNECTED does. With
-    # adj_x a row is a column of the stored matrix: it is gathered first.
+def _batch_matmul_quantize_rows(p: BatchMatMulHybridParams, k: ConstantLoop
+                          ) -> tuple[list[ConstantLoop], list[str]]:
+    """Stage 1: every lhs row quantized into the arena, as hybrid FULLY_CONNECTED does (with
+    adj_x a row is a column of the stored matrix: it is gathered first); its loops and lines."""
+    rows, depth = p.rows, p.depth
     if p.adj_x:
         lhs_batch, row = ConstantLoop("lb", p.lhs_rows // rows), ConstantLoop("i", rows)
         quantize_loops = [lhs_batch, row]
@@ -466,13 +482,72 @@ def batch_matmul_hybrid_values(ctx: OpContext) -> dict:
     quantize = [*gather, *source, f"int8_t *q = {q_at};",
                 f"float scale;{' int32_t zp;' if p.asymmetric else ''}",
                 *_quantize_row_lines(p, k, "xr")]
-    if per_channel:
+    if len(p.filter_scales) > 1:
         quantize.append(f"row_scale[{r}] = scale;")
     else:
         quantize.append(f"row_scale[{r}] = scale * {c_float(p.filter_scales[0])}; "
                         "/* times the filter's */")
     if p.asymmetric:
         quantize.append(f"row_zp[{r}] = zp;")
+    return quantize_loops, quantize
+
+
+def _batch_matmul_finish(p: BatchMatMulHybridParams, prefix: str, i: ConstantLoop, j: ConstantLoop,
+                   acc: str) -> list[str]:
+    """Output (i, j) from its int32 sum `acc`: TFLite's float zero point correction, truncated
+    back to int32, and the rescale."""
+    lines = []
+    total = f"(float){acc}"
+    if p.asymmetric:
+        lines.append(f"const int32_t total = (int32_t)((float){acc} - (float)sums[{j.index}] "
+                     f"* (float)z[{i.index}]);")
+        total = "(float)total"
+    scale = f"s[{i.index}]"
+    if len(p.filter_scales) > 1:
+        lines.append(f"const float scale = s[{i.index}] * {prefix}_filter_scale[{j.index}];")
+        scale = "scale"
+    lines.append(f"orow[{j.index}] = 0.0f + {scale} * {total};")
+    return lines
+
+
+def _batch_matmul_tables(p: BatchMatMulHybridParams, prefix: str, name: str) -> list[dict]:
+    """The rhs scale per column (per-channel), and the column sums (asymmetric rows)."""
+    tables = []
+    if len(p.filter_scales) > 1:
+        tables.append({"comment": c_comment(f"BATCH_MATMUL '{name}': the rhs scale per column"),
+                       "ctype": "float", "name": f"{prefix}_filter_scale",
+                       "length": c_length(p.cols),
+                       "data": c_array(np.asarray(p.filter_scales, np.float32))})
+    if p.asymmetric:
+        tables.append({"comment": c_comment(f"BATCH_MATMUL '{name}': the sum of each rhs column "
+                                            "per rhs matrix, times a row's zero point"),
+                       "ctype": "int32_t", "name": f"{prefix}_column_sum",
+                       "length": c_length(len(p.row_sums)), "data": c_array(p.row_sums)})
+    return tables
+
+
+def _batch_matmul_scratch(ctx: OpContext) -> list[dict]:
+    """The arena's quantized rows, their scales (and zero points), and the gathered column."""
+    p: BatchMatMulHybridParams = ctx.params
+    scratch = dict(zip(["quantized", "row_scale", *(["row_zp"] if p.asymmetric else [])],
+                       ctx.scratch))
+    if p.adj_x:
+        scratch["column"] = ctx.scratch[-1]
+    ctypes = {"quantized": "int8_t", "row_scale": "float", "row_zp": "int32_t",
+              "column": "float"}
+    return [{"ctype": ctypes[key], "name": key, "at": at} for key, at in scratch.items()]
+
+
+def batch_matmul_hybrid_values(ctx: OpContext) -> dict:
+    p: BatchMatMulHybridParams = ctx.params
+    lhs, rhs, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    prefix, name = ctx.prefix, out.name
+    rows, depth, cols = p.rows, p.depth, p.cols
+    batch = tuple(out.shape[:-2])
+    padded = (1,) * (3 - len(batch)) + batch
+    per_channel = len(p.filter_scales) > 1
+    k = ConstantLoop("k", depth)
+    quantize_loops, quantize = _batch_matmul_quantize_rows(p, k)
 
     # Stage 2: int32 sums of each quantized row with the rhs columns, then TFLite's float
     # correction and rescale.
@@ -494,38 +569,6 @@ def batch_matmul_hybrid_values(ctx: OpContext) -> dict:
                      f"const int32_t *sums = {sums};"]
     pointers += [f"const int8_t *w = {c_offset('rhs', rhs_terms)};",
                  f"float *o = {c_offset('out', list(zip(batches, out_strides)))};"]
-
-    def finish(acc: str) -> list[str]:
-        lines = []
-        total = f"(float){acc}"
-        if p.asymmetric:
-            lines.append(f"const int32_t total = (int32_t)((float){acc} - (float)sums[{j.index}] "
-                         f"* (float)z[{i.index}]);")
-            total = "(float)total"
-        scale = f"s[{i.index}]"
-        if per_channel:
-            lines.append(f"const float scale = s[{i.index}] * {prefix}_filter_scale[{j.index}];")
-            scale = "scale"
-        lines.append(f"orow[{j.index}] = 0.0f + {scale} * {total};")
-        return lines
-
-    tables = []
-    if per_channel:
-        tables.append({"comment": c_comment(f"BATCH_MATMUL '{name}': the rhs scale per column"),
-                       "ctype": "float", "name": f"{prefix}_filter_scale",
-                       "length": c_length(cols),
-                       "data": c_array(np.asarray(p.filter_scales, np.float32))})
-    if p.asymmetric:
-        tables.append({"comment": c_comment(f"BATCH_MATMUL '{name}': the sum of each rhs column "
-                                            "per rhs matrix, times a row's zero point"),
-                       "ctype": "int32_t", "name": f"{prefix}_column_sum",
-                       "length": c_length(len(p.row_sums)), "data": c_array(p.row_sums)})
-    scratch = dict(zip(["quantized", "row_scale", *(["row_zp"] if p.asymmetric else [])],
-                       ctx.scratch))
-    if p.adj_x:
-        scratch["column"] = ctx.scratch[-1]
-    ctypes = {"quantized": "int8_t", "row_scale": "float", "row_zp": "int32_t",
-              "column": "float"}
     comment = (f"BATCH_MATMUL '{name}' (hybrid: float32 lhs, int8 rhs): every lhs row quantized "
                "to int8 in the arena as TFLite's x86 reference build does, int32 sums with the "
                "rhs columns, then as TFLite's reference kernel: "
@@ -535,9 +578,9 @@ def batch_matmul_hybrid_values(ctx: OpContext) -> dict:
                + (" times the column's" if per_channel else "")
                + ", added to 0.0f (so -0.0f becomes 0.0f)")
     return {
-        "fn": ctx.fn, "comment": c_comment(comment), "tables": tables,
-        "lhs": lhs.ptr, "rhs": rhs.ptr, "out": out.ptr,
-        "scratch": [{"ctype": ctypes[key], "name": key, "at": at} for key, at in scratch.items()],
+        "fn": ctx.fn, "comment": c_comment(comment),
+        "tables": _batch_matmul_tables(p, prefix, name),
+        "lhs": lhs.ptr, "rhs": rhs.ptr, "out": out.ptr, "scratch": _batch_matmul_scratch(ctx),
         "quantize_loops": quantize_loops, "quantize": quantize,
         "batches": batches, "pointers": pointers, "broadcasts": any(
             b.written and 0 in (sl, sr) for b, sl, sr in zip(batches, lhs_strides, rhs_strides)),
@@ -546,9 +589,9 @@ def batch_matmul_hybrid_values(ctx: OpContext) -> dict:
         "row_form": row_form,
         "wrow": c_offset("w", [(k, rhs_k)]),
         "row_step": f"acc[{j.index}] += a * wrow[{j.index}];",
-        "row_finish": finish(f"acc[{j.index}]"),
+        "row_finish": _batch_matmul_finish(p, prefix, i, j, f"acc[{j.index}]"),
         "dot_step": f"acc += qi[{k.index}] * w[{c_sum([(k, rhs_k), (j, rhs_j)])}];",
-        "dot_finish": finish("acc"),
+        "dot_finish": _batch_matmul_finish(p, prefix, i, j, "acc"),
         "counters": ", ".join(dict.fromkeys(
             [loop.var for loop in [*quantize_loops, *batches, i, j] if loop.written] + ["k"])),
     }

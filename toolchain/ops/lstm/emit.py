@@ -210,60 +210,100 @@ def _variants(p) -> str:
     return ", with " + ", ".join(found) if found else ""
 
 
+def _integer_gate(ctx: OpContext, gate, j: str) -> tuple[dict, list[dict]]:
+    """One gate of the integer kernel: its lines (the input and recurrent products, the
+    peephole and the layer norm), its activation, and the tables of its folded biases."""
+    p: LstmIntegerParams = ctx.params
+    s, layout = p.shape, p.wiring.layout
+    prefix, name = ctx.prefix, ctx.outputs[0].name
+    tables = []
+    k = GATES.index(gate.name)
+    buffer = f"{gate.name}_gate"
+    input_bias = recurrent_bias = "NULL"
+    if any(gate.input_bias):
+        input_bias = f"{prefix}_{gate.name}_gate_bias"
+        what = ("the input zero point times each row of its input weights, negated (layer "
+                "norm adds the bias after normalizing)" if p.layer_norm else
+                "its bias less the input zero point times each row of its input weights")
+        tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate.name} gate's input "
+                             f"product starts from {what}", "int32_t", input_bias,
+                             gate.input_bias))
+    if any(gate.recurrent_bias):
+        recurrent_bias = f"{prefix}_{gate.name}_gate_recurrent_bias"
+        tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate.name} gate's recurrent "
+                             "product starts from minus the output state's zero point "
+                             "times each row of its recurrent weights", "int32_t",
+                             recurrent_bias, gate.recurrent_bias))
+    function = (f"{prefix}_tanh({buffer}[{j}], {GATE_INTEGER_BITS})"
+                if gate.name == "cell" else f"{prefix}_logistic({buffer}[{j}])")
+    scale = "its layer norm's scale" if p.layer_norm else "Q3.12"
+    lines = [f"memset({buffer}, 0, {s.rows * s.n_cell} * sizeof(int16_t));",
+             *_wrapped(f"{prefix}_accumulate",
+                       [buffer, "x", str(s.n_input), ctx.inputs[layout.input_weights[k]].ptr,
+                        input_bias, str(gate.input_multiplier), str(gate.input_shift)], ";"),
+             *_wrapped(f"{prefix}_accumulate",
+                       [buffer, "h", str(s.n_output),
+                        ctx.inputs[layout.recurrent_weights[k]].ptr, recurrent_bias,
+                        str(gate.recurrent_multiplier),
+                        str(gate.recurrent_shift)], ";")]
+    if gate.peephole_multiplier:
+        lines += _wrapped(f"{prefix}_peephole",
+                          [buffer, ctx.inputs[layout.peephole_of[gate.name]].ptr, "c",
+                           str(gate.peephole_multiplier), str(gate.peephole_shift)], ";")
+    if p.layer_norm:
+        lines += _wrapped(f"{prefix}_layer_norm",
+                          [buffer, ctx.inputs[layout.layer_norm[k]].ptr,
+                           ctx.inputs[layout.biases[k]].ptr, str(gate.norm_multiplier),
+                           str(gate.norm_shift), str(gate.variance_guard)], ";")
+    return {
+        "name": gate.name, "lines": lines,
+        "comment": f"/* {gate.name} gate: the {GATE_ACTIVATIONS[gate.name]} of its "
+                   f"pre-activation at {scale} */",
+        "activation": f"{buffer}[{j}] = (int16_t){function};",
+    }, tables
+
+
+def _integer_hidden(p: LstmIntegerParams, j: str) -> tuple[str, str]:
+    """The store of a hidden value (o * tanh(c) requantized to int8) and its comment."""
+    bits = p.cell_integer_bits
+    hidden = f"arenac_mbqm(product, {p.hidden_multiplier}, {p.hidden_shift})"
+    if p.projection:
+        return (f"hidden[{j}] = (int8_t)arenac_clamp({hidden}"
+                f"{_plus(-p.hidden_zero_point)}, -128, 127);",
+                f"output state: o * tanh(c), c read as Q{bits}.{15 - bits}, "
+                "requantized to int8 hidden values (less their zero point, as LiteRT), "
+                "then projected")
+    return (f"h[{j}] = (int8_t)arenac_clamp({hidden}{_plus(p.hidden_zero_point)}, "
+            "-128, 127);",
+            f"output state: o * tanh(c), c read as Q{bits}.{15 - bits}, requantized to int8")
+
+
+def _exp_barrel(used_bits: set[int]) -> list[str]:
+    """gemmlowp's exp_on_negative_values barrel shifter, down to the bits `used_bits` reach:
+    beyond them -a is below 2^(integer bits) and its bit for 2^exponent is clear."""
+    barrel = []
+    for bit, (exponent, multiplier) in enumerate(EXP_BARREL_SHIFTER16):
+        if exponent >= max(used_bits):
+            break
+        power = f"1/{2**-exponent}" if exponent < 0 else str(2**exponent)
+        factor = (f"result = arenac_srdhm16(result, {multiplier}); /* exp(-{power}) */"
+                  if multiplier else f"result = 0; /* exp(-{power}) rounds to 0 */")
+        barrel.append(f"if (quarters & {1 << bit}) {factor}")
+    return barrel
+
+
 def lstm_integer_values(ctx: OpContext) -> dict:
     p: LstmIntegerParams = ctx.params
     s = p.shape
     v = _shared_values(ctx, "int8_t", "int16_t")
     prefix, name = ctx.prefix, ctx.outputs[0].name
     layout = p.wiring.layout
-    values = v["elements"]
-    j = values.index
+    j = v["elements"].index
     tables, gates = [], []
     for gate in p.gates:
-        k = GATES.index(gate.name)
-        buffer = f"{gate.name}_gate"
-        input_bias = recurrent_bias = "NULL"
-        if any(gate.input_bias):
-            input_bias = f"{prefix}_{gate.name}_gate_bias"
-            what = ("the input zero point times each row of its input weights, negated (layer "
-                    "norm adds the bias after normalizing)" if p.layer_norm else
-                    "its bias less the input zero point times each row of its input weights")
-            tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate.name} gate's input "
-                                 f"product starts from {what}", "int32_t", input_bias,
-                                 gate.input_bias))
-        if any(gate.recurrent_bias):
-            recurrent_bias = f"{prefix}_{gate.name}_gate_recurrent_bias"
-            tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate.name} gate's recurrent "
-                                 "product starts from minus the output state's zero point "
-                                 "times each row of its recurrent weights", "int32_t",
-                                 recurrent_bias, gate.recurrent_bias))
-        function = (f"{prefix}_tanh({buffer}[{j}], {GATE_INTEGER_BITS})"
-                    if gate.name == "cell" else f"{prefix}_logistic({buffer}[{j}])")
-        scale = "its layer norm's scale" if p.layer_norm else "Q3.12"
-        lines = [f"memset({buffer}, 0, {s.rows * s.n_cell} * sizeof(int16_t));",
-                 *_wrapped(f"{prefix}_accumulate",
-                           [buffer, "x", str(s.n_input), ctx.inputs[layout.input_weights[k]].ptr,
-                            input_bias, str(gate.input_multiplier), str(gate.input_shift)], ";"),
-                 *_wrapped(f"{prefix}_accumulate",
-                           [buffer, "h", str(s.n_output),
-                            ctx.inputs[layout.recurrent_weights[k]].ptr, recurrent_bias,
-                            str(gate.recurrent_multiplier),
-                            str(gate.recurrent_shift)], ";")]
-        if gate.peephole_multiplier:
-            lines += _wrapped(f"{prefix}_peephole",
-                              [buffer, ctx.inputs[layout.peephole_of[gate.name]].ptr, "c",
-                               str(gate.peephole_multiplier), str(gate.peephole_shift)], ";")
-        if p.layer_norm:
-            lines += _wrapped(f"{prefix}_layer_norm",
-                              [buffer, ctx.inputs[layout.layer_norm[k]].ptr,
-                               ctx.inputs[layout.biases[k]].ptr, str(gate.norm_multiplier),
-                               str(gate.norm_shift), str(gate.variance_guard)], ";")
-        gates.append({
-            "name": gate.name, "lines": lines,
-            "comment": f"/* {gate.name} gate: the {GATE_ACTIVATIONS[gate.name]} of its "
-                       f"pre-activation at {scale} */",
-            "activation": f"{buffer}[{j}] = (int16_t){function};",
-        })
+        values, gate_tables = _integer_gate(ctx, gate, j)
+        gates.append(values)
+        tables += gate_tables
     if p.projection and any(p.projection_bias):
         what = ("its bias plus" if ctx.inputs[layout.projection_bias] is not None else "")
         tables.append(_table(f"{ctx.op.opcode} '{name}': the projection starts from {what} "
@@ -274,27 +314,8 @@ def lstm_integer_values(ctx: OpContext) -> dict:
     output_min, output_max = (-p.projection_clip, p.projection_clip) if p.projection_clip > 0 \
         else (-128, 127)
     bits = p.cell_integer_bits
-    hidden = f"arenac_mbqm(product, {p.hidden_multiplier}, {p.hidden_shift})"
-    if p.projection:
-        hidden_store = (f"hidden[{j}] = (int8_t)arenac_clamp({hidden}"
-                        f"{_plus(-p.hidden_zero_point)}, -128, 127);")
-        hidden_comment = (f"output state: o * tanh(c), c read as Q{bits}.{15 - bits}, "
-                          "requantized to int8 hidden values (less their zero point, as LiteRT), "
-                          "then projected")
-    else:
-        hidden_store = (f"h[{j}] = (int8_t)arenac_clamp({hidden}{_plus(p.hidden_zero_point)}, "
-                        "-128, 127);")
-        hidden_comment = (f"output state: o * tanh(c), c read as Q{bits}.{15 - bits}, "
-                          "requantized to int8")
+    hidden_store, hidden_comment = _integer_hidden(p, j)
     used_bits = {GATE_INTEGER_BITS, GATE_INTEGER_BITS + 1, bits + 1}
-    barrel = []
-    for bit, (exponent, multiplier) in enumerate(EXP_BARREL_SHIFTER16):
-        if exponent >= max(used_bits):
-            break  # -a is below 2^(integer bits): its bit for 2^exponent is clear
-        power = f"1/{2**-exponent}" if exponent < 0 else str(2**exponent)
-        factor = (f"result = arenac_srdhm16(result, {multiplier}); /* exp(-{power}) */"
-                  if multiplier else f"result = 0; /* exp(-{power}) rounds to 0 */")
-        barrel.append(f"if (quarters & {1 << bit}) {factor}")
     peephole_comment = "/* Adds the peephole terms mbqm(w[u] * c[u]) to one gate */"
     if s.n_output < s.n_cell:
         peephole_comment = c_comment(
@@ -312,7 +333,7 @@ def lstm_integer_values(ctx: OpContext) -> dict:
         **v, "sequence_comment": c_comment(comment + v["order"]), "tables": tables,
         "gates": gates,
         "one_eighth": ONE_EIGHTH16, "one_third": ONE_THIRD16,
-        "exp_eighth": EXP_MINUS_ONE_EIGHTH16, "barrel": barrel,
+        "exp_eighth": EXP_MINUS_ONE_EIGHTH16, "barrel": _exp_barrel(used_bits),
         "exp_clamp": max(used_bits) > 5,
         "forty_eight_over_seventeen": FORTY_EIGHT_OVER_SEVENTEEN16,
         "minus_thirty_two_over_seventeen": MINUS_THIRTY_TWO_OVER_SEVENTEEN16,
@@ -441,63 +462,77 @@ def lstm_float_values(ctx: OpContext, helpers: str = "") -> dict:
     }
 
 
-def lstm_hybrid_values(ctx: OpContext, helpers: str = "") -> dict:
-    """The float cell's values with int8 matrix products: the rows quantized once a step into
-    scratch, each product by the shared hybrid accumulate, the peephole weights as float
-    tables (float32(w) * scale, as LiteRT recovers them) and the row sums as int32 tables.
-    The functions are those of prefix `helpers` when another cell of the op defined them."""
+def _row_sums(ctx: OpContext, tables: list[dict], what: str, key: str,
+              sums: tuple[int, ...]) -> list[str]:
+    """The name of a table of weight row sums, added to `tables`, for asymmetric rows only
+    (their zero points times the row sums are taken off the products)."""
     p: LstmHybridParams = ctx.params
-    s, layout, prefix = p.shape, p.wiring.layout, ctx.prefix
-    functions = helpers or prefix
-    v = lstm_float_values(ctx, helpers)
-    rows, values = v["rows"], v["elements"]
-    name = ctx.outputs[0].name
-    asymmetric = p.asymmetric
-    tables = []
+    if not p.asymmetric:
+        return []
+    table = f"{ctx.prefix}_{key}_row_sums"
+    tables.append(_table(f"{ctx.op.opcode} '{ctx.outputs[0].name}': the row sums of {what}, "
+                         "for the input zero points", "int32_t", table, sums))
+    return [table]
 
-    def row_sums(what: str, key: str, sums: tuple[int, ...]) -> list[str]:
-        if not asymmetric:
-            return []
-        table = f"{prefix}_{key}_row_sums"
-        tables.append(_table(f"{ctx.op.opcode} '{name}': the row sums of {what}, for the "
-                             "input zero points", "int32_t", table, sums))
-        return [table]
 
-    def product(target: str, units: int, quantized: str, rows_of: str, depth: int,
-                weights: str, scale: float, sums: list[str]) -> list[str]:
-        """target += the product of the `quantized` rows (at the scales of `rows_of`)."""
-        zero_points = [f"{rows_of}_zero_points"] if asymmetric else []
-        return _wrapped(f"{functions}_accumulate",
-                        [target, str(units), quantized, f"{rows_of}_scales", *zero_points,
-                         str(depth), weights, *sums, c_float(scale)], ";")
+def _hybrid_product(p: LstmHybridParams, functions: str, target: str, units: int,
+                    quantized: str, rows_of: str, depth: int, weights: str, scale: float,
+                    sums: list[str]) -> list[str]:
+    """target += the product of the `quantized` rows (at the scales of `rows_of`)."""
+    zero_points = [f"{rows_of}_zero_points"] if p.asymmetric else []
+    return _wrapped(f"{functions}_accumulate",
+                    [target, str(units), quantized, f"{rows_of}_scales", *zero_points,
+                     str(depth), weights, *sums, c_float(scale)], ";")
 
-    cells = v["cells"]
+
+def _hybrid_quantize(p: LstmHybridParams, functions: str, depth: int, source: str,
+                     target: str, rows_of: str) -> list[str]:
+    """The call quantizing the `source` rows into `target` at the scales of `rows_of`."""
+    zero_points = [f"{rows_of}_zero_points"] if p.asymmetric else []
+    return _wrapped(f"{functions}_quantize_{depth}",
+                    [source, target, f"{rows_of}_scales", *zero_points], ";")
+
+
+def _hybrid_gates(ctx: OpContext, v: dict, functions: str, tables: list[dict]) -> None:
+    """Each gate's products (input, auxiliary, recurrent) into the float cell's gate values,
+    and the tables they read (row sums, peephole weights) into `tables`."""
+    p: LstmHybridParams = ctx.params
+    s, layout, asymmetric = p.shape, p.wiring.layout, p.asymmetric
     for gate in v["gates"]:
         k = GATES.index(gate["name"])
         buffer = gate["buffer"]
         what = gate["name"]
-        input_sums = row_sums(f"the {what} gate's input weights", f"{what}_input",
-                              p.input_row_sums[k] if asymmetric else ())
-        recurrent_sums = row_sums(f"the {what} gate's recurrent weights", f"{what}_recurrent",
-                                  p.recurrent_row_sums[k] if asymmetric else ())
+        input_sums = _row_sums(ctx, tables, f"the {what} gate's input weights",
+                               f"{what}_input", p.input_row_sums[k] if asymmetric else ())
+        recurrent_sums = _row_sums(ctx, tables, f"the {what} gate's recurrent weights",
+                                   f"{what}_recurrent",
+                                   p.recurrent_row_sums[k] if asymmetric else ())
         aux = []
         if p.aux_scales:
-            aux = product(buffer, s.n_cell, "qa", "a", p.wiring.n_aux,
-                          ctx.inputs[layout.aux_weights[k]].ptr, p.aux_scales[k],
-                          row_sums(f"the {what} gate's auxiliary weights", f"{what}_aux",
-                                   p.aux_row_sums[k] if asymmetric else ()))
+            aux = _hybrid_product(p, functions, buffer, s.n_cell, "qa", "a", p.wiring.n_aux,
+                                  ctx.inputs[layout.aux_weights[k]].ptr, p.aux_scales[k],
+                                  _row_sums(ctx, tables, f"the {what} gate's auxiliary weights",
+                                            f"{what}_aux",
+                                            p.aux_row_sums[k] if asymmetric else ()))
         gate["products"] = [
-            *product(buffer, s.n_cell, "qx", "x", s.n_input,
-                     ctx.inputs[layout.input_weights[k]].ptr, p.input_scales[k], input_sums),
+            *_hybrid_product(p, functions, buffer, s.n_cell, "qx", "x", s.n_input,
+                             ctx.inputs[layout.input_weights[k]].ptr, p.input_scales[k],
+                             input_sums),
             *aux,
-            *product(buffer, s.n_cell, "qh", "h", s.n_output,
-                     ctx.inputs[layout.recurrent_weights[k]].ptr, p.recurrent_scales[k],
-                     recurrent_sums)]
+            *_hybrid_product(p, functions, buffer, s.n_cell, "qh", "h", s.n_output,
+                             ctx.inputs[layout.recurrent_weights[k]].ptr, p.recurrent_scales[k],
+                             recurrent_sums)]
         if gate["peephole"]:
             weights = p.peephole_weights[tuple(PEEPHOLE_WEIGHTS).index(gate["name"])]
-            tables.append(_table(f"{ctx.op.opcode} '{name}': the {gate['name']} gate's peephole "
-                                 "weights, float32(w) * scale", "float",
-                                 f"{prefix}_{gate['name']}_peephole", weights))
+            tables.append(_table(f"{ctx.op.opcode} '{ctx.outputs[0].name}': the "
+                                 f"{gate['name']} gate's peephole weights, float32(w) * scale",
+                                 "float", f"{ctx.prefix}_{gate['name']}_peephole", weights))
+
+
+def _hybrid_quantizers(p: LstmHybridParams, prefix: str, rows: ConstantLoop) -> list[dict]:
+    """One function per depth of rows the cell quantizes: the input's, the output state's, the
+    hidden values' (projection) and the auxiliary input's."""
+    s = p.shape
     depths = sorted({s.n_input, s.n_output, *([s.n_cell] if p.projection else []),
                      *([p.wiring.n_aux] if p.aux_scales else [])})
     quantizers = []
@@ -505,43 +540,62 @@ def lstm_hybrid_values(ctx: OpContext, helpers: str = "") -> dict:
         k = ConstantLoop("k", depth)
         src, dst = ("vr", "qr") if rows.written else ("v", "q")
         params = ["const float *v", "int8_t *q", "float *scales",
-                  *(["int32_t *zero_points"] if asymmetric else [])]
+                  *(["int32_t *zero_points"] if p.asymmetric else [])]
         quantizers.append({
             "depth": depth, "signature": _signature(prefix, f"quantize_{depth}", params),
             "counters": written_vars([rows, k]) or "k",
             "row_pointers": [f"const float *vr = v + r * {depth};",
                              f"int8_t *qr = q + r * {depth};"] if rows.written else [],
-            "lines": quantize_lines(depth, asymmetric, k, src, dst)})
+            "lines": quantize_lines(depth, p.asymmetric, k, src, dst)})
+    return quantizers
 
-    def quantize(depth: int, source: str, target: str, rows_of: str) -> list[str]:
-        zero_points = [f"{rows_of}_zero_points"] if asymmetric else []
-        return _wrapped(f"{functions}_quantize_{depth}",
-                        [source, target, f"{rows_of}_scales", *zero_points], ";")
 
-    extra = {}
-    if p.projection:
-        projected = ConstantLoop("j", s.rows * s.n_output)
-        bias = ([f"memcpy({c_offset('h', [(rows, s.n_output)])}, "
-                 f"{ctx.inputs[layout.projection_bias].ptr}, {s.n_output} * sizeof(float));"]
-                if p.projection_bias else
-                [f"memset(h, 0, {s.rows * s.n_output} * sizeof(float));"])
-        if rows.written and p.projection_bias:
-            bias = [f"for ({rows.header}) {bias[0]}"]
-        clip = ""
-        if p.projection_clip > 0:
-            clip = (f"h[{projected.index}] = arenac_clampf(h[{projected.index}], "
-                    f"{c_float(-p.projection_clip)}, {c_float(p.projection_clip)});")
-        extra = {
-            "projection_lines": [
-                c_comment("the projection: its bias, plus the hidden values quantized to int8 "
-                          "rows (at the input's scales, as LiteRT) times its weights", "  "),
-                *bias,
-                *quantize(s.n_cell, "hidden", "qhidden", "x"),
-                *product("h", s.n_output, "qhidden", "x", s.n_cell,
-                         ctx.inputs[layout.projection].ptr, p.projection_scale,
-                         row_sums("the projection weights", "projection",
-                                  p.projection_row_sums))],
-            "projection_clip": clip, "projected": projected}
+def _hybrid_projection(ctx: OpContext, rows: ConstantLoop, functions: str,
+                       tables: list[dict]) -> dict:
+    """The projection's lines: its bias, plus the hidden values quantized to int8 rows times
+    its weights; and its clip."""
+    p: LstmHybridParams = ctx.params
+    s, layout = p.shape, p.wiring.layout
+    projected = ConstantLoop("j", s.rows * s.n_output)
+    bias = ([f"memcpy({c_offset('h', [(rows, s.n_output)])}, "
+             f"{ctx.inputs[layout.projection_bias].ptr}, {s.n_output} * sizeof(float));"]
+            if p.projection_bias else
+            [f"memset(h, 0, {s.rows * s.n_output} * sizeof(float));"])
+    if rows.written and p.projection_bias:
+        bias = [f"for ({rows.header}) {bias[0]}"]
+    clip = ""
+    if p.projection_clip > 0:
+        clip = (f"h[{projected.index}] = arenac_clampf(h[{projected.index}], "
+                f"{c_float(-p.projection_clip)}, {c_float(p.projection_clip)});")
+    return {
+        "projection_lines": [
+            c_comment("the projection: its bias, plus the hidden values quantized to int8 "
+                      "rows (at the input's scales, as LiteRT) times its weights", "  "),
+            *bias,
+            *_hybrid_quantize(p, functions, s.n_cell, "hidden", "qhidden", "x"),
+            *_hybrid_product(p, functions, "h", s.n_output, "qhidden", "x", s.n_cell,
+                             ctx.inputs[layout.projection].ptr, p.projection_scale,
+                             _row_sums(ctx, tables, "the projection weights", "projection",
+                                       p.projection_row_sums))],
+        "projection_clip": clip, "projected": projected}
+
+
+def lstm_hybrid_values(ctx: OpContext, helpers: str = "") -> dict:
+    """The float cell's values with int8 matrix products: the rows quantized once a step into
+    scratch, each product by the shared hybrid accumulate, the peephole weights as float
+    tables (float32(w) * scale, as LiteRT recovers them) and the row sums as int32 tables.
+    The functions are those of prefix `helpers` when another cell of the op defined them."""
+    p: LstmHybridParams = ctx.params
+    s, prefix = p.shape, ctx.prefix
+    functions = helpers or prefix
+    v = lstm_float_values(ctx, helpers)
+    rows, values = v["rows"], v["elements"]
+    asymmetric = p.asymmetric
+    tables = []
+    cells = v["cells"]
+    _hybrid_gates(ctx, v, functions, tables)
+    quantizers = _hybrid_quantizers(p, prefix, rows)
+    extra = _hybrid_projection(ctx, rows, functions, tables) if p.projection else {}
     step_vars = [values, *([rows] if p.peephole or not p.layer_norm else []),
                  *([cells] if p.peephole else []), v["copy_rows"],
                  *([extra["projected"]] if extra.get("projection_clip") else [])]
@@ -556,9 +610,10 @@ def lstm_hybrid_values(ctx: OpContext, helpers: str = "") -> dict:
         **v, **extra, "hybrid": True, "asymmetric": asymmetric, "tables": tables,
         "sequence_comment": c_comment(comment + v["order"]),
         "quantizers": quantizers,
-        "quantize_calls": [*quantize(s.n_input, "x", "qx", "x"),
-                           *(quantize(p.wiring.n_aux, "a", "qa", "a") if p.aux_scales else []),
-                           *quantize(s.n_output, "h", "qh", "h")],
+        "quantize_calls": [*_hybrid_quantize(p, functions, s.n_input, "x", "qx", "x"),
+                           *(_hybrid_quantize(p, functions, p.wiring.n_aux, "a", "qa", "a")
+                             if p.aux_scales else []),
+                           *_hybrid_quantize(p, functions, s.n_output, "h", "qh", "h")],
         "accumulate_comment": c_comment(
             "Adds an int8 matrix product to each row: gate[r][u] += float(q[r] . w[u]"
             + (" - zero_points[r] * row_sums[u]" if asymmetric else "")

@@ -555,39 +555,38 @@ def _require_output(graph: Graph, op: Operator, index: int, expected: tuple[int,
                                  f"{list(expected)})")
 
 
-def _operands(graph: Graph, op: Operator, wiring: CellWiring) -> _Operands:
-    """LiteRT's Prepare and CheckInputTensorDimensions for one cell, on every dtype."""
-    layout = wiring.layout
+def _optional(graph: Graph, op: Operator, position: int) -> Tensor | None:
+    """The input at `position`, None where the op leaves it out."""
+    if position >= len(op.inputs) or op.inputs[position] < 0:
+        return None
+    return graph.tensors[op.inputs[position]]
 
-    def optional(position: int) -> Tensor | None:
-        if position >= len(op.inputs) or op.inputs[position] < 0:
-            return None
-        return graph.tensors[op.inputs[position]]
 
-    options = op.options
-    if options.get("diagonal_recurrent_tensors", False):
-        raise UnsupportedOpError("diagonal recurrent weights")
-    cell_clip = float(options.get("cell_clip", 0.0))
-    proj_clip = float(options.get("proj_clip", 0.0))
-    if not (cell_clip >= 0 and proj_clip >= 0):
-        raise ModelError(f"cell_clip {cell_clip} and proj_clip {proj_clip} must not be negative")
+def _sequence(graph: Graph, op: Operator, wiring: CellWiring
+              ) -> tuple[Tensor, bool, int, int, int]:
+    """The input and how it holds the sequence: (input, time_major, time, batch, n_input)."""
     x = required_input(graph, op, wiring.input, "input")
     if wiring.one_step:
         if len(x.shape) != 2:
             raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT's LSTM reads "
                                      "[batch, features])")
-        time_major, time, batch, n_input = True, 1, x.shape[0], x.shape[1]
-    else:
-        if len(x.shape) != 3:
-            raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT reads [batch, time, "
-                                     "features] or, time-major, [time, batch, features])")
-        time_major = bool(options.get("time_major", False))
-        time, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
-        n_input = x.shape[2]
+        return x, True, 1, x.shape[0], x.shape[1]
+    if len(x.shape) != 3:
+        raise UnsupportedOpError(f"input of rank {len(x.shape)} (LiteRT reads [batch, time, "
+                                 "features] or, time-major, [time, batch, features])")
+    time_major = bool(op.options.get("time_major", False))
+    time, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
+    return x, time_major, time, batch, x.shape[2]
 
-    input_weights, recurrent_weights, biases, norm = {}, {}, {}, {}
+
+def _gate_weights(graph: Graph, op: Operator, layout: CellLayout, n_input: int
+                  ) -> tuple[dict[str, Tensor], dict[str, Tensor], int, int]:
+    """Each present gate's input and recurrent weights (the input gate's absent under CIFG),
+    checked against each other; and n_cell and n_output, which they give."""
+    input_weights, recurrent_weights = {}, {}
     for k, gate in enumerate(GATES):
-        w, r = optional(layout.input_weights[k]), optional(layout.recurrent_weights[k])
+        w = _optional(graph, op, layout.input_weights[k])
+        r = _optional(graph, op, layout.recurrent_weights[k])
         if gate == "input":
             if (w is None) != (r is None):
                 raise ModelError("the input gate's input and recurrent weights must be both "
@@ -605,9 +604,13 @@ def _operands(graph: Graph, op: Operator, wiring: CellWiring) -> _Operands:
         _require_shape(input_weights[gate], (n_cell, n_input), f"the {gate} gate's input weights")
         _require_shape(recurrent_weights[gate], (n_cell, n_output),
                        f"the {gate} gate's recurrent weights")
-    cifg = "input" not in input_weights
+    return input_weights, recurrent_weights, n_cell, n_output
 
-    peephole = {g: optional(at) for g, at in layout.peephole_of.items()}
+
+def _peepholes(graph: Graph, op: Operator, layout: CellLayout, cifg: bool,
+               n_cell: int) -> dict[str, Tensor]:
+    """The peephole weights of each gate that has one: every gate's or none."""
+    peephole = {g: _optional(graph, op, at) for g, at in layout.peephole_of.items()}
     if peephole["output"] is not None:
         if peephole["forget"] is None or (peephole["input"] is None and not cifg):
             raise ModelError("peephole weights must be present for every gate or none")
@@ -617,20 +620,32 @@ def _operands(graph: Graph, op: Operator, wiring: CellWiring) -> _Operands:
                 if w is not None and not (cifg and g == "input")}
     for gate, w in peephole.items():
         _require_shape(w, (n_cell,), f"the {gate} gate's peephole weights")
+    return peephole
 
+
+def _per_gate(graph: Graph, op: Operator, positions: tuple[int, ...], cifg: bool, n_cell: int,
+              what: str, missing: str, under_cifg: str) -> dict[str, Tensor]:
+    """A vector of n_cell values per gate (the biases, the layer norm coefficients): every
+    gate's but the input gate's under CIFG, which must have none (else `under_cifg`)."""
+    found = {}
     for k, gate in enumerate(GATES):
-        bias = optional(layout.biases[k])
+        vector = _optional(graph, op, positions[k])
         if gate == "input" and cifg:
-            if bias is not None:
-                raise ModelError("an input gate bias under CIFG (no input gate)")
+            if vector is not None:
+                raise ModelError(under_cifg)
             continue
-        if bias is None:
-            raise ModelError(f"the {gate} gate's bias is missing")
-        _require_shape(bias, (n_cell,), f"the {gate} gate's bias")
-        biases[gate] = bias
+        if vector is None:
+            raise ModelError(f"the {gate} gate's {what} {missing}")
+        _require_shape(vector, (n_cell,), f"the {gate} gate's {what}")
+        found[gate] = vector
+    return found
 
-    projection = optional(layout.projection)
-    projection_bias = optional(layout.projection_bias)
+
+def _projection(graph: Graph, op: Operator, layout: CellLayout, n_cell: int,
+                n_output: int) -> tuple[Tensor | None, Tensor | None]:
+    """The projection weights and bias, if any: without them n_output must be n_cell."""
+    projection = _optional(graph, op, layout.projection)
+    projection_bias = _optional(graph, op, layout.projection_bias)
     if projection is not None:
         _require_shape(projection, (n_output, n_cell), "the projection weights")
     elif projection_bias is not None:
@@ -639,19 +654,12 @@ def _operands(graph: Graph, op: Operator, wiring: CellWiring) -> _Operands:
         raise ModelError(f"{n_output} outputs for {n_cell} cells without a projection")
     if projection_bias is not None:
         _require_shape(projection_bias, (n_output,), "the projection bias")
+    return projection, projection_bias
 
-    if layout.layer_norm and optional(layout.layer_norm[1]) is not None:
-        for k, gate in enumerate(GATES):
-            coefficients = optional(layout.layer_norm[k])
-            if gate == "input" and cifg:
-                if coefficients is not None:
-                    raise ModelError("input gate layer norm coefficients under CIFG")
-                continue
-            if coefficients is None:
-                raise ModelError(f"the {gate} gate's layer norm coefficients are missing")
-            _require_shape(coefficients, (n_cell,), f"the {gate} gate's layer norm coefficients")
-            norm[gate] = coefficients
 
+def _states(graph: Graph, op: Operator, layout: CellLayout, batch: int, n_output: int,
+            n_cell: int) -> tuple[Tensor, Tensor]:
+    """The output state and the cell state: variable tensors of their own, of their sizes."""
     states = []
     for position, what, size in ((layout.output_state, "output state", batch * n_output),
                                  (layout.cell_state, "cell state", batch * n_cell)):
@@ -663,10 +671,35 @@ def _operands(graph: Graph, op: Operator, wiring: CellWiring) -> _Operands:
         states.append(state)
     if op.inputs[layout.output_state] == op.inputs[layout.cell_state]:
         raise UnsupportedOpError("the output state and the cell state are one tensor")
+    return states[0], states[1]
+
+
+def _operands(graph: Graph, op: Operator, wiring: CellWiring) -> _Operands:
+    """LiteRT's Prepare and CheckInputTensorDimensions for one cell, on every dtype."""
+    layout = wiring.layout
+    options = op.options
+    if options.get("diagonal_recurrent_tensors", False):
+        raise UnsupportedOpError("diagonal recurrent weights")
+    cell_clip = float(options.get("cell_clip", 0.0))
+    proj_clip = float(options.get("proj_clip", 0.0))
+    if not (cell_clip >= 0 and proj_clip >= 0):
+        raise ModelError(f"cell_clip {cell_clip} and proj_clip {proj_clip} must not be negative")
+    x, time_major, time, batch, n_input = _sequence(graph, op, wiring)
+    input_weights, recurrent_weights, n_cell, n_output = _gate_weights(graph, op, layout, n_input)
+    cifg = "input" not in input_weights
+    peephole = _peepholes(graph, op, layout, cifg, n_cell)
+    biases = _per_gate(graph, op, layout.biases, cifg, n_cell, "bias", "is missing",
+                       "an input gate bias under CIFG (no input gate)")
+    projection, projection_bias = _projection(graph, op, layout, n_cell, n_output)
+    norm = {}
+    if layout.layer_norm and _optional(graph, op, layout.layer_norm[1]) is not None:
+        norm = _per_gate(graph, op, layout.layer_norm, cifg, n_cell, "layer norm coefficients",
+                         "are missing", "input gate layer norm coefficients under CIFG")
+    output_state, cell_state = _states(graph, op, layout, batch, n_output, n_cell)
     output = graph.tensors[op.outputs[wiring.output]]
     shape = LstmShape(batch, time, n_input, n_cell, n_output, time_major)
     return _Operands(x, input_weights, recurrent_weights, peephole, biases, norm, projection,
-                     projection_bias, states[0], states[1], output, shape)
+                     projection_bias, output_state, cell_state, output, shape)
 
 
 def _require_shape(t: Tensor, shape: tuple[int, ...], what: str) -> None:
