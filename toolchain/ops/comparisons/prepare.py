@@ -184,6 +184,3 @@ def prepare_select(graph: Graph, op: Operator) -> SelectParams:
     one = output_shape == ()
     return SelectParams(op.opcode, condition_shape, () if one else x.shape,
                         () if one else y.shape, output_shape)
-
-
-# -- C -------------------------------------------------------------------------------------

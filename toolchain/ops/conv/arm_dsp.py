@@ -184,25 +184,11 @@ def staged_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[OverlapRu
     return [OverlapRule(0, 0, 0, any_offset=True, kind="windowed")]
 
 
-def emit_staged(ctx: OpContext) -> Kernel:
-    """The whole input widened into the scratch first, then channel pair by channel pair: the
-    pair's filter rows widened into the scratch, and every three pixels a 3x2 step of int16
-    words alone (arenac_mac16_3x2; a last one or two pixels a 2x2 or 1x2 step), as the filter
-    kept widened in flash is read, without its flash."""
-    p: ConvParams = ctx.params
-    m = conv_matmul(p)
-    prefix = ctx.prefix
-    what = f"CONV_2D '{ctx.outputs[0].name}' 1x1"
-    tables, output, output_comment = output_values(
-        prefix, conv_output(m, p.output),
-        (m.sums(), f"{what}: per output channel, bias + input offset * the filter row's sum "
-                   "(int32, wrapped)"))
+def _staged_widening(m: Matmul, pixel_loops: tuple) -> list[dict]:
+    """The whole input widened into the scratch, three pixels (then the last one or two) a
+    step."""
     full, tail = divmod(m.depth, GROUP)
     words = m.groups * 2  # of one pixel, widened
-    # three pixels a block (arenac_mac16_3x2), the last one or two pixels a block of their own
-    triples, rest = m.pixels - m.pixels % 3, m.pixels % 3
-    pixel_loops = ((ConstantLoop("p", triples, 0, 3), 3),
-                   (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
 
     def widen(loop: ConstantLoop, count: int) -> list[str]:
         names = ", ".join(f"x{i}" for i in range(count))
@@ -216,8 +202,15 @@ def emit_staged(ctx: OpContext) -> Kernel:
                   for i in range(count if tail else 0)]
         return lines
 
-    widening = [{"loop": loop, "lines": widen(loop, count)}
-                for loop, count in pixel_loops if loop.runs]
+    return [{"loop": loop, "lines": widen(loop, count)}
+            for loop, count in pixel_loops if loop.runs]
+
+
+def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], pixel_loops: tuple
+                   ) -> tuple[list[dict], set[str], list[ConstantLoop]]:
+    """Channel pair by channel pair (then a last odd channel): the filter rows widened, then
+    the steps of each block of pixels; the blocks, the steps' kinds and their loops."""
+    words = m.groups * 2
     blocks, kinds, step_loops = [], set(), []
     channel_pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
     odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
@@ -245,6 +238,29 @@ def emit_staged(ctx: OpContext) -> Kernel:
                            for i in range(count) for j, c in enumerate(channels)]})
         blocks.append({"loop": loop, "pixels": pixels,
                        "head": [f"arenac_widen_1(w, {rows}, {width * m.groups});"]})
+    return blocks, kinds, step_loops
+
+
+def emit_staged(ctx: OpContext) -> Kernel:
+    """The whole input widened into the scratch first, then channel pair by channel pair: the
+    pair's filter rows widened into the scratch, and every three pixels a 3x2 step of int16
+    words alone (arenac_mac16_3x2; a last one or two pixels a 2x2 or 1x2 step), as the filter
+    kept widened in flash is read, without its flash."""
+    p: ConvParams = ctx.params
+    m = conv_matmul(p)
+    prefix = ctx.prefix
+    what = f"CONV_2D '{ctx.outputs[0].name}' 1x1"
+    tables, output, output_comment = output_values(
+        prefix, conv_output(m, p.output),
+        (m.sums(), f"{what}: per output channel, bias + input offset * the filter row's sum "
+                   "(int32, wrapped)"))
+    full, tail = divmod(m.depth, GROUP)
+    # three pixels a block (arenac_mac16_3x2), the last one or two pixels a block of their own
+    triples, rest = m.pixels - m.pixels % 3, m.pixels % 3
+    pixel_loops = ((ConstantLoop("p", triples, 0, 3), 3),
+                   (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
+    widening = _staged_widening(m, pixel_loops)
+    blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, pixel_loops)
     helpers = {"arm_dsp", "arm_dsp_widen_1", *(f"arm_dsp_mac16_{k}" for k in kinds),
                *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops
                  if full and loop.runs),

@@ -842,6 +842,41 @@ def _dot_products(v: dict, p: ConvParams, g: ConstantLoop, depth: int, col_size:
     }, "loops": [block, single, k]}
 
 
+def _pair_pixels(v: dict, pair_dots: dict, odd: bool, out_w: int, out_channels: int,
+                 col_type: str, depth_here: int) -> None:
+    """Into `v`: the pixels of a row in pairs, each with a column and accumulators of its own,
+    the sums of the pair's first pixel waiting for its second (a last odd pixel alone)."""
+    wait = "ox % 2 == 0" + (f" && ox < {out_w - 1}" if odd else "")
+    v["pair"] = {
+        "wait": f"if ({wait}) continue; /* the sums wait for the pair's second pixel */",
+        "condition": "ox % 2 == 1" if odd else None,
+        "ints": pair_dots["ints"],
+        "finish": {"loop": None, "lines": [
+            *_finish(v, [], depth_here, shift=-out_channels)["lines"],
+            *_finish(v, [], depth_here, acc="acc2")["lines"]]},
+    }
+    v["pixel_lines"] = [*v["pixel_lines"],
+                        f"{col_type} *col = cols[ox % 2]; /* each pixel of a pair has its "
+                        "own */"]
+    v["accumulators"][0] = v["accumulators"][0].replace(
+        f"acc[{v['acc_size']}];", f"acc[{v['acc_size']}], acc2[{v['acc_size']}];")
+    v["acc_init_step"] = f"acc[{v['acc_init'].index}] = acc2[{v['acc_init'].index}] = 0;"
+
+
+def _widened_filter(v: dict, p: ConvParams, name: str, depth: int, col_size: int) -> dict:
+    """The filter widened to int16, its rows padded with zeros to `col_size` values, for dot
+    products of a depth that is not a multiple of VECTOR_STEP."""
+    out_channels = p.output_shape[3]
+    widened = np.zeros((out_channels, col_size), np.int16)
+    # weights: [group, (ky, kx, c), output in group] -> [output, (ky, kx, c)]
+    widened[:, :depth] = p.weights.transpose(0, 2, 1).reshape(out_channels, depth)
+    return {
+        "comment": c_comment(f"{v['name']}: the filter widened to int16, each row padded "
+                             f"with zeros to {col_size} values so that every dot product "
+                             f"runs in whole vectors ({widened.nbytes} bytes of flash)"),
+        "name": name, "length": c_length(widened.size), "data": c_array(widened)}
+
+
 def conv_values(ctx: OpContext) -> dict:
     p: ConvParams = ctx.params
     channels, out_channels = p.input_shape[3], p.output_shape[3]
@@ -884,21 +919,7 @@ def conv_values(ctx: OpContext) -> dict:
         pair_dots = _dot_products(v, p, g, depth, col_size, filter_rows, w_type, pair=True,
                                   depth_extra=int(odd))
         dot_loops = [*pair_dots.pop("loops"), *(dot_loops if odd else [])]
-        wait = "ox % 2 == 0" + (f" && ox < {out_w - 1}" if odd else "")
-        v["pair"] = {
-            "wait": f"if ({wait}) continue; /* the sums wait for the pair's second pixel */",
-            "condition": "ox % 2 == 1" if odd else None,
-            "ints": pair_dots["ints"],
-            "finish": {"loop": None, "lines": [
-                *_finish(v, [], depth_here, shift=-out_channels)["lines"],
-                *_finish(v, [], depth_here, acc="acc2")["lines"]]},
-        }
-        v["pixel_lines"] = [*v["pixel_lines"],
-                            f"{col_type} *col = cols[ox % 2]; /* each pixel of a pair has its "
-                            "own */"]
-        v["accumulators"][0] = v["accumulators"][0].replace(
-            f"acc[{v['acc_size']}];", f"acc[{v['acc_size']}], acc2[{v['acc_size']}];")
-        v["acc_init_step"] = f"acc[{v['acc_init'].index}] = acc2[{v['acc_init'].index}] = 0;"
+        _pair_pixels(v, pair_dots, odd, out_w, out_channels, col_type, depth_here)
     else:
         v["pair"] = None
     loops = [v["batch"], v["out_y"], v["out_x"], g, v["acc_init"], col_pad, *gather.pop("loops"),
@@ -906,17 +927,7 @@ def conv_values(ctx: OpContext) -> dict:
     # the dot products read the widened filter; with no tap of a window ever inside the image
     # (dilated taps around a narrow one), nothing reads the input
     unread = (("w",) if wide else ()) + (() if gather.pop("reads") else ("x",))
-    if wide:
-        widened = np.zeros((out_channels, col_size), np.int16)
-        # weights: [group, (ky, kx, c), output in group] -> [output, (ky, kx, c)]
-        widened[:, :depth] = p.weights.transpose(0, 2, 1).reshape(out_channels, depth)
-        v["wide"] = {
-            "comment": c_comment(f"{v['name']}: the filter widened to int16, each row padded "
-                                 f"with zeros to {col_size} values so that every dot product "
-                                 f"runs in whole vectors ({widened.nbytes} bytes of flash)"),
-            "name": filter_rows, "length": c_length(widened.size), "data": c_array(widened)}
-    else:
-        v["wide"] = None
+    v["wide"] = _widened_filter(v, p, filter_rows, depth, col_size) if wide else None
     (sh, sw), (dh, dw) = p.window.stride, p.window.dilation
     groups = f", {p.groups} groups" if p.groups > 1 else ""
     as_int16 = ("" if is_float else f", as {_summed(v)}, 0 to 255, in {col_type} (padding is 0)"

@@ -96,17 +96,12 @@ def _table(comment: str, ctype: str, name: str, values: tuple) -> dict:
             "length": len(values), "data": c_array(values)}
 
 
-def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
-    """What both dtypes' C lays out alike: the sequence loops, the step's row and value loops,
-    the matrix-product helper's indices and the scratch buffers."""
+def _step_arguments(ctx: OpContext, batch: ConstantLoop, time: ConstantLoop, width: int
+                    ) -> tuple[list[str], list[str], str]:
+    """The step function's arguments at step (b, t) (the auxiliary input's alone too, if any),
+    and the order the steps take, in words."""
     p = ctx.params
     s, w = p.shape, p.wiring
-    prefix = ctx.prefix
-    rows, cells = ConstantLoop("r", s.rows), ConstantLoop("u", s.n_cell)
-    outputs, values = ConstantLoop("u", s.n_output), ConstantLoop("j", s.rows * s.n_cell)
-    width = w.output_width or s.n_output
-    batch = ConstantLoop("b", 1 if s.time_major else s.batch)
-    time = ConstantLoop("t", s.time)
 
     def at_step(pointer: str, size: int) -> str:
         """`pointer` at the rows of step (b, t), `size` values a row."""
@@ -128,6 +123,21 @@ def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
                  "(batch-major)" if s.batch > 1 else f"the {s.time} time steps in turn")
     if w.reverse:
         order += ", from the last time step to the first"
+    return args, aux, order
+
+
+def _shared_values(ctx: OpContext, ctype: str, gate_ctype: str) -> dict:
+    """What both dtypes' C lays out alike: the sequence loops, the step's row and value loops,
+    the matrix-product helper's indices and the scratch buffers."""
+    p = ctx.params
+    s, w = p.shape, p.wiring
+    prefix = ctx.prefix
+    rows, cells = ConstantLoop("r", s.rows), ConstantLoop("u", s.n_cell)
+    outputs, values = ConstantLoop("u", s.n_output), ConstantLoop("j", s.rows * s.n_cell)
+    width = w.output_width or s.n_output
+    batch = ConstantLoop("b", 1 if s.time_major else s.batch)
+    time = ConstantLoop("t", s.time)
+    args, aux, order = _step_arguments(ctx, batch, time, width)
     strided = width != s.n_output and s.rows > 1
     copy_rows = rows if strided else ConstantLoop("r", 1)
     row_bytes = s.n_output if strided else s.rows * s.n_output

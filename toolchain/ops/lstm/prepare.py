@@ -765,6 +765,51 @@ def _prepare_hybrid(o: _Operands, op: Operator, cell: LstmFloatParams,
                            for g in GATES) if aux else ())
 
 
+def _integer_gate_extras(o: _Operands, name: str, cell_log2: int, gate_scale: np.float32
+                         ) -> dict:
+    """A gate's peephole multiplier and shift, and its layer norm's, where it has them."""
+    f32, shape = np.float32, o.shape
+    extra = {}
+    if name in o.peephole:
+        w = o.peephole[name]
+        real = f32(2.0**cell_log2 * float(f32(_quantized(w, "peephole weights")[0]))
+                   / float(gate_scale))
+        m, s = _multiplier(float(real), f"the {name} gate's peephole scale")
+        _require_sum_fits(_int64(w)[:, None], np.zeros(shape.n_cell, np.int64),
+                          INT16_MAGNITUDE, m, s, INT16_MAGNITUDE,
+                          f"the {name} gate's peephole product")
+        extra.update(peephole_multiplier=m, peephole_shift=s)
+    if o.norm:
+        norm_scale = f32(_quantized(o.norm[name], "layer norm coefficients")[0])
+        m, s = _multiplier(float(norm_scale), f"the {name} gate's layer norm scale")
+        if s + 12 > 30:
+            raise UnsupportedOpError(f"the {name} gate's layer norm scale {norm_scale:.6g} "
+                                     "needs a left shift beyond 30 bits")
+        guard = max(1, int(f32(f32(10000) * norm_scale)))
+        extra.update(norm_multiplier=m, norm_shift=s + 12, variance_guard=guard)
+    return extra
+
+
+def _integer_projection(o: _Operands, hidden_scale: float, hidden_zp: int,
+                        out_state_scale: float, output_scale: float, proj_clip: float) -> dict:
+    """The projection's multiplier and shift, its bias with the hidden zero point folded in,
+    and its clip in output units."""
+    f32 = np.float32
+    proj_scale = _quantized(o.projection, "the projection weights")[0]
+    real = f32(f32(proj_scale) * f32(hidden_scale)) / f32(out_state_scale)
+    m, s = _multiplier(float(real), "the projection scale")
+    weights = _int64(o.projection)
+    bias = (np.zeros(o.shape.n_output, np.int64) if o.projection_bias is None
+            else _int64(o.projection_bias)) + hidden_zp * weights.sum(axis=1)
+    _require_sum_fits(weights, bias, INT8_MAGNITUDE, m, s, INT8_MAGNITUDE,
+                      "the projection product")
+    clip = 0
+    if proj_clip > 0:
+        clip = int(min(max(f32(proj_clip) / f32(output_scale), f32(-128)), f32(127)))
+    return dict(projection_multiplier=m, projection_shift=s,
+                projection_bias=_int32s(bias, "projection"), projection_clip=clip)
+
+
 def _prepare_integer(graph: Graph, op: Operator, o: _Operands) -> LstmIntegerParams:
     """PopulateQuantizedLstmParams8x8_16 and PopulatePrecomputedZPTimesWeightsWithBias."""
     shape, f32 = o.shape, np.float32
@@ -811,26 +856,9 @@ def _prepare_integer(graph: Graph, op: Operator, o: _Operands) -> LstmIntegerPar
                           f"the {name} gate's input product")
         _require_sum_fits(w_rec_values, recurrent_bias, INT8_MAGNITUDE, m_rec, s_rec,
                           INT16_MAGNITUDE, f"the {name} gate's recurrent product")
-        extra = {}
-        if name in o.peephole:
-            w = o.peephole[name]
-            real = f32(2.0**cell_log2 * float(f32(_quantized(w, "peephole weights")[0]))
-                       / float(gate_scale))
-            m, s = _multiplier(float(real), f"the {name} gate's peephole scale")
-            _require_sum_fits(_int64(w)[:, None], np.zeros(shape.n_cell, np.int64),
-                              INT16_MAGNITUDE, m, s, INT16_MAGNITUDE,
-                              f"the {name} gate's peephole product")
-            extra.update(peephole_multiplier=m, peephole_shift=s)
-        if layer_norm:
-            norm_scale = f32(_quantized(o.norm[name], "layer norm coefficients")[0])
-            m, s = _multiplier(float(norm_scale), f"the {name} gate's layer norm scale")
-            if s + 12 > 30:
-                raise UnsupportedOpError(f"the {name} gate's layer norm scale {norm_scale:.6g} "
-                                         "needs a left shift beyond 30 bits")
-            guard = max(1, int(f32(f32(10000) * norm_scale)))
-            extra.update(norm_multiplier=m, norm_shift=s + 12, variance_guard=guard)
         gates.append(IntegerGate(name, m_in, s_in, m_rec, s_rec, _int32s(input_bias, name),
-                                 _int32s(recurrent_bias, name), **extra))
+                                 _int32s(recurrent_bias, name),
+                                 **_integer_gate_extras(o, name, cell_log2, gate_scale)))
 
     hidden_real = f32(2.0**-15 / float(f32(hidden_scale)) * 2.0**-15)
     m_hidden, s_hidden = _multiplier(float(hidden_real), "the hidden scale")
@@ -840,19 +868,8 @@ def _prepare_integer(graph: Graph, op: Operator, o: _Operands) -> LstmIntegerPar
     proj_clip = float(op.options.get("proj_clip", 0.0))
     extra = {}
     if o.projection is not None:
-        proj_scale = _quantized(o.projection, "the projection weights")[0]
-        real = f32(f32(proj_scale) * f32(hidden_scale)) / f32(out_state_scale)
-        m, s = _multiplier(float(real), "the projection scale")
-        weights = _int64(o.projection)
-        bias = (np.zeros(shape.n_output, np.int64) if o.projection_bias is None
-                else _int64(o.projection_bias)) + hidden_zp * weights.sum(axis=1)
-        _require_sum_fits(weights, bias, INT8_MAGNITUDE, m, s, INT8_MAGNITUDE,
-                          "the projection product")
-        clip = 0
-        if proj_clip > 0:
-            clip = int(min(max(f32(proj_clip) / f32(output_scale), f32(-128)), f32(127)))
-        extra = dict(projection_multiplier=m, projection_shift=s,
-                     projection_bias=_int32s(bias, "projection"), projection_clip=clip)
+        extra = _integer_projection(o, hidden_scale, hidden_zp, out_state_scale, output_scale,
+                                    proj_clip)
     qcell_clip = 0
     if cell_clip > 0:
         qcell_clip = int(min(max(f32(cell_clip) / f32(cell_scale), f32(-32768)), f32(32767)))

@@ -81,6 +81,37 @@ def _shift(p: SvdfShape) -> str | None:
             "its oldest */")
 
 
+def _integer_output_store(p: SvdfIntegerParams, ob: str, unit: ConstantLoop,
+                          unit_acc: str) -> str:
+    """A unit's output from its sum: requantized, the zero point added (in uint32_t where the
+    sum could pass INT32_MAX), clamped to int8."""
+    acc = "acc" if unit_acc == "int32_t" else "(int32_t)acc"
+    scaled = f"arenac_mbqm({acc}, {p.output_multiplier}, {p.output_shift})"
+    zero_point = p.output_zero_point
+    if zero_point and _mbqm_bound(p.output_multiplier, p.output_shift) + abs(zero_point) \
+            > INT32_MAX:
+        wrap = f" + {zero_point}u" if zero_point > 0 else f" - {-zero_point}u"
+        scaled = f"(int32_t)((uint32_t){scaled}{wrap})"
+    else:
+        scaled += _plus(zero_point)
+    return f"{ob}[{unit.index}] = (int8_t)arenac_clamp({scaled}, -128, 127);"
+
+
+def _integer_comment(p: SvdfIntegerParams, name: str) -> str:
+    """What the integer kernel computes, and whose arithmetic it follows."""
+    who = ("TFLite Micro computes it (LiteRT reads an int8 state as int16)"
+           if p.state_dtype == "int8" else "LiteRT computes it")
+    return (f"SVDF '{name}' (int8, an {p.state_dtype} state), as {who}: the state "
+            "slides one step, each filter's feature sum is requantized into its newest slot"
+            + (" plus the state's zero point (the sum wraps in int8)"
+               if p.state_zero_point else "")
+            + ", then each unit adds "
+            + ("its filter's" if p.shape.rank == 1 else f"its {p.shape.rank} filters'")
+            + " time products (weights_time times the state"
+            + (" less its zero point" if p.state_zero_point else "")
+            + ") to its bias and is requantized; the fused activation is never applied")
+
+
 def svdf_integer_values(ctx: OpContext) -> dict:
     p: SvdfIntegerParams = ctx.params
     s = p.shape
@@ -145,30 +176,9 @@ def svdf_integer_values(ctx: OpContext) -> dict:
     time_step = (f"acc += {product};" if unit_acc == "int32_t"
                  else f"acc += (uint32_t)({product});")
     start = unit_start if unit_acc == "int32_t" or unit_start == "0" else f"(uint32_t){unit_start}"
-    acc = "acc" if unit_acc == "int32_t" else "(int32_t)acc"
-    scaled = f"arenac_mbqm({acc}, {p.output_multiplier}, {p.output_shift})"
-    zero_point = p.output_zero_point
-    if zero_point and _mbqm_bound(p.output_multiplier, p.output_shift) + abs(zero_point) \
-            > INT32_MAX:
-        wrap = f" + {zero_point}u" if zero_point > 0 else f" - {-zero_point}u"
-        scaled = f"(int32_t)((uint32_t){scaled}{wrap})"
-    else:
-        scaled += _plus(zero_point)
-    output_store = f"{ob}[{unit.index}] = (int8_t)arenac_clamp({scaled}, -128, 127);"
-
-    who = ("TFLite Micro computes it (LiteRT reads an int8 state as int16)"
-           if p.state_dtype == "int8" else "LiteRT computes it")
-    comment = (f"SVDF '{out.name}' (int8, an {p.state_dtype} state), as {who}: the state "
-               "slides one step, each filter's feature sum is requantized into its newest slot"
-               + (" plus the state's zero point (the sum wraps in int8)"
-                  if p.state_zero_point else "")
-               + ", then each unit adds "
-               + ("its filter's" if s.rank == 1 else f"its {s.rank} filters'")
-               + " time products (weights_time times the state"
-               + (" less its zero point" if p.state_zero_point else "")
-               + ") to its bias and is requantized; the fused activation is never applied")
+    output_store = _integer_output_store(p, ob, unit, unit_acc)
     return {
-        **_common(ctx), "comment": c_comment(comment), "tables": tables,
+        **_common(ctx), "comment": c_comment(_integer_comment(p, out.name)), "tables": tables,
         "wt_type": weights_time.ctype, "state_type": state.ctype,
         "shift": _shift(s),
         "batch": batch, "batch_pointers": x_decl + s_decl + o_decl,
