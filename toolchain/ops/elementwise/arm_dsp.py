@@ -12,18 +12,11 @@ from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.numerics.rounding import SingleRounding, single_roundings
 from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp_common import DSP_TARGETS, OutputStage, output_values
-from toolchain.ops.elementwise.emit import (
-    TEMPLATE as ELEMENTWISE_TEMPLATE,
-)
-from toolchain.ops.elementwise.emit import (
-    binary_values,
-    rescaled_inputs,
-)
+from toolchain.ops.elementwise.emit import TEMPLATE as ELEMENTWISE_TEMPLATE
+from toolchain.ops.elementwise.emit import binary_values, rescaled_inputs
 from toolchain.ops.elementwise.prepare import RescaledParams
 from toolchain.ops.emit import Kernel, OpContext, render_macro
 from toolchain.ops.spec import TargetKernel, kernels
-
-# -- ADD and SUB ---------------------------------------------------------------------------
 
 
 def add_rounding(p) -> SingleRounding | None:

@@ -21,9 +21,6 @@ from toolchain.ops.pooling.emit import window_axis, window_count
 from toolchain.ops.pooling.prepare import Pool2DParams
 from toolchain.ops.spec import TargetKernel, kernels
 
-# -- AVERAGE_POOL_2D and MAX_POOL_2D -------------------------------------------------------
-
-
 MAX_AVERAGE_TAPS = 256  # an int16 lane holds the sum of this many int8 values
 
 
