@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-$(DEMO): $(STAMP) $(wildcard toolchain/*.py toolchain/*/*.py)
+$(DEMO): $(STAMP) $(wildcard toolchain/*.py toolchain/*/*.py toolchain/*/*/*.py)
 	@mkdir -p build
 	$(BIN)/python -m toolchain.front.examples residual_cnn_int8 $(DEMO)
 

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
-from runtime_py.kernels.fully_connected import double_to_int32, round_half_away
 from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.ops.test_conv import conv_model, depthwise_model
 from tests.ops.test_elementwise import binary_model
@@ -40,13 +39,18 @@ from toolchain.lower.plan import ModelPlan, Techniques, plan_model
 from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.numerics.quant import quantize_multiplier
 from toolchain.numerics.rounding import (
+    double_to_int32,
     fc_multiplier,
     first_multiple,
     high_word,
+    round_half_away,
     shared_roundings,
     single_roundings,
 )
-from toolchain.ops import arm_dsp
+from toolchain.ops import arm_dsp_common
+from toolchain.ops.conv import arm_dsp as conv_dsp
+from toolchain.ops.elementwise import arm_dsp as elementwise_dsp
+from toolchain.ops.fully_connected import arm_dsp as fully_connected_dsp
 from toolchain.targets import TARGETS, get_target
 
 DSP = ("cortex-m4", "cortex-m7", "cortex-m33")
@@ -155,7 +159,7 @@ def test_pointwise_overlap_follows_the_write_order():
                                     ((1, 7, 7, 3), 5, 2), ((3, 6, 6, 12), 12, 1)]:
         mp = planned(conv_model("int8", False, shape, channels, (1, 1), (stride, stride)),
                      "cortex-m4")
-        m = arm_dsp.conv_matmul(mp.program.params()[0])
+        m = conv_dsp.conv_matmul(mp.program.params()[0])
         shift = mp.program.bindings[0].overlaps[0].shift
         blocks = m.blocks()
         for index, (first, count) in enumerate(blocks):
@@ -535,13 +539,13 @@ def test_dsp_add_rounding_equals_the_reference_on_every_pair_of_inputs(opcode, s
                                                                       activation, quant):
     """All 256 x 256 pairs of int8 inputs: the single rounding after the portable kernel's
     tables, and runtime_py's reference output stage."""
-    from toolchain.ops.elementwise import rescaled_inputs
+    from toolchain.ops.elementwise.emit import rescaled_inputs
 
     model = binary_model(opcode, "int8", shape1, shape2, activation, quant)
     mp = planned(model, "cortex-m4")
     assert kernels_bound(mp) == ["dsp-add"]
     p = mp.program.params()[0]
-    r = arm_dsp.add_rounding(p)
+    r = elementwise_dsp.add_rounding(p)
     first = rescaled_inputs(p, p.input1_offset, p.input1_multiplier, p.input1_shift)
     second = rescaled_inputs(p, p.input2_offset, p.input2_multiplier, p.input2_shift)
     acc = (first[:, None] + (second if opcode == "ADD" else -second)[None, :]).ravel()
@@ -583,8 +587,10 @@ def test_the_overlap_the_dsp_im2col_kernel_declares_is_used_and_safe():
 def test_reference_arithmetic_where_no_single_rounding_matches(monkeypatch):
     """Without a proven single rounding the kernels requantize as the references do (the
     convolution's MultiplyByQuantizedMultiplier, FULLY_CONNECTED's double)."""
-    monkeypatch.setattr(arm_dsp, "single_roundings", lambda *args: None)
-    monkeypatch.setattr(arm_dsp, "shared_roundings", lambda *args: None)
+    for module in (conv_dsp, fully_connected_dsp, elementwise_dsp):
+        monkeypatch.setattr(module, "single_roundings", lambda *args: None)
+    for module in (conv_dsp, fully_connected_dsp):
+        monkeypatch.setattr(module, "shared_roundings", lambda *args: None)
     model = pointwise_model(2)
     c = generate(planned(model, "cortex-m4"), "net")["net.c"]
     assert "arenac_mbqm(acc" in c and "(double)acc *" in c and "one rounding" not in c
@@ -599,7 +605,7 @@ def test_the_64_bit_rounding_where_no_high_word_form_fits(monkeypatch):
     c = generate(planned(model, "cortex-m4"), "net")["net.c"]
     high, wide = c.count("arenac_smmla(acc"), c.count("(int64_t)acc *")
     assert high
-    monkeypatch.setattr(arm_dsp, "high_word", lambda *args: None)
+    monkeypatch.setattr(arm_dsp_common, "high_word", lambda *args: None)
     c = generate(planned(model, "cortex-m4"), "net")["net.c"]
     assert "arenac_smmla" not in c and c.count("(int64_t)acc *") == wide + high
     assert_qemu_matches_oracle(model)
@@ -610,8 +616,9 @@ def test_the_64_bit_rounding_where_no_high_word_form_fits(monkeypatch):
 def test_filters_widened_at_generation_time_or_in_the_loop(monkeypatch, pixels):
     """Every matrix multiply with its filter kept as int16 pairs in flash (pixels=1) or as
     int8 widened by the loop: the same outputs (no kernel staging the whole input)."""
-    monkeypatch.setattr(arm_dsp, "WIDE_FILTER_PIXELS", pixels)
-    monkeypatch.setattr(arm_dsp, "MAX_STAGED_INPUT", 0)
+    for module in (arm_dsp_common, conv_dsp):
+        monkeypatch.setattr(module, "WIDE_FILTER_PIXELS", pixels)
+    monkeypatch.setattr(conv_dsp, "MAX_STAGED_INPUT", 0)
     for model in (pointwise_model(5),
                   conv_model("int8", True, (1, 7, 6, 5), 7, (3, 3), stride=(2, 1), seed=3)):
         c = generate(planned(model, "cortex-m4"), "net")["net.c"]
@@ -750,7 +757,7 @@ def test_helium_overlap_follows_the_write_order():
     for shape, channels, stride in [((1, 6, 5, 8), 16, 1), ((2, 5, 6, 8), 4, 2)]:
         mp = planned(conv_model("int8", False, shape, channels, (1, 1), (stride, stride)),
                      "cortex-m55")
-        m = arm_dsp.conv_matmul(mp.program.params()[0])
+        m = conv_dsp.conv_matmul(mp.program.params()[0])
         shift = mp.program.bindings[0].overlaps[0].shift
         pixels = m.batches * m.rows * m.pixels
         for p in range(pixels):
@@ -816,7 +823,8 @@ def test_clang_builds_the_dsp_kernels(tmp_path, monkeypatch, target, model, wide
         if os.environ.get("CI"):
             pytest.fail("clang is not on PATH (Debian: clang-14); CI is set, so it must run")
         pytest.skip("clang is not installed")
-    monkeypatch.setattr(arm_dsp, "WIDE_FILTER_PIXELS", wide)
+    for module in (arm_dsp_common, conv_dsp):
+        monkeypatch.setattr(module, "WIDE_FILTER_PIXELS", wide)
     files = mcu_sources(planned(model(), target), "net")
     for name, text in files.items():
         (tmp_path / name).write_text(text)

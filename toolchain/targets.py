@@ -3,8 +3,8 @@
 A target picks three things:
 
 - the kernels: each op binds the first registered kernel whose signature lists the target
-  (toolchain.ops.VARIANTS: the DSP-extension kernels of toolchain/ops/arm_dsp.py for
-  cortex-m4, cortex-m7 and cortex-m33, the Helium ones of toolchain/ops/arm_mve.py for
+  (toolchain.ops.VARIANTS: the DSP-extension kernels of toolchain/ops/<family>/arm_dsp.py for
+  cortex-m4, cortex-m7 and cortex-m33, the Helium ones of toolchain/ops/<family>/arm_mve.py for
   cortex-m55), else its portable C kernel (PORTABLE_C), which every target runs;
 - the C compiler's flags for the firmware (toolchain.lab.firmware): arm-none-eabi-gcc's -mcpu, the
   FPU and the float ABI;

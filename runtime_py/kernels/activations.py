@@ -1,4 +1,4 @@
-"""numpy kernels for the activation ops; each params type from toolchain.ops.activations has
+"""numpy kernels for the activation ops; each params type from toolchain.ops.activations.prepare has
 its own function, so one dispatcher serves every opcode.
 
 float32 follows the reference kernels' float32 formulas (exp and tanh evaluated in float64 and
@@ -28,10 +28,10 @@ from toolchain.numerics.tables import (
     softmax_exp_lut,
     softmax_reciprocal_lut,
 )
-from toolchain.ops.activations import (
+from toolchain.ops.activations import SPECS
+from toolchain.ops.activations.prepare import (
     HARD_SWISH_HIRES_SHIFT,
     SOFTMAX_SCALED_DIFF_INTEGER_BITS,
-    SPECS,
     FloatClampParams,
     FloatFunctionParams,
     FloatL2NormalizationParams,

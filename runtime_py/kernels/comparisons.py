@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
-from toolchain.ops.comparisons import (
+from toolchain.ops.comparisons.prepare import (
     OPCODES,
     ComparisonParams,
     LogicalNotParams,

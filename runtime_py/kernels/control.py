@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolchain.ops.control import IfParams, WhileParams
+from toolchain.ops.control.prepare import IfParams, WhileParams
 
 
 def control(params: IfParams | WhileParams, inputs: list[np.ndarray | None],

@@ -1,4 +1,4 @@
-"""numpy kernels for the convolution family, executing the params of toolchain.ops.conv.
+"""numpy kernels for the convolution family, executing the params of toolchain.ops.conv.prepare.
 
 All arithmetic runs in float64: every int8 (or int16 x int8) product and every sum of them is
 an integer far below 2^53 (prepare bounds int16's int64 sums, bias included, by 2^47), so
@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from runtime_py.hybrid import quantize_asymmetric, quantize_symmetric
 from toolchain.numerics.fixedpoint import wrap_int32
-from toolchain.ops.conv import (
+from toolchain.ops.conv.prepare import (
     ConvParams,
     DepthwiseConvParams,
     FloatClamp,

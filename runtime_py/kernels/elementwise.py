@@ -15,7 +15,7 @@ from toolchain.numerics.fixedpoint import (
     rounding_divide_by_pot,
     wrap_int32,
 )
-from toolchain.ops.elementwise import (
+from toolchain.ops.elementwise.prepare import (
     INT16_MASK_BITS,
     OPCODES,
     PlainParams,

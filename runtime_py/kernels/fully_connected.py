@@ -11,8 +11,9 @@ import numpy as np
 
 from runtime_py.hybrid import quantize_asymmetric as _asymmetric_row
 from runtime_py.hybrid import quantize_symmetric as _symmetric_row
-from toolchain.numerics.fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, wrap_int32
-from toolchain.ops.fully_connected import (
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
+from toolchain.numerics.rounding import double_to_int32, round_half_away
+from toolchain.ops.fully_connected.prepare import (
     VECTOR_ACTIVATIONS,
     BatchMatMulFloatParams,
     BatchMatMulHybridParams,
@@ -27,18 +28,6 @@ from toolchain.ops.fully_connected import (
 def exact_int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b for small integer operands (offset int8 values), as int64, exactly."""
     return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
-
-
-def round_half_away(x: np.ndarray) -> np.ndarray:
-    """C's round() on doubles, exactly: x - trunc(x) is exact, so no 0.49999... misrounding."""
-    whole = np.trunc(x)
-    return whole + np.where(np.abs(x - whole) >= 0.5, np.sign(x), 0.0)
-
-
-def double_to_int32(x: np.ndarray) -> np.ndarray:
-    """static_cast<int32_t> of a rounded double as x86 executes it: out of range gives INT32_MIN."""
-    in_range = np.abs(x) < 2.0**31
-    return np.where(in_range, np.where(in_range, x, 0.0).astype(np.int64), INT32_MIN)
 
 
 # -- FULLY_CONNECTED -------------------------------------------------------------------------

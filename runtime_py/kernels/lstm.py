@@ -21,7 +21,7 @@ from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier as mb
 from toolchain.numerics.fixedpoint import rounding_divide_by_pot, wrap_int32
 from toolchain.numerics.gemmlowp import inv_sqrt_quantized_multiplier_exp
 from toolchain.numerics.gemmlowp import saturating_rounding_doubling_high_mul_int16 as mul16
-from toolchain.ops.lstm import (
+from toolchain.ops.lstm.prepare import (
     EXP_BARREL_SHIFTER16,
     EXP_MINUS_ONE_EIGHTH16,
     FORTY_EIGHT_OVER_SEVENTEEN16,

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from toolchain.ops.pooling import Pool2DParams
+from toolchain.ops.pooling.prepare import Pool2DParams
 
 
 def windows(p: Pool2DParams, x: np.ndarray, fill) -> np.ndarray:

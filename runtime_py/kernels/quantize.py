@@ -12,7 +12,7 @@ from toolchain.numerics.fixedpoint import (
     multiply_by_quantized_multiplier,
     wrap_int32,
 )
-from toolchain.ops.quantize import (
+from toolchain.ops.quantize.prepare import (
     AffineQuantizeParams,
     CastParams,
     DequantizeParams,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
-from toolchain.ops.reductions import ArgParams, ReduceParams
+from toolchain.ops.reductions.prepare import ArgParams, ReduceParams
 
 
 def ordered_sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from toolchain.ops.resize import BilinearParams, Interpolation, NearestParams
+from toolchain.ops.resize.prepare import BilinearParams, Interpolation, NearestParams
 
 FIXED_SHIFT = 20  # the int8 and int16 blend carries two 10-bit weights
 

@@ -1,7 +1,7 @@
 """numpy kernels for the shape family: copies of stored values, laid out as the params say
 (uint8 CONCATENATION also rescales inputs quantized unlike its output).
 
-Every index was resolved and checked in toolchain.ops.shape, so each kernel is one numpy
+Every index was resolved and checked in toolchain.ops.shape.prepare, so each kernel is one numpy
 expression whose whole result exists before an output is written (numpy also buffers an
 assignment from a view that overlaps its target, as a reshape's view of its input would).
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from toolchain.ops.shape import (
+from toolchain.ops.shape.prepare import (
     AxisParams,
     ConcatenationParams,
     GatherParams,

@@ -1,4 +1,4 @@
-"""numpy kernels for TFLite Micro's signal ops (toolchain/ops/signal.py describes each).
+"""numpy kernels for TFLite Micro's signal ops (toolchain/ops/signal/prepare.py describes each).
 
 Integer arithmetic runs in int64 (or Python ints where uint64 products need more) and is
 wrapped where TFLite Micro's C++ stores into a narrower type; a stateful kernel's state view
@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from toolchain.numerics.tables import LOG_SEGMENTS_LOG2, log_table
-from toolchain.ops.signal import (
+from toolchain.ops.signal.prepare import (
     LOG_COEFF,
     LOG_SCALE_LOG2,
     PCAN_OUTPUT_BITS,

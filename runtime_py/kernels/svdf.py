@@ -1,4 +1,4 @@
-"""numpy kernels for SVDF (toolchain/ops/svdf.py describes the arithmetic each follows).
+"""numpy kernels for SVDF (toolchain/ops/svdf/ describes the arithmetic each follows).
 
 The state is the op's fifth input, a view into the interpreter's state block: the kernel shifts
 and writes it in place, so it carries over to the next invoke. Integer sums are exact in int64
@@ -13,7 +13,7 @@ import numpy as np
 from runtime_py.hybrid import quantize_asymmetric, quantize_symmetric
 from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from toolchain.numerics.quant import INT_RANGES
-from toolchain.ops.svdf import LANES, SvdfFloatParams, SvdfHybridParams, SvdfIntegerParams
+from toolchain.ops.svdf.prepare import LANES, SvdfFloatParams, SvdfHybridParams, SvdfIntegerParams
 
 
 def _slide(state: np.ndarray) -> np.ndarray:

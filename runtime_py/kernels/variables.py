@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolchain.ops.variables import CallOnceParams, CopyParams, VarHandleParams
+from toolchain.ops.variables.prepare import CallOnceParams, CopyParams, VarHandleParams
 
 
 def var_handle(params: VarHandleParams, inputs: list[np.ndarray | None],

@@ -33,7 +33,8 @@ from toolchain.lab.c_backend import SANITIZE_FLAGS, CBackend, compile_files, wri
 from toolchain.lab.check import difference, random_inputs
 from toolchain.lab.oracle import LiteRTOracle
 from toolchain.lower.plan import ModelPlan, plan_model
-from toolchain.ops import activations as emitters
+from toolchain.ops.activations import emit as emitters
+from toolchain.ops.activations.prepare import L2_INT32_SUM_DEPTH
 
 ALL_INT8 = np.arange(-128, 128, dtype=np.int8)
 
@@ -298,7 +299,7 @@ def test_int8_softmax_row_summing_to_512_is_all_lowest():
 
 def test_int8_l2_normalization_refuses_depths_whose_sum_could_overflow():
     model = unary_model(
-        "L2_NORMALIZATION", "int8", (1, emitters.L2_INT32_SUM_DEPTH + 1), (0.05, 0), L2_OUT
+        "L2_NORMALIZATION", "int8", (1, L2_INT32_SUM_DEPTH + 1), (0.05, 0), L2_OUT
     )
     with pytest.raises(UnsupportedOpError, match="could overflow"):
         generate(planned(model), "m")

@@ -29,7 +29,7 @@ from toolchain.numerics.tables import (
     softmax_reciprocal_lut,
 )
 from toolchain.ops import REGISTRY
-from toolchain.ops.activations import Int16SigmoidParams
+from toolchain.ops.activations.prepare import Int16SigmoidParams
 
 Quant = tuple[float, int]
 

@@ -18,7 +18,7 @@ from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import CBackend
 from toolchain.lab.oracle import LiteRTOracle
 from toolchain.lower.plan import plan_model
-from toolchain.ops.fully_connected import BatchMatMulInt16Params, prepare_batch_matmul
+from toolchain.ops.fully_connected.prepare import BatchMatMulInt16Params, prepare_batch_matmul
 
 # Uniform int16 and int8 values have these deviations.
 STD = {"int16": 65536 / math.sqrt(12), "int8": 256 / math.sqrt(12)}

@@ -13,7 +13,7 @@ from toolchain.c.generate import generate
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
 from toolchain.lower.plan import plan_model
-from toolchain.ops.comparisons import EQUALITY, LOGICAL, ORDERED
+from toolchain.ops.comparisons.prepare import EQUALITY, LOGICAL, ORDERED
 
 COMPARISONS = (*ORDERED, *EQUALITY)
 NO_QUANT = (None, None)

@@ -21,7 +21,7 @@ from toolchain.front.reader import parse_model
 from toolchain.lab.oracle import LiteRTOracle
 from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.ops import prepare_graph
-from toolchain.ops.conv import Requantize
+from toolchain.ops.conv.prepare import Requantize
 
 INPUT_SCALE, INPUT_ZERO_POINT = 0.05, 3
 OUTPUT_ZERO_POINT = -5

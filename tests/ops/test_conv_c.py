@@ -12,7 +12,7 @@ import shlex
 import numpy as np
 import pytest
 
-import toolchain.ops.conv as conv_codegen
+import toolchain.ops.conv.emit as conv_codegen
 from runtime_py.kernels.conv import requantize
 from tests.conftest import native_vnni
 from tests.ops.test_conv import conv_model, depthwise_model, transpose_conv_model
@@ -22,7 +22,7 @@ from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import CBackend, compiler
 from toolchain.lab.check import check_plan
 from toolchain.lower.plan import ModelPlan, plan_model
-from toolchain.ops.conv import Requantize
+from toolchain.ops.conv.prepare import Requantize
 from toolchain.ops.emit import LINE_LIMIT
 
 

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-import toolchain.ops.conv as conv_codegen
+import toolchain.ops.conv.emit as conv_codegen
 from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import assert_varied, refusal
 from tests.ops.test_conv_c import CONSTANT_FOR, c_text

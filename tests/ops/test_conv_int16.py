@@ -15,12 +15,12 @@ import math
 import numpy as np
 import pytest
 
-import toolchain.ops.conv as conv_codegen
+import toolchain.ops.conv.emit as conv_codegen
 from runtime_py.kernels.conv import requantize_wide
 from tests.opcheck import assert_matches_oracle, assert_varied, refusal
 from tests.ops.test_conv_c import CONSTANT_FOR, assert_c_matches, c_text, overlapped_plan
 from toolchain.front.builder import ModelBuilder
-from toolchain.ops.conv import WideRequantize
+from toolchain.ops.conv.prepare import WideRequantize
 from toolchain.ops.emit import LINE_LIMIT
 
 INPUT_SCALE = 1 / 4096

@@ -15,7 +15,7 @@ from toolchain.front.reader import parse_model
 from toolchain.lab.check import random_inputs
 from toolchain.lab.oracle import LiteRTOracle
 from toolchain.ops import prepare_graph
-from toolchain.ops.elementwise import prepare
+from toolchain.ops.elementwise.prepare import prepare
 
 OPS = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
 ACTIVATION_OPS = ("ADD", "SUB", "MUL", "DIV")

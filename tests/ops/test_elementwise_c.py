@@ -19,7 +19,7 @@ from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import SANITIZE_FLAGS, compile_files, write_files
 from toolchain.lower.plan import plan_model
 from toolchain.ops import prepare_graph
-from toolchain.ops.elementwise import Loop, broadcast_loops
+from toolchain.ops.elementwise.emit import Loop, broadcast_loops
 
 PLAIN_OPS = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
 

@@ -14,7 +14,7 @@ from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
 from toolchain.front.schema import fb
 from toolchain.ops import prepare_graph
-from toolchain.ops.elementwise import RescaledParams, ShiftedParams, prepare
+from toolchain.ops.elementwise.prepare import RescaledParams, ShiftedParams, prepare
 
 Quant = tuple[float, int]
 

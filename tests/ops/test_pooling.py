@@ -13,7 +13,7 @@ from tests.ops.test_fully_connected import (
     check_ops_on_oracle_tensors,
 )
 from toolchain.front.builder import ModelBuilder
-from toolchain.ops.pooling import leading_padding, output_size
+from toolchain.ops.pooling.prepare import leading_padding, output_size
 
 POOLS = ("AVERAGE_POOL_2D", "MAX_POOL_2D")
 # int8 inputs span [-6.4, 6.35]: RELU6 and RELU_N1_TO_1 clamp inside that range; uint8 ones the

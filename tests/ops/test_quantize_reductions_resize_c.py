@@ -22,7 +22,7 @@ from toolchain.lab.c_backend import SANITIZE_FLAGS, CBackend, compile_files, wri
 from toolchain.lab.check import random_inputs
 from toolchain.lab.oracle import LiteRTOracle, TFLMOracle
 from toolchain.lower.plan import plan_model
-from toolchain.ops.reductions import Loop, Walk, collapse
+from toolchain.ops.reductions.emit import Loop, Walk, collapse
 
 
 def plan(model_bytes: bytes):

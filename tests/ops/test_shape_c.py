@@ -21,7 +21,7 @@ from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import CBackend
 from toolchain.lab.check import random_inputs
 from toolchain.lower.plan import plan_model
-from toolchain.ops.shape import Move, pad_dims, simplify
+from toolchain.ops.shape.emit import Move, pad_dims, simplify
 
 ALL_DTYPES = ("int8", "float32", "int32", "int16", "int64")
 

@@ -43,10 +43,10 @@ from toolchain.errors import ArenacError
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.numerics.quant import zero_point_of
 from toolchain.ops import bind
-from toolchain.ops.conv import ConvParams, DepthwiseConvParams
+from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams
 from toolchain.ops.padding import FUSED_PADDING
-from toolchain.ops.pooling import Pool2DParams
-from toolchain.ops.shape import PadParams
+from toolchain.ops.pooling.prepare import Pool2DParams
+from toolchain.ops.shape.prepare import PadParams
 from toolchain.ops.spec import Binding
 
 PAD_OPCODES = frozenset({"PAD", "PADV2"})

@@ -24,9 +24,9 @@ from typing import Any
 
 from toolchain.ir import Graph
 from toolchain.lower.fusion import PadFusion
-from toolchain.ops.conv import ConvParams, DepthwiseConvParams, HybridRescale
-from toolchain.ops.elementwise import BinaryOpParams
-from toolchain.ops.pooling import Pool2DParams
+from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams, HybridRescale
+from toolchain.ops.elementwise.prepare import BinaryOpParams
+from toolchain.ops.pooling.prepare import Pool2DParams
 from toolchain.ops.spec import Binding
 
 # The longest run of ops one segment may hold, and the stripe heights tried (in output rows).

@@ -38,6 +38,20 @@ MIN_SHIFT, MAX_SHIFT = 32, 62
 MAX_ROUNDING = 2**62
 
 
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C's round() on doubles, exactly: x - trunc(x) is exact, so no 0.49999... misrounding.
+    Half of FULLY_CONNECTED's double rounding, which runtime_py runs and the DSP kernels prove
+    their single rounding against."""
+    whole = np.trunc(x)
+    return whole + np.where(np.abs(x - whole) >= 0.5, np.sign(x), 0.0)
+
+
+def double_to_int32(x: np.ndarray) -> np.ndarray:
+    """static_cast<int32_t> of a rounded double as x86 executes it: out of range gives INT32_MIN."""
+    in_range = np.abs(x) < 2.0**31
+    return np.where(in_range, np.where(in_range, x, 0.0).astype(np.int64), INT32_MIN)
+
+
 @dataclass(frozen=True)
 class SingleRounding:
     """f(acc) = (acc * multiplier + rounding) >> shift for one output channel, with

@@ -1,15 +1,22 @@
 """Op knowledge, once: the registry of every operator type arenac runs.
 
-Each op family's module (toolchain/ops/<family>.py) lists `SPECS`: per opcode, the operand
-dtypes each kernel runs and the targets it is emitted for, the prepare that turns an operator
-into frozen params, the C emitter, the scratch it asks for and the overlaps its loop order
-makes safe. `bind` is the one question every command asks: `inspect`, `run`, `gen` and `check`
-agree because they ask it alike.
+Each op family is a folder, toolchain/ops/<family>/: prepare.py turns an operator into frozen
+params, emit.py writes the portable C from them, and its __init__.py lists `SPECS`: per opcode,
+the operand dtypes each kernel runs and the targets it is emitted for, the prepare, the C
+emitter, the scratch it asks for and the overlaps its loop order makes safe. `bind` is the one
+question every command asks: `inspect`, `run`, `gen` and `check` agree because they ask it
+alike.
 
-Kernels written for some targets only (TargetKernel: the DSP-extension kernels of
-toolchain/ops/arm_dsp.py, the Helium ones of toolchain/ops/arm_mve.py) are listed per opcode
-in `VARIANTS`; binding for such a target takes the first that accepts the op, from the same
-params, and the portable kernel otherwise.
+Kernels written for some targets only (TargetKernel) sit beside the portable one in their
+family's folder: arm_dsp.py for the cores with the DSP extension, arm_mve.py for Helium (what
+they share across families is in toolchain/ops/arm_dsp_common.py and arm_mve_common.py). A
+family's `TARGET_KERNELS` lists them; `VARIANTS` gathers them per opcode, and binding for such a
+target takes the first that accepts the op, from the same params, and the portable kernel
+otherwise.
+
+The shared core stays here: spec.py (OpSpec, TargetKernel, signatures), emit.py (the C
+emitters' context and helpers), overlaps.py (the overlap rules), padding.py (fused padding) and
+hybrid.py (the hybrid ops' input quantization).
 """
 
 from __future__ import annotations
@@ -25,8 +32,6 @@ from toolchain.errors import ArenacError, ModelError, UnsupportedOpError
 from toolchain.ir import HANDLE_DTYPES, Graph, Operator
 from toolchain.ops import (
     activations,
-    arm_dsp,
-    arm_mve,
     comparisons,
     control,
     conv,
@@ -59,8 +64,9 @@ FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, 
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 
-# Target kernels per opcode, tried in this order before the portable kernel.
-TARGET_FAMILIES = (arm_dsp, arm_mve)
+# Target kernels per opcode, tried in this order before the portable kernel: each family lists
+# its own (the DSP-extension ones before the Helium ones), and no opcode is in two families.
+TARGET_FAMILIES = (conv, elementwise, fully_connected, pooling)
 VARIANTS: dict[str, tuple[TargetKernel, ...]] = {}
 for _variant in (v for family in TARGET_FAMILIES for v in family.TARGET_KERNELS):
     VARIANTS[_variant.opcode] = (*VARIANTS.get(_variant.opcode, ()), _variant)

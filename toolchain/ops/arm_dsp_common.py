@@ -1,0 +1,539 @@
+"""What the kernels for the Arm cores with the DSP extension (cortex-m4, cortex-m7 and
+cortex-m33) share across op families: the pointwise matrix multiply and the output stage.
+
+The kernels themselves sit in their families' folders, beside the portable ones
+(toolchain/ops/{conv,fully_connected,elementwise,pooling}/arm_dsp.py). They run from the params
+of the portable kernels and compute the same int32 sums and the same requantized values, bit
+for bit; only the order of the work and the instructions differ. The C uses ACLE's intrinsics
+from <arm_acle.h> (__sxtb16, __smlad), which GCC and Clang both provide for these cores;
+templates/c/arm_dsp.c.j2 lays it out.
+
+Pointwise matrix multiply (int8 FULLY_CONNECTED, and CONV_2D with a 1x1 filter, any stride):
+the output is a matrix of pixels (FULLY_CONNECTED: batch rows) by output channels (units), each
+value a dot product of a pixel's input channels with a filter row. Two pixels by two channels
+at a time (2x2 register blocking: four sums, each input word and weight word loaded once for
+two products), three pixels by two channels where the depth takes a loop of steps (3x2: six
+sums, both channels' weights loaded once for three pixels; `Matmul.block`):
+
+- the block's inputs are widened once into the op's scratch (planned in the arena: 8 bytes
+  per four input channels and pixel) as int16 pairs, four values x0..x3 becoming the words (x0, x2)
+  and (x1, x3), which is what __sxtb16 and its rotated form make of one word;
+- the filter is reordered at generation time so that the rows of each pair of channels
+  alternate four weights at a time (the 2x2 step reads eight consecutive bytes), each row
+  padded with zeros to a multiple of four; the weights widen in the loop as the inputs did, so
+  lane (x0, x2) meets (w0, w2) and lane (x1, x3) meets (w1, w3): __smlad adds both products;
+  over WIDE_FILTER_PIXELS pixels or more the filter is stored widened instead (int16 pairs in
+  flash, no widening in the loop);
+- the bias and the input offset times each filter row's sum are folded into one int32 per
+  channel (wrapping as TFLite's int32 sums do), so the loop is a plain int8 dot product;
+- the requantization is one 32 x 32 -> 64-bit multiply-add and a shift where
+  toolchain/numerics/rounding.py proves it equal to the reference's rounding (FULLY_CONNECTED's
+  double one, the convolutions' MultiplyByQuantizedMultiplier) on every accumulator the op can
+  produce (the output zero point folded into its rounding where the 64-bit sum has room, so
+  that the clamp is one SSAT); where the rounding can be an offset folded into the channel's
+  sum plus a multiple of 2^32 (`high_word`), the multiply-add is one SMMLA, its high word
+  alone; otherwise it is the reference's arithmetic itself (`OutputStage`, `output_values`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolchain.numerics.fixedpoint import wrap_int32
+from toolchain.numerics.rounding import (
+    INT32_MAX,
+    INT32_MIN,
+    HighWord,
+    SingleRounding,
+    accumulator_range,
+    high_word,
+)
+from toolchain.ops.emit import (
+    ConstantLoop,
+    OpContext,
+    c_array,
+    c_comment,
+    c_int64,
+    c_length,
+    c_offset,
+    c_sum,
+    written_vars,
+)
+from toolchain.ops.spec import MemoryRequest
+
+DSP_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m33")
+TEMPLATE = "c/arm_dsp.c.j2"
+GROUP = 4  # int8 values a word holds
+WORD = 4  # the scratch is read in words (LDRD needs them aligned)
+UNROLLED = 16  # depth groups written out without a loop
+UNROLL = 8  # depth groups a loop trip takes beyond that
+# A matrix multiply over at least this many pixels keeps its filter widened to int16 in flash:
+# it then reads each weight word with no __sxtb16, which saves about pixels / 4 instructions
+# per byte the wider filter adds (a 2-pixel block widens 8 weights in 4 instructions).
+WIDE_FILTER_PIXELS = 100
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """The pointwise product an op computes: `batches` images of `rows` rows of `pixels`
+    pixels; pixel i of row r of image b reads `depth` input values from element
+    b * image_in + r * row_in + i * pixel_in of the input and writes `channels` outputs, the
+    output pixels following each other. `weights` [channels, depth] and `bias` [channels] as
+    int64; `input_offset` is added to every input value."""
+
+    batches: int
+    rows: int
+    pixels: int
+    image_in: int
+    row_in: int
+    pixel_in: int
+    depth: int
+    channels: int
+    weights: np.ndarray
+    bias: np.ndarray
+    input_offset: int
+
+    @property
+    def groups(self) -> int:
+        return -(-self.depth // GROUP)
+
+    def sums(self) -> np.ndarray:
+        """Per channel, bias + input offset * the filter row's sum, wrapped to int32."""
+        total = self.bias + self.input_offset * self.weights.sum(axis=1)
+        return wrap_int32(total)
+
+    def accumulators(self) -> tuple[np.ndarray, np.ndarray]:
+        return accumulator_range(self.weights, self.input_offset, self.bias)
+
+    def packed(self) -> np.ndarray:
+        """The filter as the loops read it: for each pair of channels, their rows four weights
+        at a time, alternating; an odd last channel's row alone; rows padded with zeros."""
+        padded = np.zeros((self.channels, self.groups * GROUP), np.int64)
+        padded[:, :self.depth] = self.weights
+        pairs = self.channels // 2
+        quads = padded[:pairs * 2].reshape(pairs, 2, self.groups, GROUP).transpose(0, 2, 1, 3)
+        return np.concatenate([quads.reshape(-1), padded[pairs * 2:].reshape(-1)])
+
+    @property
+    def block(self) -> int:
+        """Pixels a block takes along a row: three (the 3x2 step) where the depth makes a loop
+        of steps (written out, GCC spills the 3x2 step's fourteen registers), else two; a
+        row's last one or two pixels are a block of their own."""
+        return 3 if self.groups > UNROLL and self.pixels >= 3 else 2
+
+    def blocks(self) -> list[tuple[int, int]]:
+        """The blocks of pixels in the order the kernel runs them: (first output pixel, how
+        many), `block` at a time along each row."""
+        size = self.block
+        return [((b * self.rows + r) * self.pixels + i, min(size, self.pixels - i))
+                for b in range(self.batches) for r in range(self.rows)
+                for i in range(0, self.pixels, size)]
+
+    def input_at(self, pixel: int) -> int:
+        """The first input element output pixel `pixel` reads."""
+        image, rest = divmod(pixel, self.rows * self.pixels)
+        row, i = divmod(rest, self.pixels)
+        return image * self.image_in + row * self.row_in + i * self.pixel_in
+
+
+def pointwise_scratch(m: Matmul) -> tuple[MemoryRequest, ...]:
+    """Room for one block's inputs widened: 8 bytes per four input values and pixel."""
+    pixels = min(m.block, m.pixels)
+    return (MemoryRequest(pixels * m.groups * 8,
+                          f"the inputs of {pixels} pixel{'s' if pixels > 1 else ''} widened "
+                          "to int16 pairs"),)
+
+
+# -- requantization ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputStage:
+    """How the kernel turns a channel's int32 sum into int8: `single` (one rounding per
+    channel, proven) or, without one, the reference's arithmetic: `multipliers`/`shifts`
+    (MultiplyByQuantizedMultiplier) or `scales` (FULLY_CONNECTED's double rounding)."""
+
+    low: int  # the clamp, before the zero point is added
+    high: int
+    zero_point: int
+    single: tuple[SingleRounding, ...] | None = None
+    multipliers: tuple[int, ...] = ()
+    shifts: tuple[int, ...] = ()
+    scales: tuple[float, ...] = ()
+    # per channel, the least and the greatest sum (none: any int32)
+    accumulators: tuple[tuple[int, int], ...] = ()
+
+
+def accumulator_ranges(acc_lo: np.ndarray, acc_hi: np.ndarray) -> tuple[tuple[int, int], ...]:
+    return tuple(zip(acc_lo.tolist(), acc_hi.tolist()))
+
+
+def _double(value: float) -> str:
+    text = repr(float(value))
+    return text if ("." in text or "e" in text) else text + ".0"
+
+
+PROVEN = (": at generation time toolchain/numerics/rounding.py proved it equal, after the clamp, "
+          "to the reference's requantization on every sum this op can produce")
+
+
+def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] | None = None
+                  ) -> tuple[list[dict], list[str], str]:
+    """The tables, body lines and comment of the op's output function. `sums`: the channels'
+    folded sums and their table's comment, for a kernel that starts its sums from them (read
+    them with `sum_of`): they share a table with the requantization's per-channel constants
+    where it has some, so that a channel's values are one address."""
+    tables: list[dict] = []
+
+    def per_channel(name: str, ctype: str, values: list, literal=str) -> str:
+        return _per_channel(tables, prefix, name, ctype, values, literal)
+
+    clamp = f"arenac_clamp(q, {stage.low}, {stage.high})"
+    store = [f"return (int8_t)({clamp}{plus_term(stage.zero_point)});"]
+    if stage.single is not None:
+        s = stage.single
+        zp = stage.zero_point
+        # the zero point folded into the rounding, (acc * m + r + zp * 2^n) >> n being the
+        # rounding plus zp, when the sum stays below 2^63 on every accumulator (and the high
+        # word in int32): the clamp is then on the int8 value itself, one SSAT without an
+        # activation
+        ranges = stage.accumulators or ((INT32_MIN, INT32_MAX),) * len(s)
+        magnitudes = [max(-lo, hi) for lo, hi in ranges]
+        folded = all(
+            a * r.multiplier + max(abs(r.rounding), abs(r.negative_rounding))
+            + (abs(zp) << r.shift) < 2**62 for r, a in zip(s, magnitudes))
+        fold = zp if folded else 0
+        fields = [(r.rounding + (fold << r.shift), r.negative_rounding + (fold << r.shift),
+                   r.multiplier, r.shift - 32) for r in s]
+        low, high = stage.low + zp, stage.high + zp
+        if folded and (low == -128 or high == 127):  # SSAT, and the activation's other end
+            rest = ("v" if (low, high) == (-128, 127) else
+                    f"(v < {low} ? {low} : v)" if high == 127 else f"(v > {high} ? {high} : v)")
+            store = ["const int32_t v = __ssat(q, 8);", f"return (int8_t){rest};"]
+        elif folded:
+            store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
+        shared = all(a == b and n == fields[0][3] for a, b, _, n in fields)
+        highs = [high_word(r, fold << r.shift, lo, hi) for r, (lo, hi) in zip(s, ranges)
+                 ] if shared and folded and sums is not None else []
+        struct = shared and sums is not None and len({f[:3] for f in fields}) > 1
+        if highs and all(highs):
+            lines, comment, sums = _high_word_output(prefix, tables, s, highs, sums,
+                                                     fields[0][3], store)
+        else:
+            lines, comment, sums = _rounding_output(prefix, tables, fields, shared, struct,
+                                                    folded, sums, store)
+    elif stage.scales:
+        scale = per_channel("scale", "double", list(stage.scales), _double)
+        lines = [f"const double scaled = (double)acc * {scale};",
+                 "int32_t q = INT32_MIN;",
+                 "if (scaled > -2147483648.5 && scaled < 2147483647.5) {",
+                 "  const int32_t t = (int32_t)scaled;",
+                 "  const double frac = scaled - (double)t;",
+                 "  q = t + (frac >= 0.5) - (frac <= -0.5);",
+                 "}",
+                 f"return (int8_t)arenac_clamp((int32_t)((uint32_t)q{plus_term(stage.zero_point)}"
+                 f"{'u' if stage.zero_point else ''}), {stage.low + stage.zero_point}, "
+                 f"{stage.high + stage.zero_point});"]
+        comment = ("TFLite's FULLY_CONNECTED rescale in double: round((double)acc * scale), "
+                   "halves away from zero (no single rounding matched it)")
+    else:
+        mult = per_channel("multiplier", "int32_t", list(stage.multipliers))
+        shift = per_channel("shift", "int8_t", list(stage.shifts))
+        lines = [f"const int32_t q = arenac_mbqm(acc, {mult}, {shift});", *store]
+        comment = ("TFLite's MultiplyByQuantizedMultiplier (no single rounding matched it)")
+    if not any("[c]" in line for line in lines):
+        lines.insert(0, "(void)c;")
+    if sums is not None:
+        tables.insert(0, {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
+                          "length": c_length(sums[0].size), "data": c_array(sums[0]),
+                          "comment": c_comment(sums[1])})
+    return tables, lines, comment
+
+
+def _per_channel(tables: list[dict], prefix: str, name: str, ctype: str, values: list,
+                 literal=str) -> str:
+    """A constant when every channel has the same, else a table indexed by c (appended to
+    `tables`)."""
+    if len(set(values)) == 1:
+        return literal(values[0])
+    tables.append({"name": f"{prefix}_{name}", "ctype": ctype, "align": "",
+                   "length": c_length(len(values)),
+                   "data": _lines([literal(v) for v in values]),
+                   "comment": c_comment(f"Per output channel: the {name.replace('_', ' ')} "
+                                        "of the requantization")})
+    return f"{prefix}_{name}[c]"
+
+
+def _high_word_output(prefix: str, tables: list[dict], single: tuple[SingleRounding, ...],
+                      highs: list[HighWord], sums: tuple[np.ndarray, str], shift: int,
+                      store: list[str]) -> tuple[list[str], str, tuple[np.ndarray, str] | None]:
+    """The output function's lines and comment with one SMMLA (`high_word`), and the sums
+    still to tabulate: the channels' offsets go into their sums, which share the struct of
+    the multipliers and high words where channels differ."""
+    totals = wrap_int32(sums[0] + np.asarray([h.offset for h in highs], np.int64))
+    constants = [(r.multiplier, h.high) for r, h in zip(single, highs)]
+    shifted = f" >> {shift};" if shift else ";"
+    if len(set(constants)) > 1:
+        tables.append({
+            "name": f"{prefix}_channel", "ctype": "arenac_high_channel", "align": "",
+            "length": c_length(len(constants)),
+            "data": ",\n  ".join(f"{{ {m}, {h}, {total} }}"
+                                  for (m, h), total in zip(constants, totals.tolist())),
+            "comment": c_comment(f"{sums[1]}, plus the requantization's offset; and the "
+                                 "requantization's multiplier and high word")})
+        lines = [f"const arenac_high_channel *k = &{prefix}_channel[c];",
+                 f"const int32_t q = arenac_smmla(acc, k->multiplier, k->high){shifted}"]
+        rest = None
+    else:
+        lines = [f"const int32_t q = arenac_smmla(acc, {constants[0][0]}, {constants[0][1]})"
+                 f"{shifted}"]
+        rest = (totals, f"{sums[1]}, plus the requantization's offset")
+    comment = (f"one rounding, (acc * m + h * 2^32) >> {32 + shift}, the high word of one SMMLA "
+               "shifted, with the sum offset so that h * 2^32 is the rounding (and holds the "
+               f"output zero point times 2^{32 + shift}){PROVEN}")
+    return lines + store, comment, rest
+
+
+def _rounding_output(prefix: str, tables: list[dict], fields: list[tuple], shared: bool,
+                     struct: bool, folded: bool, sums: tuple[np.ndarray, str] | None,
+                     store: list[str]) -> tuple[list[str], str, tuple[np.ndarray, str] | None]:
+    """The output function's lines and comment with a 64-bit rounding (SMLAL), and the sums
+    still to tabulate. `fields`: per channel (rounding, negative rounding, multiplier, shift
+    after the high word), the zero point folded in where `folded`; `shared`: one shift and one
+    rounding for both signs; `struct`: the channels' constants differ and sit with their sums."""
+    if struct:
+        tables.append({
+            "name": f"{prefix}_channel", "ctype": "arenac_channel", "align": "",
+            "length": c_length(len(fields)),
+            "data": ",\n  ".join(f"{{ {c_int64(f[0])}, {f[2]}, {total} }}"
+                                  for f, total in zip(fields, sums[0].tolist())),
+            "comment": c_comment(f"{sums[1]}; and its rounding and multiplier")})
+        mult, rounding = "k->multiplier", "k->rounding"
+        sums = None
+    elif shared:  # one N, and one R for both signs: no select, the shift a constant
+        mult = _per_channel(tables, prefix, "multiplier", "int32_t", [f[2] for f in fields])
+        rounding = _per_channel(tables, prefix, "rounding", "int64_t", [f[0] for f in fields],
+                                c_int64)
+    if shared:
+        lines = [f"const arenac_channel *k = &{prefix}_channel[c];"] if struct else []
+        lines += [f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + {rounding}) >> "
+                 f"{32 + fields[0][3]});"]
+    elif len(set(fields)) == 1:
+        rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
+                                           str(fields[0][2]), str(fields[0][3]))
+        lines = []
+    else:
+        tables.append({
+            "name": f"{prefix}_rounding", "ctype": "arenac_rounding", "align": "",
+            "length": c_length(len(fields)),
+            "data": ",\n  ".join(f"{{ {c_int64(a)}, {c_int64(b)}, {m}, {n} }}"
+                                  for a, b, m, n in fields),
+            "comment": c_comment("Per output channel: rounding, negative rounding, "
+                                 "multiplier and shift of the requantization")})
+        lines = [f"const arenac_rounding *r = &{prefix}_rounding[c];"]
+        rounding, negative, mult, shift = ("r->rounding", "r->negative_rounding",
+                                           "r->multiplier", "r->shift")
+    if not shared:
+        lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
+                  f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
+                  + (f" >> {shift};" if shift != "0" else ";")]
+    lines += store
+    comment = ((f"one rounding, (acc * m + r) >> {32 + fields[0][3]}, the same r for both "
+                "signs" if shared else
+                "one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc")
+               + ((f" (and holding the output zero point times 2^{32 + fields[0][3]})"
+                   if shared else " (and holding the output zero point times 2^(32 + s))")
+                  if folded else "")
+               + PROVEN)
+    return lines, comment, sums
+
+
+def output_helpers(tables: list[dict], output: list[str]) -> set[str]:
+    """The helper groups the output function needs: those defining its tables' struct types,
+    and arenac_smmla where it calls it."""
+    types = {"arenac_rounding": "arm_dsp_rounding", "arenac_channel": "arm_dsp_channel",
+             "arenac_high_channel": "arm_dsp_high_channel"}
+    groups = {types[t["ctype"]] for t in tables if t["ctype"] in types}
+    return groups | ({"arm_dsp_smmla"} if any("arenac_smmla" in line for line in output)
+                     else set())
+
+
+def sum_of(prefix: str, tables: list[dict], channel: str) -> str:
+    """The C of channel `channel`'s folded sum in the tables output_values made."""
+    if any(t["name"] == f"{prefix}_channel" for t in tables):
+        return f"{prefix}_channel[{channel}].sum"
+    return f"{prefix}_sum[{channel}]"
+
+
+def _lines(items: list[str], width: int = 96) -> str:
+    """Initializer items, comma-separated, in lines of at most `width` characters."""
+    lines, line = [], ""
+    for item in items:
+        if line and len(line) + len(item) + 2 > width:
+            lines.append(line)
+            line = ""
+        line = f"{line}, {item}" if line else item
+    return ",\n  ".join([*lines, line])
+
+
+def plus_term(value: int) -> str:
+    return f" + {value}" if value > 0 else f" - {-value}" if value < 0 else ""
+
+
+# -- emission --------------------------------------------------------------------------------
+
+
+def depth_steps(kind: str, m: Matmul, wide: bool) -> dict:
+    """The calls of one block's depth steps: written out up to UNROLLED groups (UNROLL for
+    the 3x2 step), else a loop of UNROLL groups a trip and the rest written out. `wide`: the
+    filter is int16 pairs."""
+    x_words = 2 * int(kind[0])
+    w_step = (8 if kind[2] == "2" else 4) // (2 if wide else 1)  # bytes, or int32 words
+    name = f"arenac_mac{'16' if wide else ''}_{kind}"
+
+    def call(k: ConstantLoop | None, extra: int) -> str:
+        terms = [(k, x_words)] if k is not None else []
+        w_terms = [(k, w_step)] if k is not None else []
+        return (f"{name}(acc, {c_offset('pairs', terms, extra * x_words)}, "
+                f"{c_offset('w', w_terms, extra * w_step)});")
+
+    groups = m.groups
+    # the 3x2 step holds every register: written out beyond one trip's groups, GCC spills
+    if groups <= (UNROLL if kind == "3x2" else UNROLLED):
+        return {"loop": None, "body": [], "rest": [call(None, g) for g in range(groups)]}
+    main = groups - groups % UNROLL
+    k = ConstantLoop("k", main, 0, UNROLL)
+    return {"loop": k, "body": [call(k, u) for u in range(UNROLL)],
+            "rest": [call(None, g) for g in range(main, groups)]}
+
+
+def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
+                    sum_at: Callable[[str], str]) -> list[dict]:
+    blocks = []
+    pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
+    odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
+    for loop, width in ((pairs, 2), (odd, 1)):
+        if not loop.runs:
+            continue
+        kind = f"{pixels}x{width}"
+        w_at = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP // (2 if wide else 1))])
+        sums = [sum_at(c_sum([(loop, 1)], j)) for j in range(width)]
+        head = [f"const {'int32_t' if wide else 'int8_t'} *w = {w_at};",
+                *accumulator_lines(sums, pixels)]
+        stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output(acc[{i * width + j}], "
+                  f"{c_sum([(loop, 1)], j)});"
+                  for i in range(pixels) for j in range(width)]
+        blocks.append({"loop": loop, "head": head, "steps": depth_steps(kind, m, wide),
+                       "stores": stores,
+                       "helper": f"arm_dsp_mac{'16' if wide else ''}_{kind}"})
+    return blocks
+
+
+def accumulator_lines(sums: list[str], pixels: int) -> list[str]:
+    """A block's sums, each channel's folded sum for each of its pixels."""
+    names = [f"s{j}" for j in range(len(sums))]
+    return [*(f"const int32_t {n} = {e};" for n, e in zip(names, sums)),
+            f"int32_t acc[{pixels * len(sums)}] = {{ {', '.join(names * pixels)} }};"]
+
+
+def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -> dict:
+    batches, rows = ConstantLoop("b", m.batches), ConstantLoop("r", m.rows)
+    size = m.block
+    whole = m.pixels - m.pixels % size
+    block = ConstantLoop("p", whole, 0, size)
+    rest = ConstantLoop("p", m.pixels, whole, max(m.pixels % size, 1))
+    full, tail = divmod(m.depth, GROUP)
+    row_head = []
+    xr, orow = "x", "out"
+    if m.batches > 1 or m.rows > 1:
+        row_out = m.pixels * m.channels
+        out_at = c_offset("out", [(batches, m.rows * row_out), (rows, row_out)])
+        row_head = [
+            f"const int8_t *xr = {c_offset('x', [(batches, m.image_in), (rows, m.row_in)])};",
+            f"int8_t *orow = {out_at};"]
+        xr, orow = "xr", "orow"
+
+    def head(count: int, loop: ConstantLoop) -> list[str]:
+        """The block's pointers, and its inputs widened into the scratch."""
+        lines = [f"const int8_t *x0 = {c_offset(xr, [(loop, m.pixel_in)])};",
+                 *(f"const int8_t *x{i} = x{i - 1} + {m.pixel_in};" for i in range(1, count))]
+        outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
+        lines.append(f"int8_t *o0 = {c_offset(orow, [(loop, m.channels)])}{outs};")
+        if full:
+            names = ", ".join(f"x{i}" for i in range(count))
+            lines.append(f"arenac_widen_{count}(pairs, {names}, {full});")
+        words = 2 * count  # per group
+        for i in range(count if tail else 0):
+            lines.append(f"arenac_widen4({c_offset('pairs', [], full * words + 2 * i)}, "
+                         f"arenac_load_partial(x{i} + {full * GROUP}, {tail}));")
+        return lines
+
+    pixels = [{"loop": loop, "head": head(count, loop), "count": count}
+              for loop, count in ((block, size), (rest, m.pixels % size)) if loop.runs]
+    helpers = {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
+    helpers |= {"arm_dsp_partial"} if tail else set()
+    comment = (
+        f"{what} for the Arm DSP extension: a matrix multiply of "
+        f"{m.batches * m.rows * m.pixels} pixels of {m.depth} values by {m.channels} filter "
+        f"rows, {('one pixel', 'two pixels', 'three pixels')[min(size, m.pixels) - 1]} by two "
+        "output channels at a "
+        "time: the inputs widened once to int16 pairs in the arena, the filter read four int8 "
+        "weights a word, each __smlad adding two products")
+    return matmul_values(ctx, m, stage, what, comment, [batches, rows, block, rest],
+                         row_head, pixels, helpers)
+
+
+def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comment: str,
+                  loops: list[ConstantLoop], row_head: list[str], pixels: list[dict],
+                  helpers: set[str]) -> dict:
+    """The template's values for a kernel of blocks of pixels whose inputs `pixels[i]["head"]`
+    widens into the scratch, each block then multiplied by the filter two channels at a time:
+    the pointwise kernel's and the im2col convolution's."""
+    prefix = ctx.prefix
+    pixels_in_all = m.batches * m.rows * m.pixels  # of every call sharing the filter
+    if ctx.op_rows:  # a stripe's: the stripes of the op share its filter
+        pixels_in_all = pixels_in_all * ctx.op_rows // ctx.outputs[0].shape[1]
+    wide = pixels_in_all >= WIDE_FILTER_PIXELS
+    tables, output, output_comment = output_values(
+        prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
+                                  "filter row's sum (int32, wrapped)"))
+    for pixel in pixels:
+        pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
+                                            [f"o{i}" for i in range(pixel["count"])], wide,
+                                            lambda channel: sum_of(prefix, tables, channel))
+    packed = m.packed()
+    order = ("for each pair of output channels, their rows four weights at a time, "
+             f"alternating; each row padded with zeros to {m.groups * GROUP}")
+    if wide:
+        quads = packed.reshape(-1, GROUP)
+        words = (quads[:, :2] & 0xFFFF) | ((quads[:, 2:] & 0xFFFF) << 16)
+        filter_table = {
+            "name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
+            "length": c_length(words.size), "data": c_array((words + 2**31) % 2**32 - 2**31, 8),
+            "comment": c_comment(
+                f"{what}: the filter ({m.channels} x {m.depth}) widened to int16 pairs in the "
+                f"order the loop reads it: {order}; four weights w0..w3 as the words (w0, w2) "
+                "and (w1, w3), the lower half first")}
+    else:
+        filter_table = {
+            "name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
+            "length": c_length(packed.size), "data": c_array(packed),
+            "comment": c_comment(f"{what}: the filter ({m.channels} x {m.depth}) in the order "
+                                 f"the loop reads it: {order}")}
+    tables = [filter_table, *tables]
+    blocks = [b for p in pixels for b in p["channels"]]
+    helpers = {"arm_dsp", *helpers, *(b["helper"] for b in blocks)}
+    helpers |= output_helpers(tables, output)
+    counters = written_vars([*loops, *[b["loop"] for b in blocks],
+                             *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
+    return {
+        "fn": ctx.fn, "prefix": prefix, "comment": c_comment(comment), "tables": tables,
+        "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
+        "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
+        "scratch": ctx.scratch[0], "counters": counters, "batches": loops[0],
+        "rows": loops[1], "row_head": row_head, "pixels": pixels,
+        "helpers": tuple(sorted(helpers)), "patch": None, "windows": None, "setup": [],
+    }

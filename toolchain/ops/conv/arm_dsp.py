@@ -1,0 +1,787 @@
+"""The convolutions' kernels for the Arm cores with the DSP extension (cortex-m4, cortex-m7 and
+cortex-m33), from the params of the portable ones (prepare.py); the matrix multiply and the
+output stage they share with FULLY_CONNECTED are toolchain/ops/arm_dsp_common.py's.
+
+CONV_2D with a 1x1 filter, any stride (int8): the pointwise matrix multiply (`conv_matmul`). Its
+write order differs from the portable convolution's: all the output channels of a block's pixels
+after all of the block's inputs were read. `pointwise_overlaps` declares what that order makes
+safe.
+
+A stride-1 1x1 CONV_2D of a small input (`staged`): the whole input widened first, then channel
+pair by channel pair, three pixels a step, see `emit_staged`.
+
+General convolution (int8 CONV_2D of any filter and stride, no dilation, and a
+DEPTHWISE_CONV_2D of one input channel): see `Im2col`; each pixel's window becomes the
+pointwise kernel's widened inputs, the rest is the pointwise matrix multiply.
+
+Depthwise (int8 DEPTHWISE_CONV_2D, depth multiplier 1, no dilation, any filter and stride,
+SAME or VALID): see `Depthwise`. The input rows are widened to int16 into filter-height
+slots of the scratch, channel-planar, the padding filled with the input zero point so that the
+folded sums hold on every window; two adjacent taps of a channel are then one word and one
+__smlad, the filter packed as int16 pairs at generation time and kept in registers along an
+output row; at stride 1 two adjacent output pixels share the words they read. Same sums, same
+requantization (`conv_output`), and the portable convolution's row overlap rule, which its
+order keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolchain.ir import Graph, Operator
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
+from toolchain.numerics.rounding import INT32_MAX, INT32_MIN, shared_roundings, single_roundings
+from toolchain.ops import overlaps
+from toolchain.ops.arm_dsp_common import (
+    DSP_TARGETS,
+    GROUP,
+    TEMPLATE,
+    UNROLL,
+    UNROLLED,
+    WIDE_FILTER_PIXELS,
+    WORD,
+    Matmul,
+    OutputStage,
+    accumulator_lines,
+    accumulator_ranges,
+    depth_steps,
+    matmul_values,
+    output_helpers,
+    output_values,
+    plus_term,
+    pointwise_scratch,
+    pointwise_values,
+    sum_of,
+)
+from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams, Requantize
+from toolchain.ops.emit import (
+    ConstantLoop,
+    Kernel,
+    OpContext,
+    c_array,
+    c_comment,
+    c_length,
+    c_offset,
+    c_sum,
+    render_macro,
+    written_vars,
+)
+from toolchain.ops.overlaps import OverlapRule
+from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
+
+UNROLLED_PIXELS = 24  # a depthwise output row at most this wide is written out, pair by pair
+
+
+def conv_matmul(p: ConvParams) -> Matmul:
+    batch, height, width, depth = p.input_shape
+    _, out_h, out_w, channels = p.output_shape
+    stride_h, stride_w = p.window.stride
+    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)  # [channels, depth]
+    bias = np.asarray(p.bias, np.float64).astype(np.int64)
+    if stride_h == 1 and stride_w == 1:  # every pixel in turn, as one row
+        return Matmul(1, 1, batch * out_h * out_w, 0, 0, depth, depth, channels, weights, bias,
+                      p.input_offset)
+    return Matmul(batch, out_h, out_w, height * width * depth, stride_h * width * depth,
+                  stride_w * depth, depth, channels, weights, bias, p.input_offset)
+
+
+def accepts_conv(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, ConvParams) or not isinstance(p.output, Requantize):
+        return "not an int8 convolution"
+    if p.output.dtype != "int8" or graph.tensors[op.inputs[0]].dtype != "int8":
+        return "not an int8 convolution"
+    if p.groups != 1:
+        return "a grouped convolution"
+    if p.window.filter != (1, 1) or p.window.padding != (0, 0):
+        return "not a 1x1 filter"
+    batch, height, width, _ = p.input_shape
+    _, out_h, out_w, _ = p.output_shape
+    stride_h, stride_w = p.window.stride
+    if (out_h - 1) * stride_h >= height or (out_w - 1) * stride_w >= width or batch < 1:
+        return "an output pixel outside the input"
+    return None
+
+
+def pointwise_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[OverlapRule]:
+    """The output may start `shift` bytes below the input: after each block of pixels the
+    kernel has written the outputs of every pixel up to it, and later reads only the inputs of
+    the pixels after it, from the next one's first input byte on (int8: bytes are elements)."""
+    m = conv_matmul(p)
+    blocks = m.blocks()
+    shift = 0
+    for (first, count), (following, _) in zip(blocks, blocks[1:]):
+        shift = max(shift, (first + count) * m.channels - m.input_at(following))
+    return [OverlapRule(0, 0, shift, kind="windowed")]
+
+
+def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
+    zp = stage.output_zero_point
+    low, high = stage.clamp[0] - zp, stage.clamp[1] - zp
+    multipliers = [int(v) for v in stage.multipliers.tolist()]
+    shifts = [int(v) for v in stage.shifts.tolist()]
+    if len(multipliers) == 1:
+        multipliers, shifts = multipliers * m.channels, shifts * m.channels
+    mult = np.asarray(multipliers, np.int64)[:, None]
+    exp = np.asarray(shifts, np.int64)[:, None]
+    acc_lo, acc_hi = m.accumulators()
+
+    def reference(acc: np.ndarray) -> np.ndarray:
+        return multiply_by_quantized_multiplier(acc, mult, exp)
+
+    single = shared_roundings(reference, low, high, acc_lo, acc_hi,
+                              [mu * 2.0 ** (s - 31) for mu, s in zip(multipliers, shifts)])
+    if (single is None and all(s <= 0 for s in shifts) and acc_lo.min() >= INT32_MIN
+            and acc_hi.max() <= INT32_MAX):
+        single = single_roundings(
+            reference, low, high, acc_lo, acc_hi, multipliers,
+            [31 + max(-s, 1 if mu == 0 else 0) for mu, s in zip(multipliers, shifts)])
+    return OutputStage(low, high, zp, tuple(single) if single else None, tuple(multipliers),
+                       tuple(shifts), accumulators=accumulator_ranges(acc_lo, acc_hi))
+
+
+def emit_conv(ctx: OpContext) -> Kernel:
+    p: ConvParams = ctx.params
+    m = conv_matmul(p)
+    values = pointwise_values(ctx, m, conv_output(m, p.output),
+                              f"CONV_2D '{ctx.outputs[0].name}' 1x1")
+    return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
+                  includes=("arm_acle.h",))
+
+
+# -- CONV_2D 1x1 on a small input, channel pair by channel pair ------------------------------
+
+
+MAX_STAGED_INPUT = 16 * 1024  # bytes of a staged kernel's widened input
+
+
+def staged(m: Matmul) -> bool:
+    """Whether a 1x1 convolution keeps its whole input widened (`emit_staged`): one image of
+    contiguous pixels (stride 1), too few of them for the filter to be kept widened in flash,
+    and a widened input of at most MAX_STAGED_INPUT bytes."""
+    return (m.batches == 1 and m.rows == 1 and 4 <= m.pixels < WIDE_FILTER_PIXELS
+            and m.pixels * m.groups * 8 <= MAX_STAGED_INPUT)
+
+
+def accepts_staged(graph: Graph, op: Operator, p) -> str | None:
+    reason = accepts_conv(graph, op, p)
+    if reason is None and not staged(conv_matmul(p)):
+        return "not a 1x1 convolution of a small input"
+    return reason
+
+
+def staged_scratch(p: ConvParams) -> tuple[MemoryRequest, ...]:
+    m = conv_matmul(p)
+    return (MemoryRequest(m.pixels * m.groups * 8,
+                          f"the input's {m.pixels} pixels widened to int16 pairs"),
+            MemoryRequest(2 * m.groups * 8,
+                          "the filter rows of two output channels widened to int16 pairs"))
+
+
+def staged_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[OverlapRule]:
+    """The kernel reads the whole input (widening it) before it writes any output."""
+    return [OverlapRule(0, 0, 0, any_offset=True, kind="windowed")]
+
+
+def _staged_widening(m: Matmul, pixel_loops: tuple) -> list[dict]:
+    """The whole input widened into the scratch, three pixels (then the last one or two) a
+    step."""
+    full, tail = divmod(m.depth, GROUP)
+    words = m.groups * 2  # of one pixel, widened
+
+    def widen(loop: ConstantLoop, count: int) -> list[str]:
+        names = ", ".join(f"x{i}" for i in range(count))
+        lines = [f"int32_t *pairs = {c_offset('input', [(loop, words)])};",
+                 f"const int8_t *x0 = {c_offset('x', [(loop, m.depth)])};",
+                 *(f"const int8_t *x{i} = x0 + {i * m.depth};" for i in range(1, count))]
+        if full:
+            lines.append(f"arenac_widen_{count}(pairs, {names}, {full});")
+        lines += [f"arenac_widen4({c_offset('pairs', [], full * 2 * count + 2 * i)}, "
+                  f"arenac_load_partial(x{i} + {full * GROUP}, {tail}));"
+                  for i in range(count if tail else 0)]
+        return lines
+
+    return [{"loop": loop, "lines": widen(loop, count)}
+            for loop, count in pixel_loops if loop.runs]
+
+
+def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], pixel_loops: tuple
+                   ) -> tuple[list[dict], set[str], list[ConstantLoop]]:
+    """Channel pair by channel pair (then a last odd channel): the filter rows widened, then
+    the steps of each block of pixels; the blocks, the steps' kinds and their loops."""
+    words = m.groups * 2
+    blocks, kinds, step_loops = [], set(), []
+    channel_pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
+    odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
+    for loop, width in ((channel_pairs, 2), (odd, 1)):
+        if not loop.runs:
+            continue
+        rows = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP)])
+        pixels = []
+        for ploop, count in pixel_loops:
+            if not ploop.runs:
+                continue
+            kind = f"{count}x{width}"
+            kinds.add(kind)
+            channels = [c_sum([(loop, 1)], j) for j in range(width)]
+            sums = [sum_of(prefix, tables, c) for c in channels]
+            out = c_offset("out", [(ploop, m.channels), (loop, 1)])
+            steps = depth_steps(kind, m, True)
+            step_loops += [steps["loop"]] if steps["loop"] else []
+            outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
+            pixels.append({
+                "loop": ploop, "steps": steps,
+                "head": [f"const int32_t *pairs = {c_offset('input', [(ploop, words)])};",
+                         f"int8_t *o0 = {out}{outs};", *accumulator_lines(sums, count)],
+                "stores": [f"o{i}[{j}] = {prefix}_output(acc[{i * width + j}], {c});"
+                           for i in range(count) for j, c in enumerate(channels)]})
+        blocks.append({"loop": loop, "pixels": pixels,
+                       "head": [f"arenac_widen_1(w, {rows}, {width * m.groups});"]})
+    return blocks, kinds, step_loops
+
+
+def emit_staged(ctx: OpContext) -> Kernel:
+    """The whole input widened into the scratch first, then channel pair by channel pair: the
+    pair's filter rows widened into the scratch, and every three pixels a 3x2 step of int16
+    words alone (arenac_mac16_3x2; a last one or two pixels a 2x2 or 1x2 step), as the filter
+    kept widened in flash is read, without its flash."""
+    p: ConvParams = ctx.params
+    m = conv_matmul(p)
+    prefix = ctx.prefix
+    what = f"CONV_2D '{ctx.outputs[0].name}' 1x1"
+    tables, output, output_comment = output_values(
+        prefix, conv_output(m, p.output),
+        (m.sums(), f"{what}: per output channel, bias + input offset * the filter row's sum "
+                   "(int32, wrapped)"))
+    full, tail = divmod(m.depth, GROUP)
+    # three pixels a block (arenac_mac16_3x2), the last one or two pixels a block of their own
+    triples, rest = m.pixels - m.pixels % 3, m.pixels % 3
+    pixel_loops = ((ConstantLoop("p", triples, 0, 3), 3),
+                   (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
+    widening = _staged_widening(m, pixel_loops)
+    blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, pixel_loops)
+    helpers = {"arm_dsp", "arm_dsp_widen_1", *(f"arm_dsp_mac16_{k}" for k in kinds),
+               *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops
+                 if full and loop.runs),
+               *(["arm_dsp_partial"] if tail else []), *output_helpers(tables, output)}
+    tables = [{"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
+               "length": c_length(m.packed().size), "data": c_array(m.packed()),
+               "comment": c_comment(
+                   f"{what}: the filter ({m.channels} x {m.depth}) in the order the loop reads "
+                   "it: for each pair of output channels, their rows four weights at a time, "
+                   f"alternating; each row padded with zeros to {m.groups * GROUP}")},
+              *tables]
+    values = {
+        "fn": ctx.fn, "prefix": prefix, "tables": tables, "output": output,
+        "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
+        "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr, "input": ctx.scratch[0],
+        "filter": ctx.scratch[1], "widening": widening, "blocks": blocks,
+        "counters": written_vars([loop for loop, _ in pixel_loops]
+                                 + [b["loop"] for b in blocks] + step_loops),
+        "comment": c_comment(
+            f"{what} for the Arm DSP extension: a matrix multiply of {m.pixels} pixels of "
+            f"{m.depth} values by {m.channels} filter rows, the whole input first widened to "
+            "int16 pairs in the arena, then two output channels at a time: their filter rows "
+            "widened into the arena, and three pixels by the two channels a step, each __smlad "
+            "adding two products of int16 words read as they are")}
+    return Kernel(render_macro(TEMPLATE, "pointwise_staged", values),
+                  tuple(sorted(helpers)), includes=("arm_acle.h",))
+
+
+# -- CONV_2D through im2col -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Im2col:
+    """An int8 CONV_2D of any filter and stride (no dilation) as the DSP kernel runs it: output
+    row by output row, a block of pixels at a time (`Matmul.block`), each pixel's window (`kh`
+    rows of `kw` * `depth` values, in the filter's (ky, kx, c) order) copied into the scratch
+    as int8, the padding the input zero point (whose product with the input offset added is 0,
+    as the reference's skipped taps), then widened into the pairs the pointwise kernel's steps
+    read. `matmul`: the
+    windows times the filter rows, with its packed filter, folded sums and output stage."""
+
+    batches: int
+    height: int
+    width: int
+    depth: int
+    out_h: int
+    out_w: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    matmul: Matmul
+
+    @property
+    def row(self) -> int:
+        """Values of one filter row of the window: contiguous in the input."""
+        return self.kw * self.depth
+
+    @property
+    def window(self) -> int:
+        """Bytes of one pixel's window in the scratch, padded to whole groups."""
+        return self.matmul.groups * GROUP
+
+    def reaches_outside(self, axis: int) -> bool:
+        """Whether some window reaches the padding along `axis` (0: rows, 1: columns)."""
+        size, out, k = ((self.height, self.out_h, self.kh),
+                        (self.width, self.out_w, self.kw))[axis]
+        pad = self.padding[axis]
+        return pad > 0 or (out - 1) * self.stride[axis] - pad + k > size
+
+
+def im2col_of(p: ConvParams | DepthwiseConvParams) -> Im2col:
+    """A CONV_2D's, or a DEPTHWISE_CONV_2D's of one input channel: a convolution whose filter
+    rows are the depth multiplier's."""
+    batch, height, width, depth = p.input_shape
+    _, out_h, out_w, channels = p.output_shape
+    kh, kw = p.window.filter
+    # [channels, kh * kw * depth]; a depthwise filter of one channel is [1, taps, channels]
+    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)
+    bias = np.asarray(p.bias, np.float64).astype(np.int64)
+    m = Matmul(1, 1, batch * out_h * out_w, 0, 0, 0, kh * kw * depth, channels, weights, bias,
+               p.input_offset)
+    return Im2col(batch, height, width, depth, out_h, out_w, kh, kw, tuple(p.window.stride),
+                  tuple(p.window.padding), m)
+
+
+def accepts_im2col(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, ConvParams | DepthwiseConvParams) or not isinstance(p.output,
+                                                                              Requantize):
+        return "not an int8 convolution"
+    if p.output.dtype != "int8" or graph.tensors[op.inputs[0]].dtype != "int8":
+        return "not an int8 convolution"
+    if isinstance(p, ConvParams) and p.groups != 1:
+        return "a grouped convolution"
+    if isinstance(p, DepthwiseConvParams) and p.input_shape[-1] != 1:
+        return "a depthwise convolution of more than one input channel"
+    if tuple(p.window.dilation) != (1, 1):
+        return "a dilated filter"
+    if p.input_shape[0] < 1 or min(p.output_shape) < 1:
+        return "an empty tensor"
+    return None
+
+
+def im2col_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ...]:
+    """A block's windows widened (8 bytes per four values and pixel), and as int8."""
+    d = im2col_of(p)
+    pixels = min(d.matmul.block, d.matmul.pixels)
+    plural = "s" if pixels > 1 else ""
+    return (MemoryRequest(pixels * d.matmul.groups * 8,
+                          f"the windows of {pixels} pixel{plural} widened to int16 pairs"),
+            MemoryRequest(pixels * d.window, f"the windows of {pixels} pixel{plural} as int8"))
+
+
+def window_values(prefix: str, d: Im2col, direct: int, window: bool) -> dict:
+    """The values of the functions that copy windows out of the input (the template's
+    `window`): `{prefix}_row` always, `{prefix}_window` (one pixel's window, int8) if `window`,
+    `{prefix}_widen` (the windows of `direct` pixels widened, filter row by filter row) if
+    `direct`."""
+    sw = d.stride[1]
+    rows_outside, columns_outside = d.reaches_outside(0), d.reaches_outside(1)
+    last = d.width - d.kw - (direct - 1) * sw  # the last column all the block's rows are in
+    inside = [*(["iy + ky >= 0", f"iy + ky < {d.height}"] if rows_outside else []),
+              *(["ix >= 0", f"ix <= {last}"] if columns_outside else [])]
+    pixels = range(direct)
+    return {
+        "prefix": prefix, "d": d, "zero_point": -d.matmul.input_offset,
+        "rows_outside": rows_outside, "columns_outside": columns_outside,
+        "last_column": d.width - d.kw, "direct": direct, "window": window,
+        "inside": " && ".join(inside) or "1", "row_words": 2 * direct * (d.row // GROUP),
+        "row_groups": d.row // GROUP, "count": direct,
+        "rows_in": ", ".join(["xr", *(f"xr + {i * sw * d.depth}" for i in pixels[1:])]),
+        "rows_copied": ", ".join(["windows", *(f"windows + {i * d.row}" for i in pixels[1:])]),
+        "copies": [(f"windows + {i * d.row}" if i else "windows", f"ix + {i * sw}" if i else "ix")
+                   for i in pixels],
+        "row_comment": c_comment(
+            f"Filter row y - iy of one output pixel's window into `row`: {d.kw} x {d.depth} "
+            "values from input row y, column ix on; those outside the image the input zero "
+            "point"),
+        "window_comment": c_comment(
+            f"One output pixel's window into `window`, in the filter's order: {d.kh} rows of "
+            f"{d.kw} x {d.depth} values; (iy, ix) is its top left corner in the input, which "
+            "may lie in the padding"),
+        "direct_comment": c_comment(
+            f"The windows of the {direct} output pixels from column ix on (every {sw}) widened "
+            "into `pairs` filter row by filter row: a row inside the image straight from the "
+            "input, another copied into `windows` first")}
+
+
+def emit_im2col(ctx: OpContext) -> Kernel:
+    p: ConvParams | DepthwiseConvParams = ctx.params
+    d = im2col_of(p)
+    m = d.matmul
+    prefix = ctx.prefix
+    sh, sw = d.stride
+    pt, pl = d.padding
+    batches, rows = ConstantLoop("b", d.batches), ConstantLoop("r", d.out_h)
+    size = m.block
+    whole = d.out_w - d.out_w % size
+    block = ConstantLoop("p", whole, 0, size)
+    rest = ConstantLoop("p", d.out_w, whole, max(d.out_w % size, 1))
+    image, row_out = d.height * d.width * d.depth, d.out_w * m.channels
+    orow = c_offset("out", [(batches, d.out_h * row_out), (rows, row_out)])
+    row_head = [f"const int8_t *xb = {c_offset('x', [(batches, image)])};",
+                f"const int iy = {c_sum([(rows, sh)], -pt)};",
+                f"int8_t *orow = {orow};"]
+
+    # a filter row holding whole groups: the rows of a whole block's windows inside the image
+    # widen straight from the input
+    direct = d.row % GROUP == 0 and size > 1 and block.runs
+
+    def head(count: int, loop: ConstantLoop) -> list[str]:
+        """The block's outputs, and its windows copied and widened into the scratch."""
+        outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
+        lines = [f"int8_t *o0 = {c_offset('orow', [(loop, m.channels)])}{outs};"]
+        if count == size and direct:
+            return [*lines, f"{prefix}_widen(pairs, windows, xb, iy, "
+                            f"{c_sum([(loop, sw)], -pl)});"]
+        for i in range(count):
+            lines.append(f"{prefix}_window({c_offset('windows', [], i * d.window)}, xb, iy, "
+                         f"{c_sum([(loop, sw)], i * sw - pl)});")
+        names = ", ".join(["windows", *(f"windows + {i * d.window}" for i in range(1, count))])
+        lines.append(f"arenac_widen_{count}(pairs, {names}, {m.groups});")
+        return lines
+
+    pixels = [{"loop": loop, "head": head(count, loop), "count": count}
+              for loop, count in ((block, size), (rest, d.out_w % size)) if loop.runs]
+    opcode = "CONV_2D" if isinstance(p, ConvParams) else "DEPTHWISE_CONV_2D of one channel"
+    what = f"{opcode} '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
+    comment = (
+        f"{what} for the Arm DSP extension, output row by output row: "
+        f"{('one pixel', 'two pixels', 'three pixels')[min(size, d.out_w) - 1]} at a time, "
+        "each pixel's window of "
+        f"{m.depth} values widened to int16 pairs in the arena ("
+        + ("filter rows inside the image straight from the input, the others copied first"
+           if direct else "copied first")
+        + ", the padding the input zero point), then multiplied by the filter two output "
+        "channels at a time, each __smlad adding two products")
+    values = matmul_values(ctx, m, conv_output(m, p.output), what, comment,
+                           [batches, rows, block, rest], row_head, pixels,
+                           {f"arm_dsp_widen_{p['count']}" for p in pixels})
+    tail = d.window - m.depth
+    values["patch"] = window_values(prefix, d, size if direct else 0,
+                                    not direct or rest.runs)
+    values["windows"] = ctx.scratch[1]
+    values["setup"] = [f"memset({c_offset('windows', [], i * d.window + m.depth)}, 0, {tail});"
+                       for i in range(pixels[0]["count"]) if tail]
+    return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
+                  includes=("arm_acle.h",))
+
+
+# -- DEPTHWISE_CONV_2D ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Depthwise:
+    """An int8 DEPTHWISE_CONV_2D with depth multiplier 1, as the DSP kernel runs it.
+
+    For each output row, the kernel copies the rows its windows read and the previous output
+    row's did not into the slots of the rows no longer read (input row py, counting the
+    padding rows above the image, at slot py % kh: the rows read again stay where they are, and
+    each channel's filter rows are taken in the order of the slots instead), as int16, one
+    line of `line` values per channel and slot (a channel's kh slots adjacent, so that its
+    words are within LDRD's reach of one pointer), the left and right padding and the rows
+    above and below the image filled with the input zero point (whose product with the input
+    offset added is 0, as the reference's skipped taps). Two horizontally adjacent taps of a
+    channel are then one word of that line, and one __smlad adds both products with the
+    filter's pair of weights, packed at generation time (an odd filter width pairs its last
+    tap with a zero weight; see `shared_loads` for the pairs of pixels at stride 1)."""
+
+    batches: int
+    height: int
+    width: int
+    channels: int
+    out_h: int
+    out_w: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    weights: np.ndarray  # [channels, kh * kw]
+    bias: np.ndarray
+    input_offset: int
+
+    @property
+    def pairs(self) -> int:
+        return -(-self.kw // 2)
+
+    @property
+    def shared_loads(self) -> bool:
+        """Whether two adjacent output pixels share their input words: at stride 1 and an odd
+        filter width kw = 2k + 1 >= 3, pixels ox and ox + 1 (ox even) read the k + 1 words
+        from ox on, word j the pair (x2j, x2j+1). Pixel ox adds (w2j, w2j+1) . word j for
+        j < k and x2k * w2k; pixel ox + 1 adds x1 * w0 and (w2j+1, w2j+2) . word j + 1: __smlad
+        for the pairs, __smlabt/__smlatb for the halves (`packed`). Per filter row, k + 1
+        loads (one LDRD for each two) serve both pixels, where each pixel alone takes k + 1."""
+        return self.stride[1] == 1 and self.kw % 2 == 1 and self.kw >= 3
+
+    @property
+    def row_words(self) -> int:
+        """Filter words per filter row: its pairs; with shared loads also the pairs one tap
+        on, (w1, w2), (w3, w4)..."""
+        return self.kw - 1 if self.shared_loads else self.pairs
+
+    @property
+    def line(self) -> int:
+        """Values of one widened line: the last window's last pair included; even with shared
+        loads, so that every even pixel's words are aligned for LDRD."""
+        if self.shared_loads:
+            return self.out_w + self.kw + (self.out_w + self.kw) % 2
+        return (self.out_w - 1) * self.stride[1] + 2 * self.pairs
+
+    def matmul(self) -> Matmul:
+        """The same sums as a matrix multiply: what the output stage is proven on. Taps outside
+        the image add 0, which every tap's range holds, so the whole window's range bounds all."""
+        return Matmul(1, 1, 1, 0, 0, self.kh * self.kw, self.kh * self.kw, self.channels,
+                      self.weights, self.bias, self.input_offset)
+
+    def packed(self) -> np.ndarray:
+        """Per channel and filter row, the weights as int16 pairs in int32 words, the lower
+        half for the left tap (the one at the lower address): (w0, w1), (w2, w3)... and with
+        shared loads, after the first k of them, (w1, w2), (w3, w4)..."""
+        w = np.zeros((self.channels, self.kh, 2 * self.pairs), np.int64)
+        w[:, :, :self.kw] = self.weights.reshape(self.channels, self.kh, self.kw)
+        if self.shared_loads:
+            w = np.concatenate([w[:, :, :self.kw - 1], w[:, :, 1:self.kw]], axis=2)
+        low, high = w[:, :, 0::2] & 0xFFFF, (w[:, :, 1::2] & 0xFFFF) << 16
+        return wrap_int32(low | high)
+
+
+def depthwise_of(p) -> Depthwise:
+    batch, height, width, channels = p.input_shape
+    _, out_h, out_w, _ = p.output_shape
+    kh, kw = p.window.filter
+    weights = np.asarray(p.weights[:, :, 0], np.float64).astype(np.int64)  # [channels, taps]
+    bias = np.asarray(p.bias, np.float64).astype(np.int64)
+    return Depthwise(batch, height, width, channels, out_h, out_w, kh, kw,
+                     tuple(p.window.stride), tuple(p.window.padding), weights, bias,
+                     p.input_offset)
+
+
+MAX_DEPTHWISE_WORDS = 32  # filter words a channel keeps in registers, written out
+
+
+def accepts_depthwise(graph: Graph, op: Operator, p) -> str | None:
+    if not isinstance(p, DepthwiseConvParams) or not isinstance(p.output, Requantize):
+        return "not an int8 depthwise convolution"
+    if p.output.dtype != "int8" or graph.tensors[op.inputs[0]].dtype != "int8":
+        return "not an int8 depthwise convolution"
+    if p.depth_multiplier != 1:
+        return "a depth multiplier other than 1"
+    if tuple(p.window.dilation) != (1, 1):
+        return "a dilated filter"
+    if p.input_shape[0] < 1 or p.output_shape[1] < 1 or p.output_shape[2] < 1:
+        return "an empty tensor"
+    d = depthwise_of(p)
+    if d.kh * d.row_words > MAX_DEPTHWISE_WORDS:
+        return "a filter too large to keep in registers"
+    return None
+
+
+def depthwise_scratch(p) -> tuple[MemoryRequest, ...]:
+    d = depthwise_of(p)
+    return (MemoryRequest(d.kh * d.channels * d.line * 2,
+                          f"the {d.kh} input rows an output row reads, widened to int16, "
+                          "per channel"),)
+
+
+def depthwise_overlaps(graph: Graph, op: Operator, p) -> list[OverlapRule]:
+    """The portable convolution's rule, row by row of the output: this kernel reads an input
+    row only when it widens it, before it writes the first output row whose window holds it,
+    so after output row r it has read no input row below the last of r's window, and it reads
+    none above the first of it again."""
+    return overlaps.convolution(graph, op)
+
+
+def _depthwise_filter(prefix: str, d: Depthwise, what: str) -> dict:
+    """The filter table: per channel and filter row, the packed pairs of taps."""
+    return {
+        "name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
+        "length": c_length(d.channels * d.kh * d.row_words),
+        "data": c_array(d.packed().ravel(), 8),
+        "comment": c_comment(
+            f"{what}: per channel and filter row, the weights of two adjacent taps as an "
+            "int16 pair (left tap in the lower half" +
+            ("), then those pairs one tap on (for the second pixel of a pair)"
+             if d.shared_loads else ", the last one with 0)" if d.kw % 2 else ")"))}
+
+
+def _row_calls(prefix: str, d: Depthwise) -> tuple[list[str], list[str], list[str]]:
+    """The row function's slot arguments, its filter loads, and its calls per output row.
+
+    Input row py sits at slot py % kh; output row oy's window starts at row oy * sh (its turn,
+    mod kh), so slot s holds its filter row (s - turn) mod kh, whose words start at f_s: one
+    call of the row function per turn, the f_s constants in each."""
+    sh = d.stride[0]
+    words = d.row_words
+    turn_args = [f"f{s}" for s in range(d.kh)] if d.kh > 1 else []
+    loads = [f"const int32_t w{s * words + j} = "
+             f"wc[{f'f{s}' + plus_term(j) if turn_args else j}];"
+             for s in range(d.kh) for j in range(words)]
+    row_out = f"out + oy * {d.out_w * d.channels}"
+    turns = sorted({oy * sh % d.kh for oy in range(d.out_h)})
+
+    def call(turn: int) -> str:
+        offsets = [str((s + d.kh - turn) % d.kh * words) for s in range(len(turn_args))]
+        return f"{prefix}_row(rows, {', '.join([row_out, *offsets])});"
+
+    calls = [call(turns[0])] if len(turns) == 1 else [
+        f"switch ({'oy' if sh == 1 else f'oy * {sh}'} % {d.kh}) {{",
+        *(line for t in turns for line in (f"case {t}:", f"  {call(t)}", "  break;")), "}"]
+    return turn_args, loads, calls
+
+
+def _word_loads(row: int, count: int, pairs: bool) -> list[str]:
+    """Words a0..a{count - 1} of a filter row from r + row on, two by two with LDRD where
+    `pairs` (both pixels' words: the pair's first pixel is even, so they are aligned)."""
+    lines = []
+    for j in range(0, count, 2):
+        at = c_offset("r", [], row + 2 * j)
+        if pairs and j + 1 < count:
+            lines.append(f"arenac_load2((const int32_t *)(const void *)({at}), &a{j}, "
+                         f"&a{j + 1});")
+            continue
+        lines += [f"a{i} = arenac_load32((const int8_t *)({c_offset('r', [], row + 2 * i)}));"
+                  for i in range(j, min(j + 2, count))]
+    return lines
+
+
+def _shared_taps(d: Depthwise, count: int) -> list[str]:
+    """Pixel ox (and ox + 1) from the k + 1 words of each filter row (`shared_loads`)."""
+    k = d.kw // 2
+    lines = [f"int32_t {', '.join(f'a{j}' for j in range(k + 1))};"]
+    for ky in range(d.kh):
+        row, w = ky * d.line, ky * d.row_words
+        lines += _word_loads(row, k + 1, count == 2)
+        lines += [f"acc0 = __smlad(a{j}, w{w + j}, acc0);" for j in range(k)]
+        lines.append(f"acc0 = __smlabt(a{k}, w{w + 2 * k - 1}, acc0);")
+        if count == 2:
+            lines.append(f"acc1 = __smlatb(a0, w{w}, acc1);")
+            lines += [f"acc1 = __smlad(a{j + 1}, w{w + k + j}, acc1);" for j in range(k)]
+    return lines
+
+
+def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int) -> dict:
+    """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
+    wr + ky * slot + ox * sw + 2 * j."""
+    sw, slot = d.stride[1], d.line
+    lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
+             f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
+    stores = [f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
+              f"{prefix}_output(acc{i}, c);" for i in range(count)]
+    if d.shared_loads:
+        return {"loop": loop, "lines": lines + _shared_taps(d, count) + stores}
+    if sw == 2 and count == 2:  # pixel ox + 1's words are pixel ox's from the second on
+        lines.append(f"int32_t {', '.join(f'a{j}' for j in range(d.pairs + 1))};")
+        for ky in range(d.kh):
+            lines += _word_loads(ky * slot, d.pairs + 1, True)
+            lines += [f"acc{i} = __smlad(a{j + i}, w{ky * d.pairs + j}, acc{i});"
+                      for i in range(2) for j in range(d.pairs)]
+        return {"loop": loop, "lines": lines + stores}
+    for i in range(count):
+        lines += [f"acc{i} = __smlad(arenac_load32((const int8_t *)"
+                  f"({c_offset('r', [], ky * slot + 2 * j + i * sw)})), "
+                  f"w{ky * d.pairs + j}, acc{i});"
+                  for ky in range(d.kh) for j in range(d.pairs)]
+    return {"loop": loop, "lines": lines + stores}
+
+
+def _depthwise_blocks(prefix: str, d: Depthwise) -> tuple[list[dict], list[ConstantLoop]]:
+    """The pixel blocks of an output row: its pairs (written out up to UNROLLED_PIXELS, else a
+    loop) and a last odd pixel; and the pair loops."""
+    even = d.out_w - d.out_w % 2
+    pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
+    if d.out_w <= UNROLLED_PIXELS:  # the pairs written out: no loop, every offset a constant
+        pairs = [ConstantLoop("ox", ox + 2, ox, 2) for ox in range(0, even, 2)]
+    else:
+        pairs = [pair]
+    blocks = [_depthwise_pixels(prefix, d, loop, count)
+              for loop, count in [*((p, 2) for p in pairs), (single, 1)] if loop.runs]
+    return blocks, pairs
+
+
+def _channel_copies(d: Depthwise) -> list[str]:
+    """One input pixel's channels into their lines: written out, or UNROLL a trip."""
+    channel = d.kh * d.line
+    copies = [f"lp[{j * channel}] = xp[{j}];" for j in range(min(d.channels, UNROLLED))]
+    if d.channels > UNROLLED:
+        unroll = next(u for u in (UNROLL, 4, 2, 1) if d.channels % u == 0)
+        copies = [f"for (c = 0; c < {d.channels}; c += {unroll}, xp += {unroll}, "
+                  f"lp += {unroll * channel}) {{",
+                  *(f"  {line}" for line in copies[:unroll]), "}"]
+    return copies
+
+
+def emit_depthwise(ctx: OpContext) -> Kernel:
+    p = ctx.params
+    d = depthwise_of(p)
+    prefix = ctx.prefix
+    m = d.matmul()
+    name = ctx.outputs[0].name
+    what = f"DEPTHWISE_CONV_2D '{name}' {d.kh}x{d.kw}"
+    tables, output, output_comment = output_values(
+        prefix, conv_output(m, p.output),
+        (m.sums(), f"{what}: per channel, bias + input offset * the filter's sum (int32, "
+                   "wrapped)"))
+    tables = [_depthwise_filter(prefix, d, what), *tables]
+    sh, sw = d.stride
+    channel = d.kh * d.line  # the scratch is [channel][slot][line]
+    turn_args, loads, calls = _row_calls(prefix, d)
+    blocks, pairs = _depthwise_blocks(prefix, d)
+    # stride below the filter height: the window's rows overlap the previous output row's
+    first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
+                 "oy" if sh == 1 else f"oy * {sh}")
+    values = {
+        "fn": ctx.fn, "prefix": prefix, "tables": tables,
+        "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
+        "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
+        "scratch": ctx.scratch[0],
+        "comment": c_comment(
+            f"{what} for the Arm DSP extension, output row by output row: the input rows it "
+            f"reads that the previous one did not widened to int16 into the {d.kh} slots of "
+            f"the arena (a line of {d.line} values per channel, the padding the input zero "
+            "point), then per channel its filter words kept in registers, two output pixels "
+            "at a time" + (" sharing the words they read" if d.shared_loads or sw == 2 else "")
+            + ", each __smlad adding two taps' products"),
+        "d": d, "zero_point": -d.input_offset, "channel": channel, "loads": loads,
+        "pixels": blocks, "ox": any(p.written for p in pairs), "first_row": first_row,
+        "copies": _channel_copies(d),
+        "turn_args": turn_args, "calls": calls,
+        "row_comment": c_comment(
+            f"One output row of {what}, channel by channel: o its first output, and the filter "
+            "row of slot s starting at the channel's word f_s (the slots turn as output rows "
+            "go down)" if turn_args else f"One output row of {what}, channel by channel: o its "
+            "first output"),
+        "slot_of_row": f"(py % {d.kh})" if d.kh > 1 else "0",
+        "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
+        "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
+        "sum": sum_of(prefix, tables, "c"),
+        "helpers": tuple(sorted({"arm_dsp", *(["arm_dsp_load2"] if any(
+            "arenac_load2" in line for b in blocks for line in b["lines"]) else [])}
+                                | output_helpers(tables, output))),
+    }
+    return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
+                  includes=("arm_acle.h",))
+
+
+_INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
+
+TARGET_KERNELS: tuple[TargetKernel, ...] = (
+    TargetKernel("CONV_2D", "dsp-1x1-staged", _INT8, accepts_staged, emit_staged,
+                 scratch=staged_scratch, overlaps=staged_overlaps, scratch_alignment=WORD),
+    TargetKernel("CONV_2D", "dsp-1x1", _INT8, accepts_conv, emit_conv,
+                 scratch=lambda p: pointwise_scratch(conv_matmul(p)),
+                 overlaps=pointwise_overlaps, scratch_alignment=WORD),
+    TargetKernel("CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
+                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
+                     graph, op), scratch_alignment=WORD),
+    TargetKernel("DEPTHWISE_CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
+                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
+                     graph, op), scratch_alignment=WORD),
+    TargetKernel("DEPTHWISE_CONV_2D", "dsp-depthwise", _INT8, accepts_depthwise,
+                 emit_depthwise, scratch=depthwise_scratch, overlaps=depthwise_overlaps,
+                 scratch_alignment=WORD),
+)

@@ -1,0 +1,24 @@
+"""The elementwise binary ops: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM and
+SQUARED_DIFFERENCE.
+
+prepare.py turns an operator into its params, what runtime_py and every backend run from;
+emit.py writes their portable C; arm_dsp.py holds the kernel of the cores with the DSP
+extension, from the same params. `SPECS` registers the ops (toolchain.ops.REGISTRY),
+`TARGET_KERNELS` the target kernels in the order binding tries them (toolchain.ops.VARIANTS).
+"""
+
+from __future__ import annotations
+
+from toolchain.ops import overlaps
+from toolchain.ops.elementwise import arm_dsp
+from toolchain.ops.elementwise.emit import emit_binary
+from toolchain.ops.elementwise.prepare import DTYPES, OPCODES, prepare
+from toolchain.ops.spec import OpSpec, TargetKernel, kernels
+
+SPECS: tuple[OpSpec, ...] = tuple(
+    OpSpec(opcode, kernels("T, T -> T", T=DTYPES[opcode]), prepare, emit_binary,
+           overlaps=overlaps.elementwise(0, 1))
+    for opcode in OPCODES
+)
+
+TARGET_KERNELS: tuple[TargetKernel, ...] = (*arm_dsp.TARGET_KERNELS,)

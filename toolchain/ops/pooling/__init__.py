@@ -1,0 +1,27 @@
+"""The pooling family: AVERAGE_POOL_2D and MAX_POOL_2D.
+
+prepare.py turns an operator into its params, what runtime_py and every backend run from;
+emit.py writes their portable C; arm_dsp.py holds the kernels of the cores with the DSP
+extension, from the same params. `SPECS` registers the ops (toolchain.ops.REGISTRY),
+`TARGET_KERNELS` the target kernels in the order binding tries them (toolchain.ops.VARIANTS).
+"""
+
+from __future__ import annotations
+
+from toolchain.ops import overlaps
+from toolchain.ops.pooling import arm_dsp
+from toolchain.ops.pooling.emit import emit_average, emit_max
+from toolchain.ops.pooling.prepare import QUANTIZED, pool_scratch, prepare_pool_2d
+from toolchain.ops.spec import OpSpec, TargetKernel, kernels
+
+_POOLING = kernels("T -> T", T=("float32", *QUANTIZED))
+
+
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec("AVERAGE_POOL_2D", _POOLING, prepare_pool_2d, emit_average, scratch=pool_scratch,
+           overlaps=overlaps.pooling),
+    OpSpec("MAX_POOL_2D", _POOLING, prepare_pool_2d, emit_max, scratch=pool_scratch,
+           overlaps=overlaps.pooling),
+)
+
+TARGET_KERNELS: tuple[TargetKernel, ...] = (*arm_dsp.TARGET_KERNELS,)
