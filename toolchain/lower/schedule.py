@@ -411,6 +411,25 @@ def _profile(problem: _Problem, order: Sequence[int]) -> tuple[list[int], list[i
     return during, before
 
 
+def _masks(problem: _Problem) -> tuple[list[int], list[tuple[tuple[int, int], ...]], int]:
+    """The problem as bitmasks: each operator's predecessors, each read's bytes with the
+    operators that read the same tensor, and the operators ready at the start."""
+    preds = [0] * problem.size
+    for v, before in enumerate(problem.preds):
+        for u in before:
+            preds[v] |= 1 << u
+    readers: dict[int, int] = {}
+    for v, reads in enumerate(problem.reads):
+        for t, _ in reads:
+            readers[t] = readers.get(t, 0) | 1 << v
+    reads = [tuple((nbytes, readers[t]) for t, nbytes in r) for r in problem.reads]
+    ready = 0
+    for v, mask in enumerate(preds):
+        if not mask:
+            ready |= 1 << v
+    return preds, reads, ready
+
+
 class _Search:
     """Exact search for the best orders of a problem: forward over downsets of growing size (at
     most `limit` of them, until `deadline`), then backward for the lowest peak still to come
@@ -418,26 +437,24 @@ class _Search:
 
     def __init__(self, problem: _Problem, limit: int, deadline: Deadline):
         self.problem = problem
-        preds = [0] * problem.size
-        for v, before in enumerate(problem.preds):
-            for u in before:
-                preds[v] |= 1 << u
-        readers: dict[int, int] = {}
-        for v, reads in enumerate(problem.reads):
-            for t, _ in reads:
-                readers[t] = readers.get(t, 0) | 1 << v
-        reads = [tuple((nbytes, readers[t]) for t, nbytes in r) for r in problem.reads]
-        succs, kept, made = problem.succs, problem.kept, problem.made
-        ready = 0
-        for v, mask in enumerate(preds):
-            if not mask:
-                ready |= 1 << v
-        # downset -> (bytes live, mask of ready operators)
-        states: dict[int, tuple[int, int]] = {0: (problem.start, ready)}
-        self.states = states
         self.steps = problem.size
         self.complete = False
+        self.preds, self.reads, ready = _masks(problem)
+        # downset -> (bytes live, mask of ready operators)
+        self.states: dict[int, tuple[int, int]] = {0: (problem.start, ready)}
         self.visited = 1
+        layers = self._forward(limit, deadline)
+        self.visited = len(self.states)
+        if layers is None or not self._backward(layers, deadline):
+            return
+        self.peak = self.to_go[0]
+        self.complete = True
+
+    def _forward(self, limit: int, deadline: Deadline) -> list[list[int]] | None:
+        """Every downset, layer by layer (downsets of 0, 1, ... operators), or None once there
+        are `limit` of them or the deadline has passed."""
+        states, preds, reads = self.states, self.preds, self.reads
+        succs, kept = self.problem.succs, self.problem.kept
         layers = [[0]]
         for _ in range(self.steps):
             layer = []
@@ -453,8 +470,7 @@ class _Search:
                     if len(states) >= limit or (
                         not len(states) % _CLOCK_EVERY and deadline.passed()
                     ):
-                        self.visited = len(states)
-                        return
+                        return None
                     v = bit.bit_length() - 1
                     t_live = s_live + kept[v]
                     for nbytes, r in reads[v]:
@@ -467,15 +483,20 @@ class _Search:
                     states[t] = (t_live, t_ready)
                     layer.append(t)
             layers.append(layer)
-        self.visited = len(states)
+        return layers
+
+    def _backward(self, layers: list[list[int]], deadline: Deadline) -> bool:
+        """The lowest peak still to come from each downset (`to_go`), last layer first; False
+        if the deadline passed first."""
+        states, made, first_only = self.states, self.problem.made, self.problem.first_only
         to_go = self.to_go = dict.fromkeys(layers[-1], 0)
         for layer in reversed(layers[:-1]):
             if deadline.passed():
-                return
+                return False
             for s in layer:
                 s_live, m = states[s]
                 if s == 0:
-                    s_live += problem.first_only
+                    s_live += first_only
                 best = None
                 while m:
                     bit = m & -m
@@ -487,8 +508,7 @@ class _Search:
                     if best is None or cost < best:
                         best = cost
                 to_go[s] = best
-        self.peak = to_go[0]
-        self.complete = True
+        return True
 
     def order(self, threshold: int) -> tuple[int, ...]:
         """The first order by operator index whose peak is at most `threshold` (>= `peak`)."""
