@@ -30,6 +30,7 @@ demo: $(DEMO)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest

@@ -171,7 +171,7 @@ class ArenaInterpreter:
                 f"model takes {len(graph.inputs)} inputs, got {len(inputs)}", self.source
             )
         values = [np.asarray(value) for value in inputs]
-        for i, (t, value) in enumerate(zip(graph.inputs, values)):
+        for i, (t, value) in enumerate(zip(graph.inputs, values, strict=True)):
             expected = graph.tensors[t]
             if value.dtype != np.dtype(expected.dtype) or tuple(value.shape) != expected.shape:
                 raise RuntimeBackendError(
@@ -194,7 +194,7 @@ class ArenaInterpreter:
         self.observe = observe
         for claim in self.layout.input_claims:
             self._claim(claim, 0, None)
-        for t, value in zip(graph.inputs, values):
+        for t, value in zip(graph.inputs, values, strict=True):
             self.views[t][...] = value
         self._run(self.model_plan.steps, True)
         return [self.views[t].copy() for t in graph.outputs]
@@ -264,7 +264,8 @@ class ArenaInterpreter:
         written = 0
         for stripe in segment.stripes:
             for view, base, kept, previous in zip(buffers, stripe.bases, stripe.kept,
-                                                  self._previous_bases(segment, stripe)):
+                                                  self._previous_bases(segment, stripe),
+                                                  strict=True):
                 if kept and base != previous:
                     view[:, :kept] = view[:, base - previous:base - previous + kept].copy()
                 view[:, kept:].view(np.uint8)[...] = POISON

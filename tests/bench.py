@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -299,7 +300,7 @@ def random_buffers(count: int, seed: int) -> list[Buffer]:
     length = rng.integers(0, max(steps // 20, 1) + 1, count)
     sizes = (2 ** rng.uniform(4, 16, count)).astype(int)
     return [Buffer(i, int(s), int(f), int(min(f + n, steps - 1)))
-            for i, (s, f, n) in enumerate(zip(sizes, first, length))]
+            for i, (s, f, n) in enumerate(zip(sizes, first, length, strict=True))]
 
 
 def scaling_section() -> None:
@@ -332,13 +333,13 @@ def growth_table() -> None:
               for b in instances]
         label = f"{planner} {options['fit']}" if options else planner
         rows.append([label, *(f"{t:.0f}" for t in ms),
-                     *(f"{b / a:.1f}" for a, b in zip(ms, ms[1:]))])
+                     *(f"{b / a:.1f}" for a, b in pairwise(ms))])
     nlogn = [f"{(b * np.log(b)) / (a * np.log(a)):.1f}"
-             for a, b in zip(GROWTH_COUNTS, GROWTH_COUNTS[1:])]
+             for a, b in pairwise(GROWTH_COUNTS)]
     rows.append(["n log n", "", "", "", *nlogn])
     print("growth: planning CPU time (ms, verify included; CPU, so that others sharing the "
           "cores do not skew it) on random buffers, and its ratio per tenfold step")
-    steps = [f"x {b // a} ({b:,})" for a, b in zip(GROWTH_COUNTS, GROWTH_COUNTS[1:])]
+    steps = [f"x {b // a} ({b:,})" for a, b in pairwise(GROWTH_COUNTS)]
     print(table(["planner", *(f"{n:,}" for n in GROWTH_COUNTS), *steps], rows))
 
 

@@ -1325,7 +1325,7 @@ def run_pipeline(
                        f"the harness wrote {len(raw)} bytes, expected {output_bytes}",
                        "output size", compiled=True)
     for k, actual in enumerate(split_outputs(raw, graph, len(sets))):
-        for i, (want, got) in enumerate(zip(expected[k], actual)):
+        for i, (want, got) in enumerate(zip(expected[k], actual, strict=True)):
             d = difference(want, got)
             if d.mismatches and not (want.dtype.kind == "f" and any(overflowed)):
                 t = graph.tensors[graph.outputs[i]]
@@ -1588,7 +1588,7 @@ def describe(result: Result) -> str:
         "mutations:",
         *(
             f"  {m}  # {note}"
-            for m, note in zip((*example.edits, *example.byte_edits), notes)
+            for m, note in zip((*example.edits, *example.byte_edits), notes, strict=True)
         ),
         "message:",
         *(f"  {line}" for line in outcome.message.splitlines()),
@@ -1706,7 +1706,7 @@ def campaign(
             elapsed = time.monotonic() - started
             findings = list(tally.findings.values())
             shrunk = threads.map(lambda f: shrink(pool, seeds, f.first), findings)
-            for finding, best in zip(findings, shrunk):
+            for finding, best in zip(findings, shrunk, strict=True):
                 finding.shrunk = best
     finally:
         pool.close()
@@ -1878,7 +1878,8 @@ def user_file_campaign(count: int, seed: int, jobs: int) -> int:
 
     cases = list(user_files(count, seed))
     with ThreadPoolExecutor(jobs) as threads:
-        found = [(case, problem) for case, problem in zip(cases, threads.map(one, cases))
+        found = [(case, problem) for case, problem in zip(cases, threads.map(one, cases),
+                                                          strict=True)
                  if problem]
     for case, problem in found:
         print(f"user file {case.command} {case.name} ({case.note}): {problem}", file=sys.stderr)

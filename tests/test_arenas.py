@@ -103,7 +103,7 @@ def shared_program(plans: list[ModelPlan], names: list[str], turns=TURNS) -> str
     """A program running the models in `turns`, each turn reading that model's inputs and
     writing its outputs (stdin/stdout on the host, files through semihosting under QEMU)."""
     runs = []
-    for mp, name in zip(plans, names):
+    for mp, name in zip(plans, names, strict=True):
         upper = name.upper()
         lines = [f"static int run_{name}(void) {{", "  int i;"]
         lines += [f"  for (i = 0; i < {upper}_INPUT_COUNT; ++i) {{",
@@ -194,7 +194,7 @@ def built_pair() -> tuple[list[ModelPlan], list[str], dict[str, str]]:
     plans = [plan_model(parse_model(EXAMPLES[n](), f"{n}.tflite"), "greedy")
              for n in ("tiny_cnn_int8", "streaming_kws_int8")]
     names = ["cnn", "kws"]
-    return plans, names, generate_shared(list(zip(plans, names)))
+    return plans, names, generate_shared(list(zip(plans, names, strict=True)))
 
 
 def test_shared_files_size_the_arena_to_the_largest(built_pair):
@@ -226,7 +226,7 @@ def test_shared_models_run_one_after_the_other_under_qemu(built_pair):
 
 def test_a_caller_arena_shared_by_models(built_pair, tmp_path):
     plans, names, _ = built_pair
-    files = generate_shared(list(zip(plans, names)), arena="extern")
+    files = generate_shared(list(zip(plans, names, strict=True)), arena="extern")
     assert "arenac_shared.h" not in files
     largest = max(mp.arena_bytes for mp in plans)
     assert f"same memory, {largest} bytes" in files["cnn.h"]
@@ -269,7 +269,7 @@ needs_real_pair = pytest.mark.skipif(not all(p.exists() for p in REAL_PAIR),
 def real_pair():
     plans = [plan_model(read_model(str(p))) for p in REAL_PAIR]
     names = ["kws", "vww"]
-    return plans, names, generate_shared(list(zip(plans, names)))
+    return plans, names, generate_shared(list(zip(plans, names, strict=True)))
 
 
 @needs_real_pair

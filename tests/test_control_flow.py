@@ -497,8 +497,9 @@ def assert_c_matches_runtime_py(mp, files: dict[str, str], name: str, directory)
     input_sets = [random_inputs(mp.graph, k) for k in range(6)]
     runtime = ArenaInterpreter(mp)
     expected = [runtime.invoke(inputs) for inputs in input_sets]
-    for want, got in zip(expected, run_c(files, name, input_sets, mp.graph, directory)):
-        for w, g in zip(want, got):
+    for want, got in zip(expected, run_c(files, name, input_sets, mp.graph, directory),
+                         strict=True):
+        for w, g in zip(want, got, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
@@ -516,8 +517,8 @@ def test_the_copies_address_memory_pools(name, tmp_path):
 def test_the_copies_address_a_shared_arena(tmp_path):
     """Models sharing one static arena copy within it: no model has an arena of its own."""
     plans = [planned(if_float()), planned(counter_loop())]
-    files = generate_shared(list(zip(plans, ["branchy", "loopy"])))
-    for mp, name in zip(plans, ["branchy", "loopy"]):
+    files = generate_shared(list(zip(plans, ["branchy", "loopy"], strict=True)))
+    for mp, name in zip(plans, ["branchy", "loopy"], strict=True):
         assert f"{name}_arena" not in files[f"{name}.c"]
         assert_c_matches_runtime_py(mp, files, name, tmp_path)
 
@@ -693,7 +694,7 @@ def test_tflite_micro_runs_the_embedded_plan(name):
     out = embed_plan(data, mp)
     for seed in range(4):
         before, after, _, head = run_both(data, out, model.main, seed)
-        assert all(np.array_equal(a, b) for a, b in zip(before, after))
+        assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
         assert head >= mp.arena_bytes
 
 
@@ -715,8 +716,8 @@ def test_control_flow_on_the_cortex_m4(name):
         want.append(runtime.invoke(values))
     with QemuBackend(mp) as backend:
         got = backend.invoke_many(sets, 3)
-    for expected, actual in zip(want, got):
-        for e, a in zip(expected, actual):
+    for expected, actual in zip(want, got, strict=True):
+        for e, a in zip(expected, actual, strict=True):
             assert check.difference(e, a).mismatches == 0
 
 
@@ -741,7 +742,7 @@ def test_external_io_copies_from_and_into_the_callers_buffers(tmp_path, name):
     for k, got in enumerate(split_outputs(raw, mp.graph, 6)):
         if k and k % 3 == 0:
             runtime.reset()
-        for a, e in zip(got, runtime.invoke(sets[k])):
+        for a, e in zip(got, runtime.invoke(sets[k]), strict=True):
             assert np.array_equal(a, e)
 
 

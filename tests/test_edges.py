@@ -65,7 +65,7 @@ def assert_backends_agree(model_bytes: bytes, inputs: list[np.ndarray], litert: 
         outputs["litert"] = LiteRTOracle(model_bytes).invoke(inputs)
     reference = outputs.pop("runtime_py")
     for backend, values in outputs.items():
-        for name, expected, actual in zip(names, reference, values):
+        for name, expected, actual in zip(names, reference, values, strict=True):
             assert_same(expected, actual, f"{name}: runtime_py vs {backend}")
 
 

@@ -85,7 +85,7 @@ def check_embedded(data: bytes, planner: str, model=None) -> tuple[int, int, int
             assert entry >= 0 and entry % 16 == 0
     out_before, out_after, head_before, head_after = run_both(data, out, model.main)
     assert len(out_after) == len(out_before)
-    for b, a in zip(out_before, out_after):
+    for b, a in zip(out_before, out_after, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     assert_head_holds_the_plan(head_after, mp.arena_bytes, model)
     return mp.arena_bytes, head_before, head_after
@@ -423,7 +423,7 @@ def test_cli_embed_matches_what_plan_reports(capsys, tmp_path, path):
     original = TFLMOracle(path.read_bytes(), outputs, arena_size=4 << 20)
     embedded = TFLMOracle(out.read_bytes(), outputs, arena_size=4 << 20)
     inputs = random_inputs(model.main, seed=3)
-    for want, got in zip(original.invoke(inputs), embedded.invoke(inputs)):
+    for want, got in zip(original.invoke(inputs), embedded.invoke(inputs), strict=True):
         assert np.array_equal(want, got)
     assert_head_holds_the_plan(embedded.allocations()["head"], planned["arena_bytes"], model)
 
@@ -454,7 +454,7 @@ def test_embed_total_is_the_arena_tflm_runs_in_and_no_byte_less(
     inputs = random_inputs(graph, seed=5)
     want = tflm(path.read_bytes(), len(graph.outputs)).invoke(inputs)
     exact = TFLMOracle(out.read_bytes(), len(graph.outputs), arena_size=said["total_bytes"])
-    for w, got in zip(want, exact.invoke(inputs)):
+    for w, got in zip(want, exact.invoke(inputs), strict=True):
         assert np.array_equal(w, got)
     with pytest.raises(RuntimeError, match="allocate"):
         TFLMOracle(out.read_bytes(), len(graph.outputs), arena_size=said["total_bytes"] - 16)

@@ -64,7 +64,7 @@ def pad_and_window(b: ModelBuilder, x: int, consumer: str, dtype: str,
     batch = image[0]
     (top, bottom), (left, right) = pads
     pairs = paddings if paddings is not None else [[0, 0], [top, bottom], [left, right], [0, 0]]
-    padded_shape = tuple(n + a + z for n, (a, z) in zip(image, pairs))
+    padded_shape = tuple(n + a + z for n, (a, z) in zip(image, pairs, strict=True))
     padded = b.tensor("padded", padded_shape, dtype, *q)
     inputs = [x, b.const("paddings", i32(pairs))]
     if value is not None:
@@ -119,7 +119,8 @@ def assert_fused_and_exact(model: bytes) -> None:
     assert_varied(model)
     assert_matches_oracle(model)
     values = random_inputs(fused.graph, 1)
-    for a, b in zip(ArenaInterpreter(fused).invoke(values), ArenaInterpreter(plain).invoke(values)):
+    for a, b in zip(ArenaInterpreter(fused).invoke(values), ArenaInterpreter(plain).invoke(values),
+                    strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -265,7 +266,7 @@ def if_model(values: tuple, hand_back_padded: bool = False) -> bytes:
     image = (1, 6, 7, 3)
     b = ModelBuilder()
     branches = []
-    for name, value in zip(("then", "else"), values):
+    for name, value in zip(("then", "else"), values, strict=True):
         g = b.subgraph(name)
         x = g.input("x", image, "int8", 0.05, ZP)
         out, padded = pad_and_window(g, x, "CONV_2D", "int8", image, opcode="PADV2",

@@ -99,7 +99,7 @@ def test_hostile_names_compile_strictly_and_compute_the_same(dtype):
         compiled = backend.invoke(x)
     expected = ArenaInterpreter(mp).invoke(x)
     assert len(compiled) == len(expected)
-    for got, want in zip(compiled, expected):
+    for got, want in zip(compiled, expected, strict=True):
         assert got.dtype == want.dtype
         if dtype == "int8":
             assert np.array_equal(got, want)
@@ -434,5 +434,5 @@ def test_external_io_fills_every_output_buffer(pick, tmp_path):
     a constant output made the kernels read the caller's buffer instead of flash."""
     expected, actual = external_io_outputs(with_outputs(pick), tmp_path)
     assert len(actual) == len(expected) == 2
-    for want, got in zip(expected, actual):
+    for want, got in zip(expected, actual, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5)  # float32 sums in another order

@@ -46,7 +46,7 @@ def residual_model():
 def lives(model):
     lt = compute_lifetimes(model.main)
     names = [model.main.tensors[key.index].name for key in lt.keys]
-    return {n: (b.size, b.first, b.last) for n, b in zip(names, lt.buffers)}
+    return {n: (b.size, b.first, b.last) for n, b in zip(names, lt.buffers, strict=True)}
 
 
 def test_chain_lifetimes():

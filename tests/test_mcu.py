@@ -65,8 +65,8 @@ def assert_same_as_runtime_py(mp: ModelPlan, input_sets, actual) -> None:
     glibc's differ in the last bits, so float softmax outputs are not bit-identical)."""
     runtime = ArenaInterpreter(mp)
     assert len(actual) == len(input_sets)
-    for values, got in zip(input_sets, actual):
-        for want, have in zip(runtime.invoke(values), got):
+    for values, got in zip(input_sets, actual, strict=True):
+        for want, have in zip(runtime.invoke(values), got, strict=True):
             assert have.shape == want.shape and have.dtype == want.dtype
             if want.dtype.kind == "f":
                 assert difference(want, have).mismatches == 0
@@ -301,8 +301,8 @@ def test_a_recurrent_model_keeps_its_state_across_invokes(state):
         actual = backend.invoke_many(input_sets)
     runtime = ArenaInterpreter(mp)
     expected = [runtime.invoke(values) for values in input_sets]
-    for want, have in zip(expected, actual):
-        for w, h in zip(want, have):
+    for want, have in zip(expected, actual, strict=True):
+        for w, h in zip(want, have, strict=True):
             np.testing.assert_array_equal(h, w)
     assert not np.array_equal(actual[0][1], actual[4][1])  # the state moved
 
@@ -336,8 +336,8 @@ def test_an_audio_front_end_matches_runtime_py_over_a_sequence():
         actual = backend.invoke_many(input_sets)
         figures = backend.footprint()
     runtime = ArenaInterpreter(mp)
-    for values, got in zip(input_sets, actual):
-        for want, have in zip(runtime.invoke(values), got):
+    for values, got in zip(input_sets, actual, strict=True):
+        for want, have in zip(runtime.invoke(values), got, strict=True):
             np.testing.assert_array_equal(have, want)
     assert figures["state"] == mp.state_bytes > 0
     assert figures["ram"] <= figures["arena"] + figures["state"] + RAM_SLACK

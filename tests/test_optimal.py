@@ -273,7 +273,8 @@ def test_the_search_alone_proves_the_real_models(path):
         found, bound = search.solve(bound, {i: offsets[i] for i in part})
         for i, offset in found.items():
             offsets[i] = offset
-    assert max(o + s for o, s in zip(offsets, sizes)) == bound == lower_bound(buffers, 16)
+    assert max(o + s for o, s in zip(offsets, sizes,
+                                     strict=True)) == bound == lower_bound(buffers, 16)
 
 
 @needs_shared_models

@@ -117,7 +117,7 @@ def test_the_child_gives_litert_s_outputs_and_intermediate_tensors():
     run = run_oracle(data, sets, len(graph.outputs), tensors=wanted)
     here = LiteRTOracle(data, preserve_all_tensors=True)
     assert run.name == "litert-ref" and len(run.outputs) == len(run.tensors) == 2
-    for values, outputs, tensors in zip(sets, run.outputs, run.tensors):
+    for values, outputs, tensors in zip(sets, run.outputs, run.tensors, strict=True):
         expected = here.invoke(values)
         assert all(np.array_equal(e, a) for e, a in zip(expected, outputs, strict=True))
         assert sorted(tensors) == sorted(wanted)

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -227,7 +228,7 @@ def test_inspect_json_gives_op_inputs_and_outputs_as_tensor_indices(capsys, tmp_
     model = read_model(path)
     code, out, _ = run(capsys, "inspect", str(path), "--json")
     assert code == 0
-    for graph, shown in zip(model.graphs, json.loads(out)["graphs"]):
+    for graph, shown in zip(model.graphs, json.loads(out)["graphs"], strict=True):
         assert [(o["inputs"], o["outputs"]) for o in shown["operators"]] == [
             (list(op.inputs), list(op.outputs)) for op in graph.operators]
 
@@ -266,7 +267,7 @@ def test_map_marks_never_repeat(ops):
     else:  # one numbered row per buffer, live where marked
         assert marks == [str(r.buffer) for r in rows]
         assert [int(line.split("|")[0]) for line in grid] == [r.buffer for r in rows]
-        for line, r in zip(grid, rows):
+        for line, r in zip(grid, rows, strict=True):
             live = [i for i, c in enumerate(line.split("|")[1]) if c == "#"]
             assert live == list(range(r.first_op, r.last_op + 1))
 
@@ -288,7 +289,7 @@ def test_step_labels_sit_under_their_steps_and_never_run_together(steps):
     assert found[-1][1] == steps - 1 and found[-1][0] + len(str(steps - 1)) == width
     values = [v for _, v in found]
     assert values == sorted(set(values))
-    for (a, va), (b, _) in zip(found, found[1:]):
+    for (a, va), (b, _) in pairwise(found):
         assert b - (a + len(str(va))) >= 2  # two spaces at least between labels
     for col, value in found[:-1]:  # each under the column holding its step
         assert col * steps // width <= value <= ((col + 1) * steps - 1) // width

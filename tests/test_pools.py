@@ -57,7 +57,7 @@ def test_the_fast_pool_spills_exactly_what_it_must(chain):
     assert single.arena_bytes == single.overlap_bound_bytes == 2336 > FAST.capacity
     mp = pooled(chain)
     fast, slow = mp.pools
-    spilled = [b for b, k in zip(mp.plan.buffers, mp.pool_of) if k == 1]
+    spilled = [b for b, k in zip(mp.plan.buffers, mp.pool_of, strict=True) if k == 1]
     assert [b.size for b in spilled] == [2336 - FAST.capacity]  # one scratch buffer, no more
     assert (fast.bytes, slow.bytes) == (2304, 32) and slow.base == 2304
     verify_pools(PooledPlacement(mp.plan, mp.pools, mp.pool_of))

@@ -44,7 +44,7 @@ def test_kernel_scratch_is_planned_in_the_arena_and_used_by_the_c():
         assert offset + buffer.size <= mp.arena_bytes
     c = generate(mp, "tiny")["tiny.c"]
     pool = c.split("static void tiny_op3_max_pool_2d")[1].split("\n}\n")[0]
-    assert "int32_t *acc = (int32_t *)(tiny_arena + tiny_offsets[" in pool
+    assert "int32_t *acc = (int32_t *)(tiny_arena + TINY_OP3_SCRATCH0)" in pool
     assert "acc[16]" not in pool  # no stack array
     assert c.count("scratch of op") == len(scratch)
 

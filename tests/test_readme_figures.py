@@ -14,6 +14,7 @@ import re
 import shlex
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,7 @@ def workspace(folder: Path, command: str) -> None:
     (folder / demo).parent.mkdir(parents=True, exist_ok=True)
     (folder / demo).write_bytes(EXAMPLES[example]())
     words = shlex.split(command)
-    for before, word in zip(words, words[1:]):
+    for before, word in pairwise(words):
         if word.endswith(".tflite") and before != "-o" and not (folder / word).exists():
             source = SHARED_MODELS / word
             if not source.exists():

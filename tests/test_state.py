@@ -237,7 +237,7 @@ def test_external_io_keeps_the_state_inside(tmp_path):
     raw = subprocess.run([binary, "1", "3"], input=b"".join(v[0].tobytes() for v in sets),
                          capture_output=True, check=True).stdout
     expected = sequence_outputs(planned(accumulator("int8")), sets, 3)
-    for got, want in zip(split_outputs(raw, mp.graph, 6), expected):
+    for got, want in zip(split_outputs(raw, mp.graph, 6), expected, strict=True):
         assert np.array_equal(got[0], want[0])
 
 
@@ -335,8 +335,8 @@ def test_tflite_micro_agrees_over_sequences(name):
     mp = planned(data)
     sets = input_sets(mp, 6)
     tflm = run_in_child("tflm", data, sets, len(mp.graph.outputs), "m.tflite", (), 120.0, 3)
-    for want, got in zip(tflm.outputs, sequence_outputs(mp, sets, 3)):
-        for e, a in zip(want, got):
+    for want, got in zip(tflm.outputs, sequence_outputs(mp, sets, 3), strict=True):
+        for e, a in zip(want, got, strict=True):
             assert check.difference(e, a).mismatches == 0
 
 
@@ -348,8 +348,8 @@ def test_state_on_the_cortex_m4(name):
     sets = input_sets(mp, 6)
     with QemuBackend(mp) as backend:
         actual = backend.invoke_many(sets, 3)
-    for want, got in zip(sequence_outputs(mp, sets, 3), actual):
-        for e, a in zip(want, got):
+    for want, got in zip(sequence_outputs(mp, sets, 3), actual, strict=True):
+        for e, a in zip(want, got, strict=True):
             assert check.difference(e, a).mismatches == 0
 
 

@@ -859,7 +859,7 @@ def test_bench_counts_are_deterministic_and_the_dsp_kernels_execute_fewer():
     assert own.instructions == again.instructions
     assert [s.instructions for s in own.steps] == [s.instructions for s in again.steps]
     assert [s.kernel for s in own.steps] == ["dsp-1x1-staged", "dsp-1x1", "portable", "dsp"]
-    for mine, theirs in zip(own.steps, portable.steps):
+    for mine, theirs in zip(own.steps, portable.steps, strict=True):
         if mine.kernel != "portable":
             assert mine.instructions < theirs.instructions
     # the whole invoke: its steps and the calls between them

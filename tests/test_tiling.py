@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -129,7 +130,7 @@ def test_striped_values_equal_the_whole_tensor_run():
     inputs = random_inputs(mp.graph, 3)
     striped = ArenaInterpreter(mp).invoke(inputs)
     whole = ArenaInterpreter(plain).invoke(inputs)
-    assert all((a == b).all() for a, b in zip(striped, whole))
+    assert all((a == b).all() for a, b in zip(striped, whole, strict=True))
 
 
 def unsafe_by_one_row(mp):
@@ -165,8 +166,8 @@ def test_releasing_input_rows_one_stripe_early_fails_check():
     segment = mp.tiling.segments[0]
     stripes = list(segment.stripes)
     early = [replace(s, input_done_to=after.input_done_to)
-             for s, after in zip(stripes, stripes[1:])]
-    assert any(a.input_done_to != b.input_done_to for a, b in zip(early, stripes))
+             for s, after in pairwise(stripes)]
+    assert any(a.input_done_to != b.input_done_to for a, b in zip(early, stripes, strict=True))
     hasty = replace(segment, stripes=(*early, stripes[-1]))
     unsafe = replace(mp, tiling=replace(mp.tiling, segments=(hasty, *mp.tiling.segments[1:])))
     assert not check_plan(unsafe, data, inputs=2).ok

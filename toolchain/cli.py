@@ -170,7 +170,7 @@ def input_steps(graph, arrays: list, paths: list[str], model: str):
         raise ArenacError(f"model takes {len(graph.inputs)} inputs, got {len(arrays)} "
                           "(one --input per model input)", model)
     kinds = []
-    for i, (t, value, path) in enumerate(zip(graph.inputs, arrays, paths)):
+    for i, (t, value, path) in enumerate(zip(graph.inputs, arrays, paths, strict=True)):
         tensor = graph.tensors[t]
         shape = tuple(value.shape)
         if value.dtype == np.dtype(tensor.dtype) and shape == tensor.shape:
@@ -209,8 +209,8 @@ def cmd_gen(args: argparse.Namespace) -> int:
         files = generate(plans[0], names[0], external_io=args.external_io, arena=args.arena)
     else:  # one arena for all, each model planned with the same options
         plans = [planned(argparse.Namespace(**{**vars(args), "model": m})) for m in models]
-        files = generate_shared(list(zip(plans, names)), args.external_io, args.arena)
-    for plan, name in zip(plans, names):
+        files = generate_shared(list(zip(plans, names, strict=True)), args.external_io, args.arena)
+    for plan, name in zip(plans, names, strict=True):
         files.update(build_fragments(plan, name, files))
     paths = write_files_atomic(args.output_dir, files)
     mp = max(plans, key=lambda p: p.arena_bytes)
@@ -223,12 +223,12 @@ def cmd_gen(args: argparse.Namespace) -> int:
                 "files": paths,
                 **({"models": [{"model": m, "name": n, "arena_bytes": p.arena_bytes,
                                 "state_bytes": p.state_bytes}
-                               for m, n, p in zip(models, names, plans)]}
+                               for m, n, p in zip(models, names, plans, strict=True)]}
                    if len(models) > 1 else {}),
             }
         )
     elif len(models) > 1:
-        each = ", ".join(f"{n} {p.arena_bytes}" for n, p in zip(names, plans))
+        each = ", ".join(f"{n} {p.arena_bytes}" for n, p in zip(names, plans, strict=True))
         print(f"shared arena {mp.arena_bytes} bytes ({each}); wrote " + ", ".join(paths))
     else:
         print(f"arena {mp.arena_bytes} bytes ({mp.plan.planner}); wrote " + ", ".join(paths))
@@ -464,8 +464,8 @@ def layer_data(graph, layer) -> dict:
 def layers_data(graph, layers: dict) -> list[dict]:
     """One entry per op: its worst output tensor in each backend."""
     return [{"op": same[0].op, "opcode": same[0].opcode,
-             "backends": {name: layer_data(graph, x) for name, x in zip(layers, same)}}
-            for same in zip(*layers.values())]
+             "backends": {name: layer_data(graph, x) for name, x in zip(layers, same, strict=True)}}
+            for same in zip(*layers.values(), strict=True)]
 
 
 def striped_ops(mp) -> list[tuple[tuple[int, ...], int]]:
@@ -481,7 +481,7 @@ def layers_text(graph, layers: dict, first_bad: dict,
     rows = [
         [same[0].op, same[0].opcode, middle_cut(graph.tensors[same[0].tensor].name, 40)]
         + [f"{format_diff(x.output.max_abs_diff)} ({x.output.mismatches})" for x in same]
-        for same in zip(*layers.values())
+        for same in zip(*layers.values(), strict=True)
     ]
     lines = [table(["op", "type", "tensor", *layers], rows),
              "(per backend: largest |diff| from the oracle, and in brackets the elements that "

@@ -176,10 +176,11 @@ def table(headers: list[str], rows: list[list[Any]], width: int = TABLE_WIDTH) -
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     floors = [max(len(h), MIN_CUT_WIDTH) for h in headers]
     widths = fitted_widths(widths, [not n for n in numeric], floors, width)
-    cells = [[middle_cut(c, w) for c, w in zip(r, widths)] for r in cells]
+    cells = [[middle_cut(c, w) for c, w in zip(r, widths, strict=True)] for r in cells]
 
     def line(values: list[str]) -> str:
-        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric,
+                                                                        strict=True)]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])

@@ -31,12 +31,14 @@ def _weights(rows: Interpolation, cols: Interpolation, dtype) -> list[tuple[np.n
 def _blend_float32(params: BilinearParams, x: np.ndarray) -> np.ndarray:
     """Float32 throughout, in the reference's order: ((v · wy) · wx) summed left to right."""
     return sum(corner * wy * wx for corner, (wy, wx) in zip(
-        _corners(x, params.rows, params.cols), _weights(params.rows, params.cols, np.float32)))
+        _corners(x, params.rows, params.cols), _weights(params.rows, params.cols, np.float32),
+        strict=True))
 
 
 def _blend_fixed10(params: BilinearParams, x: np.ndarray) -> np.ndarray:
     total = sum(corner.astype(np.int64) * wy * wx for corner, (wy, wx) in zip(
-        _corners(x, params.rows, params.cols), _weights(params.rows, params.cols, np.int64)))
+        _corners(x, params.rows, params.cols), _weights(params.rows, params.cols, np.int64),
+        strict=True))
     rounded = total + np.where(total > 0, 1 << (FIXED_SHIFT - 1), -(1 << (FIXED_SHIFT - 1)))
     return np.sign(rounded) * (np.abs(rounded) >> FIXED_SHIFT)  # C division: toward zero
 

@@ -28,7 +28,7 @@ Arrays = list[np.ndarray]
 
 
 def _write(outputs: Arrays, results: Sequence[np.ndarray]) -> None:
-    for out, result in zip(outputs, results):
+    for out, result in zip(outputs, results, strict=True):
         out[...] = result
 
 
@@ -52,7 +52,7 @@ def _rescaled(rescale: Rescale | None, x: np.ndarray) -> np.ndarray:
 
 
 def concatenation(params: ConcatenationParams, inputs: Arrays, outputs: Arrays) -> None:
-    parts = [_rescaled(r, x) for r, x in zip(params.rescales, inputs)]
+    parts = [_rescaled(r, x) for r, x in zip(params.rescales, inputs, strict=True)]
     outputs[0][...] = np.concatenate(parts, axis=params.axis).astype(outputs[0].dtype)
 
 
@@ -86,7 +86,8 @@ def strided_slice(params: SliceParams, inputs: Arrays, outputs: Arrays) -> None:
     """Pick begin + k * stride along every axis (negative strides walk backwards)."""
     x = inputs[0].reshape(params.input_shape)
     picks = [np.arange(begin, begin + count * stride, stride)
-             for begin, stride, count in zip(params.begin, params.strides, params.counts)]
+             for begin, stride, count in zip(params.begin, params.strides, params.counts,
+                                             strict=True)]
     outputs[0][...] = x[np.ix_(*picks)].reshape(outputs[0].shape)
 
 

@@ -108,7 +108,7 @@ class _Arith:
 
 
 def _pairs(arith: _Arith, a, b, op):
-    return [arith.store(op(x, y)) for x, y in zip(a, b)]
+    return [arith.store(op(x, y)) for x, y in zip(a, b, strict=True)]
 
 
 def _stage(arith: _Arith, re: np.ndarray, im: np.ndarray, radix: int, m: int, stride: int,
@@ -250,7 +250,8 @@ def filter_bank(p: FilterBankParams, inputs, outputs) -> None:
     x, weights, unweights = (v.tolist() for v in inputs[:3])
     weighted = 0
     sums = []
-    for start, weight_start, width in zip(p.frequency_starts, p.weight_starts, p.widths):
+    for start, weight_start, width in zip(p.frequency_starts, p.weight_starts, p.widths,
+                                          strict=True):
         unweighted = 0
         for j in range(width):
             weighted += (weights[weight_start + j] & MASK64) * x[start + j]
@@ -320,7 +321,7 @@ def _shrink(x: int) -> int:
 def pcan(p: PcanParams, inputs, outputs) -> None:
     x, noise, lut = (v.tolist() for v in inputs)
     out = []
-    for value, estimate in zip(x, noise):
+    for value, estimate in zip(x, noise, strict=True):
         gain = _gain(estimate, lut) & MASK32
         out.append(_shrink(((value * gain) >> p.snr_shift) & MASK32))
     outputs[0][...] = out

@@ -51,8 +51,8 @@ def assert_c_matches_runtime(
     interpreter = ArenaInterpreter(mp)
     with CBackend(mp, sanitize=sanitize) as backend:
         c_outputs = backend.invoke_many(input_sets)
-    for inputs, outputs in zip(input_sets, c_outputs):
-        for expected, actual in zip(interpreter.invoke(inputs), outputs):
+    for inputs, outputs in zip(input_sets, c_outputs, strict=True):
+        for expected, actual in zip(interpreter.invoke(inputs), outputs, strict=True):
             assert difference(expected, actual).mismatches == 0
 
 
@@ -157,7 +157,7 @@ def test_int16_chain_clean_under_sanitizers():
 
 def run_overlapped(model: bytes, inputs: Sequence[np.ndarray], below: int, tmp_path) -> np.ndarray:
     """Run a one-op model's C (sanitized) with its output placed `below` bytes under the start of
-    its input, by rewriting the generated offset table: the planner is not asked."""
+    its input, by rewriting the generated offset macros: the planner is not asked."""
     mp = planned(model)
     graph = mp.graph
     (x,), (y,) = graph.inputs, graph.outputs
@@ -166,7 +166,7 @@ def run_overlapped(model: bytes, inputs: Sequence[np.ndarray], below: int, tmp_p
     source = files["m.c"]
     for t, offset in ((x, below), (y, 0)):
         source, n = re.subn(
-            rf"^  \d+u, /\* t{t} '", f"  {offset}u, /* t{t} '", source, flags=re.MULTILINE
+            rf"^#define M_T{t} \d+u$", f"#define M_T{t} {offset}u", source, flags=re.MULTILINE
         )
         assert n == 1
     arena = max(below + x_bytes, y_bytes)
@@ -364,5 +364,5 @@ def test_real_model_softmax_in_c_on_oracle_tensors(name):
             sets.append(([oracle.tensor(x.index)], oracle.tensor(y.index)))
         with CBackend(planned(alone), sanitize=True) as backend:
             outputs = backend.invoke_many([inputs for inputs, _ in sets])
-        for (_, expected), (actual,) in zip(sets, outputs):
+        for (_, expected), (actual,) in zip(sets, outputs, strict=True):
             assert difference(expected, actual).mismatches == 0, f"{name} op {op.index}"

@@ -50,10 +50,10 @@ def assert_matches_on(model: bytes, input_sets: Sequence[Sequence[np.ndarray]],
     oracle, interpreter = LiteRTOracle(model), ArenaInterpreter(mp)
     with CBackend(mp, sanitize=sanitize) as backend:
         c_outputs = backend.invoke_many(input_sets)
-    for inputs, c_set in zip(input_sets, c_outputs):
+    for inputs, c_set in zip(input_sets, c_outputs, strict=True):
         expected = oracle.invoke(inputs)
         for name, outputs in (("runtime_py", interpreter.invoke(inputs)), ("c", c_set)):
-            for want, got in zip(expected, outputs):
+            for want, got in zip(expected, outputs, strict=True):
                 assert difference(want, got).mismatches == 0, name
 
 

@@ -177,7 +177,8 @@ def _one_op(opcode: str, dtypes: tuple[str, ...], out_dtype: str, shapes=None,
             out_shape=(4,)) -> bytes:
     builder = ModelBuilder("float32")
     inputs = [builder.input(f"x{k}", shape, dtype)
-              for k, (dtype, shape) in enumerate(zip(dtypes, shapes or [(4,)] * len(dtypes)))]
+              for k, (dtype, shape) in enumerate(zip(dtypes, shapes or [(4,)] * len(dtypes),
+                                                     strict=True))]
     out = builder.tensor("out", out_shape, out_dtype)
     builder.op(opcode, inputs, [out])
     builder.output(out)

@@ -133,7 +133,7 @@ def conv_model(
         batch,
         *(
             _out_size(padding, n, k, s, d)
-            for n, k, s, d in zip((height, width), kernel, stride, dilation)
+            for n, k, s, d in zip((height, width), kernel, stride, dilation, strict=True)
         ),
         out_channels,
     )
@@ -176,7 +176,7 @@ def depthwise_model(
         batch,
         *(
             _out_size(padding, n, k, s, d)
-            for n, k, s, d in zip((height, width), kernel, stride, dilation)
+            for n, k, s, d in zip((height, width), kernel, stride, dilation, strict=True)
         ),
         channels * multiplier,
     )

@@ -62,7 +62,8 @@ def conv_model(input_shape: tuple[int, ...], out_channels: int, kernel=(3, 3), s
     filt = _filter(b, rng, shape, 0, per_channel, math.prod(shape[1:]), equal_scales)
     bias = b.const("bias", rng.normal(0, 0.5, out_channels).astype(np.float32))
     out_shape = (batch, *(_out_size(padding, n, k, s, d) for n, k, s, d in
-                          zip((height, width), kernel, stride, dilation)), out_channels)
+                          zip((height, width), kernel, stride, dilation,
+                              strict=True)), out_channels)
     y = b.tensor("y", out_shape, "float32")
     b.op("CONV_2D", [x, filt, bias], [y],
          {"padding": padding, "stride_h": stride[0], "stride_w": stride[1],
@@ -85,7 +86,7 @@ def depthwise_model(input_shape: tuple[int, ...], kernel=(3, 3), multiplier: int
     if bias:
         inputs.append(b.const("bias", rng.normal(0, 0.5, shape[3]).astype(np.float32)))
     out_shape = (batch, *(_out_size(padding, n, k, s, d) for n, k, s, d in
-                          zip((height, width), kernel, stride, dilation)), shape[3])
+                          zip((height, width), kernel, stride, dilation, strict=True)), shape[3])
     y = b.tensor("y", out_shape, "float32")
     b.op("DEPTHWISE_CONV_2D", inputs, [y],
          {"padding": padding, "stride_h": stride[0], "stride_w": stride[1],
@@ -106,7 +107,7 @@ def assert_bit_exact(model: bytes, mp: ModelPlan | None = None,
     oracle = LiteRTOracle(model)
     with CBackend(mp, sanitize=sanitize) as c:
         c_outputs = c.invoke_many(inputs)
-    for values, from_c in zip(inputs, c_outputs):
+    for values, from_c in zip(inputs, c_outputs, strict=True):
         want = oracle.invoke(values)[0]
         for got in (ArenaInterpreter(mp).invoke(values)[0], from_c[0]):
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -77,7 +77,8 @@ def conv_model(input_shape: tuple[int, ...], out_channels: int, kernel=(3, 3), s
     filt, bias_index, out_scale = _filter_and_bias(b, rng, shape, 0, per_channel,
                                                    math.prod(shape[1:]), bias, activation)
     out_shape = (batch, *(_out_size(padding, n, k, s, d) for n, k, s, d in
-                          zip((height, width), kernel, stride, dilation)), out_channels)
+                          zip((height, width), kernel, stride, dilation,
+                              strict=True)), out_channels)
     y = b.tensor("y", out_shape, "int16", out_scale, 0)
     more = {"dilation_h_factor": dilation[0], "dilation_w_factor": dilation[1]}
     if bias_type is not None:
@@ -100,7 +101,7 @@ def depthwise_model(input_shape: tuple[int, ...], kernel=(3, 3), multiplier: int
     filt, bias_index, out_scale = _filter_and_bias(b, rng, shape, 3, per_channel,
                                                    math.prod(kernel), bias, activation)
     out_shape = (batch, *(_out_size(padding, n, k, s, d) for n, k, s, d in
-                          zip((height, width), kernel, stride, dilation)), shape[3])
+                          zip((height, width), kernel, stride, dilation, strict=True)), shape[3])
     y = b.tensor("y", out_shape, "int16", out_scale, 0)
     options = _options(padding, stride, activation, depth_multiplier=multiplier,
                        dilation_h_factor=dilation[0], dilation_w_factor=dilation[1])
@@ -408,7 +409,8 @@ def test_requantize_wide_equals_tflite():
     acc = np.round(rng.uniform(-1, 1, (500, exponents.size)) * magnitudes).astype(np.int64)
     acc[:6] = [[v] * exponents.size for v in (0, 1, -1, 2**47 - 1, -(2**47), 12345678901)]
     expected = np.array([[_tflite_wide_multiply(int(a), int(m), int(e))
-                          for a, m, e in zip(row, multipliers, exponents)] for row in acc])
+                          for a, m, e in zip(row, multipliers, exponents,
+                                             strict=True)] for row in acc])
     expected = np.clip(expected, -32768, 32767)
     assert np.unique(expected).size > 1000
     np.testing.assert_array_equal(requantize_wide(acc.astype(np.float64), stage), expected)

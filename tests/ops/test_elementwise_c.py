@@ -145,7 +145,7 @@ def test_int32_extremes_wrap_without_undefined_behaviour(activation):
     expected[div] = np.where(b == 0, 0, quotient).astype(np.int32)  # documented: x / 0 = 0
     if activation:
         expected[div] = np.clip(expected[div], 0, 6).astype(np.int32)
-    for e, c in zip(expected, actual):
+    for e, c in zip(expected, actual, strict=True):
         assert_same(e, c)
 
 
@@ -179,7 +179,7 @@ def test_float_infinities_and_nans(activation):
     a, b = every_pair(FLOAT_EXTREMES)
     model = ops_model("float32", ops, a.shape, b.shape)
     files, graph = c_sources(model)
-    for e, c in zip(python_outputs(model, [a, b]), run_c(files, graph, [a, b])):
+    for e, c in zip(python_outputs(model, [a, b]), run_c(files, graph, [a, b]), strict=True):
         assert_same(e, c)
 
 
@@ -207,7 +207,7 @@ def test_int8_every_pair_of_values(quant, broadcast):
         a, b = every_pair(values)
     model = ops_model("int8", INT8_OUTPUTS, a.shape, b.shape, *quant)
     files, graph = c_sources(model)
-    for e, c in zip(python_outputs(model, [a, b]), run_c(files, graph, [a, b])):
+    for e, c in zip(python_outputs(model, [a, b]), run_c(files, graph, [a, b]), strict=True):
         assert_same(e, c)
 
 
@@ -217,7 +217,7 @@ def test_int8_select_every_pair_of_values():
     q = (0.05, -3)
     model = ops_model("int8", {"MAXIMUM": (None, q), "MINIMUM": (None, q)}, a.shape, b.shape, q, q)
     files, graph = c_sources(model)
-    for e, c in zip(python_outputs(model, [a, b]), run_c(files, graph, [a, b])):
+    for e, c in zip(python_outputs(model, [a, b]), run_c(files, graph, [a, b]), strict=True):
         assert_same(e, c)
 
 
@@ -262,7 +262,7 @@ def test_int16_extremes(case, broadcast):
         a, b = every_pair(INT16_EXTREMES)
     model = ops_model("int16", ops, a.shape, b.shape, q1, q2)
     files, graph = c_sources(model)
-    for e, c in zip(python_outputs(model, [a, b]), run_c(files, graph, [a, b])):
+    for e, c in zip(python_outputs(model, [a, b]), run_c(files, graph, [a, b]), strict=True):
         assert_same(e, c)
 
 

@@ -471,7 +471,7 @@ def assert_bit_exact(model: bytes, inputs: list[list[np.ndarray]] | None = None)
     oracle = LiteRTOracle(model)
     with CBackend(mp) as c:
         c_outputs = c.invoke_many(inputs)
-    for values, from_c in zip(inputs, c_outputs):
+    for values, from_c in zip(inputs, c_outputs, strict=True):
         want = oracle.invoke(values)[0]
         for got in (ArenaInterpreter(mp).invoke(values)[0], from_c[0]):
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
@@ -747,7 +747,7 @@ def test_fully_connected_hybrid_non_finite_inputs_agree_sanitized(asymmetric):
         c_outputs = plain.invoke_many(inputs)
     with CBackend(mp, sanitize=True) as c:  # float-to-int overflow trapped
         sanitized = c.invoke_many(inputs)
-    for values, a, b in zip(inputs, c_outputs, sanitized):
+    for values, a, b in zip(inputs, c_outputs, sanitized, strict=True):
         want = ArenaInterpreter(mp).invoke(values)[0].view(np.uint32)
         np.testing.assert_array_equal(a[0].view(np.uint32), want)
         np.testing.assert_array_equal(b[0].view(np.uint32), want)

@@ -49,7 +49,7 @@ def assert_c_matches_on(model: bytes, values: Sequence[np.ndarray]) -> None:
     expected = LiteRTOracle(model).invoke(list(values))
     with CBackend(mp, sanitize=True) as backend:
         actual = backend.invoke(list(values))
-    for e, a in zip(expected, actual):
+    for e, a in zip(expected, actual, strict=True):
         d = difference(e, a)
         assert d.mismatches == 0, str(d)
 

@@ -243,7 +243,7 @@ def runtime_sequence(mp, inputs, resets, states: Sequence[int] = ()) -> list[lis
     written: dict[int, np.ndarray] = {}
 
     def observe(op: int, outputs: list[np.ndarray]) -> None:
-        written.update(zip(mp.graph.operators[op].outputs, outputs))
+        written.update(zip(mp.graph.operators[op].outputs, outputs, strict=True))
 
     results = []
     for value, reset in zip(inputs, resets, strict=True):
@@ -303,7 +303,7 @@ def c_sequence(mp, inputs, resets, sanitize: bool = False) -> list[list[np.ndarr
 def assert_same(expected: list[list[np.ndarray]], actual: list[list[np.ndarray]],
                 what: str) -> None:
     for k, (want, got) in enumerate(zip(expected, actual, strict=True)):
-        for n, (e, a) in enumerate(zip(want, got)):
+        for n, (e, a) in enumerate(zip(want, got, strict=True)):
             d = difference(e, a)
             assert d.mismatches == 0, f"{what}, invoke {k}, value {n}: {d}"
 
@@ -619,7 +619,8 @@ def test_gate_buffers_are_scratch_planned_in_the_arena():
         element = 4 if cfg.dtype == "float32" else 2
         assert scratch[0][0].size == rows * cfg.n_cell * element
         c = generate(mp, "model")["model.c"]
-        assert c.count("(model_arena + model_offsets[") >= len(purposes) + 2
+        assert c.count("(model_arena + MODEL_OP0_SCRATCH") == len(purposes)
+        assert c.count("(model_arena + MODEL_") >= len(purposes) + 2
 
 
 # -- refusals -------------------------------------------------------------------------------

@@ -195,7 +195,8 @@ def c_in_place(model_bytes: bytes, values: list[np.ndarray]) -> np.ndarray:
     files = generate(mp)
     text = files["model.c"]
     for t, offset in ((x, growth), (y, 0)):
-        text, n = re.subn(rf"^  \d+u, /\* t{t} '", f"  {offset}u, /* t{t} '", text, flags=re.M)
+        text, n = re.subn(rf"^#define MODEL_T{t} \d+u$", f"#define MODEL_T{t} {offset}u", text,
+                          flags=re.M)
         assert n == 1
     files["model.c"] = text
     with CBackend(mp) as backend:

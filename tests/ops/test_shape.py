@@ -444,7 +444,7 @@ def concatenation_model(dtype: str, shapes, quants, out_quant, axis: int) -> byt
     quantized `out_quant`."""
     b = ModelBuilder()
     xs = [b.input(f"x{i}", s, dtype, *(q or (None, None))) for i, (s, q) in
-          enumerate(zip(shapes, quants))]
+          enumerate(zip(shapes, quants, strict=True))]
     out_shape = list(shapes[0])
     out_shape[axis] = sum(s[axis] for s in shapes)
     y = b.tensor("y", out_shape, dtype, *(out_quant or (None, None)))

@@ -47,8 +47,8 @@ def assert_sanitized_c_matches_runtime(model: bytes, sets: int = 2) -> None:
     expected = [ArenaInterpreter(mp).invoke(x) for x in inputs]
     with CBackend(mp, sanitize=True) as backend:
         got = backend.invoke_many(inputs)
-    for want, have in zip(expected, got):
-        for w, h in zip(want, have):
+    for want, have in zip(expected, got, strict=True):
+        for w, h in zip(want, have, strict=True):
             assert w.shape == h.shape and w.tobytes() == h.tobytes()
 
 
@@ -136,7 +136,7 @@ def test_resolved_constants_are_not_emitted():
 SANITIZED = [
     pytest.param(dtype, *case, id=f"{case_id}-{dtype}")
     for dtype in ALL_DTYPES
-    for index, (case_id, case) in enumerate(zip(CASE_IDS, CASES))
+    for index, (case_id, case) in enumerate(zip(CASE_IDS, CASES, strict=True))
     if (dtype not in ("int16", "int64") or index % 3 == 0)
     and (case[1], dtype) != ("UNPACK", "int64")  # TFLite has no int64 UNPACK
 ]

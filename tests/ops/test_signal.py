@@ -72,7 +72,7 @@ def test_fft_auto_scale_edge_inputs():
     for values in ([0, 0, 0, 0], [3, -32768, 5, 1], [1, -2, 0, 3], [-32768, 0, 0, 0],
                    [100, -7, 12, 0]):
         x = np.array(values, np.int16)
-        for expected, actual in zip(oracle.invoke([x]), runtime.invoke([x])):
+        for expected, actual in zip(oracle.invoke([x]), runtime.invoke([x]), strict=True):
             np.testing.assert_array_equal(expected, actual)
 
 
@@ -111,7 +111,7 @@ def assert_fft_matches_bit_for_bit(model: bytes, sanitize: bool = False) -> None
     finally:
         c.close()
     oracle, runtime = TFLMOracle(model, 1), ArenaInterpreter(mp)
-    for values, from_c in zip(input_sets, compiled):
+    for values, from_c in zip(input_sets, compiled, strict=True):
         (expected,) = oracle.invoke(values)
         for (actual,) in (runtime.invoke(values), from_c):
             assert actual.tobytes() == expected.tobytes()
@@ -218,7 +218,7 @@ def test_spectral_subtraction_state_persists_and_resets():
     second = runtime.invoke([x])
     assert not np.array_equal(first[1], second[1])
     runtime.reset()
-    for a, b in zip(first, runtime.invoke([x])):
+    for a, b in zip(first, runtime.invoke([x]), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -303,7 +303,7 @@ def test_front_end_chain_on_a_tone():
         x = (900 * np.sin(t * 0.3 * (k + 1)) + 40 * np.cos(t * 1.7)).astype(np.int16)
         expected = oracle.invoke([x])
         actual = runtime.invoke([x])
-        for e, a in zip(expected, actual):
+        for e, a in zip(expected, actual, strict=True):
             np.testing.assert_array_equal(e, a)
         outputs.append(expected[0])
     assert np.unique(np.concatenate(outputs)).size > 8
@@ -403,7 +403,7 @@ def assert_valid_frames_match(model: bytes, invokes: int = 6) -> None:
     finally:
         c.close()
     flags = []
-    for inputs, from_c in zip(input_sets, compiled):
+    for inputs, from_c in zip(input_sets, compiled, strict=True):
         expected, expected_valid = oracle.invoke(inputs)
         for actual, actual_valid in (runtime.invoke(inputs), from_c):
             assert bool(expected_valid) == bool(actual_valid)
@@ -472,7 +472,8 @@ def test_generated_c_reads_like_hand_written_c(model):
 def test_bad_options_are_one_clean_line(code, inputs, outputs, options):
     out_types = ["uint32" if code == "SignalEnergy" else "int16", "bool"]
     model = custom_model(code, [(shape, "int16") for shape in inputs],
-                         [(shape, dtype) for shape, dtype in zip(outputs, out_types)], options)
+                         [(shape, dtype) for shape, dtype in zip(outputs, out_types,
+                                                                 strict=False)], options)
     with pytest.raises(UnsupportedOpError) as error:
         prepare_graph(parse_model(model).main)
     assert code in error.value.message and "cannot prepare" not in error.value.message

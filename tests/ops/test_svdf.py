@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -205,8 +206,8 @@ def c_sequence(mp: ModelPlan, sets, reset_after: int, sanitize: bool = False
 def assert_same(expected: Sequence[Sequence[np.ndarray]], actual, backend: str) -> None:
     """Bit for bit, float bits included."""
     assert len(expected) == len(actual)
-    for k, (want, got) in enumerate(zip(expected, actual)):
-        for j, (e, a) in enumerate(zip(want, got)):
+    for k, (want, got) in enumerate(zip(expected, actual, strict=True)):
+        for j, (e, a) in enumerate(zip(want, got, strict=True)):
             e, a = np.asarray(e), np.asarray(a)
             assert e.shape == a.shape and e.dtype == a.dtype, (backend, k, j)
             same = e.view(np.uint8) == a.view(np.uint8)
@@ -234,13 +235,14 @@ def assert_state_matters(model: bytes, expected: list[list[np.ndarray]]) -> None
     restore it, is caught: the state changes at every invoke, and (with a memory of more than
     one) some invoke's output differs from what the same input gives on a fresh state."""
     states = [run[1] for run in expected[:INVOKES]]
-    assert all(not np.array_equal(a, b) for a, b in zip(states, states[1:]))
+    assert all(not np.array_equal(a, b) for a, b in pairwise(states))
     mp = plan_model(parse_model(model, "<built svdf>"), "greedy")
     sets = input_sets(mp.graph, INVOKES)
     fresh = [ArenaInterpreter(mp).invoke(values)[0] for values in sets[1:]]
     memory = mp.graph.tensors[mp.graph.operators[0].inputs[2]].shape[1]
     if memory > 1:  # a memory of one holds only the newest value, which the output reads
-        assert any(not np.array_equal(f, run[0]) for f, run in zip(fresh, expected[1:]))
+        assert any(not np.array_equal(f, run[0]) for f, run in zip(fresh, expected[1:],
+                                                                   strict=True))
     outputs = np.concatenate([run[0].ravel() for run in expected])
     assert np.unique(outputs).size > 4, "(nearly) constant outputs"
 
@@ -586,7 +588,7 @@ def test_keyword_model_every_layer_and_state_matches_tflm_across_invokes():
         seen: dict[int, np.ndarray] = {}
 
         def record(op: int, outs: list[np.ndarray], seen=seen) -> None:
-            seen.update(zip(graph.operators[op].outputs, outs))
+            seen.update(zip(graph.operators[op].outputs, outs, strict=True))
 
         runtime.invoke(values, observe=record)
         seen.update((t, runtime.views[t].copy()) for t in variables)
@@ -597,10 +599,10 @@ def test_keyword_model_every_layer_and_state_matches_tflm_across_invokes():
     wide = plan_model(replace(model, graphs=(shown,)), "greedy")
     c = c_sequence(wide, sets + sets[:AGAIN], INVOKES)
     for k, outputs in enumerate(c):
-        for t, value in zip(shown.outputs, outputs):
+        for t, value in zip(shown.outputs, outputs, strict=True):
             assert np.array_equal(value.ravel(), expected[k][t].ravel()), (k, t)
     states = [expected[k][variables[1]] for k in range(INVOKES)]
-    assert all(not np.array_equal(a, b) for a, b in zip(states, states[1:]))
+    assert all(not np.array_equal(a, b) for a, b in pairwise(states))
 
 
 @needs_keyword

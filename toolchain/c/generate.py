@@ -71,7 +71,7 @@ def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = Fal
     caller's, handed to every model's NAME_init, so no arenac_shared files)."""
     names = [c_identifier(n) for _, n in models]
     folded = [n.upper() for n in names]  # header guards and macros are NAME in upper case
-    repeated = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
+    repeated = sorted({n for n, f in zip(names, folded, strict=True) if folded.count(f) > 1})
     if repeated:
         raise ArenacError(f"two models would both be called {repeated[0]!r} (or names that "
                           "differ only in case, which header guards and macros spell alike): "
@@ -82,7 +82,7 @@ def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = Fal
                          max(mp.arena_bytes for mp, _ in models),
                          max(mp.plan.alignment for mp, _ in models), tuple(names))
     files: dict[str, str] = {}
-    for (mp, _), name in zip(models, names):
+    for (mp, _), name in zip(models, names, strict=True):
         own = generate(mp, name, external_io, arena, shared)
         taken = {f.lower() for f in files} & {f.lower() for f in own}
         if taken:  # `a` and `a_main`: a's harness is a_main.c, the other's model file
@@ -94,7 +94,7 @@ def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = Fal
                   "macro": SHARED_NAME.upper() + "_ARENA_BYTES",
                   "length": c_length(shared.bytes),
                   "models": [{"name": n, "bytes": mp.arena_bytes}
-                             for (mp, _), n in zip(models, names)]}
+                             for (mp, _), n in zip(models, names, strict=True)]}
         files[f"{SHARED_NAME}.h"] = render("c/shared.h.j2", **values)
         files[f"{SHARED_NAME}.c"] = render("c/shared.c.j2", **values)
     return files

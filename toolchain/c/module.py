@@ -217,7 +217,8 @@ def offset_rows(mp: ModelPlan, at: Addresses) -> list[dict]:
         f"{request.size} bytes" for request, _ in mp.scratch_offsets()
     ]
     if mp.pools:  # say which pool each slot indexes
-        comments = [f"{mp.pools[k].pool.name}: {c}" for c, (k, _) in zip(comments, at.places)]
+        comments = [f"{mp.pools[k].pool.name}: {c}" for c, (k, _) in zip(comments, at.places,
+                                                                         strict=True)]
     return [{"macro": macro, "offset": offset, "comment": c}
             for macro, c, (_, offset) in zip(at.macros, comments, at.places, strict=True)]
 
@@ -324,6 +325,6 @@ def traced_calls(mp: ModelPlan, at: Addresses, steps: list[int], calls: list[str
     traced: dict[int, list[int]] = {}
     for step, t in traced_tensors(mp):
         traced.setdefault(step, []).append(t)
-    return [line for step, c in zip(steps, calls)
+    return [line for step, c in zip(steps, calls, strict=True)
             for line in [c] + [f"{at.name}_trace({step}, {t}, {at.pointer(t)}, "
                                f"{mp.graph.tensors[t].nbytes}u);" for t in traced.get(step, ())]]

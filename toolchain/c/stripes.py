@@ -85,7 +85,7 @@ def emit_segment(em: Emission, seg: Segment) -> None:
         stripe = seg.stripes[run.start]
         lines = keep_moves(s, run, moving)
         lines += [stripe_call(s, run, w, places, constants_of)
-                  for w, places in zip(stripe.ops, run.rows)]
+                  for w, places in zip(stripe.ops, run.rows, strict=True)]
         runs.append({"loop": run.count > 1, "start": run.start, "stop": run.start + run.count,
                      "lines": lines})
     program, name, arena = em.mp.program, em.at.name, em.at.arena
@@ -118,7 +118,7 @@ def keep_moves(s: StripedSegment, run: Run, moving: set[int]) -> list[str]:
     previous = s.seg.stripes[run.start - 1].bases if run.start else stripe.bases
     lines = []
     for (b, _), kept, base, before in zip(s.buffer_at.values(), stripe.kept, stripe.bases,
-                                          previous):
+                                          previous, strict=True):
         if kept and base != before:
             moving.add(b.tensor)
             lines.append(f"memmove(rows{b.tensor}, rows{b.tensor} + "
@@ -156,7 +156,7 @@ def stripe_context(s: StripedSegment, run: Run, w: OpRows,
     mp, at = em.mp, em.at
     op = mp.graph.operators[w.op]
     ins = [s.rows_at(t, place, s.row_in_buffer(t, r_lo, run.start), r_hi - r_lo, run.start)
-           for (t, r_lo, r_hi), place in zip(w.reads, places)]
+           for (t, r_lo, r_hi), place in zip(w.reads, places[:-1], strict=True)]  # then out's
     out_t = s.produced[w.op]
     out = s.rows_at(out_t, places[-1], s.row_in_buffer(out_t, w.out_lo, run.start),
                     w.out_hi - w.out_lo, run.start)

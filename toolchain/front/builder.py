@@ -523,7 +523,8 @@ class ModelBuilder:
         the padding is its zero point."""
         name = self._layer("pad")
         pairs = np.asarray(paddings, np.int32)
-        out = self._like(name, x, tuple(int(n + a + z) for n, (a, z) in zip(self.shape(x), pairs)))
+        out = self._like(name, x, tuple(int(n + a + z) for n, (a, z) in zip(self.shape(x), pairs,
+                                                                            strict=True)))
         self.op("PAD", [x, self.const(f"{name}/paddings", pairs)], [out])
         return out
 

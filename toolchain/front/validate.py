@@ -77,7 +77,7 @@ def check_calls(model: Model) -> None:
             if op.opcode not in SUBGRAPH_OPTIONS:
                 continue
             what = f"{where} {op.index} {op.opcode}"
-            for key, target in zip(SUBGRAPH_OPTIONS[op.opcode], called_subgraphs(op)):
+            for key, target in zip(SUBGRAPH_OPTIONS[op.opcode], called_subgraphs(op), strict=True):
                 if not isinstance(target, int):
                     raise ModelError(f"{what}: its options lack {key}", model.source)
                 if not 0 <= target < len(graphs):
@@ -168,7 +168,7 @@ def _check_if(graph: Graph, op: Operator, graphs, what: str, source: str) -> Non
     if cond.dtype != "bool" or cond.num_elements != 1:
         raise ModelError(f"{what}: its condition {_name(cond)} is {cond.dtype}"
                          f"{list(cond.shape)}, not one bool", source)
-    for role, target in zip(("then", "else"), called_subgraphs(op)):
+    for role, target in zip(("then", "else"), called_subgraphs(op), strict=True):
         branch = graphs[target]
         _match(graph, op.inputs[1:], "input", branch, branch.inputs, "input",
                f"{what}: {role} subgraph {target}", source, first=1)
@@ -202,7 +202,7 @@ def _check_while(graph: Graph, op: Operator, graphs, what: str, source: str) -> 
     _match(body, body.inputs, "input", body, body.outputs, "output",
            f"{what}: body subgraph {body_index}", source, shapes=False)
     changes = any(not same_shape(body.tensors[i], body.tensors[o])
-                  for i, o in zip(body.inputs, body.outputs))
+                  for i, o in zip(body.inputs, body.outputs, strict=True))
     _match(graph, op.inputs, "input", graph, op.outputs, "output", what, source,
            shapes=not changes)
 
@@ -217,7 +217,7 @@ def _match(graph: Graph, operands, kind: str, sub: Graph, ends, end_kind: str, w
     if len(operands) != len(ends):
         raise ModelError(f"{what} has {len(ends)} {end_kind}s for the op's {len(operands)} "
                          f"{kind}s" + (" after the condition" if first else ""), source)
-    for k, (a, b) in enumerate(zip(operands, ends)):
+    for k, (a, b) in enumerate(zip(operands, ends, strict=True)):
         if a < 0 or b < 0:
             raise ModelError(f"{what}: {kind} {k + first} or {end_kind} {k} is absent", source)
         x, y = graph.tensors[a], sub.tensors[b]

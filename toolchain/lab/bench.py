@@ -172,7 +172,7 @@ def bench(mp: ModelPlan, name: str = "model", optimization: str = "-O2",
             build = build_mcu(mp, directory, name, optimization, files,
                               sources=("startup.c", f"{name}_bench.c"))
         data = b"".join(np.ascontiguousarray(v, np.dtype(graph.tensors[t].dtype)).tobytes()
-                        for t, v in zip(graph.inputs, values))
+                        for t, v in zip(graph.inputs, values, strict=True))
         with open(os.path.join(directory, INPUT_FILE), "wb") as f:
             f.write(data)
         with step(f"QEMU {board.machine}, counting instructions"):
@@ -184,7 +184,8 @@ def bench(mp: ModelPlan, name: str = "model", optimization: str = "-O2",
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     readings, outputs = split_readings(raw, mp, CALIBRATION_READINGS + 2 * len(steps))
-    counts = [instructions(b - a, board.counter_hz) for a, b in zip(readings[::2], readings[1::2])]
+    counts = [instructions(b - a, board.counter_hz) for a, b in zip(readings[::2], readings[1::2],
+                                                                    strict=True)]
     short, long, empty, invoke, *per_step = counts
     if long - short != 2 * (SPIN_LONG - SPIN_SHORT):
         raise RuntimeBackendError(
@@ -196,13 +197,13 @@ def bench(mp: ModelPlan, name: str = "model", optimization: str = "-O2",
         from runtime_py.interpreter import ArenaInterpreter
 
         expected = ArenaInterpreter(mp).invoke(list(values))
-        matches = all(np.array_equal(e, a) for e, a in zip(expected, outputs))
+        matches = all(np.array_equal(e, a) for e, a in zip(expected, outputs, strict=True))
     symbols = {k["function"]: k["bytes"] for k in figures["kernels"]}
     result_steps = tuple(
         StepCount(s["step"], s["op"], s["opcode"], s.get("kernel") or kernel_name(mp, s["op"]),
                   s["fn"],
                   count - empty, symbols.get(s["fn"], 0))
-        for s, count in zip(steps, per_step))
+        for s, count in zip(steps, per_step, strict=True))
     return BenchResult(
         model=source, target=target.name, board=board.machine, optimization=optimization,
         kernels="portable" if mp.program.portable else "target",

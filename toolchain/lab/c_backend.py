@@ -168,7 +168,7 @@ class CBackend:
         for k in range(len(input_sets)):
             raw = result.stdout[k * (traced + outputs):(k + 1) * (traced + outputs)]
             self.tensors.append(dict(zip(self.traced, tensor_values(raw, self.graph,
-                                                                    self.traced))))
+                                                                    self.traced), strict=True)))
             sets += split_outputs(raw[traced:], self.graph, 1)
         return sets
 

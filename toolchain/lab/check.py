@@ -81,7 +81,8 @@ def edge_inputs(graph: Graph) -> list[tuple[str, list[np.ndarray]]]:
     for k in range(max(len(v) for v in values)):
         chosen = [v[k % len(v)] for v in values]
         arrays = [shapes[t.index] if t.index in shapes else
-                  np.full(t.shape, value, np.dtype(t.dtype)) for t, value in zip(tensors, chosen)]
+                  np.full(t.shape, value, np.dtype(t.dtype)) for t, value in zip(tensors, chosen,
+                                                                                 strict=True)]
         sets.append((", ".join(str(value) for value in chosen), arrays))
     return sets
 
@@ -100,8 +101,8 @@ def compare_edges(model_plan: ModelPlan, backend: Backend,
         wanted.append(runtime.invoke(values))
     actual = backend([values for _, values in sets], 1)
     return [f"inputs {what}: output {graph.tensors[t].name!r} differs in {d.mismatches} values"
-            for (what, _), want, got in zip(sets, wanted, actual)
-            for t, e, a in zip(graph.outputs, want, got)
+            for (what, _), want, got in zip(sets, wanted, actual, strict=True)
+            for t, e, a in zip(graph.outputs, want, got, strict=True)
             if (d := difference(e, a)).mismatches]
 
 
@@ -284,8 +285,8 @@ def check_plan(
     classifier = [is_classifier(graph.tensors[t]) for t in graph.outputs]
     for actual in outputs:
         backend_rows = [next(rows) for _ in graph.outputs]
-        for k, (want, got) in enumerate(zip(oracle.outputs, actual)):
-            for row, e, a, scores in zip(backend_rows, want, got, classifier):
+        for k, (want, got) in enumerate(zip(oracle.outputs, actual, strict=True)):
+            for row, e, a, scores in zip(backend_rows, want, got, classifier, strict=True):
                 row.add(difference(e, a), *divmod(k, sequence),
                         top1=same_top1(e, a) if scores else None)
     return report
@@ -351,7 +352,8 @@ def runtime_py_tracer(model_plan: ModelPlan,
 
         def record(op_index: int, outputs: list[np.ndarray]) -> None:
             if op_index in main:
-                seen.update((t, v) for t, v in zip(graph.operators[op_index].outputs, outputs)
+                seen.update((t, v) for t, v in zip(graph.operators[op_index].outputs, outputs,
+                                                   strict=True)
                             if not graph.tensors[t].is_handle)
 
         ArenaInterpreter(model_plan, max_iterations=max_iterations).invoke(values,
@@ -375,7 +377,7 @@ def check_layers(
     if tracers is None:
         tracers = [("runtime_py", runtime_py_tracer(model_plan))]
     values = random_inputs(graph, seed) if values is None else values
-    traced = {name: {**dict(zip(graph.inputs, values)), **trace(values)}
+    traced = {name: {**dict(zip(graph.inputs, values, strict=True)), **trace(values)}
               for name, trace in tracers}
     wanted = sorted({t for seen in traced.values() for t in seen})
     oracle = oracle_run(model_plan, model_bytes, [values], wanted, oracle_timeout)

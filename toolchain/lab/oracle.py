@@ -71,7 +71,7 @@ class LiteRTOracle:
         self.outputs = [d["index"] for d in self.interpreter.get_output_details()]
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        for index, value in zip(self.inputs, inputs):
+        for index, value in zip(self.inputs, inputs, strict=True):
             self.interpreter.set_tensor(index, value)
         self.interpreter.invoke()
         return [self.interpreter.get_tensor(i).copy() for i in self.outputs]

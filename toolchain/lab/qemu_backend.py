@@ -132,7 +132,7 @@ class QemuBackend:
                 raise RuntimeBackendError(
                     f"expected {len(inputs)} inputs, got {len(values)}", self.source
                 )
-            for i, (t, v) in enumerate(zip(inputs, values)):
+            for i, (t, v) in enumerate(zip(inputs, values, strict=True)):
                 data = np.ascontiguousarray(v, dtype=np.dtype(t.dtype)).tobytes()
                 if len(data) != t.nbytes:
                     raise RuntimeBackendError(
@@ -187,7 +187,8 @@ class QemuBackend:
         for k in range(sets):
             chunk = raw[k * (traced + outputs):(k + 1) * (traced + outputs)]
             self.tensors.append(dict(zip(self.traced,
-                                         tensor_values(chunk, self.graph, self.traced))))
+                                         tensor_values(chunk, self.graph, self.traced),
+                                         strict=True)))
             result += split_outputs(chunk[traced:], self.graph, 1)
         return result
 

@@ -152,7 +152,7 @@ def stack_inputs(graph: Graph, arrays: list[np.ndarray], path: str) -> list[list
     """Input sets from one array per input: each of the input's shape (one set) or of shape
     [N, *shape] (N sets), the same N for every input."""
     arrays = list(arrays)
-    for i, (t, value) in enumerate(zip(graph.inputs, arrays)):
+    for i, (t, value) in enumerate(zip(graph.inputs, arrays, strict=True)):
         tensor = graph.tensors[t]
         shape = tuple(value.shape)
         if shape == tensor.shape:

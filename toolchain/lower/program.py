@@ -353,7 +353,7 @@ class Program:
                 for t in control.carried:
                     need(t, end)
                     kept.add(t)
-            for block, at in zip(control.blocks, ends):
+            for block, at in zip(control.blocks, ends, strict=True):
                 for copy in block.copies:
                     need(copy.src, at)
                     need(copy.dst, end)
@@ -503,7 +503,7 @@ def _aliases(graphs, runs, tensor_base) -> dict[int, int]:
                 for k, i in enumerate(graphs[t].inputs):
                     aliases[tensor_base[t] + i] = base + op.inputs[k + 1]
         elif op.opcode == "WHILE":
-            for k, (v, o) in enumerate(zip(op.inputs, op.outputs)):
+            for k, (v, o) in enumerate(zip(op.inputs, op.outputs, strict=True)):
                 handle = graphs[g].tensors[v].is_handle
                 for t in targets:
                     aliases[tensor_base[t] + graphs[t].inputs[k]] = base + (v if handle else o)
@@ -540,14 +540,14 @@ def _control(op: Operator, graph: Graph, targets: tuple[int, ...],
             if tensors[o].is_handle and len(sources) > 1:
                 problem = (f"output {j} is a resource handle that the branches choose between; "
                            "a handle both branches pass through is supported")
-        blocks = tuple(Block(t, tuple(Copy(o, r) for o, r in zip(outputs, result)
+        blocks = tuple(Block(t, tuple(Copy(o, r) for o, r in zip(outputs, result, strict=True)
                                       if not tensors[o].is_handle))
-                       for t, result in zip(targets, results))
+                       for t, result in zip(targets, results, strict=True))
         return Control(op.index, op.opcode, op.inputs[0], blocks), problem
     inputs = op.inputs
     (condition,), body = results
     copies = []
-    for k, (o, r) in enumerate(zip(outputs, body)):
+    for k, (o, r) in enumerate(zip(outputs, body, strict=True)):
         value, result = tensors[o], tensors[r]
         if value.is_handle:
             if r != inputs[k]:
@@ -562,7 +562,8 @@ def _control(op: Operator, graph: Graph, targets: tuple[int, ...],
         elif r != o:
             copies.append(Copy(o, r))
     carried = tuple(o for o in outputs if not tensors[o].is_handle)
-    entry = tuple(Copy(o, v) for o, v in zip(outputs, inputs) if not tensors[o].is_handle)
+    entry = tuple(Copy(o, v) for o, v in zip(outputs, inputs,
+                                             strict=True) if not tensors[o].is_handle)
     blocks = (Block(targets[0]), Block(targets[1], tuple(copies)))
     return Control(op.index, op.opcode, condition, blocks, entry, carried), problem
 

@@ -330,8 +330,10 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
                     if t != x:
                         need[t] = max(need[t], rows.end(need[out] - 1))
         bases = tuple(first_needed(consumers[t], start) for t in intermediates)
-        kept = tuple(max(0, computed[t] - base) for t, base in zip(intermediates, bases))
-        moved += sum(k * chain.row_bytes[t] for k, t, base in zip(kept, intermediates, bases)
+        kept = tuple(max(0, computed[t] - base) for t, base in zip(intermediates, bases,
+                                                                   strict=True))
+        moved += sum(k * chain.row_bytes[t] for k, t, base in zip(kept, intermediates, bases,
+                                                                  strict=True)
                      if k and previous_base[t] != base)
         input_from = first_needed(consumers[x], start)
         work = []
@@ -341,11 +343,11 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
                 reads = tuple((t, rows.first(start[out]), rows.end(need[out] - 1))
                               for t, rows in chain.reads[op_index])
                 work.append(OpRows(op_index, start[out], need[out], reads))
-        for t, base in zip(intermediates, bases):
+        for t, base in zip(intermediates, bases, strict=True):
             capacity[t] = max(capacity[t], need[t] - base)
         shift = max(shift, need[y] * chain.row_bytes[y] - input_from * chain.row_bytes[x])
         computed = need
-        previous_base.update(zip(intermediates, bases))
+        previous_base.update(zip(intermediates, bases, strict=True))
         stripes.append(Stripe(bases, kept, tuple(work), first_needed(consumers[x], computed)))
     buffers = tuple(StripeBuffer(t, capacity[t], chain.row_bytes[t]) for t in intermediates)
     per_row = {o: op_macs(graph, bindings[o]) // chain.rows[chain.produced[o]] for o in ops}
@@ -362,7 +364,7 @@ def stripe_scratch_fits(binding: Binding, params: Any) -> bool:
     spec = binding.variant if binding.variant is not None else REGISTRY[binding.opcode]
     asked = spec.scratch(params) if spec.scratch else ()
     return len(asked) == len(binding.scratch) and all(
-        a.size <= b.size for a, b in zip(asked, binding.scratch))
+        a.size <= b.size for a, b in zip(asked, binding.scratch, strict=True))
 
 
 def fits_scratch(segment: Segment, bindings: Sequence[Binding | None], params) -> bool:
@@ -513,7 +515,7 @@ def stripe_signature(segment: Segment, k: int, params: Sequence[Any], produced) 
         work.append((w.op, places, out_place,
                      params_key(striped_params(params[w.op], w.out_lo, w.out_hi, lo, hi))))
     moves = tuple((kept, base - before) for kept, base, before
-                  in zip(stripe.kept, stripe.bases, previous))
+                  in zip(stripe.kept, stripe.bases, previous, strict=True))
     return (tuple(work), moves)
 
 
@@ -530,8 +532,8 @@ def stripe_runs(segment: Segment, params: Sequence[Any], produced: Mapping[int, 
         end = k + 1
         while end < n and stripe_signature(segment, end, params, produced) == signature:
             here = stripe_operands(segment, end)
-            moved = [[row - row0 for (_, row), (_, row0) in zip(a, b)]
-                     for a, b in zip(here, first)]
+            moved = [[row - row0 for (_, row), (_, row0) in zip(a, b, strict=True)]
+                     for a, b in zip(here, first, strict=True)]
             per = [[d // (end - k) if d % (end - k) == 0 else None for d in op] for op in moved]
             if steps is None:
                 steps = per
@@ -540,8 +542,8 @@ def stripe_runs(segment: Segment, params: Sequence[Any], produced: Mapping[int, 
             end += 1
         steps = steps or [[0] * len(op) for op in first]
         rows = tuple(tuple(None if t in where else (row, step)
-                           for (t, row), step in zip(op, op_steps))
-                     for op, op_steps in zip(first, steps))
+                           for (t, row), step in zip(op, op_steps, strict=True))
+                     for op, op_steps in zip(first, steps, strict=True))
         runs.append(Run(k, end - k, rows))
         k = end
     return runs

@@ -96,7 +96,7 @@ def single_roundings(q: Callable[[np.ndarray], np.ndarray], low: int, high: int,
     below = thresholds(q, values, np.minimum(acc_lo, -1), np.minimum(acc_hi, -1))
     above = thresholds(q, values, np.maximum(acc_lo, 0), np.maximum(acc_hi, 0))
     result = []
-    for channel, (m, n) in enumerate(zip(multipliers, shifts)):
+    for channel, (m, n) in enumerate(zip(multipliers, shifts, strict=True)):
         if not (0 <= m <= INT32_MAX and MIN_SHIFT <= n <= MAX_SHIFT):
             return None
         first, last = int(acc_lo[channel]), int(acc_hi[channel])
@@ -160,7 +160,7 @@ def _rounding(values: np.ndarray, found: np.ndarray, first: int, last: int, m: i
               n: int) -> int | None:
     """An R for which f matches the thresholds `found` of q on [first, last], or None."""
     r_lo, r_hi = -MAX_ROUNDING, MAX_ROUNDING
-    for v, t in zip(values.tolist(), found.tolist()):
+    for v, t in zip(values.tolist(), found.tolist(), strict=True):
         if t <= last:  # f(t) >= v
             r_lo = max(r_lo, (v << n) - t * m)
         if t > first:  # f(t - 1) < v

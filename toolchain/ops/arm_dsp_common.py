@@ -168,7 +168,7 @@ class OutputStage:
 
 
 def accumulator_ranges(acc_lo: np.ndarray, acc_hi: np.ndarray) -> tuple[tuple[int, int], ...]:
-    return tuple(zip(acc_lo.tolist(), acc_hi.tolist()))
+    return tuple(zip(acc_lo.tolist(), acc_hi.tolist(), strict=True))
 
 
 def _double(value: float) -> str:
@@ -204,7 +204,7 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
         magnitudes = [max(-lo, hi) for lo, hi in ranges]
         folded = all(
             a * r.multiplier + max(abs(r.rounding), abs(r.negative_rounding))
-            + (abs(zp) << r.shift) < 2**62 for r, a in zip(s, magnitudes))
+            + (abs(zp) << r.shift) < 2**62 for r, a in zip(s, magnitudes, strict=True))
         fold = zp if folded else 0
         fields = [(r.rounding + (fold << r.shift), r.negative_rounding + (fold << r.shift),
                    r.multiplier, r.shift - 32) for r in s]
@@ -216,7 +216,8 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
         elif folded:
             store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
         shared = all(a == b and n == fields[0][3] for a, b, _, n in fields)
-        highs = [high_word(r, fold << r.shift, lo, hi) for r, (lo, hi) in zip(s, ranges)
+        highs = [high_word(r, fold << r.shift, lo, hi) for r, (lo, hi) in zip(s, ranges,
+                                                                              strict=True)
                  ] if shared and folded and sums is not None else []
         struct = shared and sums is not None and len({f[:3] for f in fields}) > 1
         if highs and all(highs):
@@ -274,14 +275,15 @@ def _high_word_output(prefix: str, tables: list[dict], single: tuple[SingleRound
     still to tabulate: the channels' offsets go into their sums, which share the struct of
     the multipliers and high words where channels differ."""
     totals = wrap_int32(sums[0] + np.asarray([h.offset for h in highs], np.int64))
-    constants = [(r.multiplier, h.high) for r, h in zip(single, highs)]
+    constants = [(r.multiplier, h.high) for r, h in zip(single, highs, strict=True)]
     shifted = f" >> {shift};" if shift else ";"
     if len(set(constants)) > 1:
         tables.append({
             "name": f"{prefix}_channel", "ctype": "arenac_high_channel", "align": "",
             "length": c_length(len(constants)),
             "data": ",\n  ".join(f"{{ {m}, {h}, {total} }}"
-                                  for (m, h), total in zip(constants, totals.tolist())),
+                                  for (m, h), total in zip(constants, totals.tolist(),
+                                                           strict=True)),
             "comment": c_comment(f"{sums[1]}, plus the requantization's offset; and the "
                                  "requantization's multiplier and high word")})
         lines = [f"const arenac_high_channel *k = &{prefix}_channel[c];",
@@ -309,7 +311,7 @@ def _rounding_output(prefix: str, tables: list[dict], fields: list[tuple], share
             "name": f"{prefix}_channel", "ctype": "arenac_channel", "align": "",
             "length": c_length(len(fields)),
             "data": ",\n  ".join(f"{{ {c_int64(f[0])}, {f[2]}, {total} }}"
-                                  for f, total in zip(fields, sums[0].tolist())),
+                                  for f, total in zip(fields, sums[0].tolist(), strict=True)),
             "comment": c_comment(f"{sums[1]}; and its rounding and multiplier")})
         mult, rounding = "k->multiplier", "k->rounding"
         sums = None
@@ -435,7 +437,7 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
 def accumulator_lines(sums: list[str], pixels: int) -> list[str]:
     """A block's sums, each channel's folded sum for each of its pixels."""
     names = [f"s{j}" for j in range(len(sums))]
-    return [*(f"const int32_t {n} = {e};" for n, e in zip(names, sums)),
+    return [*(f"const int32_t {n} = {e};" for n, e in zip(names, sums, strict=True)),
             f"int32_t acc[{pixels * len(sums)}] = {{ {', '.join(names * pixels)} }};"]
 
 

@@ -84,9 +84,10 @@ class Signature:
             allowed = (*allowed, *[allowed[-1]] * (len(actual) - len(allowed)))
         if not len(allowed) - len(optional) <= len(actual) <= len(allowed):
             return False
+        # trailing optional operands may be absent altogether: `actual` may be the shorter
         return all(
             (i in optional) if dtype is None else dtype in dtypes
-            for i, (dtype, dtypes) in enumerate(zip(actual, allowed))
+            for i, (dtype, dtypes) in enumerate(zip(actual, allowed, strict=False))
         )
 
 
@@ -107,7 +108,8 @@ def kernels(*forms: str, targets: Iterable[str] = TARGETS, oracle: str = LITERT_
         words = set(re.findall(r"\w+", form))
         names = sorted(n for n in variables if n in words)
         for values in product(*(sorted(variables[n]) for n in names)):
-            found.append(_parse(form, dict(zip(names, values)), frozenset(targets), oracle,
+            found.append(_parse(form, dict(zip(names, values,
+                                               strict=True)), frozenset(targets), oracle,
                                 {n: tuple(sorted(v)) for n, v in (each or {}).items()}))
     return tuple(found)
 
@@ -118,7 +120,7 @@ def _parse(form: str, bound: dict[str, str], targets: frozenset[str],
     sides: dict[str, list[frozenset[str]]] = {"inputs": [], "outputs": []}
     optional: set[int] = set()
     repeats: set[str] = set()
-    for side, text in zip(sides, form.split("->")):
+    for side, text in zip(sides, form.split("->"), strict=True):
         for i, word in enumerate(w.strip() for w in text.split(",") if w.strip()):
             if word.endswith("..."):
                 word = word[:-3]

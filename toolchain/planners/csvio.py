@@ -135,7 +135,8 @@ def _read_table(
             raise PlanError(
                 f"line {n}: {len(fields)} fields, but the header has {len(header)}", source
             )
-        row = {name: _number(text, name, n, source) for name, text in zip(header, fields)}
+        row = {name: _number(text, name, n, source) for name, text in zip(header, fields,
+                                                                          strict=True)}
         rows.append((n, row))
     return source, rows
 

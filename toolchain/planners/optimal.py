@@ -264,7 +264,7 @@ class Search:
         from improving the plan, nor a poor plan from raising the bound.
         """
         self.best = [start[i] for i in self.order]
-        self.best_arena = max(o + s for o, s in zip(self.best, self.size))
+        self.best_arena = max(o + s for o, s in zip(self.best, self.size, strict=True))
         bound = goal
         budget = 64 * len(self.order)
         # An exhausted search proves nothing when the tie order is unsound: stop asking then.
@@ -290,7 +290,7 @@ class Search:
                 budget *= 2
         except Timeout:
             pass
-        return dict(zip(self.order, self.best)), bound
+        return dict(zip(self.order, self.best, strict=True)), bound
 
     def fits(self, cap: int, budget: int) -> bool | None:
         """Whether a plan within `cap` exists (it becomes the best), by depth-first search of
@@ -320,7 +320,7 @@ class Search:
             result = None
         if result:
             self.best = list(self.offset)
-            self.best_arena = max(o + s for o, s in zip(self.offset, self.size))
+            self.best_arena = max(o + s for o, s in zip(self.offset, self.size, strict=True))
         self.undo(0)
         return result
 
@@ -338,7 +338,7 @@ class Search:
         self.nodes_used += answer.nodes
         if answer.status == "found":
             self.best = list(answer.offsets)
-            self.best_arena = max(o + s for o, s in zip(self.best, self.size))
+            self.best_arena = max(o + s for o, s in zip(self.best, self.size, strict=True))
             return True
         if answer.status == "infeasible":
             return False

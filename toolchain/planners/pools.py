@@ -208,8 +208,10 @@ def spans(buffers: Sequence[Buffer], overlaps: Sequence[Overlap], alignment: int
     """(load, first op, op past the last) of each run of ops where the buffers' load holds."""
     loads = sorted(step_loads(buffers, within(overlaps, {b.id for b in buffers}),
                               alignment).items())
+    if not loads:
+        return []
     ends = [op for op, _ in loads[1:]] + [max((b.last + 1 for b in buffers), default=0)]
-    return [(load, op, end) for (op, load), end in zip(loads, ends)]
+    return [(load, op, end) for (op, load), end in zip(loads, ends, strict=True)]
 
 
 def peak(buffers: Sequence[Buffer], overlaps: Sequence[Overlap], alignment: int
@@ -239,8 +241,8 @@ def does_not_fit(buffers, overlaps, pools, alignment) -> PoolsDoNotFit:
 def join(buffers, overlaps, pools, chosen, plans, reserved, alignment) -> PooledPlacement:
     """One Placement of every pool's plan: pool k from the end of pool k-1, padded."""
     offset_of, pool_of, arenas, base = {}, {}, [], 0
-    for k, (pool, keep, plan) in enumerate(zip(pools, chosen, plans)):
-        for b, offset in zip(keep, plan.offsets):
+    for k, (pool, keep, plan) in enumerate(zip(pools, chosen, plans, strict=True)):
+        for b, offset in zip(keep, plan.offsets, strict=True):
             offset_of[b.id], pool_of[b.id] = base + offset, k
         arenas.append(PoolArena(pool, base, plan.arena_bytes, reserved[k]))
         base += align_up(plan.arena_bytes, alignment)

@@ -147,7 +147,7 @@ def check_no_shared_bytes(plan: Placement, rules: dict[frozenset[int], Overlap])
         upper = lower + 1 + np.arange(len(lower)) - np.repeat(before[row:end] - before[row], counts)
         a, b = order[lower], order[upper]
         meet = (firsts[a] <= lasts[b]) & (firsts[b] <= lasts[a])
-        met += zip(a[meet].tolist(), b[meet].tolist())
+        met += zip(a[meet].tolist(), b[meet].tolist(), strict=True)
         row = end
     # Report as the ops run: by the op where the later-born of a pair is born, the earlier first.
     born = [(plan.buffers[i].first, i) for i in range(len(plan.buffers))] if met else []

@@ -54,7 +54,7 @@ def report_html(mp: ModelPlan, model_bytes: bytes, inputs: int = 3, seed: int = 
         svg=memory_map_svg(mp),  # markup of its own template, escaped there
         buffers=[[symbol(r.buffer, len(rows)), "-" if b["tensor"] is None else b["tensor"],
                   b["name"], b["bytes"], b["first_op"], b["last_op"], b["offset"]]
-                 for r, b in zip(rows, plan["buffers"])],
+                 for r, b in zip(rows, plan["buffers"], strict=True)],
         state=[[s["offset"], s["bytes"], s["kind"], s["name"]] for s in plan["state"]],
         operators=[[o["index"], o["opcode"],
                     " ".join(str(t) if t >= 0 else "-" for t in o["inputs"]),

@@ -326,7 +326,8 @@ def subgraph_steps(mp: ModelPlan) -> list[dict[str, Any]]:
             "called_by": opcode,
             "role": None if op is None else ROLES[opcode][k],
             "inputs_read_as": [
-                dict(zip(("subgraph", "tensor"), program.tensor_origin(program.aliases[t])))
+                dict(zip(("subgraph", "tensor"), program.tensor_origin(program.aliases[t]),
+                         strict=True))
                 for t in (program.layout.tensor_base[g] + i for i in mp.model.graphs[g].inputs)
                 if t in program.aliases
             ] if program.layout else [],

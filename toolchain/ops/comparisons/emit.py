@@ -101,12 +101,12 @@ def select_nest(loops: list[tuple[int, tuple[int, ...], int]], ctype: str) -> di
         i = ConstantLoop(f"i{k}", n)
         levels.append({"header": i.header, "pad": "  " * (k + 1), "pointers": [
             f"{t} *{name}{k + 1} = {c_offset(f'{name}{k}', [(i, stride)])};"
-            for t, name, stride in zip(types, "cabo", (*strides, stride_out))]})
+            for t, name, stride in zip(types, "cabo", (*strides, stride_out), strict=True)]})
     depth = len(loops) - 1
     n, (sc, sa, sb), _ = loops[-1]
     inner = ConstantLoop("i", n)
     c, a, b = (_element(f"{name}{depth}", stride, inner.index)
-               for name, stride in zip("cab", (sc, sa, sb)))
+               for name, stride in zip("cab", (sc, sa, sb), strict=True))
     return {"outer": levels, "inner": {
         "loop": inner, "pad": "  " * (depth + 1), "hoisted": None, "ivdep": inner.written,
         "statement": f"o{depth}[{inner.index}] = {c} ? {a} : {b};"}}

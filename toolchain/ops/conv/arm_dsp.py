@@ -27,6 +27,7 @@ order keeps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def pointwise_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[Overla
     m = conv_matmul(p)
     blocks = m.blocks()
     shift = 0
-    for (first, count), (following, _) in zip(blocks, blocks[1:]):
+    for (first, count), (following, _) in pairwise(blocks):
         shift = max(shift, (first + count) * m.channels - m.input_at(following))
     return [OverlapRule(0, 0, shift, kind="windowed")]
 
@@ -131,12 +132,13 @@ def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
         return multiply_by_quantized_multiplier(acc, mult, exp)
 
     single = shared_roundings(reference, low, high, acc_lo, acc_hi,
-                              [mu * 2.0 ** (s - 31) for mu, s in zip(multipliers, shifts)])
+                              [mu * 2.0 ** (s - 31) for mu, s in zip(multipliers, shifts,
+                                                                     strict=True)])
     if (single is None and all(s <= 0 for s in shifts) and acc_lo.min() >= INT32_MIN
             and acc_hi.max() <= INT32_MAX):
         single = single_roundings(
             reference, low, high, acc_lo, acc_hi, multipliers,
-            [31 + max(-s, 1 if mu == 0 else 0) for mu, s in zip(multipliers, shifts)])
+            [31 + max(-s, 1 if mu == 0 else 0) for mu, s in zip(multipliers, shifts, strict=True)])
     return OutputStage(low, high, zp, tuple(single) if single else None, tuple(multipliers),
                        tuple(shifts), accumulators=accumulator_ranges(acc_lo, acc_hi))
 

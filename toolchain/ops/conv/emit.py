@@ -136,7 +136,7 @@ def requantize_constants(stage: Requantize) -> RequantizeConstants:
     t = q = 0 for any n; such channels take n = 1 like most.
     """
     left, mult, negative, scale = [], [], [], []
-    for m, s in zip(stage.multipliers.tolist(), stage.shifts.tolist()):
+    for m, s in zip(stage.multipliers.tolist(), stage.shifts.tolist(), strict=True):
         n = max(-s, 1 if m == 0 else 0)
         left.append(1 << max(s, 0))
         mult.append(m)
@@ -305,7 +305,7 @@ def _block(total: int, per_item_bytes: int) -> int:
 def _pairwise(terms: list[str]) -> str:
     """C text adding `terms` as a balanced tree: ((a + b) + (c + d)) + ((e + f) + (g + h))."""
     while len(terms) > 1:
-        pairs = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2])]
+        pairs = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2], strict=True)]
         terms = pairs + terms[len(pairs) * 2:]
     return terms[0][1:-1] if terms[0].startswith("(") else terms[0]
 
@@ -694,7 +694,7 @@ def _interior(oy: ConstantLoop, ox: ConstantLoop, window, input_shape: tuple[int
     when every output pixel's window does, None when none does."""
     terms = []
     for out, size, k, s, d, pad in zip((oy, ox), input_shape[1:3], window.filter, window.stride,
-                                       window.dilation, window.padding):
+                                       window.dilation, window.padding, strict=True):
         low = -(-pad // s)  # the first output whose window starts inside
         high = (size - 1 - (k - 1) * d + pad) // s + 1  # past the last that ends inside
         values = _values(out)

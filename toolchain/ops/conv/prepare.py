@@ -223,7 +223,7 @@ def _gather_window(op: Operator, image: Pair, filter_hw: Pair) -> tuple[Pair, Wi
     stride, dilation = _strides(op)
     out, before, plane = [], [], []
     for n, k, s, d, (fused_before, fused_after) in zip(image, filter_hw, stride, dilation,
-                                                        fused_padding(op)):
+                                                        fused_padding(op), strict=True):
         padded = n + fused_before + fused_after  # a fused PAD's (toolchain/ops/padding.py)
         # the farthest index the window computes, before any bounds check
         if (padded - 1) * s + (k - 1) * d + padded > INT32_MAX:
@@ -436,8 +436,8 @@ def _uint8_output_stage(activation: str, data: Tensor, filt: Tensor, bias: Tenso
 
 def _requantize(real: list[float], activation: str, out: Tensor) -> Requantize:
     """QuantizeMultiplier of each channel's real multiplier, within the C kernel's reach."""
-    multipliers, shifts = zip(*(quantize_multiplier(r) for r in real))
-    for m, s in zip(multipliers, shifts):
+    multipliers, shifts = zip(*(quantize_multiplier(r) for r in real), strict=True)
+    for m, s in zip(multipliers, shifts, strict=True):
         if not (0 <= m < 2**31 and -31 <= s <= 31):  # the C requantization's reach
             raise UnsupportedOpError(f"requantization multiplier {m} with shift {s}")
     return Requantize(
@@ -556,7 +556,7 @@ def prepare_transpose_conv(graph: Graph, op: Operator) -> TransposeConvParams:
     plane = tuple(
         max((n - 1) * s + k, p + o)
         for n, s, k, p, o in zip((height, width), back.stride, (kh, kw), back.padding,
-                                 out.shape[1:3])
+                                 out.shape[1:3], strict=True)
     )
     window = Window(back.filter, back.stride, back.dilation, back.padding, plane)
     _check_plane(window, batch, out_channels)

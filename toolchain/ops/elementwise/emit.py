@@ -89,8 +89,9 @@ def collapsed_loops(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...
     loops = []
     strides, stride_out = [1] * len(shapes), 1
     for n, walks in reversed(merged):
-        loops.append((n, tuple(s if w else 0 for s, w in zip(strides, walks)), stride_out))
-        strides = [s * n if w else s for s, w in zip(strides, walks)]
+        loops.append((n, tuple(s if w else 0 for s, w in zip(strides, walks,
+                                                             strict=True)), stride_out))
+        strides = [s * n if w else s for s, w in zip(strides, walks, strict=True)]
         stride_out *= n
     return loops[::-1]
 

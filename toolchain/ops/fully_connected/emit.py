@@ -93,7 +93,7 @@ def _c_double(value: float) -> str:
 def _pairwise_sum(terms: list[str]) -> str:
     """C text adding `terms` as a balanced tree: ((a + b) + (c + d))."""
     while len(terms) > 1:
-        pairs = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2])]
+        pairs = [f"({a} + {b})" for a, b in zip(terms[::2], terms[1::2], strict=True)]
         terms = pairs + terms[len(pairs) * 2:]
     return terms[0][1:-1] if terms[0].startswith("(") else terms[0]
 
@@ -442,10 +442,10 @@ def batch_matmul_values(ctx: OpContext) -> dict:
         "lhs": lhs.ptr, "rhs": rhs.ptr, "out": out.ptr, "cols": cols,
         "batches": batches, "row": i, "col": j, "depth": k,
         "broadcasts": any(b.written and 0 in (sl, sr)
-                          for b, sl, sr in zip(batches, lhs_strides, rhs_strides)),
-        "l": c_offset("lhs", list(zip(batches, lhs_strides))),
-        "r": c_offset("rhs", list(zip(batches, rhs_strides))),
-        "o": c_offset("out", list(zip(batches, out_strides))),
+                          for b, sl, sr in zip(batches, lhs_strides, rhs_strides, strict=True)),
+        "l": c_offset("lhs", list(zip(batches, lhs_strides, strict=True))),
+        "r": c_offset("rhs", list(zip(batches, rhs_strides, strict=True))),
+        "o": c_offset("out", list(zip(batches, out_strides, strict=True))),
         "orow": c_offset("o", [(i, cols)]),
         "row_form": row_form,
         "lhs_value": f"({acc_type})({lhs_at}{lhs_offset})",
@@ -530,7 +530,7 @@ def _batch_matmul_scratch(ctx: OpContext) -> list[dict]:
     """The arena's quantized rows, their scales (and zero points), and the gathered column."""
     p: BatchMatMulHybridParams = ctx.params
     scratch = dict(zip(["quantized", "row_scale", *(["row_zp"] if p.asymmetric else [])],
-                       ctx.scratch))
+                       ctx.scratch, strict=False))  # and the column last, with adj_x
     if p.adj_x:
         scratch["column"] = ctx.scratch[-1]
     ctypes = {"quantized": "int8_t", "row_scale": "float", "row_zp": "int32_t",
@@ -559,7 +559,9 @@ def batch_matmul_hybrid_values(ctx: OpContext) -> dict:
     rhs_k, rhs_j = (1, depth) if p.adj_y else (cols, 1)
     row_form = not p.adj_y and cols * 4 <= MAX_ROW_ACCUMULATOR_BYTES
     # per-row (and per-column) tables advance by one entry where the matrices advance by depth
-    lhs_terms, rhs_terms = list(zip(batches, lhs_strides)), list(zip(batches, rhs_strides))
+    # the strides run on past the batch dimensions: only those are looped over
+    lhs_terms = list(zip(batches, lhs_strides, strict=False))
+    rhs_terms = list(zip(batches, rhs_strides, strict=False))
     row_table = [(b, stride // depth) for b, stride in lhs_terms]
     pointers = [f"const int8_t *l = {c_offset('quantized', lhs_terms)};",
                 f"const float *s = {c_offset('row_scale', row_table)};"]
@@ -568,7 +570,7 @@ def batch_matmul_hybrid_values(ctx: OpContext) -> dict:
         pointers += [f"const int32_t *z = {c_offset('row_zp', row_table)};",
                      f"const int32_t *sums = {sums};"]
     pointers += [f"const int8_t *w = {c_offset('rhs', rhs_terms)};",
-                 f"float *o = {c_offset('out', list(zip(batches, out_strides)))};"]
+                 f"float *o = {c_offset('out', list(zip(batches, out_strides, strict=True)))};"]
     comment = (f"BATCH_MATMUL '{name}' (hybrid: float32 lhs, int8 rhs): every lhs row quantized "
                "to int8 in the arena as TFLite's x86 reference build does, int32 sums with the "
                "rhs columns, then as TFLite's reference kernel: "
@@ -583,7 +585,8 @@ def batch_matmul_hybrid_values(ctx: OpContext) -> dict:
         "lhs": lhs.ptr, "rhs": rhs.ptr, "out": out.ptr, "scratch": _batch_matmul_scratch(ctx),
         "quantize_loops": quantize_loops, "quantize": quantize,
         "batches": batches, "pointers": pointers, "broadcasts": any(
-            b.written and 0 in (sl, sr) for b, sl, sr in zip(batches, lhs_strides, rhs_strides)),
+            b.written and 0 in (sl, sr) for b, sl, sr in zip(batches, lhs_strides, rhs_strides,
+                                                             strict=False)),
         "row": i, "col": j, "depth": k, "cols": cols,
         "qrow": c_offset("l", [(i, depth)]), "orow": c_offset("o", [(i, cols)]),
         "row_form": row_form,

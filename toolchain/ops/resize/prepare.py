@@ -158,7 +158,8 @@ _MAGNITUDES = {"int8": 2**7, "int16": 2**15}
 
 def blend_reach(params: BilinearParams, dtype: str) -> int:
     """A bound on |sum of q * wy * wx| over the four corners, plus the rounding half."""
-    reach = [max((abs(lo) + abs(hi) for lo, hi in zip(t.low_weight, t.high_weight)), default=0)
+    reach = [max((abs(lo) + abs(hi) for lo, hi in zip(t.low_weight, t.high_weight,
+                                                      strict=True)), default=0)
              for t in (params.rows, params.cols)]
     return _MAGNITUDES[dtype] * reach[0] * reach[1] + (1 << (FIXED_SHIFT - 1))
 

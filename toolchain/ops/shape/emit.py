@@ -154,13 +154,13 @@ def simplify(counts: Sequence[int], moves: Sequence[Move]) -> tuple[list[int], l
         else:
             loops.append((count, strides))
     runs = [m.run for m in moves]
-    while loops and all(stride == (r, r) for stride, r in zip(loops[-1][1], runs)):
+    while loops and all(stride == (r, r) for stride, r in zip(loops[-1][1], runs, strict=True)):
         count, _ = loops.pop()
         runs = [r * count for r in runs]
     return [c for c, _ in loops], [
         Move(m.dst, m.src, run, tuple(s[k][0] for _, s in loops),
              tuple(s[k][1] for _, s in loops), m.dst_offset, m.src_offset, m.src_table)
-        for k, (m, run) in enumerate(zip(moves, runs))
+        for k, (m, run) in enumerate(zip(moves, runs, strict=True))
     ]
 
 
@@ -179,8 +179,8 @@ def _nest(ctx: OpContext, counts: Sequence[int], moves: Sequence[Move],
     element_bytes = _element_bytes(ctx.outputs[0])
     rows = []
     for m in moves:
-        dst = c_sum(list(zip(loop_vars, m.dst_strides)), m.dst_offset)
-        src = c_sum(list(zip(loop_vars, m.src_strides)), m.src_offset)
+        dst = c_sum(list(zip(loop_vars, m.dst_strides, strict=True)), m.dst_offset)
+        src = c_sum(list(zip(loop_vars, m.src_strides, strict=True)), m.src_offset)
         if m.src_table:
             src = m.src_table if src == "0" else f"{m.src_table} + {src}"
         rows.append({
@@ -264,8 +264,8 @@ def emit_slice(ctx: OpContext) -> Kernel:
     p: SliceParams = ctx.params
     x_strides = _row_major(p.input_shape)
     move = Move("o", "x", 1, tuple(_row_major(p.counts)),
-                tuple(s * step for s, step in zip(x_strides, p.strides)),
-                src_offset=sum(b * s for b, s in zip(p.begin, x_strides)))
+                tuple(s * step for s, step in zip(x_strides, p.strides, strict=True)),
+                src_offset=sum(b * s for b, s in zip(p.begin, x_strides, strict=True)))
     return _nest(ctx, *simplify(p.counts, [move]))
 
 
@@ -318,7 +318,7 @@ def _concatenation_rescaled(ctx: OpContext, p: ConcatenationParams,
     helper = f"{ctx.prefix}_rescale"
     zero_point = next(r.zero_point for r in p.rescales if r)
     parts, pointers, offset = [], [], 0
-    for k, (t, extent, rescale) in enumerate(zip(ctx.inputs, extents, p.rescales)):
+    for k, (t, extent, rescale) in enumerate(zip(ctx.inputs, extents, p.rescales, strict=True)):
         block = extent * inner
         if block and out.size:
             name = _in_name(ctx, k)
@@ -402,7 +402,7 @@ def pad_dims(shape: Sequence[int], paddings: Sequence[tuple[int, int]]) -> list[
     """(extent, before, after) per dimension, fewest dimensions: an unpadded size-1 dimension
     vanishes and an unpadded dimension merges into its outer neighbour."""
     dims: list[tuple[int, ...]] = []
-    for extent, (before, after) in zip(shape, paddings):
+    for extent, (before, after) in zip(shape, paddings, strict=True):
         if before or after or not dims:
             if extent != 1 or before or after:
                 dims.append((extent, before, after))
@@ -436,7 +436,8 @@ def emit_pad(ctx: OpContext) -> Kernel:
     start = 0  # ... plus this
     src_terms: list[tuple[str, int]] = []
     indent = ""
-    for level, ((extent, before, after), so, sx) in enumerate(zip(dims, out_strides, x_strides)):
+    for level, ((extent, before, after), so, sx) in enumerate(zip(dims, out_strides, x_strides,
+                                                                  strict=True)):
         borders = {
             "before": fill(terms, start, before * so) if before else None,
             "after": fill(terms, start + (before + extent) * so, after * so) if after else None,

@@ -289,7 +289,8 @@ def prepare_pad(graph: Graph, op: Operator) -> PadParams:
         raise UnsupportedOpError(f"paddings must be non-negative [{rank}, 2], got "
                                  f"{paddings.tolist()}")
     pairs = tuple((int(before), int(after)) for before, after in paddings)
-    _expect_shape(out, tuple(d + before + after for d, (before, after) in zip(x.shape, pairs)))
+    _expect_shape(out, tuple(d + before + after for d, (before, after) in zip(x.shape, pairs,
+                                                                              strict=True)))
     return PadParams(pairs, _pad_value(graph, op, x, out))
 
 
@@ -390,7 +391,7 @@ def _split(graph: Graph, op: Operator, x: Tensor, axis: int, sizes: list[int]) -
     outs = _outputs(graph, op, x.dtype, int(op.options.get("num_splits", 0)))
     if len(sizes) != len(outs):
         raise UnsupportedOpError(f"{len(sizes)} split sizes for {len(outs)} outputs")
-    for out, size in zip(outs, sizes):
+    for out, size in zip(outs, sizes, strict=True):
         _expect_shape(out, (*x.shape[:axis], size, *x.shape[axis + 1:]))
     return SplitParams(axis, tuple(sizes))
 
@@ -456,8 +457,8 @@ def prepare_slice(graph: Graph, op: Operator) -> SliceParams:
     size = [int(s) for s in _constant(graph, op, 2, "size").reshape(-1)]
     if len(begin) != len(x.shape) or len(size) != len(x.shape):
         raise UnsupportedOpError(f"begin {begin} and size {size} for rank {len(x.shape)}")
-    counts = [d - b if s == -1 else s for d, b, s in zip(x.shape, begin, size)]
-    if any(b < 0 or c < 0 or b + c > d for d, b, c in zip(x.shape, begin, counts)):
+    counts = [d - b if s == -1 else s for d, b, s in zip(x.shape, begin, size, strict=True)]
+    if any(b < 0 or c < 0 or b + c > d for d, b, c in zip(x.shape, begin, counts, strict=True)):
         raise UnsupportedOpError(f"begin {begin} and size {size} outside {list(x.shape)}")
     _expect_shape(out, counts)
     return SliceParams(x.shape, tuple(begin), (1,) * len(begin), tuple(counts))
@@ -582,12 +583,13 @@ def prepare_strided_slice(graph: Graph, op: Operator) -> SliceParams:
                                  "new axes")
     specs = _expand_strided_slice(x.shape, begin, end, strides, options)
     resolved = [_resolve_axis(spec, offset) for spec in specs]
-    for i, (spec, (_, count)) in enumerate(zip(specs, resolved)):
+    for i, (spec, (_, count)) in enumerate(zip(specs, resolved, strict=True)):
         tflite_count = _tflite_output_size(spec, offset, count)
         if count != tflite_count:
             raise UnsupportedOpError(f"axis {i}: TFLite sizes the output {tflite_count} but "
                                      f"its loop writes {count} elements")
-    _expect_shape(out, [count for spec, (_, count) in zip(specs, resolved) if not spec.shrink])
+    _expect_shape(out, [count for spec, (_, count) in zip(specs, resolved,
+                                                          strict=True) if not spec.shrink])
     return SliceParams(tuple(spec.size for spec in specs), tuple(s for s, _ in resolved),
                        tuple(spec.stride for spec in specs), tuple(c for _, c in resolved))
 
