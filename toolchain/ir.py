@@ -13,6 +13,10 @@ from typing import Any
 
 import numpy as np
 
+# The int32 range: element counts, accumulators and requantization reach are checked against it.
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+
 # Bits per element of every IR dtype; 0 where the size is not fixed (strings, resources).
 DTYPE_BITS: dict[str, int] = {
     "float64": 64,

@@ -6,12 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from toolchain.numerics.fixedpoint import (
-    INT32_MAX,
-    INT32_MIN,
-    multiply_by_quantized_multiplier,
-    wrap_int32,
-)
+from toolchain.ir import INT32_MAX, INT32_MIN
+from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from toolchain.ops.quantize.prepare import (
     AffineQuantizeParams,
     CastParams,

@@ -12,12 +12,11 @@ from __future__ import annotations
 import math
 
 from toolchain.errors import ModelError
-from toolchain.ir import DTYPE_BITS, Graph, Model, Operator, Tensor
+from toolchain.ir import DTYPE_BITS, INT32_MAX, Graph, Model, Operator, Tensor
 
 # The default cap on any single tensor and on a graph's activations and state together:
 # far above any microcontroller's RAM, far below what would exhaust the host running arenac.
 DEFAULT_MAX_BYTES = 512 << 20
-INT32_MAX = 2**31 - 1
 # The deepest chain of CALL_ONCE, IF and WHILE calls a model may nest: far beyond any real
 # model, and shallow enough that every walk over the calls stays within Python's stack.
 MAX_NESTING = 64

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
+from toolchain.ir import INT32_MAX, INT32_MIN
 
 
 def _as_int64(x) -> np.ndarray:

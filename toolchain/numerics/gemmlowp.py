@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolchain.numerics.fixedpoint import (
-    INT32_MAX,
-    INT32_MIN,
-    rounding_divide_by_pot,
-)
+from toolchain.ir import INT32_MAX, INT32_MIN
+from toolchain.numerics.fixedpoint import rounding_divide_by_pot
 from toolchain.numerics.fixedpoint import (
     saturating_rounding_doubling_high_mul as mul,
 )

@@ -11,13 +11,13 @@ import math
 import numpy as np
 
 from toolchain.errors import UnsupportedOpError
-from toolchain.ir import Tensor
+from toolchain.ir import INT32_MAX, INT32_MIN, Tensor
 
 INT_RANGES: dict[str, tuple[int, int]] = {
     "int8": (-128, 127),
     "uint8": (0, 255),
     "int16": (-32768, 32767),
-    "int32": (-(2**31), 2**31 - 1),
+    "int32": (INT32_MIN, INT32_MAX),
 }
 
 

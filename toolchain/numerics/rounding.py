@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+from toolchain.ir import INT32_MAX, INT32_MIN
+
 # N is at least 32, so the C takes the high word of the 64-bit sum and shifts it by N - 32.
 MIN_SHIFT, MAX_SHIFT = 32, 62
 # R stays within this, so that acc * M + R cannot overflow int64 (|acc * M| < 2^62).

@@ -42,15 +42,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from toolchain.ir import INT32_MAX, INT32_MIN
 from toolchain.numerics.fixedpoint import wrap_int32
-from toolchain.numerics.rounding import (
-    INT32_MAX,
-    INT32_MIN,
-    HighWord,
-    SingleRounding,
-    accumulator_range,
-    high_word,
-)
+from toolchain.numerics.rounding import HighWord, SingleRounding, accumulator_range, high_word
 from toolchain.ops.emit import (
     ConstantLoop,
     OpContext,

@@ -426,3 +426,17 @@ def _closure(groups: Iterable[str]) -> list[str]:
     for group in sorted(set(groups)):
         add(group)
     return ordered
+
+
+def plus(value: int | str) -> str:
+    """` + 3`, ` - 10` or nothing: a constant added right after an operand, as it reads best;
+    a C term such as "-zp" likewise (` - zp`)."""
+    if isinstance(value, str):
+        return f" - {value[1:]}" if value.startswith("-") else f" + {value}"
+    return f" + {value}" if value > 0 else f" - {-value}" if value < 0 else ""
+
+
+def signed(value: int) -> str:
+    """`+ 3`, `- 10`, `+ 0`: a constant with its sign as the operator, where the operator is
+    always written."""
+    return f"+ {value}" if value >= 0 else f"- {-value}"

@@ -12,7 +12,6 @@ from toolchain.errors import ModelError
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops.overlaps import OverlapRule, Rule
 
-INT32_MAX = 2**31 - 1
 # Most elements of the padded plane a windowed op (convolution, pooling) slides over.
 # runtime_py builds that plane (in float64 for convolutions: at most 512 MiB); the generated C
 # never builds it, but computes its indices in int32.

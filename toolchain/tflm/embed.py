@@ -43,7 +43,7 @@ from toolchain.files import write_atomic
 from toolchain.front.builder import FILE_IDENTIFIER, AlignedBufferT
 from toolchain.front.reader import parse_model
 from toolchain.front.schema import fb
-from toolchain.ir import Model
+from toolchain.ir import INT32_MAX, Model
 from toolchain.lower.plan import ModelPlan
 from toolchain.planners import Placement, verify
 
@@ -52,7 +52,6 @@ FORMAT_VERSION = 1
 HEADER_SIZE = 3  # version, number of subgraphs, number of offsets
 ONLINE = -1  # "let TFLM's own planner place this tensor"
 TFLM_ALIGNMENT = 16  # MicroArenaBufferAlignment(): TFLM's head start and buffer padding
-_INT32_MAX = 2**31 - 1
 
 
 def offline_offsets(model: Model, model_plan: ModelPlan) -> list[int]:
@@ -102,7 +101,7 @@ def offline_offsets(model: Model, model_plan: ModelPlan) -> list[int]:
                 f"in the model is {_kind(tensor)}: it was made from another model",
                 model.source,
             )
-        if offset > _INT32_MAX:
+        if offset > INT32_MAX:
             raise PlanError(f"tensor {t} offset {offset} does not fit in int32", model.source)
     _check_in_file_order(model, model_plan, offsets)
 

@@ -44,6 +44,7 @@ from toolchain.ops.emit import (
     c_float,
     c_int32,
     c_offset,
+    plus,
     render_macro,
     written_vars,
 )
@@ -66,13 +67,6 @@ INT16_SHIFT_CAP = 16
 # An int8 table is indexed by the value's bits read as unsigned.
 LOOKUP_INDEX_TYPE = "uint8_t"
 LOOKUP_LENGTH = 256
-
-
-def _plus(value: int) -> str:
-    """` + 3`, ` - 10` or nothing: an added constant as it reads best right after an operand."""
-    if not value:
-        return ""
-    return f" + {value}" if value > 0 else f" - {-value}"
 
 
 def _base(ctx: OpContext) -> dict:
@@ -107,7 +101,7 @@ def _float_clamp(ctx: OpContext, p: FloatClampParams) -> dict:
 
 def _requantize_clamp(ctx: OpContext, p: RequantizeClampParams) -> dict:
     return {"op_macro": "requantize_clamp_op",
-            "in_offset": _plus(-p.input_zero_point), "out_offset": _plus(p.output_zero_point),
+            "in_offset": plus(-p.input_zero_point), "out_offset": plus(p.output_zero_point),
             "multiplier": p.multiplier, "shift": p.shift, "low": p.low, "high": p.high}
 
 
@@ -140,7 +134,7 @@ def _float_leaky_relu(ctx: OpContext, p: FloatLeakyReluParams) -> dict:
 
 def _int8_leaky_relu(ctx: OpContext, p: QuantizedLeakyReluParams) -> dict:
     return {"op_macro": "int8_leaky_relu_op", **_int_range(ctx),
-            "in_offset": _plus(-p.input_zero_point), "out_offset": _plus(p.output_zero_point),
+            "in_offset": plus(-p.input_zero_point), "out_offset": plus(p.output_zero_point),
             "identity_multiplier": p.identity_multiplier, "identity_shift": p.identity_shift,
             "negate": p.alpha_multiplier < 0, "alpha_sign": "-" if p.alpha_multiplier < 0 else "",
             "alpha_multiplier": abs(p.alpha_multiplier), "alpha_shift": p.alpha_shift}
@@ -149,8 +143,8 @@ def _int8_leaky_relu(ctx: OpContext, p: QuantizedLeakyReluParams) -> dict:
 def _int8_hard_swish(ctx: OpContext, p: QuantizedHardSwishParams) -> dict:
     exponent = p.reluish_exponent
     return {"op_macro": "int8_hard_swish_op", "helpers": ("int16",), **_int_range(ctx),
-            "input": f"(x{_plus(-p.input_zero_point)})" if p.input_zero_point else "x",
-            "out_offset": _plus(p.output_zero_point),
+            "input": f"(x{plus(-p.input_zero_point)})" if p.input_zero_point else "x",
+            "out_offset": plus(p.output_zero_point),
             "output_multiplier": p.output_multiplier, "output_right_shift": -p.output_exponent,
             "reluish_multiplier": p.reluish_multiplier, "reluish_exponent": exponent,
             "splits_left_shift": exponent > 0,
@@ -200,8 +194,8 @@ def _float_prelu(ctx: OpContext, p: FloatPreluParams) -> dict:
 def _quantized_prelu(ctx: OpContext, p: QuantizedPreluParams) -> dict:
     return _prelu(ctx, p.input_shape, p.alpha_shape, {
         "op_macro": "quantized_prelu_op", "low": p.low, "high": p.high,
-        "in_offset": _plus(-p.input_zero_point), "alpha_offset": _plus(-p.alpha_zero_point),
-        "out_offset": _plus(p.output_zero_point),
+        "in_offset": plus(-p.input_zero_point), "alpha_offset": plus(-p.alpha_zero_point),
+        "out_offset": plus(p.output_zero_point),
         "identity_multiplier": p.identity_multiplier, "identity_shift": p.identity_shift,
         "alpha_multiplier": p.alpha_multiplier, "alpha_shift": p.alpha_shift})
 
@@ -242,7 +236,7 @@ def _int8_softmax(ctx: OpContext, p: QuantizedSoftmaxParams) -> dict:
         "row_comment": c_comment(comment), "output_bits": bits, "aborts": aborts,
         "helpers": ("gemmlowp_exp",), **_int_range(ctx),
         "multiplier": p.input_multiplier, "left_shift": p.input_left_shift,
-        "diff_min": c_int32(p.diff_min), "out_offset": _plus(INT_RANGES[p.dtype][0]),
+        "diff_min": c_int32(p.diff_min), "out_offset": plus(INT_RANGES[p.dtype][0]),
         "sum_type": "int32_t" if p.depth < SOFTMAX_INT32_SUM_DEPTH else "int64_t"})
 
 
@@ -263,7 +257,7 @@ def _float_l2_normalization(ctx: OpContext, p: FloatL2NormalizationParams) -> di
 def _int8_l2_normalization(ctx: OpContext, p: QuantizedL2NormalizationParams) -> dict:
     return _rows(ctx, p.depth, "int8_l2_normalization_row", {
         "helpers": ("gemmlowp_inv_sqrt",), **_int_range(ctx),
-        "in_offset": _plus(-p.input_zero_point), "output_shift": L2_OUTPUT_SHIFT})
+        "in_offset": plus(-p.input_zero_point), "output_shift": L2_OUTPUT_SHIFT})
 
 
 _ELEMENTWISE: dict[type, Callable[[OpContext, object], dict]] = {

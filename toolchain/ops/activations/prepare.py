@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolchain.errors import UnsupportedOpError
-from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ir import INT32_MAX, Graph, Operator, Tensor
 from toolchain.numerics.quant import (
     ACTIVATION_FLOAT_RANGE,
     INT_RANGES,
@@ -371,7 +371,7 @@ def _prepare_int16_sigmoid(opcode: str, x: Tensor, out: Tensor) -> Int16SigmoidP
 def _int16_multiplier(real: float) -> tuple[int, int]:
     """QuantizeMultiplier, then DownScaleInt32ToInt16Multiplier (rounding, saturating)."""
     multiplier, exponent = quantize_multiplier(real)
-    if multiplier >= 2**31 - 1 - (1 << 15):
+    if multiplier >= INT32_MAX - (1 << 15):
         return 2**15 - 1, exponent
     return (multiplier + (1 << 15)) >> 16, exponent
 
@@ -528,4 +528,4 @@ def prepare_l2_normalization(
 
 
 # The int8 L2 normalization sums squares of values within 255 in an int32_t, as TFLite does.
-L2_INT32_SUM_DEPTH = (2**31 - 1) // (255 * 255)
+L2_INT32_SUM_DEPTH = INT32_MAX // (255 * 255)

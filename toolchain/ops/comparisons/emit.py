@@ -12,7 +12,6 @@ from toolchain.ops.comparisons.prepare import C_OPERATORS, RescaledComparisonPar
 from toolchain.ops.elementwise.emit import (
     BYTE_VALUES,
     WIDE_TYPE,
-    _plus,
     _table_load,
     broadcast_loops,
     broadcast_nest,
@@ -27,6 +26,7 @@ from toolchain.ops.emit import (
     c_comment,
     c_offset,
     render_macro,
+    signed,
 )
 
 TEMPLATE = "c/comparisons.c.j2"
@@ -43,7 +43,7 @@ def _rescaled_values(p: RescaledComparisonParams, prefix: str) -> dict:
     if p.dtype == "int16":
         return {"macro": "rescaled_computed_op", "wide": WIDE_TYPE,
                 "scale_up": 1 << p.left_shift,
-                "inputs": [{"value": f"(x {_plus(o)})" if o else "x", "multiplier": m, "shift": s}
+                "inputs": [{"value": f"(x {signed(o)})" if o else "x", "multiplier": m, "shift": s}
                            for o, m, s in _inputs(p)],
                 "loads": (lambda e: f"{prefix}_in1({e})", lambda e: f"{prefix}_in2({e})")}
     return {"macro": "rescaled_op", "wide": WIDE_TYPE, "left_shift": p.left_shift,

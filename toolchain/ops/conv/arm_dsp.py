@@ -31,9 +31,9 @@ from itertools import pairwise
 
 import numpy as np
 
-from toolchain.ir import Graph, Operator
+from toolchain.ir import INT32_MAX, INT32_MIN, Graph, Operator
 from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
-from toolchain.numerics.rounding import INT32_MAX, INT32_MIN, shared_roundings, single_roundings
+from toolchain.numerics.rounding import shared_roundings, single_roundings
 from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp_common import (
     DSP_TARGETS,

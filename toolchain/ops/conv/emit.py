@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from toolchain.ir import INT32_MAX
 from toolchain.ops.conv.prepare import (
     INT16_PRODUCT,
     QUANTIZED,
@@ -69,11 +70,12 @@ from toolchain.ops.emit import (
     c_int64,
     c_length,
     c_sum,
+    plus,
     render_macro,
     written_vars,
 )
 from toolchain.ops.hybrid import quantize_lines
-from toolchain.ops.spec import INT32_MAX, MemoryRequest
+from toolchain.ops.spec import MemoryRequest
 from toolchain.targets import GENERIC
 
 TEMPLATE = "c/conv.c.j2"
@@ -204,7 +206,7 @@ def requantize_values(ctx: OpContext, stage: Requantize, count: int, blocks: int
         # clamp(q + zp, lo, hi) == clamp(q, lo - zp, hi - zp) + zp, with no int32 overflow
         "clamp_min": low - zero_point,
         "clamp_max": high - zero_point,
-        "store": f"({ctype})(q{_plus(zero_point)})" if zero_point else f"({ctype})q",
+        "store": f"({ctype})(q{plus(zero_point)})" if zero_point else f"({ctype})q",
     }
 
 
@@ -255,13 +257,6 @@ def wide_requantize_values(ctx: OpContext, stage: WideRequantize, count: int,
         "clamp_max": high,
         "store": f"dst[{o.index}] = ({ctype})q;",
     }
-
-
-def _plus(value: int | str) -> str:
-    """` + v` / ` - v` / `` for adding a constant in C text, or a C term such as "-zp"."""
-    if isinstance(value, str):
-        return f" - {value[1:]}" if value.startswith("-") else f" + {value}"
-    return f" + {value}" if value > 0 else f" - {-value}" if value < 0 else ""
 
 
 def _int_accumulator(products: int, dtype: str, wide: bool = False) -> str:
@@ -667,12 +662,12 @@ def _widened(element: str, offset: int, is_float: bool, ctype: str = "int16_t") 
     add) or (ctype)(element + offset)."""
     if is_float or not offset:
         return element
-    return f"({ctype})({element}{_plus(offset)})"
+    return f"({ctype})({element}{plus(offset)})"
 
 
 def _product(x: str, w: str, offset: int) -> str:
     """(x + offset) * w, the offset being the int8 input offset or 0."""
-    return f"({x}{_plus(offset)}) * {w}" if offset else f"{x} * {w}"
+    return f"({x}{plus(offset)}) * {w}" if offset else f"{x} * {w}"
 
 
 def _nhwc(b: ConstantLoop, shape: tuple[int, ...], y: list, x: list, constant: tuple[int, int],
@@ -1228,7 +1223,7 @@ def _depthwise_taps(p: DepthwiseConvParams, v: dict, y, x, c0: ConstantLoop, c: 
         taps.update(
             lines=x_lines + w_lines, multiplier=m,
             xv=f"const float xv = {xv};" if is_float
-            else f"const int32_t xv = {xv}{_plus(offset)};",
+            else f"const int32_t xv = {xv}{plus(offset)};",
             step=f"acc[{at}] += xv * {wp}[{at}];" if is_float
             else f"acc[{at}] += {_added(v, f'xv * {wp}[{at}]')};")
     return taps, loops

@@ -29,7 +29,7 @@ import numpy as np
 
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.front.schema import DTYPE_NAMES
-from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ir import INT32_MAX, Graph, Operator, Tensor
 from toolchain.numerics.quant import (
     activation_range_float,
     activation_range_quantized,
@@ -40,7 +40,7 @@ from toolchain.numerics.quant import (
     zero_point_of,
 )
 from toolchain.ops.padding import fused_padding
-from toolchain.ops.spec import INT32_MAX, MAX_PLANE_ELEMENTS, required_input, required_options
+from toolchain.ops.spec import MAX_PLANE_ELEMENTS, required_input, required_options
 
 FUSED_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -34,17 +34,13 @@ from toolchain.ops.emit import (
     c_int32,
     c_offset,
     render_macro,
+    signed,
 )
 
 TEMPLATE = "c/elementwise.c.j2"
 # The rescaled int8 inputs and the int8 products are int32 values.
 WIDE_TYPE = "int32_t"
 BYTE_VALUES = 256  # values of an int8 or uint8 element
-
-
-def _plus(value: int) -> str:
-    """`+ 3` or `- 10`: an added constant as it reads best after an operand."""
-    return f"+ {value}" if value >= 0 else f"- {-value}"
 
 
 @dataclass(frozen=True)
@@ -228,7 +224,7 @@ def _rescaled_values(p: RescaledParams, prefix: str, ctype: str) -> dict:
         "loads": tuple(_table_load(f"{prefix}_in{n}", -INT_RANGES[p.dtype][0]) for n in (1, 2)),
         "body": [f"{WIDE_TYPE} r = {_COMBINED[p.opcode]};",
                  f"r = arenac_mbqm(r, {p.output_multiplier}, {p.output_shift}) "
-                 f"{_plus(p.output_offset)};",
+                 f"{signed(p.output_offset)};",
                  *_clamp_lines(str(p.activation_min), str(p.activation_max)),
                  f"return ({ctype})r;"],
     }
@@ -288,17 +284,17 @@ def _table_load(table: str, offset: int) -> Load:
     type's lowest value, `offset` entries below zero)."""
     if not offset:
         return lambda element: f"{table}[{element}]"
-    return lambda element: f"{table}[{element} {_plus(offset)}]"
+    return lambda element: f"{table}[{element} {signed(offset)}]"
 
 
 def _product_values(p: ScaledProductParams, prefix: str, ctype: str) -> dict:
     return {
         "macro": "product_op", "wide": WIDE_TYPE,
-        "in1_offset": f" {_plus(p.input1_offset)}" if p.input1_offset else "",
-        "in2_offset": f" {_plus(p.input2_offset)}" if p.input2_offset else "",
+        "in1_offset": f" {signed(p.input1_offset)}" if p.input1_offset else "",
+        "in2_offset": f" {signed(p.input2_offset)}" if p.input2_offset else "",
         "loads": (lambda e: f"{prefix}_in1({e})", lambda e: f"{prefix}_in2({e})"),
         "body": [f"{WIDE_TYPE} r = arenac_mbqm(x * y, {p.output_multiplier}, {p.output_shift}) "
-                 f"{_plus(p.output_offset)};",
+                 f"{signed(p.output_offset)};",
                  *_clamp_lines(str(p.activation_min), str(p.activation_max)),
                  f"return ({ctype})r;"],
     }

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolchain.ir import Graph, Operator
+from toolchain.ir import INT32_MAX, INT32_MIN, Graph, Operator
 from toolchain.numerics.rounding import (
-    INT32_MAX,
-    INT32_MIN,
     double_to_int32,
     fc_multiplier,
     round_half_away,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from toolchain.ir import INT32_MAX
 from toolchain.ops.conv.emit import BYTE_COLUMN, MAX_STACK_BYTES
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -26,6 +27,7 @@ from toolchain.ops.emit import (
     c_offset,
     c_pointer,
     c_sum,
+    plus,
     render_macro,
     written_vars,
 )
@@ -54,7 +56,6 @@ UNIT_BLOCK = 4
 # this many bytes; wider outputs fall back to dot products down the rhs columns.
 MAX_ROW_ACCUMULATOR_BYTES = 1024
 ACCUMULATOR_BYTES = {"float": 4, "int32_t": 4, "uint32_t": 4, "int64_t": 8}
-INT32_MAX = 2**31 - 1
 # |(int8 + offset) * (int8 + offset)| when both offsets may reach +-128 (zero points in int8);
 # int16 inputs have no offset, their int8 filter may.
 MAX_OFFSET_PRODUCT = 255 * 255
@@ -64,14 +65,9 @@ MAX_RAW_PRODUCT = {"int8": 128 * 128, "uint8": 255 * 255, "int16": 32768 * 128}
 SCALES_PER_LINE = 4
 
 
-def _plus(value: int) -> str:
-    """` + v` / ` - v` / `` for adding a constant in C text."""
-    return f" + {value}" if value > 0 else f" - {-value}" if value < 0 else ""
-
-
 def _offset(value: int, expr: str) -> str:
     """`(expr + value)`, or just `expr` for a zero offset."""
-    return f"({expr}{_plus(value)})" if value else expr
+    return f"({expr}{plus(value)})" if value else expr
 
 
 def _accumulator(depth: int, max_product: int) -> str:
@@ -204,7 +200,7 @@ def _fc_stage_values(ctx: OpContext, v: dict, wide: bool, byte: bool, row_terms:
         if per_channel else None,
         "scale": f"{prefix}_scale[u]" if per_channel else scales[0],
         # added in uint32_t: TFLite's int32 sum wraps before the clamp
-        "output_offset": f"{_plus(p.output_offset)}u" if p.output_offset else "",
+        "output_offset": f"{plus(p.output_offset)}u" if p.output_offset else "",
         "act_min": p.activation_min, "act_max": p.activation_max,
     }
 
@@ -406,7 +402,7 @@ def batch_matmul_values(ctx: OpContext) -> dict:
     elif not is_float:
         max_product = MAX_OFFSET_PRODUCT if p.requantize else MAX_RAW_PRODUCT["int8"]
         acc_type, requantize = _accumulator(depth, max_product), p.requantize
-        lhs_offset, rhs_offset = _plus(p.lhs_offset), _plus(p.rhs_offset)
+        lhs_offset, rhs_offset = plus(p.lhs_offset), plus(p.rhs_offset)
         lhs_term, rhs_term = _offset(p.lhs_offset, lhs_term), _offset(p.rhs_offset, rhs_term)
 
     # row form: acc[j] += lhs(i, k) * rhs row k, contiguous in j (vectorizes, also for float:
@@ -426,7 +422,7 @@ def batch_matmul_values(ctx: OpContext) -> dict:
             low, high = p.activation_min - p.output_offset, p.activation_max - p.output_offset
             return (f"orow[{j.index}] = ({out.ctype})(arenac_clamp(arenac_mbqm((int32_t){acc}, "
                     f"{p.output_multiplier}, {p.output_shift}), {low}, {high})"
-                    f"{_plus(p.output_offset)});")
+                    f"{plus(p.output_offset)});")
         return f"orow[{j.index}] = ({out.ctype}){acc};"
 
     lhs_at = f"l[{c_sum([(i, lhs_i), (k, lhs_k)])}]"

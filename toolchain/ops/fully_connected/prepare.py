@@ -22,7 +22,7 @@ import numpy as np
 
 from toolchain.errors import UnsupportedOpError
 from toolchain.front.schema import DTYPE_NAMES
-from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ir import INT32_MAX, INT32_MIN, Graph, Operator, Tensor
 from toolchain.numerics.quant import (
     ACTIVATION_FLOAT_RANGE,
     activation_range_float,
@@ -339,7 +339,7 @@ def prepare_batch_matmul(
         return BatchMatMulInt8Params(
             adj_x=adj_x, adj_y=adj_y, requantize=False, lhs_offset=0, rhs_offset=0,
             output_offset=0, output_multiplier=0, output_shift=0,
-            activation_min=-(2**31), activation_max=2**31 - 1)
+            activation_min=INT32_MIN, activation_max=INT32_MAX)
     _require_dtypes("int8", output=out)
     _require_quantized(lhs, rhs, out)
     if any(len(scales_of(t)) > 1 for t in (lhs, rhs, out)):

@@ -25,6 +25,7 @@ from toolchain.ops.emit import (
     c_offset,
     c_pointer,
     c_sum,
+    plus,
     render_macro,
     written_vars,
 )
@@ -56,10 +57,6 @@ from toolchain.ops.lstm.prepare import (
 TEMPLATE = "c/lstm.c.j2"
 
 GATE_ACTIVATIONS = {"input": "sigmoid", "forget": "sigmoid", "cell": "tanh", "output": "sigmoid"}
-
-
-def _plus(value: int) -> str:
-    return f" + {value}" if value > 0 else (f" - {-value}" if value < 0 else "")
 
 
 def _wrapped(head: str, args: list[str], tail: str = "", indent: int = 2) -> list[str]:
@@ -279,11 +276,11 @@ def _integer_hidden(p: LstmIntegerParams, j: str) -> tuple[str, str]:
     hidden = f"arenac_mbqm(product, {p.hidden_multiplier}, {p.hidden_shift})"
     if p.projection:
         return (f"hidden[{j}] = (int8_t)arenac_clamp({hidden}"
-                f"{_plus(-p.hidden_zero_point)}, -128, 127);",
+                f"{plus(-p.hidden_zero_point)}, -128, 127);",
                 f"output state: o * tanh(c), c read as Q{bits}.{15 - bits}, "
                 "requantized to int8 hidden values (less their zero point, as LiteRT), "
                 "then projected")
-    return (f"h[{j}] = (int8_t)arenac_clamp({hidden}{_plus(p.hidden_zero_point)}, "
+    return (f"h[{j}] = (int8_t)arenac_clamp({hidden}{plus(p.hidden_zero_point)}, "
             "-128, 127);",
             f"output state: o * tanh(c), c read as Q{bits}.{15 - bits}, requantized to int8")
 
@@ -373,7 +370,7 @@ def lstm_integer_values(ctx: OpContext) -> dict:
         if p.projection and any(p.projection_bias) else "0",
         "projection_multiplier": p.projection_multiplier,
         "projection_shift": p.projection_shift,
-        "output_zp": _plus(p.output_zero_point), "output_min": output_min,
+        "output_zp": plus(p.output_zero_point), "output_min": output_min,
         "output_max": output_max,
     }
 
@@ -771,7 +768,7 @@ def lstm_int16_values(ctx: OpContext) -> dict:
             "  "),
         "tanh_c": f"{functions[p.cell_tanh]}_op(c[{j}])",
         "hidden_store": f"h[{j}] = (int16_t)arenac_clamp(arenac_mbqm(product, "
-                        f"{p.hidden_multiplier}, {p.hidden_shift}){_plus(p.hidden_zero_point)}, "
+                        f"{p.hidden_multiplier}, {p.hidden_shift}){plus(p.hidden_zero_point)}, "
                         "-32768, 32767);",
     }
 

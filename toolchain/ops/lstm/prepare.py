@@ -52,7 +52,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from toolchain.errors import ModelError, UnsupportedOpError
-from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ir import INT32_MAX, Graph, Operator, Tensor
 from toolchain.numerics.fixedpoint import rounding_divide_by_pot
 from toolchain.numerics.gemmlowp import (
     EXP_BARREL_SHIFTER,
@@ -64,7 +64,7 @@ from toolchain.numerics.gemmlowp import (
 from toolchain.numerics.quant import MAX_SHIFT, quantize_multiplier
 from toolchain.numerics.tables import checked_log2
 from toolchain.ops.activations.prepare import Int16SigmoidParams
-from toolchain.ops.spec import INT32_MAX, MemoryRequest, required_input
+from toolchain.ops.spec import MemoryRequest, required_input
 
 GATES = ("input", "forget", "cell", "output")
 # Positions of the op's inputs (LiteRT's lstm::full tensor indices).

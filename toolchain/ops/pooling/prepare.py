@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolchain.errors import ModelError, UnsupportedOpError
-from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ir import INT32_MAX, Graph, Operator, Tensor
 from toolchain.numerics.quant import (
     ACTIVATION_FLOAT_RANGE,
     activation_range_float,
@@ -21,13 +21,7 @@ from toolchain.numerics.quant import (
     zero_point_of,
 )
 from toolchain.ops.padding import fused_padding
-from toolchain.ops.spec import (
-    INT32_MAX,
-    MAX_PLANE_ELEMENTS,
-    MemoryRequest,
-    required_input,
-    required_options,
-)
+from toolchain.ops.spec import MAX_PLANE_ELEMENTS, MemoryRequest, required_input, required_options
 
 # TFLite requires int8 pooling to keep the input's quantization (to this tolerance on the scale).
 SCALE_TOLERANCE = 1e-6

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from toolchain.ir import INT32_MAX, INT32_MIN
 from toolchain.ops.emit import (
     ConstantLoop,
     Kernel,
@@ -38,7 +39,7 @@ _LIMITS: dict[str, tuple[str, str, int, int]] = {
     "int8": ("INT8_MIN", "INT8_MAX", -(2**7), 2**7 - 1),
     "uint8": ("0", "UINT8_MAX", 0, 2**8 - 1),
     "int16": ("INT16_MIN", "INT16_MAX", -(2**15), 2**15 - 1),
-    "int32": ("INT32_MIN", "INT32_MAX", -(2**31), 2**31 - 1),
+    "int32": ("INT32_MIN", "INT32_MAX", INT32_MIN, INT32_MAX),
     "int64": ("INT64_MIN", "INT64_MAX", -(2**63), 2**63 - 1),
 }
 

@@ -42,14 +42,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolchain.errors import ModelError, UnsupportedOpError
-from toolchain.ir import Graph, Operator, Tensor
+from toolchain.ir import INT32_MAX, INT32_MIN, Graph, Operator, Tensor
 from toolchain.ops.spec import MemoryRequest, StateRequest
 
 # TensorType codes of the element types SignalRfft's option "T" names.
 RFFT_TYPES = {7: "int16", 2: "int32", 0: "float32"}
 FFT_DTYPES = ("int16", "int32", "float32")
 # kiss_fft's fixed-point scalars: the largest value, the scale of its twiddles.
-SAMP_MAX = {"int16": 2**15 - 1, "int32": 2**31 - 1}
+SAMP_MAX = {"int16": 2**15 - 1, "int32": INT32_MAX}
 # The largest radix of kiss_fft's own butterflies; a larger prime factor needs a buffer that
 # TFLite Micro's build of kiss_fft does not allocate.
 MAX_RADIX = 5
@@ -358,7 +358,7 @@ def prepare_spectral_subtraction(graph: Graph, op: Operator) -> SpectralSubtract
     for role, t in (("input", x), ("output", out), ("noise estimate", noise)):
         if t.shape != (channels,):
             raise UnsupportedOpError(f"{role} of shape {list(t.shape)} for {channels} channels")
-    factors = {k: _int_option(options, k, 0, 2**31 - 1) for k in (
+    factors = {k: _int_option(options, k, 0, INT32_MAX) for k in (
         "alternate_one_minus_smoothing", "alternate_smoothing", "min_signal_remaining",
         "one_minus_smoothing", "smoothing")}
     return SpectralSubtractionParams(
@@ -411,7 +411,7 @@ def prepare_log(graph: Graph, op: Operator) -> LogParams:
     if out.shape != x.shape:
         raise UnsupportedOpError(f"output {list(out.shape)} (must be {list(x.shape)})")
     return LogParams(x.num_elements, _int_option(options, "input_correction_bits", 0, 31),
-                     _int_option(options, "output_scale", -(2**31), 2**31 - 1))
+                     _int_option(options, "output_scale", INT32_MIN, INT32_MAX))
 
 
 # -- the streaming ops: delay lines and frame buffers kept across invokes ------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from toolchain.ir import INT32_MAX
 from toolchain.numerics.quant import INT_RANGES
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -24,12 +25,12 @@ from toolchain.ops.emit import (
     c_length,
     c_pointer,
     c_sum,
+    plus,
     render_macro,
     written_vars,
 )
 from toolchain.ops.hybrid import quantize_lines
 from toolchain.ops.svdf.prepare import (
-    INT32_MAX,
     LANES,
     SvdfFloatParams,
     SvdfHybridParams,
@@ -47,10 +48,6 @@ def _wrap_int32(values: np.ndarray) -> np.ndarray:
 def _accumulator(bound: int) -> str:
     """int32_t for sums that cannot leave it, else uint32_t, which wraps as TFLite's do."""
     return "int32_t" if bound <= INT32_MAX else "uint32_t"
-
-
-def _plus(value: int) -> str:
-    return f" + {value}" if value > 0 else f" - {-value}" if value < 0 else ""
 
 
 def _mbqm_bound(multiplier: int, shift: int) -> int:
@@ -93,7 +90,7 @@ def _integer_output_store(p: SvdfIntegerParams, ob: str, unit: ConstantLoop,
         wrap = f" + {zero_point}u" if zero_point > 0 else f" - {-zero_point}u"
         scaled = f"(int32_t)((uint32_t){scaled}{wrap})"
     else:
-        scaled += _plus(zero_point)
+        scaled += plus(zero_point)
     return f"{ob}[{unit.index}] = (int8_t)arenac_clamp({scaled}, -128, 127);"
 
 
@@ -152,7 +149,7 @@ def svdf_integer_values(ctx: OpContext) -> dict:
           f"{low}, {high})"
     newest = c_sum([(filt, s.memory)], s.memory - 1)
     feature_store = f"{sb}[{newest}] = ({state.ctype})" + (
-        f"({new}{_plus(p.state_zero_point)});" if p.state_zero_point else f"{new};")
+        f"({new}{plus(p.state_zero_point)});" if p.state_zero_point else f"{new};")
 
     # time: per unit, bias - state zp * sum of its weights_time rows, + sum(wt * state)
     unit_wt = wt.reshape(s.units, s.rank * s.memory)

@@ -55,7 +55,6 @@ BIAS_SCALE_TOLERANCE = 1e-5
 FLOAT_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 # Float sums run this many lane accumulators, as TFLite's NEON code (on SSE) does.
 LANES = 4
-INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
