@@ -27,12 +27,13 @@ from runtime_py.kernels import (
     shape,
     signal,
     svdf,
+    unary,
     variables,
 )
 
 Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal, comparisons)
+            resize, svdf, lstm, variables, control, signal, comparisons, unary)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

@@ -45,6 +45,7 @@ from toolchain.ops import (
     shape,
     signal,
     svdf,
+    unary,
     variables,
 )
 from toolchain.ops.overlaps import declared_overlaps
@@ -60,7 +61,7 @@ from toolchain.ops.spec import (
 from toolchain.targets import GENERIC
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal, comparisons)
+            resize, svdf, lstm, variables, control, signal, comparisons, unary)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 

@@ -1,0 +1,47 @@
+"""C emitters for the float32 math functions: one loop applying the function's C expression
+to every element, laid out by templates/c/unary.c.j2."""
+
+from __future__ import annotations
+
+from toolchain.ops.emit import (
+    ConstantLoop,
+    Kernel,
+    OpContext,
+    c_comment,
+    render_macro,
+    written_vars,
+)
+from toolchain.ops.unary.prepare import UnaryMathParams
+
+TEMPLATE = "c/unary.c.j2"
+
+# Each function as TFLite's reference kernel computes it (elementwise.cc, floor.cc, ceil.cc):
+# the same IEEE operation in C99's <math.h>.
+EXPRESSIONS = {
+    "ABS": "fabsf({x})",
+    "NEG": "-{x}",
+    "SQUARE": "{x} * {x}",
+    "SQRT": "sqrtf({x})",
+    "RSQRT": "1.0f / sqrtf({x})",
+    "FLOOR": "floorf({x})",
+    "CEIL": "ceilf({x})",
+}
+
+
+def emit_unary_math(ctx: OpContext) -> Kernel:
+    """The function of each element, read before its output is written: in-place safe."""
+    p: UnaryMathParams = ctx.params
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    each = ConstantLoop("i", p.elements)
+    comment = (f"{p.function} of '{x.name}' {x.dtype}{list(x.shape)} into '{out.name}': "
+               f"{EXPRESSIONS[p.function].format(x='x')} of each element x, read before its "
+               "output is written.")
+    return Kernel(render_macro(TEMPLATE, "unary", {
+        "fn": ctx.fn,
+        "comment": c_comment(comment),
+        "x": x.ptr,
+        "out": out.ptr,
+        "each": each,
+        "counters": written_vars([each]),
+        "value": EXPRESSIONS[p.function].format(x=f"x[{each.index}]"),
+    }))
