@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from toolchain.ir import Operator
+from toolchain.numerics import gemmlowp
 from toolchain.numerics.tables import (
     log_table,
     sigmoid_table_uint16,
@@ -215,8 +216,24 @@ FFT_SCALARS: dict[str, dict] = {
 }
 
 
+def _gemmlowp_exp() -> dict:
+    """gemmlowp's constants, from toolchain.numerics.gemmlowp: the Taylor expansion's, the
+    barrel shifter's exp(-2^k) for each bit of -a above its lowest quarter (Q5.26: bit 26 + k),
+    and the Newton-Raphson start of 1 / (1 + x)."""
+    barrel = []
+    for k, factor in gemmlowp.EXP_BARREL_SHIFTER:
+        power = f"1/{2 ** -k}" if k < 0 else str(2**k)
+        step = f"if (remainder & (1u << {26 + k})) result = arenac_srdhm(result, {factor});"
+        barrel.append(f"{step.ljust(70)} /* exp(-{power}) */")
+    return {"g": {"one_third": gemmlowp.ONE_THIRD,
+                  "exp_minus_one_eighth": gemmlowp.EXP_MINUS_ONE_EIGHTH, "barrel": barrel,
+                  "forty_eight_over_seventeen": gemmlowp.FORTY_EIGHT_OVER_SEVENTEEN_Q2,
+                  "minus_thirty_two_over_seventeen": gemmlowp.MINUS_THIRTY_TWO_OVER_SEVENTEEN_Q2}}
+
+
 # The values of the groups whose text lays out tables computed here.
 HELPER_VALUES: dict[str, Callable[[], dict]] = {
+    "gemmlowp_exp": _gemmlowp_exp,
     "int16_sigmoid_table": _sigmoid_table,
     "int16_softmax_tables": _softmax_tables,
     "signal_log": lambda: {"length": log_table().size, "table": c_array(log_table())},
