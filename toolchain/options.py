@@ -131,7 +131,8 @@ def add_planning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fit", choices=["first", "best"], default="first",
                    help="free-block choice of the freelist planner (default: first)")
     p.add_argument("--align", type=alignment, default=16, metavar="N",
-                   help="offset alignment in bytes, a power of two (default: 16)")
+                   help="alignment in bytes of every buffer's offset, and of the state block "
+                        "and each piece of it (at least 16), a power of two (default: 16)")
     p.add_argument("--nodes", type=whole, default=DEFAULT_NODES, metavar="N",
                    help="work budget of the exact planner, in search nodes: the same plan on "
                         f"any machine (default: {DEFAULT_NODES:,})")
