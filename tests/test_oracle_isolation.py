@@ -306,3 +306,26 @@ def test_a_killed_check_leaves_no_oracle_log_and_no_process_behind(tmp_path):
             break
         time.sleep(0.1)
     assert holding(scratch) == [], "the oracle still runs after its parent was killed"
+
+
+def test_the_oracle_starts_under_a_temporary_folder_too_long_for_a_socket(tmp_path):
+    """The fork server listens on a socket in the temporary folder; under a TMPDIR deep
+    enough that the socket's path passes AF_UNIX's 108 bytes, the oracle still answers."""
+    scratch = tmp_path / ("deep" * 20)
+    scratch.mkdir()
+    assert len(str(scratch)) + len("/pymp-XXXXXXXX/listener-XXXXXXXX") >= 108
+    path = tmp_path / "tiny.tflite"
+    path.write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    program = ("import sys\n"
+               "from toolchain.front.reader import parse_model\n"
+               "from toolchain.lab.check import random_inputs\n"
+               "from toolchain.lab.oracle_process import run_oracle\n"
+               "data = open(sys.argv[1], 'rb').read()\n"
+               "model = parse_model(data, sys.argv[1])\n"
+               "run = run_oracle(data, [random_inputs(model.main, 0)], len(model.main.outputs))\n"
+               "print(run.name, run.outputs[0][0].shape)\n")
+    result = subprocess.run([sys.executable, "-c", program, str(path)], cwd=ROOT,
+                            env={**os.environ, "TMPDIR": str(scratch)},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "litert-ref (1, 10)\n"

@@ -27,10 +27,12 @@ import io
 import json
 import math
 import multiprocessing
+import multiprocessing.util
 import os
 import re
 import resource
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -53,6 +55,9 @@ ORACLE_TIMEOUT = 120.0  # seconds for one child: loading the model and every inp
 MEMORY_BUDGET = 4 << 30  # bytes of address space a child may map, plus MEMORY_PER_BYTE per
 MEMORY_PER_BYTE = 8  # byte of the request (model and inputs), beyond what it starts with
 REASON_LENGTH = 100  # characters of an interpreter's reason kept in an error line
+SUN_PATH_MAX = 104 if sys.platform == "darwin" else 108  # bytes of an AF_UNIX path, NUL included
+SOCKET_NAME_LENGTH = len("/pymp-XXXXXXXX/listener-XXXXXXXX")  # what the fork server adds
+SHORT_TEMP_FOLDERS = ("/tmp", "/var/tmp", "/usr/tmp")
 
 INTERPRETERS = {"litert-ref": "LiteRT", "tflm": "the TFLite Micro interpreter"}
 # imported once by the fork server; a package that is not installed is skipped
@@ -178,7 +183,31 @@ def forkserver() -> multiprocessing.context.BaseContext:
     interpreters once: each child is a fresh fork of it, isolated and quick to start."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
+    short_socket_folder()
     return context
+
+
+def short_socket_folder() -> None:
+    """Make multiprocessing's folder one whose fork-server socket path fits AF_UNIX.
+
+    The server listens on <temp folder>/pymp-XXXXXXXX/listener-XXXXXXXX; with a long TMPDIR
+    (a test's, a build system's) the path passes the kernel's limit and the server cannot
+    start. The folder is made once per process, so it is made here, under the system's
+    temporary folder when TMPDIR's would be too long (what Python 3.13 does itself).
+    """
+    base = tempfile.gettempdir()
+    if len(base) + SOCKET_NAME_LENGTH < SUN_PATH_MAX:
+        return
+    short = next((f for f in SHORT_TEMP_FOLDERS if os.path.isdir(f) and os.access(f, os.W_OK)),
+                 None)
+    if short is None:
+        return  # nowhere shorter to go: the server's own error will say why
+    saved = tempfile.tempdir
+    tempfile.tempdir = short
+    try:
+        multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
 
 
 def exchange(connection, request: memoryview, deadline: float) -> bytes | None:
