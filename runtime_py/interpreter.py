@@ -286,8 +286,8 @@ class ArenaInterpreter:
                     self._claim_rows(y, segment.output, written, work.out_hi, op)
                     written = work.out_hi
                 _, in_lo, in_hi = work.reads[0]
-                params = striped_params(self.params[work.op], work.out_lo, work.out_hi, in_lo,
-                                        in_hi)
+                params = striped_params(op.kind, self.params[work.op], work.out_lo,
+                                        work.out_hi, in_lo, in_hi)
                 ins = [rows(t, lo, hi) for t, lo, hi in work.reads]
                 ins += [self.views[t] for t in op.inputs[len(ins):] if t >= 0]
                 KERNELS[op.kind](params, ins, [rows(op.outputs[0], work.out_lo, work.out_hi)])

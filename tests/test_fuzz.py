@@ -116,9 +116,14 @@ def test_a_crash_is_recorded_and_the_worker_replaced(worker):
 
 
 def test_a_hang_is_recorded_and_the_worker_replaced():
-    with fuzz.Worker(fuzz.Timeouts(python=0.5)) as impatient:
+    with fuzz.Worker() as impatient:
+        # the first call imports this module in the worker, which a busy machine may take
+        # seconds over: patience runs out only once the worker has it
+        assert impatient.call(sleep_during, "parse", 0).verdict == "ok"
+        impatient.timeouts = fuzz.Timeouts(python=2.0)
         outcome = impatient.call(sleep_during, "runtime_py", 60)
         assert (outcome.verdict, outcome.stage) == ("hang", "runtime_py")  # killed, not awaited
+        impatient.timeouts = fuzz.Timeouts()  # a new worker starts, and imports this again
         assert impatient.call(sleep_during, "parse", 0).verdict == "ok"
 
 

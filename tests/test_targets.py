@@ -152,6 +152,27 @@ def test_target_kernels_bring_their_scratch_and_overlap_into_the_plan():
     ArenaInterpreter(mp).invoke(random_inputs(mp.graph, 0))  # runtime_py checks every claim
 
 
+
+def test_a_target_kernel_keeps_its_own_state(monkeypatch):
+    """A target kernel says what it keeps across invokes, as a portable kernel does: the plan
+    gives it a slot of the state block, and the portable kernel's binding keeps none."""
+    import toolchain.ops as ops
+    from toolchain.ops.spec import StateRequest, TargetKernel
+
+    dsp_add = ops.VARIANTS["ADD"][0]
+    keeping = TargetKernel("ADD", "dsp-add-keeping", dsp_add.kernels, dsp_add.accepts,
+                           dsp_add.emit, overlaps=dsp_add.overlaps,
+                           state=lambda p: (StateRequest("int16", (3,), "a running sum"),))
+    monkeypatch.setitem(ops.VARIANTS, "ADD", (keeping,))
+    quant = ((0.05, 3), (0.04, -2), (0.08, 1))
+    model = binary_model("ADD", "int8", (1, 2, 2, 4), (1, 2, 2, 4), "NONE", quant)
+    mp = planned(model, "cortex-m4")
+    assert mp.program.bindings[0].variant is keeping
+    slots = [s for s in mp.state_slots if s.kind == "kernel"]
+    assert [(s.dtype, s.shape, s.nbytes) for s in slots] == [("int16", (3,), 6)]
+    assert "a running sum" in slots[0].name
+    assert planned(model, "generic").state_slots == ()
+
 def test_pointwise_overlap_follows_the_write_order():
     """The rule, replayed: every output byte the kernel writes lands on input bytes it no longer
     reads, for outputs placed exactly the declared shift below the input."""

@@ -81,7 +81,7 @@ def emit_segment(em: Emission, seg: Segment) -> None:
     constants_of: dict[str, str] = {}  # file-scope constant -> its definition
     moving: set[int] = set()  # the stripe buffers whose rows move up
     runs = []
-    for run in stripe_runs(seg, em.params, s.produced):
+    for run in stripe_runs(seg, em.mp.graph, em.params, s.produced):
         stripe = seg.stripes[run.start]
         lines = keep_moves(s, run, moving)
         lines += [stripe_call(s, run, w, places, constants_of)
@@ -163,7 +163,7 @@ def stripe_context(s: StripedSegment, run: Run, w: OpRows,
     _, lo, hi = w.reads[0]
     context = OpContext(
         f"{em.fns[w.op]}_stripes{run.start}", f"{at.name}_{mp.program.op_symbol(w.op)}s", op,
-        striped_params(em.params[w.op], w.out_lo, w.out_hi, lo, hi),
+        striped_params(op.kind, em.params[w.op], w.out_lo, w.out_hi, lo, hi),
         (*ins, *(at.c_tensor(t) for t in op.inputs[len(ins):])), (out,),
         at.scratch_of.get(w.op, ()), None, mp.program.op_label(w.op),
         op_rows=mp.graph.tensors[out_t].shape[1])

@@ -6,7 +6,8 @@ as a PAD (or PADV2) in front of a CONV_2D, DEPTHWISE_CONV_2D or pooling op with 
 padding. The padded tensor is the input plus a border, often the largest tensor alive at its
 step. Fused, the windowed op reads the PAD's input with the PAD's rows and columns as padding
 of its own (toolchain/ops/padding.py), which its kernels already treat as values that add
-nothing:
+nothing. Each windowed kernel states what it requires of a PAD (its OpSpec.pad,
+toolchain.ops.padding.PadRule):
 
 - CONV_2D and DEPTHWISE_CONV_2D sum filter * (input - input zero point) over the taps inside
   the image only (TFLite's reference, and every kernel of ours: the portable C, the Arm DSP
@@ -37,20 +38,14 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from toolchain.errors import ArenacError
 from toolchain.ir import Graph, Operator, Tensor
-from toolchain.numerics.quant import zero_point_of
-from toolchain.ops import bind
-from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams
-from toolchain.ops.padding import FUSED_PADDING
-from toolchain.ops.pooling.prepare import Pool2DParams
+from toolchain.ops import REGISTRY, bind
+from toolchain.ops.padding import FUSED_PADDING, PadRule
 from toolchain.ops.shape.prepare import PadParams
 from toolchain.ops.spec import Binding
 
 PAD_OPCODES = frozenset({"PAD", "PADV2"})
-QUANTIZED = ("int8", "uint8", "int16")
 
 Padding = tuple[tuple[int, int], tuple[int, int]]
 
@@ -71,45 +66,12 @@ class PadFusion:
         return not self.refused
 
 
-def _real_zero(x: Tensor, value: float, op: Operator, graph: Graph) -> str:
-    """A convolution's padding adds nothing: the PAD must write the input's zero point."""
-    filt = graph.tensors[op.inputs[1]] if len(op.inputs) > 1 and op.inputs[1] >= 0 else None
-    if x.dtype == "float32" and filt is not None and filt.dtype != "float32":
-        return "a hybrid convolution quantizes the padded image as a whole"
-    zero = zero_point_of(x) if x.dtype in QUANTIZED else 0
-    if value != zero or (x.dtype == "float32" and np.signbit(value)):
-        return f"it pads with {value}, not the input's zero point {zero}"
-    return ""
-
-
-def _lowest(x: Tensor, value: float, op: Operator, graph: Graph) -> str:
-    """A maximum starts at the dtype's lowest value: padding at or below it never wins."""
-    dtype = np.dtype(x.dtype)
-    lowest = np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min
-    if not value <= lowest:
-        return f"it pads with {value}, which can exceed the input (fused, a window skips it)"
-    return ""
-
-
-def _never(x: Tensor, value: float, op: Operator, graph: Graph) -> str:
-    return ("an average divides by its window's elements inside the image, which would then "
-            "leave out the PAD's")
-
-
-# Windowed op -> why a PAD writing `value` in front of it cannot be fused ("" when it can).
-PAD_VALUE_RULES = {
-    "CONV_2D": _real_zero,
-    "DEPTHWISE_CONV_2D": _real_zero,
-    "MAX_POOL_2D": _lowest,
-    "AVERAGE_POOL_2D": _never,
-}
-
-
 def fuse_padding(graph: Graph, bindings: Sequence[Binding | None], target: str,
                  held: Collection[int] = ()) -> tuple[Graph, tuple[Binding | None, ...],
                                                       tuple[PadFusion, ...]]:
     """The graph and bindings with every fusable PAD fused into the windowed op reading it,
-    and every PAD feeding a windowed op (PAD_VALUE_RULES) with what became of it. `held`:
+    and every PAD feeding a windowed op (one whose kernel has an OpSpec.pad rule) with what
+    became of it. `held`:
     tensors read beyond the ops' operands (what IF and WHILE copy and test)."""
     readers: dict[int, list[int]] = {}
     for op in graph.operators:
@@ -124,7 +86,7 @@ def fuse_padding(graph: Graph, bindings: Sequence[Binding | None], target: str,
             continue
         tensor = pad.outputs[0]
         windowed = [r for r in readers.get(tensor, ())
-                    if graph.operators[r].opcode in PAD_VALUE_RULES
+                    if pad_rule(graph.operators[r]) is not None
                     and graph.operators[r].inputs[0] == tensor]
         if not windowed:
             continue
@@ -171,7 +133,7 @@ def _refusal(graph: Graph, pad: Operator, params: PadParams, op: Operator,
         return "its input is not an activation"
     if _quantization(x) != _quantization(y):
         return "its input and output are quantized differently"
-    return PAD_VALUE_RULES[op.opcode](x, params.value, op, graph)
+    return pad_rule(op).refusal(x, params.value, op, graph)
 
 
 def _quantization(t: Tensor) -> tuple:
@@ -179,23 +141,17 @@ def _quantization(t: Tensor) -> tuple:
     return (q.scale, q.zero_point) if q else ()
 
 
+def pad_rule(op: Operator) -> PadRule | None:
+    """What the op's kernel requires of a PAD fused into it, if it takes one."""
+    spec = REGISTRY.get(op.kind)
+    return None if spec is None else spec.pad
+
+
 def _uncovered(graph: Graph, op: Operator, params) -> str:
     """A window that would hold padding only, along some axis, or ""."""
     x = graph.tensors[op.inputs[0]]
-    for axis in (0, 1):
-        size = x.shape[1 + axis]
-        if isinstance(params, ConvParams | DepthwiseConvParams):
-            w = params.window
-            out = params.output_shape[1 + axis]
-            extent = (w.filter[axis] - 1) * w.dilation[axis] + 1
-            before, stride = w.padding[axis], w.stride[axis]
-        else:
-            p: Pool2DParams = params
-            out, extent, before, stride = ((p.output_height, p.filter_height, p.pad_top,
-                                            p.stride_height),
-                                           (p.output_width, p.filter_width, p.pad_left,
-                                            p.stride_width))[axis]
-        if before >= extent or (out - 1) * stride - before >= size:
+    for axis, (out, extent, before, stride) in enumerate(pad_rule(op).axes(params)):
+        if before >= extent or (out - 1) * stride - before >= x.shape[1 + axis]:
             return "some window would cover padding only"
     return ""
 

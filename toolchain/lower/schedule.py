@@ -37,6 +37,7 @@ from toolchain.lower.lifetimes import (
     compute_lifetimes,
     model_order,
 )
+from toolchain.ops import REGISTRY
 from toolchain.planners import NEVER, Deadline, align_up, lower_bound
 
 MODES = ("model", "auto")
@@ -53,11 +54,6 @@ _WINDOW_BUDGET = 50_000
 # Steps of a search between two looks at the clock.
 _CLOCK_EVERY = 1024
 
-# Operators with effects beyond the tensors they read and write (variables, subgraph calls,
-# custom kernels nobody described): they keep the file's relative order.
-_STATEFUL_OPCODES = frozenset(
-    {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE", "CALL", "IF", "WHILE", "CUSTOM"}
-)
 
 
 def peak_bytes(graph: Graph, order: Sequence[int], alignment: int = 16,
@@ -277,7 +273,10 @@ def _successors(preds: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
 
 
 def _stateful(graph: Graph, op: Operator) -> bool:
-    if op.opcode in _STATEFUL_OPCODES:
+    """Whether the op has effects beyond the tensors it reads and writes (variables, subgraph
+    calls, an operator no kernel describes): such ops keep the file's relative order."""
+    spec = REGISTRY.get(op.kind)
+    if spec is None or spec.effects:
         return True
     return any(
         t >= 0 and (graph.tensors[t].is_variable or graph.tensors[t].is_handle)

@@ -17,47 +17,19 @@ input, output, stripe buffers and the scratch of the segment's kernels all live 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from toolchain.ir import Graph
 from toolchain.lower.fusion import PadFusion
-from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams, HybridRescale
-from toolchain.ops.elementwise.prepare import BinaryOpParams
-from toolchain.ops.pooling.prepare import Pool2DParams
+from toolchain.ops import REGISTRY
 from toolchain.ops.spec import Binding
+from toolchain.ops.striping import RowMap, Striping
 
 # The longest run of ops one segment may hold, and the stripe heights tried (in output rows).
 MAX_SEGMENT_OPS = 8
 STRIPE_HEIGHTS = (1, 2, 3, 4, 6, 8, 12, 16)
-ELEMENTWISE = frozenset({"ADD", "SUB", "MUL"})
-WINDOWED = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D"})
-
-
-@dataclass(frozen=True)
-class RowMap:
-    """Output row r of an op reads input rows r * stride - pad + j * dilation (j < taps) that
-    lie in [0, rows)."""
-
-    taps: int
-    stride: int
-    dilation: int
-    pad: int
-    rows: int
-
-    def first(self, r: int) -> int:
-        """The first input row output row r reads."""
-        return min(max(0, r * self.stride - self.pad), self.rows)
-
-    def end(self, r: int) -> int:
-        """One past the last input row output row r reads."""
-        return max(0, min(self.rows, r * self.stride - self.pad + (self.taps - 1) * self.dilation
-                          + 1))
-
-
-ONE_TO_ONE = RowMap(1, 1, 1, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -138,96 +110,38 @@ class Tiling:
 NO_TILING = Tiling()
 
 
-# -- which ops stripe, and how their rows map -------------------------------------------------
+# -- which ops stripe, and how their rows map: their kernels say (OpSpec.striping) ------------
 
 
-def _conv_rows(p: ConvParams | DepthwiseConvParams) -> RowMap | None:
-    if isinstance(p.output, HybridRescale):
-        return None  # each image is quantized with its own range: rows cannot go alone
-    w = p.window
-    return RowMap(w.filter[0], w.stride[0], w.dilation[0], w.padding[0], p.input_shape[1])
-
-
-def _pool_rows(p: Pool2DParams) -> RowMap:
-    return RowMap(p.filter_height, p.stride_height, 1, p.pad_top, -1)
-
-
-def _binary_rows(p: BinaryOpParams) -> RowMap | None:
-    same = p.input1_shape == p.input2_shape == p.output_shape
-    return replace(ONE_TO_ONE, rows=p.output_shape[1]) if same else None
-
-
-ROW_MAPS: dict[type, Callable[[Any], RowMap | None]] = {
-    ConvParams: _conv_rows,
-    DepthwiseConvParams: _conv_rows,
-    Pool2DParams: _pool_rows,
-}
+def striping_of(binding: Binding) -> Striping | None:
+    return REGISTRY[binding.opcode].striping
 
 
 def row_map(binding: Binding, graph: Graph) -> RowMap | None:
     """How the op's output rows read its first input's rows, or None if it cannot stripe."""
     op = graph.operators[binding.op]
-    if len(op.outputs) != 1 or op.outputs[0] < 0:
+    striping = striping_of(binding)
+    if striping is None or len(op.outputs) != 1 or op.outputs[0] < 0:
         return None
     out = graph.tensors[op.outputs[0]]
     if len(out.shape) != 4 or out.shape[0] != 1:
         return None
-    params = binding.params
-    if binding.opcode in ELEMENTWISE and isinstance(params, BinaryOpParams):
-        return _binary_rows(params)
-    if binding.opcode not in WINDOWED:
-        return None
-    for kind, rows in ROW_MAPS.items():
-        if isinstance(params, kind):
-            found = rows(params)
-            x = graph.tensors[op.inputs[0]]
-            return None if found is None else replace(found, rows=x.shape[1])
-    return None
+    found = striping.rows(binding.params)
+    return None if found is None else replace(found, rows=graph.tensors[op.inputs[0]].shape[1])
 
 
-def striped_params(params: Any, out_lo: int, out_hi: int, in_lo: int, in_hi: int) -> Any:
+def striped_params(opcode: str, params: Any, out_lo: int, out_hi: int, in_lo: int,
+                   in_hi: int) -> Any:
     """The op's params for output rows [out_lo, out_hi) read from input rows [in_lo, in_hi):
     the same op on fewer rows, its top padding what is left of the padding above row in_lo."""
-    for kind, stripe in STRIPED.items():
-        if isinstance(params, kind):
-            return stripe(params, out_lo, out_hi, in_lo, in_hi)
-    raise TypeError(f"no striped form of {type(params).__name__}")
+    return REGISTRY[opcode].striping.band(params, out_lo, out_hi, in_lo, in_hi)
 
 
-def _rows_of(shape: tuple[int, ...], rows: int) -> tuple[int, ...]:
-    return (shape[0], rows, *shape[2:])
-
-
-def _conv_stripe(p, out_lo: int, out_hi: int, in_lo: int, in_hi: int):
-    w = p.window
-    stride, taps, dilation = w.stride[0], w.filter[0], w.dilation[0]
-    pad = in_lo - (out_lo * stride - w.padding[0])
-    rows = out_hi - out_lo
-    plane = max(in_hi - in_lo + pad, (rows - 1) * stride + (taps - 1) * dilation + 1)
-    return replace(p, input_shape=_rows_of(p.input_shape, in_hi - in_lo),
-                   output_shape=_rows_of(p.output_shape, rows),
-                   window=replace(w, padding=(pad, w.padding[1]), plane=(plane, w.plane[1])))
-
-
-def _pool_stripe(p: Pool2DParams, out_lo: int, out_hi: int, in_lo: int, in_hi: int):
-    counts = p.window_counts[out_lo:out_hi]
-    return replace(p, pad_top=in_lo - (out_lo * p.stride_height - p.pad_top),
-                   output_height=out_hi - out_lo, window_counts=counts)
-
-
-def _binary_stripe(p: BinaryOpParams, out_lo: int, out_hi: int, in_lo: int, in_hi: int):
-    rows = out_hi - out_lo
-    return replace(p, input1_shape=_rows_of(p.input1_shape, rows),
-                   input2_shape=_rows_of(p.input2_shape, rows),
-                   output_shape=_rows_of(p.output_shape, rows))
-
-
-STRIPED: dict[type, Callable[..., Any]] = {
-    ConvParams: _conv_stripe,
-    DepthwiseConvParams: _conv_stripe,
-    Pool2DParams: _pool_stripe,
-    BinaryOpParams: _binary_stripe,
-}
+def band_key(opcode: str, params: Any, out_lo: int, out_hi: int, in_lo: int, in_hi: int) -> tuple:
+    """What makes two bands of one op run the same kernel: the parts of their params that
+    differ from band to band (Striping.key)."""
+    striping = REGISTRY[opcode].striping
+    return striping.key(striping.band(params, out_lo, out_hi, in_lo, in_hi))
 
 
 # -- segments ---------------------------------------------------------------------------------
@@ -269,7 +183,7 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
             return None
         op = graph.operators[op_index]
         activations = [t for t in op.inputs if t >= 0 and not graph.tensors[t].is_constant]
-        if op.kind in ELEMENTWISE:
+        if striping_of(binding).every_input:
             ins = tuple((t, replace(rows, rows=graph.tensors[t].shape[1])) for t in activations)
         else:
             if len(activations) != 1 or activations[0] != op.inputs[0]:
@@ -359,8 +273,6 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
 
 def stripe_scratch_fits(binding: Binding, params: Any) -> bool:
     """Whether a stripe's kernel (`params`) asks for no more scratch than its whole op."""
-    from toolchain.ops import REGISTRY
-
     spec = binding.variant if binding.variant is not None else REGISTRY[binding.opcode]
     asked = spec.scratch(params) if spec.scratch else ()
     return len(asked) == len(binding.scratch) and all(
@@ -369,8 +281,8 @@ def stripe_scratch_fits(binding: Binding, params: Any) -> bool:
 
 def fits_scratch(segment: Segment, bindings: Sequence[Binding | None], params) -> bool:
     """Whether every stripe of the segment runs in its ops' planned scratch."""
-    return all(stripe_scratch_fits(bindings[w.op], striped_params(params[w.op], w.out_lo,
-                                                                  w.out_hi, *w.reads[0][1:]))
+    return all(stripe_scratch_fits(bindings[w.op], striped_params(
+        bindings[w.op].opcode, params[w.op], w.out_lo, w.out_hi, *w.reads[0][1:]))
                for s in segment.stripes for w in s.ops)
 
 
@@ -380,14 +292,11 @@ def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int
 
 
 def op_macs(graph: Graph, binding: Binding | None) -> int:
-    """Multiply-accumulates of a convolution (0 for the other ops)."""
-    if binding is None or binding.opcode not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+    """Multiply-accumulates of the op, as its kernel counts them (0 for ops that count none)."""
+    striping = None if binding is None else striping_of(binding)
+    if striping is None or striping.macs is None:
         return 0
-    op = graph.operators[binding.op]
-    out, filt = graph.tensors[op.outputs[0]], graph.tensors[op.inputs[1]]
-    per_output = math.prod(filt.shape[1:]) if binding.opcode == "CONV_2D" \
-        else math.prod(filt.shape[1:3])
-    return out.num_elements * per_output
+    return striping.macs(binding.params)
 
 
 def readers_of(graph: Graph) -> dict[int, set[int]]:
@@ -483,15 +392,6 @@ class Run:
     rows: tuple[tuple[tuple[int, int] | None, ...], ...]
 
 
-def params_key(params: Any) -> tuple:
-    """What makes two stripes of one op run the same kernel."""
-    if isinstance(params, Pool2DParams):
-        return (params.pad_top, params.output_height, params.window_counts.tobytes())
-    if isinstance(params, BinaryOpParams):
-        return (params.input1_shape, params.input2_shape, params.output_shape)
-    return (params.input_shape, params.output_shape, params.window)
-
-
 def stripe_operands(segment: Segment, k: int) -> list[list[tuple[int, int]]]:
     """Per op of stripe k: (tensor, first row) of its reads, then of its output."""
     return [[*((t, lo) for t, lo, _ in w.reads), (segment.output if w.op == segment.ops[-1]
@@ -499,7 +399,8 @@ def stripe_operands(segment: Segment, k: int) -> list[list[tuple[int, int]]]:
             for w in segment.stripes[k].ops]
 
 
-def stripe_signature(segment: Segment, k: int, params: Sequence[Any], produced) -> tuple:
+def stripe_signature(segment: Segment, k: int, graph: Graph, params: Sequence[Any],
+                     produced) -> tuple:
     """Stripe k's work, its places in the stripe buffers and its moves, without the rows of the
     segment input and output (which move on from stripe to stripe)."""
     stripe = segment.stripes[k]
@@ -513,24 +414,25 @@ def stripe_signature(segment: Segment, k: int, params: Sequence[Any], produced) 
                        for t, lo_t, _ in w.reads)
         out_place = None if out not in where else w.out_lo - stripe.bases[where[out]]
         work.append((w.op, places, out_place,
-                     params_key(striped_params(params[w.op], w.out_lo, w.out_hi, lo, hi))))
+                     band_key(graph.operators[w.op].kind, params[w.op], w.out_lo, w.out_hi, lo,
+                              hi)))
     moves = tuple((kept, base - before) for kept, base, before
                   in zip(stripe.kept, stripe.bases, previous, strict=True))
     return (tuple(work), moves)
 
 
-def stripe_runs(segment: Segment, params: Sequence[Any], produced: Mapping[int, int]
-                ) -> list[Run]:
+def stripe_runs(segment: Segment, graph: Graph, params: Sequence[Any],
+                produced: Mapping[int, int]) -> list[Run]:
     """The segment's stripes as runs of alike stripes, in order."""
     where = {b.tensor for b in segment.buffers}
     runs: list[Run] = []
     k, n = 0, len(segment.stripes)
     while k < n:
-        signature = stripe_signature(segment, k, params, produced)
+        signature = stripe_signature(segment, k, graph, params, produced)
         first = stripe_operands(segment, k)
         steps = None
         end = k + 1
-        while end < n and stripe_signature(segment, end, params, produced) == signature:
+        while end < n and stripe_signature(segment, end, graph, params, produced) == signature:
             here = stripe_operands(segment, end)
             moved = [[row - row0 for (_, row), (_, row0) in zip(a, b, strict=True)]
                      for a, b in zip(here, first, strict=True)]

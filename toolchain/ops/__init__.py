@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -145,7 +144,7 @@ def bind(graph: Graph, op: Operator, target: str = GENERIC) -> Binding:
     scratch = spec.scratch(params) if spec.scratch else ()
     state = spec.state(params) if spec.state else ()
     return Binding(op.index, op.kind, kernel, params, tuple(scratch),
-                   tuple(declared_overlaps(graph, op, spec.overlaps)), state=tuple(state),
+                   tuple(declared_overlaps(graph, op, params, spec.overlaps)), state=tuple(state),
                    tflm_scratch=tflm)
 
 
@@ -158,15 +157,11 @@ def target_kernel(graph: Graph, op: Operator, params: Any, target: str) -> Bindi
         if signature is None or variant.accepts(graph, op, params) is not None:
             continue
         scratch = variant.scratch(params) if variant.scratch else ()
-        rule = None if variant.overlaps is None else partial(_with_params, variant.overlaps,
-                                                              params=params)
+        state = variant.state(params) if variant.state else ()
         return Binding(op.index, op.opcode, signature, params, tuple(scratch),
-                       tuple(declared_overlaps(graph, op, rule)), variant)
+                       tuple(declared_overlaps(graph, op, params, variant.overlaps)), variant,
+                       tuple(state))
     return None
-
-
-def _with_params(rule: Any, graph: Graph, op: Operator, params: Any) -> list:
-    return rule(graph, op, params)
 
 
 def _raise_if_invalid(spec: OpSpec, graph: Graph, op: Operator) -> None:

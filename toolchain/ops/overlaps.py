@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,13 +42,15 @@ class OverlapRule:
     kind: str = "elementwise"
 
 
-Rule = Callable[[Graph, Operator], list[OverlapRule]]
+# What a kernel declares: from the op and its params (a target kernel's rule may follow its
+# own loop order, which the params shape), the rules its write order makes safe.
+Rule = Callable[[Graph, Operator, Any], list[OverlapRule]]
 
 # Rules `--no-inplace` switches off; the others (windowed) are `--no-overlap`'s.
 INPLACE_KINDS = frozenset({"alias", "elementwise"})
 
 
-def alias(graph: Graph, op: Operator) -> list[OverlapRule]:
+def alias(graph: Graph, op: Operator, params: Any) -> list[OverlapRule]:
     return [OverlapRule(0, 0, 0, any_offset=True, kind="alias")]
 
 
@@ -60,7 +63,7 @@ def elementwise_shift(x: Tensor, out: Tensor) -> int:
 def elementwise(*positions: int) -> Rule:
     """Inputs at `positions` of the output's shape may be overwritten element by element."""
 
-    def rule(graph: Graph, op: Operator) -> list[OverlapRule]:
+    def rule(graph: Graph, op: Operator, params: Any) -> list[OverlapRule]:
         out = graph.tensors[op.outputs[0]]
         rules = []
         for i in positions:
@@ -98,7 +101,7 @@ def rows_of_windowed(graph: Graph, op: Operator, kernel_h: int, stride: int,
     return [OverlapRule(0, 0, shift, kind="windowed")]
 
 
-def convolution(graph: Graph, op: Operator) -> list[OverlapRule]:
+def convolution(graph: Graph, op: Operator, params: Any) -> list[OverlapRule]:
     if len(op.inputs) < 2 or op.inputs[1] < 0 or len(graph.tensors[op.inputs[1]].shape) != 4:
         return []
     kernel_h = graph.tensors[op.inputs[1]].shape[1]
@@ -106,18 +109,19 @@ def convolution(graph: Graph, op: Operator) -> list[OverlapRule]:
                             op.options.get("dilation_h_factor", 1))
 
 
-def pooling(graph: Graph, op: Operator) -> list[OverlapRule]:
+def pooling(graph: Graph, op: Operator, params: Any) -> list[OverlapRule]:
     return rows_of_windowed(graph, op, op.options.get("filter_height", 1),
                             op.options.get("stride_h", 1), 1)
 
 
-def declared_overlaps(graph: Graph, op: Operator, rule: Rule | None) -> list[OverlapRule]:
+def declared_overlaps(graph: Graph, op: Operator, params: Any,
+                      rule: Rule | None) -> list[OverlapRule]:
     """What the op's registry `rule` declares, one rule per pair of tensors: a tensor that is
     several inputs (ADD(x, x)) keeps the strictest of its rules, since the kernel is safe only
     where all of them hold."""
     if rule is None or not op.inputs or op.inputs[0] < 0 or not op.outputs:
         return []
-    rules = rule(graph, op)
+    rules = rule(graph, op, params)
     by_pair: dict[tuple[int, int], OverlapRule] = {}
     for rule in rules:
         pair = (op.inputs[rule.input], op.outputs[rule.output])

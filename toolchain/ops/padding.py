@@ -9,7 +9,11 @@ after the fused one, as TFLite applies it to the PAD's output.
 
 from __future__ import annotations
 
-from toolchain.ir import Operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from toolchain.ir import Graph, Operator, Tensor
 
 FUSED_PADDING = "fused_padding"
 NO_PADDING = ((0, 0), (0, 0))
@@ -18,3 +22,17 @@ NO_PADDING = ((0, 0), (0, 0))
 def fused_padding(op: Operator) -> tuple[tuple[int, int], tuple[int, int]]:
     """((top, bottom), (left, right)) a fused PAD adds around the op's input."""
     return op.options.get(FUSED_PADDING, NO_PADDING)
+
+
+@dataclass(frozen=True)
+class PadRule:
+    """What a windowed kernel tells toolchain.lower.fusion about a PAD in front of it.
+
+    `refusal(x, value, op, graph)`: why a PAD writing `value` around `x` would change what the
+    op computes once fused ("" when it would not). `axes(params)`: per axis (height, width) of
+    the op bound with the PAD fused, (outputs, window extent, padding before, stride), so that
+    fusion can refuse a geometry where some window covers padding only.
+    """
+
+    refusal: Callable[[Tensor, float, Operator, Graph], str]
+    axes: Callable[[Any], tuple[tuple[int, int, int, int], ...]]

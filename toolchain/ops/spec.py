@@ -11,6 +11,8 @@ from typing import Any
 from toolchain.errors import ModelError
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops.overlaps import OverlapRule, Rule
+from toolchain.ops.padding import PadRule
+from toolchain.ops.striping import Striping
 
 # Most elements of the padded plane a windowed op (convolution, pooling) slides over.
 # runtime_py builds that plane (in float64 for convolutions: at most 512 MiB); the generated C
@@ -151,6 +153,9 @@ class TargetKernel:
     does not (the portable kernel then does); `overlaps(graph, op, params)` lists the rules
     its write order makes safe (toolchain/ops/overlaps.py); `name` says what it is in reports.
     `scratch_alignment`: the alignment its scratch needs (the plan's must be at least that).
+    `state`: the memory it keeps across invokes, as OpSpec.state; it need not keep what the
+    portable kernel keeps (a target kernel may keep its delay line in another layout), so it
+    says its own.
     """
 
     opcode: str
@@ -159,8 +164,9 @@ class TargetKernel:
     accepts: Callable[[Graph, Operator, Any], str | None]
     emit: Callable[[Any], Any]
     scratch: Callable[[Any], tuple[MemoryRequest, ...]] | None = None
-    overlaps: Callable[[Graph, Operator, Any], list[OverlapRule]] | None = None
+    overlaps: Rule | None = None
     scratch_alignment: int = 1
+    state: Callable[[Any], tuple[StateRequest, ...]] | None = None
 
     def runs_on(self, target: str) -> bool:
         return any(target in k.targets for k in self.kernels)
@@ -215,6 +221,16 @@ class OpSpec:
     # the op's params: what `--planner tflm` plans in place of ours, to show TFLM's own arena
     # (toolchain.lower.program.Program.tflm_scratch). None: it requests none.
     tflm_scratch: Callable[[Any], tuple[MemoryRequest, ...]] | None = None
+    # How the kernel runs on a band of its output rows, if it can (toolchain.ops.striping):
+    # what striped segments (toolchain.lower.tiling) need of it.
+    striping: Striping | None = None
+    # What a PAD in front of it must write to be fused into its window (toolchain.ops.padding,
+    # toolchain.lower.fusion); None: a PAD before it stays a PAD.
+    pad: PadRule | None = None
+    # Whether running it does more than write its outputs from its inputs (it keeps a variable,
+    # runs a subgraph): such ops keep the file's order among themselves
+    # (toolchain.lower.schedule).
+    effects: bool = False
 
 
 def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tensor:

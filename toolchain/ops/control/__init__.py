@@ -12,6 +12,7 @@ from toolchain.ops.spec import OpSpec, kernels
 
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("IF", kernels("bool, V?... ->", "bool, V?... -> V...", each={"V": OPERAND}),
-           prepare_if, emit_if),
-    OpSpec("WHILE", kernels("V... -> V...", each={"V": OPERAND}), prepare_while, emit_while),
+           prepare_if, emit_if, effects=True),
+    OpSpec("WHILE", kernels("V... -> V...", each={"V": OPERAND}), prepare_while, emit_while,
+           effects=True),
 )

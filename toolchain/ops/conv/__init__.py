@@ -18,15 +18,21 @@ from toolchain.ops.conv.emit import (
     emit_transpose_conv,
 )
 from toolchain.ops.conv.prepare import (
+    CONVOLUTION_STRIPING,
+    convolution_axes,
+    pads_with_nothing,
     prepare_conv_2d,
     prepare_depthwise_conv_2d,
     prepare_transpose_conv,
 )
+from toolchain.ops.padding import PadRule
 from toolchain.ops.spec import OpSpec, TargetKernel, kernels
 
 # Convolutions read (data, filter, optional bias); TRANSPOSE_CONV reads (output_shape, filter,
 # data, optional bias).
 _CONVOLUTION = kernels("float32, float32, float32? -> float32", "int8, int8, int32? -> int8")
+# A fused PAD must write the zero point: the taps outside the image add nothing.
+_PAD = PadRule(pads_with_nothing, convolution_axes)
 
 
 SPECS: tuple[OpSpec, ...] = (
@@ -38,13 +44,13 @@ SPECS: tuple[OpSpec, ...] = (
                                     "int16, int8, int32 -> int16",
                                     "float32, int8, float32 -> float32")),
            prepare_conv_2d, emit_conv_2d, scratch=convolution_scratch,
-           overlaps=overlaps.convolution),
+           overlaps=overlaps.convolution, striping=CONVOLUTION_STRIPING, pad=_PAD),
     OpSpec("DEPTHWISE_CONV_2D",
            (*_CONVOLUTION, *kernels("uint8, uint8, int32? -> uint8",
                                     "int16, int8, int64? -> int16",
                                     "float32, int8, float32? -> float32")),
            prepare_depthwise_conv_2d, emit_depthwise_conv_2d, scratch=convolution_scratch,
-           overlaps=overlaps.convolution),
+           overlaps=overlaps.convolution, striping=CONVOLUTION_STRIPING, pad=_PAD),
     OpSpec("TRANSPOSE_CONV",
            kernels("int32, float32, float32, float32? -> float32",
                    "int32, int8, int8, int32? -> int8", "int32, int8, int16, int64? -> int16",

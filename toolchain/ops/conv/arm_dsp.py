@@ -595,7 +595,7 @@ def depthwise_overlaps(graph: Graph, op: Operator, p) -> list[OverlapRule]:
     row only when it widens it, before it writes the first output row whose window holds it,
     so after output row r it has read no input row below the last of r's window, and it reads
     none above the first of it again."""
-    return overlaps.convolution(graph, op)
+    return overlaps.convolution(graph, op, p)
 
 
 def _depthwise_filter(prefix: str, d: Depthwise, what: str) -> dict:
@@ -778,11 +778,9 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
                  scratch=lambda p: pointwise_scratch(conv_matmul(p)),
                  overlaps=pointwise_overlaps, scratch_alignment=WORD),
     TargetKernel("CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
-                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
-                     graph, op), scratch_alignment=WORD),
+                 scratch=im2col_scratch, overlaps=overlaps.convolution, scratch_alignment=WORD),
     TargetKernel("DEPTHWISE_CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
-                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
-                     graph, op), scratch_alignment=WORD),
+                 scratch=im2col_scratch, overlaps=overlaps.convolution, scratch_alignment=WORD),
     TargetKernel("DEPTHWISE_CONV_2D", "dsp-depthwise", _INT8, accepts_depthwise,
                  emit_depthwise, scratch=depthwise_scratch, overlaps=depthwise_overlaps,
                  scratch_alignment=WORD),

@@ -150,11 +150,9 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("CONV_2D", "mve-1x1", _INT8, accepts_conv, emit_conv,
                  overlaps=pointwise_overlaps),
     TargetKernel("CONV_2D", "mve-im2col", _INT8, accepts_im2col, emit_im2col,
-                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
-                     graph, op)),
+                 scratch=im2col_scratch, overlaps=overlaps.convolution),
     TargetKernel("DEPTHWISE_CONV_2D", "mve-im2col", _INT8, accepts_im2col, emit_im2col,
-                 scratch=im2col_scratch, overlaps=lambda graph, op, p: overlaps.convolution(
-                     graph, op)),
+                 scratch=im2col_scratch, overlaps=overlaps.convolution),
     TargetKernel("DEPTHWISE_CONV_2D", "mve-depthwise", _INT8, accepts_depthwise,
-                 emit_depthwise, overlaps=lambda graph, op, p: overlaps.convolution(graph, op)),
+                 emit_depthwise, overlaps=overlaps.convolution),
 )

@@ -23,7 +23,7 @@ reference/integer_ops/{conv,depthwise_conv,transpose_conv}.h):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from toolchain.numerics.quant import (
 )
 from toolchain.ops.padding import fused_padding
 from toolchain.ops.spec import MAX_PLANE_ELEMENTS, required_input, required_options
+from toolchain.ops.striping import RowMap, Striping, with_rows
 
 FUSED_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -573,3 +574,59 @@ def prepare_transpose_conv(graph: Graph, op: Operator) -> TransposeConvParams:
                              products=-(-kh // back.stride[0]) * -(-kw // back.stride[1])
                              * in_channels),
     )
+
+
+# -- by bands of output rows (toolchain.ops.striping) and with a fused PAD ----------------------
+
+
+def convolution_rows(p: ConvParams | DepthwiseConvParams) -> RowMap | None:
+    if isinstance(p.output, HybridRescale):
+        return None  # each image is quantized with its own range: rows cannot go alone
+    w = p.window
+    return RowMap(w.filter[0], w.stride[0], w.dilation[0], w.padding[0], p.input_shape[1])
+
+
+def convolution_band(p: ConvParams | DepthwiseConvParams, out_lo: int, out_hi: int, in_lo: int,
+                     in_hi: int) -> ConvParams | DepthwiseConvParams:
+    """The convolution of output rows [out_lo, out_hi) from input rows [in_lo, in_hi)."""
+    w = p.window
+    stride, taps, dilation = w.stride[0], w.filter[0], w.dilation[0]
+    pad = in_lo - (out_lo * stride - w.padding[0])
+    rows = out_hi - out_lo
+    plane = max(in_hi - in_lo + pad, (rows - 1) * stride + (taps - 1) * dilation + 1)
+    return replace(p, input_shape=with_rows(p.input_shape, in_hi - in_lo),
+                   output_shape=with_rows(p.output_shape, rows),
+                   window=replace(w, padding=(pad, w.padding[1]), plane=(plane, w.plane[1])))
+
+
+def convolution_macs(p: ConvParams | DepthwiseConvParams) -> int:
+    """Every output element sums one row of the matmul operand: kh * kw (* input channels of
+    its group, for CONV_2D) products."""
+    return math.prod(p.output_shape) * p.weights.shape[1]
+
+
+def convolution_band_key(p: ConvParams | DepthwiseConvParams) -> tuple:
+    return (p.input_shape, p.output_shape, p.window)
+
+
+CONVOLUTION_STRIPING = Striping(convolution_rows, convolution_band, convolution_band_key,
+                                macs=convolution_macs)
+
+
+def pads_with_nothing(x: Tensor, value: float, op: Operator, graph: Graph) -> str:
+    """A convolution's padding adds nothing: a PAD fused into it must write the input's zero
+    point, "" when it does, else why not."""
+    filt = graph.tensors[op.inputs[1]] if len(op.inputs) > 1 and op.inputs[1] >= 0 else None
+    if x.dtype == "float32" and filt is not None and filt.dtype != "float32":
+        return "a hybrid convolution quantizes the padded image as a whole"
+    zero = 0 if x.dtype == "float32" else zero_point_of(x)
+    if value != zero or (x.dtype == "float32" and np.signbit(value)):
+        return f"it pads with {value}, not the input's zero point {zero}"
+    return ""
+
+
+def convolution_axes(p: ConvParams | DepthwiseConvParams) -> tuple[tuple[int, int, int, int], ...]:
+    """Per axis (height, width): outputs, the window's extent, the padding before, stride."""
+    w = p.window
+    return tuple((p.output_shape[1 + axis], (w.filter[axis] - 1) * w.dilation[axis] + 1,
+                  w.padding[axis], w.stride[axis]) for axis in (0, 1))

@@ -12,12 +12,16 @@ from __future__ import annotations
 from toolchain.ops import overlaps
 from toolchain.ops.elementwise import arm_dsp
 from toolchain.ops.elementwise.emit import emit_binary
-from toolchain.ops.elementwise.prepare import DTYPES, OPCODES, prepare
+from toolchain.ops.elementwise.prepare import BINARY_STRIPING, DTYPES, OPCODES, prepare
 from toolchain.ops.spec import OpSpec, TargetKernel, kernels
+
+# The ops whose stripes the tiler tries (the others' rows go whole).
+STRIPED = ("ADD", "SUB", "MUL")
 
 SPECS: tuple[OpSpec, ...] = tuple(
     OpSpec(opcode, kernels("T, T -> T", T=DTYPES[opcode]), prepare, emit_binary,
-           overlaps=overlaps.elementwise(0, 1))
+           overlaps=overlaps.elementwise(0, 1),
+           striping=BINARY_STRIPING if opcode in STRIPED else None)
     for opcode in OPCODES
 )
 

@@ -65,9 +65,7 @@ def emit_add(ctx: OpContext) -> Kernel:
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("ADD", "dsp-add", kernels("int8, int8 -> int8", targets=DSP_TARGETS),
-                 accepts_add, emit_add, overlaps=lambda graph, op, p: overlaps.elementwise(0, 1)(
-                     graph, op)),
+                 accepts_add, emit_add, overlaps=overlaps.elementwise(0, 1)),
     TargetKernel("SUB", "dsp-add", kernels("int8, int8 -> int8", targets=DSP_TARGETS),
-                 accepts_add, emit_add, overlaps=lambda graph, op, p: overlaps.elementwise(0, 1)(
-                     graph, op)),
+                 accepts_add, emit_add, overlaps=overlaps.elementwise(0, 1)),
 )

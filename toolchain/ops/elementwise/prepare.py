@@ -15,7 +15,7 @@ Four arithmetic shapes, following TFLite's reference kernels:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -30,6 +30,7 @@ from toolchain.numerics.quant import (
     quantize_multiplier,
     require_int16_zero_points,
 )
+from toolchain.ops.striping import ONE_TO_ONE, RowMap, Striping, with_rows
 
 # The fused activations TFLite clamps with; it silently ignores any other for float and int32
 # (and rejects it for int8), so we refuse them rather than compute something else.
@@ -325,3 +326,28 @@ def prepare(graph: Graph, op: Operator) -> BinaryOpParams:
     if out.dtype in ("int8", "uint8", "int16"):
         return _QUANTIZED_PREPARE[op.opcode](op, a, b, out)
     return _prepare_plain(op, a, b, out)
+
+
+# -- by bands of output rows (toolchain.ops.striping) -------------------------------------------
+
+
+def binary_rows(p: BinaryOpParams) -> RowMap | None:
+    """Row r of the output reads row r of each input, when neither broadcasts."""
+    same = p.input1_shape == p.input2_shape == p.output_shape
+    return replace(ONE_TO_ONE, rows=p.output_shape[1]) if same else None
+
+
+def binary_band(p: BinaryOpParams, out_lo: int, out_hi: int, in_lo: int,
+                in_hi: int) -> BinaryOpParams:
+    """The op on output rows [out_lo, out_hi), the same rows of each input."""
+    rows = out_hi - out_lo
+    return replace(p, input1_shape=with_rows(p.input1_shape, rows),
+                   input2_shape=with_rows(p.input2_shape, rows),
+                   output_shape=with_rows(p.output_shape, rows))
+
+
+def binary_band_key(p: BinaryOpParams) -> tuple:
+    return (p.input1_shape, p.input2_shape, p.output_shape)
+
+
+BINARY_STRIPING = Striping(binary_rows, binary_band, binary_band_key, every_input=True)

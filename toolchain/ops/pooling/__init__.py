@@ -9,9 +9,18 @@ extension, from the same params. `SPECS` registers the ops (toolchain.ops.REGIST
 from __future__ import annotations
 
 from toolchain.ops import overlaps
+from toolchain.ops.padding import PadRule
 from toolchain.ops.pooling import arm_dsp
 from toolchain.ops.pooling.emit import emit_average, emit_max
-from toolchain.ops.pooling.prepare import QUANTIZED, pool_scratch, prepare_pool_2d
+from toolchain.ops.pooling.prepare import (
+    POOL_STRIPING,
+    QUANTIZED,
+    pads_below_the_maximum,
+    pads_the_count,
+    pool_axes,
+    pool_scratch,
+    prepare_pool_2d,
+)
 from toolchain.ops.spec import OpSpec, TargetKernel, kernels
 
 _POOLING = kernels("T -> T", T=("float32", *QUANTIZED))
@@ -19,9 +28,11 @@ _POOLING = kernels("T -> T", T=("float32", *QUANTIZED))
 
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("AVERAGE_POOL_2D", _POOLING, prepare_pool_2d, emit_average, scratch=pool_scratch,
-           overlaps=overlaps.pooling),
+           overlaps=overlaps.pooling, striping=POOL_STRIPING,
+           pad=PadRule(pads_the_count, pool_axes)),
     OpSpec("MAX_POOL_2D", _POOLING, prepare_pool_2d, emit_max, scratch=pool_scratch,
-           overlaps=overlaps.pooling),
+           overlaps=overlaps.pooling, striping=POOL_STRIPING,
+           pad=PadRule(pads_below_the_maximum, pool_axes)),
 )
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (*arm_dsp.TARGET_KERNELS,)

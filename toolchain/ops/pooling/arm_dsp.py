@@ -102,9 +102,7 @@ def _lanes(value: int) -> str:
 # the window's order of reads and the output pixel's writes as the portable kernel's
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("AVERAGE_POOL_2D", "dsp", kernels("int8 -> int8", targets=DSP_TARGETS),
-                 accepts_pool, emit_pool, overlaps=lambda graph, op, p: overlaps.pooling(
-                     graph, op)),
+                 accepts_pool, emit_pool, overlaps=overlaps.pooling),
     TargetKernel("MAX_POOL_2D", "dsp", kernels("int8 -> int8", targets=DSP_TARGETS),
-                 accepts_pool, emit_pool, overlaps=lambda graph, op, p: overlaps.pooling(
-                     graph, op)),
+                 accepts_pool, emit_pool, overlaps=overlaps.pooling),
 )

@@ -7,7 +7,7 @@ an average divides by the number of in-bounds elements of its window.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from toolchain.numerics.quant import (
 )
 from toolchain.ops.padding import fused_padding
 from toolchain.ops.spec import MAX_PLANE_ELEMENTS, MemoryRequest, required_input, required_options
+from toolchain.ops.striping import RowMap, Striping
 
 # TFLite requires int8 pooling to keep the input's quantization (to this tolerance on the scale).
 SCALE_TOLERANCE = 1e-6
@@ -139,3 +140,45 @@ def _require_same_quantization(x: Tensor, out: Tensor) -> None:
             or zero_point_of(x) != zero_point_of(out)):
         raise UnsupportedOpError(
             f"{x.dtype} pooling whose output quantization differs from its input's")
+
+
+# -- by bands of output rows (toolchain.ops.striping) and with a fused PAD ----------------------
+
+
+def pool_rows(p: Pool2DParams) -> RowMap:
+    return RowMap(p.filter_height, p.stride_height, 1, p.pad_top, -1)
+
+
+def pool_band(p: Pool2DParams, out_lo: int, out_hi: int, in_lo: int, in_hi: int) -> Pool2DParams:
+    """The pooling of output rows [out_lo, out_hi) from input rows [in_lo, in_hi)."""
+    return replace(p, pad_top=in_lo - (out_lo * p.stride_height - p.pad_top),
+                   output_height=out_hi - out_lo, window_counts=p.window_counts[out_lo:out_hi])
+
+
+def pool_band_key(p: Pool2DParams) -> tuple:
+    return (p.pad_top, p.output_height, p.window_counts.tobytes())
+
+
+POOL_STRIPING = Striping(pool_rows, pool_band, pool_band_key)
+
+
+def pads_below_the_maximum(x: Tensor, value: float, op: Operator, graph: Graph) -> str:
+    """A maximum starts at the dtype's lowest value: a PAD fused into it must write that or
+    less, "" when it does, else why not."""
+    dtype = np.dtype(x.dtype)
+    lowest = np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min
+    if not value <= lowest:
+        return f"it pads with {value}, which can exceed the input (fused, a window skips it)"
+    return ""
+
+
+def pads_the_count(x: Tensor, value: float, op: Operator, graph: Graph) -> str:
+    """An average's divisor counts its window's elements inside the image: never fused."""
+    return ("an average divides by its window's elements inside the image, which would then "
+            "leave out the PAD's")
+
+
+def pool_axes(p: Pool2DParams) -> tuple[tuple[int, int, int, int], ...]:
+    """Per axis (height, width): outputs, the window's extent, the padding before, stride."""
+    return ((p.output_height, p.filter_height, p.pad_top, p.stride_height),
+            (p.output_width, p.filter_width, p.pad_left, p.stride_width))

@@ -23,10 +23,11 @@ from toolchain.ops.variables.prepare import (
 )
 
 SPECS: tuple[OpSpec, ...] = (
-    OpSpec("VAR_HANDLE", kernels("-> resource"), prepare_var_handle, emit_var_handle),
+    OpSpec("VAR_HANDLE", kernels("-> resource"), prepare_var_handle, emit_var_handle,
+           effects=True),
     OpSpec("READ_VARIABLE", kernels("resource -> T", T=VALUE_DTYPES), prepare_read_variable,
-           emit_read_variable),
+           emit_read_variable, effects=True),
     OpSpec("ASSIGN_VARIABLE", kernels("resource, T ->", T=VALUE_DTYPES),
-           prepare_assign_variable, emit_assign_variable),
-    OpSpec("CALL_ONCE", kernels("->"), prepare_call_once, emit_call_once),
+           prepare_assign_variable, emit_assign_variable, effects=True),
+    OpSpec("CALL_ONCE", kernels("->"), prepare_call_once, emit_call_once, effects=True),
 )
