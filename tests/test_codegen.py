@@ -176,6 +176,10 @@ def style_problems(source: str) -> list[str]:
     defined = STATIC_FUNCTION.findall(source)
     problems += [f"{fn} defined {defined.count(fn)} times" for fn in sorted(set(defined))
                  if defined.count(fn) > 1]
+    code = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
+    # (but arenac_clampf, which a file of float tensors defines whether its kernels clamp or not)
+    problems += [f"{fn} defined but never called" for fn in sorted(set(defined) - {"arenac_clampf"})
+                 if len(re.findall(rf"\b{fn}\(", code)) < 2]
     return problems
 
 
@@ -183,6 +187,8 @@ def test_the_style_check_finds_what_it_looks_for():
     bad = ("static void f(void) {\n  for (b = 0; b < 1; ++b) x();\n}\n"
            "static void f(void) {\n  for (i = 4; i < 4; ++i) y();\n}\n" + "/*" + "x" * 130 + "*/\n")
     assert len(style_problems(bad)) == 4
+    unused = "static inline int32_t g(int32_t x) {\n  return x;\n}\n"
+    assert style_problems(unused) == ["g defined but never called"]
 
 
 @pytest.mark.parametrize("name, data", [

@@ -1,7 +1,7 @@
 """What the generator learns by reading kernels' C text back, where the kernels do not declare it:
-the file-scope definitions a stripe's kernel shares with the op's other stripes, the fixed-point
-functions the kernels call and the <math.h> constants they name. Everything else the generator
-knows from the data kernels return (toolchain.ops.emit.Kernel)."""
+the file-scope definitions a stripe's kernel shares with the op's other stripes and the <math.h>
+constants they name. Everything else the generator knows from the data kernels return
+(toolchain.ops.emit.Kernel: their helper groups, the fixed-point ones included, and headers)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,6 @@ import re
 from collections.abc import Iterable, Mapping
 
 from toolchain.ops.emit import needs_math_h
-
-# The fixed-point functions every file may define (templates/c/model.c.j2): each is defined only
-# where a kernel calls it, so that no compiler warns of an unused static function.
-FIXED_POINT = ("arenac_srdhm", "arenac_rdbpot", "arenac_mbqm", "arenac_clamp")
 
 # The first name a top-level definition gives: `static const int8_t NAME[4] = ...`,
 # `static void NAME(void) {`.
@@ -24,16 +20,6 @@ MACROS = re.compile(r"\bARENAC_\w+(?:\([^)]*\))?\s*")  # ARENAC_ALIGN(4), ARENAC
 def c_words(texts: Iterable[str]) -> set[str]:
     """Every identifier-like word of some C text."""
     return set(re.findall(r"\b\w+\b", "\n".join(texts)))
-
-
-def fixed_point_called(texts: Iterable[str]) -> set[str]:
-    """The functions of FIXED_POINT that kernels' and helpers' text calls, with those they call:
-    kernels name them in their text only."""
-    words = c_words(texts)
-    called = {f for f in FIXED_POINT if f in words}
-    if "arenac_mbqm" in called:  # it calls both
-        called |= {"arenac_srdhm", "arenac_rdbpot"}
-    return called
 
 
 def names_math_constant(texts: Iterable[str]) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 from toolchain import __version__
 from toolchain.c.addressing import Addresses
 from toolchain.c.control import c_subgraph
-from toolchain.c.kernel_text import fixed_point_called, names_math_constant
+from toolchain.c.kernel_text import names_math_constant
 from toolchain.c.steps import Emission
 from toolchain.ir import Graph, Tensor
 from toolchain.lower.plan import ModelPlan, StateSlot, block_alignment
@@ -170,14 +170,14 @@ def code(em: Emission, calls: list[str], trace: bool) -> dict:
     referenced = {*at.used, *graph.inputs, *graph.outputs}
     folded = [t for t in graph.tensors if t.is_constant and t.index in referenced]
     uses_float = any(t.dtype == "float32" for t in graph.tensors)
-    helpers = helper_definitions(em.groups)
+    fixed_point, helpers = helper_definitions(em.groups)
     return {
         "uses_float": uses_float,
         "source_needs_math_h": uses_float or names_math_constant(em.texts)
         or any(non_finite(t.data) for t in folded),
         "constants": [constant(mp, at, t) for t in folded],
         "helpers": helpers,
-        "fixed_point": fixed_point_called([*em.texts, *helpers]),
+        "fixed_point": fixed_point,
         "includes": sorted({header for k in em.kernel_of.values() for header in k.includes}),
         "kernels": em.texts,
         "calls": calls,
@@ -328,3 +328,4 @@ def traced_calls(mp: ModelPlan, at: Addresses, steps: list[int], calls: list[str
     return [line for step, c in zip(steps, calls, strict=True)
             for line in [c] + [f"{at.name}_trace({step}, {t}, {at.pointer(t)}, "
                                f"{mp.graph.tensors[t].nbytes}u);" for t in traced.get(step, ())]]
+

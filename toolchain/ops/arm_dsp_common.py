@@ -175,12 +175,14 @@ PROVEN = (": at generation time toolchain/numerics/rounding.py proved it equal, 
 
 
 def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] | None = None
-                  ) -> tuple[list[dict], list[str], str]:
-    """The tables, body lines and comment of the op's output function. `sums`: the channels'
-    folded sums and their table's comment, for a kernel that starts its sums from them (read
-    them with `sum_of`): they share a table with the requantization's per-channel constants
-    where it has some, so that a channel's values are one address."""
+                  ) -> tuple[list[dict], list[str], str, set[str]]:
+    """The tables, body lines and comment of the op's output function, and the fixed-point
+    helper groups its lines call. `sums`: the channels' folded sums and their table's comment,
+    for a kernel that starts its sums from them (read them with `sum_of`): they share a table
+    with the requantization's per-channel constants where it has some, so that a channel's
+    values are one address."""
     tables: list[dict] = []
+    calls = {"clamp"}  # the store's, but where SSAT saturates
 
     def per_channel(name: str, ctype: str, values: list, literal=str) -> str:
         return _per_channel(tables, prefix, name, ctype, values, literal)
@@ -207,6 +209,7 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
             rest = ("v" if (low, high) == (-128, 127) else
                     f"(v < {low} ? {low} : v)" if high == 127 else f"(v > {high} ? {high} : v)")
             store = ["const int32_t v = __ssat(q, 8);", f"return (int8_t){rest};"]
+            calls = set()
         elif folded:
             store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
         shared = all(a == b and n == fields[0][3] for a, b, _, n in fields)
@@ -238,6 +241,7 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
         mult = per_channel("multiplier", "int32_t", list(stage.multipliers))
         shift = per_channel("shift", "int8_t", list(stage.shifts))
         lines = [f"const int32_t q = arenac_mbqm(acc, {mult}, {shift});", *store]
+        calls.add("mbqm")
         comment = ("TFLite's MultiplyByQuantizedMultiplier (no single rounding matched it)")
     if not any("[c]" in line for line in lines):
         lines.insert(0, "(void)c;")
@@ -245,7 +249,7 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
         tables.insert(0, {"name": f"{prefix}_sum", "ctype": "int32_t", "align": "",
                           "length": c_length(sums[0].size), "data": c_array(sums[0]),
                           "comment": c_comment(sums[1])})
-    return tables, lines, comment
+    return tables, lines, comment, calls
 
 
 def _per_channel(tables: list[dict], prefix: str, name: str, ctype: str, values: list,
@@ -493,7 +497,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     if ctx.op_rows:  # a stripe's: the stripes of the op share its filter
         pixels_in_all = pixels_in_all * ctx.op_rows // ctx.outputs[0].shape[1]
     wide = pixels_in_all >= WIDE_FILTER_PIXELS
-    tables, output, output_comment = output_values(
+    tables, output, output_comment, stage_calls = output_values(
         prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
                                   "filter row's sum (int32, wrapped)"))
     for pixel in pixels:
@@ -522,7 +526,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     tables = [filter_table, *tables]
     blocks = [b for p in pixels for b in p["channels"]]
     helpers = {"arm_dsp", *helpers, *(b["helper"] for b in blocks)}
-    helpers |= output_helpers(tables, output)
+    helpers |= output_helpers(tables, output) | stage_calls
     counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
     return {

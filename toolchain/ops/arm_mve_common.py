@@ -38,7 +38,7 @@ def mve_values(ctx: OpContext, m: Matmul, stage, what: str) -> dict:
     row = -(-m.depth // LANES) * LANES
     padded = np.zeros((m.channels, row), np.int64)
     padded[:, :m.depth] = m.weights
-    tables, output, output_comment = output_values(
+    tables, output, output_comment, stage_calls = output_values(
         prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
                                   "filter row's sum (int32, wrapped)"))
     tables = [
@@ -73,5 +73,5 @@ def mve_values(ctx: OpContext, m: Matmul, stage, what: str) -> dict:
         "sum_pair": [sum_of(prefix, tables, pairs.index),
                      sum_of(prefix, tables, c_sum([(pairs, 1)], 1))],
         "sum_odd": sum_of(prefix, tables, odd.index),
-        "helpers": tuple(sorted(output_helpers(tables, output))),
+        "helpers": tuple(sorted(output_helpers(tables, output) | stage_calls)),
     }

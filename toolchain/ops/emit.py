@@ -147,12 +147,21 @@ Emitter = Callable[[OpContext], Kernel]
 HELPERS_TEMPLATE = "c/helpers.c.j2"
 # Each helper group (a macro of HELPERS_TEMPLATE) and the groups its functions call.
 HELPER_GROUPS: dict[str, tuple[str, ...]] = {
+    # TFLite's fixed-point arithmetic (FIXED_POINT): SaturatingRoundingDoublingHighMul,
+    # RoundingDivideByPOT, MultiplyByQuantizedMultiplier and an int32 clamp
+    "srdhm": (),
+    "rdbpot": (),
+    "mbqm": ("srdhm", "rdbpot"),
+    "clamp": (),
+    "requantize": (),
     "ivdep": (),
     "byte_column": (),
-    "shifts": (),
-    "gemmlowp_exp": ("shifts",),
-    "gemmlowp_inv_sqrt": ("shifts",),
+    "clz32": (),
+    "sat_shl": (),
+    "gemmlowp_exp": ("sat_shl", "srdhm", "rdbpot"),
+    "gemmlowp_inv_sqrt": ("clz32", "sat_shl", "srdhm", "rdbpot"),
     "int16": (),
+    "sdhm16": (),
     "int16_sigmoid_table": (),
     "int16_softmax_tables": (),
     "arm_dsp_inline": (),
@@ -173,11 +182,16 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp_mac_3x1": ("arm_dsp",),
     **{f"signal_{kind}": () for kind in ("fft16", "fft32", "fftf")},
     **{f"signal_{kind}_{part}": (f"signal_{kind}",) for kind in ("fft16", "fft32", "fftf")
-       for part in ("radix2", "radix3", "radix4", "radix4_inverse", "radix5")},
+       for part in ("scale", "radix2", "radix4", "radix4_inverse")},
+    # the stages of odd radix multiply by twiddle factors' parts (the scale function)
+    **{f"signal_{kind}_{part}": (f"signal_{kind}", f"signal_{kind}_scale")
+       for kind in ("fft16", "fft32", "fftf") for part in ("radix3", "radix5")},
     "signal_sqrt": (),
-    "signal_pcan": ("shifts",),
-    "signal_log": ("shifts",),
+    "signal_pcan": ("clz32",),
+    "signal_log": ("clz32",),
 }
+# The groups the file defines first, in this order, under one comment (templates/c/model.c.j2).
+FIXED_POINT = ("srdhm", "rdbpot", "mbqm", "clamp")
 # Groups laid out by another template than HELPERS_TEMPLATE: the target kernels' own.
 HELPER_TEMPLATES: dict[str, str] = {
     **{group: "c/arm_dsp.c.j2" for group in HELPER_GROUPS if group.startswith("arm_dsp")},
@@ -242,14 +256,17 @@ HELPER_VALUES: dict[str, Callable[[], dict]] = {
 }
 
 
-def helper_definitions(groups: Iterable[str]) -> list[str]:
+def helper_definitions(groups: Iterable[str]) -> tuple[list[str], list[str]]:
     """The text of every group asked for and of the groups they build on, each once, a group
-    after those it calls."""
-    return [
-        str(family_macro(HELPER_TEMPLATES.get(group, HELPERS_TEMPLATE), group)(
+    after those it calls: the FIXED_POINT groups' (in their order) and the others'."""
+    ordered = _closure(groups)
+
+    def text(group: str) -> str:
+        return str(family_macro(HELPER_TEMPLATES.get(group, HELPERS_TEMPLATE), group)(
             **HELPER_VALUES.get(group, dict)())).strip("\n")
-        for group in _closure(groups)
-    ]
+
+    return ([text(g) for g in FIXED_POINT if g in ordered],
+            [text(g) for g in ordered if g not in FIXED_POINT])
 
 
 LINE_LIMIT = 120  # characters of any generated line

@@ -142,7 +142,7 @@ def _int8_leaky_relu(ctx: OpContext, p: QuantizedLeakyReluParams) -> dict:
 
 def _int8_hard_swish(ctx: OpContext, p: QuantizedHardSwishParams) -> dict:
     exponent = p.reluish_exponent
-    return {"op_macro": "int8_hard_swish_op", "helpers": ("int16",), **_int_range(ctx),
+    return {"op_macro": "int8_hard_swish_op", "helpers": ("int16", "sdhm16"), **_int_range(ctx),
             "input": f"(x{plus(-p.input_zero_point)})" if p.input_zero_point else "x",
             "out_offset": plus(p.output_zero_point),
             "output_multiplier": p.output_multiplier, "output_right_shift": -p.output_exponent,
@@ -234,7 +234,7 @@ def _int8_softmax(ctx: OpContext, p: QuantizedSoftmaxParams) -> dict:
            "is then at most 1/512, under half an output step." if aborts else ""))
     return _rows(ctx, p.depth, "int8_softmax_row", {
         "row_comment": c_comment(comment), "output_bits": bits, "aborts": aborts,
-        "helpers": ("gemmlowp_exp",), **_int_range(ctx),
+        "helpers": ("gemmlowp_exp", "clz32"), **_int_range(ctx),
         "multiplier": p.input_multiplier, "left_shift": p.input_left_shift,
         "diff_min": c_int32(p.diff_min), "out_offset": plus(INT_RANGES[p.dtype][0]),
         "sum_type": "int32_t" if p.depth < SOFTMAX_INT32_SUM_DEPTH else "int64_t"})
@@ -245,7 +245,7 @@ def _int16_softmax(ctx: OpContext, p: Int16SoftmaxParams) -> dict:
     sum's leading zeros are few."""
     peak = int(lut_lookup_int16(softmax_exp_lut(), np.array(INT16_MAX)))
     return _rows(ctx, p.depth, "int16_softmax_row", {
-        "helpers": ("shifts", "int16_softmax_tables"), "peak": peak,
+        "helpers": ("clz32", "int16_softmax_tables"), "peak": peak,
         "max_headroom": 32 - peak.bit_length(),
         "multiplier": p.input_multiplier, "shift": p.input_shift})
 
@@ -294,6 +294,18 @@ def _render(macro: str, values: dict) -> str:
     return render_macro(TEMPLATE, macro, values)
 
 
+# The fixed-point helpers (toolchain.ops.emit.FIXED_POINT) each macro of the template calls.
+MACRO_HELPERS: dict[str, tuple[str, ...]] = {
+    "requantize_clamp_op": ("mbqm", "clamp"),
+    "int8_leaky_relu_op": ("mbqm", "clamp"),
+    "quantized_prelu_op": ("mbqm", "clamp"),
+    "int8_hard_swish_op": ("rdbpot", "clamp"),
+    "int8_softmax_row": ("srdhm", "rdbpot", "clamp"),
+    "int16_softmax_row": ("mbqm", "clamp"),
+    "int8_l2_normalization_row": ("mbqm", "clamp"),
+}
+
+
 def emit_activation(ctx: OpContext) -> Kernel:
     """Every activation op: the per-element or per-row function its params call for, then the
     kernel that applies it."""
@@ -302,7 +314,9 @@ def emit_activation(ctx: OpContext) -> Kernel:
         values["op_function"] = _render(values["op_macro"], values)
     if "row_macro" in values:
         values["row_function"] = _render(values["row_macro"], values)
-    return Kernel(_render(values["macro"], values), values["helpers"])
+    called = (values.get("op_macro"), values.get("row_macro"))
+    helpers = (*values["helpers"], *(h for m in called for h in MACRO_HELPERS.get(m, ())))
+    return Kernel(_render(values["macro"], values), helpers)
 
 
 # The ops whose TFLite kernels also run legacy uint8 (as int8, in [0, 255]), and those that run

@@ -76,7 +76,9 @@ def emit_binary(ctx: OpContext) -> Kernel:
     values["op_function"] = render_macro(TEMPLATE, values["macro"], values)
     text = render_macro(TEMPLATE, "binary", values)
     uses_ivdep = values["nest"] is not None and values["nest"]["inner"]["ivdep"]
-    return Kernel(text, ("ivdep",) if uses_ivdep else ())
+    # its inputs rescaled by arenac_mbqm, when there is an element to compare
+    computed = values["macro"] == "rescaled_computed_op" and not values["empty"]
+    return Kernel(text, (*(("mbqm",) if computed else ()), *(("ivdep",) if uses_ivdep else ())))
 
 
 def emit_not(ctx: OpContext) -> Kernel:

@@ -252,7 +252,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
     m = conv_matmul(p)
     prefix = ctx.prefix
     what = f"CONV_2D '{ctx.outputs[0].name}' 1x1"
-    tables, output, output_comment = output_values(
+    tables, output, output_comment, stage_calls = output_values(
         prefix, conv_output(m, p.output),
         (m.sums(), f"{what}: per output channel, bias + input offset * the filter row's sum "
                    "(int32, wrapped)"))
@@ -266,7 +266,8 @@ def emit_staged(ctx: OpContext) -> Kernel:
     helpers = {"arm_dsp", "arm_dsp_widen_1", *(f"arm_dsp_mac16_{k}" for k in kinds),
                *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops
                  if full and loop.runs),
-               *(["arm_dsp_partial"] if tail else []), *output_helpers(tables, output)}
+               *(["arm_dsp_partial"] if tail else []),
+               *output_helpers(tables, output) | stage_calls}
     tables = [{"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
                "length": c_length(m.packed().size), "data": c_array(m.packed()),
                "comment": c_comment(
@@ -724,7 +725,7 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     m = d.matmul()
     name = ctx.outputs[0].name
     what = f"DEPTHWISE_CONV_2D '{name}' {d.kh}x{d.kw}"
-    tables, output, output_comment = output_values(
+    tables, output, output_comment, stage_calls = output_values(
         prefix, conv_output(m, p.output),
         (m.sums(), f"{what}: per channel, bias + input offset * the filter's sum (int32, "
                    "wrapped)"))
@@ -763,7 +764,7 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         "sum": sum_of(prefix, tables, "c"),
         "helpers": tuple(sorted({"arm_dsp", *(["arm_dsp_load2"] if any(
             "arenac_load2" in line for b in blocks for line in b["lines"]) else [])}
-                                | output_helpers(tables, output))),
+                                | output_helpers(tables, output) | stage_calls)),
     }
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
                   includes=("arm_acle.h",))

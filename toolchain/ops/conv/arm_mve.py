@@ -114,7 +114,7 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     bias = np.zeros(padded, np.int64)
     bias[:d.channels] = d.bias
     bias = wrap_int32(bias)
-    tables, output, output_comment = output_values(prefix, conv_output(m, p.output))
+    tables, output, output_comment, stage_calls = output_values(prefix, conv_output(m, p.output))
     what = f"DEPTHWISE_CONV_2D '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
     tables = [
         {"name": f"{prefix}_filter", "ctype": "int32_t", "align": "ARENAC_ALIGN(16) ",
@@ -138,7 +138,7 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             f"{what} for Helium, output pixel by output pixel, four channels a vector: each "
             "tap inside the image adds (input + offset) * weight in int32 lanes (vmulq_s32, "
             "vaddq_s32), a tap in the padding nothing"),
-        "helpers": tuple(sorted(output_helpers(tables, output))),
+        "helpers": tuple(sorted(output_helpers(tables, output) | stage_calls)),
     }
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
                   includes=("arm_mve.h", "arm_acle.h"))

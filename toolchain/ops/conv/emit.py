@@ -201,7 +201,7 @@ def requantize_values(ctx: OpContext, stage: Requantize, count: int, blocks: int
         "loads": loads,
         "x": "acc[o]" if value["left"] == "1u" else f"acc[o] * {value['left']}",
         "mult": value["mult"],
-        "v": "t + 2147483648u" + ("" if negative == "0u" else f" - ((t >> 31) & {negative})"),
+        "negative": negative,
         "scale": value["scale"],
         # clamp(q + zp, lo, hi) == clamp(q, lo - zp, hi - zp) + zp, with no int32 overflow
         "clamp_min": low - zero_point,
@@ -518,7 +518,8 @@ def _common(ctx: OpContext, x_index: int, bias_index: int, count: int, blocks: i
     else:
         rq = requantize_values(ctx, p.output, count, blocks, repeat)
         size = rq["padded"]
-        v.update(rq=rq, acc_size=size, accumulators=[f"uint32_t acc[{size}];"])
+        v.update(rq=rq, acc_size=size, accumulators=[f"uint32_t acc[{size}];"],
+                 output_helpers=("requantize",))
         if size > count:
             v["accumulators"].append(f"{ctype} tail[{size}]; /* the requantization's whole "
                                      f"vectors; {count} values are kept */")
@@ -1024,7 +1025,8 @@ def _conv_direct_values(ctx: OpContext) -> dict:
 
 def emit_conv_2d(ctx: OpContext) -> Kernel:
     v = conv_values(ctx)
-    return Kernel(render_macro(TEMPLATE, v["kernel"], v), v.get("helpers", ()))
+    return Kernel(render_macro(TEMPLATE, v["kernel"], v),
+                  (*v.get("helpers", ()), *v.get("output_helpers", ())))
 
 
 # -- DEPTHWISE_CONV_2D -------------------------------------------------------------------------
@@ -1289,7 +1291,8 @@ def depthwise_values(ctx: OpContext) -> dict:
 
 
 def emit_depthwise_conv_2d(ctx: OpContext) -> Kernel:
-    return Kernel(render_macro(TEMPLATE, "depthwise", depthwise_values(ctx)))
+    v = depthwise_values(ctx)
+    return Kernel(render_macro(TEMPLATE, "depthwise", v), v.get("output_helpers", ()))
 
 
 # -- TRANSPOSE_CONV ----------------------------------------------------------------------------
@@ -1325,7 +1328,8 @@ def transpose_conv_values(ctx: OpContext) -> dict:
 
 
 def emit_transpose_conv(ctx: OpContext) -> Kernel:
-    return Kernel(render_macro(TEMPLATE, "direct", transpose_conv_values(ctx)))
+    v = transpose_conv_values(ctx)
+    return Kernel(render_macro(TEMPLATE, "direct", v), v.get("output_helpers", ()))
 
 
 def convolution_scratch(p) -> tuple[MemoryRequest, ...]:

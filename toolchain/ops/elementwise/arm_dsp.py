@@ -53,14 +53,15 @@ def emit_add(ctx: OpContext) -> Kernel:
     r = add_rounding(p)
     stage = OutputStage(p.activation_min - p.output_offset, p.activation_max - p.output_offset,
                         p.output_offset, (r,))
-    _, lines, _ = output_values(ctx.prefix, stage)
+    _, lines, _, calls = output_values(ctx.prefix, stage)
     values = binary_values(ctx)
     values["body"] = [f"const int32_t acc = {'x + y' if p.opcode == 'ADD' else 'x - y'};",
                       *(line for line in lines if line != "(void)c;")]
     values["op_function"] = render_macro(ELEMENTWISE_TEMPLATE, values["macro"], values)
     text = render_macro(ELEMENTWISE_TEMPLATE, "binary", values)
     uses_ivdep = values["nest"] is not None and values["nest"]["inner"]["ivdep"]
-    return Kernel(text, ("ivdep",) if uses_ivdep else (), includes=("arm_acle.h",))
+    return Kernel(text, (*sorted(calls), *(("ivdep",) if uses_ivdep else ())),
+                  includes=("arm_acle.h",))
 
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (

@@ -194,7 +194,7 @@ def _plain_values(p: PlainParams, ctype: str) -> dict:
     # float clamps even without an activation: infinities become +-FLT_MAX
     clamp = _clamp_lines(_bound(p.clamp_min, low, fmt), _bound(p.clamp_max, high, fmt))
     body = (_FLOAT_BODIES if is_float else _INT_BODIES)[p.opcode]
-    return {"macro": "plain_op", "wide": ctype, "loads": (str, str),
+    return {"macro": "plain_op", "helpers": (), "wide": ctype, "loads": (str, str),
             "body": [line.format(t=ctype) for line in body] + clamp}
 
 
@@ -215,7 +215,8 @@ def _rescaled_values(p: RescaledParams, prefix: str, ctype: str) -> dict:
     if p.dtype == "int16":  # no table of 65536 values: each input is rescaled as it is read
         return _rescaled_computed_values(p, prefix, ctype)
     return {
-        "macro": "rescaled_op", "wide": WIDE_TYPE, "left_shift": p.left_shift,
+        "macro": "rescaled_op", "helpers": ("mbqm",), "wide": WIDE_TYPE,
+        "left_shift": p.left_shift,
         "table_length": BYTE_VALUES,
         "tables": [_rescaled_input_table(p, p.input1_offset, p.input1_multiplier,
                                          p.input1_shift),
@@ -234,7 +235,8 @@ def _rescaled_computed_values(p: RescaledParams, prefix: str, ctype: str) -> dic
     """int16 ADD and SUB (zero points 0): MultiplyByQuantizedMultiplierSmallerThanOneExp of
     each input shifted left, computed per element; |x| <= 2^15, so x * 2^15 fits in int32."""
     return {
-        "macro": "rescaled_computed_op", "wide": WIDE_TYPE, "scale_up": 1 << p.left_shift,
+        "macro": "rescaled_computed_op", "helpers": ("mbqm",), "wide": WIDE_TYPE,
+        "scale_up": 1 << p.left_shift,
         "comment": c_comment(f"Each int16 input shifted left {p.left_shift} bits for headroom "
                              "and rescaled to the common scale (TFLite's "
                              "MultiplyByQuantizedMultiplierSmallerThanOneExp)."),
@@ -269,6 +271,7 @@ def _shifted_values(p: ShiftedParams, prefix: str, ctype: str) -> dict:
            "both int16 inputs are at the output's scale.")
     return {
         "macro": "shifted_op", "wide": WIDE_TYPE,
+        "helpers": ("rdbpot",) if any(0 < s < INT16_MASK_BITS for s in shifts) else (),
         "comment": c_comment(f"TFLite's path for power-of-two scales: {how}"),
         "inputs": [_shifted_input(n, shift) for n, shift in enumerate(shifts, 1) if shift],
         "loads": tuple((lambda e, n=n: f"{prefix}_in{n}({e})") if shift else str
@@ -289,7 +292,7 @@ def _table_load(table: str, offset: int) -> Load:
 
 def _product_values(p: ScaledProductParams, prefix: str, ctype: str) -> dict:
     return {
-        "macro": "product_op", "wide": WIDE_TYPE,
+        "macro": "product_op", "helpers": ("mbqm",), "wide": WIDE_TYPE,
         "in1_offset": f" {signed(p.input1_offset)}" if p.input1_offset else "",
         "in2_offset": f" {signed(p.input2_offset)}" if p.input2_offset else "",
         "loads": (lambda e: f"{prefix}_in1({e})", lambda e: f"{prefix}_in2({e})"),
@@ -331,4 +334,5 @@ def emit_binary(ctx: OpContext) -> Kernel:
     values["op_function"] = render_macro(TEMPLATE, values["macro"], values)
     text = render_macro(TEMPLATE, "binary", values)
     uses_ivdep = values["nest"] is not None and values["nest"]["inner"]["ivdep"]
-    return Kernel(text, ("ivdep",) if uses_ivdep else ())
+    calls = () if values["empty"] else values["helpers"]  # no element, no op function
+    return Kernel(text, (*calls, *(("ivdep",) if uses_ivdep else ())))

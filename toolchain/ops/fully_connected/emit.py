@@ -358,7 +358,7 @@ def emit_fully_connected(ctx: OpContext) -> Kernel:
         return Kernel(render_macro(TEMPLATE, "fully_connected_float", fc_float_values(ctx)))
     v = fc_quantized_values(ctx)
     return Kernel(render_macro(TEMPLATE, "fully_connected_quantized", v),
-                  ("byte_column",) if v["row_copy"] else ())
+                  ("clamp", *(("byte_column",) if v["row_copy"] else ())))
 
 
 # -- BATCH_MATMUL ----------------------------------------------------------------------------
@@ -452,6 +452,7 @@ def batch_matmul_values(ctx: OpContext) -> dict:
                     f"(r[{c_sum([(k, rhs_k), (j, rhs_j)])}]{rhs_offset});",
         "dot_store": stored("acc"),
         "counters": written_vars([*batches, i, j, k]),
+        "helpers": ("clamp",) if is_int16 else ("mbqm", "clamp") if requantize else (),
     }
 
 
@@ -600,4 +601,5 @@ def emit_batch_matmul(ctx: OpContext) -> Kernel:
     if isinstance(ctx.params, BatchMatMulHybridParams):
         return Kernel(render_macro(TEMPLATE, "batch_matmul_hybrid",
                                    batch_matmul_hybrid_values(ctx)))
-    return Kernel(render_macro(TEMPLATE, "batch_matmul", batch_matmul_values(ctx)))
+    values = batch_matmul_values(ctx)
+    return Kernel(render_macro(TEMPLATE, "batch_matmul", values), values["helpers"])

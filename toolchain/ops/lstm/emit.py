@@ -782,8 +782,9 @@ def emit_lstm(ctx: OpContext) -> Kernel:
         return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_float_values(ctx)))
     if isinstance(ctx.params, LstmInt16Params):
         return Kernel(render_macro(TEMPLATE, "lstm_int16", lstm_int16_values(ctx)),
-                      ("int16_sigmoid_table",))
-    helpers = ("int16", "gemmlowp_inv_sqrt") if ctx.params.layer_norm else ("int16",)
+                      ("int16_sigmoid_table", "mbqm", "clamp"))
+    helpers = ("int16", "mbqm", "clamp", *(("gemmlowp_inv_sqrt",) if ctx.params.layer_norm
+                                          else ()))
     return Kernel(render_macro(TEMPLATE, "lstm_integer", lstm_integer_values(ctx)), helpers)
 
 

@@ -90,7 +90,7 @@ def emit_pool(ctx: OpContext) -> Kernel:
                "does (halves away from zero)" if average else
                "their maxima per byte lane (SSUB8 and SEL)")
             + ", the activation's clamp")}
-    helpers = ("arm_dsp", "arm_dsp_sxtab16") if average else ("arm_dsp", "arm_dsp_max8")
+    helpers = ("arm_dsp", "arm_dsp_sxtab16", "clamp") if average else ("arm_dsp", "arm_dsp_max8")
     return Kernel(render_macro(TEMPLATE, "pool", values), helpers, includes=("arm_acle.h",))
 
 

@@ -96,7 +96,8 @@ def _arithmetic(kind: str, dtype: str, ctype: str, low: str, high: str, c: str, 
     # an average divides by the count of in-bounds window elements
     count_lines = [] if kind != "average" or constant else [f"const int count = {count};"]
     return {"acc_type": "float" if is_float else "int32_t", "init": init,
-            "accumulate": accumulate, "finish": finish, "count_lines": count_lines}
+            "accumulate": accumulate, "finish": finish, "count_lines": count_lines,
+            "helpers": () if is_float else ("clamp",)}
 
 
 def pool_values(ctx: OpContext, kind: str) -> dict:
@@ -142,8 +143,10 @@ def pool_values(ctx: OpContext, kind: str) -> dict:
 
 
 def emit_average(ctx: OpContext) -> Kernel:
-    return Kernel(render_macro(TEMPLATE, "pool", pool_values(ctx, "average")))
+    values = pool_values(ctx, "average")
+    return Kernel(render_macro(TEMPLATE, "pool", values), values["helpers"])
 
 
 def emit_max(ctx: OpContext) -> Kernel:
-    return Kernel(render_macro(TEMPLATE, "pool", pool_values(ctx, "max")))
+    values = pool_values(ctx, "max")
+    return Kernel(render_macro(TEMPLATE, "pool", values), values["helpers"])

@@ -128,8 +128,11 @@ def emit_quantize(ctx: OpContext) -> Kernel:
     p = ctx.params
     if isinstance(p, PerChannelQuantizeParams):
         return _emit_per_channel_quantize(ctx, p, v)
-    values = _affine_quantize(p, v) if isinstance(p, AffineQuantizeParams) else _requantize(p, v)
-    return Kernel(_render("elementwise", {**v, **values}))
+    if isinstance(p, AffineQuantizeParams):
+        values, helpers = _affine_quantize(p, v), ("clamp",)
+    else:
+        values, helpers = _requantize(p, v), ("mbqm", "clamp")
+    return Kernel(_render("elementwise", {**v, **values}), () if v["empty"] else helpers)
 
 
 def _channel_loops(shape: tuple[int, ...], axis: int) -> tuple[ConstantLoop, ...]:
@@ -147,7 +150,7 @@ def _emit_per_channel_quantize(ctx: OpContext, p: PerChannelQuantizeParams, v: d
         "scale_type": "float", "scales": c_array(p.scales), "zero_points": c_array(p.zero_points),
         "body": _affine_body(i, v["out_type"], "scale", " + (uint32_t)zero_point",
                              p.output_min, p.output_max),
-    }))
+    }), () if v["empty"] else ("clamp",))
 
 
 def _dequantized(index: str, minus_zero_point: str, scale: str) -> str:

@@ -142,7 +142,7 @@ def _reduce_arithmetic(p: ReduceParams, dtype: str, ctype: str) -> dict:
         finish = (f"({ctype})arenac_clamp(arenac_mbqm((int32_t){{a}}, {p.multiplier}, {p.shift})"
                   f"{plus}, {c_int32(p.output_min)}, {c_int32(p.output_max)})")
         return {"acc_type": "uint32_t", "init": start_text, "add": "{a} += (uint32_t){v}",
-                "finish": finish}
+                "finish": finish, "helpers": ("mbqm", "clamp")}
     raise UnsupportedOpError(f"no C for reduction method {p.method!r}")
 
 
@@ -157,6 +157,7 @@ def reduce_values(ctx: OpContext) -> dict:
         "init": arithmetic["init"],
         "add": arithmetic["add"].format(a=levels["acc"], v=levels["value"]),
         "finish": arithmetic["finish"].format(a=levels["acc"]),
+        "helpers": () if out.size == 0 else arithmetic.get("helpers", ()),
         "counters": ", ".join(levels["counters"]),
         "fn": ctx.fn,
         "in_type": x.ctype,
@@ -170,7 +171,8 @@ def reduce_values(ctx: OpContext) -> dict:
 
 
 def emit_reduce(ctx: OpContext) -> Kernel:
-    return Kernel(render_macro(TEMPLATE, "reduce", reduce_values(ctx)))
+    values = reduce_values(ctx)
+    return Kernel(render_macro(TEMPLATE, "reduce", values), values["helpers"])
 
 
 def arg_values(ctx: OpContext) -> dict:

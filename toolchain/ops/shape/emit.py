@@ -345,7 +345,9 @@ def _concatenation_rescaled(ctx: OpContext, p: ConcatenationParams,
                             *(["k"] if any(not q["copies"] and q["each"].written
                                            for q in parts) else [])]),
     )
-    return _render("concatenation_rescaled", values)
+    # the helper rescaling a uint8 value clamps it, when there is something to rescale
+    return Kernel(render_macro(TEMPLATE, "concatenation_rescaled", values),
+                  () if values["empty"] else ("clamp",))
 
 
 def emit_pack(ctx: OpContext) -> Kernel:

@@ -53,7 +53,7 @@ SPECS: tuple[OpSpec, ...] = (
            prepare_auto_scale,
            emitter("auto_scale", "SignalFftAutoScale '{name}': the input shifted left by the bits "
                    "its largest magnitude leaves free (none when that is 0 or -32768, as TFLite "
-                   "Micro's scan finds it), and that shift", ("shifts",),
+                   "Micro's scan finds it), and that shift", ("clz32",),
                    each_element(lambda p: p.size))),
     OpSpec("SignalRfft", kernels("T -> T", T=FFT_DTYPES, oracle=TFLM), prepare_rfft,
            emit_rfft, scratch=rfft_scratch),

@@ -308,4 +308,5 @@ def emit_svdf(ctx: OpContext) -> Kernel:
         return Kernel(render_macro(TEMPLATE, "svdf_float", svdf_hybrid_values(ctx)))
     if isinstance(ctx.params, SvdfFloatParams):
         return Kernel(render_macro(TEMPLATE, "svdf_float", svdf_float_values(ctx)))
-    return Kernel(render_macro(TEMPLATE, "svdf_integer", svdf_integer_values(ctx)))
+    return Kernel(render_macro(TEMPLATE, "svdf_integer", svdf_integer_values(ctx)),
+                  ("mbqm", "clamp"))
