@@ -591,14 +591,6 @@ def depthwise_scratch(p) -> tuple[MemoryRequest, ...]:
                           "per channel"),)
 
 
-def depthwise_overlaps(graph: Graph, op: Operator, p) -> list[OverlapRule]:
-    """The portable convolution's rule, row by row of the output: this kernel reads an input
-    row only when it widens it, before it writes the first output row whose window holds it,
-    so after output row r it has read no input row below the last of r's window, and it reads
-    none above the first of it again."""
-    return overlaps.convolution(graph, op, p)
-
-
 def _depthwise_filter(prefix: str, d: Depthwise, what: str) -> dict:
     """The filter table: per channel and filter row, the packed pairs of taps."""
     return {
@@ -783,6 +775,9 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("DEPTHWISE_CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
                  scratch=im2col_scratch, overlaps=overlaps.convolution, scratch_alignment=WORD),
     TargetKernel("DEPTHWISE_CONV_2D", "dsp-depthwise", _INT8, accepts_depthwise,
-                 emit_depthwise, scratch=depthwise_scratch, overlaps=depthwise_overlaps,
+                 # the portable convolution's rule, row by row of the output: this kernel reads
+                 # an input row only when it widens it, before it writes the first output row
+                 # whose window holds it, and reads none above that window's first row again
+                 emit_depthwise, scratch=depthwise_scratch, overlaps=overlaps.convolution,
                  scratch_alignment=WORD),
 )
