@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
-from toolchain.c.fragments import build_fragments, needs_libm
 from toolchain.c.generate import generate
 from toolchain.cli import main
 from toolchain.front.builder import ModelBuilder
@@ -119,15 +118,20 @@ def test_cmake_fragment_builds_the_model(tmp_path):
     assert np.array_equal(got, want)
 
 
-def test_libm_need_reads_calls_not_comments():
-    assert needs_libm("x = expf(y);") and needs_libm("r = roundf (v);")
-    assert not needs_libm("/* exp(-1/4) */ x = y; // floor(z)")
-    assert not needs_libm("x = my_exp(y); exponent(z);")
+def test_libm_follows_the_kernels_that_call_math_h():
+    """A float model whose kernels call no <math.h> function links no libm; SOFTMAX's expf
+    does (the kernels declare it, Kernel.includes)."""
+    b = ModelBuilder("float32", seed=13)
+    b.output(b.fully_connected(b.input("x", (1, 10), "float32"), 6))
+    plain = generate(plan_model(parse_model(b.build())), "net", fragments=True)
+    assert "NET_LDLIBS :=\n" in plain["net.mk"] and "#include <math.h>" in plain["net.c"]
+    softmax = generate(plan_model(parse_model(float_softmax())), "net", fragments=True)
+    assert "NET_LDLIBS := -lm\n" in softmax["net.mk"]
 
 
 def test_target_flags_are_offered(tmp_path):
     mp = plan_model(parse_model(int8_model()), target="cortex-m4")
-    fragments = build_fragments(mp, "net", generate(mp, "net"))
+    fragments = generate(mp, "net", fragments=True)
     assert "NET_TARGET_CFLAGS := -mcpu=cortex-m4 -mthumb" in fragments["net.mk"]
     assert "set(NET_TARGET_FLAGS -mcpu=cortex-m4 -mthumb" in fragments["net.cmake"]
 
@@ -136,7 +140,7 @@ def test_target_flags_are_the_flags_the_firmware_is_built_with():
     """The fragments' flags for a Cortex-M target are the CPU's and every code-generation flag
     the measured firmware build passes (-fno-delete-null-pointer-checks among them)."""
     mp = plan_model(parse_model(int8_model()), target="cortex-m55")
-    fragments = build_fragments(mp, "net", generate(mp, "net"))
+    fragments = generate(mp, "net", fragments=True)
     line = next(x for x in fragments["net.mk"].splitlines() if x.startswith("NET_TARGET_CFLAGS"))
     offered = line.split(":=")[1].split()
     assert offered == [*get_target("cortex-m55").flags, *CODE_FLAGS]

@@ -196,7 +196,6 @@ def input_steps(graph, arrays: list, paths: list[str], model: str):
 
 
 def cmd_gen(args: argparse.Namespace) -> int:
-    from toolchain.c.fragments import build_fragments
     from toolchain.c.generate import generate, generate_shared
 
     models = [args.model, *args.more_models]
@@ -206,12 +205,12 @@ def cmd_gen(args: argparse.Namespace) -> int:
                           f"model, in order), not {len(names)}", args.model)
     if len(models) == 1:
         plans = [planned(args)]
-        files = generate(plans[0], names[0], external_io=args.external_io, arena=args.arena)
+        files = generate(plans[0], names[0], external_io=args.external_io, arena=args.arena,
+                         fragments=True)
     else:  # one arena for all, each model planned with the same options
         plans = [planned(argparse.Namespace(**{**vars(args), "model": m})) for m in models]
-        files = generate_shared(list(zip(plans, names, strict=True)), args.external_io, args.arena)
-    for plan, name in zip(plans, names, strict=True):
-        files.update(build_fragments(plan, name, files))
+        files = generate_shared(list(zip(plans, names, strict=True)), args.external_io, args.arena,
+                                fragments=True)
     paths = write_files_atomic(args.output_dir, files)
     mp = max(plans, key=lambda p: p.arena_bytes)
     if args.json:

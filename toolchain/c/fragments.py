@@ -10,8 +10,6 @@ toolchain file already chooses its CPU.
 
 from __future__ import annotations
 
-import re
-
 from toolchain import __version__
 from toolchain.c.module import SHARED_NAME
 from toolchain.lower.plan import ModelPlan
@@ -20,26 +18,11 @@ from toolchain.targets import CODE_FLAGS, get_target
 from toolchain.text import c_identifier
 
 C_FLAGS = ("-std=c99",)
-# C99's <math.h> functions (float, double and long double forms): a call to any needs libm
-LIBM = frozenset(
-    f"{base}{suffix}"
-    for base in "acos asin atan atan2 cos sin tan acosh asinh atanh cosh sinh tanh exp exp2 "
-    "expm1 frexp ldexp log log10 log1p log2 logb ilogb modf scalbn cbrt fabs hypot pow sqrt erf "
-    "erfc lgamma tgamma ceil floor nearbyint rint lrint llrint round lround llround trunc fmod "
-    "remainder remquo copysign nan nextafter fdim fmax fmin fma".split()
-    for suffix in ("", "f", "l")
-)
 
 
-def needs_libm(c_source: str) -> bool:
-    """Whether C text calls a libm function (a name of LIBM followed by an opening bracket,
-    outside comments: those say `exp(-1/4)` of a constant)."""
-    code = re.sub(r"/\*.*?\*/|//[^\n]*", " ", c_source, flags=re.DOTALL)
-    return any(m in LIBM for m in re.findall(r"\b(\w+)\s*\(", code))
-
-
-def build_fragments(mp: ModelPlan, name: str, files: dict[str, str]) -> dict[str, str]:
-    """NAME.cmake and NAME.mk for the files `generate` made under `name`."""
+def build_fragments(mp: ModelPlan, name: str, libm: bool, shared_source: bool) -> dict[str, str]:
+    """NAME.cmake and NAME.mk for the files `generate` made under `name`: `libm` when its
+    kernels call <math.h> functions, `shared_source` when arenac_shared.c defines its arena."""
     name = c_identifier(name)
     target = get_target(mp.program.target, mp.model.source)
     values = {
@@ -48,13 +31,13 @@ def build_fragments(mp: ModelPlan, name: str, files: dict[str, str]) -> dict[str
         "name": name,
         "prefix": name.upper(),
         # models generated together also need the file that defines their shared arena
-        "sources": [f"{name}.c"] + [f for f in (f"{SHARED_NAME}.c",) if f in files],
+        "sources": [f"{name}.c", *([f"{SHARED_NAME}.c"] if shared_source else [])],
         "c_flags": " ".join(C_FLAGS),
         "target": target.name,
         # a Cortex-M target's C is built with arm-none-eabi-gcc and these flags; portable C with
         # any C99 compiler, so no compiler's own flags
         "target_flags": " ".join((*target.flags, *CODE_FLAGS) if target.flags else ()),
-        "libm": needs_libm(files[f"{name}.c"]),
+        "libm": libm,
         "arena_bytes": mp.arena_bytes,
         "state_bytes": mp.state_bytes,
         # CMake's references to the fragment's variables, spelled here: ${...} is no template text

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from toolchain.c.addressing import addresses, pool_arrays
 from toolchain.c.checks import check_arena, check_graph, check_kernels, check_plan
-from toolchain.c.kernel_text import c_words
+from toolchain.c.fragments import build_fragments
 from toolchain.c.module import (
     SHARED_NAME,
     Layout,
@@ -23,20 +23,21 @@ from toolchain.c.steps import Emission, kernel_function
 from toolchain.errors import ArenacError
 from toolchain.lower.plan import ModelPlan
 from toolchain.lower.steps import own_steps
-from toolchain.ops.emit import c_length
+from toolchain.ops.emit import MATH_H, c_length
 from toolchain.render import render
 from toolchain.targets import get_target
 from toolchain.text import c_identifier
 
 # what code outside toolchain/c uses of the generator
-__all__ = ["SHARED_NAME", "SharedArena", "c_words", "generate", "generate_shared", "io_info",
+__all__ = ["SHARED_NAME", "SharedArena", "generate", "generate_shared", "io_info",
            "kernel_function", "traced_tensors"]
 
 
 def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
              arena: str = "static", shared: SharedArena | None = None,
-             trace: bool = False) -> dict[str, str]:
-    """File name -> text of NAME.h, NAME.c and the host harness NAME_main.c.
+             trace: bool = False, fragments: bool = False) -> dict[str, str]:
+    """File name -> text of NAME.h, NAME.c and the host harness NAME_main.c (and with
+    `fragments` the build fragments NAME.cmake and NAME.mk, toolchain.c.fragments).
 
     `arena="extern"` leaves the arena to the caller, who hands it to NAME_init; `shared`
     puts the activations in an arena that other models' files use too. The plan is verified
@@ -60,11 +61,15 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     calls = list(em.calls(mp.graph_index))
     if trace:
         calls = traced_calls(mp, at, own_steps(mp.steps), calls)
-    return model_files(em, calls, layout, target)
+    files = model_files(em, calls, layout, target)
+    if fragments:
+        files.update(build_fragments(mp, name, MATH_H in em.includes(),
+                                     shared is not None and arena == "static"))
+    return files
 
 
 def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = False,
-                    arena: str = "static") -> dict[str, str]:
+                    arena: str = "static", fragments: bool = False) -> dict[str, str]:
     """Several models' files sharing one arena, for models that run one at a time: each
     model's NAME.h, NAME.c and NAME_main.c with its own prefixed API and state block, and
     arenac_shared.h/.c defining the arena, sized to the largest (with `arena="extern"` the
@@ -83,7 +88,7 @@ def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = Fal
                          max(mp.plan.alignment for mp, _ in models), tuple(names))
     files: dict[str, str] = {}
     for (mp, _), name in zip(models, names, strict=True):
-        own = generate(mp, name, external_io, arena, shared)
+        own = generate(mp, name, external_io, arena, shared, fragments=fragments)
         taken = {f.lower() for f in files} & {f.lower() for f in own}
         if taken:  # `a` and `a_main`: a's harness is a_main.c, the other's model file
             raise ArenacError(f"two models' files would both be {sorted(taken)[0]}: give them "

@@ -14,12 +14,19 @@ import numpy as np
 from toolchain import __version__
 from toolchain.c.addressing import Addresses
 from toolchain.c.control import c_subgraph
-from toolchain.c.kernel_text import names_math_constant
 from toolchain.c.steps import Emission
 from toolchain.ir import Graph, Tensor
 from toolchain.lower.plan import ModelPlan, StateSlot, block_alignment
 from toolchain.lower.program import Program
-from toolchain.ops.emit import C_TYPES, c_array, c_float, c_int64, c_length, helper_definitions
+from toolchain.ops.emit import (
+    C_TYPES,
+    MATH_H,
+    c_array,
+    c_float,
+    c_int64,
+    c_length,
+    helper_definitions,
+)
 from toolchain.render import render
 from toolchain.targets import Target
 from toolchain.text import c_text
@@ -171,14 +178,16 @@ def code(em: Emission, calls: list[str], trace: bool) -> dict:
     folded = [t for t in graph.tensors if t.is_constant and t.index in referenced]
     uses_float = any(t.dtype == "float32" for t in graph.tensors)
     fixed_point, helpers = helper_definitions(em.groups)
+    declared = em.includes()
     return {
         "uses_float": uses_float,
-        "source_needs_math_h": uses_float or names_math_constant(em.texts)
+        # float code may use <math.h>'s NAN or INFINITY (toolchain.ops.emit.c_float)
+        "source_needs_math_h": uses_float or MATH_H in declared
         or any(non_finite(t.data) for t in folded),
         "constants": [constant(mp, at, t) for t in folded],
         "helpers": helpers,
         "fixed_point": fixed_point,
-        "includes": sorted({header for k in em.kernel_of.values() for header in k.includes}),
+        "includes": sorted(declared - {MATH_H}),
         "kernels": em.texts,
         "calls": calls,
         "trace": trace,

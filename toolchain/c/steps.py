@@ -81,6 +81,10 @@ class Emission:
             raise type(e)(f"{program.op_label(op)} {context.op.opcode}: {e.message}",
                           self.mp.model.source) from None
 
+    def includes(self) -> set[str]:
+        """The system headers the kernels emitted so far declare (Kernel.includes)."""
+        return {header for k in self.kernel_of.values() for header in k.includes}
+
     def call(self, step: Step) -> tuple[str, ...]:
         """The lines that run a step: a call, or for an op with no code a comment saying why;
         a striped segment's one call, then a comment for each of its other steps."""
@@ -124,5 +128,6 @@ class Emission:
         kernel = self.emit(context)
         self.kernel_of[op] = kernel
         if kernel.text:
-            self.texts.append(kernel.text)
+            self.texts.append(kernel.code)
         self.groups.extend(kernel.helpers)
+

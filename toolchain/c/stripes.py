@@ -4,10 +4,10 @@ of several stripes as a loop over the segment's stripe cursor."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from toolchain.c.kernel_text import alike_renamed, shared_definitions
 from toolchain.errors import PlanError
 from toolchain.lower.tiling import (
     OpRows,
@@ -18,7 +18,7 @@ from toolchain.lower.tiling import (
     stripe_scratch_fits,
     striped_params,
 )
-from toolchain.ops.emit import C_TYPES, CTensor, Kernel, OpContext, c_comment, c_sum
+from toolchain.ops.emit import C_TYPES, CDefinition, CTensor, Kernel, OpContext, c_comment, c_sum
 from toolchain.render import render
 from toolchain.text import c_text
 
@@ -78,13 +78,13 @@ def emit_segment(em: Emission, seg: Segment) -> None:
     s = striped_segment(em, seg)
     header_at = len(em.texts)  # the segment's comment, and its cursor where anything reads it
     em.texts.append("")
-    constants_of: dict[str, str] = {}  # file-scope constant -> its definition
+    defined: dict[str, str] = {}  # what the op's earlier runs defined: name -> text
     moving: set[int] = set()  # the stripe buffers whose rows move up
     runs = []
     for run in stripe_runs(seg, em.mp.graph, em.params, s.produced):
         stripe = seg.stripes[run.start]
         lines = keep_moves(s, run, moving)
-        lines += [stripe_call(s, run, w, places, constants_of)
+        lines += [stripe_call(s, run, w, places, defined)
                   for w, places in zip(stripe.ops, run.rows, strict=True)]
         runs.append({"loop": run.count > 1, "start": run.start, "stop": run.start + run.count,
                      "lines": lines})
@@ -128,11 +128,11 @@ def keep_moves(s: StripedSegment, run: Run, moving: set[int]) -> list[str]:
 
 
 def stripe_call(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...],
-                constants_of: dict[str, str]) -> str:
+                defined: dict[str, str]) -> str:
     """One op's kernel for a run (its text added to the file) and the line calling it."""
     em, program = s.em, s.em.mp.program
     context = stripe_context(s, run, w, places)
-    kernel, text = shared_kernel(em, context, run.start, constants_of)
+    kernel, text = shared_kernel(em, context, run.start, defined)
     em.kernel_of[w.op] = kernel
     _, lo, hi = w.reads[0]
     out_rows = w.out_hi - w.out_lo
@@ -174,17 +174,42 @@ def stripe_context(s: StripedSegment, run: Run, w: OpRows,
 
 
 def shared_kernel(em: Emission, context: OpContext, start: int,
-                  constants_of: dict[str, str]) -> tuple[Kernel, str]:
-    """A run's kernel and the text the file adds for it: the runs of an op share its
-    constants; one whose constants differ has its own, under a prefix of its own."""
+                  defined: dict[str, str]) -> tuple[Kernel, str]:
+    """A run's kernel and the text the file adds for it: the runs of an op share the
+    definitions they state alike (`defined`: name -> text, of the runs before); one whose
+    definitions differ has its own, under a prefix of its own, but for those equal to the
+    earlier runs' save the prefix."""
     kernel = em.emit(context)
-    text = shared_definitions(kernel.text, constants_of)
-    if text is None:
+    if any(defined.get(d.name, d.text) != d.text for d in kernel.definitions):
         prefix = f"{context.prefix}{start}"
-        kernel = em.emit(replace(context, prefix=prefix))
-        text = shared_definitions(alike_renamed(kernel.text, prefix, context.prefix,
-                                                constants_of), constants_of)
-    return kernel, text
+        kernel = alike_renamed(em.emit(replace(context, prefix=prefix)), prefix,
+                               context.prefix, defined)
+    new = [d for d in kernel.definitions if d.name not in defined]
+    defined.update((d.name, d.text) for d in new)
+    return kernel, "".join(d.text for d in new) + kernel.text
+
+
+def alike_renamed(kernel: Kernel, prefix: str, earlier: str, defined: dict[str, str]) -> Kernel:
+    """A kernel emitted under `prefix` as one of its definitions differs from the earlier
+    runs': each of its definitions that is theirs under `earlier` (the same text, but for the
+    name) dropped and its uses renamed, so only what differs is defined twice."""
+    renames = {}
+    for d in kernel.definitions:
+        if d.name.startswith(f"{prefix}_"):
+            before = f"{earlier}{d.name[len(prefix):]}"
+            if defined.get(before) == renamed(d.text, {d.name: before}):
+                renames[d.name] = before
+    return replace(kernel, text=renamed(kernel.text, renames), definitions=tuple(
+        CDefinition(d.name, renamed(d.text, renames))
+        for d in kernel.definitions if d.name not in renames))
+
+
+def renamed(text: str, renames: dict[str, str]) -> str:
+    """C text with each of the names `renames` maps (whole identifiers) spelled as it says."""
+    if not renames:
+        return text
+    pattern = rf"\b({'|'.join(map(re.escape, renames))})\b"
+    return re.sub(pattern, lambda m: renames[m[1]], text)
 
 
 def counted(n: int, noun: str) -> str:

@@ -46,6 +46,7 @@ from toolchain.ir import INT32_MAX, INT32_MIN
 from toolchain.numerics.fixedpoint import wrap_int32
 from toolchain.numerics.rounding import HighWord, SingleRounding, accumulator_range, high_word
 from toolchain.ops.emit import (
+    CDefinition,
     ConstantLoop,
     OpContext,
     c_array,
@@ -54,12 +55,31 @@ from toolchain.ops.emit import (
     c_length,
     c_offset,
     c_sum,
+    definition,
+    render_macro,
+    table_definition,
     written_vars,
 )
 from toolchain.ops.spec import MemoryRequest
 
 DSP_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m33")
 TEMPLATE = "c/arm_dsp.c.j2"
+
+
+def kernel_definitions(v: dict, *functions: CDefinition) -> tuple[CDefinition, ...]:
+    """What a DSP or Helium kernel's function uses at file scope, in file order: its tables,
+    its `_output`, the functions that gather its windows (`patch`, window_values) and any
+    further `functions` of its own; a blank line after each."""
+    found = [table_definition(t, gap=True) for t in v["tables"]]
+    found.append(definition(f"{v['prefix']}_output",
+                            render_macro(TEMPLATE, "output_function", v), gap=True))
+    patch = v.get("patch")
+    if patch:
+        found += [definition(f"{patch['prefix']}_{part}",
+                             render_macro(TEMPLATE, f"window_{part}", patch), gap=True)
+                  for part, wanted in (("row", True), ("window", patch["window"]),
+                                       ("widen", patch["direct"])) if wanted]
+    return (*found, *functions)
 GROUP = 4  # int8 values a word holds
 WORD = 4  # the scratch is read in words (LDRD needs them aligned)
 UNROLLED = 16  # depth groups written out without a loop

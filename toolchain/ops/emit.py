@@ -130,19 +130,59 @@ class OpContext:
 
 
 @dataclass(frozen=True)
+class CDefinition:
+    """A file-scope definition a kernel's function uses, by the name it defines: a constant
+    table, or a function it calls. Its text keeps its comment and the blank line after it, if
+    the family writes one."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Kernel:
-    """One op's C: its definitions, the helper groups they call (HELPER_GROUPS), which the
-    file defines once, ahead of every kernel, and the system headers they need (`includes`,
-    such as a target kernel's <arm_acle.h>). An op with nothing to do at run time has no text;
-    `note` then says why, in the comment the generator writes where it would be called."""
+    """One op's C: its function (`text`) after the file-scope `definitions` it uses, the
+    helper groups they call (HELPER_GROUPS), which the file defines once, ahead of every
+    kernel, and the system headers they need (`includes`, such as a target kernel's
+    <arm_acle.h>). An op with nothing to do at run time has no text; `note` then says why, in
+    the comment the generator writes where it would be called.
+
+    A kernel of a family that runs in stripes (OpSpec.striping) states every definition besides
+    its function in `definitions`: the kernels of an op's stripes share those they define alike
+    (toolchain.c.stripes). Others may keep theirs in `text`."""
 
     text: str
     helpers: tuple[str, ...] = ()
     note: str = ""
-    includes: tuple[str, ...] = ()
+    includes: tuple[str, ...] = ()  # MATH_H among them: see there
+    definitions: tuple[CDefinition, ...] = ()
+
+    @property
+    def code(self) -> str:
+        """What the file holds of the kernel: its definitions, then its function."""
+        return "".join(d.text for d in self.definitions) + self.text
 
 
 Emitter = Callable[[OpContext], Kernel]
+
+# The header a kernel includes when it calls a function of <math.h> (the file then links libm:
+# toolchain.c.fragments) or names its NAN or INFINITY.
+MATH_H = "math.h"
+
+DEFINITIONS_TEMPLATE = "c/definitions.c.j2"
+
+
+def definition(name: str, text: str, gap: bool = False) -> CDefinition:
+    """A rendered definition as a kernel states it: its text on lines of its own, then a blank
+    line if the family writes one (`gap`)."""
+    return CDefinition(name, text.strip("\n") + ("\n\n" if gap else "\n"))
+
+
+def table_definition(table: dict, gap: bool = False) -> CDefinition:
+    """A constant table of a kernel: `name`, `ctype`, `length` and `data` (c_array text), with
+    an optional `comment` above it and `align` (such as "ARENAC_ALIGN(4) ") before it."""
+    values = {"comment": "", "align": "", **table}
+    return definition(table["name"], render_macro(DEFINITIONS_TEMPLATE, "table", values), gap)
 
 HELPERS_TEMPLATE = "c/helpers.c.j2"
 # Each helper group (a macro of HELPERS_TEMPLATE) and the groups its functions call.
@@ -409,8 +449,9 @@ def _pack(items: list[str], per_line: int, width: int) -> list[str]:
 def c_float(value: float) -> str:
     """A float32 literal that parses back to the same float32. NaN and infinity have no
     literal: they are <math.h>'s NAN and INFINITY, constant expressions C99 allows in static
-    initializers (a file using them includes <math.h>; see `needs_math_h`). A NaN keeps its
-    sign but not its payload bits, which no kernel's result depends on."""
+    initializers (a file of float tensors includes <math.h>; a kernel naming them in another
+    declares MATH_H). A NaN keeps its sign but not its payload bits, which no kernel's result
+    depends on."""
     value = np.float32(value)
     sign = "-" if np.signbit(value) else ""
     if np.isnan(value):
@@ -418,14 +459,6 @@ def c_float(value: float) -> str:
     if np.isinf(value):
         return f"{sign}INFINITY"
     return np.format_float_scientific(value, unique=True) + "f"
-
-
-MATH_H_CONSTANTS = frozenset({"NAN", "INFINITY"})
-
-
-def needs_math_h(words: set[str]) -> bool:
-    """Whether C text made of `words` names a constant of <math.h>."""
-    return not MATH_H_CONSTANTS.isdisjoint(words)
 
 
 def c_int32(value: int) -> str:

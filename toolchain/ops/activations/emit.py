@@ -36,6 +36,7 @@ from toolchain.ops.activations.prepare import (
 )
 from toolchain.ops.elementwise.emit import broadcast_loops, broadcast_nest
 from toolchain.ops.emit import (
+    MATH_H,
     ConstantLoop,
     Kernel,
     OpContext,
@@ -124,7 +125,8 @@ def _float_function(ctx: OpContext, p: FloatFunctionParams) -> dict:
         return {"op_macro": "logistic_op", "cutoff_high": c_float(LOGISTIC_CUTOFF_HIGH),
                 "cutoff_low": c_float(LOGISTIC_CUTOFF_LOW)}
     comment, expression = _FLOAT_EXPRESSIONS[p.function]
-    return {"op_macro": "expression_op", "op_comment": comment, "expression": expression}
+    return {"op_macro": "expression_op", "op_comment": comment, "expression": expression,
+            "math": p.function in _CALLS_MATH}
 
 
 def _float_leaky_relu(ctx: OpContext, p: FloatLeakyReluParams) -> dict:
@@ -304,6 +306,10 @@ MACRO_HELPERS: dict[str, tuple[str, ...]] = {
     "int16_softmax_row": ("mbqm", "clamp"),
     "int8_l2_normalization_row": ("mbqm", "clamp"),
 }
+# The macros of the template that call <math.h> (expf, sqrtf), and the float functions whose
+# expression does (tanhf).
+MATH_MACROS = frozenset({"logistic_op", "float_softmax_row", "float_l2_normalization_row"})
+_CALLS_MATH = frozenset({"TANH"})
 
 
 def emit_activation(ctx: OpContext) -> Kernel:
@@ -316,7 +322,8 @@ def emit_activation(ctx: OpContext) -> Kernel:
         values["row_function"] = _render(values["row_macro"], values)
     called = (values.get("op_macro"), values.get("row_macro"))
     helpers = (*values["helpers"], *(h for m in called for h in MACRO_HELPERS.get(m, ())))
-    return Kernel(_render(values["macro"], values), helpers)
+    math = values.get("math") or not MATH_MACROS.isdisjoint(called)
+    return Kernel(_render(values["macro"], values), helpers, includes=(MATH_H,) if math else ())
 
 
 # The ops whose TFLite kernels also run legacy uint8 (as int8, in [0, 255]), and those that run

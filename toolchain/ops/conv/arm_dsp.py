@@ -48,6 +48,7 @@ from toolchain.ops.arm_dsp_common import (
     accumulator_lines,
     accumulator_ranges,
     depth_steps,
+    kernel_definitions,
     matmul_values,
     output_helpers,
     output_values,
@@ -66,6 +67,7 @@ from toolchain.ops.emit import (
     c_length,
     c_offset,
     c_sum,
+    definition,
     render_macro,
     written_vars,
 )
@@ -149,7 +151,7 @@ def emit_conv(ctx: OpContext) -> Kernel:
     values = pointwise_values(ctx, m, conv_output(m, p.output),
                               f"CONV_2D '{ctx.outputs[0].name}' 1x1")
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
-                  includes=("arm_acle.h",))
+                  includes=("arm_acle.h",), definitions=kernel_definitions(values))
 
 
 # -- CONV_2D 1x1 on a small input, channel pair by channel pair ------------------------------
@@ -289,7 +291,8 @@ def emit_staged(ctx: OpContext) -> Kernel:
             "widened into the arena, and three pixels by the two channels a step, each __smlad "
             "adding two products of int16 words read as they are")}
     return Kernel(render_macro(TEMPLATE, "pointwise_staged", values),
-                  tuple(sorted(helpers)), includes=("arm_acle.h",))
+                  tuple(sorted(helpers)), includes=("arm_acle.h",),
+                  definitions=kernel_definitions(values))
 
 
 # -- CONV_2D through im2col -----------------------------------------------------------------
@@ -471,7 +474,7 @@ def emit_im2col(ctx: OpContext) -> Kernel:
     values["setup"] = [f"memset({c_offset('windows', [], i * d.window + m.depth)}, 0, {tail});"
                        for i in range(pixels[0]["count"]) if tail]
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
-                  includes=("arm_acle.h",))
+                  includes=("arm_acle.h",), definitions=kernel_definitions(values))
 
 
 # -- DEPTHWISE_CONV_2D ---------------------------------------------------------------------
@@ -758,8 +761,10 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             "arenac_load2" in line for b in blocks for line in b["lines"]) else [])}
                                 | output_helpers(tables, output) | stage_calls)),
     }
+    row = definition(f"{values['prefix']}_row", render_macro(TEMPLATE, "depthwise_row", values),
+                     gap=True)
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
-                  includes=("arm_acle.h",))
+                  includes=("arm_acle.h",), definitions=kernel_definitions(values, row))
 
 
 _INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)

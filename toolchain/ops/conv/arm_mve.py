@@ -14,7 +14,7 @@ import numpy as np
 from toolchain.ir import Graph, Operator
 from toolchain.numerics.fixedpoint import wrap_int32
 from toolchain.ops import overlaps
-from toolchain.ops.arm_dsp_common import output_helpers, output_values
+from toolchain.ops.arm_dsp_common import kernel_definitions, output_helpers, output_values
 from toolchain.ops.arm_mve_common import MVE_TARGETS, TEMPLATE, mve_values
 from toolchain.ops.conv.arm_dsp import (
     accepts_conv,
@@ -58,7 +58,8 @@ def emit_conv(ctx: OpContext) -> Kernel:
     m = conv_matmul(p)
     values = mve_values(ctx, m, conv_output(m, p.output), f"CONV_2D '{ctx.outputs[0].name}' 1x1")
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
-                  includes=("arm_mve.h", "arm_acle.h"))
+                  includes=("arm_mve.h", "arm_acle.h"),
+                  definitions=kernel_definitions(values))
 
 
 def im2col_scratch(p) -> tuple[MemoryRequest, ...]:
@@ -96,7 +97,8 @@ def emit_im2col(ctx: OpContext) -> Kernel:
             "each vmladavaq_s8 adding sixteen products"),
     })
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
-                  includes=("arm_mve.h", "arm_acle.h"))
+                  includes=("arm_mve.h", "arm_acle.h"),
+                  definitions=kernel_definitions(values))
 
 
 def emit_depthwise(ctx: OpContext) -> Kernel:
@@ -141,7 +143,8 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         "helpers": tuple(sorted(output_helpers(tables, output) | stage_calls)),
     }
     return Kernel(render_macro(TEMPLATE, "depthwise", values), values["helpers"],
-                  includes=("arm_mve.h", "arm_acle.h"))
+                  includes=("arm_mve.h", "arm_acle.h"),
+                  definitions=kernel_definitions(values))
 
 
 _INT8 = kernels("int8, int8, int32? -> int8", targets=MVE_TARGETS)

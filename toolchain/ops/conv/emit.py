@@ -60,6 +60,7 @@ from toolchain.ops.conv.prepare import (
 )
 from toolchain.ops.emit import (
     LINE_LIMIT,
+    CDefinition,
     ConstantLoop,
     Kernel,
     OpContext,
@@ -70,8 +71,10 @@ from toolchain.ops.emit import (
     c_int64,
     c_length,
     c_sum,
+    definition,
     plus,
     render_macro,
+    table_definition,
     written_vars,
 )
 from toolchain.ops.hybrid import quantize_lines
@@ -1026,7 +1029,33 @@ def _conv_direct_values(ctx: OpContext) -> dict:
 def emit_conv_2d(ctx: OpContext) -> Kernel:
     v = conv_values(ctx)
     return Kernel(render_macro(TEMPLATE, v["kernel"], v),
-                  (*v.get("helpers", ()), *v.get("output_helpers", ())))
+                  (*v.get("helpers", ()), *v.get("output_helpers", ())),
+                  definitions=definitions(v))
+
+
+def definitions(v: dict) -> tuple[CDefinition, ...]:
+    """What a convolution's function uses at file scope, in file order: its output stage (the
+    requantizing function after the tables it reads, or a hybrid's tables), a uint8 filter's
+    offset copy, a column kernel's widened filter, and a depthwise span's filter and bias."""
+    rq, span = v["rq"], v.get("span")
+    found = []
+    if rq:
+        found += [table_definition({"ctype": "uint32_t", **t}) for t in rq["tables"]]
+        macro = "requantize_wide" if rq["wide"] else "requantize"
+        found.append(definition(rq["fn"], render_macro(TEMPLATE, macro, rq), gap=True))
+    elif v["hybrid"]:
+        found += [table_definition(t) for t in v["hybrid"]["tables"]]
+    if v["filter_copy"]:
+        found.append(table_definition({"ctype": "int16_t", **v["filter_copy"]}))
+    if v.get("kernel") == "conv_column" and v["wide"]:
+        found.append(table_definition({"ctype": "int16_t", **v["wide"]}))
+    if span:
+        found += [table_definition({"comment": span["comment"], "ctype": v["w_ctype"],
+                                    "name": span["filter_name"],
+                                    "length": span["filter_length"], "data": span["filter"]}),
+                  table_definition({"ctype": "int32_t", "name": span["bias_name"],
+                                    "length": span["bias_length"], "data": span["bias"]})]
+    return tuple(found)
 
 
 # -- DEPTHWISE_CONV_2D -------------------------------------------------------------------------
@@ -1292,7 +1321,8 @@ def depthwise_values(ctx: OpContext) -> dict:
 
 def emit_depthwise_conv_2d(ctx: OpContext) -> Kernel:
     v = depthwise_values(ctx)
-    return Kernel(render_macro(TEMPLATE, "depthwise", v), v.get("output_helpers", ()))
+    return Kernel(render_macro(TEMPLATE, "depthwise", v), v.get("output_helpers", ()),
+                  definitions=definitions(v))
 
 
 # -- TRANSPOSE_CONV ----------------------------------------------------------------------------
@@ -1329,7 +1359,8 @@ def transpose_conv_values(ctx: OpContext) -> dict:
 
 def emit_transpose_conv(ctx: OpContext) -> Kernel:
     v = transpose_conv_values(ctx)
-    return Kernel(render_macro(TEMPLATE, "direct", v), v.get("output_helpers", ()))
+    return Kernel(render_macro(TEMPLATE, "direct", v), v.get("output_helpers", ()),
+                  definitions=definitions(v))
 
 
 def convolution_scratch(p) -> tuple[MemoryRequest, ...]:

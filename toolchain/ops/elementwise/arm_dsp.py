@@ -13,7 +13,7 @@ from toolchain.numerics.rounding import SingleRounding, single_roundings
 from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp_common import DSP_TARGETS, OutputStage, output_values
 from toolchain.ops.elementwise.emit import TEMPLATE as ELEMENTWISE_TEMPLATE
-from toolchain.ops.elementwise.emit import binary_values, rescaled_inputs
+from toolchain.ops.elementwise.emit import binary_values, op_definitions, rescaled_inputs
 from toolchain.ops.elementwise.prepare import RescaledParams
 from toolchain.ops.emit import Kernel, OpContext, render_macro
 from toolchain.ops.spec import TargetKernel, kernels
@@ -57,11 +57,10 @@ def emit_add(ctx: OpContext) -> Kernel:
     values = binary_values(ctx)
     values["body"] = [f"const int32_t acc = {'x + y' if p.opcode == 'ADD' else 'x - y'};",
                       *(line for line in lines if line != "(void)c;")]
-    values["op_function"] = render_macro(ELEMENTWISE_TEMPLATE, values["macro"], values)
     text = render_macro(ELEMENTWISE_TEMPLATE, "binary", values)
     uses_ivdep = values["nest"] is not None and values["nest"]["inner"]["ivdep"]
     return Kernel(text, (*sorted(calls), *(("ivdep",) if uses_ivdep else ())),
-                  includes=("arm_acle.h",))
+                  includes=("arm_acle.h",), definitions=op_definitions(values))
 
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (

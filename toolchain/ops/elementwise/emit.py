@@ -25,6 +25,7 @@ from toolchain.ops.elementwise.prepare import (
     ShiftedParams,
 )
 from toolchain.ops.emit import (
+    CDefinition,
     ConstantLoop,
     Kernel,
     OpContext,
@@ -33,8 +34,10 @@ from toolchain.ops.emit import (
     c_float,
     c_int32,
     c_offset,
+    definition,
     render_macro,
     signed,
+    table_definition,
 )
 
 TEMPLATE = "c/elementwise.c.j2"
@@ -194,8 +197,8 @@ def _plain_values(p: PlainParams, ctype: str) -> dict:
     # float clamps even without an activation: infinities become +-FLT_MAX
     clamp = _clamp_lines(_bound(p.clamp_min, low, fmt), _bound(p.clamp_max, high, fmt))
     body = (_FLOAT_BODIES if is_float else _INT_BODIES)[p.opcode]
-    return {"macro": "plain_op", "helpers": (), "wide": ctype, "loads": (str, str),
-            "body": [line.format(t=ctype) for line in body] + clamp}
+    return {"helpers": (), "wide": ctype, "loads": (str, str),
+            "body": [*(line.format(t=ctype) for line in body), *clamp, "return r;"]}
 
 
 def rescaled_inputs(p: RescaledInputs, offset: int, multiplier: int, shift: int) -> np.ndarray:
@@ -206,22 +209,26 @@ def rescaled_inputs(p: RescaledInputs, offset: int, multiplier: int, shift: int)
     return multiply_by_quantized_multiplier((values + offset) << p.left_shift, multiplier, shift)
 
 
-def _rescaled_input_table(p: RescaledParams, offset: int, multiplier: int,
-                          shift: int) -> str:
-    return c_array(rescaled_inputs(p, offset, multiplier, shift), per_line=8)
+def _rescaled_input_table(p: RescaledParams, name: str, offset: int, multiplier: int,
+                          shift: int) -> dict:
+    return {"name": name, "ctype": WIDE_TYPE, "length": BYTE_VALUES,
+            "data": c_array(rescaled_inputs(p, offset, multiplier, shift), per_line=8)}
 
 
 def _rescaled_values(p: RescaledParams, prefix: str, ctype: str) -> dict:
     if p.dtype == "int16":  # no table of 65536 values: each input is rescaled as it is read
         return _rescaled_computed_values(p, prefix, ctype)
     return {
-        "macro": "rescaled_op", "helpers": ("mbqm",), "wide": WIDE_TYPE,
-        "left_shift": p.left_shift,
-        "table_length": BYTE_VALUES,
-        "tables": [_rescaled_input_table(p, p.input1_offset, p.input1_multiplier,
-                                         p.input1_shift),
-                   _rescaled_input_table(p, p.input2_offset, p.input2_multiplier,
-                                         p.input2_shift)],
+        "helpers": ("mbqm",), "wide": WIDE_TYPE,
+        "lead": (f"/* Each int8 input value offset, shifted left {p.left_shift} bits for headroom "
+                 "and rescaled to\n   the common scale (MultiplyByQuantizedMultiplier, evaluated "
+                 f"offline for all {BYTE_VALUES} values).\n   Their magnitudes stay below 2^27 "
+                 "(2^14 when shifted 7), so combining them cannot overflow. */"),
+        "input_tables": [
+            _rescaled_input_table(p, f"{prefix}_in1", p.input1_offset, p.input1_multiplier,
+                                  p.input1_shift),
+            _rescaled_input_table(p, f"{prefix}_in2", p.input2_offset, p.input2_multiplier,
+                                  p.input2_shift)],
         "loads": tuple(_table_load(f"{prefix}_in{n}", -INT_RANGES[p.dtype][0]) for n in (1, 2)),
         "body": [f"{WIDE_TYPE} r = {_COMBINED[p.opcode]};",
                  f"r = arenac_mbqm(r, {p.output_multiplier}, {p.output_shift}) "
@@ -235,13 +242,15 @@ def _rescaled_computed_values(p: RescaledParams, prefix: str, ctype: str) -> dic
     """int16 ADD and SUB (zero points 0): MultiplyByQuantizedMultiplierSmallerThanOneExp of
     each input shifted left, computed per element; |x| <= 2^15, so x * 2^15 fits in int32."""
     return {
-        "macro": "rescaled_computed_op", "helpers": ("mbqm",), "wide": WIDE_TYPE,
-        "scale_up": 1 << p.left_shift,
-        "comment": c_comment(f"Each int16 input shifted left {p.left_shift} bits for headroom "
-                             "and rescaled to the common scale (TFLite's "
-                             "MultiplyByQuantizedMultiplierSmallerThanOneExp)."),
-        "inputs": [{"multiplier": p.input1_multiplier, "shift": p.input1_shift},
-                   {"multiplier": p.input2_multiplier, "shift": p.input2_shift}],
+        "helpers": ("mbqm",), "wide": WIDE_TYPE,
+        "lead": c_comment(f"Each int16 input shifted left {p.left_shift} bits for headroom "
+                          "and rescaled to the common scale (TFLite's "
+                          "MultiplyByQuantizedMultiplierSmallerThanOneExp)."),
+        "input_functions": [
+            {"name": f"{prefix}_in{n}",
+             "value": f"arenac_mbqm(x * {1 << p.left_shift}, {multiplier}, {shift})"}
+            for n, multiplier, shift in ((1, p.input1_multiplier, p.input1_shift),
+                                         (2, p.input2_multiplier, p.input2_shift))],
         "loads": (lambda e: f"{prefix}_in1({e})", lambda e: f"{prefix}_in2({e})"),
         "body": [f"{WIDE_TYPE} r = {_COMBINED[p.opcode]};",
                  f"r = arenac_mbqm(r, {p.output_multiplier}, {p.output_shift});",
@@ -250,14 +259,14 @@ def _rescaled_computed_values(p: RescaledParams, prefix: str, ctype: str) -> dic
     }
 
 
-def _shifted_input(n: int, shift: int) -> dict:
+def _shifted_input(prefix: str, n: int, shift: int) -> dict:
     """One input's division by 2^shift on the power-of-two path, as gemmlowp rounds an int16."""
     if shift >= INT16_MASK_BITS:
-        return {"n": n, "value": "x >= 0 ? 1 : -1", "comment": c_comment(
+        return {"name": f"{prefix}_in{n}", "value": "x >= 0 ? 1 : -1", "comment": c_comment(
             f"input{n}'s scale is 2^{shift} times finer than the output's. TFLite divides it "
             f"by 2^{shift} with a 16-bit rounding mask, all ones from {INT16_MASK_BITS} bits on: "
             "every value rounds to 1 (0 included), or to -1 if negative.")}
-    return {"n": n, "value": f"arenac_rdbpot(x, {shift})", "comment": c_comment(
+    return {"name": f"{prefix}_in{n}", "value": f"arenac_rdbpot(x, {shift})", "comment": c_comment(
         f"input{n}'s scale is 2^{shift} times finer than the output's: divided by 2^{shift}, "
         "rounding halves away from zero.")}
 
@@ -270,10 +279,13 @@ def _shifted_values(p: ShiftedParams, prefix: str, ctype: str) -> dict:
            "scale is finer), then combined." if any(shifts) else
            "both int16 inputs are at the output's scale.")
     return {
-        "macro": "shifted_op", "wide": WIDE_TYPE,
+        "wide": WIDE_TYPE,
         "helpers": ("rdbpot",) if any(0 < s < INT16_MASK_BITS for s in shifts) else (),
-        "comment": c_comment(f"TFLite's path for power-of-two scales: {how}"),
-        "inputs": [_shifted_input(n, shift) for n, shift in enumerate(shifts, 1) if shift],
+        "lead": c_comment(f"TFLite's path for power-of-two scales: {how}"),
+        "input_functions": [_shifted_input(prefix, n, shift)
+                            for n, shift in enumerate(shifts, 1) if shift],
+        "op_comment": ("/* The result saturates to int16; the activation's range lies within "
+                       "it, so one clamp does\n   both. */"),
         "loads": tuple((lambda e, n=n: f"{prefix}_in{n}({e})") if shift else str
                        for n, shift in enumerate(shifts, 1)),
         "body": [f"{WIDE_TYPE} r = {_COMBINED[p.opcode]};",
@@ -292,9 +304,12 @@ def _table_load(table: str, offset: int) -> Load:
 
 def _product_values(p: ScaledProductParams, prefix: str, ctype: str) -> dict:
     return {
-        "macro": "product_op", "helpers": ("mbqm",), "wide": WIDE_TYPE,
-        "in1_offset": f" {signed(p.input1_offset)}" if p.input1_offset else "",
-        "in2_offset": f" {signed(p.input2_offset)}" if p.input2_offset else "",
+        "helpers": ("mbqm",), "wide": WIDE_TYPE,
+        "lead": ("/* Offset int8 inputs lie in [-255, 255] (int16 ones, zero point 0, in "
+                 "[-2^15, 2^15)), so\n   their product fits in int32. */"),
+        "input_functions": [
+            {"name": f"{prefix}_in{n}", "value": f"x {signed(offset)}" if offset else "x"}
+            for n, offset in ((1, p.input1_offset), (2, p.input2_offset))],
         "loads": (lambda e: f"{prefix}_in1({e})", lambda e: f"{prefix}_in2({e})"),
         "body": [f"{WIDE_TYPE} r = arenac_mbqm(x * y, {p.output_multiplier}, {p.output_shift}) "
                  f"{signed(p.output_offset)};",
@@ -331,8 +346,25 @@ def binary_values(ctx: OpContext) -> dict:
 
 def emit_binary(ctx: OpContext) -> Kernel:
     values = binary_values(ctx)
-    values["op_function"] = render_macro(TEMPLATE, values["macro"], values)
-    text = render_macro(TEMPLATE, "binary", values)
     uses_ivdep = values["nest"] is not None and values["nest"]["inner"]["ivdep"]
     calls = () if values["empty"] else values["helpers"]  # no element, no op function
-    return Kernel(text, (*calls, *(("ivdep",) if uses_ivdep else ())))
+    return Kernel(render_macro(TEMPLATE, "binary", values),
+                  (*calls, *(("ivdep",) if uses_ivdep else ())),
+                  definitions=op_definitions(values))
+
+
+def op_definitions(v: dict) -> tuple[CDefinition, ...]:
+    """What an elementwise kernel's loop calls: its inputs' `_in<n>` tables or functions and
+    `_op`, under the comment that leads them (none for an empty output, which calls
+    nothing)."""
+    if v["empty"]:
+        return ()
+    found = [table_definition(t, gap=True) for t in v.get("input_tables", ())]
+    found += [definition(f["name"], render_macro(TEMPLATE, "input_function",
+                                                 {"comment": "", "wide": v["wide"], **f}), True)
+              for f in v.get("input_functions", ())]
+    found.append(definition(f"{v['prefix']}_op", render_macro(
+        TEMPLATE, "op_function", {"op_comment": "", **v}), gap=True))
+    if v.get("lead"):
+        found[0] = CDefinition(found[0].name, f"{v['lead']}\n{found[0].text}")
+    return tuple(found)

@@ -24,6 +24,7 @@ from toolchain.ops.arm_dsp_common import (
     Matmul,
     OutputStage,
     accumulator_ranges,
+    kernel_definitions,
     pointwise_scratch,
     pointwise_values,
 )
@@ -81,7 +82,7 @@ def emit_fc(ctx: OpContext) -> Kernel:
     values = pointwise_values(ctx, m, fc_output(m, p),
                               f"FULLY_CONNECTED '{ctx.outputs[0].name}'")
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
-                  includes=("arm_acle.h",))
+                  includes=("arm_acle.h",), definitions=kernel_definitions(values))
 
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (

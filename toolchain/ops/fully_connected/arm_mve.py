@@ -5,6 +5,7 @@ toolchain/ops/arm_mve_common.py, from the DSP kernel's acceptance, sums and outp
 
 from __future__ import annotations
 
+from toolchain.ops.arm_dsp_common import kernel_definitions
 from toolchain.ops.arm_mve_common import MVE_TARGETS, TEMPLATE, mve_values
 from toolchain.ops.emit import Kernel, OpContext, render_macro
 from toolchain.ops.fully_connected.arm_dsp import accepts_fc, fc_matmul, fc_output
@@ -17,7 +18,8 @@ def emit_fc(ctx: OpContext) -> Kernel:
     m = fc_matmul(p, ctx.inputs[1].data, None if bias is None else bias.data)
     values = mve_values(ctx, m, fc_output(m, p), f"FULLY_CONNECTED '{ctx.outputs[0].name}'")
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
-                  includes=("arm_mve.h", "arm_acle.h"))
+                  includes=("arm_mve.h", "arm_acle.h"),
+                  definitions=kernel_definitions(values))
 
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (

@@ -16,6 +16,7 @@ from toolchain.ops.activations.prepare import Int16SigmoidParams
 from toolchain.ops.emit import (
     COMMENT_WIDTH,
     LINE_LIMIT,
+    MATH_H,
     ConstantLoop,
     Kernel,
     OpContext,
@@ -775,11 +776,14 @@ def lstm_int16_values(ctx: OpContext) -> dict:
 
 def emit_lstm(ctx: OpContext) -> Kernel:
     if isinstance(ctx.params, LstmBasicParams):
-        return Kernel(render_macro(TEMPLATE, "lstm_basic", lstm_basic_values(ctx)))
+        return Kernel(render_macro(TEMPLATE, "lstm_basic", lstm_basic_values(ctx)),
+                      includes=(MATH_H,))
     if isinstance(ctx.params, LstmHybridParams):
-        return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_hybrid_values(ctx)))
+        return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_hybrid_values(ctx)),
+                      includes=(MATH_H,))
     if isinstance(ctx.params, LstmFloatParams):
-        return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_float_values(ctx)))
+        return Kernel(render_macro(TEMPLATE, "lstm_float", lstm_float_values(ctx)),
+                      includes=(MATH_H,))
     if isinstance(ctx.params, LstmInt16Params):
         return Kernel(render_macro(TEMPLATE, "lstm_int16", lstm_int16_values(ctx)),
                       ("int16_sigmoid_table", "mbqm", "clamp"))
@@ -809,7 +813,7 @@ def emit_bidirectional_lstm(ctx: OpContext) -> Kernel:
     values["comment"] = c_comment(
         f"{ctx.op.opcode} '{ctx.outputs[0].name}': the forward cell over the sequence, then "
         f"the backward cell from its last step to its first, {outputs}.")
-    return Kernel(render_macro(TEMPLATE, "bidirectional", values))
+    return Kernel(render_macro(TEMPLATE, "bidirectional", values), includes=(MATH_H,))
 
 
 def cell_form(dtype: str) -> str:

@@ -12,6 +12,7 @@ import math
 
 from toolchain.ir import INT32_MAX, INT32_MIN
 from toolchain.ops.emit import (
+    MATH_H,
     ConstantLoop,
     Kernel,
     OpContext,
@@ -132,7 +133,9 @@ def emit_quantize(ctx: OpContext) -> Kernel:
         values, helpers = _affine_quantize(p, v), ("clamp",)
     else:
         values, helpers = _requantize(p, v), ("mbqm", "clamp")
-    return Kernel(_render("elementwise", {**v, **values}), () if v["empty"] else helpers)
+    # the affine path rounds with roundf (<math.h>)
+    return Kernel(_render("elementwise", {**v, **values}), () if v["empty"] else helpers,
+                  includes=(MATH_H,) if isinstance(p, AffineQuantizeParams) else ())
 
 
 def _channel_loops(shape: tuple[int, ...], axis: int) -> tuple[ConstantLoop, ...]:
@@ -150,7 +153,7 @@ def _emit_per_channel_quantize(ctx: OpContext, p: PerChannelQuantizeParams, v: d
         "scale_type": "float", "scales": c_array(p.scales), "zero_points": c_array(p.zero_points),
         "body": _affine_body(i, v["out_type"], "scale", " + (uint32_t)zero_point",
                              p.output_min, p.output_max),
-    }), () if v["empty"] else ("clamp",))
+    }), () if v["empty"] else ("clamp",), includes=(MATH_H,))
 
 
 def _dequantized(index: str, minus_zero_point: str, scale: str) -> str:
@@ -203,7 +206,9 @@ def _cast_body(p: CastParams, ctx: OpContext, v: dict) -> dict:
 
 def emit_cast(ctx: OpContext) -> Kernel:
     v = _common(ctx)
-    return Kernel(_render("elementwise", {**v, **_cast_body(ctx.params, ctx, v)}))
+    body = _cast_body(ctx.params, ctx, v)
+    return Kernel(_render("elementwise", {**v, **body}),
+                  includes=(MATH_H,) if ctx.params.method == "saturate" else ())  # truncf
 
 
 def _render(macro: str, values: dict) -> str:

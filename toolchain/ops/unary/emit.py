@@ -4,6 +4,7 @@ to every element, laid out by templates/c/unary.c.j2."""
 from __future__ import annotations
 
 from toolchain.ops.emit import (
+    MATH_H,
     ConstantLoop,
     Kernel,
     OpContext,
@@ -26,6 +27,8 @@ EXPRESSIONS = {
     "FLOOR": "floorf({x})",
     "CEIL": "ceilf({x})",
 }
+# the functions whose expression calls <math.h>
+CALLS_MATH = frozenset({"ABS", "SQRT", "RSQRT", "FLOOR", "CEIL"})
 
 
 def emit_unary_math(ctx: OpContext) -> Kernel:
@@ -44,4 +47,4 @@ def emit_unary_math(ctx: OpContext) -> Kernel:
         "each": each,
         "counters": written_vars([each]),
         "value": EXPRESSIONS[p.function].format(x=f"x[{each.index}]"),
-    }))
+    }), includes=(MATH_H,) if p.function in CALLS_MATH else ())
