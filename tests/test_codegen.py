@@ -104,16 +104,6 @@ def test_ram_is_the_arena_plus_state_plus_little(tmp_path, path):
     assert mp.arena_bytes <= ram < mp.arena_bytes + state + 1024
 
 
-@needs_shared_models
-@pytest.mark.parametrize("stem", ["kws_ref_model", "pretrainedResnet_quant"])
-def test_shared_models_clean_under_sanitizers(stem):
-    path = SHARED_MODELS / f"{stem}.tflite"
-    mp = plan_model(read_model(path))
-    with CBackend(mp, sanitize=True) as backend:
-        report = check_plan(mp, path.read_bytes(), inputs=2, extra=[("c", backend.invoke_many)])
-    assert report.ok
-
-
 def test_built_models_clean_under_sanitizers():
     data = pool_chain()
     mp = plan_model(parse_model(data))

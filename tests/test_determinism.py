@@ -18,30 +18,29 @@ from tests.mobilenet import mobilenet_v2
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# One side: for each model and target, `plan --json` and `gen`, then a digest of each output
-# (the generated files by name, the folder left out) as one JSON line.
+# One side: for each model and target, the model planned once as `gen` plans it, then a digest
+# of its `plan --json` data and of each file `gen` writes, as one JSON line.
 SIDE = """
-import contextlib, hashlib, io, json, sys
+import hashlib, json, sys
 from pathlib import Path
-from toolchain.cli import main
+from toolchain.c.generate import generate
+from toolchain.cli import build_parser, finite, planned
+from toolchain.views.report import plan_data
+
+def digest(text):
+    return hashlib.sha256(text.encode()).hexdigest()
 
 digests = {}
 for model in sys.argv[2:]:
     for target in ("generic", "cortex-m4"):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            status = main(["plan", model, "--json", "--target", target, "--quiet"])
-        assert status == 0, (model, target)
-        plan = json.loads(out.getvalue())
-        digests[f"{model} {target} plan"] = hashlib.sha256(out.getvalue().encode()).hexdigest()
-        digests[f"{model} {target} arena"] = plan["arena_bytes"]
-        folder = Path(sys.argv[1]) / Path(model).stem / target
-        with contextlib.redirect_stdout(io.StringIO()):
-            status = main(["gen", model, "-o", str(folder), "--target", target, "--quiet"])
-        assert status == 0, (model, target)
-        for path in sorted(folder.iterdir()):
-            digests[f"{model} {target} {path.name}"] = hashlib.sha256(
-                path.read_bytes()).hexdigest()
+        args = build_parser().parse_args(["gen", model, "-o", sys.argv[1], "--target", target])
+        plan = planned(args)
+        digests[f"{model} {target} plan"] = digest(json.dumps(finite(plan_data(plan))))
+        digests[f"{model} {target} arena"] = plan.arena_bytes
+        files = generate(plan, Path(model).stem, external_io=args.external_io, arena=args.arena,
+                         fragments=True)
+        for name, text in sorted(files.items()):
+            digests[f"{model} {target} {name}"] = digest(text)
 print(json.dumps(digests))
 """
 

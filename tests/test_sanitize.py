@@ -25,7 +25,7 @@ from toolchain.cli import main
 from toolchain.front.examples import EXAMPLES
 from toolchain.front.reader import parse_model, read_model
 from toolchain.lab.c_backend import CBackend
-from toolchain.lab.check import compare_edges, difference, edge_inputs
+from toolchain.lab.check import check_plan, compare_edges, difference, edge_inputs
 from toolchain.lower.plan import plan_model
 
 HYBRID = {
@@ -50,11 +50,15 @@ def compared(what: str) -> bool:
     return all(v in ("True", "False") or 0 < abs(float(v)) < 1e-37 for v in what.split(", "))
 
 
-def assert_sanitized_edges_agree(mp, float_inputs_overflow_apart: bool) -> None:
+def assert_sanitized_edges_agree(mp, float_inputs_overflow_apart: bool,
+                                 model_bytes: bytes | None = None) -> None:
+    """With `model_bytes`, the same sanitized build also meets the oracle on 2 random sets."""
     graph = mp.graph
     floats = any(graph.tensors[t].dtype.startswith("float") for t in graph.inputs)
     with CBackend(mp, sanitize=True) as c:
         differences = compare_edges(mp, c.invoke_many)
+        if model_bytes is not None:
+            assert check_plan(mp, model_bytes, inputs=2, extra=[("c", c.invoke_many)]).ok
     if floats and float_inputs_overflow_apart:
         differences = [d for d in differences if compared(d.split(": output")[0][7:])]
     assert differences == []
@@ -75,8 +79,8 @@ def test_every_hybrid_model_is_sanitizer_clean_and_exact_on_edge_inputs(name):
 
 
 @pytest.mark.parametrize("path", SHARED_MODEL_FILES, ids=lambda p: p.stem)
-def test_every_shared_model_is_sanitizer_clean_on_edge_inputs(path):
-    assert_sanitized_edges_agree(plan_model(read_model(path)), True)
+def test_every_shared_model_is_sanitizer_clean_on_edge_and_random_inputs(path):
+    assert_sanitized_edges_agree(plan_model(read_model(path)), True, path.read_bytes())
 
 
 def test_edge_inputs_cover_each_dtype_and_keep_shape_inputs():

@@ -438,11 +438,13 @@ def _pack(items: list[str], per_line: int, width: int) -> list[str]:
     """`items` joined by ", " into lines of at most `per_line` items and `width` characters."""
     lines: list[str] = []
     line: list[str] = []
+    length = -2  # of ", ".join(line), once it holds an item
     for item in items:
-        if line and (len(line) == per_line or len(", ".join([*line, item])) > width):
+        if line and (len(line) == per_line or length + 2 + len(item) > width):
             lines.append(", ".join(line))
-            line = []
+            line, length = [], -2
         line.append(item)
+        length += 2 + len(item)
     return [*lines, ", ".join(line)] if line else lines
 
 
