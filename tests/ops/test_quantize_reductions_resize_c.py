@@ -18,7 +18,7 @@ from toolchain.c.generate import generate
 from toolchain.errors import ModelError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
-from toolchain.lab.c_backend import SANITIZE_FLAGS, CBackend, compile_files, write_files
+from toolchain.lab.c_backend import CBackend, compile_files, write_files
 from toolchain.lab.check import random_inputs
 from toolchain.lab.oracle import LiteRTOracle, TFLMOracle
 from toolchain.lower.plan import plan_model
@@ -29,15 +29,9 @@ def plan(model_bytes: bytes):
     return plan_model(parse_model(model_bytes), "greedy")
 
 
-# -fsanitize=undefined leaves out float -> integer conversions out of range: add them.
-SANITIZE = (*SANITIZE_FLAGS, "-fsanitize=float-cast-overflow")
-
-
 def c_outputs(model_bytes: bytes, values: list[np.ndarray], sanitize: bool = True):
     """The compiled C's outputs; with `sanitize`, built with ASan and UBSan (aborting)."""
-    with CBackend(plan(model_bytes)) as backend:
-        if sanitize:
-            backend.binary = compile_files(backend.directory, "model", SANITIZE)
+    with CBackend(plan(model_bytes), sanitize=sanitize) as backend:
         return backend.invoke(values)
 
 
