@@ -17,13 +17,15 @@ from toolchain.ops import prepare_graph
 
 def assert_matches_oracle(
     model_bytes: bytes, inputs: int = 3, seed: int = 0, planner: str = "greedy", c: bool = True,
-    sequence: int | None = None, striped: bool = False,
+    sequence: int | None = None, striped: bool = False, sanitize: bool = False,
 ) -> None:
     """Bit-exact for integer outputs, 1e-5 relative for float, on `inputs` random input sets
     (each a sequence of `sequence` invokes with the state kept; by default 3 for a model with
     state, else 1).
 
-    The compiled C joins unless `c` is off. With `striped`, the plan must run some segment
+    The compiled C joins unless `c` is off; with `sanitize` it is built with ASan and UBSan
+    (any undefined behaviour aborts), which serves a family's sanitizer run and its comparison
+    with the oracle in one build. With `striped`, the plan must run some segment
     stripe by stripe (toolchain.lower.tiling).
     """
     model = parse_model(model_bytes, "<built model>")
@@ -31,7 +33,7 @@ def assert_matches_oracle(
     assert mp.tiling.segments or not striped, "no segment is striped"
     extra = []
     if c:
-        backend = CBackend(mp)
+        backend = CBackend(mp, sanitize=sanitize)
         extra.append(("c", backend.invoke_many))
     try:
         report = check_plan(mp, model_bytes, inputs=inputs, seed=seed, extra=extra,
