@@ -8,9 +8,7 @@ of behaviour is meant, and say which in the commit."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import re
 import sys
@@ -58,31 +56,27 @@ def model_paths(folder: Path) -> dict[str, Path]:
     return paths
 
 
-def _arenac(*args: str) -> str:
-    from toolchain.cli import main
+def digests(name: str, path: Path, target: str) -> dict[str, str]:
+    """The arena table of one model on one target, and a digest per generated C file, from one
+    plan made as `gen` makes it (`plan` prints the table of the same plan)."""
+    from toolchain.c.generate import generate
+    from toolchain.cli import build_parser, planned
+    from toolchain.views.report import plan_text
 
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main([*args, "--quiet"])
-    if status != 0:
-        raise AssertionError(f"arenac {' '.join(args)} exited {status}")
-    return out.getvalue()
-
-
-def digests(name: str, path: Path, target: str, folder: Path) -> dict[str, str]:
-    """The arena table of one model on one target, and a digest per generated C file."""
-    table = _arenac("plan", str(path), "--target", target).replace(str(path), name)
+    args = build_parser().parse_args(["gen", str(path), "-o", "unused", "--target", target,
+                                      "--name", "m"])
+    mp = planned(args)
+    table = plan_text(mp).replace(str(path), name) + "\n"
     found = {"plan": hashlib.sha256(table.encode()).hexdigest()}
-    out = folder / name / target
-    _arenac("gen", str(path), "-o", str(out), "--target", target, "--name", "m")
-    for file in sorted(out.iterdir()):
-        if file.suffix == ".c":
-            text = normalized_c(file.read_text())
-        elif file.suffix == ".h":
-            text = _SPACE.sub(" ", _COMMENT.sub(" ", file.read_text())).strip()
+    files = generate(mp, "m", external_io=args.external_io, arena=args.arena, fragments=True)
+    for file_name, text in sorted(files.items()):
+        if file_name.endswith(".c"):
+            text = normalized_c(text)
+        elif file_name.endswith(".h"):
+            text = _SPACE.sub(" ", _COMMENT.sub(" ", text)).strip()
         else:
             continue
-        found[file.name] = hashlib.sha256(text.encode()).hexdigest()
+        found[file_name] = hashlib.sha256(text.encode()).hexdigest()
     return found
 
 
@@ -91,7 +85,7 @@ def behaviour(names: list[str] | None = None) -> dict[str, dict[str, str]]:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         paths = model_paths(folder)
-        return {f"{name} {target}": digests(name, path, target, folder)
+        return {f"{name} {target}": digests(name, path, target)
                 for name, path in paths.items() if names is None or name in names
                 for target in TARGETS}
 

@@ -12,7 +12,6 @@ import pytest
 from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODEL_FILES, SHARED_MODELS, needs_shared_models
-from tests.mobilenet import mobilenet_v2
 from tests.test_runtime import pool_chain
 from toolchain.c.generate import generate
 from toolchain.cli import main
@@ -83,9 +82,11 @@ def test_external_io_keeps_inputs_and_outputs_out_of_the_arena(tmp_path):
 
 
 def object_sizes(tmp_path, files: dict[str, str], name: str) -> dict[str, int]:
+    """The RAM of the object file. Unoptimized: no static is dropped, so it is the most an
+    optimizing build can keep, and it builds several times faster."""
     write_files(files, str(tmp_path))
     subprocess.run(
-        ["cc", "-std=c99", "-O2", "-c", f"{name}.c", "-o", f"{name}.o"], cwd=tmp_path, check=True
+        ["cc", "-std=c99", "-O0", "-c", f"{name}.c", "-o", f"{name}.o"], cwd=tmp_path, check=True
     )
     out = subprocess.run(
         ["size", "-A", f"{name}.o"], cwd=tmp_path, check=True, capture_output=True, text=True
@@ -209,21 +210,19 @@ def host_gcc_runs(flags: tuple[str, ...]) -> bool:
 ZEN_FLAGS = ("-O3", "-march=znver3")
 
 
-@pytest.mark.parametrize("name", ["vww_96_int8", "person_detect", "mobilenet_v2_224"])
+@pytest.mark.parametrize("name", ["vww_96_int8", "person_detect"])
 def test_the_c_built_at_o3_for_zen_gives_runtime_pys_outputs(name):
     """GCC 12's induction-variable pass misplaced the outputs of vww's and person_detect's
     vectorized convolutions at -O3 with AMD Zen tuning (-march=native on such a core); the
     generated file turns that pass off there (see model.c.j2). Every other GCC and clang
-    builds it as it stands."""
+    builds it as it stands. (A 224x224 MobileNetV2 built without the pragma came out right:
+    these two models are the witnesses.)"""
     if not host_gcc_runs(ZEN_FLAGS):
         pytest.skip("needs GCC for x86-64 on a processor with AVX2")
-    if name == "mobilenet_v2_224":
-        data = mobilenet_v2(224)
-    else:
-        path = SHARED_MODELS / f"{name}.tflite"
-        if not path.exists():
-            pytest.skip(f"{path} not found")
-        data = path.read_bytes()
+    path = SHARED_MODELS / f"{name}.tflite"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    data = path.read_bytes()
     mp = plan_model(parse_model(data, f"{name}.tflite"))
     inputs = [random_inputs(mp.graph, seed=s) for s in range(3)]
     expected = [ArenaInterpreter(mp).invoke(values) for values in inputs]
