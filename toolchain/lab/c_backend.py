@@ -52,15 +52,23 @@ def compile_files(
 ) -> str:
     """Build NAME.c with its harness NAME_main.c; returns the executable's path.
 
+    One translation unit, NAME.c and then NAME_main.c (NAME_unity.c includes both in that
+    order, so NAME.c still compiles on its own includes): one compiler process instead of two,
+    and the build takes a fifth less time, which is most of an operator test's. The files also
+    build separately, as a firmware builds them: the Make and CMake fragments' tests and the
+    Cortex-M builds do.
+
     `source` names the model the C was generated from, for the error a failure raises.
     """
     binary = os.path.join(directory, name)
+    with open(os.path.join(directory, f"{name}_unity.c"), "w") as f:
+        f.write(f'#include "{name}.c"\n#include "{name}_main.c"\n')
     command = [
         *compiler(source),
         *STRICT_FLAGS,
+        "-pipe",
         *extra_flags,
-        f"{name}.c",
-        f"{name}_main.c",
+        f"{name}_unity.c",
         "-lm",
         "-o",
         binary,
