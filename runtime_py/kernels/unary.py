@@ -7,6 +7,16 @@ import numpy as np
 
 from toolchain.ops.unary.prepare import UnaryMathParams
 
+
+def round_half_even(x: np.ndarray) -> np.ndarray:
+    """TFLite's ROUND, step for step: the float below, or the one above when x is past the half
+    or at the half of an odd one (so -0.3 gives +0.0, where np.rint gives -0.0)."""
+    below = np.floor(x)
+    diff = x - below
+    odd = np.fmod(below, np.float32(2)) != 0  # at a half |below| < 2^23: TFLite's int cast
+    return np.where((diff < 0.5) | ((diff == 0.5) & ~odd), below, below + np.float32(1))
+
+
 FUNCTIONS = {
     "ABS": np.abs,
     "NEG": np.negative,
@@ -15,6 +25,7 @@ FUNCTIONS = {
     "RSQRT": lambda x: np.float32(1.0) / np.sqrt(x),
     "FLOOR": np.floor,
     "CEIL": np.ceil,
+    "ROUND": round_half_even,
 }
 
 

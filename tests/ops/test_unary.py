@@ -20,7 +20,7 @@ EDGES = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 2.5, 1e-45, -1e-45, 3.4e38, -
 
 
 # What LiteRT's BUILTIN_REF resolver has no kernel for: TFLite Micro is the oracle there.
-LITERT_LACKS = {"CEIL"}
+LITERT_LACKS = {"CEIL", "ROUND"}
 
 
 def unary_model(opcode: str, shape: tuple[int, ...]) -> bytes:
@@ -83,3 +83,20 @@ def test_a_shape_change_is_refused_in_one_line():
     b.output(y)
     with pytest.raises(Exception, match="output shape \\[3, 2\\] is not the input's \\[2, 3\\]"):
         plan_model(parse_model(b.build(), "<built model>")).program.params()
+
+
+def test_round_takes_halves_to_even_and_small_negatives_to_plus_zero():
+    """TFLite's ROUND floors and then steps up: halves go to the even integer, and -0.3 comes
+    out +0.0, where C's rintf and numpy's rint give -0.0. runtime_py and the C match TFLite
+    Micro's bits on these."""
+    values = np.array([[-0.3, -0.5, 0.5, 1.5, 2.5, -1.5, -2.5, -0.0, 0.49999997, 8388607.5]],
+                      np.float32)
+    model = unary_model("ROUND", values.shape)
+    (expected,) = TFLMOracle(model, 1).invoke([values])
+    np.testing.assert_array_equal(expected, [[0, -0, 0, 2, 2, -2, -2, -0, 0, 8388608]])
+    assert not np.signbit(expected[0, 0]) and np.signbit(np.rint(values[0, 0]))
+    mp = plan_model(parse_model(model, "<built model>"))
+    (mine,) = ArenaInterpreter(mp).invoke([values])
+    with CBackend(mp, sanitize=True) as backend:
+        ((c_out,),) = backend.invoke_many([[values]])
+    assert same_bits(expected, mine) and same_bits(expected, c_out)

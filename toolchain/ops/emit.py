@@ -198,6 +198,7 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "byte_column": (),
     "clz32": (),
     "sat_shl": (),
+    "round_half_even": (),
     "gemmlowp_exp": ("sat_shl", "srdhm", "rdbpot"),
     "gemmlowp_inv_sqrt": ("clz32", "sat_shl", "srdhm", "rdbpot"),
     "int16": (),

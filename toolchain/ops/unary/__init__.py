@@ -1,4 +1,4 @@
-"""The float32 math functions: ABS, NEG, SQUARE, SQRT, RSQRT, FLOOR and CEIL.
+"""The float32 math functions: ABS, NEG, SQUARE, SQRT, RSQRT, FLOOR, CEIL and ROUND.
 
 prepare.py turns an operator into its params, what runtime_py and every backend run from;
 emit.py writes their portable C. `SPECS` registers the ops (toolchain.ops.REGISTRY).

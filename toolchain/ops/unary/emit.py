@@ -16,8 +16,8 @@ from toolchain.ops.unary.prepare import UnaryMathParams
 
 TEMPLATE = "c/unary.c.j2"
 
-# Each function as TFLite's reference kernel computes it (elementwise.cc, floor.cc, ceil.cc):
-# the same IEEE operation in C99's <math.h>.
+# Each function as TFLite's reference kernel computes it (elementwise.cc, floor.cc, ceil.cc,
+# round.h): the same IEEE operation in C99's <math.h>, or ROUND's steps in a helper.
 EXPRESSIONS = {
     "ABS": "fabsf({x})",
     "NEG": "-{x}",
@@ -26,9 +26,11 @@ EXPRESSIONS = {
     "RSQRT": "1.0f / sqrtf({x})",
     "FLOOR": "floorf({x})",
     "CEIL": "ceilf({x})",
+    "ROUND": "arenac_round_half_even({x})",
 }
-# the functions whose expression calls <math.h>
-CALLS_MATH = frozenset({"ABS", "SQRT", "RSQRT", "FLOOR", "CEIL"})
+# the functions whose expression calls <math.h>, and the helper groups they call
+CALLS_MATH = frozenset({"ABS", "SQRT", "RSQRT", "FLOOR", "CEIL", "ROUND"})
+HELPERS = {"ROUND": ("round_half_even",)}
 
 
 def emit_unary_math(ctx: OpContext) -> Kernel:
@@ -47,4 +49,5 @@ def emit_unary_math(ctx: OpContext) -> Kernel:
         "each": each,
         "counters": written_vars([each]),
         "value": EXPRESSIONS[p.function].format(x=f"x[{each.index}]"),
-    }), includes=(MATH_H,) if p.function in CALLS_MATH else ())
+    }), helpers=HELPERS.get(p.function, ()),
+        includes=(MATH_H,) if p.function in CALLS_MATH else ())

@@ -1,8 +1,9 @@
-"""The float32 elementwise math functions (ABS, NEG, SQUARE, SQRT, RSQRT, FLOOR, CEIL): params
-every backend runs from.
+"""The float32 elementwise math functions (ABS, NEG, SQUARE, SQRT, RSQRT, FLOOR, CEIL, ROUND):
+params every backend runs from.
 
 Each function is one IEEE operation (or two, for RSQRT's 1 / sqrt(x)), correctly rounded by C
-and numpy alike, so the C, runtime_py and TFLite's reference kernels agree bit for bit on every
+and numpy alike, or, for ROUND, TFLite's own steps of such operations (floor, a difference, a
+comparison), so the C, runtime_py and TFLite's reference kernels agree bit for bit on every
 input, NaN and infinities included.
 """
 
@@ -15,7 +16,7 @@ from toolchain.errors import ModelError
 from toolchain.ir import Graph, Operator
 from toolchain.ops.spec import required_input
 
-FUNCTIONS = ("ABS", "NEG", "SQUARE", "SQRT", "RSQRT", "FLOOR", "CEIL")
+FUNCTIONS = ("ABS", "NEG", "SQUARE", "SQRT", "RSQRT", "FLOOR", "CEIL", "ROUND")
 
 
 @dataclass(frozen=True)
