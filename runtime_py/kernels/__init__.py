@@ -18,6 +18,7 @@ from runtime_py.kernels import (
     control,
     conv,
     elementwise,
+    fill,
     fully_connected,
     lstm,
     pooling,
@@ -34,6 +35,6 @@ from runtime_py.kernels import (
 Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal, comparisons, unary)
+            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

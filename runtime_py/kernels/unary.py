@@ -1,5 +1,5 @@
 """numpy kernels of the float32 math functions (toolchain.ops.unary), each one IEEE operation
-per element as TFLite's reference kernels compute it."""
+per element as TFLite's reference kernels compute it (ROUND: their steps of such operations)."""
 
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ from toolchain.ops import (
     control,
     conv,
     elementwise,
+    fill,
     fully_connected,
     lstm,
     pooling,
@@ -60,7 +61,7 @@ from toolchain.ops.spec import (
 from toolchain.targets import GENERIC
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal, comparisons, unary)
+            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 

@@ -1,0 +1,95 @@
+"""ZEROS_LIKE and FILL (toolchain/ops/fill): runtime_py in its planned arena and the C (under
+the sanitizers) against TFLite's reference kernels, bit for bit, in every dtype each runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.opcheck import assert_matches_oracle, oracle_outputs, refusal
+from toolchain.errors import ModelError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lower.plan import plan_model
+
+QUANTIZED = {"int8": (0.05, -3), "int16": (0.001, 0)}
+
+
+def zeros_like_model(dtype: str, shape: tuple[int, ...]) -> bytes:
+    b = ModelBuilder()
+    x = b.input("x", shape, dtype)
+    y = b.tensor("y", shape, dtype)
+    b.op("ZEROS_LIKE", [x], [y])
+    b.output(y)
+    return b.build()
+
+
+def fill_model(dtype: str, shape: tuple[int, ...], dims_dtype: str = "int32",
+               constant_value: bool = False) -> bytes:
+    """FILL of `shape` with a value the model is given, or with a constant -7 (then the model's
+    input only passes through a RESHAPE beside it: generated C is driven by an input)."""
+    b = ModelBuilder()
+    quant = QUANTIZED.get(dtype, (None, None))
+    dims = b.const("dims", np.array(shape, dims_dtype))
+    if constant_value:
+        value = b.const("value", np.array(-7, dtype), *quant)
+    else:
+        value = b.input("value", (), dtype, *quant)
+    y = b.tensor("y", shape, dtype, *quant)
+    b.op("FILL", [dims, value], [y])
+    b.output(y)
+    if constant_value:
+        x = b.input("x", (2, 2), dtype, *quant)
+        flat = b.tensor("flat", (4,), dtype, *quant)
+        b.op("RESHAPE", [x], [flat], {"new_shape": [4]})
+        b.output(flat)
+    return b.build()
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5), (7,), ()])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int64"])
+def test_zeros_like(dtype, shape):
+    model = zeros_like_model(dtype, shape)
+    assert_matches_oracle(model, sanitize=True)
+    assert all((out == 0).all() for out in oracle_outputs(model))
+
+
+@pytest.mark.parametrize("dims_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("shape", [(2, 3, 4), (5,), ()])
+@pytest.mark.parametrize("dtype", ["bool", "float32", "int8", "int16", "int32", "int64"])
+def test_fill(dtype, shape, dims_dtype):
+    assert_matches_oracle(fill_model(dtype, shape, dims_dtype), inputs=2, sanitize=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8", "int64"])
+def test_fill_with_a_constant_value(dtype):
+    model = fill_model(dtype, (3, 4), constant_value=True)
+    assert_matches_oracle(model, sanitize=True)
+    assert (oracle_outputs(model)[0] == -7).all()
+
+
+def test_the_output_may_take_the_value_s_place():
+    """FILL reads its value once before it writes: the planner may put the output over it."""
+    mp = plan_model(parse_model(fill_model("int32", (4, 4)), "fill.tflite"))
+    offsets = mp.offset_of_tensor()
+    assert offsets[mp.graph.inputs[0]] == offsets[mp.graph.outputs[0]]
+
+
+def test_dims_given_at_run_time_are_refused_in_one_line():
+    b = ModelBuilder()
+    dims = b.input("dims", (2,), "int32")
+    value = b.input("value", (), "float32")
+    y = b.tensor("y", (2, 3), "float32")
+    b.op("FILL", [dims, value], [y])
+    b.output(y)
+    assert "dims must be a constant tensor" in refusal(b.build())
+
+
+def test_dims_that_are_not_the_output_s_shape_are_a_model_error():
+    b = ModelBuilder()
+    value = b.input("value", (), "float32")
+    y = b.tensor("y", (2, 3), "float32")
+    b.op("FILL", [b.const("dims", np.array([3, 2], np.int32)), value], [y])
+    b.output(y)
+    with pytest.raises(ModelError, match=r"its dims \[3, 2\] are not the output's shape \[2, 3\]"):
+        plan_model(parse_model(b.build(), "fill.tflite")).program.params()

@@ -1,0 +1,56 @@
+"""ZEROS_LIKE and FILL: params every backend runs from.
+
+Both write every element of their output with one value and read nothing else of their inputs:
+ZEROS_LIKE zeros of its input's shape (only the shape is read), FILL its scalar value input
+over the shape its constant dims input gives. The value is read once before any element is
+written, so either output may take its input's place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolchain.errors import ModelError, UnsupportedOpError
+from toolchain.ir import Graph, Operator
+from toolchain.ops.spec import required_input
+
+
+@dataclass(frozen=True)
+class ZerosLikeParams:
+    """Zero the `nbytes` bytes of the output: all-zero bits are 0, 0.0f and false alike."""
+
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class FillParams:
+    """Each of `elements` output elements is a copy of the value input's one element."""
+
+    elements: int
+
+
+def prepare_zeros_like(graph: Graph, op: Operator) -> ZerosLikeParams:
+    x = required_input(graph, op, 0, "input")
+    out = graph.tensors[op.outputs[0]]
+    if x.shape != out.shape:
+        raise ModelError(f"output shape {list(out.shape)} is not the input's {list(x.shape)}")
+    return ZerosLikeParams(out.nbytes)
+
+
+def prepare_fill(graph: Graph, op: Operator) -> FillParams:
+    """The output's shape is the dims input's values, which must be known when planning: a
+    constant, as converters write it."""
+    dims = required_input(graph, op, 0, "dims")
+    value = required_input(graph, op, 1, "value")
+    out = graph.tensors[op.outputs[0]]
+    if dims.data is None:
+        raise UnsupportedOpError("its dims must be a constant tensor: the output's shape is "
+                                 "planned before the model runs")
+    if len(dims.shape) != 1:
+        raise ModelError(f"its dims have shape {list(dims.shape)}, not one dimension")
+    if tuple(int(d) for d in dims.data) != out.shape:
+        raise ModelError(f"its dims {[int(d) for d in dims.data]} are not the output's shape "
+                         f"{list(out.shape)}")
+    if value.shape != ():
+        raise ModelError(f"its value has shape {list(value.shape)}, not a scalar's []")
+    return FillParams(out.num_elements)
