@@ -1,8 +1,10 @@
-"""numpy kernels of ZEROS_LIKE and FILL (toolchain.ops.fill): outputs of one value."""
+"""numpy kernels of ZEROS_LIKE, FILL and SHAPE (toolchain.ops.fill)."""
 
 from __future__ import annotations
 
-from toolchain.ops.fill.prepare import FillParams, ZerosLikeParams
+import numpy as np
+
+from toolchain.ops.fill.prepare import FillParams, ShapeParams, ZerosLikeParams
 
 
 def zeros_like(p: ZerosLikeParams, inputs, outputs) -> None:
@@ -13,4 +15,8 @@ def fill(p: FillParams, inputs, outputs) -> None:
     outputs[0][...] = inputs[1].reshape(())
 
 
-KERNELS = {"ZEROS_LIKE": zeros_like, "FILL": fill}
+def shape(p: ShapeParams, inputs, outputs) -> None:
+    outputs[0][...] = np.array(p.dims, outputs[0].dtype)
+
+
+KERNELS = {"ZEROS_LIKE": zeros_like, "FILL": fill, "SHAPE": shape}

@@ -1,4 +1,4 @@
-"""ZEROS_LIKE and FILL (toolchain/ops/fill): runtime_py in its planned arena and the C (under
+"""ZEROS_LIKE, FILL and SHAPE (toolchain/ops/fill): runtime_py in its planned arena and the C (under
 the sanitizers) against TFLite's reference kernels, bit for bit, in every dtype each runs."""
 
 from __future__ import annotations
@@ -93,3 +93,33 @@ def test_dims_that_are_not_the_output_s_shape_are_a_model_error():
     b.output(y)
     with pytest.raises(ModelError, match=r"its dims \[3, 2\] are not the output's shape \[2, 3\]"):
         plan_model(parse_model(b.build(), "fill.tflite")).program.params()
+
+
+def shape_model(dtype: str, shape: tuple[int, ...], out_dtype: str) -> bytes:
+    """SHAPE of the input, the model's only op: its input is never read, which LiteRT and the C
+    allow alike."""
+    b = ModelBuilder()
+    quant = QUANTIZED.get(dtype, (None, None))
+    x = b.input("x", shape, dtype, *quant)
+    dims = b.tensor("dims", (len(shape),), out_dtype)
+    b.op("SHAPE", [x], [dims], {"out_type": out_dtype.upper()})
+    b.output(dims)
+    return b.build()
+
+
+@pytest.mark.parametrize("out_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("shape", [(2, 3, 5), (7,), (1, 4, 1, 2, 3)])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "int32"])
+def test_shape(dtype, shape, out_dtype):
+    model = shape_model(dtype, shape, out_dtype)
+    assert_matches_oracle(model, sanitize=True)
+    assert oracle_outputs(model)[0].tolist() == list(shape)
+
+
+def test_shape_whose_out_type_is_not_its_output_s_is_refused():
+    b = ModelBuilder()
+    x = b.input("x", (2, 3), "float32")
+    dims = b.tensor("dims", (2,), "int32")
+    b.op("SHAPE", [x], [dims], {"out_type": "INT64"})
+    b.output(dims)
+    assert "out_type int64 with an output tensor of int32" in refusal(b.build())

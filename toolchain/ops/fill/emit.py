@@ -1,5 +1,5 @@
-"""C emitters for ZEROS_LIKE (one memset) and FILL (the value, read once, stored to every
-element), laid out by templates/c/fill.c.j2."""
+"""C emitters for ZEROS_LIKE (one memset), FILL (the value, read once, stored to every
+element) and SHAPE (each dimension stored), laid out by templates/c/fill.c.j2."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from toolchain.ops.emit import (
     Kernel,
     OpContext,
     c_comment,
+    c_int64,
     render_macro,
     written_vars,
 )
-from toolchain.ops.fill.prepare import FillParams, ZerosLikeParams
+from toolchain.ops.fill.prepare import FillParams, ShapeParams, ZerosLikeParams
 
 TEMPLATE = "c/fill.c.j2"
 
@@ -43,4 +44,18 @@ def emit_fill(ctx: OpContext) -> Kernel:
         "out": out.ptr,
         "each": each,
         "counters": written_vars([each]),
+    }))
+
+
+def emit_shape(ctx: OpContext) -> Kernel:
+    p: ShapeParams = ctx.params
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    comment = (f"SHAPE of '{x.name}' {x.dtype}{list(x.shape)} into '{out.name}' "
+               f"{out.dtype}: {list(p.dims)} (the input's values are not read).")
+    return Kernel(render_macro(TEMPLATE, "shape", {
+        "fn": ctx.fn,
+        "comment": c_comment(comment),
+        "ctype": out.ctype,
+        "out": out.ptr,
+        "dims": [c_int64(d) for d in p.dims],
     }))

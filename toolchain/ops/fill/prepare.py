@@ -1,9 +1,9 @@
-"""ZEROS_LIKE and FILL: params every backend runs from.
+"""ZEROS_LIKE, FILL and SHAPE: params every backend runs from.
 
-Both write every element of their output with one value and read nothing else of their inputs:
-ZEROS_LIKE zeros of its input's shape (only the shape is read), FILL its scalar value input
-over the shape its constant dims input gives. The value is read once before any element is
-written, so either output may take its input's place.
+Their outputs do not depend on their inputs' values but FILL's one value: ZEROS_LIKE writes
+zeros of its input's shape, SHAPE that shape itself (known when planning), FILL its scalar value
+input over the shape its constant dims input gives. The value is read once before any element
+is written, so each output may take its input's place.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from toolchain.errors import ModelError, UnsupportedOpError
+from toolchain.front.schema import DTYPE_NAMES
 from toolchain.ir import Graph, Operator
 from toolchain.ops.spec import required_input
 
@@ -54,3 +55,24 @@ def prepare_fill(graph: Graph, op: Operator) -> FillParams:
     if value.shape != ():
         raise ModelError(f"its value has shape {list(value.shape)}, not a scalar's []")
     return FillParams(out.num_elements)
+
+
+@dataclass(frozen=True)
+class ShapeParams:
+    """The input's dimensions, each an element of the output."""
+
+    dims: tuple[int, ...]
+
+
+def prepare_shape(graph: Graph, op: Operator) -> ShapeParams:
+    """The output is int32 or int64, as its out_type option says (TFLite's kernel refuses any
+    other)."""
+    x = required_input(graph, op, 0, "input")
+    out = graph.tensors[op.outputs[0]]
+    declared = DTYPE_NAMES.get(op.options.get("out_type", -1))
+    if declared != out.dtype:
+        raise UnsupportedOpError(f"out_type {declared} with an output tensor of {out.dtype}")
+    if out.shape != (len(x.shape),):
+        raise ModelError(f"output shape {list(out.shape)} is not [{len(x.shape)}], the input's "
+                         "rank")
+    return ShapeParams(x.shape)
