@@ -1,4 +1,5 @@
-"""numpy kernels for the elementwise binary ops; numpy broadcasting is TFLite's broadcasting.
+"""numpy kernels for the elementwise binary ops and ADD_N; numpy broadcasting is TFLite's
+broadcasting.
 
 Integer arithmetic runs in int64 and is wrapped back to int32 where C's int32 would wrap, so
 the results match the reference kernels bit for bit, overflow included.
@@ -18,6 +19,7 @@ from toolchain.numerics.fixedpoint import (
 from toolchain.ops.elementwise.prepare import (
     INT16_MASK_BITS,
     OPCODES,
+    AddNParams,
     PlainParams,
     RescaledParams,
     ScaledProductParams,
@@ -147,4 +149,13 @@ def binary(params, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -
     outputs[0][...] = _EVALUATE[type(params)](params, a, b)
 
 
-KERNELS = dict.fromkeys(OPCODES, binary)
+def add_n(p: AddNParams, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> None:
+    """The first input plus each other in turn, in the tensors' type (numpy's int32 wraps as
+    C's uint32_t)."""
+    total = inputs[0]
+    for x in inputs[1:]:
+        total = total + x
+    outputs[0][...] = total
+
+
+KERNELS = {**dict.fromkeys(OPCODES, binary), "ADD_N": add_n}

@@ -8,12 +8,13 @@ import pytest
 
 from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODELS, needs_shared_models
-from tests.opcheck import assert_matches_oracle, oracle_outputs
+from tests.opcheck import assert_matches_oracle, assert_varied, oracle_outputs
 from toolchain.errors import UnsupportedOpError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
 from toolchain.lab.check import random_inputs
 from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lower.plan import plan_model
 from toolchain.ops import prepare_graph
 from toolchain.ops.elementwise.prepare import prepare
 
@@ -354,3 +355,58 @@ def test_int16_oracle_output_varies(opcode):
     output = oracle_outputs(binary_model(opcode, "int16", (4, 16), (4, 16),
                                          quant=INT16_QUANT[opcode]))[0]
     assert output.dtype == np.int16 and len(np.unique(output)) > 40
+
+
+# --- ADD_N ------------------------------------------------------------------------------------
+
+
+def add_n_model(dtype: str, shape: tuple[int, ...], count: int, constant: bool = False) -> bytes:
+    """ADD_N of `count` model inputs (the last a constant instead, with `constant`)."""
+    b = ModelBuilder()
+    xs = [b.input(f"x{k}", shape, dtype) for k in range(count - constant)]
+    if constant:
+        values = np.random.default_rng(5).normal(0, 3, shape)
+        xs.append(b.const("c", values.astype(dtype) if dtype == "float32" else
+                          np.round(values * 1e8).astype(dtype)))
+    y = b.tensor("y", shape, dtype)
+    b.op("ADD_N", xs, [y])
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("count", [2, 3, 5])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_add_n(dtype, count):
+    model = add_n_model(dtype, (2, 3, 4), count)
+    assert_varied(model)
+    assert_matches_oracle(model, sanitize=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_add_n_with_a_constant_input(dtype):
+    assert_matches_oracle(add_n_model(dtype, (3, 5), 3, constant=True), sanitize=True)
+
+
+def test_add_n_sums_from_the_first_input_and_wraps_as_litert():
+    """-0.0 + -0.0 is -0.0: LiteRT's sum starts from the first input (TFLite Micro's from 0,
+    which gives +0.0); int32 wraps past INT32_MAX."""
+    from runtime_py.interpreter import ArenaInterpreter
+    from toolchain.lab.c_backend import CBackend
+
+    for dtype, values in (("float32", [-0.0, -0.0]), ("int32", [2**31 - 1, 5])):
+        model = add_n_model(dtype, (1,), 2)
+        inputs = [np.array([v], dtype) for v in values]
+        (expected,) = LiteRTOracle(model).invoke(inputs)
+        mp = plan_model(parse_model(model, "add_n.tflite"))
+        (mine,) = ArenaInterpreter(mp).invoke(inputs)
+        with CBackend(mp, sanitize=True) as backend:
+            ((c_out,),) = backend.invoke_many([inputs])
+        assert expected.tobytes() == mine.tobytes() == c_out.tobytes()
+    assert np.signbit(LiteRTOracle(add_n_model("float32", (1,), 2)).invoke(
+        [np.array([-0.0], np.float32)] * 2)[0][0])
+
+
+def test_add_n_may_write_over_its_inputs():
+    mp = plan_model(parse_model(add_n_model("float32", (4, 4), 3), "add_n.tflite"))
+    offsets = mp.offset_of_tensor()
+    assert offsets[mp.graph.outputs[0]] in {offsets[t] for t in mp.graph.inputs}

@@ -1,5 +1,5 @@
 """C emitters for the elementwise binary ops (ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM,
-SQUARED_DIFFERENCE), from the same params as runtime_py.
+SQUARED_DIFFERENCE) and ADD_N, from the same params as runtime_py.
 
 The broadcast is collapsed here to the fewest loops with constant strides: dimensions of size 1
 vanish and adjacent dimensions that both inputs walk (or skip) alike merge, so equal shapes are
@@ -18,6 +18,7 @@ from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.numerics.quant import INT_RANGES
 from toolchain.ops.elementwise.prepare import (
     INT16_MASK_BITS,
+    AddNParams,
     PlainParams,
     RescaledInputs,
     RescaledParams,
@@ -38,6 +39,7 @@ from toolchain.ops.emit import (
     render_macro,
     signed,
     table_definition,
+    written_vars,
 )
 
 TEMPLATE = "c/elementwise.c.j2"
@@ -368,3 +370,30 @@ def op_definitions(v: dict) -> tuple[CDefinition, ...]:
     if v.get("lead"):
         found[0] = CDefinition(found[0].name, f"{v['lead']}\n{found[0].text}")
     return tuple(found)
+
+
+def emit_add_n(ctx: OpContext) -> Kernel:
+    """Element i of the output is element i of the first input plus that of each other in
+    turn, written after every input's element i is read: in-place safe for any input."""
+    p: AddNParams = ctx.params
+    out = ctx.outputs[0]
+    each = ConstantLoop("i", p.elements)
+    names = ", ".join(f"'{x.name}'" for x in ctx.inputs)
+    is_float = p.dtype == "float32"
+    comment = (f"ADD_N of {names} into '{out.name}' {out.dtype}{list(out.shape)}: the first "
+               "input plus each other in turn, as LiteRT sums" + ("." if is_float else
+               "; int32 wraps on overflow, which uint32_t arithmetic does without undefined "
+               "behaviour."))
+    return Kernel(render_macro(TEMPLATE, "add_n", {
+        "fn": ctx.fn,
+        "comment": c_comment(comment),
+        "ctype": out.ctype,
+        "inputs": [x.ptr for x in ctx.inputs],
+        "others": range(1, len(ctx.inputs)),
+        "out": out.ptr,
+        "each": each,
+        "counters": written_vars([each]),
+        "sum_type": "float" if is_float else "uint32_t",
+        "load": "" if is_float else "(uint32_t)",
+        "store": "" if is_float else "(int32_t)",
+    }))

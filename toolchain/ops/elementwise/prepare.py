@@ -1,4 +1,5 @@
-"""Params for the elementwise binary ops: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE.
+"""Params for the elementwise binary ops: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE;
+and for ADD_N, the sum of any number of same-shaped inputs (`AddNParams`).
 
 Four arithmetic shapes, following TFLite's reference kernels:
 - `PlainParams`: float32 and int32 (and int8/uint8/int16 MAXIMUM/MINIMUM, which compare stored
@@ -351,3 +352,28 @@ def binary_band_key(p: BinaryOpParams) -> tuple:
 
 
 BINARY_STRIPING = Striping(binary_rows, binary_band, binary_band_key, every_input=True)
+
+
+@dataclass(frozen=True)
+class AddNParams:
+    """ADD_N of `inputs` tensors of `elements` each, in `dtype` (float32 or int32): LiteRT's sum,
+    the first input plus each other in turn, int32 wrapping. (TFLite Micro's starts from 0, so
+    there -0.0 + -0.0 gives +0.0, where LiteRT, and arenac, give -0.0.)"""
+
+    dtype: str
+    inputs: int
+    elements: int
+
+
+def prepare_add_n(graph: Graph, op: Operator) -> AddNParams:
+    """Every input and the output have one shape: ADD_N does not broadcast."""
+    if len(op.inputs) < 2:
+        raise UnsupportedOpError(f"ADD_N of {len(op.inputs)} input(s): TFLite's kernel takes two "
+                                 "or more")
+    tensors = [graph.tensors[i] for i in op.inputs]
+    out = graph.tensors[op.outputs[0]]
+    for t in tensors:
+        if t.shape != out.shape:
+            raise UnsupportedOpError(f"input '{t.name}' of shape {list(t.shape)}: ADD_N adds "
+                                     f"inputs of the output's shape {list(out.shape)}")
+    return AddNParams(out.dtype, len(tensors), out.num_elements)
