@@ -12,6 +12,7 @@ work stays proportional to the file. A model that parses is then validated
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -241,7 +242,7 @@ class _Parser:
         shape = self.ints(t.ShapeLength(), t.ShapeAsNumpy, f"{what} shape")
         if any(d < 0 for d in shape):
             raise self.fail(f"{what} has a negative dimension in shape {list(shape)}")
-        if int(np.prod(shape, dtype=object)) > MAX_TENSOR_ELEMENTS:
+        if math.prod(shape) > MAX_TENSOR_ELEMENTS:  # Python ints: no overflow
             raise self.fail(f"{what} has an absurd shape {list(shape)}")
         signature = (
             None
