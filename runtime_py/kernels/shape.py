@@ -79,7 +79,9 @@ def split_v(params: SplitParams, inputs: Arrays, outputs: Arrays) -> None:
 
 
 def transpose(params: TransposeParams, inputs: Arrays, outputs: Arrays) -> None:
-    outputs[0][...] = np.transpose(inputs[0], params.perm)
+    """Also DEPTH_TO_SPACE and SPACE_TO_DEPTH: the transpose of a view of the input."""
+    x = inputs[0] if params.view is None else inputs[0].reshape(params.view)
+    outputs[0][...] = np.transpose(x, params.perm).reshape(outputs[0].shape)
 
 
 def strided_slice(params: SliceParams, inputs: Arrays, outputs: Arrays) -> None:
@@ -109,6 +111,9 @@ KERNELS = {
     "SPLIT": split,
     "SPLIT_V": split_v,
     "TRANSPOSE": transpose,
+    "DEPTH_TO_SPACE": transpose,
+    "SPACE_TO_DEPTH": transpose,
+    "REVERSE_V2": strided_slice,
     "SLICE": strided_slice,
     "STRIDED_SLICE": strided_slice,
     "GATHER": gather,

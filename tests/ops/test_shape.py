@@ -212,6 +212,12 @@ CASES = [
         {},
         1,
     ),
+    ("depth_to_space", "DEPTH_TO_SPACE", [(2, 2, 3, 12)], {"block_size": 2}, 1),
+    ("depth_to_space_3", "DEPTH_TO_SPACE", [(1, 2, 2, 9)], {"block_size": 3}, 1),
+    ("space_to_depth", "SPACE_TO_DEPTH", [(2, 4, 6, 3)], {"block_size": 2}, 1),
+    ("reverse_inner", "REVERSE_V2", [(2, 3, 4), i32([2])], {}, 1),
+    ("reverse_outer", "REVERSE_V2", [(3, 5, 2), i32([0])], {}, 1),
+    ("reverse_two_axes", "REVERSE_V2", [(2, 3, 4, 5), i32([-2, 1])], {}, 1),
     ("gather_axis0", "GATHER", [(5, 3), i32([4, 0, 2])], {"axis": 0}, 1),
     ("gather_2d_indices", "GATHER", [(2, 5, 3), i32([[1, 4], [0, 0]])], {"axis": 1}, 1),
     ("gather_negative_axis_int64", "GATHER", [(3, 4), i64([3, 1])], {"axis": -1}, 1),
@@ -254,7 +260,9 @@ OTHER_SIZES = [
     pytest.param(dtype, *case, id=f"{case[0]}-{dtype}")
     for dtype in EXTRA_DTYPES
     for case in RIDING_ALONG
-    if (case[1], dtype) != ("UNPACK", "int64")  # TFLite has no int64 UNPACK
+    # TFLite has no int64 UNPACK and no int16 DEPTH_TO_SPACE or SPACE_TO_DEPTH
+    if (case[1], dtype) not in {("UNPACK", "int64"), ("DEPTH_TO_SPACE", "int16"),
+                                ("SPACE_TO_DEPTH", "int16")}
 ]
 
 
@@ -544,3 +552,8 @@ def test_bool_is_renamed_as_any_type(opcode, options, shape):
     model = b.build()
     assert_varied(model)
     assert_matches_oracle(model)
+
+
+def test_reverse_of_axes_apart_is_refused_as_tflite_refuses_it():
+    model = build("REVERSE_V2", "float32", [(2, 3, 4, 5), i32([1, -1])], out_shapes=[(2, 3, 4, 5)])
+    assert "axes [1, -1]: TFLite reverses distinct contiguous axes only" in refusal(model)

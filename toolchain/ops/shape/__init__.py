@@ -1,5 +1,6 @@
 """The shape and data-movement family: RESHAPE, SQUEEZE, EXPAND_DIMS, PAD, PADV2,
-CONCATENATION, PACK, UNPACK, SPLIT, SPLIT_V, TRANSPOSE, SLICE, STRIDED_SLICE and GATHER.
+CONCATENATION, PACK, UNPACK, SPLIT, SPLIT_V, TRANSPOSE, DEPTH_TO_SPACE, SPACE_TO_DEPTH, SLICE,
+STRIDED_SLICE, REVERSE_V2 and GATHER.
 
 prepare.py turns an operator into its params, what runtime_py and every backend run from;
 emit.py writes their portable C. `SPECS` registers the ops (toolchain.ops.REGISTRY).
@@ -24,12 +25,15 @@ from toolchain.ops.shape.prepare import (
     INDEX_DTYPES,
     MOVED_DTYPES,
     prepare_concatenation,
+    prepare_depth_to_space,
     prepare_expand_dims,
     prepare_gather,
     prepare_pack,
     prepare_pad,
     prepare_reshape,
+    prepare_reverse,
     prepare_slice,
+    prepare_space_to_depth,
     prepare_split,
     prepare_split_v,
     prepare_squeeze,
@@ -65,7 +69,13 @@ SPECS: tuple[OpSpec, ...] = (
            emit_split),
     OpSpec("TRANSPOSE", kernels("T, I -> T", **_MOVED, I=INDEX_DTYPES), prepare_transpose,
            emit_transpose),
+    # LiteRT's kernels move no int16 blocks, nor take the axes of a reverse as int64
+    OpSpec("DEPTH_TO_SPACE", kernels("T -> T", T=MOVED_DTYPES - {"int16"}),
+           prepare_depth_to_space, emit_transpose),
+    OpSpec("SPACE_TO_DEPTH", kernels("T -> T", T=MOVED_DTYPES - {"int16"}),
+           prepare_space_to_depth, emit_transpose),
     OpSpec("SLICE", kernels("T, I, I -> T", **_MOVED, I=INDEX_DTYPES), prepare_slice, emit_slice),
+    OpSpec("REVERSE_V2", kernels("T, int32 -> T", **_MOVED), prepare_reverse, emit_slice),
     OpSpec("STRIDED_SLICE", kernels("T, I, I, I -> T", **_MOVED, I=INDEX_DTYPES),
            prepare_strided_slice, emit_slice),
     OpSpec("GATHER", kernels("T, I -> T", **_MOVED, I=("int16", *INDEX_DTYPES)), prepare_gather,

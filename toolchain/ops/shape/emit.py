@@ -245,13 +245,15 @@ def _tiled(counts: Sequence[int], move: Move, nbytes: int, element_bytes: int) -
 
 
 def emit_transpose(ctx: OpContext) -> Kernel:
-    """Walk the output in order (in tiles if large); output axis i steps the input along axis
-    perm[i]."""
+    """Walk the output in order (in tiles if large); output axis i steps the input (or its
+    view) along axis perm[i]. Also DEPTH_TO_SPACE and SPACE_TO_DEPTH."""
     p: TransposeParams = ctx.params
     x, out = ctx.inputs[0], ctx.outputs[0]
-    x_strides = _row_major(x.shape)
-    move = Move("o", "x", 1, tuple(_row_major(out.shape)), tuple(x_strides[a] for a in p.perm))
-    counts, moves = simplify(out.shape, [move])
+    view = p.view or x.shape
+    walked = tuple(view[a] for a in p.perm)  # the output as the transpose's axes see it
+    x_strides = _row_major(view)
+    move = Move("o", "x", 1, tuple(_row_major(walked)), tuple(x_strides[a] for a in p.perm))
+    counts, moves = simplify(walked, [move])
     nbytes = out.size * _element_bytes(out)
     loops = _tiled(counts, moves[0], nbytes, _element_bytes(out)) if moves else None
     return _nest(ctx, counts, moves, loops=loops)

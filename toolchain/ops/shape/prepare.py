@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolchain.errors import UnsupportedOpError
+from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.ir import Graph, Operator, Tensor
 from toolchain.numerics.quant import require_int16_zero_points, zero_point_of
-from toolchain.ops.spec import required_input
+from toolchain.ops.spec import required_input, required_options
 
 # Element types each op moves: TFLite's kernels copy them by size; UNPACK has no 64-bit kernel.
 MOVED_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64", "float32"})
@@ -93,9 +93,12 @@ class SplitParams:
 
 @dataclass(frozen=True)
 class TransposeParams:
-    """TRANSPOSE: output axis i is input axis perm[i]."""
+    """TRANSPOSE: output axis i is input axis perm[i]. DEPTH_TO_SPACE and SPACE_TO_DEPTH are
+    transposes of a `view` of their input (its shape split into blocks); None: the input's own
+    shape."""
 
     perm: tuple[int, ...]
+    view: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -437,6 +440,66 @@ def prepare_transpose(graph: Graph, op: Operator) -> TransposeParams:
         raise UnsupportedOpError(f"perm {list(perm)} is not a permutation")
     _expect_shape(out, tuple(x.shape[p] for p in perm))
     return TransposeParams(perm)
+
+
+# DEPTH_TO_SPACE and SPACE_TO_DEPTH, NHWC with block b, as a transpose of a six-axis view:
+# output[n, h*b + i, w*b + j, c] = input[n, h, w, (i*b + j)*C' + c] views the input as
+# [N, H, W, b, b, C'] and walks it as [N, H, b, W, b, C']; SPACE_TO_DEPTH views it as
+# [N, H', b, W', b, C] and walks it as [N, H', W', b, b, C]. Both swap axes 2 and 3.
+BLOCK_PERM = (0, 1, 3, 2, 4, 5)
+
+
+def prepare_depth_to_space(graph: Graph, op: Operator) -> TransposeParams:
+    x = _moved(required_input(graph, op, 0, "input"))
+    (out,) = _outputs(graph, op, x.dtype, 1)
+    block = _block_size(op, x)
+    n, h, w, c = x.shape
+    if c % (block * block):
+        raise ModelError(f"depth {c} is not a multiple of block_size {block} squared")
+    depth = c // (block * block)
+    _expect_shape(out, (n, h * block, w * block, depth))
+    return TransposeParams(BLOCK_PERM, (n, h, w, block, block, depth))
+
+
+def prepare_space_to_depth(graph: Graph, op: Operator) -> TransposeParams:
+    x = _moved(required_input(graph, op, 0, "input"))
+    (out,) = _outputs(graph, op, x.dtype, 1)
+    block = _block_size(op, x)
+    n, h, w, c = x.shape
+    if h % block or w % block:
+        raise ModelError(f"height {h} and width {w} are not multiples of block_size {block}")
+    _expect_shape(out, (n, h // block, w // block, c * block * block))
+    return TransposeParams(BLOCK_PERM, (n, h // block, block, w // block, block, c))
+
+
+def _block_size(op: Operator, x: Tensor) -> int:
+    if len(x.shape) != 4:
+        raise UnsupportedOpError(f"input of rank {len(x.shape)}: {op.opcode} takes NHWC")
+    block = int(required_options(op, "block_size")["block_size"])
+    if block < 1:
+        raise ModelError(f"block_size {block}")
+    return block
+
+
+# --- REVERSE_V2 ---------------------------------------------------------------------------
+
+
+def prepare_reverse(graph: Graph, op: Operator) -> SliceParams:
+    """A strided slice of the whole input that walks the given axes backwards (distinct and
+    contiguous ones, as TFLite's kernels take them)."""
+    x = _moved(required_input(graph, op, 0, "input"))
+    (out,) = _outputs(graph, op, x.dtype, 1)
+    _expect_shape(out, x.shape)
+    rank = len(x.shape)
+    axes = [int(a) for a in _constant(graph, op, 1, "axis").reshape(-1)]
+    if any(not -rank <= a < rank for a in axes):
+        raise UnsupportedOpError(f"axis {axes} for rank {rank}")
+    backwards = {a % rank for a in axes}
+    if len(backwards) != len(axes) or (axes and max(backwards) - min(backwards) >= len(axes)):
+        raise UnsupportedOpError(f"axes {axes}: TFLite reverses distinct contiguous axes only")
+    begin = tuple(d - 1 if i in backwards and d else 0 for i, d in enumerate(x.shape))
+    strides = tuple(-1 if i in backwards else 1 for i in range(rank))
+    return SliceParams(x.shape, begin, strides, x.shape)
 
 
 # --- SLICE, STRIDED_SLICE -----------------------------------------------------------------
