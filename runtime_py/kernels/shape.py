@@ -85,9 +85,10 @@ def transpose(params: TransposeParams, inputs: Arrays, outputs: Arrays) -> None:
 
 
 def strided_slice(params: SliceParams, inputs: Arrays, outputs: Arrays) -> None:
-    """Pick begin + k * stride along every axis (negative strides walk backwards)."""
+    """Pick begin + k * stride along every axis (negative strides walk backwards, a stride of
+    0 repeats one element)."""
     x = inputs[0].reshape(params.input_shape)
-    picks = [np.arange(begin, begin + count * stride, stride)
+    picks = [begin + np.arange(count) * stride
              for begin, stride, count in zip(params.begin, params.strides, params.counts,
                                              strict=True)]
     outputs[0][...] = x[np.ix_(*picks)].reshape(outputs[0].shape)
@@ -114,6 +115,7 @@ KERNELS = {
     "DEPTH_TO_SPACE": transpose,
     "SPACE_TO_DEPTH": transpose,
     "REVERSE_V2": strided_slice,
+    "BROADCAST_TO": strided_slice,
     "SLICE": strided_slice,
     "STRIDED_SLICE": strided_slice,
     "GATHER": gather,

@@ -218,6 +218,9 @@ CASES = [
     ("reverse_inner", "REVERSE_V2", [(2, 3, 4), i32([2])], {}, 1),
     ("reverse_outer", "REVERSE_V2", [(3, 5, 2), i32([0])], {}, 1),
     ("reverse_two_axes", "REVERSE_V2", [(2, 3, 4, 5), i32([-2, 1])], {}, 1),
+    ("broadcast_to_rows", "BROADCAST_TO", [(1, 4), i32([3, 4])], {}, 1),
+    ("broadcast_to_new_axes", "BROADCAST_TO", [(3, 1), i64([2, 2, 3, 5])], {}, 1),
+    ("broadcast_to_same", "BROADCAST_TO", [(2, 3), i32([2, 3])], {}, 1),
     ("gather_axis0", "GATHER", [(5, 3), i32([4, 0, 2])], {"axis": 0}, 1),
     ("gather_2d_indices", "GATHER", [(2, 5, 3), i32([[1, 4], [0, 0]])], {"axis": 1}, 1),
     ("gather_negative_axis_int64", "GATHER", [(3, 4), i64([3, 1])], {"axis": -1}, 1),
@@ -557,3 +560,12 @@ def test_bool_is_renamed_as_any_type(opcode, options, shape):
 def test_reverse_of_axes_apart_is_refused_as_tflite_refuses_it():
     model = build("REVERSE_V2", "float32", [(2, 3, 4, 5), i32([1, -1])], out_shapes=[(2, 3, 4, 5)])
     assert "axes [1, -1]: TFLite reverses distinct contiguous axes only" in refusal(model)
+
+
+def test_broadcast_to_a_shape_the_input_does_not_fit_is_a_model_error():
+    from toolchain.errors import ModelError
+    from toolchain.ops import prepare_graph
+
+    model = build("BROADCAST_TO", "float32", [(2, 3), i32([2, 4])], out_shapes=[(2, 4)])
+    with pytest.raises(ModelError, match=r"input shape \[2, 3\] does not broadcast to \[2, 4\]"):
+        prepare_graph(parse_model(model, "<built model>").main)

@@ -95,6 +95,11 @@ _ACTIVATIONS = {
     "RELU_N1_TO_1": (-1.0, 1.0, 1.0),
 }
 
+# Operators whose first version is not 1: BROADCAST_TO's version 1 is the TensorFlow op's, which
+# only the Flex delegate runs; the builtin starts at 2 (what the converter writes, and all
+# LiteRT's kernel registers).
+_FIRST_VERSIONS = {"BROADCAST_TO": 2}
+
 # Operator versions of int8 kernels (float kernels are version 1), as the TFLite converter writes.
 _INT8_VERSIONS = {
     "CONV_2D": 3,
@@ -345,8 +350,10 @@ class ModelBuilder:
     ) -> None:
         """Add a builtin operator; `options` maps snake_case field names of its options table.
 
-        Enum fields accept member names ("SAME", "RELU"); absent optional inputs are -1.
+        Enum fields accept member names ("SAME", "RELU"); absent optional inputs are -1. A
+        version below the operator's first (_FIRST_VERSIONS) is raised to it.
         """
+        version = max(version, _FIRST_VERSIONS.get(opcode, 1))
         operator = fb.OperatorT(
             opcodeIndex=self._opcode(_builtin_code(opcode), None, version),
             inputs=list(inputs),

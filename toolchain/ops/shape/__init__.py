@@ -1,6 +1,6 @@
 """The shape and data-movement family: RESHAPE, SQUEEZE, EXPAND_DIMS, PAD, PADV2,
 CONCATENATION, PACK, UNPACK, SPLIT, SPLIT_V, TRANSPOSE, DEPTH_TO_SPACE, SPACE_TO_DEPTH, SLICE,
-STRIDED_SLICE, REVERSE_V2 and GATHER.
+STRIDED_SLICE, REVERSE_V2, BROADCAST_TO and GATHER.
 
 prepare.py turns an operator into its params, what runtime_py and every backend run from;
 emit.py writes their portable C. `SPECS` registers the ops (toolchain.ops.REGISTRY).
@@ -24,6 +24,7 @@ from toolchain.ops.shape.prepare import (
     ALIASED_DTYPES,
     INDEX_DTYPES,
     MOVED_DTYPES,
+    prepare_broadcast_to,
     prepare_concatenation,
     prepare_depth_to_space,
     prepare_expand_dims,
@@ -76,6 +77,8 @@ SPECS: tuple[OpSpec, ...] = (
            prepare_space_to_depth, emit_transpose),
     OpSpec("SLICE", kernels("T, I, I -> T", **_MOVED, I=INDEX_DTYPES), prepare_slice, emit_slice),
     OpSpec("REVERSE_V2", kernels("T, int32 -> T", **_MOVED), prepare_reverse, emit_slice),
+    OpSpec("BROADCAST_TO", kernels("T, I -> T", **_MOVED, I=INDEX_DTYPES), prepare_broadcast_to,
+           emit_slice),
     OpSpec("STRIDED_SLICE", kernels("T, I, I, I -> T", **_MOVED, I=INDEX_DTYPES),
            prepare_strided_slice, emit_slice),
     OpSpec("GATHER", kernels("T, I -> T", **_MOVED, I=("int16", *INDEX_DTYPES)), prepare_gather,

@@ -103,8 +103,8 @@ class TransposeParams:
 
 @dataclass(frozen=True)
 class SliceParams:
-    """SLICE, STRIDED_SLICE: element k along axis i is input index begin[i] + k * strides[i],
-    for k < counts[i].
+    """SLICE, STRIDED_SLICE (and REVERSE_V2, BROADCAST_TO): element k along axis i is input
+    index begin[i] + k * strides[i], for k < counts[i] (a stride of 0 repeats one element).
 
     `input_shape` is the input with any new axes (of size 1) inserted; the output is the
     selected block, reshaped to drop shrunk axes.
@@ -500,6 +500,30 @@ def prepare_reverse(graph: Graph, op: Operator) -> SliceParams:
     begin = tuple(d - 1 if i in backwards and d else 0 for i, d in enumerate(x.shape))
     strides = tuple(-1 if i in backwards else 1 for i in range(rank))
     return SliceParams(x.shape, begin, strides, x.shape)
+
+
+# --- BROADCAST_TO -------------------------------------------------------------------------
+
+# TFLite's broadcast_to kernel takes up to this many dimensions.
+MAX_BROADCAST_TO_RANK = 8
+
+
+def prepare_broadcast_to(graph: Graph, op: Operator) -> SliceParams:
+    """A slice of stride 0 along every axis the input has as 1 and the output wider (the
+    input's shape aligned right, as numpy's and TFLite's broadcasting align it)."""
+    x = _moved(required_input(graph, op, 0, "input"))
+    (out,) = _outputs(graph, op, x.dtype, 1)
+    shape = tuple(int(d) for d in _constant(graph, op, 1, "shape").reshape(-1))
+    if len(shape) > MAX_BROADCAST_TO_RANK or len(x.shape) > len(shape):
+        raise UnsupportedOpError(f"input {list(x.shape)} to shape {list(shape)} (TFLite "
+                                 f"broadcasts to at most {MAX_BROADCAST_TO_RANK} dimensions, "
+                                 "none fewer than the input's)")
+    aligned = (1,) * (len(shape) - len(x.shape)) + tuple(x.shape)
+    if any(a not in (1, d) for a, d in zip(aligned, shape, strict=True)):
+        raise ModelError(f"input shape {list(x.shape)} does not broadcast to {list(shape)}")
+    _expect_shape(out, shape)
+    strides = tuple(0 if a == 1 and d != 1 else 1 for a, d in zip(aligned, shape, strict=True))
+    return SliceParams(aligned, (0,) * len(shape), strides, shape)
 
 
 # --- SLICE, STRIDED_SLICE -----------------------------------------------------------------
