@@ -56,6 +56,29 @@ def _truncating_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(b == 0, 0, np.where((a < 0) != (divisor < 0), -quotient, quotient))
 
 
+def _floor_divide_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """TFLite's: the quotient in double, floored, back to float32."""
+    return np.floor(a.astype(np.float64) / b.astype(np.float64)).astype(np.float32)
+
+
+def _floor_mod_float(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """fmod (C's, exact), moved onto the divisor's sign when it is not on it."""
+    m = np.fmod(a, b)
+    return np.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
+
+
+def _floor_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Floor division; x / 0 = 0 as in the C (TFLite refuses a zero divisor)."""
+    divisor = np.where(b == 0, 1, b)
+    return np.where(b == 0, 0, np.floor_divide(a, divisor))
+
+
+def _floor_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's remainder takes the divisor's sign, as TFLite's FLOOR_MOD; x mod 0 = 0."""
+    divisor = np.where(b == 0, 1, b)
+    return np.where(b == 0, 0, np.remainder(a, divisor))
+
+
 _FLOAT_OPS: dict[str, Binary] = {
     "ADD": np.add,
     "SUB": np.subtract,
@@ -64,6 +87,8 @@ _FLOAT_OPS: dict[str, Binary] = {
     "MAXIMUM": _select_greater,
     "MINIMUM": _select_less,
     "SQUARED_DIFFERENCE": _squared_difference,
+    "FLOOR_DIV": _floor_divide_float,
+    "FLOOR_MOD": _floor_mod_float,
 }
 
 # On int64 copies of int8/int32 values; the caller wraps the result to int32.
@@ -75,6 +100,8 @@ _INT_OPS: dict[str, Binary] = {
     "MAXIMUM": _select_greater,
     "MINIMUM": _select_less,
     "SQUARED_DIFFERENCE": _int_squared_difference,
+    "FLOOR_DIV": _floor_divide,
+    "FLOOR_MOD": _floor_mod,
 }
 
 
@@ -103,6 +130,8 @@ _COMBINE: dict[str, Binary] = {
     "ADD": np.add,
     "SUB": np.subtract,
     "SQUARED_DIFFERENCE": _squared_difference,
+    "FLOOR_DIV": _floor_divide_float,
+    "FLOOR_MOD": _floor_mod_float,
 }
 
 

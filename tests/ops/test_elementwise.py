@@ -18,7 +18,8 @@ from toolchain.lower.plan import plan_model
 from toolchain.ops import prepare_graph
 from toolchain.ops.elementwise.prepare import prepare
 
-OPS = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
+OPS = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "FLOOR_DIV",
+       "FLOOR_MOD")
 ACTIVATION_OPS = ("ADD", "SUB", "MUL", "DIV")
 INT8_OPS = ("ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
 
@@ -88,7 +89,8 @@ def nonzero_divisor(shape: tuple) -> np.ndarray:
 def plain_model(
     opcode: str, dtype: str, shape1: tuple, shape2: tuple, activation: str | None = None
 ) -> bytes:
-    divisor = nonzero_divisor(shape2) if (opcode, dtype) == ("DIV", "int32") else None
+    divides = opcode in ("DIV", "FLOOR_DIV", "FLOOR_MOD") and dtype == "int32"
+    divisor = nonzero_divisor(shape2) if divides else None
     return binary_model(opcode, dtype, shape1, shape2, activation, input2=divisor)
 
 

@@ -17,6 +17,7 @@ from toolchain.c.generate import generate
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import SANITIZE_FLAGS, compile_files, write_files
+from toolchain.lab.oracle import LiteRTOracle
 from toolchain.lower.plan import plan_model
 from toolchain.ops import prepare_graph
 from toolchain.ops.elementwise.emit import Loop, broadcast_loops
@@ -147,6 +148,32 @@ def test_int32_extremes_wrap_without_undefined_behaviour(activation):
         expected[div] = np.clip(expected[div], 0, 6).astype(np.int32)
     for e, c in zip(expected, actual, strict=True):
         assert_same(e, c)
+
+
+def test_floor_division_and_modulo_of_int32_extremes():
+    """FLOOR_DIV and FLOOR_MOD on every pair of extreme int32 values under the sanitizers: the
+    C gives runtime_py's values, x / 0 and x mod 0 give 0 (TFLite refuses a zero divisor),
+    INT32_MIN / -1 wraps, and where LiteRT runs (no zero divisor, no INT32_MIN % -1, which
+    traps on its x86 build) it gives the same."""
+    ops = {"FLOOR_DIV": (None, (None, None)), "FLOOR_MOD": (None, (None, None))}
+    a, b = every_pair(INT32_EXTREMES)
+    model = ops_model("int32", ops, a.shape, b.shape)
+    files, graph = c_sources(model)
+    actual = run_c(files, graph, [a, b])
+    for e, c in zip(python_outputs(model, [a, b]), actual, strict=True):
+        assert_same(e, c)
+    assert (actual[0][b == 0] == 0).all() and (actual[1][b == 0] == 0).all()
+    assert actual[0][(a == -(2**31)) & (b == -1)].tolist() == [-(2**31)]
+    runs = b != 0
+    oracle = LiteRTOracle(ops_model("int32", {"FLOOR_DIV": ops["FLOOR_DIV"]}, (runs.sum(),),
+                                    (runs.sum(),)))
+    (quotient,) = oracle.invoke([a[runs], b[runs]])
+    assert_same(quotient, actual[0][runs])
+    runs &= ~((a == -(2**31)) & (b == -1))
+    oracle = LiteRTOracle(ops_model("int32", {"FLOOR_MOD": ops["FLOOR_MOD"]}, (runs.sum(),),
+                                    (runs.sum(),)))
+    (remainder,) = oracle.invoke([a[runs], b[runs]])
+    assert_same(remainder, actual[1][runs])
 
 
 FLOAT_EXTREMES = np.array(

@@ -1,5 +1,5 @@
-"""The elementwise binary ops: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM and
-SQUARED_DIFFERENCE; and ADD_N, the sum of any number of inputs of one shape.
+"""The elementwise binary ops: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE,
+FLOOR_DIV and FLOOR_MOD; and ADD_N, the sum of any number of inputs of one shape.
 
 prepare.py turns an operator into its params, what runtime_py and every backend run from;
 emit.py writes their portable C; arm_dsp.py holds the kernel of the cores with the DSP

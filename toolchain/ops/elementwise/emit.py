@@ -1,5 +1,5 @@
 """C emitters for the elementwise binary ops (ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM,
-SQUARED_DIFFERENCE) and ADD_N, from the same params as runtime_py.
+SQUARED_DIFFERENCE, FLOOR_DIV, FLOOR_MOD) and ADD_N, from the same params as runtime_py.
 
 The broadcast is collapsed here to the fewest loops with constant strides: dimensions of size 1
 vanish and adjacent dimensions that both inputs walk (or skip) alike merge, so equal shapes are
@@ -26,6 +26,7 @@ from toolchain.ops.elementwise.prepare import (
     ShiftedParams,
 )
 from toolchain.ops.emit import (
+    MATH_H,
     CDefinition,
     ConstantLoop,
     Kernel,
@@ -153,7 +154,13 @@ _FLOAT_BODIES: dict[str, tuple[str, ...]] = {
     "MAXIMUM": ("{t} r = x > y ? x : y; /* TFLite's select: a NaN in x yields y */",),
     "MINIMUM": ("{t} r = x < y ? x : y; /* TFLite's select: a NaN in x yields y */",),
     "SQUARED_DIFFERENCE": ("const {t} d = x - y;", "{t} r = d * d;"),
+    # TFLite divides in double, then floors; its FLOOR_MOD is fmod moved onto the divisor's sign
+    "FLOOR_DIV": ("{t} r = ({t})floor((double)x / (double)y);",),
+    "FLOOR_MOD": ("const {t} m = fmodf(x, y);",
+                  "{t} r = m != 0 && (y < 0) != (m < 0) ? m + y : m;"),
 }
+# the float ops whose arithmetic calls <math.h>
+_FLOAT_MATH = frozenset({"FLOOR_DIV", "FLOOR_MOD"})
 _WRAPS = ("/* TFLite's int32 wraps on overflow; uint32_t arithmetic wraps without undefined "
           "behaviour. */")
 _INT_BODIES: dict[str, tuple[str, ...]] = {
@@ -170,6 +177,18 @@ _INT_BODIES: dict[str, tuple[str, ...]] = {
     "MINIMUM": ("{t} r = x < y ? x : y;",),
     "SQUARED_DIFFERENCE": (_WRAPS, "const uint32_t d = (uint32_t)x - (uint32_t)y;",
                            "{t} r = ({t})(d * d);"),
+    "FLOOR_DIV": (
+        "/* TFLite's floor of the quotient, exact in int32 arithmetic. It refuses a zero divisor:",
+        "   x / 0 gives 0 here, as in runtime_py. INT32_MIN / -1 wraps to INT32_MIN. */",
+        "const {t} q = y == 0 ? 0 : y == -1 ? ({t})(0u - (uint32_t)x) : x / y;",
+        "{t} r = y != 0 && y != -1 && q * y != x && (x < 0) != (y < 0) ? q - 1 : q;",
+    ),
+    "FLOOR_MOD": (
+        "/* The remainder on the divisor's sign, as TFLite's. x mod 0 gives 0 here (TFLite",
+        "   refuses it), as does x mod -1 (where INT32_MIN % -1 would be undefined). */",
+        "const {t} m = y == 0 || y == -1 ? 0 : x % y;",
+        "{t} r = m != 0 && (y < 0) != (m < 0) ? m + y : m;",
+    ),
 }
 # How the rescaled int8 inputs x and y (int32 values at a common scale) combine.
 _COMBINED: dict[str, str] = {
@@ -350,9 +369,11 @@ def emit_binary(ctx: OpContext) -> Kernel:
     values = binary_values(ctx)
     uses_ivdep = values["nest"] is not None and values["nest"]["inner"]["ivdep"]
     calls = () if values["empty"] else values["helpers"]  # no element, no op function
+    p = ctx.params
+    math = isinstance(p, PlainParams) and p.dtype == "float32" and p.opcode in _FLOAT_MATH
     return Kernel(render_macro(TEMPLATE, "binary", values),
                   (*calls, *(("ivdep",) if uses_ivdep else ())),
-                  definitions=op_definitions(values))
+                  definitions=op_definitions(values), includes=(MATH_H,) if math else ())
 
 
 def op_definitions(v: dict) -> tuple[CDefinition, ...]:

@@ -1,5 +1,5 @@
-"""Params for the elementwise binary ops: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE;
-and for ADD_N, the sum of any number of same-shaped inputs (`AddNParams`).
+"""Params for the elementwise binary ops: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE,
+FLOOR_DIV, FLOOR_MOD; and for ADD_N, the sum of any number of same-shaped inputs (`AddNParams`).
 
 Four arithmetic shapes, following TFLite's reference kernels:
 - `PlainParams`: float32 and int32 (and int8/uint8/int16 MAXIMUM/MINIMUM, which compare stored
@@ -304,7 +304,8 @@ _QUANTIZED_PREPARE = {
 }
 
 
-OPCODES = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
+OPCODES = ("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE", "FLOOR_DIV",
+           "FLOOR_MOD")
 
 # dtypes each op runs on: float32 and int32 everywhere, the quantized types where it has a
 # pipeline. TFLite's SQUARED_DIFFERENCE takes neither uint8 nor int16: its Eval fails on any
