@@ -30,8 +30,9 @@ FUNCTIONS = {
 
 
 def unary_math(p: UnaryMathParams, inputs, outputs) -> None:
-    with np.errstate(all="ignore"):  # NaN and infinities are values here, as in C
-        outputs[0][...] = FUNCTIONS[p.function](inputs[0]).astype(np.float32)
+    # NaN and infinities are values here, as in C; numpy's integer negation wraps as the C's
+    with np.errstate(all="ignore"):
+        outputs[0][...] = FUNCTIONS[p.function](inputs[0]).astype(outputs[0].dtype)
 
 
 KERNELS = {opcode: unary_math for opcode in FUNCTIONS}

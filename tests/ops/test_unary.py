@@ -100,3 +100,24 @@ def test_round_takes_halves_to_even_and_small_negatives_to_plus_zero():
     with CBackend(mp, sanitize=True) as backend:
         ((c_out,),) = backend.invoke_many([[values]])
     assert same_bits(expected, mine) and same_bits(expected, c_out)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_neg_of_integers_wraps_as_litert(dtype):
+    """NEG on int32 and int64: the type's lowest value negates to itself, as LiteRT's kernel
+    gives it (the C negates in unsigned arithmetic: no undefined behaviour)."""
+    info = np.iinfo(dtype)
+    values = np.array([[info.min, info.min + 1, -1, 0, 1, 7, info.max]], dtype)
+    b = ModelBuilder()
+    x = b.input("x", values.shape, dtype)
+    y = b.tensor("y", values.shape, dtype)
+    b.op("NEG", [x], [y])
+    b.output(y)
+    model = b.build()
+    (expected,) = LiteRTOracle(model).invoke([values])
+    assert expected.tolist() == [[info.min, info.max, 1, 0, -1, -7, info.min + 1]]
+    mp = plan_model(parse_model(model, "<built model>"))
+    (mine,) = ArenaInterpreter(mp).invoke([values])
+    with CBackend(mp, sanitize=True) as backend:
+        ((c_out,),) = backend.invoke_many([[values]])
+    assert expected.tobytes() == mine.tobytes() == c_out.tobytes()

@@ -1,5 +1,5 @@
-"""C emitters for the float32 math functions: one loop applying the function's C expression
-to every element, laid out by templates/c/unary.c.j2."""
+"""C emitters for the math functions: one loop applying the function's C expression to every
+element, laid out by templates/c/unary.c.j2."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ EXPRESSIONS = {
 # the functions whose expression calls <math.h>, and the helper groups they call
 CALLS_MATH = frozenset({"ABS", "SQRT", "RSQRT", "FLOOR", "CEIL", "ROUND"})
 HELPERS = {"ROUND": ("round_half_even",)}
+# NEG of an integer, wrapping as LiteRT's does on its targets, in unsigned arithmetic (negating
+# INT32_MIN as a signed value is undefined in C)
+INTEGER_NEG = {"int32": "(int32_t)(0u - (uint32_t){x})", "int64": "(int64_t)(0u - (uint64_t){x})"}
 
 
 def emit_unary_math(ctx: OpContext) -> Kernel:
@@ -38,9 +41,10 @@ def emit_unary_math(ctx: OpContext) -> Kernel:
     p: UnaryMathParams = ctx.params
     x, out = ctx.inputs[0], ctx.outputs[0]
     each = ConstantLoop("i", p.elements)
+    expression = INTEGER_NEG.get(x.dtype, EXPRESSIONS[p.function])
     comment = (f"{p.function} of '{x.name}' {x.dtype}{list(x.shape)} into '{out.name}': "
-               f"{EXPRESSIONS[p.function].format(x='x')} of each element x, read before its "
-               "output is written.")
+               f"{expression.format(x='x')} of each element x, read before its output is "
+               "written.")
     return Kernel(render_macro(TEMPLATE, "unary", {
         "fn": ctx.fn,
         "comment": c_comment(comment),
@@ -48,6 +52,7 @@ def emit_unary_math(ctx: OpContext) -> Kernel:
         "out": out.ptr,
         "each": each,
         "counters": written_vars([each]),
-        "value": EXPRESSIONS[p.function].format(x=f"x[{each.index}]"),
+        "ctype": x.ctype,
+        "value": expression.format(x=f"x[{each.index}]"),
     }), helpers=HELPERS.get(p.function, ()),
         includes=(MATH_H,) if p.function in CALLS_MATH else ())

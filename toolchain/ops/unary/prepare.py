@@ -21,7 +21,8 @@ FUNCTIONS = ("ABS", "NEG", "SQUARE", "SQRT", "RSQRT", "FLOOR", "CEIL", "ROUND")
 
 @dataclass(frozen=True)
 class UnaryMathParams:
-    """`function` (an opcode of FUNCTIONS) of each of `elements` float32 values."""
+    """`function` (an opcode of FUNCTIONS) of each of `elements` values (float32; NEG also
+    int32 or int64)."""
 
     function: str
     elements: int
