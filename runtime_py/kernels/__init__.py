@@ -25,6 +25,7 @@ from runtime_py.kernels import (
     quantize,
     reductions,
     resize,
+    scan,
     shape,
     signal,
     svdf,
@@ -35,6 +36,6 @@ from runtime_py.kernels import (
 Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill)
+            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

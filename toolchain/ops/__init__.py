@@ -42,6 +42,7 @@ from toolchain.ops import (
     quantize,
     reductions,
     resize,
+    scan,
     shape,
     signal,
     svdf,
@@ -61,7 +62,7 @@ from toolchain.ops.spec import (
 from toolchain.targets import GENERIC
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill)
+            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 
