@@ -12,11 +12,11 @@ from typing import Any
 from toolchain.ir import Graph, Operator
 from toolchain.ops.fill.emit import emit_fill, emit_shape, emit_zeros_like
 from toolchain.ops.fill.prepare import prepare_fill, prepare_shape, prepare_zeros_like
-from toolchain.ops.overlaps import OverlapRule
+from toolchain.ops.overlaps import OverlapRule, Rule
 from toolchain.ops.spec import OpSpec, kernels
 
 
-def unread(position: int):
+def unread(position: int) -> Rule:
     """The input at `position` is read (if at all) before the first output element is written:
     the output may lie anywhere over it."""
 
