@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from runtime_py.interpreter import ArenaInterpreter
 from toolchain.errors import UnsupportedOpError
 from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import CBackend
@@ -45,6 +46,19 @@ def assert_matches_oracle(
     assert not bad, "outputs differ from the oracle: " + "; ".join(
         f"{o.name} ({o.dtype}): {o.mismatches} mismatches, max |diff| {o.max_abs_diff}" for o in bad
     )
+
+
+def three_ways(model_bytes: bytes, inputs: list[np.ndarray], oracle=None) -> np.ndarray:
+    """The one output of a one-output model on `inputs`, from the oracle (LiteRT's unless
+    given), runtime_py in its planned arena and the C under the sanitizers, checked to be the
+    same bytes; returns the oracle's."""
+    (expected,) = (oracle or LiteRTOracle(model_bytes)).invoke(inputs)
+    mp = plan_model(parse_model(model_bytes, "<built model>"))
+    (mine,) = ArenaInterpreter(mp).invoke(inputs)
+    with CBackend(mp, sanitize=True) as backend:
+        ((c_out,),) = backend.invoke_many([inputs])
+    assert expected.tobytes() == mine.tobytes() == c_out.tobytes(), (expected, mine, c_out)
+    return expected
 
 
 def oracle_outputs(model_bytes: bytes, seed: int = 0) -> list[np.ndarray]:

@@ -8,7 +8,7 @@ import pytest
 
 from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODELS, needs_shared_models
-from tests.opcheck import assert_matches_oracle, assert_varied, oracle_outputs
+from tests.opcheck import assert_matches_oracle, assert_varied, oracle_outputs, three_ways
 from toolchain.errors import UnsupportedOpError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
@@ -392,18 +392,8 @@ def test_add_n_with_a_constant_input(dtype):
 def test_add_n_sums_from_the_first_input_and_wraps_as_litert():
     """-0.0 + -0.0 is -0.0: LiteRT's sum starts from the first input (TFLite Micro's from 0,
     which gives +0.0); int32 wraps past INT32_MAX."""
-    from runtime_py.interpreter import ArenaInterpreter
-    from toolchain.lab.c_backend import CBackend
-
     for dtype, values in (("float32", [-0.0, -0.0]), ("int32", [2**31 - 1, 5])):
-        model = add_n_model(dtype, (1,), 2)
-        inputs = [np.array([v], dtype) for v in values]
-        (expected,) = LiteRTOracle(model).invoke(inputs)
-        mp = plan_model(parse_model(model, "add_n.tflite"))
-        (mine,) = ArenaInterpreter(mp).invoke(inputs)
-        with CBackend(mp, sanitize=True) as backend:
-            ((c_out,),) = backend.invoke_many([inputs])
-        assert expected.tobytes() == mine.tobytes() == c_out.tobytes()
+        three_ways(add_n_model(dtype, (1,), 2), [np.array([v], dtype) for v in values])
     assert np.signbit(LiteRTOracle(add_n_model("float32", (1,), 2)).invoke(
         [np.array([-0.0], np.float32)] * 2)[0][0])
 

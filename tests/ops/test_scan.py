@@ -6,13 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime_py.interpreter import ArenaInterpreter
-from tests.opcheck import assert_matches_oracle, refusal
+from tests.opcheck import assert_matches_oracle, refusal, three_ways
 from toolchain.front.builder import ModelBuilder
-from toolchain.front.reader import parse_model
-from toolchain.lab.c_backend import CBackend
 from toolchain.lab.oracle import LiteRTOracle
-from toolchain.lower.plan import plan_model
 
 
 def cumsum_model(dtype: str, shape: tuple[int, ...], axis: int, exclusive: bool = False,
@@ -39,14 +35,7 @@ def test_cumsum(dtype, shape, axis, exclusive, reverse):
 def test_the_sum_starts_from_zero_and_wraps():
     """-0.0 alone sums to +0.0 (LiteRT adds it to 0); int32 sums wrap past INT32_MAX."""
     for dtype, values in (("float32", [-0.0, -0.0]), ("int32", [2**31 - 1, 5])):
-        model = cumsum_model(dtype, (2,), 0)
-        inputs = [np.array(values, dtype)]
-        (expected,) = LiteRTOracle(model).invoke(inputs)
-        mp = plan_model(parse_model(model, "cumsum.tflite"))
-        (mine,) = ArenaInterpreter(mp).invoke(inputs)
-        with CBackend(mp, sanitize=True) as backend:
-            ((c_out,),) = backend.invoke_many([inputs])
-        assert expected.tobytes() == mine.tobytes() == c_out.tobytes()
+        three_ways(cumsum_model(dtype, (2,), 0), [np.array(values, dtype)])
     assert not np.signbit(LiteRTOracle(cumsum_model("float32", (1,), 0)).invoke(
         [np.array([-0.0], np.float32)])[0][0])
 

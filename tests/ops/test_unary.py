@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
+from tests.opcheck import three_ways
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import CBackend
@@ -92,14 +93,9 @@ def test_round_takes_halves_to_even_and_small_negatives_to_plus_zero():
     values = np.array([[-0.3, -0.5, 0.5, 1.5, 2.5, -1.5, -2.5, -0.0, 0.49999997, 8388607.5]],
                       np.float32)
     model = unary_model("ROUND", values.shape)
-    (expected,) = TFLMOracle(model, 1).invoke([values])
+    expected = three_ways(model, [values], TFLMOracle(model, 1))
     np.testing.assert_array_equal(expected, [[0, -0, 0, 2, 2, -2, -2, -0, 0, 8388608]])
     assert not np.signbit(expected[0, 0]) and np.signbit(np.rint(values[0, 0]))
-    mp = plan_model(parse_model(model, "<built model>"))
-    (mine,) = ArenaInterpreter(mp).invoke([values])
-    with CBackend(mp, sanitize=True) as backend:
-        ((c_out,),) = backend.invoke_many([[values]])
-    assert same_bits(expected, mine) and same_bits(expected, c_out)
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
@@ -113,11 +109,5 @@ def test_neg_of_integers_wraps_as_litert(dtype):
     y = b.tensor("y", values.shape, dtype)
     b.op("NEG", [x], [y])
     b.output(y)
-    model = b.build()
-    (expected,) = LiteRTOracle(model).invoke([values])
+    expected = three_ways(b.build(), [values])
     assert expected.tolist() == [[info.min, info.max, 1, 0, -1, -7, info.min + 1]]
-    mp = plan_model(parse_model(model, "<built model>"))
-    (mine,) = ArenaInterpreter(mp).invoke([values])
-    with CBackend(mp, sanitize=True) as backend:
-        ((c_out,),) = backend.invoke_many([[values]])
-    assert expected.tobytes() == mine.tobytes() == c_out.tobytes()

@@ -240,6 +240,16 @@ def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tens
     return graph.tensors[op.inputs[position]]
 
 
+def input_and_output_alike(graph: Graph, op: Operator) -> tuple[Tensor, Tensor]:
+    """Input 0 and the output of an op whose output TFLite's kernel resizes to the input's
+    shape: a model whose output states another shape cannot mean it."""
+    x = required_input(graph, op, 0, "input")
+    out = graph.tensors[op.outputs[0]]
+    if x.shape != out.shape:
+        raise ModelError(f"output shape {list(out.shape)} is not the input's {list(x.shape)}")
+    return x, out
+
+
 def required_options(op: Operator, *keys: str) -> dict[str, Any]:
     """The op's options, which must hold `keys`: without its options table an op such as a
     pooling has no window, and TFLite's zeroed defaults describe none."""

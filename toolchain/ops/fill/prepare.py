@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.front.schema import DTYPE_NAMES
 from toolchain.ir import Graph, Operator
-from toolchain.ops.spec import required_input
+from toolchain.ops.spec import input_and_output_alike, required_input
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,7 @@ class FillParams:
 
 
 def prepare_zeros_like(graph: Graph, op: Operator) -> ZerosLikeParams:
-    x = required_input(graph, op, 0, "input")
-    out = graph.tensors[op.outputs[0]]
-    if x.shape != out.shape:
-        raise ModelError(f"output shape {list(out.shape)} is not the input's {list(x.shape)}")
+    _, out = input_and_output_alike(graph, op)
     return ZerosLikeParams(out.nbytes)
 
 

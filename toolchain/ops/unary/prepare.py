@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from toolchain.errors import ModelError
 from toolchain.ir import Graph, Operator
-from toolchain.ops.spec import required_input
+from toolchain.ops.spec import input_and_output_alike
 
 FUNCTIONS = ("ABS", "NEG", "SQUARE", "SQRT", "RSQRT", "FLOOR", "CEIL", "ROUND")
 
@@ -29,9 +28,5 @@ class UnaryMathParams:
 
 
 def prepare_unary_math(graph: Graph, op: Operator) -> UnaryMathParams:
-    """The op's input and output are one shape: TFLite's kernels resize the output to it."""
-    x = required_input(graph, op, 0, "input")
-    out = graph.tensors[op.outputs[0]]
-    if x.shape != out.shape:
-        raise ModelError(f"output shape {list(out.shape)} is not the input's {list(x.shape)}")
+    x, _ = input_and_output_alike(graph, op)
     return UnaryMathParams(op.opcode, math.prod(x.shape))
