@@ -98,6 +98,8 @@ KERNELS: dict = {
     "SUM": reduce,
     "REDUCE_MAX": reduce,
     "REDUCE_MIN": reduce,
+    "REDUCE_ANY": reduce,
+    "REDUCE_ALL": reduce,
     "ARG_MAX": arg_extreme,
     "ARG_MIN": arg_extreme,
 }

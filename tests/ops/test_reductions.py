@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
-from tests.opcheck import assert_matches_oracle, assert_varied
+from tests.opcheck import assert_matches_oracle, assert_varied, three_ways
 from toolchain.errors import UnsupportedOpError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
@@ -254,3 +254,18 @@ def test_arg_extreme_refuses_mismatched_output_type():
     b.output(y)
     with pytest.raises(UnsupportedOpError, match="output_type"):
         prepare_graph(parse_model(b.build()).main)
+
+
+@pytest.mark.parametrize(("shape", "axes", "keep_dims"), [((2, 3, 4), [1], False),
+                                                          ((2, 3, 4), [0, 2], True),
+                                                          ((5, 6), [-1], False)])
+@pytest.mark.parametrize("opcode", ["REDUCE_ANY", "REDUCE_ALL"])
+def test_logical_reductions(opcode, shape, axes, keep_dims):
+    """REDUCE_ANY and REDUCE_ALL of bools, on random rows and on rows all true or all false
+    (random bools alone would make almost every ALL false and every ANY true)."""
+    model = reduce_model(opcode, shape, axes, keep_dims, "bool")
+    assert_matches_oracle(model, sanitize=True)
+    rows = np.zeros(shape, bool)
+    rows[0] = True  # some rows all true, the others all false
+    rows.reshape(-1)[1] = False  # and one row mixed
+    three_ways(model, [rows])

@@ -1,5 +1,5 @@
-"""C emitters for MEAN, SUM, REDUCE_MAX, REDUCE_MIN, ARG_MAX and ARG_MIN, from the same params
-as runtime_py.
+"""C emitters for MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_ANY, REDUCE_ALL, ARG_MAX and
+ARG_MIN, from the same params as runtime_py.
 
 The input's dimensions are collapsed here into loops over constants: dimensions of size 1
 vanish and neighbours that are both kept (or both reduced) merge, leaving alternating groups.
@@ -110,9 +110,9 @@ def _levels(walk: Walk, in_type: str) -> dict:
 # a row of -inf (inf) gives -FLT_MAX (FLT_MAX).
 _FLT_MAX = c_float(np.finfo(np.float32).max)
 _LOWEST = {"float32": "-" + _FLT_MAX, "int8": "INT8_MIN", "uint8": "0", "int16": "INT16_MIN",
-           "int32": "INT32_MIN"}
+           "int32": "INT32_MIN", "bool": "0"}
 _HIGHEST = {"float32": _FLT_MAX, "int8": "INT8_MAX", "uint8": "UINT8_MAX",
-            "int16": "INT16_MAX", "int32": "INT32_MAX"}
+            "int16": "INT16_MAX", "int32": "INT32_MAX", "bool": "1"}
 
 
 def _reduce_arithmetic(p: ReduceParams, dtype: str, ctype: str) -> dict:

@@ -1,4 +1,5 @@
-"""Params for the reductions: MEAN, SUM, REDUCE_MAX, REDUCE_MIN, ARG_MAX and ARG_MIN.
+"""Params for the reductions: MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_ANY, REDUCE_ALL, ARG_MAX
+and ARG_MIN.
 
 TFLite's reference Eval picks one of several arithmetic paths per dtype and per quantization;
 prepare makes the same choice once and names it in `method`, with the constants that path uses.
@@ -111,7 +112,8 @@ def _method(opcode: str, source: Tensor, out: Tensor) -> str:
             raise UnsupportedOpError(f"{opcode} needs equal input and output quantization")
     if opcode == "MEAN":
         return "mean" if source.dtype == "float32" else "mean_truncate"
-    return {"SUM": "sum", "REDUCE_MAX": "max", "REDUCE_MIN": "min"}[opcode]
+    return {"SUM": "sum", "REDUCE_MAX": "max", "REDUCE_MIN": "min", "REDUCE_ANY": "max",
+            "REDUCE_ALL": "min"}[opcode]
 
 
 def prepare_reduce(graph: Graph, op: Operator) -> ReduceParams:
