@@ -57,6 +57,17 @@ def average_pool_integer(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
     return np.sign(total) * ((np.abs(total) + counts // 2) // counts)
 
 
+def l2_pool(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
+    """float32: the sum of squares from 0.0 tap by tap (each square rounded, then added, as
+    TFLite's loop), its mean over the window's in-bounds elements, its square root."""
+    view = windows(p, x, 0.0)
+    total = np.zeros(view.shape[:-2], np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for tap in _taps(view):
+            total += tap * tap
+        return np.sqrt(total / _counts(p).astype(np.float32))
+
+
 def max_pool(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
     """TFLite's scan from the dtype's lowest finite value: an element replaces the maximum only
     when greater, so NaN never does (np.max would return it) and a window of -inf gives the
@@ -88,4 +99,5 @@ def _pool_kernel(pool_by_dtype):
 KERNELS: dict = {
     "AVERAGE_POOL_2D": _pool_kernel(_AVERAGE),
     "MAX_POOL_2D": _pool_kernel(_MAX),
+    "L2_POOL_2D": _pool_kernel({np.dtype(np.float32): l2_pool}),
 }

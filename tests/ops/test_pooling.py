@@ -1,4 +1,4 @@
-"""AVERAGE_POOL_2D and MAX_POOL_2D against TFLite's reference kernels: bit-exact for int8."""
+"""AVERAGE_POOL_2D, MAX_POOL_2D and L2_POOL_2D against TFLite's reference kernels: bit-exact."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from tests.conftest import SHARED_MODELS
+from tests.opcheck import assert_matches_oracle
 from tests.ops.test_fully_connected import (
     assert_matches_and_varies,
     assert_refused,
@@ -127,3 +128,12 @@ def test_real_models_pooling(name):
     path = SHARED_MODELS / f"{name}.tflite"
     checked = sum(check_ops_on_oracle_tensors(path, POOLS, seed) for seed in range(3))
     assert checked > 0
+
+
+@pytest.mark.parametrize("activation", ["NONE", "RELU6"])
+@pytest.mark.parametrize("shape, size, stride, padding", GEOMETRIES)
+def test_l2_pool(shape, size, stride, padding, activation):
+    """L2_POOL_2D (float32 only, in LiteRT and TFLite Micro alike): every geometry, the C under
+    the sanitizers; the SAME edges divide by their in-bounds counts."""
+    model = pool_model("L2_POOL_2D", "float32", shape, size, stride, padding, activation)
+    assert_matches_oracle(model, sanitize=True)

@@ -1,4 +1,4 @@
-"""The pooling family: AVERAGE_POOL_2D and MAX_POOL_2D.
+"""The pooling family: AVERAGE_POOL_2D, MAX_POOL_2D and L2_POOL_2D (float32).
 
 prepare.py turns an operator into its params, what runtime_py and every backend run from;
 emit.py writes their portable C; arm_dsp.py holds the kernels of the cores with the DSP
@@ -11,7 +11,7 @@ from __future__ import annotations
 from toolchain.ops import overlaps
 from toolchain.ops.padding import PadRule
 from toolchain.ops.pooling import arm_dsp
-from toolchain.ops.pooling.emit import emit_average, emit_max
+from toolchain.ops.pooling.emit import emit_average, emit_l2, emit_max
 from toolchain.ops.pooling.prepare import (
     POOL_STRIPING,
     QUANTIZED,
@@ -33,6 +33,10 @@ SPECS: tuple[OpSpec, ...] = (
     OpSpec("MAX_POOL_2D", _POOLING, prepare_pool_2d, emit_max, scratch=pool_scratch,
            overlaps=overlaps.pooling, striping=POOL_STRIPING,
            pad=PadRule(pads_below_the_maximum, pool_axes)),
+    # a PAD's zeros add nothing to the squares but count in the mean, as in an average
+    OpSpec("L2_POOL_2D", kernels("float32 -> float32"), prepare_pool_2d, emit_l2,
+           scratch=pool_scratch, overlaps=overlaps.pooling, striping=POOL_STRIPING,
+           pad=PadRule(pads_the_count, pool_axes)),
 )
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (*arm_dsp.TARGET_KERNELS,)

@@ -1,6 +1,7 @@
-"""C emitters for AVERAGE_POOL_2D and MAX_POOL_2D (NHWC), from the same params as runtime_py.
+"""C emitters for AVERAGE_POOL_2D, MAX_POOL_2D and L2_POOL_2D (NHWC), from the same params as
+runtime_py.
 
-What differs between the two ops and the two dtypes is C text from here: the accumulator's
+What differs between the ops and the two dtypes is C text from here: the accumulator's
 start, the statement adding a window element to it and the statements turning it into the
 output element. A window's bounds along an axis are constants when the output has one position
 along it (a global pool), else computed at run time from the output position.
@@ -14,6 +15,7 @@ import numpy as np
 
 from toolchain.numerics.quant import INT_RANGES
 from toolchain.ops.emit import (
+    MATH_H,
     ConstantLoop,
     Kernel,
     OpContext,
@@ -75,7 +77,8 @@ def _arithmetic(kind: str, dtype: str, ctype: str, low: str, high: str, c: str, 
     constant = isinstance(count, int)
     if is_float:
         divisor = f"{count}.0f" if constant else "(float)count"
-        value = f"acc[{c}] / {divisor}" if kind == "average" else f"acc[{c}]"
+        value = {"average": f"acc[{c}] / {divisor}", "l2": f"sqrtf(acc[{c}] / {divisor})",
+                 "max": f"acc[{c}]"}[kind]
         finish = [f"{o}[{c}] = arenac_clampf({value}, {low}, {high});"]
     elif kind == "average" and INT_RANGES[dtype][0] >= 0:  # a sum that cannot be negative
         half, divisor = (count // 2, count) if constant else ("count / 2", "count")
@@ -90,11 +93,13 @@ def _arithmetic(kind: str, dtype: str, ctype: str, low: str, high: str, c: str, 
         finish = [f"{o}[{c}] = ({ctype})arenac_clamp(acc[{c}], {low}, {high});"]
     if kind == "average":
         init, accumulate = "0", f"acc[{c}] += row[{c}];"
+    elif kind == "l2":  # the square, then the sum: two roundings, as TFLite's
+        init, accumulate = "0", f"acc[{c}] += row[{c}] * row[{c}];"
     else:
         init = FLOAT_LOWEST if is_float else str(INT_RANGES[dtype][0])
         accumulate = f"acc[{c}] = row[{c}] > acc[{c}] ? row[{c}] : acc[{c}];"
-    # an average divides by the count of in-bounds window elements
-    count_lines = [] if kind != "average" or constant else [f"const int count = {count};"]
+    # an average (and L2's mean square) divides by the count of in-bounds window elements
+    count_lines = [] if kind == "max" or constant else [f"const int count = {count};"]
     return {"acc_type": "float" if is_float else "int32_t", "init": init,
             "accumulate": accumulate, "finish": finish, "count_lines": count_lines,
             "helpers": () if is_float else ("clamp",)}
@@ -150,3 +155,9 @@ def emit_average(ctx: OpContext) -> Kernel:
 def emit_max(ctx: OpContext) -> Kernel:
     values = pool_values(ctx, "max")
     return Kernel(render_macro(TEMPLATE, "pool", values), values["helpers"])
+
+
+def emit_l2(ctx: OpContext) -> Kernel:
+    """L2_POOL_2D (float32): the square root of the window's mean square."""
+    values = pool_values(ctx, "l2")
+    return Kernel(render_macro(TEMPLATE, "pool", values), values["helpers"], includes=(MATH_H,))
