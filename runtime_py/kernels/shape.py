@@ -79,7 +79,8 @@ def split_v(params: SplitParams, inputs: Arrays, outputs: Arrays) -> None:
 
 
 def transpose(params: TransposeParams, inputs: Arrays, outputs: Arrays) -> None:
-    """Also DEPTH_TO_SPACE and SPACE_TO_DEPTH: the transpose of a view of the input."""
+    """Also DEPTH_TO_SPACE, SPACE_TO_DEPTH, SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND: the
+    transpose of a view of the input."""
     x = inputs[0] if params.view is None else inputs[0].reshape(params.view)
     outputs[0][...] = np.transpose(x, params.perm).reshape(outputs[0].shape)
 
@@ -114,6 +115,8 @@ KERNELS = {
     "TRANSPOSE": transpose,
     "DEPTH_TO_SPACE": transpose,
     "SPACE_TO_DEPTH": transpose,
+    "SPACE_TO_BATCH_ND": transpose,
+    "BATCH_TO_SPACE_ND": transpose,
     "REVERSE_V2": strided_slice,
     "BROADCAST_TO": strided_slice,
     "SLICE": strided_slice,

@@ -215,6 +215,10 @@ CASES = [
     ("depth_to_space", "DEPTH_TO_SPACE", [(2, 2, 3, 12)], {"block_size": 2}, 1),
     ("depth_to_space_3", "DEPTH_TO_SPACE", [(1, 2, 2, 9)], {"block_size": 3}, 1),
     ("space_to_depth", "SPACE_TO_DEPTH", [(2, 4, 6, 3)], {"block_size": 2}, 1),
+    ("space_to_batch", "SPACE_TO_BATCH_ND", [(2, 4, 6, 3), i32([2, 3]), i32([[0, 0], [0, 0]])],
+     {}, 1),
+    ("batch_to_space", "BATCH_TO_SPACE_ND", [(12, 2, 3, 2), i32([2, 3]), i32([[0, 0], [0, 0]])],
+     {}, 1),
     ("reverse_inner", "REVERSE_V2", [(2, 3, 4), i32([2])], {}, 1),
     ("reverse_outer", "REVERSE_V2", [(3, 5, 2), i32([0])], {}, 1),
     ("reverse_two_axes", "REVERSE_V2", [(2, 3, 4, 5), i32([-2, 1])], {}, 1),
@@ -569,3 +573,9 @@ def test_broadcast_to_a_shape_the_input_does_not_fit_is_a_model_error():
     model = build("BROADCAST_TO", "float32", [(2, 3), i32([2, 4])], out_shapes=[(2, 4)])
     with pytest.raises(ModelError, match=r"input shape \[2, 3\] does not broadcast to \[2, 4\]"):
         prepare_graph(parse_model(model, "<built model>").main)
+
+
+def test_space_to_batch_with_paddings_is_refused_in_one_line():
+    model = build("SPACE_TO_BATCH_ND", "float32",
+                  [(1, 4, 4, 1), i32([2, 2]), i32([[1, 1], [0, 0]])], out_shapes=[(4, 3, 2, 1)])
+    assert "paddings [[1, 1], [0, 0]]: arenac moves blocks without paddings" in refusal(model)

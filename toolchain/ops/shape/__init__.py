@@ -1,5 +1,6 @@
 """The shape and data-movement family: RESHAPE, SQUEEZE, EXPAND_DIMS, PAD, PADV2,
-CONCATENATION, PACK, UNPACK, SPLIT, SPLIT_V, TRANSPOSE, DEPTH_TO_SPACE, SPACE_TO_DEPTH, SLICE,
+CONCATENATION, PACK, UNPACK, SPLIT, SPLIT_V, TRANSPOSE, DEPTH_TO_SPACE, SPACE_TO_DEPTH,
+SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND (without padding or crops), SLICE,
 STRIDED_SLICE, REVERSE_V2, BROADCAST_TO and GATHER.
 
 prepare.py turns an operator into its params, what runtime_py and every backend run from;
@@ -24,6 +25,7 @@ from toolchain.ops.shape.prepare import (
     ALIASED_DTYPES,
     INDEX_DTYPES,
     MOVED_DTYPES,
+    prepare_batch_to_space,
     prepare_broadcast_to,
     prepare_concatenation,
     prepare_depth_to_space,
@@ -34,6 +36,7 @@ from toolchain.ops.shape.prepare import (
     prepare_reshape,
     prepare_reverse,
     prepare_slice,
+    prepare_space_to_batch,
     prepare_space_to_depth,
     prepare_split,
     prepare_split_v,
@@ -75,6 +78,10 @@ SPECS: tuple[OpSpec, ...] = (
            prepare_depth_to_space, emit_transpose),
     OpSpec("SPACE_TO_DEPTH", kernels("T -> T", T=MOVED_DTYPES - {"int16"}),
            prepare_space_to_depth, emit_transpose),
+    OpSpec("SPACE_TO_BATCH_ND", kernels("T, int32, int32 -> T", **_MOVED),
+           prepare_space_to_batch, emit_transpose),
+    OpSpec("BATCH_TO_SPACE_ND", kernels("T, int32, int32 -> T", **_MOVED),
+           prepare_batch_to_space, emit_transpose),
     OpSpec("SLICE", kernels("T, I, I -> T", **_MOVED, I=INDEX_DTYPES), prepare_slice, emit_slice),
     OpSpec("REVERSE_V2", kernels("T, int32 -> T", **_MOVED), prepare_reverse, emit_slice),
     OpSpec("BROADCAST_TO", kernels("T, I -> T", **_MOVED, I=INDEX_DTYPES), prepare_broadcast_to,

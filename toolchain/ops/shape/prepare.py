@@ -481,6 +481,52 @@ def _block_size(op: Operator, x: Tensor) -> int:
     return block
 
 
+# SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND (NHWC, block [bh, bw]) without padding or crops, as
+# transposes of six-axis views: SPACE_TO_BATCH_ND views [B, H*bh, W*bw, C] as
+# [B, H, bh, W, bw, C] and walks it as [bh, bw, B, H, W, C]; BATCH_TO_SPACE_ND views
+# [bh*bw*B, H, W, C] as [bh, bw, B, H, W, C] and walks it as [B, H, bh, W, bw, C].
+SPACE_TO_BATCH_PERM = (2, 4, 0, 1, 3, 5)
+BATCH_TO_SPACE_PERM = (2, 3, 0, 4, 1, 5)
+
+
+def _blocks(graph: Graph, op: Operator, x: Tensor, what: str) -> tuple[int, int]:
+    """The block shape and, all zero, the paddings or crops (input 2) of a rank-4 input."""
+    if len(x.shape) != 4:
+        raise UnsupportedOpError(f"input of rank {len(x.shape)}: arenac takes NHWC")
+    block = [int(b) for b in _constant(graph, op, 1, "block_shape", ("int32",)).reshape(-1)]
+    if len(block) != 2 or min(block) < 1:
+        raise ModelError(f"block_shape {block} for two spatial dimensions")
+    edges = _constant(graph, op, 2, what, ("int32",)).reshape(-1)
+    if edges.size != 4:
+        raise ModelError(f"{what} of {edges.size} values for two spatial dimensions")
+    if edges.any():
+        raise UnsupportedOpError(f"{what} {edges.reshape(2, 2).tolist()}: arenac moves blocks "
+                                 f"without {what}")
+    return block[0], block[1]
+
+
+def prepare_space_to_batch(graph: Graph, op: Operator) -> TransposeParams:
+    x = _moved(required_input(graph, op, 0, "input"))
+    (out,) = _outputs(graph, op, x.dtype, 1)
+    bh, bw = _blocks(graph, op, x, "paddings")
+    n, h, w, c = x.shape
+    if h % bh or w % bw:
+        raise ModelError(f"height {h} and width {w} are not multiples of the block {bh}x{bw}")
+    _expect_shape(out, (bh * bw * n, h // bh, w // bw, c))
+    return TransposeParams(SPACE_TO_BATCH_PERM, (n, h // bh, bh, w // bw, bw, c))
+
+
+def prepare_batch_to_space(graph: Graph, op: Operator) -> TransposeParams:
+    x = _moved(required_input(graph, op, 0, "input"))
+    (out,) = _outputs(graph, op, x.dtype, 1)
+    bh, bw = _blocks(graph, op, x, "crops")
+    n, h, w, c = x.shape
+    if n % (bh * bw):
+        raise ModelError(f"batch {n} is not a multiple of the block {bh}x{bw}")
+    _expect_shape(out, (n // (bh * bw), h * bh, w * bw, c))
+    return TransposeParams(BATCH_TO_SPACE_PERM, (bh, bw, n // (bh * bw), h, w, c))
+
+
 # --- REVERSE_V2 ---------------------------------------------------------------------------
 
 
