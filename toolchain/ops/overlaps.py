@@ -13,6 +13,8 @@ Each op's registry entry (its OpSpec) names the rule its kernel's loop order mak
 - elementwise: output element i is written after input element i is read, in increasing i.
   The output may start at or below the input; when output elements are wider than input ones
   it must start lower, by the growth over all elements.
+- unread: the kernel reads the input (if at all) before it writes any output element (FILL's
+  value, ZEROS_LIKE's and SHAPE's input), so any overlap is safe.
 - windowed (CONV_2D, DEPTHWISE_CONV_2D, pooling; NHWC, row by row): when output row r is
   written, no input row below the first row of its window is read again, so the output may
   sit below the input by the largest excess of output bytes written over input bytes released.
@@ -54,6 +56,16 @@ def alias(graph: Graph, op: Operator, params: Any) -> list[OverlapRule]:
     return [OverlapRule(0, 0, 0, any_offset=True, kind="alias")]
 
 
+def unread(position: int) -> Rule:
+    """The input at `position` is read, if at all, before the first output element is written:
+    the output may lie anywhere over it."""
+
+    def rule(graph: Graph, op: Operator, params: Any) -> list[OverlapRule]:
+        return [OverlapRule(position, 0, 0, any_offset=True)]
+
+    return rule
+
+
 def elementwise_shift(x: Tensor, out: Tensor) -> int:
     """Bytes the output must start below the input so element i never lands on element > i."""
     x_bytes, out_bytes = x.nbytes // max(x.num_elements, 1), out.nbytes // max(out.num_elements, 1)
@@ -61,12 +73,13 @@ def elementwise_shift(x: Tensor, out: Tensor) -> int:
 
 
 def elementwise(*positions: int) -> Rule:
-    """Inputs at `positions` of the output's shape may be overwritten element by element."""
+    """Inputs at `positions` (no positions: every input, as ADD_N's) of the output's shape may
+    be overwritten element by element."""
 
     def rule(graph: Graph, op: Operator, params: Any) -> list[OverlapRule]:
         out = graph.tensors[op.outputs[0]]
         rules = []
-        for i in positions:
+        for i in positions or range(len(op.inputs)):
             if i < len(op.inputs) and op.inputs[i] >= 0:
                 x = graph.tensors[op.inputs[i]]
                 if x.num_elements == out.num_elements and x.shape == out.shape:

@@ -9,9 +9,6 @@ extension, from the same params. `SPECS` registers the ops (toolchain.ops.REGIST
 
 from __future__ import annotations
 
-from typing import Any
-
-from toolchain.ir import Graph, Operator
 from toolchain.ops import overlaps
 from toolchain.ops.elementwise import arm_dsp
 from toolchain.ops.elementwise.emit import emit_add_n, emit_binary
@@ -22,18 +19,10 @@ from toolchain.ops.elementwise.prepare import (
     prepare,
     prepare_add_n,
 )
-from toolchain.ops.overlaps import OverlapRule
 from toolchain.ops.spec import OpSpec, TargetKernel, kernels
 
 # The ops whose stripes the tiler tries (the others' rows go whole).
 STRIPED = ("ADD", "SUB", "MUL")
-
-
-
-def every_input_elementwise(graph: Graph, op: Operator, params: Any) -> list[OverlapRule]:
-    """ADD_N reads element i of every input before it writes output element i."""
-    return overlaps.elementwise(*range(len(op.inputs)))(graph, op, params)
-
 
 SPECS: tuple[OpSpec, ...] = (
     *(OpSpec(opcode, kernels("T, T -> T", T=DTYPES[opcode]), prepare, emit_binary,
@@ -41,7 +30,7 @@ SPECS: tuple[OpSpec, ...] = (
              striping=BINARY_STRIPING if opcode in STRIPED else None)
       for opcode in OPCODES),
     OpSpec("ADD_N", kernels("T, T... -> T", T=("float32", "int32")), prepare_add_n, emit_add_n,
-           overlaps=every_input_elementwise),
+           overlaps=overlaps.elementwise()),
 )
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (*arm_dsp.TARGET_KERNELS,)

@@ -7,24 +7,10 @@ emit.py writes their portable C. `SPECS` registers the ops (toolchain.ops.REGIST
 
 from __future__ import annotations
 
-from typing import Any
-
-from toolchain.ir import Graph, Operator
 from toolchain.ops.fill.emit import emit_fill, emit_shape, emit_zeros_like
 from toolchain.ops.fill.prepare import prepare_fill, prepare_shape, prepare_zeros_like
-from toolchain.ops.overlaps import OverlapRule, Rule
+from toolchain.ops.overlaps import unread
 from toolchain.ops.spec import OpSpec, kernels
-
-
-def unread(position: int) -> Rule:
-    """The input at `position` is read (if at all) before the first output element is written:
-    the output may lie anywhere over it."""
-
-    def rule(graph: Graph, op: Operator, params: Any) -> list[OverlapRule]:
-        return [OverlapRule(position, 0, 0, any_offset=True)]
-
-    return rule
-
 
 SPECS: tuple[OpSpec, ...] = (
     OpSpec("ZEROS_LIKE", kernels("T -> T", T=("float32", "int32", "int64")), prepare_zeros_like,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from toolchain.errors import ModelError, UnsupportedOpError
 from toolchain.ir import Graph, Operator
-from toolchain.ops.spec import required_input
+from toolchain.ops.spec import input_and_output_alike, required_input
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,8 @@ class CumSumParams:
 
 
 def prepare_cumsum(graph: Graph, op: Operator) -> CumSumParams:
-    x = required_input(graph, op, 0, "input")
+    x, _ = input_and_output_alike(graph, op)  # one dtype: the signature says so
     axis_tensor = required_input(graph, op, 1, "axis")
-    out = graph.tensors[op.outputs[0]]
-    if out.shape != x.shape or out.dtype != x.dtype:
-        raise ModelError(f"output {out.dtype}{list(out.shape)} is not the input's "
-                         f"{x.dtype}{list(x.shape)}")
     if axis_tensor.data is None or axis_tensor.data.size != 1:
         raise UnsupportedOpError("its axis must be a constant scalar")
     rank = len(x.shape)
