@@ -147,17 +147,19 @@ def pool_values(ctx: OpContext, kind: str) -> dict:
     }
 
 
+def _pool(ctx: OpContext, kind: str, includes: tuple[str, ...] = ()) -> Kernel:
+    values = pool_values(ctx, kind)
+    return Kernel(render_macro(TEMPLATE, "pool", values), values["helpers"], includes=includes)
+
+
 def emit_average(ctx: OpContext) -> Kernel:
-    values = pool_values(ctx, "average")
-    return Kernel(render_macro(TEMPLATE, "pool", values), values["helpers"])
+    return _pool(ctx, "average")
 
 
 def emit_max(ctx: OpContext) -> Kernel:
-    values = pool_values(ctx, "max")
-    return Kernel(render_macro(TEMPLATE, "pool", values), values["helpers"])
+    return _pool(ctx, "max")
 
 
 def emit_l2(ctx: OpContext) -> Kernel:
     """L2_POOL_2D (float32): the square root of the window's mean square."""
-    values = pool_values(ctx, "l2")
-    return Kernel(render_macro(TEMPLATE, "pool", values), values["helpers"], includes=(MATH_H,))
+    return _pool(ctx, "l2", includes=(MATH_H,))
