@@ -23,6 +23,7 @@ from toolchain.numerics.fixedpoint import (
 )
 from toolchain.numerics.quant import INT_RANGES
 from toolchain.numerics.tables import (
+    expm1f,
     lut_lookup_int16,
     sigmoid_table_uint16,
     softmax_exp_lut,
@@ -100,8 +101,14 @@ def _float_hard_swish(x: np.ndarray) -> np.ndarray:
         return x * np.minimum(f32(6.0), np.maximum(f32(0.0), x + f32(3.0))) / f32(6.0)
 
 
+def _float_elu(x: np.ndarray) -> np.ndarray:
+    """reference_ops::Elu: expm1(x) below zero (the C library's, as LiteRT calls it), else x."""
+    return np.where(x < f32(0.0), expm1f(x), x)
+
+
 FLOAT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "LOGISTIC": _float_logistic,
+    "ELU": _float_elu,
     "TANH": _float_tanh,
     "HARD_SWISH": _float_hard_swish,
 }

@@ -1,10 +1,12 @@
 """numpy kernels of the float32 math functions (toolchain.ops.unary), each one IEEE operation
-per element as TFLite's reference kernels compute it (ROUND: their steps of such operations)."""
+per element as TFLite's reference kernels compute it (ROUND: their steps of such operations;
+EXP, LOG, SIN, COS: the C library's function, as theirs call it)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from toolchain.numerics.tables import cosf, expf, logf, sinf
 from toolchain.ops.unary.prepare import UnaryMathParams
 
 
@@ -26,6 +28,10 @@ FUNCTIONS = {
     "FLOOR": np.floor,
     "CEIL": np.ceil,
     "ROUND": round_half_even,
+    "EXP": expf,
+    "LOG": logf,
+    "SIN": sinf,
+    "COS": cosf,
 }
 
 

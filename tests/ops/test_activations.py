@@ -14,13 +14,14 @@ import pytest
 from runtime_py.interpreter import ArenaInterpreter
 from runtime_py.kernels import KERNELS
 from tests.conftest import SHARED_MODELS
-from tests.opcheck import assert_matches_oracle, oracle_outputs
+from tests.opcheck import assert_matches_oracle, oracle_outputs, three_ways
 from toolchain.errors import RuntimeBackendError, UnsupportedOpError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
 from toolchain.lab.check import difference, random_inputs
-from toolchain.lab.oracle import LiteRTOracle
+from toolchain.lab.oracle import LiteRTOracle, TFLMOracle
 from toolchain.lower.plan import plan_model
+from toolchain.numerics.tables import expf
 from toolchain.ops import REGISTRY, prepare_graph
 
 Quant = tuple[float, int]
@@ -172,6 +173,33 @@ def test_int8_hard_swish_refuses_tiny_output_scale():
     """The output multiplier must not left-shift: output scale above input scale / 128."""
     model = unary_model("HARD_SWISH", "int8", INT8_SHAPE, (0.5, 0), (0.001, 0))
     assert_refused(model, "output scale")
+
+
+# -- ELU: LiteRT's reference resolver lacks it, so TFLite Micro is the oracle ---------------
+
+
+def test_float_elu_is_expm1_below_zero_bit_for_bit():
+    """expm1f(x) below zero, as TFLite Micro's reference_ops::Elu, x elsewhere, edge values
+    included; exp(x) - 1, the int8 table's function, differs in the last bit on some."""
+    x = np.random.default_rng(5).normal(0, 4, (8, 64)).astype(np.float32)
+    x[0, :7] = [np.nan, np.inf, -np.inf, -0.0, 1e-45, -1e-45, -3.4e38]
+    model = unary_model("ELU", "float32", x.shape)
+    y = three_ways(model, [x], TFLMOracle(model, 1))
+    negative = x < 0
+    assert (y[negative] != expf(x[negative]) - np.float32(1.0)).any()
+
+
+@pytest.mark.parametrize("input_q, output_q", [
+    ((0.05, 3), (0.03, -100)), ((0.1, -128), (0.05, -108)), ((0.02, 100), (0.004, 20)),
+    ((0.25, 0), (0.1, -118)),
+])
+def test_int8_elu_table(input_q, output_q):
+    """int8: a table of exp(x) - 1 below zero, filled as TFLite Micro's Prepare fills it; the
+    input runs over every int8 value."""
+    x = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    model = unary_model("ELU", "int8", x.shape, input_q, output_q)
+    y = three_ways(model, [x], TFLMOracle(model, 1))
+    assert len(np.unique(y)) >= 40
 
 
 # -- LEAKY_RELU -------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The lookup tables of TFLite's reference LOGISTIC, TANH and SOFTMAX kernels, and the float32
+"""The lookup tables of TFLite's reference LOGISTIC, TANH, ELU and SOFTMAX kernels, and the float32
 helpers their Prepare functions call.
 
 int8 and uint8 LOGISTIC and TANH build a 256-entry table in Prepare: LUTPopulate<T>
@@ -58,6 +58,9 @@ def _float32_function(c_name: str, float64_function: Callable[[np.ndarray], np.n
 expf = _float32_function("expf", np.exp)
 tanhf = _float32_function("tanhf", np.tanh)
 logf = _float32_function("logf", np.log)
+sinf = _float32_function("sinf", np.sin)
+cosf = _float32_function("cosf", np.cos)
+expm1f = _float32_function("expm1f", np.expm1)
 
 
 def round_half_away_from_zero(x: np.ndarray) -> np.ndarray:
@@ -69,6 +72,12 @@ def round_half_away_from_zero(x: np.ndarray) -> np.ndarray:
 def logistic_float32(x: np.ndarray) -> np.ndarray:
     """`1.0f / (1.0f + std::exp(-x))` in float32 (exp overflowing to infinity gives 0)."""
     return np.float32(1.0) / (np.float32(1.0) + expf(-x))
+
+
+def elu_float32(x: np.ndarray) -> np.ndarray:
+    """`x < 0 ? std::exp(x) - 1.0f : x` in float32, as the int8 ELU table's function."""
+    with np.errstate(invalid="ignore"):
+        return np.where(x < 0, expf(x) - np.float32(1.0), x).astype(np.float32)
 
 
 def lookup_table(dtype: str, input_scale: float, input_zero_point: int, output_scale: float,

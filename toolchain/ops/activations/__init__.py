@@ -1,4 +1,4 @@
-"""The activation ops: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU,
+"""The activation ops: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, HARD_SWISH, ELU, LEAKY_RELU,
 PRELU, SOFTMAX and L2_NORMALIZATION.
 
 prepare.py turns an operator into its params, what runtime_py and every backend run from;
@@ -13,6 +13,7 @@ from toolchain.ir import Graph, Operator
 from toolchain.ops import overlaps
 from toolchain.ops.activations.emit import activation_kernels, emit_activation
 from toolchain.ops.activations.prepare import (
+    prepare_elu,
     prepare_hard_swish,
     prepare_l2_normalization,
     prepare_leaky_relu,
@@ -31,6 +32,7 @@ _PREPARE: dict[str, Callable[[Graph, Operator], object]] = {
     "LOGISTIC": prepare_logistic,
     "TANH": prepare_tanh,
     "HARD_SWISH": prepare_hard_swish,
+    "ELU": prepare_elu,
     "LEAKY_RELU": prepare_leaky_relu,
     "PRELU": prepare_prelu,
     "SOFTMAX": prepare_softmax,

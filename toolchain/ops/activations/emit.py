@@ -49,7 +49,7 @@ from toolchain.ops.emit import (
     render_macro,
     written_vars,
 )
-from toolchain.ops.spec import Signature, kernels
+from toolchain.ops.spec import LITERT_REF, TFLM, Signature, kernels
 
 TEMPLATE = "c/activations.c.j2"
 
@@ -117,6 +117,7 @@ _FLOAT_EXPRESSIONS: dict[str, tuple[str | None, str]] = {
     "TANH": (None, "tanhf(x)"),
     "HARD_SWISH": ("/* x * relu6(x + 3) / 6, multiplied before dividing as the reference kernel "
                    "does. */", "x * arenac_clampf(x + 3.0f, 0.0f, 6.0f) / 6.0f"),
+    "ELU": (None, "x < 0.0f ? expm1f(x) : x"),
 }
 
 
@@ -307,9 +308,9 @@ MACRO_HELPERS: dict[str, tuple[str, ...]] = {
     "int8_l2_normalization_row": ("mbqm", "clamp"),
 }
 # The macros of the template that call <math.h> (expf, sqrtf), and the float functions whose
-# expression does (tanhf).
+# expression does (tanhf, expm1f).
 MATH_MACROS = frozenset({"logistic_op", "float_softmax_row", "float_l2_normalization_row"})
-_CALLS_MATH = frozenset({"TANH"})
+_CALLS_MATH = frozenset({"TANH", "ELU"})
 
 
 def emit_activation(ctx: OpContext) -> Kernel:
@@ -339,4 +340,5 @@ def activation_kernels(opcode: str) -> tuple[Signature, ...]:
     if opcode == "PRELU":
         return kernels("T, T -> T", "int16, int8 -> int16", T=dtypes)
     widening = ("int8 -> int16",) if opcode == "SOFTMAX" else ()
-    return kernels("T -> T", *widening, T=dtypes)
+    # LiteRT's reference resolver has no ELU: `check` compares it with TFLite Micro
+    return kernels("T -> T", *widening, T=dtypes, oracle=TFLM if opcode == "ELU" else LITERT_REF)

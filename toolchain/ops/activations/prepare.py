@@ -42,7 +42,13 @@ from toolchain.numerics.quant import (
     quantize_multiplier,
     require_int16_zero_points,
 )
-from toolchain.numerics.tables import checked_log2, logistic_float32, lookup_table, tanhf
+from toolchain.numerics.tables import (
+    checked_log2,
+    elu_float32,
+    logistic_float32,
+    lookup_table,
+    tanhf,
+)
 from toolchain.ops.spec import required_input
 
 f32 = np.float32
@@ -99,7 +105,7 @@ class FloatClampParams:
 
 @dataclass(frozen=True)
 class FloatFunctionParams:
-    """float LOGISTIC / TANH / HARD_SWISH: the reference kernel's float32 formula by name."""
+    """float LOGISTIC / TANH / HARD_SWISH / ELU: the reference kernel's float32 formula by name."""
 
     function: str
 
@@ -336,6 +342,12 @@ def prepare_logistic(
 def prepare_tanh(
         graph: Graph, op: Operator) -> FloatFunctionParams | LookupTableParams | Int16SigmoidParams:
     return _prepare_lookup(graph, op, tanhf, None)
+
+
+def prepare_elu(
+        graph: Graph, op: Operator) -> FloatFunctionParams | LookupTableParams | Int16SigmoidParams:
+    """int8 is a table of exp(x) - 1 below zero, as LiteRT's and TFLite Micro's Prepare fill it."""
+    return _prepare_lookup(graph, op, elu_float32, None)
 
 
 def _prepare_int16_sigmoid(opcode: str, x: Tensor, out: Tensor) -> Int16SigmoidParams:

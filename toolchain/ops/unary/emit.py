@@ -17,7 +17,8 @@ from toolchain.ops.unary.prepare import UnaryMathParams
 TEMPLATE = "c/unary.c.j2"
 
 # Each function as TFLite's reference kernel computes it (elementwise.cc, floor.cc, ceil.cc,
-# round.h): the same IEEE operation in C99's <math.h>, or ROUND's steps in a helper.
+# round.h, exp.cc): the same IEEE operation or C library function in C99's <math.h>, or ROUND's
+# steps in a helper.
 EXPRESSIONS = {
     "ABS": "fabsf({x})",
     "NEG": "-{x}",
@@ -27,9 +28,14 @@ EXPRESSIONS = {
     "FLOOR": "floorf({x})",
     "CEIL": "ceilf({x})",
     "ROUND": "arenac_round_half_even({x})",
+    "EXP": "expf({x})",
+    "LOG": "logf({x})",
+    "SIN": "sinf({x})",
+    "COS": "cosf({x})",
 }
 # the functions whose expression calls <math.h>, and the helper groups they call
-CALLS_MATH = frozenset({"ABS", "SQRT", "RSQRT", "FLOOR", "CEIL", "ROUND"})
+CALLS_MATH = frozenset({"ABS", "SQRT", "RSQRT", "FLOOR", "CEIL", "ROUND", "EXP", "LOG", "SIN",
+                        "COS"})
 HELPERS = {"ROUND": ("round_half_even",)}
 # NEG of an integer, wrapping as LiteRT's does on its targets, in unsigned arithmetic (negating
 # INT32_MIN as a signed value is undefined in C)
