@@ -91,30 +91,30 @@ def test_reference_models_plan_within_tflm(capsys, path):
         assert r["arena_bytes"] >= r["lower_bound_bytes"]
 
 
-def sqrt_model() -> bytes:
-    """A convolution followed by EXP, which no kernel here runs."""
+def sign_model() -> bytes:
+    """A convolution followed by SIGN, which no kernel here runs."""
     from toolchain.front.builder import ModelBuilder
 
     b = ModelBuilder("float32", 0)
     x = b.input("x", (1, 8, 8, 3), "float32")
     y = b.conv_2d(x, 4, 3)
     root = b.tensor("root", b.shape(y), "float32")
-    b.op("EXP", [y], [root])
+    b.op("SIGN", [y], [root])
     b.output(root)
     return b.build()
 
 
 def test_plan_says_which_ops_lack_a_kernel_and_so_their_scratch(capsys, tmp_path):
-    path = tmp_path / "sqrt.tflite"
-    path.write_bytes(sqrt_model())
+    path = tmp_path / "sign.tflite"
+    path.write_bytes(sign_model())
     status, out, _ = run(capsys, "plan", str(path))
     assert status == 0
-    assert "unsupported  1 ops (EXP) have no kernel here: the arena below lacks their scratch," \
+    assert "unsupported  1 ops (SIGN) have no kernel here: the arena below lacks their scratch," \
         in out
     status, out, _ = run(capsys, "plan", str(path), "--json")
-    assert [(r["op"], r["opcode"]) for r in json.loads(out)["unsupported_ops"]] == [(1, "EXP")]
+    assert [(r["op"], r["opcode"]) for r in json.loads(out)["unsupported_ops"]] == [(1, "SIGN")]
     status, _, err = run(capsys, "gen", str(path), "-o", str(tmp_path / "out"))
-    assert status == 2 and "EXP" in err
+    assert status == 2 and "SIGN" in err
 
 
 def test_plan_of_a_supported_model_lists_no_unsupported_ops(capsys, example_path):

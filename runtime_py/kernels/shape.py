@@ -16,6 +16,7 @@ from toolchain.ops.shape.prepare import (
     AxisParams,
     ConcatenationParams,
     GatherParams,
+    MirrorPadParams,
     PadParams,
     Rescale,
     ReshapeParams,
@@ -95,6 +96,12 @@ def strided_slice(params: SliceParams, inputs: Arrays, outputs: Arrays) -> None:
     outputs[0][...] = x[np.ix_(*picks)].reshape(outputs[0].shape)
 
 
+def mirror_pad(params: MirrorPadParams, inputs: Arrays, outputs: Arrays) -> None:
+    picks = [[params.source(axis, i) for i in range(extent)]
+             for axis, extent in enumerate(outputs[0].shape)]
+    outputs[0][...] = inputs[0][np.ix_(*picks)]
+
+
 def gather(params: GatherParams, inputs: Arrays, outputs: Arrays) -> None:
     blocks = inputs[0].reshape(params.batch, params.outer, params.axis_size, params.inner)
     picked = np.take_along_axis(blocks, params.indices[:, None, :, None], axis=2)
@@ -107,6 +114,7 @@ KERNELS = {
     "EXPAND_DIMS": reshape,
     "PAD": pad,
     "PADV2": pad,
+    "MIRROR_PAD": mirror_pad,
     "CONCATENATION": concatenation,
     "PACK": pack,
     "UNPACK": unpack,

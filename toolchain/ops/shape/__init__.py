@@ -1,4 +1,4 @@
-"""The shape and data-movement family: RESHAPE, SQUEEZE, EXPAND_DIMS, PAD, PADV2,
+"""The shape and data-movement family: RESHAPE, SQUEEZE, EXPAND_DIMS, PAD, PADV2, MIRROR_PAD,
 CONCATENATION, PACK, UNPACK, SPLIT, SPLIT_V, TRANSPOSE, DEPTH_TO_SPACE, SPACE_TO_DEPTH,
 SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND (without padding or crops), SLICE,
 STRIDED_SLICE, REVERSE_V2, BROADCAST_TO and GATHER.
@@ -13,6 +13,7 @@ from toolchain.ops import overlaps
 from toolchain.ops.shape.emit import (
     emit_concatenation,
     emit_gather,
+    emit_mirror_pad,
     emit_pack,
     emit_pad,
     emit_reshape,
@@ -31,6 +32,7 @@ from toolchain.ops.shape.prepare import (
     prepare_depth_to_space,
     prepare_expand_dims,
     prepare_gather,
+    prepare_mirror_pad,
     prepare_pack,
     prepare_pad,
     prepare_reshape,
@@ -63,6 +65,8 @@ SPECS: tuple[OpSpec, ...] = (
            emit_reshape, overlaps=overlaps.alias),
     OpSpec("PAD", kernels("T, I -> T", **_MOVED, I=INDEX_DTYPES), prepare_pad, emit_pad),
     OpSpec("PADV2", kernels("T, I, T? -> T", **_MOVED, I=INDEX_DTYPES), prepare_pad, emit_pad),
+    OpSpec("MIRROR_PAD", kernels("T, I -> T", **_MOVED, I=INDEX_DTYPES), prepare_mirror_pad,
+           emit_mirror_pad),
     OpSpec("CONCATENATION", kernels("T... -> T", **_MOVED), prepare_concatenation,
            emit_concatenation),
     OpSpec("PACK", kernels("T... -> T", **_MOVED), prepare_pack, emit_pack),

@@ -41,6 +41,7 @@ from toolchain.ops.shape.prepare import (
     AxisParams,
     ConcatenationParams,
     GatherParams,
+    MirrorPadParams,
     PadParams,
     SliceParams,
     SplitParams,
@@ -397,6 +398,42 @@ def emit_gather(ctx: OpContext) -> Kernel:
     tables = [{"name": table, "ctype": OFFSET_TYPE, "length": c_length(len(offsets)),
                "init": c_array(offsets)}]
     return _nest(ctx, [loop[1] for loop in loops], [move], tables)
+
+
+# --- MIRROR_PAD ---------------------------------------------------------------------------
+
+
+def emit_mirror_pad(ctx: OpContext) -> Kernel:
+    """Walk the output in order, one run of the unpadded innermost axes at a time; along each
+    padded axis a constant table holds, per output index, the input offset it mirrors."""
+    p: MirrorPadParams = ctx.params
+    if ctx.outputs[0].size == 0:
+        return _nest(ctx, [], [])
+    rank = len(p.input_shape)
+    out_shape = [extent + before + after
+                 for extent, (before, after) in zip(p.input_shape, p.paddings, strict=True)]
+    looped = rank  # the axes after these are unpadded: one contiguous run
+    while looped > 1 and p.paddings[looped - 1] == (0, 0):
+        looped -= 1
+    run = math.prod(p.input_shape[looped:])
+    x_strides, out_strides = _row_major(p.input_shape), _row_major(out_shape)
+    counts, dst_strides, src_strides, look_ups, tables = [], [], [], [], []
+    for axis in range(looped):
+        padded = p.paddings[axis] != (0, 0)
+        if out_shape[axis] == 1 and not padded:
+            continue
+        if padded:
+            table = f"{ctx.prefix}_src{axis}"
+            offsets = [p.source(axis, i) * x_strides[axis] for i in range(out_shape[axis])]
+            tables.append({"name": table, "ctype": OFFSET_TYPE,
+                           "length": c_length(len(offsets)), "init": c_array(offsets)})
+            look_ups.append(f"{table}[i{len(counts)}]")
+        counts.append(out_shape[axis])
+        dst_strides.append(out_strides[axis])
+        src_strides.append(0 if padded else x_strides[axis])
+    move = Move("o", "x", run, tuple(dst_strides), tuple(src_strides),
+                src_table=" + ".join(look_ups))
+    return _nest(ctx, counts, [move], tables)
 
 
 # --- PAD, PADV2 ---------------------------------------------------------------------------

@@ -55,6 +55,26 @@ class PadParams:
 
 
 @dataclass(frozen=True)
+class MirrorPadParams:
+    """MIRROR_PAD: (before, after) per axis of `input_shape`; a border mirrors the tensor at its
+    edge, the edge element repeated (SYMMETRIC, `offset` 0) or not (REFLECT, `offset` 1)."""
+
+    input_shape: tuple[int, ...]
+    paddings: tuple[tuple[int, int], ...]
+    offset: int
+
+    def source(self, axis: int, position: int) -> int:
+        """The input index along `axis` that output index `position` copies."""
+        index = position - self.paddings[axis][0]
+        extent = self.input_shape[axis]
+        if index < 0:
+            return self.offset - 1 - index
+        if index >= extent:
+            return 2 * extent - 1 - self.offset - index
+        return index
+
+
+@dataclass(frozen=True)
 class AxisParams:
     """CONCATENATION, PACK, UNPACK: the (non-negative) axis they join along or split off."""
 
@@ -281,12 +301,10 @@ def _pad_value(graph: Graph, op: Operator, x: Tensor, out: Tensor) -> int | floa
     return values.reshape(-1)[0].item()
 
 
-def prepare_pad(graph: Graph, op: Operator) -> PadParams:
-    x = _moved(required_input(graph, op, 0, "input"))
-    (out,) = _outputs(graph, op, x.dtype, 1)
+def _paddings(graph: Graph, op: Operator, x: Tensor, out: Tensor
+              ) -> tuple[tuple[int, int], ...]:
+    """The constant paddings, (before, after) per axis, checked against the output's shape."""
     rank = len(x.shape)
-    if rank > MAX_PAD_RANK:
-        raise UnsupportedOpError(f"rank {rank} (TFLite pads up to {MAX_PAD_RANK})")
     paddings = _constant(graph, op, 1, "paddings")
     if paddings.shape != (rank, 2) or (paddings < 0).any():
         raise UnsupportedOpError(f"paddings must be non-negative [{rank}, 2], got "
@@ -294,7 +312,31 @@ def prepare_pad(graph: Graph, op: Operator) -> PadParams:
     pairs = tuple((int(before), int(after)) for before, after in paddings)
     _expect_shape(out, tuple(d + before + after for d, (before, after) in zip(x.shape, pairs,
                                                                               strict=True)))
-    return PadParams(pairs, _pad_value(graph, op, x, out))
+    return pairs
+
+
+def prepare_pad(graph: Graph, op: Operator) -> PadParams:
+    x = _moved(required_input(graph, op, 0, "input"))
+    (out,) = _outputs(graph, op, x.dtype, 1)
+    if len(x.shape) > MAX_PAD_RANK:
+        raise UnsupportedOpError(f"rank {len(x.shape)} (TFLite pads up to {MAX_PAD_RANK})")
+    return PadParams(_paddings(graph, op, x, out), _pad_value(graph, op, x, out))
+
+
+def prepare_mirror_pad(graph: Graph, op: Operator) -> MirrorPadParams:
+    """A border may be as wide as the dimension (SYMMETRIC) or one less (REFLECT), as
+    TensorFlow's MirrorPad allows: wider, LiteRT's kernel would repeat the far edge instead of
+    mirroring again."""
+    x = _moved(required_input(graph, op, 0, "input"))
+    (out,) = _outputs(graph, op, x.dtype, 1)
+    pairs = _paddings(graph, op, x, out)
+    mode = str(op.options.get("mode", "REFLECT"))
+    offset = 1 if mode == "REFLECT" else 0
+    for extent, pair in zip(x.shape, pairs, strict=True):
+        if max(pair) > extent - offset:
+            raise UnsupportedOpError(f"{mode} padding {max(pair)} of a dimension of {extent} "
+                                     f"(at most {extent - offset})")
+    return MirrorPadParams(tuple(x.shape), pairs, offset)
 
 
 # --- CONCATENATION, PACK, UNPACK ----------------------------------------------------------
