@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -78,6 +80,58 @@ def digests(name: str, path: Path, target: str) -> dict[str, str]:
             continue
         found[file_name] = hashlib.sha256(text.encode()).hexdigest()
     return found
+
+
+def gen_digests(models: list[str], out: str) -> dict[str, str | int]:
+    """For each model file and target, the model planned once as `gen` plans it: a digest of
+    its `plan --json` data, its arena, and a digest of each file `gen` writes, exactly."""
+    from toolchain.c.generate import generate
+    from toolchain.cli import build_parser, finite, planned
+    from toolchain.views.report import plan_data
+
+    found: dict[str, str | int] = {}
+    for model in models:
+        for target in ("generic", "cortex-m4"):
+            args = build_parser().parse_args(["gen", model, "-o", out, "--target", target])
+            plan = planned(args)
+            found[f"{model} {target} plan"] = _sha256(json.dumps(finite(plan_data(plan))))
+            found[f"{model} {target} arena"] = plan.arena_bytes
+            files = generate(plan, Path(model).stem, external_io=args.external_io,
+                             arena=args.arena, fragments=True)
+            for name, text in sorted(files.items()):
+                found[f"{model} {target} {name}"] = _sha256(text)
+    return found
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# How much faster than real time the clock of `run_in_child` runs.
+CLOCK_SPEED = 1000
+
+
+def run_in_child(call: str, args: list[str], folder: Path) -> object:
+    """`call` (an expression of this module's names and `args`) in a fresh Python whose hash
+    seed is not this one's, whose working and temporary folders are `folder` (name it with a
+    space), and whose clocks run CLOCK_SPEED times fast, as on a machine that much slower or
+    that loaded: a search bounded by the clock would stop early there. Returns its value,
+    which must be JSON."""
+    code = (f"import json, sys, time\n"
+            f"for name in ('monotonic', 'perf_counter', 'time', 'process_time'):\n"
+            f"    setattr(time, name, lambda real=getattr(time, name): real() * {CLOCK_SPEED})\n"
+            f"for name in ('monotonic_ns', 'perf_counter_ns', 'time_ns', 'process_time_ns'):\n"
+            f"    setattr(time, name, lambda real=getattr(time, name): real() * {CLOCK_SPEED})\n"
+            f"from tests.behaviour import *\n"
+            f"args = sys.argv[1:]\n"
+            f"print(json.dumps({call}))\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONHASHSEED": "4242", "PYTHONPATH": str(root),
+           "TMPDIR": str(folder)}
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
 
 
 def behaviour(names: list[str] | None = None) -> dict[str, dict[str, str]]:
