@@ -20,6 +20,7 @@ from runtime_py.kernels import (
     elementwise,
     fill,
     fully_connected,
+    lookup,
     lstm,
     pooling,
     quantize,
@@ -36,6 +37,6 @@ from runtime_py.kernels import (
 Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan)
+            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan, lookup)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

@@ -37,6 +37,7 @@ from toolchain.ops import (
     elementwise,
     fill,
     fully_connected,
+    lookup,
     lstm,
     pooling,
     quantize,
@@ -62,7 +63,7 @@ from toolchain.ops.spec import (
 from toolchain.targets import GENERIC
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan)
+            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan, lookup)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 

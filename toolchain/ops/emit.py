@@ -199,6 +199,7 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "clz32": (),
     "sat_shl": (),
     "round_half_even": (),
+    "index_failure": (),  # INDEX_FAILURE
     "gemmlowp_exp": ("sat_shl", "srdhm", "rdbpot"),
     "gemmlowp_inv_sqrt": ("clz32", "sat_shl", "srdhm", "rdbpot"),
     "int16": (),
@@ -231,6 +232,9 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "signal_pcan": ("clz32",),
     "signal_log": ("clz32",),
 }
+# The group whose flag the invoke clears and returns as NAME_ERROR_INDEX_OUT_OF_RANGE: a kernel
+# that reads indices the model computes sets it on one out of range (toolchain.ops.lookup).
+INDEX_FAILURE = "index_failure"
 # The groups the file defines first, in this order, under one comment (templates/c/model.c.j2).
 FIXED_POINT = ("srdhm", "rdbpot", "mbqm", "clamp")
 # Groups laid out by another template than HELPERS_TEMPLATE: the target kernels' own.

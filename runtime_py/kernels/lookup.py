@@ -1,0 +1,32 @@
+"""numpy kernels of GATHER_ND and EMBEDDING_LOOKUP (toolchain.ops.lookup), which check each
+index where they read it and fail the invoke as LiteRT does when one is out of range."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toolchain.errors import RuntimeBackendError
+from toolchain.ops.lookup.prepare import EmbeddingLookupParams, GatherNdParams
+
+
+def gather_nd(p: GatherNdParams, inputs, outputs) -> None:
+    params = inputs[0].reshape(-1)
+    vectors = inputs[1].reshape(p.slices, len(p.dims)).astype(np.int64)
+    if ((vectors < 0) | (vectors >= np.array(p.dims, np.int64))).any():
+        raise RuntimeBackendError("GATHER_ND: a coordinate lies outside its dimension")
+    starts = vectors @ np.array(p.strides, np.int64)
+    picks = starts[:, None] + np.arange(p.slice_size)
+    outputs[0][...] = params[picks].reshape(outputs[0].shape)
+
+
+def embedding_lookup(p: EmbeddingLookupParams, inputs, outputs) -> None:
+    ids, rows = inputs[0], inputs[1].reshape(p.rows, p.row_size)
+    if ((ids < 0) | (ids >= p.rows)).any():
+        raise RuntimeBackendError(f"EMBEDDING_LOOKUP: an id lies outside [0, {p.rows})")
+    picked = rows[ids]
+    if p.scale is not None:  # float(value) * scale in float32, as LiteRT's hybrid lookup
+        picked = picked.astype(np.float32) * np.float32(p.scale)
+    outputs[0][...] = picked.reshape(outputs[0].shape)
+
+
+KERNELS = {"GATHER_ND": gather_nd, "EMBEDDING_LOOKUP": embedding_lookup}
