@@ -220,3 +220,25 @@ def test_the_readme_footprint_table_is_what_bench_mcu_gives(cells):
     got = [r["flash"], r["weights"], r["kernel_weights"], r["code"], r["ram"], r["arena"],
            r["state"], r["stack"], total]
     assert [str(v) for v in got] == cells[1:10], f"the documented row {cells[0]} is stale"
+
+
+ESTIMATE_ROWS = table_rows("Cycles, estimated (`arenac bench --target cortex-m4`")
+MLPERF_ROWS = {cells[0]: cells for cells in table_rows("Beside the published MLPerf Tiny results")}
+
+
+@pytest.mark.parametrize("cells", ESTIMATE_ROWS, ids=[cells[0] for cells in ESTIMATE_ROWS])
+def test_the_mlperf_tables_are_what_bench_speed_gives(cells):
+    """`python -m tests.bench speed`: the Cortex-M4 instructions and estimated cycles of each
+    MLPerf Tiny model, and the estimate beside the published cycles (a QEMU run each)."""
+    from tests.bench import mlperf_rows
+    from tests.conftest import SHARED_MODEL_FILES
+    from toolchain.lab.qemu_backend import missing
+
+    if not SHARED_MODEL_FILES:
+        pytest.skip("the shared models are absent")
+    if missing():
+        pytest.skip(f"not on PATH: {', '.join(missing())}")
+    estimate, beside = mlperf_rows(shared_model(cells[0]))
+    assert " ".join(estimate).split() == cells, f"the documented estimate of {cells[0]} is stale"
+    assert " ".join(beside).split() == MLPERF_ROWS[cells[0]], (
+        f"the documented MLPerf row of {cells[0]} is stale")

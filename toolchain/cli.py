@@ -393,7 +393,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from toolchain.lab.bench import bench, bench_text
 
-    result = bench(planned(args), optimization=f"-{args.optimize}")
+    result = bench(planned(args), optimization=f"-{args.optimize}",
+                   wait_states=args.wait_states)
     emit_json(result.as_dict()) if args.json else print(bench_text(result))
     return 0 if result.outputs_match is not False else 1
 
@@ -514,7 +515,8 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callabl
             [add_model, add_planning, add_gen_options]),
     "check": ("compare TFLite's reference kernels, runtime_py and the compiled C", cmd_check,
               [add_model, add_planning, add_check_options]),
-    "bench": ("count the instructions the C executes per inference on a Cortex-M under QEMU",
+    "bench": ("count the instructions the C executes per inference on a Cortex-M under QEMU, "
+              "and estimate their cycles",
               cmd_bench, [add_model, add_planning, add_bench_options]),
     "embed": ("write a copy of the model carrying the plan for TFLite Micro "
               "(OfflineMemoryAllocation)", cmd_embed, [add_model, add_planning, add_embed_options]),

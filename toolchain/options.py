@@ -69,6 +69,12 @@ def positive(text: str) -> int:
     return int(text)
 
 
+def wait_states(text: str) -> int:
+    if not text.isdigit() or int(text) > 15:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 15, got {text!r}")
+    return int(text)
+
+
 def backend_list(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in BACKENDS]
@@ -298,6 +304,9 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
                         "kernels are measured against)")
     p.add_argument("--optimize", choices=["O2", "Os", "O3"], default="O2",
                    help="arm-none-eabi-gcc's optimization level (default: O2)")
+    p.add_argument("--wait-states", type=wait_states, default=0, metavar="N",
+                   help="flash wait states the cycle estimate assumes: N cycles more for every "
+                        "data read from flash and every pipeline refill (default: 0)")
 
 
 def add_embed_options(p: argparse.ArgumentParser) -> None:

@@ -20,12 +20,15 @@ makes it exact.
 Each run also checks the counter's meaning: two loops of known length (2 instructions a trip)
 must differ by exactly the instructions their trip counts say, and the cost of an empty bracket
 (the counter read itself, constant) is subtracted from every measurement. An instruction is not
-a cycle: a Cortex-M4 takes one cycle for most instructions but more for loads, branches and
-multiply-accumulates into 64 bits, so cycles >= instructions on it.
+a cycle: where the core has a timing table (toolchain.lab.timings: Cortex-M4, Cortex-M33) the
+same QEMU run also profiles every instruction (toolchain.lab.cycles), and the bench estimates
+cycles, optimistic, nominal and pessimistic, per inference and per step, at `wait_states`
+flash wait states.
 
     result = bench(plan_model(model, target="cortex-m4"))
     result.instructions                 # per inference
     result.steps                        # per step: op, opcode, kernel, instructions, bytes
+    result.cycles                       # an Estimate (None where the core has no table)
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import numpy as np
 
 from toolchain.c.generate import generate, kernel_function
 from toolchain.errors import RuntimeBackendError
+from toolchain.lab import cycles as cycle_model
 from toolchain.lab.check import random_inputs
 from toolchain.lab.firmware import (
     INPUT_FILE,
@@ -60,6 +64,7 @@ from toolchain.lab.footprint import measure
 from toolchain.lower.plan import ModelPlan
 from toolchain.progress import step
 from toolchain.render import render
+from toolchain.targets import Region
 from toolchain.text import c_identifier
 
 ICOUNT_SHIFT = 7  # 2^7 ns of virtual time per instruction
@@ -69,6 +74,8 @@ BENCH_TIMEOUT = 900.0  # seconds for one QEMU run
 OPTIMIZATIONS = ("-O2", "-Os", "-O3")
 # The readings before the steps: the two loops, the empty bracket and the whole invoke.
 CALIBRATION_READINGS = 8
+INVOKE_BRACKET = 3  # the brackets: two loops, the empty one, the invoke, then the steps
+BRACKETS_BEFORE_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class StepCount:
     function: str
     instructions: int
     bytes: int  # the kernel function's code size
+    cycles: int | None = None  # estimated, nominal (None where the core has no timing table)
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,9 @@ class BenchResult:
     flash: int  # of the firmware (toolchain.lab.footprint), weights and harness included
     ram: int  # .data + .bss of that firmware: the arena, the state and the harness's few bytes
     outputs_match: bool | None  # the last run's outputs equal runtime_py's (None: not checked)
+    cycles: cycle_model.Estimate | None = None  # the whole invoke, where the core has a table
+    wait_states: int = 0  # flash wait states the estimate assumes
+    timing: str | None = None  # the timing table's source
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -148,10 +159,10 @@ def bench_sources(mp: ModelPlan, name: str) -> tuple[dict[str, str], list[dict]]
 
 def bench(mp: ModelPlan, name: str = "model", optimization: str = "-O2",
           inputs: list[np.ndarray] | None = None, check: bool = True,
-          timeout: float = BENCH_TIMEOUT) -> BenchResult:
+          timeout: float = BENCH_TIMEOUT, wait_states: int = 0) -> BenchResult:
     """Instructions per inference and per step of the plan's C on its target under QEMU, on
-    `inputs` (default: check's random input set of seed 0). With `check`, the outputs are
-    compared with runtime_py's."""
+    `inputs` (default: check's random input set of seed 0), and their estimated cycles where
+    the core has a timing table. With `check`, the outputs are compared with runtime_py's."""
     from toolchain.lab.qemu_backend import qemu
 
     source = mp.model.source
@@ -176,8 +187,12 @@ def bench(mp: ModelPlan, name: str = "model", optimization: str = "-O2",
                         for t, v in zip(graph.inputs, values, strict=True))
         with open(os.path.join(directory, INPUT_FILE), "wb") as f:
             f.write(data)
+        timing = cycle_model.timing(target.name)
+        profiled = Profiled(build.elf, board.code, directory) if timing else None
         with step(f"QEMU {board.machine}, counting instructions"):
-            raw = run_firmware(build.elf, board.machine, directory, timeout, source)
+            raw = run_firmware(build.elf, board.machine, directory, timeout, source,
+                               profiled.arguments if profiled else ())
+        estimates = profiled.estimates(timing, wait_states) if profiled else None
         # the footprint of the firmware as `check` and `make mcu` build it, at this optimization
         shipped = os.path.join(directory, "firmware")
         os.mkdir(shipped)
@@ -200,17 +215,40 @@ def bench(mp: ModelPlan, name: str = "model", optimization: str = "-O2",
         expected = ArenaInterpreter(mp).invoke(list(values))
         matches = all(np.array_equal(e, a) for e, a in zip(expected, outputs, strict=True))
     symbols = {k["function"]: k["bytes"] for k in figures["kernels"]}
+    step_cycles = ([e.nominal for e in estimates[BRACKETS_BEFORE_STEPS:]] if estimates
+                   else [None] * len(steps))
     result_steps = tuple(
         StepCount(s["step"], s["op"], s["opcode"], s.get("kernel") or kernel_name(mp, s["op"]),
-                  s["fn"],
-                  count - empty, symbols.get(s["fn"], 0))
-        for s, count in zip(steps, per_step, strict=True))
+                  s["fn"], count - empty, symbols.get(s["fn"], 0), nominal)
+        for s, count, nominal in zip(steps, per_step, step_cycles, strict=True))
     return BenchResult(
         model=source, target=target.name, board=board.machine, optimization=optimization,
         kernels="portable" if mp.program.portable else "target",
         instructions=invoke - empty, steps=result_steps, counter_overhead=empty,
         arena_bytes=mp.arena_bytes, flash=figures["flash"], ram=figures["ram"],
-        outputs_match=matches)
+        outputs_match=matches, cycles=estimates[INVOKE_BRACKET] if estimates else None,
+        wait_states=wait_states, timing=timing.source if timing else None)
+
+
+class Profiled:
+    """The QEMU arguments that profile a bench firmware, and the estimates made from it: one per
+    bracket of the harness (two counter readings), the harness's own code left out."""
+
+    def __init__(self, elf: str, flash: Region, directory: str) -> None:
+        self.elf = elf
+        self.path = os.path.join(directory, "profile.txt")
+        self.mark, self.harness = cycle_model.harness_addresses(elf)
+        plugin = cycle_model.build_plugin(directory)
+        flash_range = range(flash.origin, flash.origin + flash.length)
+        self.arguments = cycle_model.plugin_arguments(plugin, self.path, self.mark, flash_range)
+
+    def estimates(self, timing: cycle_model.Timing, wait_states: int
+                  ) -> list[cycle_model.Estimate]:
+        phases = cycle_model.read_profile(self.path)
+        code = cycle_model.disassemble(self.elf)
+        # phase 2k + 1 runs from the (2k)-th reading to the (2k + 1)-th: bracket k
+        return [cycle_model.estimate(phase, code, timing, wait_states, self.harness)
+                for phase in phases[1::2]]
 
 
 def kernel_name(mp: ModelPlan, op: int) -> str:
@@ -225,10 +263,10 @@ def instructions(ticks: int, hz: int) -> int:
 
 
 def run_firmware(elf: str, machine: str, directory: str, timeout: float,
-                 source: str | None) -> bytes:
+                 source: str | None, extra: tuple[str, ...] | list[str] = ()) -> bytes:
     from toolchain.lab.qemu_backend import qemu_command
 
-    command = qemu_command(elf, machine, ("-icount", ICOUNT))
+    command = qemu_command(elf, machine, ("-icount", ICOUNT, *extra))
     try:
         result = subprocess.run(command, cwd=directory, stdin=subprocess.DEVNULL,
                                 capture_output=True, timeout=timeout)
@@ -267,8 +305,10 @@ def bench_text(result: BenchResult) -> str:
     from toolchain.text import table
 
     total = max(result.instructions, 1)
+    estimated = result.cycles is not None
     rows = [[s.step, s.op, s.opcode, s.kernel, f"{s.instructions:,}",
-             f"{100 * s.instructions / total:.1f}%", s.bytes] for s in result.steps]
+             f"{100 * s.instructions / total:.1f}%", *([f"{s.cycles:,}"] if estimated else []),
+             s.bytes] for s in result.steps]
     match = {True: "outputs equal runtime_py's", False: "OUTPUTS DIFFER from runtime_py's",
              None: "outputs not checked"}[result.outputs_match]
     return "\n".join([
@@ -277,10 +317,27 @@ def bench_text(result: BenchResult) -> str:
         f"arm-none-eabi-gcc {result.optimization}",
         f"count     instructions executed (qemu-system-arm -icount {ICOUNT}; the counter read "
         f"itself, {result.counter_overhead} instructions, subtracted)",
+        *cycles_lines(result),
         f"memory    flash {result.flash} bytes, RAM {result.ram} bytes (arena "
         f"{result.arena_bytes})",
         "",
-        table(["step", "op", "type", "kernel", "instructions", "share", "bytes"], rows),
+        table(["step", "op", "type", "kernel", "instructions", "share",
+               *(["est. cycles"] if estimated else []), "bytes"], rows),
         "",
         f"instructions per inference: {result.instructions:,} ({match})",
+        *([f"estimated cycles per inference: {result.cycles.nominal:,} nominal "
+           f"({result.cycles.optimistic:,} to {result.cycles.pessimistic:,}; "
+           f"{result.cycles.nominal / total:.2f} per instruction)"] if estimated else []),
     ])
+
+
+def cycles_lines(result: BenchResult) -> list[str]:
+    """What the cycle estimate rests on, or why there is none."""
+    if result.cycles is None:
+        return [f"cycles    not estimated: no timing table for {result.target} yet "
+                f"(toolchain.lab.timings has {', '.join(cycle_model.TIMINGS)})"]
+    mix = ", ".join(f"{kind} {100 * v['cycles'] / max(result.cycles.nominal, 1):.0f}%"
+                    for kind, v in result.cycles.mix.items())
+    return [f"cycles    estimated from the executed instructions at {result.wait_states} flash "
+            f"wait states, by {result.timing}",
+            f"mix       {mix} (of nominal cycles)"]
