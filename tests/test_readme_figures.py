@@ -242,3 +242,31 @@ def test_the_mlperf_tables_are_what_bench_speed_gives(cells):
     assert " ".join(estimate).split() == cells, f"the documented estimate of {cells[0]} is stale"
     assert " ".join(beside).split() == MLPERF_ROWS[cells[0]], (
         f"the documented MLPerf row of {cells[0]} is stale")
+
+
+SPEED_M4_ROWS = [cells for cells in table_rows("Instructions per inference on each Cortex-M target")
+                 if cells[1] == "cortex-m4"]
+
+
+@pytest.mark.parametrize("cells", SPEED_M4_ROWS, ids=[cells[0] for cells in SPEED_M4_ROWS])
+def test_the_speed_table_cortex_m4_counts_are_what_bench_gives(cells):
+    """`python -m tests.bench speed`, the Cortex-M4 rows' own-kernel instructions: the MLPerf
+    models' stand in the estimate table (checked above against a run), the others are run here.
+    The other targets and the portable column are rerun by `make bench`."""
+    from tests.conftest import SHARED_MODEL_FILES
+    from toolchain.front.reader import read_model
+    from toolchain.lab.bench import bench
+    from toolchain.lab.qemu_backend import missing
+    from toolchain.lower.plan import plan_model
+
+    estimated = {row[0]: row[2] for row in ESTIMATE_ROWS}
+    if cells[0] in estimated:
+        assert cells[2] == estimated[cells[0]], f"the two tables disagree on {cells[0]}"
+        return
+    if not SHARED_MODEL_FILES:
+        pytest.skip("the shared models are absent")
+    if missing():
+        pytest.skip(f"not on PATH: {', '.join(missing())}")
+    result = bench(plan_model(read_model(shared_model(cells[0])), target="cortex-m4"))
+    assert result.outputs_match
+    assert f"{result.instructions:,}" == cells[2], f"the documented row {cells[0]} is stale"
