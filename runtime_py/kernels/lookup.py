@@ -1,12 +1,17 @@
 """numpy kernels of GATHER_ND and EMBEDDING_LOOKUP (toolchain.ops.lookup), which check each
-index where they read it and fail the invoke as LiteRT does when one is out of range."""
+index where they read it and fail the invoke as LiteRT does when one is out of range, and of
+DYNAMIC_UPDATE_SLICE, which clamps its start as LiteRT does."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from toolchain.errors import RuntimeBackendError
-from toolchain.ops.lookup.prepare import EmbeddingLookupParams, GatherNdParams
+from toolchain.ops.lookup.prepare import (
+    DynamicUpdateSliceParams,
+    EmbeddingLookupParams,
+    GatherNdParams,
+)
 
 
 def gather_nd(p: GatherNdParams, inputs, outputs) -> None:
@@ -29,4 +34,15 @@ def embedding_lookup(p: EmbeddingLookupParams, inputs, outputs) -> None:
     outputs[0][...] = picked.reshape(outputs[0].shape)
 
 
-KERNELS = {"GATHER_ND": gather_nd, "EMBEDDING_LOOKUP": embedding_lookup}
+def dynamic_update_slice(p: DynamicUpdateSliceParams, inputs, outputs) -> None:
+    operand, update, start = inputs
+    result = operand.copy()
+    at = tuple(slice(s, s + u) for s, u in (
+        (min(max(0, int(i)), d - u), u)
+        for i, d, u in zip(start.reshape(-1), p.shape, p.update_shape, strict=True)))
+    result[at] = update
+    outputs[0][...] = result
+
+
+KERNELS = {"GATHER_ND": gather_nd, "EMBEDDING_LOOKUP": embedding_lookup,
+           "DYNAMIC_UPDATE_SLICE": dynamic_update_slice}

@@ -1,13 +1,20 @@
 """C emitters for GATHER_ND and EMBEDDING_LOOKUP, laid out by templates/c/lookup.c.j2: a loop
 over the index vectors or ids, each checked before its slice or row is copied (helper group
-"index_failure" holds the flag an index out of range sets)."""
+"index_failure" holds the flag an index out of range sets); and for DYNAMIC_UPDATE_SLICE, the
+operand copied, then the update's rows copied from a clamped start."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from toolchain.ops.emit import Kernel, OpContext, c_comment, c_float, render_macro
-from toolchain.ops.lookup.prepare import EmbeddingLookupParams, GatherNdParams
+from toolchain.ops.emit import Kernel, OpContext, c_comment, c_float, c_sum, render_macro
+from toolchain.ops.lookup.prepare import (
+    DynamicUpdateSliceParams,
+    EmbeddingLookupParams,
+    GatherNdParams,
+)
 
 TEMPLATE = "c/lookup.c.j2"
 HELPERS = ("index_failure",)
@@ -68,3 +75,41 @@ def emit_embedding_lookup(ctx: OpContext) -> Kernel:
         "row_bytes": p.row_size * np.dtype(out.dtype).itemsize,
         "scale": c_float(p.scale) if p.scale is not None else None,
     }), helpers=HELPERS)
+
+
+def emit_dynamic_update_slice(ctx: OpContext) -> Kernel:
+    """Coordinates where the update spans the operand start at 0 and are not read; the others
+    are clamped as LiteRT clamps them (in int64 for int64 starts, so none wraps)."""
+    p: DynamicUpdateSliceParams = ctx.params
+    operand, update, start, out = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0]
+    itemsize = np.dtype(out.dtype).itemsize
+    rank = len(p.shape)
+    moved = [k for k in range(rank) if p.update_shape[k] < p.shape[k]]
+    comment = (f"DYNAMIC_UPDATE_SLICE: '{operand.name}' {out.dtype}{list(p.shape)} copied into "
+               f"'{out.name}', then '{update.name}' {list(p.update_shape)} written from the "
+               f"start '{start.name}' gives, each coordinate clamped so the update fits.")
+    # the update's rows: one memcpy per row of its last axis, a loop per axis before it
+    loops = [k for k in range(rank - 1) if p.update_shape[k] > 1]
+    out_strides = [math.prod(p.shape[k + 1:]) for k in range(rank)]
+    update_strides = [math.prod(p.update_shape[k + 1:]) for k in range(rank)]
+    out_at = c_sum([(f"{name}{k}", out_strides[k]) for k in range(rank)
+                    for name, used in (("s", k in moved), ("i", k in loops)) if used])
+    update_at = c_sum([(f"i{k}", update_strides[k]) for k in loops])
+    row = p.update_shape[-1] if rank else 1
+    return Kernel(render_macro(TEMPLATE, "dynamic_update_slice", {
+        "fn": ctx.fn,
+        "comment": c_comment(comment),
+        "ctype": out.ctype,
+        "start_ctype": start.ctype,
+        "operand": operand.ptr,
+        "source": update.ptr,
+        "start": start.ptr,
+        "out": out.ptr,
+        "bytes": math.prod(p.shape) * itemsize,
+        "updated": math.prod(p.update_shape),
+        "clamps": [(k, p.shape[k] - p.update_shape[k]) for k in moved],
+        "loops": [(k, p.update_shape[k]) for k in loops],
+        "out_at": out_at,
+        "update_at": update_at,
+        "row_bytes": row * itemsize,
+    }))

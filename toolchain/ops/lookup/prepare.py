@@ -1,10 +1,11 @@
-"""GATHER_ND and EMBEDDING_LOOKUP: params every backend runs from.
+"""GATHER_ND, EMBEDDING_LOOKUP and DYNAMIC_UPDATE_SLICE: params every backend runs from.
 
 Their indices are an input, read when the model runs, so each is checked where it is read, as
 LiteRT's kernels check it: GATHER_ND fails when a coordinate lies outside its dimension,
 EMBEDDING_LOOKUP when an id is not a row of the value. A failure fails the invoke: runtime_py
 raises, and the C's invoke returns NAME_ERROR_INDEX_OUT_OF_RANGE with the outputs
-unspecified. We follow LiteRT where TFLite Micro's GATHER_ND checks only the slice's flat
+unspecified. DYNAMIC_UPDATE_SLICE never fails: as LiteRT (and XLA) it clamps each start so the
+update fits. We follow LiteRT where TFLite Micro's GATHER_ND checks only the slice's flat
 position: for a coordinate past its dimension whose position still lies within the params
 (index [0, 5] of a [3, 4] tensor), TFLite Micro reads another element where LiteRT fails.
 """
@@ -41,6 +42,15 @@ class EmbeddingLookupParams:
     rows: int
     row_size: int
     scale: float | None
+
+
+@dataclass(frozen=True)
+class DynamicUpdateSliceParams:
+    """The operand's `shape` copied, then the update of `update_shape` written from a start
+    that the model computes, each coordinate clamped into [0, shape[k] - update_shape[k]]."""
+
+    shape: tuple[int, ...]
+    update_shape: tuple[int, ...]
 
 
 def _output(graph: Graph, op: Operator) -> Tensor:
@@ -95,3 +105,20 @@ def prepare_embedding_lookup(graph: Graph, op: Operator) -> EmbeddingLookupParam
                                      "would ignore it)")
         scale = float(q.scale[0])
     return EmbeddingLookupParams(ids.shape[0], value.shape[0], math.prod(value.shape[1:]), scale)
+
+
+def prepare_dynamic_update_slice(graph: Graph, op: Operator) -> DynamicUpdateSliceParams:
+    operand = required_input(graph, op, 0, "operand")
+    update = required_input(graph, op, 1, "update")
+    start = required_input(graph, op, 2, "start_indices")
+    out = _output(graph, op)
+    rank = len(operand.shape)
+    if start.shape != (rank,):
+        raise ModelError(f"its start indices have shape {list(start.shape)}, not [{rank}] (one "
+                         "per dimension of the operand)")
+    if len(update.shape) != rank or any(u > d for u, d in zip(update.shape, operand.shape,
+                                                               strict=True)):
+        raise ModelError(f"its update {list(update.shape)} does not fit in the operand "
+                         f"{list(operand.shape)}")
+    _expect_shape(out, operand.shape)
+    return DynamicUpdateSliceParams(operand.shape, update.shape)
