@@ -110,3 +110,43 @@ def test_variables_and_constants_are_not_planned():
     assert lt.variables == (s,)
     assert s not in lt.tensor_buffers
     assert sorted(lt.tensor_buffers) == sorted([x, y])
+
+
+def npu_model(reader: str = "ethos-u") -> bytes:
+    """x -> an op (custom `reader`, or ADD) that also reads a tensor nothing writes -> y, as
+    Vela writes its NPU op with the NPU's scratch as an input."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 64), "int8", 0.1, 0)
+    scratch = b.tensor("scratch", (1, 64 if reader == "ADD" else 300), "int8", 0.1, 0)
+    y = b.tensor("y", (1, 64), "int8", 0.1, 0)
+    if reader == "ADD":
+        b.op("ADD", [x, scratch], [y])
+    else:
+        b.custom(reader, [x, scratch], [y])
+    b.output(y)
+    return b.build()
+
+
+def test_an_unwritten_input_of_an_op_without_kernel_is_its_working_memory(capsys, tmp_path):
+    """planned as TFLite allocates it (from its first reader to its last), so `plan` shows the
+    arena and the op without a kernel is the one line every other command gives."""
+    from toolchain.cli import main
+
+    model = npu_model()
+    mp = plan_model(parse_model(model, "npu.tflite"), "greedy")
+    scratch = mp.lifetimes.buffers[mp.lifetimes.tensor_buffers[1]]
+    assert (scratch.size, scratch.first, scratch.last) == (300, 0, 0)
+    assert mp.arena_bytes >= 64 + 64 + 300 - 64  # x, y and the scratch, y maybe over x
+    path = tmp_path / "npu.tflite"
+    path.write_bytes(model)
+    assert main(["plan", str(path)]) == 0
+    assert "ethos-u" in capsys.readouterr().out
+    assert main(["gen", str(path), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ethos-u" in err[0] and "before anything writes it" not in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_op_with_a_kernel_reading_what_nothing_writes_is_refused():
+    with pytest.raises(ModelError, match=r"reads tensor 1 \('scratch'\) before anything writes"):
+        plan_model(parse_model(npu_model("ADD"), "m.tflite"))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import SHARED_MODEL_FILES, needs_shared_models
+from toolchain.errors import ModelError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.examples import EXAMPLES
 from toolchain.front.reader import parse_model, read_model
@@ -127,3 +128,26 @@ def test_buffer_stored_after_the_flatbuffer():
     assert len(packed) == weights.offset
     g2 = parse_model(bytes(packed + payload)).main
     assert g2.tensors[g2.operators[0].inputs[1]].data.tobytes() == payload
+
+
+def test_a_model_that_lists_no_buffers_reads_and_plans():
+    """Converters may leave the buffers vector empty when no tensor has data: buffer 0, the
+    empty one by convention, then is not listed. Such a model reads, and its real problem (if
+    any) is what the user sees."""
+    from toolchain.lower.plan import plan_model
+
+    b = ModelBuilder()
+    x = b.input("x", (2, 3), "float32")
+    y = b.tensor("y", (2, 3), "float32")
+    b.op("ABS", [x], [y])
+    b.output(y)
+    model = fb.ModelT.InitFromPackedBuf(b.build(), 0)
+    for tensor in model.subgraphs[0].tensors:
+        tensor.buffer = 0
+    model.buffers = []
+    graph = parse_model(bytes(_pack(model))).main
+    assert all(t.data is None for t in graph.tensors)
+    assert plan_model(parse_model(bytes(_pack(model)))).arena_bytes > 0
+    model.subgraphs[0].tensors[0].buffer = 1
+    with pytest.raises(ModelError, match="refers to buffer 1, but the model has 0"):
+        parse_model(bytes(_pack(model)))

@@ -185,6 +185,8 @@ class _Parser:
         Buffers of models over 2 GB live after the flatbuffer and are addressed by offset and
         size from the start of the file.
         """
+        if index == 0 and not self.buffers:
+            return None  # buffer 0 is the empty one by convention, even when none is listed
         if not 0 <= index < len(self.buffers):
             raise self.fail(
                 f"{what} refers to buffer {index}, but the model has {len(self.buffers)}"

@@ -101,10 +101,16 @@ class TensorRoles:
     graph_inputs: frozenset[int]  # planned graph inputs: live from the first step
     graph_outputs: frozenset[int]  # live until the last step
     producer: dict[int, int]  # planned tensor (not a graph input) -> the op that writes it
+    # planned tensors nothing writes that only ops without a kernel read: their working memory
+    # (an NPU op's scratch in a Vela-compiled model), live from the first reader to the last,
+    # as TFLite allocates them, so that the op itself is what a user is told about
+    unwritten: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, graph: Graph, source: str | None = None) -> TensorRoles:
-        """Raises ModelError for a tensor two operators write."""
+    def of(cls, graph: Graph, source: str | None = None,
+           kernelless: Collection[int] = ()) -> TensorRoles:
+        """Raises ModelError for a tensor two operators write. `kernelless`: the operators no
+        kernel runs, whose unwritten inputs are their working memory."""
         tensors = graph.tensors
         planned = tuple(not (t.is_constant or t.is_variable or t.is_handle) for t in tensors)
         graph_inputs = frozenset(t for t in graph.inputs if 0 <= t < len(tensors) and planned[t])
@@ -116,7 +122,14 @@ class TensorRoles:
                 if t in graph_inputs or t in producer:
                     raise ModelError(f"tensor {t} ({tensors[t].name!r}) is written twice", source)
                 producer[t] = op.index
-        return cls(planned, graph_inputs, frozenset(graph.outputs), producer)
+        readers: dict[int, set[int]] = {}
+        for op in graph.operators:
+            for t in op.inputs:
+                if 0 <= t < len(tensors) and planned[t] and t not in graph_inputs \
+                        and t not in producer:
+                    readers.setdefault(t, set()).add(op.index)
+        unwritten = frozenset(t for t, ops in readers.items() if ops <= set(kernelless))
+        return cls(planned, graph_inputs, frozenset(graph.outputs), producer, unwritten)
 
 
 def model_order(graph: Graph) -> tuple[int, ...]:
@@ -135,7 +148,7 @@ def check_order(graph: Graph, order: Sequence[int], source: str | None = None,
     for op_index in order:
         op = graph.operators[op_index]
         for t in op.inputs:
-            if t < 0 or not roles.planned[t] or t in roles.graph_inputs:
+            if t < 0 or not roles.planned[t] or t in roles.graph_inputs or t in roles.unwritten:
                 continue
             writer = roles.producer.get(t)
             if writer is None or step_of[writer] >= step_of[op_index]:
@@ -175,6 +188,8 @@ def compute_lifetimes(
     tensors = graph.tensors
     first = {t: 0 for t in roles.graph_inputs}
     first.update((t, step_of[op]) for t, op in roles.producer.items())
+    for t in roles.unwritten:
+        first[t] = min(step_of[op.index] for op in graph.operators if t in op.inputs)
     last: dict[int, int] = {}
     for step, op_index in enumerate(order):
         for t in graph.operators[op_index].inputs:

@@ -396,7 +396,8 @@ def planned_model(
     # TFLM's planner is shown on the buffers TFLM plans: its kernels' scratch, not ours.
     own = program.tflm_scratch() if planner == TFLMPlanner.name else program.scratch()
     scratch = (*own, *scratch)
-    roles = TensorRoles.of(graph, model.source)  # derived once, for every step below
+    kernelless = [op for op, binding in enumerate(program.bindings) if binding is None]
+    roles = TensorRoles.of(graph, model.source, kernelless)  # derived once, for every step below
     if order is None:
         check_order(graph, program.file_order(), model.source, roles)  # TFLite runs this order
         with step("scheduling"):
