@@ -46,7 +46,7 @@ from runtime_py.kernels import KERNELS
 from toolchain.errors import PlanError, RuntimeBackendError
 from toolchain.front.validate import DEFAULT_MAX_ITERATIONS
 from toolchain.ir import Operator, Tensor
-from toolchain.lower.fusion import PadFusion
+from toolchain.lower.folding import Elided
 from toolchain.lower.lifetimes import STRIPE, BufferKey
 from toolchain.lower.plan import ModelPlan, StateSlot
 from toolchain.lower.program import Control, Copy
@@ -214,7 +214,7 @@ class ArenaInterpreter:
         plan = self.layout.steps[step]
         op = self.graph.operators[op_index]
         params = self.params[op_index]
-        if active and not isinstance(params, PadFusion):  # a fused PAD: its reader pads
+        if active and not isinstance(params, Elided):  # fused or folded: nothing to run
             for claim in plan.claims:
                 self._claim(claim, step, op)
             ins = [self.views[t] if t >= 0 else None for t in op.inputs]

@@ -12,6 +12,7 @@ from toolchain.c.addressing import Addresses
 from toolchain.c.control import c_control, callee
 from toolchain.c.stripes import emit_segment
 from toolchain.errors import ArenacError
+from toolchain.lower.folding import Fold
 from toolchain.lower.fusion import PadFusion
 from toolchain.lower.plan import ModelPlan
 from toolchain.lower.program import Program
@@ -26,6 +27,7 @@ from toolchain.lower.steps import (
 )
 from toolchain.ops import REGISTRY
 from toolchain.ops.emit import Kernel, OpContext
+from toolchain.text import c_text
 
 
 def kernel_function(name: str, mp: ModelPlan, op: int) -> str:
@@ -43,6 +45,14 @@ def fused_kernel(program: Program, fusion: PadFusion) -> Kernel:
     reader = program.graph.operators[fusion.op]
     return Kernel("", note=f"fused into {program.op_label(fusion.op)} {reader.opcode}, "
                            "which reads its input as padded")
+
+
+def folded_kernel(program: Program, fold: Fold) -> Kernel:
+    """A DEQUANTIZE folded at generation has no code: its output is a constant."""
+    tensors = program.graph.tensors
+    return Kernel("", note=f"folded: '{c_text(tensors[fold.tensor].name)}' is the float32 "
+                           f"constant it computes from float16 "
+                           f"'{c_text(tensors[fold.source].name)}'")
 
 
 @dataclass
@@ -76,6 +86,8 @@ class Emission:
         try:
             if isinstance(binding.params, PadFusion):
                 return fused_kernel(program, binding.params)
+            if isinstance(binding.params, Fold):
+                return folded_kernel(program, binding.params)
             return emitter.emit(context)
         except ArenacError as e:
             raise type(e)(f"{program.op_label(op)} {context.op.opcode}: {e.message}",

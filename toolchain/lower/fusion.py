@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 
 from toolchain.errors import ArenacError
 from toolchain.ir import Graph, Operator, Tensor
+from toolchain.lower.folding import Elided
 from toolchain.ops import REGISTRY, bind
 from toolchain.ops.padding import FUSED_PADDING, PadRule
 from toolchain.ops.shape.prepare import PadParams
@@ -51,7 +52,7 @@ Padding = tuple[tuple[int, int], tuple[int, int]]
 
 
 @dataclass(frozen=True)
-class PadFusion:
+class PadFusion(Elided):
     """A PAD (op `pad`) whose output `tensor` the windowed op `op` reads: fused, with its
     ((top, bottom), (left, right)) `padding` applied by `op`, unless `refused` says why not."""
 

@@ -33,6 +33,7 @@ from typing import Any
 from toolchain.errors import PlanError
 from toolchain.front.validate import called_subgraphs, same_shape
 from toolchain.ir import Graph, Model, Operator
+from toolchain.lower.folding import Fold, fold_constants, folded_binding
 from toolchain.lower.fusion import PadFusion, control_tensors
 from toolchain.lower.fusion import fuse_padding as fuse
 from toolchain.lower.lifetimes import SCRATCH, TFLM_SCRATCH, BufferKey, ScratchRequest
@@ -131,7 +132,8 @@ class Program:
     `target` (toolchain.targets) is what the kernels were bound for; with `portable`, its
     portable kernels only (the baseline its own kernels are measured against).
     `pad_fusions`: every PAD feeding a windowed op, fused or why not (toolchain.lower.fusion);
-    `fused_graph` is the graph with the fused ones rewritten, when there are any."""
+    `folds`: the ops folded into constants (toolchain.lower.folding); `rewritten_graph` is the
+    graph with the fused and folded ops rewritten, when there are any."""
 
     model: Model
     graph_index: int
@@ -143,12 +145,13 @@ class Program:
     target: str = GENERIC
     portable: bool = False
     pad_fusions: tuple[PadFusion, ...] = ()
-    fused_graph: Graph | None = None
+    folds: tuple[Fold, ...] = ()
+    rewritten_graph: Graph | None = None
 
     @property
     def graph(self) -> Graph:
-        if self.fused_graph is not None:
-            return self.fused_graph
+        if self.rewritten_graph is not None:
+            return self.rewritten_graph
         return self.layout.graph if self.layout else self.model.graphs[self.graph_index]
 
     @property
@@ -379,21 +382,22 @@ def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
             origin, index = layout.op_origin[op.index]
             return f"op {index}" if origin == graph_index else f"subgraph {origin} op {index}"
 
-    bindings, refusals = bind_graph(graph, GENERIC if portable else target, label)
+    original = graph
+    graph, folds = fold_constants(graph)
+    bindings, refusals = bind_graph(graph, GENERIC if portable else target, label,
+                                    {f.op: folded_binding(f) for f in folds})
     if any(r.invalid for r in refusals):
         raise refusal_error(refusals, model.source)
-    fusions, fused_graph = (), None
+    fusions = ()
     if fuse_padding:
         held = control_tensors(layout.controls.values()) if layout else frozenset()
-        rewritten, bindings, fusions = fuse(graph, bindings, GENERIC if portable else target,
-                                            held)
-        fused_graph = rewritten if rewritten is not graph else None
+        graph, bindings, fusions = fuse(graph, bindings, GENERIC if portable else target, held)
     laid_refusals = tuple(Refusal(op, f"{label(graph.operators[op]) if label else f'op {op}'} "
                                       f"{graph.operators[op].opcode}: {message}")
                           for op, message in laid)
     program = Program(model, graph_index, bindings, (*refusals, *laid_refusals), layout,
-                      target=target, portable=portable, pad_fusions=fusions,
-                      fused_graph=fused_graph)
+                      target=target, portable=portable, pad_fusions=fusions, folds=folds,
+                      rewritten_graph=graph if graph is not original else None)
     resources, handles, problems = resource_variables(program)
     return replace(program, refusals=(*program.refusals, *problems), resources=resources,
                    handles=handles)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from toolchain.ir import Graph
-from toolchain.lower.fusion import PadFusion
+from toolchain.lower.folding import Elided
 from toolchain.ops import REGISTRY
 from toolchain.ops.spec import Binding
 from toolchain.ops.striping import RowMap, Striping
@@ -325,9 +325,10 @@ def candidates(graph: Graph, bindings: Sequence[Binding | None], order: Sequence
 
 
 def fused_away(binding: Binding | None) -> bool:
-    """A PAD fused into the window after it (toolchain.lower.fusion): a step that does nothing,
-    which a segment runs through."""
-    return binding is not None and isinstance(binding.params, PadFusion)
+    """A PAD fused into the window after it (toolchain.lower.fusion), or an op folded into a
+    constant (toolchain.lower.folding): a step that does nothing, which a segment runs
+    through."""
+    return binding is not None and isinstance(binding.params, Elided)
 
 
 def row_map_of(graph: Graph, bindings: Sequence[Binding | None], op: int) -> RowMap | None:

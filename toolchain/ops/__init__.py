@@ -21,7 +21,7 @@ hybrid.py (the hybrid ops' input quantization).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -187,18 +187,23 @@ def oracle_of(bindings: Sequence[Binding | None]) -> tuple[str, tuple[Binding, .
 
 
 def bind_graph(
-    graph: Graph, target: str = GENERIC, label: Callable[[Operator], str] | None = None
+    graph: Graph, target: str = GENERIC, label: Callable[[Operator], str] | None = None,
+    given: Mapping[int, Binding] | None = None,
 ) -> tuple[tuple[Binding | None, ...], tuple[Refusal, ...]]:
     """Every op's binding for `target` (None where it has none) and every refusal, graph-wide
     ones first.
 
     `label(op)` names an op in refusals ("op 3" by default; "subgraph 1 op 0" for the ops of a
     called subgraph). Any exception other than the toolchain's own is a check a prepare lacks,
-    and still becomes one refusal naming the op rather than a traceback.
+    and still becomes one refusal naming the op rather than a traceback. `given` holds the
+    bindings of ops whose work was done before binding (toolchain.lower.folding).
     """
     bindings: list[Binding | None] = []
     refusals = [Refusal(-1, problem) for problem in _unstorable(graph)]
     for op in graph.operators:
+        if given and op.index in given:
+            bindings.append(given[op.index])
+            continue
         opcode = op.kind
         where = f"{label(op) if label else f'op {op.index}'} {opcode}"
         try:

@@ -1,0 +1,54 @@
+"""Constants folded at generation (toolchain/lower/folding.py): a DEQUANTIZE of float16 weights
+becomes their float32 constant in flash, bit for bit what LiteRT's DEQUANTIZE gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.opcheck import three_ways
+from toolchain.c.generate import generate
+from toolchain.errors import UnsupportedOpError
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.reader import parse_model
+from toolchain.lower.folding import Fold
+from toolchain.lower.plan import plan_model
+
+
+def float16_model(as_output: bool = False) -> tuple[bytes, int]:
+    """x + W with W stored as float16 and widened by DEQUANTIZE, as the converter's float16
+    quantization writes weights (an ADD, exact in float32, shows every widened value bit for
+    bit); returns the model and the widened tensor's index."""
+    rng = np.random.default_rng(7)
+    b = ModelBuilder()
+    x = b.input("x", (2, 9), "float32")
+    # values float16 rounds: the widening must give exactly float16's values, not the originals
+    w16 = b.const("w_f16", (rng.standard_normal((2, 9)) / 3).astype(np.float16))
+    w = b.tensor("w", (2, 9), "float32")
+    b.op("DEQUANTIZE", [w16], [w])
+    y = b.tensor("y", (2, 9), "float32")
+    b.op("ADD", [x, w], [y])
+    b.output(w if as_output else y)
+    return b.build(), w
+
+
+def test_float16_weights_are_folded_into_float32_constants():
+    model, widened = float16_model()
+    x = np.random.default_rng(1).standard_normal((2, 9)).astype(np.float32)
+    out = three_ways(model, [x])
+    mp = plan_model(parse_model(model, "f16.tflite"))
+    (fold,) = mp.program.folds
+    assert fold == Fold(0, widened, 1)
+    assert widened not in mp.offset_of_tensor()  # a constant: flash, no arena
+    w = mp.graph.tensors[widened]
+    source = mp.graph.tensors[1].data
+    assert w.data.dtype == np.float32 and np.array_equal(w.data, source.astype(np.float32))
+    assert np.array_equal(out, x + source.astype(np.float32))
+    c = generate(mp)["model.c"]
+    assert "folded: 'w' is the float32 constant it computes from float16 'w_f16'" in c
+
+
+def test_a_float16_dequantize_whose_output_is_a_graph_output_is_not_folded():
+    model, _ = float16_model(as_output=True)
+    with pytest.raises(UnsupportedOpError, match="float16"):
+        plan_model(parse_model(model, "f16.tflite")).program.params()

@@ -1,0 +1,70 @@
+"""Constants computed at generation: a DEQUANTIZE of a float16 constant becomes the float32
+constant it computes.
+
+Converters write "float16 quantization" as float16 weights, each widened by a DEQUANTIZE before
+the float32 op that reads it. The widening is exact, so the float32 values are LiteRT's bit for
+bit. We fold it: the float32 copy lives in flash (twice the float16 bytes) and needs no RAM and
+no work per invoke. Keeping the float16 weights in flash instead would put the float32 tensor
+in RAM, widened at every invoke (LiteRT widens once, into memory it keeps for good): on a
+microcontroller, RAM is the scarcer of the two.
+
+The op stays in the graph at its index with no operands, as a fused PAD does
+(toolchain.lower.fusion): its params are its `Fold`, it has no step's work (runtime_py and the C
+skip every `Elided` op), and its output is a constant, for which no buffer is planned. Op and
+tensor indices stay the file's. A DEQUANTIZE whose output is a graph output is left alone: an
+output is written by the invoke.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from toolchain.ir import Graph
+from toolchain.ops.spec import Binding, Signature
+
+
+class Elided:
+    """The params of an op with no work of its own left: what it computed was folded or fused
+    away."""
+
+
+@dataclass(frozen=True)
+class Fold(Elided):
+    """DEQUANTIZE `op` of the float16 constant `source`, whose output `tensor` is now the
+    float32 constant it computes."""
+
+    op: int
+    tensor: int
+    source: int
+
+
+FOLDED = Signature(inputs=(frozenset({"float16"}),), outputs=(frozenset({"float32"}),),
+                   form="float16 -> float32 (folded at generation)")
+
+
+def fold_constants(graph: Graph) -> tuple[Graph, tuple[Fold, ...]]:
+    """The graph with every foldable DEQUANTIZE folded, and the folds (the same graph when
+    there are none)."""
+    tensors, operators = list(graph.tensors), list(graph.operators)
+    folds = []
+    for op in graph.operators:
+        if op.opcode != "DEQUANTIZE" or len(op.inputs) != 1 or len(op.outputs) != 1:
+            continue
+        x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
+        if (x.dtype != "float16" or not x.is_constant or y.dtype != "float32"
+                or y.shape != x.shape or y.index in graph.outputs or y.is_variable):
+            continue
+        widened = np.asarray(x.data, np.dtype("<f2")).astype(np.dtype("<f4")).reshape(y.shape)
+        widened.flags.writeable = False
+        tensors[y.index] = replace(y, data=widened)
+        operators[op.index] = replace(op, inputs=(), outputs=())
+        folds.append(Fold(op.index, y.index, x.index))
+    if not folds:
+        return graph, ()
+    return replace(graph, tensors=tuple(tensors), operators=tuple(operators)), tuple(folds)
+
+
+def folded_binding(fold: Fold) -> Binding:
+    return Binding(fold.op, "DEQUANTIZE", FOLDED, fold)
