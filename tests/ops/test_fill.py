@@ -126,3 +126,53 @@ def test_shape_whose_out_type_is_not_its_output_s_is_refused():
     b.op("SHAPE", [x], [dims], {"out_type": "INT64"})
     b.output(dims)
     assert "out_type int64 with an output tensor of int32" in refusal(b.build())
+
+
+# -- BROADCAST_ARGS -----------------------------------------------------------------------------
+
+
+def broadcast_args_model(dtype: str, lengths: tuple[int, int]) -> bytes:
+    b = ModelBuilder()
+    s1 = b.input("s1", (lengths[0],), dtype)
+    s2 = b.input("s2", (lengths[1],), dtype)
+    y = b.tensor("y", (max(lengths),), dtype)
+    b.op("BROADCAST_ARGS", [s1, s2], [y])
+    b.output(y)
+    return b.build()
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("s1, s2, expected", [
+    ([1, 3, 1, 5], [3, 1, 1], [1, 3, 1, 5]),
+    ([1, 4, 1], [6, 1, 1, 5], [6, 1, 4, 5]),
+    ([2, 1], [7, 1, 6], [7, 2, 6]),
+    ([8, 9], [8, 9], [8, 9]),
+    ([0, 1], [1, 4], [0, 4]),
+    ([1], [], [1]),
+])
+def test_broadcast_args(dtype, s1, s2, expected):
+    from tests.opcheck import three_ways
+
+    model = broadcast_args_model(dtype, (len(s1), len(s2)))
+    out = three_ways(model, [np.array(s1, dtype), np.array(s2, dtype)])
+    assert out.tolist() == expected
+
+
+def test_shapes_that_do_not_broadcast_fail_the_invoke():
+    """TFLite's reference stops the process; runtime_py raises and the C's invoke returns
+    NAME_ERROR_INCOMPATIBLE_SHAPES (the harness then exits 3)."""
+    from runtime_py.interpreter import ArenaInterpreter
+    from toolchain.c.generate import generate
+    from toolchain.errors import RuntimeBackendError
+    from toolchain.lab.c_backend import CBackend
+
+    mp = plan_model(parse_model(broadcast_args_model("int32", (2, 2)), "<built model>"))
+    inputs = [np.array([3, 4], np.int32), np.array([3, 5], np.int32)]
+    with pytest.raises(RuntimeBackendError, match="do not broadcast"):
+        ArenaInterpreter(mp).invoke(inputs)
+    with CBackend(mp, sanitize=True) as backend, \
+            pytest.raises(RuntimeBackendError, match="exit 3"):
+        backend.invoke_many([inputs])
+    header = generate(mp)["model.h"]
+    assert "#define MODEL_ERROR_INCOMPATIBLE_SHAPES 6" in header
+    assert "INDEX_OUT_OF_RANGE" not in header

@@ -20,7 +20,7 @@ from toolchain.lower.plan import ModelPlan, StateSlot, block_alignment
 from toolchain.lower.program import Program
 from toolchain.ops.emit import (
     C_TYPES,
-    INDEX_FAILURE,
+    FAILURES,
     MATH_H,
     c_array,
     c_float,
@@ -192,7 +192,7 @@ def code(em: Emission, calls: list[str], trace: bool) -> dict:
         "kernels": em.texts,
         "calls": calls,
         "trace": trace,
-        "index_checks": INDEX_FAILURE in em.groups,
+        "failures": [f for f in FAILURES if f.group in em.groups],
     }
 
 

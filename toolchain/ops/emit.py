@@ -199,7 +199,8 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "clz32": (),
     "sat_shl": (),
     "round_half_even": (),
-    "index_failure": (),  # INDEX_FAILURE
+    "index_failure": (),  # FAILURES
+    "shape_failure": (),
     "gemmlowp_exp": ("sat_shl", "srdhm", "rdbpot"),
     "gemmlowp_inv_sqrt": ("clz32", "sat_shl", "srdhm", "rdbpot"),
     "int16": (),
@@ -232,9 +233,29 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "signal_pcan": ("clz32",),
     "signal_log": ("clz32",),
 }
-# The group whose flag the invoke clears and returns as NAME_ERROR_INDEX_OUT_OF_RANGE: a kernel
-# that reads indices the model computes sets it on one out of range (toolchain.ops.lookup).
-INDEX_FAILURE = "index_failure"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A way a kernel can fail the invoke on values the model computes: the helper group that
+    defines its flag, which the invoke clears first and returns as NAME_ERROR_`error` (`code`)
+    when a kernel set it."""
+
+    group: str
+    flag: str
+    error: str
+    code: int
+    meaning: str
+
+
+FAILURES = (
+    Failure("index_failure", "arenac_index_failure", "INDEX_OUT_OF_RANGE", 5,
+            "an index the model computed lies outside its tensor (GATHER_ND, EMBEDDING_LOOKUP "
+            "check theirs as TFLite does)"),
+    Failure("shape_failure", "arenac_shape_failure", "INCOMPATIBLE_SHAPES", 6,
+            "shapes the model computed do not broadcast (BROADCAST_ARGS: TFLite stops the "
+            "process)"),
+)
 # The groups the file defines first, in this order, under one comment (templates/c/model.c.j2).
 FIXED_POINT = ("srdhm", "rdbpot", "mbqm", "clamp")
 # Groups laid out by another template than HELPERS_TEMPLATE: the target kernels' own.

@@ -73,3 +73,24 @@ def prepare_shape(graph: Graph, op: Operator) -> ShapeParams:
         raise ModelError(f"output shape {list(out.shape)} is not [{len(x.shape)}], the input's "
                          "rank")
     return ShapeParams(x.shape)
+
+
+@dataclass(frozen=True)
+class BroadcastArgsParams:
+    """Two shapes of `lengths` dimensions broadcast into one of `out` dimensions (the longer
+    length), right-aligned as TFLite broadcasts."""
+
+    lengths: tuple[int, int]
+    out: int
+
+
+def prepare_broadcast_args(graph: Graph, op: Operator) -> BroadcastArgsParams:
+    a = required_input(graph, op, 0, "shape1")
+    b = required_input(graph, op, 1, "shape2")
+    out = graph.tensors[op.outputs[0]]
+    if len(a.shape) != 1 or len(b.shape) != 1:
+        raise ModelError(f"its shapes are {list(a.shape)} and {list(b.shape)}, not vectors")
+    n = max(a.shape[0], b.shape[0])
+    if out.shape != (n,):
+        raise ModelError(f"output shape {list(out.shape)} is not [{n}], the longer shape's")
+    return BroadcastArgsParams((a.shape[0], b.shape[0]), n)
