@@ -52,6 +52,21 @@ def _litert():
     return interpreter
 
 
+def partial_outputs(model_bytes: bytes) -> set[int]:
+    """The main graph's tensors written by ops whose LiteRT kernel leaves entries unwritten
+    (OpSpec.partial_outputs); none for a model our reader refuses, which LiteRT may still run."""
+    from toolchain.errors import ArenacError
+    from toolchain.front.reader import parse_model
+    from toolchain.ops import REGISTRY
+
+    try:
+        graph = parse_model(model_bytes, "<oracle>").main
+    except ArenacError:
+        return set()
+    return {t for op in graph.operators
+            if op.kind in REGISTRY and REGISTRY[op.kind].partial_outputs for t in op.outputs}
+
+
 class LiteRTOracle:
     """TFLite's reference kernels; can keep every intermediate tensor for per-layer checks."""
 
@@ -69,8 +84,13 @@ class LiteRTOracle:
         self.interpreter.allocate_tensors()
         self.inputs = [d["index"] for d in self.interpreter.get_input_details()]
         self.outputs = [d["index"] for d in self.interpreter.get_output_details()]
+        self.partial = sorted(partial_outputs(model_bytes) & set(self.outputs))
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        # Zeroed before the inputs are set (an output may share an input's memory), an entry
+        # the kernel leaves unwritten reads 0, as ours writes it, not what the memory held.
+        for index in self.partial:
+            self.interpreter.tensor(index)()[...] = 0
         for index, value in zip(self.inputs, inputs, strict=True):
             self.interpreter.set_tensor(index, value)
         self.interpreter.invoke()

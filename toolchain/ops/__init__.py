@@ -34,6 +34,7 @@ from toolchain.ops import (
     comparisons,
     control,
     conv,
+    detection,
     elementwise,
     fill,
     fully_connected,
@@ -63,7 +64,8 @@ from toolchain.ops.spec import (
 from toolchain.targets import GENERIC
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
-            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan, lookup)
+            resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan, lookup,
+            detection)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 

@@ -201,6 +201,7 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "round_half_even": (),
     "index_failure": (),  # FAILURES
     "shape_failure": (),
+    "detection_failure": (),
     "gemmlowp_exp": ("sat_shl", "srdhm", "rdbpot"),
     "gemmlowp_inv_sqrt": ("clz32", "sat_shl", "srdhm", "rdbpot"),
     "int16": (),
@@ -255,6 +256,9 @@ FAILURES = (
     Failure("shape_failure", "arenac_shape_failure", "INCOMPATIBLE_SHAPES", 6,
             "shapes the model computed do not broadcast (BROADCAST_ARGS: TFLite stops the "
             "process)"),
+    Failure("detection_failure", "arenac_box_failure", "INVALID_BOXES", 7,
+            "a decoded box ends before it starts (TFLite_Detection_PostProcess fails so in "
+            "TFLite too)"),
 )
 # The groups the file defines first, in this order, under one comment (templates/c/model.c.j2).
 FIXED_POINT = ("srdhm", "rdbpot", "mbqm", "clamp")

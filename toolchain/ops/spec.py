@@ -231,6 +231,9 @@ class OpSpec:
     # runs a subgraph): such ops keep the file's order among themselves
     # (toolchain.lower.schedule).
     effects: bool = False
+    # Whether LiteRT's kernel leaves some output entries unwritten (past its results), where
+    # ours writes 0: the oracle zeroes those outputs before each invoke (toolchain.lab.oracle)
+    partial_outputs: bool = False
 
 
 def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tensor:
