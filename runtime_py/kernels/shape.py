@@ -14,6 +14,7 @@ import numpy as np
 
 from toolchain.ops.shape.prepare import (
     AxisParams,
+    BlockParams,
     ConcatenationParams,
     GatherParams,
     MirrorPadParams,
@@ -80,10 +81,40 @@ def split_v(params: SplitParams, inputs: Arrays, outputs: Arrays) -> None:
 
 
 def transpose(params: TransposeParams, inputs: Arrays, outputs: Arrays) -> None:
-    """Also DEPTH_TO_SPACE, SPACE_TO_DEPTH, SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND: the
-    transpose of a view of the input."""
+    """Also DEPTH_TO_SPACE and SPACE_TO_DEPTH, and SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND
+    without paddings or crops: the transpose of a view of the input."""
     x = inputs[0] if params.view is None else inputs[0].reshape(params.view)
     outputs[0][...] = np.transpose(x, params.perm).reshape(outputs[0].shape)
+
+
+def space_to_batch(params: TransposeParams | BlockParams, inputs: Arrays,
+                   outputs: Arrays) -> None:
+    """The input padded (each padded byte `pad_byte`), then its blocks moved into the batch."""
+    if isinstance(params, TransposeParams):
+        return transpose(params, inputs, outputs)
+    x = inputs[0]
+    (top, bottom), (left, right) = params.edges
+    fill = np.frombuffer(bytes([params.pad_byte]) * x.dtype.itemsize, x.dtype)[0]
+    padded = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=fill)
+    n, h, w, c = padded.shape
+    bh, bw = params.block
+    blocks = padded.reshape(n, h // bh, bh, w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
+    outputs[0][...] = blocks.reshape(outputs[0].shape)
+    return None
+
+
+def batch_to_space(params: TransposeParams | BlockParams, inputs: Arrays,
+                   outputs: Arrays) -> None:
+    """The batch's blocks moved back into space, then the crops taken off."""
+    if isinstance(params, TransposeParams):
+        return transpose(params, inputs, outputs)
+    n, h, w, c = params.shape
+    bh, bw = params.block
+    (top, bottom), (left, right) = params.edges
+    whole = (inputs[0].reshape(bh, bw, n // (bh * bw), h, w, c).transpose(2, 3, 0, 4, 1, 5)
+             .reshape(n // (bh * bw), h * bh, w * bw, c))
+    outputs[0][...] = whole[:, top:h * bh - bottom, left:w * bw - right]
+    return None
 
 
 def strided_slice(params: SliceParams, inputs: Arrays, outputs: Arrays) -> None:
@@ -123,8 +154,8 @@ KERNELS = {
     "TRANSPOSE": transpose,
     "DEPTH_TO_SPACE": transpose,
     "SPACE_TO_DEPTH": transpose,
-    "SPACE_TO_BATCH_ND": transpose,
-    "BATCH_TO_SPACE_ND": transpose,
+    "SPACE_TO_BATCH_ND": space_to_batch,
+    "BATCH_TO_SPACE_ND": batch_to_space,
     "REVERSE_V2": strided_slice,
     "BROADCAST_TO": strided_slice,
     "SLICE": strided_slice,

@@ -219,6 +219,14 @@ CASES = [
      {}, 1),
     ("batch_to_space", "BATCH_TO_SPACE_ND", [(12, 2, 3, 2), i32([2, 3]), i32([[0, 0], [0, 0]])],
      {}, 1),
+    ("space_to_batch_padded", "SPACE_TO_BATCH_ND",
+     [(2, 3, 4, 3), i32([2, 3]), i32([[1, 2], [0, 2]])], {}, 1),
+    ("space_to_batch_padded_1x2", "SPACE_TO_BATCH_ND",
+     [(1, 5, 3, 2), i32([1, 2]), i32([[2, 0], [1, 0]])], {}, 1),
+    ("batch_to_space_cropped", "BATCH_TO_SPACE_ND",
+     [(12, 2, 3, 2), i32([2, 3]), i32([[1, 0], [2, 3]])], {}, 1),
+    ("batch_to_space_cropped_4x1", "BATCH_TO_SPACE_ND",
+     [(8, 3, 2, 1), i32([4, 1]), i32([[3, 2], [0, 1]])], {}, 1),
     ("reverse_inner", "REVERSE_V2", [(2, 3, 4), i32([2])], {}, 1),
     ("reverse_outer", "REVERSE_V2", [(3, 5, 2), i32([0])], {}, 1),
     ("reverse_two_axes", "REVERSE_V2", [(2, 3, 4, 5), i32([-2, 1])], {}, 1),
@@ -586,7 +594,24 @@ def test_broadcast_to_a_shape_the_input_does_not_fit_is_a_model_error():
         prepare_graph(parse_model(model, "<built model>").main)
 
 
-def test_space_to_batch_with_paddings_is_refused_in_one_line():
-    model = build("SPACE_TO_BATCH_ND", "float32",
-                  [(1, 4, 4, 1), i32([2, 2]), i32([[1, 1], [0, 0]])], out_shapes=[(4, 3, 2, 1)])
-    assert "paddings [[1, 1], [0, 0]]: arenac moves blocks without paddings" in refusal(model)
+def test_space_to_batch_pads_with_the_zero_point():
+    """TFLite requires the input's quantization on the output, and pads with its zero point."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 2, 2, 1), "int8", 0.1, -7)
+    y = b.tensor("y", (4, 2, 2, 1), "int8", 0.1, -7)
+    b.op("SPACE_TO_BATCH_ND", [x, b.const("block", i32([2, 2])),
+                               b.const("paddings", i32([[1, 1], [0, 2]]))], [y])
+    b.output(y)
+    model = b.build()
+    assert_matches_oracle(model, sanitize=True)
+    assert (oracle_outputs(model)[0] == -7).sum() >= 12  # the 12 padded elements at least
+
+
+def test_crops_that_leave_nothing_are_a_model_error():
+    from toolchain.errors import ModelError
+    from toolchain.ops import prepare_graph
+
+    model = build("BATCH_TO_SPACE_ND", "float32",
+                  [(4, 1, 1, 1), i32([2, 2]), i32([[1, 1], [0, 0]])], out_shapes=[(1, 0, 2, 1)])
+    with pytest.raises(ModelError, match="leave nothing"):
+        prepare_graph(parse_model(model, "<built model>").main)

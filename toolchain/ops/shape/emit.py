@@ -39,6 +39,7 @@ from toolchain.ops.emit import (
 )
 from toolchain.ops.shape.prepare import (
     AxisParams,
+    BlockParams,
     ConcatenationParams,
     GatherParams,
     MirrorPadParams,
@@ -126,7 +127,8 @@ def emit_reshape(ctx: OpContext) -> Kernel:
 class Move:
     """Copy `run` contiguous elements from `src` to `dst` (C names) at every point of a loop
     nest; each loop advances dst and src by its stride here, in elements. `src_table`, if set,
-    is a C expression (a table look-up) added to the source offset."""
+    is a C expression (a table look-up) added to the source offset; `dst_table` to the
+    destination's."""
 
     dst: str
     src: str
@@ -136,6 +138,7 @@ class Move:
     dst_offset: int = 0
     src_offset: int = 0
     src_table: str = ""
+    dst_table: str = ""  # likewise, added to the destination offset
 
 
 def simplify(counts: Sequence[int], moves: Sequence[Move]) -> tuple[list[int], list[Move]]:
@@ -172,9 +175,11 @@ def _loops(counts: Sequence[int]) -> list[dict]:
 
 
 def _nest(ctx: OpContext, counts: Sequence[int], moves: Sequence[Move],
-          tables: Sequence[dict] = (), loops: Sequence[dict] | None = None) -> Kernel:
+          tables: Sequence[dict] = (), loops: Sequence[dict] | None = None,
+          fill: int | None = None) -> Kernel:
     """Render a loop nest over `counts` doing every move at each point, in order. The moves
-    index with i<k> for loop k; `loops` may lay those loops out differently (tiled)."""
+    index with i<k> for loop k; `loops` may lay those loops out differently (tiled). With
+    `fill`, every byte of the output is set to it first."""
     loop_vars = [f"i{k}" for k in range(len(counts))]
     loops = list(_loops(counts) if loops is None else loops) if moves else []
     element_bytes = _element_bytes(ctx.outputs[0])
@@ -184,6 +189,8 @@ def _nest(ctx: OpContext, counts: Sequence[int], moves: Sequence[Move],
         src = c_sum(list(zip(loop_vars, m.src_strides, strict=True)), m.src_offset)
         if m.src_table:
             src = m.src_table if src == "0" else f"{m.src_table} + {src}"
+        if m.dst_table:
+            dst = m.dst_table if dst == "0" else f"{m.dst_table} + {dst}"
         rows.append({
             "dst": f"{m.dst}[{dst}]",
             "src": f"{m.src}[{src}]",
@@ -209,6 +216,8 @@ def _nest(ctx: OpContext, counts: Sequence[int], moves: Sequence[Move],
         loops=[{**loop, "indent": "  " * k} for k, loop in enumerate(loops)],
         indent="  " * len(loops),
         moves=rows,
+        fill=None if fill is None else {"dst": _out_name(ctx, 0), "byte": f"0x{fill:02x}",
+                                        "bytes": ctx.outputs[0].size * element_bytes},
     )
     return _render("copy", values)
 
@@ -398,6 +407,59 @@ def emit_gather(ctx: OpContext) -> Kernel:
     tables = [{"name": table, "ctype": OFFSET_TYPE, "length": c_length(len(offsets)),
                "init": c_array(offsets)}]
     return _nest(ctx, [loop[1] for loop in loops], [move], tables)
+
+
+# --- SPACE_TO_BATCH_ND with paddings, BATCH_TO_SPACE_ND with crops -------------------------
+
+
+def _offset_table(ctx: OpContext, name: str, offsets: Sequence[int]) -> tuple[dict, str]:
+    table = f"{ctx.prefix}_{name}"
+    return ({"name": table, "ctype": OFFSET_TYPE, "length": c_length(len(offsets)),
+             "init": c_array(offsets)}, table)
+
+
+def emit_blocks(ctx: OpContext) -> Kernel:
+    """SPACE_TO_BATCH_ND's and BATCH_TO_SPACE_ND's moves of transposes, for paddings or crops:
+    one run of channels per input (padding) or output (crops) pixel, along each spatial axis a
+    constant table of where its row or column lands (or comes from), separately for rows and
+    columns. Padding fills the output first."""
+    if ctx.op.opcode == "BATCH_TO_SPACE_ND":
+        return _batch_to_space_cropped(ctx)
+    p: BlockParams = ctx.params
+    n, h, w, c = p.shape
+    (bh, bw), ((top, bottom), (left, right)) = p.block, p.edges
+    out_h, out_w = (h + top + bottom) // bh, (w + left + right) // bw
+    plane = out_h * out_w * c  # one output batch
+    # padded row r + top of input row r lies in block (r + top) % bh at row (r + top) // bh
+    rows_table, rows = _offset_table(ctx, "rows", [
+        (r + top) % bh * bw * n * plane + (r + top) // bh * out_w * c for r in range(h)])
+    cols_table, cols = _offset_table(ctx, "cols", [
+        (q + left) % bw * n * plane + (q + left) // bw * c for q in range(w)])
+    move = Move("o", "x", c, (plane, 0, 0), (h * w * c, w * c, c),
+                dst_table=f"{rows}[i1] + {cols}[i2]")
+    return _nest(ctx, (n, h, w), [move], [rows_table, cols_table], fill=p.pad_byte)
+
+
+def _batch_to_space_cropped(ctx: OpContext) -> Kernel:
+    p: BlockParams = ctx.params
+    n, h, w, c = p.shape
+    (bh, bw), ((top, bottom), (left, right)) = p.block, p.edges
+    out_n, out_h, out_w = n // (bh * bw), h * bh - top - bottom, w * bw - left - right
+    batch = h * w * c  # one input batch
+    # output row y is row (y + top) of the uncropped result: block (y + top) % bh, its row
+    # (y + top) // bh
+    rows_table, rows = _offset_table(ctx, "rows", [
+        (y + top) % bh * bw * out_n * batch + (y + top) // bh * w * c for y in range(out_h)])
+    cols_table, cols = _offset_table(ctx, "cols", [
+        (x + left) % bw * out_n * batch + (x + left) // bw * c for x in range(out_w)])
+    move = Move("o", "x", c, (out_h * out_w * c, out_w * c, c), (batch, 0, 0),
+                src_table=f"{rows}[i1] + {cols}[i2]")
+    return _nest(ctx, (out_n, out_h, out_w), [move], [rows_table, cols_table])
+
+
+def emit_space_batch(ctx: OpContext) -> Kernel:
+    """SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND: a transpose without paddings or crops."""
+    return emit_blocks(ctx) if isinstance(ctx.params, BlockParams) else emit_transpose(ctx)
 
 
 # --- MIRROR_PAD ---------------------------------------------------------------------------

@@ -530,9 +530,25 @@ def _block_size(op: Operator, x: Tensor) -> int:
 SPACE_TO_BATCH_PERM = (2, 4, 0, 1, 3, 5)
 BATCH_TO_SPACE_PERM = (2, 3, 0, 4, 1, 5)
 
+Edges = tuple[tuple[int, int], tuple[int, int]]
 
-def _blocks(graph: Graph, op: Operator, x: Tensor, what: str) -> tuple[int, int]:
-    """The block shape and, all zero, the paddings or crops (input 2) of a rank-4 input."""
+
+@dataclass(frozen=True)
+class BlockParams:
+    """SPACE_TO_BATCH_ND with paddings, BATCH_TO_SPACE_ND with crops (NHWC): the input's
+    `shape` [N, H, W, C], the `block` [bh, bw] and the `edges` ((top, bottom), (left, right)):
+    rows and columns added around the input before its blocks move, or taken off the result
+    after. A padded element is `pad_byte` in every byte (TFLite's memset of the output's zero
+    point: 0 but for int8 and uint8)."""
+
+    shape: tuple[int, int, int, int]
+    block: tuple[int, int]
+    edges: Edges
+    pad_byte: int = 0
+
+
+def _blocks(graph: Graph, op: Operator, x: Tensor, what: str) -> tuple[int, int, Edges]:
+    """The block shape and the paddings or crops (input 2) of a rank-4 input."""
     if len(x.shape) != 4:
         raise UnsupportedOpError(f"input of rank {len(x.shape)}: arenac takes NHWC")
     block = [int(b) for b in _constant(graph, op, 1, "block_shape", ("int32",)).reshape(-1)]
@@ -541,32 +557,45 @@ def _blocks(graph: Graph, op: Operator, x: Tensor, what: str) -> tuple[int, int]
     edges = _constant(graph, op, 2, what, ("int32",)).reshape(-1)
     if edges.size != 4:
         raise ModelError(f"{what} of {edges.size} values for two spatial dimensions")
-    if edges.any():
-        raise UnsupportedOpError(f"{what} {edges.reshape(2, 2).tolist()}: arenac moves blocks "
-                                 f"without {what}")
-    return block[0], block[1]
+    if (edges < 0).any():
+        raise ModelError(f"{what} {edges.reshape(2, 2).tolist()} are negative")
+    top, bottom, left, right = (int(e) for e in edges)
+    return block[0], block[1], ((top, bottom), (left, right))
 
 
-def prepare_space_to_batch(graph: Graph, op: Operator) -> TransposeParams:
+def prepare_space_to_batch(graph: Graph, op: Operator) -> TransposeParams | BlockParams:
     x = _moved(required_input(graph, op, 0, "input"))
     (out,) = _outputs(graph, op, x.dtype, 1)
-    bh, bw = _blocks(graph, op, x, "paddings")
+    bh, bw, edges = _blocks(graph, op, x, "paddings")
     n, h, w, c = x.shape
+    (top, bottom), (left, right) = edges
+    h, w = h + top + bottom, w + left + right  # padded
     if h % bh or w % bw:
-        raise ModelError(f"height {h} and width {w} are not multiples of the block {bh}x{bw}")
+        raise ModelError(f"padded height {h} and width {w} are not multiples of the block "
+                         f"{bh}x{bw}")
     _expect_shape(out, (bh * bw * n, h // bh, w // bw, c))
-    return TransposeParams(SPACE_TO_BATCH_PERM, (n, h // bh, bh, w // bw, bw, c))
+    if edges == ((0, 0), (0, 0)):
+        return TransposeParams(SPACE_TO_BATCH_PERM, (n, h // bh, bh, w // bw, bw, c))
+    q = out.quantization
+    zero_point = q.zero_point[0] if q and q.zero_point and x.dtype in ("int8", "uint8") else 0
+    return BlockParams(x.shape, (bh, bw), edges, int(zero_point) & 0xFF)
 
 
-def prepare_batch_to_space(graph: Graph, op: Operator) -> TransposeParams:
+def prepare_batch_to_space(graph: Graph, op: Operator) -> TransposeParams | BlockParams:
     x = _moved(required_input(graph, op, 0, "input"))
     (out,) = _outputs(graph, op, x.dtype, 1)
-    bh, bw = _blocks(graph, op, x, "crops")
+    bh, bw, edges = _blocks(graph, op, x, "crops")
     n, h, w, c = x.shape
+    (top, bottom), (left, right) = edges
     if n % (bh * bw):
         raise ModelError(f"batch {n} is not a multiple of the block {bh}x{bw}")
-    _expect_shape(out, (n // (bh * bw), h * bh, w * bw, c))
-    return TransposeParams(BATCH_TO_SPACE_PERM, (bh, bw, n // (bh * bw), h, w, c))
+    if top + bottom >= h * bh or left + right >= w * bw:
+        raise ModelError(f"crops {[list(e) for e in edges]} leave nothing of the "
+                         f"{h * bh}x{w * bw} result")
+    _expect_shape(out, (n // (bh * bw), h * bh - top - bottom, w * bw - left - right, c))
+    if edges == ((0, 0), (0, 0)):
+        return TransposeParams(BATCH_TO_SPACE_PERM, (bh, bw, n // (bh * bw), h, w, c))
+    return BlockParams(x.shape, (bh, bw), edges)
 
 
 # --- REVERSE_V2 ---------------------------------------------------------------------------
