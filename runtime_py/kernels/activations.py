@@ -23,7 +23,9 @@ from toolchain.numerics.fixedpoint import (
 )
 from toolchain.numerics.quant import INT_RANGES
 from toolchain.numerics.tables import (
+    expf,
     expm1f,
+    logf,
     lut_lookup_int16,
     sigmoid_table_uint16,
     softmax_exp_lut,
@@ -37,6 +39,7 @@ from toolchain.ops.activations.prepare import (
     FloatFunctionParams,
     FloatL2NormalizationParams,
     FloatLeakyReluParams,
+    FloatLogSoftmaxParams,
     FloatPreluParams,
     FloatSoftmaxParams,
     Int16SigmoidParams,
@@ -132,6 +135,17 @@ def _float_softmax(p: FloatSoftmaxParams, x: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         exps = _exp_float32((rows - rows.max(axis=1, keepdims=True)) * f32(p.beta))
         return (exps / ordered_sum(exps, (1,))[:, None]).reshape(x.shape)
+
+
+def _float_log_softmax(p: FloatLogSoftmaxParams, x: np.ndarray) -> np.ndarray:
+    """The row's max (NaNs passed over, as std::max from the lowest float), the C library's
+    expf of each difference summed in order, then x - max - logf(sum)."""
+    rows = _rows(x, p.depth)
+    with np.errstate(invalid="ignore", over="ignore"):
+        peak = np.fmax.reduce(rows, axis=1, initial=-np.finfo(np.float32).max)[:, None]
+        diffs = (rows - peak).astype(f32)
+        log_sum = logf(ordered_sum(expf(diffs), (1,)))[:, None]
+        return (diffs - log_sum).astype(f32).reshape(x.shape)
 
 
 def _float_l2_normalization(p: FloatL2NormalizationParams, x: np.ndarray) -> np.ndarray:
@@ -304,6 +318,7 @@ _BY_PARAMS: dict[type, Callable[..., np.ndarray]] = {
     FloatLeakyReluParams: _float_leaky_relu,
     FloatPreluParams: _float_prelu,
     FloatSoftmaxParams: _float_softmax,
+    FloatLogSoftmaxParams: _float_log_softmax,
     FloatL2NormalizationParams: _float_l2_normalization,
     RequantizeClampParams: _requantize_clamp,
     LookupTableParams: _lookup,

@@ -307,6 +307,17 @@ def test_float_softmax(shape, beta):
     assert_matches_oracle(model)
 
 
+@pytest.mark.parametrize("shape, spread", [((1, 10), 3.0), ((2, 3, 7), 1.0), ((5,), 40.0),
+                                           ((1, 1000), 3.0), ((4, 9), 0.01)])
+def test_float_log_softmax(shape, spread):
+    """x - max - log(sum of exp(x - max)), every step in float32 as TFLite's reference; in place
+    when the input dies there (sanitized C)."""
+    model = unary_model("LOG_SOFTMAX", "float32", shape, spread=spread)
+    assert_matches_oracle(model, sanitize=True)
+    out = oracle_outputs(model)[0]
+    assert np.unique(out).size > 1 and (out <= 0).all()
+
+
 # (input quantization, beta): beta * scale from tiny to above the multiplier's cap of 2^31 - 1
 # (scaled by 2^26), so diff_min ranges from -255 (everything counts) to -1.
 SOFTMAX_INT8_CASES = [

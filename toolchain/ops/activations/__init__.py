@@ -1,5 +1,5 @@
 """The activation ops: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH, HARD_SWISH, ELU, LEAKY_RELU,
-PRELU, SOFTMAX and L2_NORMALIZATION.
+PRELU, SOFTMAX, LOG_SOFTMAX and L2_NORMALIZATION.
 
 prepare.py turns an operator into its params, what runtime_py and every backend run from;
 emit.py writes their portable C. `SPECS` registers the ops (toolchain.ops.REGISTRY).
@@ -17,13 +17,14 @@ from toolchain.ops.activations.prepare import (
     prepare_hard_swish,
     prepare_l2_normalization,
     prepare_leaky_relu,
+    prepare_log_softmax,
     prepare_logistic,
     prepare_prelu,
     prepare_relu,
     prepare_softmax,
     prepare_tanh,
 )
-from toolchain.ops.spec import OpSpec
+from toolchain.ops.spec import OpSpec, kernels
 
 _PREPARE: dict[str, Callable[[Graph, Operator], object]] = {
     "RELU": prepare_relu,
@@ -40,8 +41,10 @@ _PREPARE: dict[str, Callable[[Graph, Operator], object]] = {
 }
 
 
-SPECS: tuple[OpSpec, ...] = tuple(
-    OpSpec(opcode, activation_kernels(opcode), prepare, emit_activation,
-           overlaps=overlaps.elementwise(0))
-    for opcode, prepare in _PREPARE.items()
+SPECS: tuple[OpSpec, ...] = (
+    *(OpSpec(opcode, activation_kernels(opcode), prepare, emit_activation,
+             overlaps=overlaps.elementwise(0))
+      for opcode, prepare in _PREPARE.items()),
+    OpSpec("LOG_SOFTMAX", kernels("float32 -> float32"), prepare_log_softmax, emit_activation,
+           overlaps=overlaps.elementwise(0)),
 )

@@ -22,6 +22,7 @@ from toolchain.ops.activations.prepare import (
     FloatFunctionParams,
     FloatL2NormalizationParams,
     FloatLeakyReluParams,
+    FloatLogSoftmaxParams,
     FloatPreluParams,
     FloatSoftmaxParams,
     Int16SigmoidParams,
@@ -220,6 +221,11 @@ def _float_softmax(ctx: OpContext, p: FloatSoftmaxParams) -> dict:
     return _rows(ctx, p.depth, "float_softmax_row", {"beta": c_float(p.beta)})
 
 
+def _float_log_softmax(ctx: OpContext, p: FloatLogSoftmaxParams) -> dict:
+    return _rows(ctx, p.depth, "float_log_softmax_row",
+                 {"lowest": c_float(np.finfo(np.float32).min)})
+
+
 def _int8_softmax(ctx: OpContext, p: QuantizedSoftmaxParams) -> dict:
     bits = 8 * np.dtype(p.dtype).itemsize
     low = INT_RANGES[p.dtype][0]
@@ -277,6 +283,7 @@ _OTHERS: dict[type, Callable[[OpContext, object], dict]] = {
     FloatPreluParams: _float_prelu,
     QuantizedPreluParams: _quantized_prelu,
     FloatSoftmaxParams: _float_softmax,
+    FloatLogSoftmaxParams: _float_log_softmax,
     QuantizedSoftmaxParams: _int8_softmax,
     Int16SoftmaxParams: _int16_softmax,
     FloatL2NormalizationParams: _float_l2_normalization,
@@ -309,7 +316,8 @@ MACRO_HELPERS: dict[str, tuple[str, ...]] = {
 }
 # The macros of the template that call <math.h> (expf, sqrtf), and the float functions whose
 # expression does (tanhf, expm1f).
-MATH_MACROS = frozenset({"logistic_op", "float_softmax_row", "float_l2_normalization_row"})
+MATH_MACROS = frozenset({"logistic_op", "float_softmax_row", "float_log_softmax_row",
+                         "float_l2_normalization_row"})
 _CALLS_MATH = frozenset({"TANH", "ELU"})
 
 

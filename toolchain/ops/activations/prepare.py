@@ -222,6 +222,13 @@ class Int16SoftmaxParams:
 
 
 @dataclass(frozen=True)
+class FloatLogSoftmaxParams:
+    """float LOG_SOFTMAX over the last axis of `depth`: x - max - log(sum of exp(x - max))."""
+
+    depth: int
+
+
+@dataclass(frozen=True)
 class FloatSoftmaxParams:
     """float SOFTMAX over the last axis of `depth`: exp((x - max) * beta) / sum."""
 
@@ -492,6 +499,11 @@ def prepare_softmax(graph: Graph, op: Operator
     multiplier, left_shift = quantize_multiplier(real, max_shift=SOFTMAX_MAX_LEFT_SHIFT)
     radius = math.floor(((1 << bits) - 1) * (1 << (31 - bits)) / (1 << left_shift))
     return QuantizedSoftmaxParams(out.dtype, depth, multiplier, left_shift, -radius)
+
+
+def prepare_log_softmax(graph: Graph, op: Operator) -> FloatLogSoftmaxParams:
+    x, _ = _operands(graph, op)
+    return FloatLogSoftmaxParams(_last_axis(x))
 
 
 def _prepare_int16_softmax(x: Tensor, out: Tensor, depth: int, beta: float) -> Int16SoftmaxParams:
