@@ -15,6 +15,7 @@ import numpy as np
 
 from runtime_py.kernels.reductions import ordered_sum
 from toolchain.errors import RuntimeBackendError
+from toolchain.ir import INT32_MIN
 from toolchain.numerics import gemmlowp
 from toolchain.numerics.fixedpoint import (
     multiply_by_quantized_multiplier,
@@ -34,6 +35,8 @@ from toolchain.numerics.tables import (
 from toolchain.ops.activations import SPECS
 from toolchain.ops.activations.prepare import (
     HARD_SWISH_HIRES_SHIFT,
+    LOG_SOFTMAX_INT8_OUTPUT,
+    LOG_SOFTMAX_OUTPUT_INTEGER_BITS,
     SOFTMAX_SCALED_DIFF_INTEGER_BITS,
     FloatClampParams,
     FloatFunctionParams,
@@ -48,6 +51,7 @@ from toolchain.ops.activations.prepare import (
     QuantizedHardSwishParams,
     QuantizedL2NormalizationParams,
     QuantizedLeakyReluParams,
+    QuantizedLogSoftmaxParams,
     QuantizedPreluParams,
     QuantizedSoftmaxParams,
     RequantizeClampParams,
@@ -135,6 +139,28 @@ def _float_softmax(p: FloatSoftmaxParams, x: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         exps = _exp_float32((rows - rows.max(axis=1, keepdims=True)) * f32(p.beta))
         return (exps / ordered_sum(exps, (1,))[:, None]).reshape(x.shape)
+
+
+def _quantized_log_softmax(p: QuantizedLogSoftmaxParams, x: np.ndarray) -> np.ndarray:
+    """reference_ops::LogSoftmax for int8: the exponentials of the scaled differences to the
+    row's maximum summed in Q12.19, their log in Q5.26 subtracted from each difference above
+    the bound the reverse scaling gives, in Q4 plus 127; -128 below it."""
+    rows = _rows(x, p.depth).astype(np.int64)
+    diff = rows - np.maximum(rows.max(axis=1, keepdims=True), -128)
+    counted = diff >= p.diff_min
+    scaled = saturating_rounding_doubling_high_mul(
+        np.where(counted, diff, 0) << p.input_left_shift, p.input_multiplier)
+    exps = gemmlowp.exp_on_negative_values(scaled, SOFTMAX_SCALED_DIFF_INTEGER_BITS)
+    sums = np.where(counted, gemmlowp.rescale(exps, 0, SOFTMAX_ACCUMULATION_INTEGER_BITS),
+                    0).sum(axis=1, keepdims=True)
+    log_sum = gemmlowp.log_x_for_x_greater_than_or_equal_to_1(
+        sums, SOFTMAX_ACCUMULATION_INTEGER_BITS, SOFTMAX_SCALED_DIFF_INTEGER_BITS)
+    bound = np.maximum(p.diff_min - 1, multiply_by_quantized_multiplier(
+        log_sum + INT32_MIN, p.reverse_multiplier, p.reverse_shift))
+    shift = 31 - SOFTMAX_SCALED_DIFF_INTEGER_BITS - LOG_SOFTMAX_OUTPUT_INTEGER_BITS
+    values = np.clip(rounding_divide_by_pot(scaled - log_sum, shift)
+                     + LOG_SOFTMAX_INT8_OUTPUT[1], -128, 127)
+    return np.where(diff > bound, values, -128).astype(np.int8).reshape(x.shape)
 
 
 def _float_log_softmax(p: FloatLogSoftmaxParams, x: np.ndarray) -> np.ndarray:
@@ -319,6 +345,7 @@ _BY_PARAMS: dict[type, Callable[..., np.ndarray]] = {
     FloatPreluParams: _float_prelu,
     FloatSoftmaxParams: _float_softmax,
     FloatLogSoftmaxParams: _float_log_softmax,
+    QuantizedLogSoftmaxParams: _quantized_log_softmax,
     FloatL2NormalizationParams: _float_l2_normalization,
     RequantizeClampParams: _requantize_clamp,
     LookupTableParams: _lookup,

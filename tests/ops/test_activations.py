@@ -318,6 +318,27 @@ def test_float_log_softmax(shape, spread):
     assert np.unique(out).size > 1 and (out <= 0).all()
 
 
+@pytest.mark.parametrize("shape, input_q, varied", [
+    ((1, 10), (0.1, 3), True), ((2, 3, 7), (0.05, -20), True), ((4, 30), (0.3, 0), True),
+    ((1, 300), (0.02, -128), True), ((2, 9), (0.004, 7), True),
+    ((3, 12), (1.0, 10), False),  # differences past the bound: -128 but for each row's max
+])
+def test_int8_log_softmax(shape, input_q, varied):
+    """TFLite's fixed-point LogSoftmax: exp in Q5.26, the sum in Q12.19, its log in Q5.26."""
+    model = unary_model("LOG_SOFTMAX", "int8", shape, input_q=input_q,
+                        output_q=(16 / 256, 127))
+    if varied:
+        assert_matches_and_varies(model, min_distinct=5)
+    assert_matches_oracle(model, sanitize=True)
+
+
+def test_int8_log_softmax_needs_tflites_output_quantization():
+    from tests.opcheck import refusal
+
+    model = unary_model("LOG_SOFTMAX", "int8", (2, 5), input_q=(0.1, 0), output_q=(1 / 256, -128))
+    assert "not (16/256, 127) as TFLite requires" in refusal(model)
+
+
 # (input quantization, beta): beta * scale from tiny to above the multiplier's cap of 2^31 - 1
 # (scaled by 2^26), so diff_min ranges from -255 (everything counts) to -1.
 SOFTMAX_INT8_CASES = [

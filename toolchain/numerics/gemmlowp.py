@@ -35,8 +35,16 @@ EXP_BARREL_SHIFTER = (
 )
 FORTY_EIGHT_OVER_SEVENTEEN_Q2 = 1515870810
 MINUS_THIRTY_TWO_OVER_SEVENTEEN_Q2 = -1010580540
-HALF_SQRT_TWO = 1518500250
+HALF_SQRT_TWO = 1518500250  # also sqrt(1/2)
 THREE_HALVES_Q3 = (1 << 28) + (1 << 27)
+# TFLite's log_x_for_x_greater_than_or_equal_to_1 (kernels/internal/common.h), Q0.31
+LOG_2 = 1488522236
+SQRT_SQRT_HALF = 1805811301
+ONE_QUARTER = 1 << 29
+LOG_ALPHA_N = 117049297  # 11/240 * 2^(1/4)
+LOG_ALPHA_D = 127690142  # 1/20 * 2^(1/4)
+LOG_ALPHA_I = 1057819769  # 2 / 2^(1/4) - 2^(1/4)
+LOG_ALPHA_F = 638450708  # 1/4 * 2^(1/4)
 
 
 def one(integer_bits: int) -> int:
@@ -171,3 +179,49 @@ def saturating_doubling_high_mul_int16(a, b) -> np.ndarray:
     product = a * b
     high = np.where(product >= 0, product >> 15, -((-product) >> 15))
     return np.where((a == INT16_MIN) & (b == INT16_MIN), INT16_MAX, high)
+
+
+def saturating_shift_param(x, exponent) -> np.ndarray:
+    """TFLite's SaturatingRoundingMultiplyByPOTParam for exponents >= 0 (each element its own):
+    x * 2^exponent, saturated; x itself for 0."""
+    x, exponent = np.asarray(x, dtype=np.int64), np.asarray(exponent, dtype=np.int64)
+    threshold = (np.int64(1) << np.clip(31 - exponent, 0, 31)) - 1
+    shifted = np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN,
+                                                          x << exponent))
+    return np.where(exponent == 0, x, shifted)
+
+
+def saturating_add(a, b) -> np.ndarray:
+    return np.clip(np.asarray(a, np.int64) + np.asarray(b, np.int64), INT32_MIN, INT32_MAX)
+
+
+def saturating_sub(a, b) -> np.ndarray:
+    return np.clip(np.asarray(a, np.int64) - np.asarray(b, np.int64), INT32_MIN, INT32_MAX)
+
+
+def log_x_for_x_greater_than_or_equal_to_1(x, input_bits: int, output_bits: int) -> np.ndarray:
+    """log(x) of a fixed-point x >= 1 with `input_bits`, with `output_bits`: the power of two
+    from x's leading zeros (two ways, a quarter apart, the larger kept), the mantissa's log by
+    a rational approximation, summed with an extra integer bit of headroom."""
+    accum_bits = output_bits + 1
+    quarter = rescale(ONE_QUARTER, 0, accum_bits)
+    z_a = np.asarray(x, dtype=np.int64)
+    headroom_a = count_leading_zeros32(z_a)
+    r_a = saturating_shift_param(mul(saturating_shift_param(z_a, headroom_a - 1),
+                                     HALF_SQRT_TWO), 1)
+    pow_a = saturating_add(saturating_shift_param(input_bits - headroom_a, 31 - accum_bits),
+                           quarter)
+    headroom_b = count_leading_zeros32(mul(z_a, HALF_SQRT_TWO)) - 1
+    r_b = saturating_shift_param(z_a, headroom_b)
+    pow_b = saturating_sub(saturating_shift_param(input_bits - headroom_b, 31 - accum_bits),
+                           quarter)
+    r, power = np.minimum(r_a, r_b), np.maximum(pow_a, pow_b)
+    p = rounding_half_sum(r, SQRT_SQRT_HALF)
+    q = 2 * (r - SQRT_SQRT_HALF)
+    common_sq = mul(q, q)
+    num = mul(q, r) + mul(mul(q, common_sq), LOG_ALPHA_N)
+    denominator_minus_one = (mul(p, LOG_ALPHA_I + q + mul(LOG_ALPHA_D, common_sq))
+                             + mul(LOG_ALPHA_F, q))
+    reciprocal = one_over_one_plus_x_for_x_in_0_1(denominator_minus_one)
+    num_scaled = rescale(num, 0, accum_bits)
+    return rescale(mul(power, LOG_2) + mul(num_scaled, reciprocal), accum_bits, output_bits)

@@ -203,6 +203,7 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "shape_failure": (),
     "detection_failure": (),
     "gemmlowp_exp": ("sat_shl", "srdhm", "rdbpot"),
+    "gemmlowp_log": ("gemmlowp_exp", "clz32", "sat_shl", "srdhm", "rdbpot"),
     "gemmlowp_inv_sqrt": ("clz32", "sat_shl", "srdhm", "rdbpot"),
     "int16": (),
     "sdhm16": (),
@@ -315,9 +316,19 @@ def _gemmlowp_exp() -> dict:
                   "minus_thirty_two_over_seventeen": gemmlowp.MINUS_THIRTY_TWO_OVER_SEVENTEEN_Q2}}
 
 
+def _gemmlowp_log() -> dict:
+    """TFLite's log_x_for_x_greater_than_or_equal_to_1 constants, from toolchain.numerics."""
+    return {"g": {"log_2": gemmlowp.LOG_2, "sqrt_half": gemmlowp.HALF_SQRT_TWO,
+                  "sqrt_sqrt_half": gemmlowp.SQRT_SQRT_HALF,
+                  "quarter": int(gemmlowp.rescale(gemmlowp.ONE_QUARTER, 0, 6)),
+                  "alpha_n": gemmlowp.LOG_ALPHA_N, "alpha_d": gemmlowp.LOG_ALPHA_D,
+                  "alpha_i": gemmlowp.LOG_ALPHA_I, "alpha_f": gemmlowp.LOG_ALPHA_F}}
+
+
 # The values of the groups whose text lays out tables computed here.
 HELPER_VALUES: dict[str, Callable[[], dict]] = {
     "gemmlowp_exp": _gemmlowp_exp,
+    "gemmlowp_log": _gemmlowp_log,
     "int16_sigmoid_table": _sigmoid_table,
     "int16_softmax_tables": _softmax_tables,
     "signal_log": lambda: {"length": log_table().size, "table": c_array(log_table())},

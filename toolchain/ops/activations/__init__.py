@@ -45,6 +45,6 @@ SPECS: tuple[OpSpec, ...] = (
     *(OpSpec(opcode, activation_kernels(opcode), prepare, emit_activation,
              overlaps=overlaps.elementwise(0))
       for opcode, prepare in _PREPARE.items()),
-    OpSpec("LOG_SOFTMAX", kernels("float32 -> float32"), prepare_log_softmax, emit_activation,
-           overlaps=overlaps.elementwise(0)),
+    OpSpec("LOG_SOFTMAX", kernels("T -> T", T=("float32", "int8")), prepare_log_softmax,
+           emit_activation, overlaps=overlaps.elementwise(0)),
 )

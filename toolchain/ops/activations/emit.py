@@ -18,6 +18,9 @@ import numpy as np
 from toolchain.numerics.quant import INT_RANGES
 from toolchain.numerics.tables import INT16_MAX, lut_lookup_int16, softmax_exp_lut
 from toolchain.ops.activations.prepare import (
+    LOG_SOFTMAX_INT8_OUTPUT,
+    LOG_SOFTMAX_OUTPUT_INTEGER_BITS,
+    SOFTMAX_SCALED_DIFF_INTEGER_BITS,
     FloatClampParams,
     FloatFunctionParams,
     FloatL2NormalizationParams,
@@ -31,6 +34,7 @@ from toolchain.ops.activations.prepare import (
     QuantizedHardSwishParams,
     QuantizedL2NormalizationParams,
     QuantizedLeakyReluParams,
+    QuantizedLogSoftmaxParams,
     QuantizedPreluParams,
     QuantizedSoftmaxParams,
     RequantizeClampParams,
@@ -221,6 +225,15 @@ def _float_softmax(ctx: OpContext, p: FloatSoftmaxParams) -> dict:
     return _rows(ctx, p.depth, "float_softmax_row", {"beta": c_float(p.beta)})
 
 
+def _int8_log_softmax(ctx: OpContext, p: QuantizedLogSoftmaxParams) -> dict:
+    return _rows(ctx, p.depth, "int8_log_softmax_row", {
+        "helpers": ("gemmlowp_log",), "multiplier": p.input_multiplier,
+        "left_shift": p.input_left_shift, "diff_min": c_int32(p.diff_min),
+        "bound_min": c_int32(p.diff_min - 1), "reverse_multiplier": p.reverse_multiplier,
+        "reverse_shift": p.reverse_shift, "zero_point": LOG_SOFTMAX_INT8_OUTPUT[1],
+        "output_shift": 31 - SOFTMAX_SCALED_DIFF_INTEGER_BITS - LOG_SOFTMAX_OUTPUT_INTEGER_BITS})
+
+
 def _float_log_softmax(ctx: OpContext, p: FloatLogSoftmaxParams) -> dict:
     return _rows(ctx, p.depth, "float_log_softmax_row",
                  {"lowest": c_float(np.finfo(np.float32).min)})
@@ -284,6 +297,7 @@ _OTHERS: dict[type, Callable[[OpContext, object], dict]] = {
     QuantizedPreluParams: _quantized_prelu,
     FloatSoftmaxParams: _float_softmax,
     FloatLogSoftmaxParams: _float_log_softmax,
+    QuantizedLogSoftmaxParams: _int8_log_softmax,
     QuantizedSoftmaxParams: _int8_softmax,
     Int16SoftmaxParams: _int16_softmax,
     FloatL2NormalizationParams: _float_l2_normalization,
@@ -311,6 +325,7 @@ MACRO_HELPERS: dict[str, tuple[str, ...]] = {
     "quantized_prelu_op": ("mbqm", "clamp"),
     "int8_hard_swish_op": ("rdbpot", "clamp"),
     "int8_softmax_row": ("srdhm", "rdbpot", "clamp"),
+    "int8_log_softmax_row": ("srdhm", "rdbpot", "mbqm", "clamp"),
     "int16_softmax_row": ("mbqm", "clamp"),
     "int8_l2_normalization_row": ("mbqm", "clamp"),
 }

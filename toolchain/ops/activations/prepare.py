@@ -222,6 +222,22 @@ class Int16SoftmaxParams:
 
 
 @dataclass(frozen=True)
+class QuantizedLogSoftmaxParams:
+    """int8 LOG_SOFTMAX over the last axis (TFLite's LogSoftmaxQuantized): differences to the
+    row's maximum at or above diff_min scaled by input_multiplier * 2^input_left_shift into
+    Q5.26; their exponentials summed in Q12.19; the sum's log in Q5.26 subtracted from each
+    difference that stays above the bound the reverse scaling (reverse_multiplier,
+    reverse_shift) gives; the output fixed at scale 16/256, zero point 127."""
+
+    depth: int
+    input_multiplier: int
+    input_left_shift: int
+    reverse_multiplier: int
+    reverse_shift: int  # <= 0: a right shift
+    diff_min: int
+
+
+@dataclass(frozen=True)
 class FloatLogSoftmaxParams:
     """float LOG_SOFTMAX over the last axis of `depth`: x - max - log(sum of exp(x - max))."""
 
@@ -501,9 +517,39 @@ def prepare_softmax(graph: Graph, op: Operator
     return QuantizedSoftmaxParams(out.dtype, depth, multiplier, left_shift, -radius)
 
 
-def prepare_log_softmax(graph: Graph, op: Operator) -> FloatLogSoftmaxParams:
-    x, _ = _operands(graph, op)
-    return FloatLogSoftmaxParams(_last_axis(x))
+# What TFLite's int8 LOG_SOFTMAX fixes: the output's quantization, and the rows its Q12.19
+# sum of exponentials holds (2^12 terms of at most 1).
+LOG_SOFTMAX_INT8_OUTPUT = (16.0 / 256, 127)
+LOG_SOFTMAX_OUTPUT_INTEGER_BITS = 4  # the output's Q4 before its zero point
+LOG_SOFTMAX_MAX_DEPTH = 1 << 12
+
+
+def prepare_log_softmax(graph: Graph, op: Operator
+                        ) -> FloatLogSoftmaxParams | QuantizedLogSoftmaxParams:
+    """int8: PreprocessLogSoftmaxScalingExp(beta 1, input_scale) in double, as TFLite's
+    Prepare: the input scaling of SOFTMAX, and its reverse as a multiplier below one."""
+    x, out = _operands(graph, op)
+    depth = _last_axis(x)
+    if out.dtype == "float32":
+        return FloatLogSoftmaxParams(depth)
+    in_scale, _ = per_tensor_quantization(x)
+    out_scale, out_zp = per_tensor_quantization(out)
+    if (out_scale, out_zp) != LOG_SOFTMAX_INT8_OUTPUT:
+        raise UnsupportedOpError(f"int8 output quantized ({out_scale}, {out_zp}), not "
+                                 f"(16/256, 127) as TFLite requires")
+    if depth > LOG_SOFTMAX_MAX_DEPTH:
+        raise UnsupportedOpError(f"rows of {depth} (TFLite's Q12.19 sum holds "
+                                 f"{LOG_SOFTMAX_MAX_DEPTH})")
+    bits = SOFTMAX_SCALED_DIFF_INTEGER_BITS
+    real = min(in_scale * (1 << (31 - bits)), 2.0**31 - 1.0)
+    if not real > 1.0:
+        raise UnsupportedOpError(f"input scale {in_scale} is too small")
+    multiplier, left_shift = quantize_multiplier(real, max_shift=SOFTMAX_MAX_LEFT_SHIFT)
+    reverse_multiplier, reverse_shift = quantize_multiplier(
+        (1 << (31 - left_shift)) / multiplier)
+    radius = math.floor(((1 << bits) - 1) * (1 << (31 - bits)) / (1 << left_shift))
+    return QuantizedLogSoftmaxParams(depth, multiplier, left_shift, reverse_multiplier,
+                                     reverse_shift, -radius)
 
 
 def _prepare_int16_softmax(x: Tensor, out: Tensor, depth: int, beta: float) -> Int16SoftmaxParams:
