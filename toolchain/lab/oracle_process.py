@@ -63,6 +63,9 @@ INTERPRETERS = {"litert-ref": "LiteRT", "tflm": "the TFLite Micro interpreter"}
 # imported once by the fork server; a package that is not installed is skipped
 PRELOAD = (
     "toolchain.lab.oracle_process",
+    # what LiteRTOracle reads a model with to find outputs its kernels leave partly unwritten
+    "toolchain.front.reader",
+    "toolchain.ops",
     "ai_edge_litert.interpreter",
     "tflite_runtime.interpreter",
     "tflite_micro.python.tflite_micro.runtime",
