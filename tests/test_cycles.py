@@ -128,3 +128,12 @@ def test_a_bad_wait_state_count_is_one_line(capsys, tmp_path):
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "--wait-states" in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_without_a_host_compiler_the_plugin_is_one_error(monkeypatch, tmp_path):
+    from toolchain.errors import RuntimeBackendError
+    from toolchain.lab import cycles
+
+    monkeypatch.setattr(cycles.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeBackendError, match="no host C compiler"):
+        cycles.build_plugin(str(tmp_path))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
@@ -272,6 +273,9 @@ def harness_addresses(elf: str) -> tuple[int, frozenset[int]]:
 def build_plugin(directory: str) -> str:
     """profile_plugin.c built with the host's cc into `directory`."""
     path = os.path.join(directory, "libprofile.so")
+    if shutil.which("cc") is None:
+        raise RuntimeBackendError("no host C compiler (cc) to build the profiling plugin that "
+                                  "estimates cycles", None)
     result = subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-o", path,
                              str(PLUGIN_SOURCE)], capture_output=True, text=True)
     if result.returncode != 0:

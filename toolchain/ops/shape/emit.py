@@ -458,7 +458,8 @@ def _batch_to_space_cropped(ctx: OpContext) -> Kernel:
 
 
 def emit_space_batch(ctx: OpContext) -> Kernel:
-    """SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND: a transpose without paddings or crops."""
+    """SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND: a transpose without paddings or crops, else
+    the moves through offset tables of emit_blocks."""
     return emit_blocks(ctx) if isinstance(ctx.params, BlockParams) else emit_transpose(ctx)
 
 
