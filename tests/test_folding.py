@@ -52,3 +52,49 @@ def test_a_float16_dequantize_whose_output_is_a_graph_output_is_not_folded():
     model, _ = float16_model(as_output=True)
     with pytest.raises(UnsupportedOpError, match="float16"):
         plan_model(parse_model(model, "f16.tflite")).program.params()
+
+
+def packed_int4(values: np.ndarray) -> np.ndarray:
+    """int4 values two to a byte, the low nibble first (an odd count leaves a high nibble 0)."""
+    flat = np.append(values.reshape(-1), 0) if values.size % 2 else values.reshape(-1)
+    return ((flat[0::2] & 0xF) | ((flat[1::2] & 0xF) << 4)).astype(np.uint8)
+
+
+def int4_filter(b: ModelBuilder, shape: tuple[int, ...], channels: int, axis: int,
+                seed: int) -> tuple[int, np.ndarray]:
+    from toolchain.front.builder import _quantization
+
+    values = np.random.default_rng(seed).integers(-8, 8, shape).astype(np.int8)
+    scales = np.random.default_rng(seed + 1).uniform(0.01, 0.05, channels)
+    buffer = b._add_buffer(packed_int4(values))
+    return b._add_tensor("w_int4", shape, "int4", _quantization(scales, 0, axis),
+                         buffer=buffer), values
+
+
+@pytest.mark.parametrize("opcode", ["FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"])
+def test_int4_filters_run_as_the_int8_filters_they_unpack_to(opcode):
+    from tests.opcheck import assert_matches_oracle
+
+    b = ModelBuilder()
+    if opcode == "FULLY_CONNECTED":
+        x = b.input("x", (2, 9), "int8", 0.05, 3)
+        w, values = int4_filter(b, (5, 9), 5, 0, 1)  # an odd count: the last nibble is padding
+        out_shape, options = (2, 5), {}
+    elif opcode == "CONV_2D":
+        x = b.input("x", (1, 6, 6, 3), "int8", 0.05, 3)
+        w, values = int4_filter(b, (4, 3, 3, 3), 4, 0, 2)
+        out_shape, options = (1, 4, 4, 4), {"padding": "VALID", "stride_w": 1, "stride_h": 1}
+    else:
+        x = b.input("x", (1, 6, 6, 4), "int8", 0.05, 3)
+        w, values = int4_filter(b, (1, 3, 3, 4), 4, 3, 3)
+        out_shape, options = (1, 4, 4, 4), {"padding": "VALID", "depth_multiplier": 1,
+                                            "stride_w": 1, "stride_h": 1}
+    bias = b.const("bias", np.zeros(out_shape[-1], np.int32), 1e-3, 0)
+    y = b.tensor("y", out_shape, "int8", 0.1, -2)
+    b.op(opcode, [x, w, bias], [y], options)
+    b.output(y)
+    model = b.build()
+    assert_matches_oracle(model, sanitize=True)
+    mp = plan_model(parse_model(model, "int4.tflite"))
+    filter_ = mp.graph.tensors[w]
+    assert filter_.dtype == "int8" and np.array_equal(filter_.data, values)
