@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
-from toolchain.errors import UnsupportedOpError
+from toolchain.errors import RuntimeBackendError, UnsupportedOpError
 from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import CBackend
 from toolchain.lab.check import check_plan, random_inputs
@@ -78,3 +78,19 @@ def refusal(model: bytes) -> str:
     with pytest.raises(UnsupportedOpError) as error:
         prepare_graph(parse_model(model, "<built model>").main)
     return error.value.message
+
+
+def fails_everywhere(model_bytes: bytes, inputs: list[np.ndarray], reason: str,
+                     oracle_fails: bool = True) -> None:
+    """An invoke that fails: in LiteRT (unless `oracle_fails` is False, where LiteRT stops the
+    process instead of failing), in runtime_py with `reason`, and in the sanitized C, whose
+    invoke returns an error code (the harness then exits 3)."""
+    if oracle_fails:
+        with pytest.raises(Exception):  # noqa: B017 (LiteRT raises RuntimeError)
+            LiteRTOracle(model_bytes).invoke(inputs)
+    mp = plan_model(parse_model(model_bytes, "<built model>"))
+    with pytest.raises(RuntimeBackendError, match=reason):
+        ArenaInterpreter(mp).invoke(inputs)
+    with CBackend(mp, sanitize=True) as backend, \
+            pytest.raises(RuntimeBackendError, match="exit 3"):
+        backend.invoke_many([inputs])

@@ -161,18 +161,12 @@ def test_broadcast_args(dtype, s1, s2, expected):
 def test_shapes_that_do_not_broadcast_fail_the_invoke():
     """TFLite's reference stops the process; runtime_py raises and the C's invoke returns
     NAME_ERROR_INCOMPATIBLE_SHAPES (the harness then exits 3)."""
-    from runtime_py.interpreter import ArenaInterpreter
+    from tests.opcheck import fails_everywhere
     from toolchain.c.generate import generate
-    from toolchain.errors import RuntimeBackendError
-    from toolchain.lab.c_backend import CBackend
 
-    mp = plan_model(parse_model(broadcast_args_model("int32", (2, 2)), "<built model>"))
-    inputs = [np.array([3, 4], np.int32), np.array([3, 5], np.int32)]
-    with pytest.raises(RuntimeBackendError, match="do not broadcast"):
-        ArenaInterpreter(mp).invoke(inputs)
-    with CBackend(mp, sanitize=True) as backend, \
-            pytest.raises(RuntimeBackendError, match="exit 3"):
-        backend.invoke_many([inputs])
-    header = generate(mp)["model.h"]
+    model = broadcast_args_model("int32", (2, 2))
+    fails_everywhere(model, [np.array([3, 4], np.int32), np.array([3, 5], np.int32)],
+                     "do not broadcast", oracle_fails=False)
+    header = generate(plan_model(parse_model(model, "<built model>")))["model.h"]
     assert "#define MODEL_ERROR_INCOMPATIBLE_SHAPES 6" in header
     assert "INDEX_OUT_OF_RANGE" not in header

@@ -7,13 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime_py.interpreter import ArenaInterpreter
-from tests.opcheck import refusal, three_ways
-from toolchain.errors import RuntimeBackendError
+from tests.opcheck import fails_everywhere, refusal, three_ways
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
-from toolchain.lab.c_backend import CBackend
-from toolchain.lab.oracle import LiteRTOracle
 from toolchain.lower.plan import plan_model
 
 COPIED = ["float32", "int8", "uint8", "int16", "int32", "int64"]
@@ -111,14 +107,7 @@ def test_hybrid_embedding_lookup_with_a_zero_point_is_refused():
 def test_an_index_out_of_range_fails_the_invoke_everywhere(model, inputs):
     """LiteRT fails the invoke; so does runtime_py, and the C's invoke returns
     NAME_ERROR_INDEX_OUT_OF_RANGE (the harness then exits 3)."""
-    with pytest.raises(Exception):  # noqa: B017 (LiteRT raises RuntimeError)
-        LiteRTOracle(model).invoke(inputs)
-    mp = plan_model(parse_model(model, "<built model>"))
-    with pytest.raises(RuntimeBackendError, match="outside"):
-        ArenaInterpreter(mp).invoke(inputs)
-    with CBackend(mp, sanitize=True) as backend, \
-            pytest.raises(RuntimeBackendError, match="exit 3"):
-        backend.invoke_many([inputs])
+    fails_everywhere(model, inputs, "outside")
 
 
 def test_the_header_names_the_error_only_where_an_index_is_checked():
