@@ -17,8 +17,9 @@ cycles:
 three times: optimistic, nominal and pessimistic (the table's ranges). The estimate is
 deterministic: the same firmware and input give the same profile.
 
-    profile = run_profiled(command, elf, board, directory)   # phases: address -> Counts
-    estimate(profile[k], disassemble(elf), timing("cortex-m4"))
+    plugin = build_plugin(directory)                # QEMU gets plugin_arguments(plugin, ...)
+    phases = read_profile(path)                     # per phase: address -> Counts
+    estimate(phases[k], disassemble(elf), timing("cortex-m4"))
 """
 
 from __future__ import annotations
@@ -146,10 +147,6 @@ class Estimate:
     nominal: int
     pessimistic: int
     mix: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> instructions, cycles
-
-    def as_dict(self) -> dict[str, object]:
-        return {"instructions": self.instructions, "optimistic": self.optimistic,
-                "nominal": self.nominal, "pessimistic": self.pessimistic, "mix": self.mix}
 
 
 def base_cost(insn: Instruction, t: Timing, variant: int) -> int:
