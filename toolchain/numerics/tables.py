@@ -27,6 +27,8 @@ from functools import cache
 
 import numpy as np
 
+from toolchain.errors import UnsupportedOpError
+
 Float32Function = Callable[[np.ndarray], np.ndarray]
 
 
@@ -82,13 +84,24 @@ def elu_float32(x: np.ndarray) -> np.ndarray:
 
 def lookup_table(dtype: str, input_scale: float, input_zero_point: int, output_scale: float,
                  output_zero_point: int, function: Float32Function) -> np.ndarray:
-    """LUTPopulate<T> for int8 or uint8: T[256] indexed by the input's bits read as uint8."""
+    """LUTPopulate<T> for int8 or uint8: T[256] indexed by the input's bits read as uint8.
+
+    TFLite casts each rounded float (plus the zero point) to int32 before clamping. A value
+    past int32 (a tiny output scale) makes that cast undefined, and LiteRT's own build answers
+    it two ways (its int8 TANH table saturates, its uint8 TANH and int8 ELU tables take
+    INT32_MIN, then the type's least): such a table is refused, not guessed."""
     info = np.iinfo(dtype)
     values = np.arange(info.min, info.max + 1, dtype=np.int64)
     dequantized = np.float32(input_scale) * (values - input_zero_point).astype(np.float32)
     inverse_scale = np.float32(1.0) / np.float32(output_scale)
-    rescaled = round_half_away_from_zero(function(dequantized) * inverse_scale)
-    quantized = np.clip(rescaled + output_zero_point, info.min, info.max).astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        rescaled = round_half_away_from_zero(function(dequantized) * inverse_scale)
+        shifted = (rescaled + np.float32(output_zero_point)).astype(np.float32)
+    if not np.all(np.abs(shifted.astype(np.float64)) < 2.0**31):
+        raise UnsupportedOpError(
+            f"{dtype} lookup table for output scale {output_scale:.6g}: its values pass int32, "
+            "where TFLite's cast to int32 is undefined")
+    quantized = np.clip(shifted, info.min, info.max).astype(dtype)
     table = np.empty(256, dtype=dtype)
     table[values.astype(dtype).view(np.uint8)] = quantized
     return table
