@@ -17,6 +17,7 @@ from runtime_py.kernels import (
     comparisons,
     control,
     conv,
+    decode,
     detection,
     elementwise,
     fill,
@@ -39,6 +40,6 @@ Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
             resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan, lookup,
-            detection)
+            detection, decode)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

@@ -12,7 +12,7 @@ from toolchain.c.addressing import Addresses
 from toolchain.c.control import c_control, callee
 from toolchain.c.stripes import emit_segment
 from toolchain.errors import ArenacError
-from toolchain.lower.folding import Fold
+from toolchain.lower.folding import DecodeFold, Fold
 from toolchain.lower.fusion import PadFusion
 from toolchain.lower.plan import ModelPlan
 from toolchain.lower.program import Program
@@ -47,9 +47,15 @@ def fused_kernel(program: Program, fusion: PadFusion) -> Kernel:
                            "which reads its input as padded")
 
 
-def folded_kernel(program: Program, fold: Fold) -> Kernel:
-    """A DEQUANTIZE folded at generation has no code: its output is a constant."""
+def folded_kernel(program: Program, fold: Fold | DecodeFold) -> Kernel:
+    """A DEQUANTIZE or TFLM_DECODE folded at generation has no code: its outputs are
+    constants."""
     tensors = program.graph.tensors
+    if isinstance(fold, DecodeFold):
+        decoded = ", ".join(f"'{c_text(tensors[t].name)}' from '{c_text(tensors[s].name)}' ({kind})"
+                            for t, s, kind in zip(fold.tensors, fold.sources, fold.kinds,
+                                                  strict=True))
+        return Kernel("", note=f"folded: decoded at generation, {decoded}")
     return Kernel("", note=f"folded: '{c_text(tensors[fold.tensor].name)}' is the float32 "
                            f"constant it computes from float16 "
                            f"'{c_text(tensors[fold.source].name)}'")
@@ -86,7 +92,7 @@ class Emission:
         try:
             if isinstance(binding.params, PadFusion):
                 return fused_kernel(program, binding.params)
-            if isinstance(binding.params, Fold):
+            if isinstance(binding.params, Fold | DecodeFold):
                 return folded_kernel(program, binding.params)
             return emitter.emit(context)
         except ArenacError as e:

@@ -222,6 +222,7 @@ class _Parser:
             for i, op in enumerate(self.items(g.OperatorsLength(), g.Operators, 4, "operators"))
         )
         tensors = _empty_constants(tensors, operators, inputs)
+        tensors = _encoded_without_quantization(tensors, operators)
         return Graph(index, self.text(g.Name()), tensors, operators, inputs, outputs)
 
     def tensor_refs(
@@ -491,6 +492,21 @@ def _empty_constants(tensors: tuple[Tensor, ...], operators: tuple[Operator, ...
         else t
         for t in tensors
     )
+
+
+# TFLite Micro's compressed-tensor decoding: inputs (encoded bytes, ancillary data) in pairs.
+TFLM_DECODE = "TFLM_DECODE"
+
+
+def _encoded_without_quantization(tensors: tuple[Tensor, ...],
+                                  operators: tuple[Operator, ...]) -> tuple[Tensor, ...]:
+    """TFLite Micro's compressor rewrites a tensor as its encoded bytes (uint8, one dimension)
+    and leaves it the original's quantization, which TFLM_DECODE never reads (the decoded
+    tensor carries its own): dropped here, since its per-channel scales no longer fit."""
+    encoded = {op.inputs[k] for op in operators if op.kind == TFLM_DECODE
+               for k in range(0, len(op.inputs), 2) if op.inputs[k] >= 0}
+    return tuple(replace(t, quantization=None) if t.index in encoded and t.dtype == "uint8"
+                 else t for t in tensors)
 
 
 def _with_data(tensor: Tensor, raw: np.ndarray) -> Tensor:

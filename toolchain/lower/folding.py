@@ -1,5 +1,5 @@
 """Constants computed at generation: a DEQUANTIZE of a float16 constant becomes the float32
-constant it computes, and int4 filters become int8 ones.
+constant it computes, a TFLM_DECODE the constants it decodes, and int4 filters become int8 ones.
 
 Converters write "float16 quantization" as float16 weights, each widened by a DEQUANTIZE before
 the float32 op that reads it. The widening is exact, so the float32 values are LiteRT's bit for
@@ -14,6 +14,12 @@ skip every `Elided` op), and its output is a constant, for which no buffer is pl
 tensor indices stay the file's. A DEQUANTIZE whose output is a graph output is left alone: an
 output is written by the invoke.
 
+TFLite Micro's compressed tensors (lookup table, pruning, Huffman: toolchain.ops.decode) are
+decoded the same way: TFLite Micro decodes them into its arena before every reader runs, at
+every invoke; here the readers' prepares see constant weights as with an uncompressed model
+(their per-channel sums, their target layouts), and the flash holds the decoded weights, as
+large as the uncompressed model's. A TFLM_DECODE writing a graph output is left to its kernel.
+
 int4 filters (the converter's packed 4-bit weights, two to a byte, the low nibble first) of
 CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED are unpacked into int8 filters of the same
 values and quantization, as TFLite's UnpackDenseInt4IntoInt8 does before its int8 kernels run:
@@ -27,7 +33,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from toolchain.errors import ArenacError
 from toolchain.ir import Graph
+from toolchain.ops import REGISTRY
+from toolchain.ops.decode.prepare import decode_pairs
 from toolchain.ops.spec import Binding, Signature
 
 
@@ -46,8 +55,22 @@ class Fold(Elided):
     source: int
 
 
+@dataclass(frozen=True)
+class DecodeFold(Elided):
+    """TFLM_DECODE `op`, whose outputs `tensors` are now the constants it decodes from the
+    encoded `sources`, compressed as `kinds` say ("lookup table", ...)."""
+
+    op: int
+    tensors: tuple[int, ...]
+    sources: tuple[int, ...]
+    kinds: tuple[str, ...]
+
+
 FOLDED = Signature(inputs=(frozenset({"float16"}),), outputs=(frozenset({"float32"}),),
                    form="float16 -> float32 (folded at generation)")
+# Any of the op's own signatures: what `check` compares it with is TFLite Micro, as for its
+# kernel.
+DECODED = REGISTRY["TFLM_DECODE"].kernels[0]
 
 
 FILTERED = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
@@ -61,9 +84,9 @@ def unpacked_int4(packed: np.ndarray, count: int) -> np.ndarray:
     return np.stack([low, high], axis=-1).reshape(-1)[:count]
 
 
-def fold_constants(graph: Graph) -> tuple[Graph, tuple[Fold, ...]]:
-    """The graph with every foldable DEQUANTIZE folded and every int4 filter unpacked, and the
-    folds (the same graph when there is nothing to do)."""
+def fold_constants(graph: Graph) -> tuple[Graph, tuple[Fold | DecodeFold, ...]]:
+    """The graph with every foldable DEQUANTIZE and TFLM_DECODE folded and every int4 filter
+    unpacked, and the folds (the same graph when there is nothing to do)."""
     tensors, operators = list(graph.tensors), list(graph.operators)
     unpacked = False
     for op in graph.operators:
@@ -74,7 +97,7 @@ def fold_constants(graph: Graph) -> tuple[Graph, tuple[Fold, ...]]:
             values.flags.writeable = False
             tensors[filter_.index] = replace(filter_, dtype="int8", data=values)
             unpacked = True
-    folds = []
+    folds: list[Fold | DecodeFold] = []
     for op in graph.operators:
         if op.opcode != "DEQUANTIZE" or len(op.inputs) != 1 or len(op.outputs) != 1:
             continue
@@ -87,10 +110,25 @@ def fold_constants(graph: Graph) -> tuple[Graph, tuple[Fold, ...]]:
         tensors[y.index] = replace(y, data=widened)
         operators[op.index] = replace(op, inputs=(), outputs=())
         folds.append(Fold(op.index, y.index, x.index))
+    for op in graph.operators:
+        if op.kind != "TFLM_DECODE" or any(t in graph.outputs or graph.tensors[t].is_variable
+                                           for t in op.outputs):
+            continue
+        try:
+            pairs = decode_pairs(graph, op)
+        except ArenacError:
+            continue  # its binding refuses it, with the reason
+        for t, (values, _) in zip(op.outputs, pairs, strict=True):
+            tensors[t] = replace(graph.tensors[t], data=values)
+        operators[op.index] = replace(op, inputs=(), outputs=())
+        folds.append(DecodeFold(op.index, op.outputs, op.inputs[::2],
+                                tuple(kind for _, kind in pairs)))
     if not folds and not unpacked:
         return graph, ()
     return replace(graph, tensors=tuple(tensors), operators=tuple(operators)), tuple(folds)
 
 
-def folded_binding(fold: Fold) -> Binding:
+def folded_binding(fold: Fold | DecodeFold) -> Binding:
+    if isinstance(fold, DecodeFold):
+        return Binding(fold.op, "TFLM_DECODE", DECODED, fold)
     return Binding(fold.op, "DEQUANTIZE", FOLDED, fold)

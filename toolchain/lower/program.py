@@ -33,7 +33,7 @@ from typing import Any
 from toolchain.errors import PlanError
 from toolchain.front.validate import called_subgraphs, same_shape
 from toolchain.ir import Graph, Model, Operator
-from toolchain.lower.folding import Fold, fold_constants, folded_binding
+from toolchain.lower.folding import DecodeFold, Fold, fold_constants, folded_binding
 from toolchain.lower.fusion import PadFusion, control_tensors
 from toolchain.lower.fusion import fuse_padding as fuse
 from toolchain.lower.lifetimes import SCRATCH, TFLM_SCRATCH, BufferKey, ScratchRequest
@@ -145,7 +145,7 @@ class Program:
     target: str = GENERIC
     portable: bool = False
     pad_fusions: tuple[PadFusion, ...] = ()
-    folds: tuple[Fold, ...] = ()
+    folds: tuple[Fold | DecodeFold, ...] = ()
     rewritten_graph: Graph | None = None
 
     @property

@@ -34,6 +34,7 @@ from toolchain.ops import (
     comparisons,
     control,
     conv,
+    decode,
     detection,
     elementwise,
     fill,
@@ -65,7 +66,7 @@ from toolchain.targets import GENERIC
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
             resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan, lookup,
-            detection)
+            detection, decode)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
 
