@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runtime_py.kernels import KERNELS
+from runtime_py.kernels.circular_buffer import InvokeEnds
 from toolchain.errors import PlanError, RuntimeBackendError
 from toolchain.front.validate import DEFAULT_MAX_ITERATIONS
 from toolchain.ir import Operator, Tensor
@@ -164,7 +165,9 @@ class ArenaInterpreter:
     def invoke(
         self, inputs: Sequence[np.ndarray], observe: Observer | None = None
     ) -> list[np.ndarray]:
-        """Run once; `observe(op_index, outputs)` sees each op's outputs right after it runs."""
+        """Run once; `observe(op_index, outputs)` sees each op's outputs right after it runs.
+        An invoke a kernel ends early (a CIRCULAR_BUFFER still gathering frames: OpSpec.stops)
+        returns no outputs, [], as TFLite Micro's returns kTfLiteAbort."""
         graph = self.graph
         if len(inputs) != len(graph.inputs):
             raise RuntimeBackendError(
@@ -196,7 +199,10 @@ class ArenaInterpreter:
             self._claim(claim, 0, None)
         for t, value in zip(graph.inputs, values, strict=True):
             self.views[t][...] = value
-        self._run(self.model_plan.steps, True)
+        try:
+            self._run(self.model_plan.steps, True)
+        except InvokeEnds:
+            return []
         return [self.views[t].copy() for t in graph.outputs]
 
     def _run(self, steps: Sequence[Step], active: bool) -> None:

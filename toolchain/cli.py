@@ -24,6 +24,7 @@ from toolchain.options import (
     add_check_options,
     add_embed_options,
     add_gen_options,
+    add_inspect_options,
     add_model,
     add_plan_options,
     add_planning,
@@ -65,6 +66,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from toolchain.front.reader import read_model
     from toolchain.views.report import inspect_data, inspect_text
 
+    if args.ops:
+        from toolchain.views.support import support_rows, support_table
+
+        if args.model is not None:
+            raise ArenacError("inspect takes a model or --ops, not both", args.model)
+        emit_json(support_rows()) if args.json else print(support_table())
+        return 0
+    if args.model is None:
+        raise ArenacError("inspect needs a model (a .tflite file), or --ops")
     data = inspect_data(read_model(args.model, max_bytes=args.max_bytes))
     emit_json(data) if args.json else print(inspect_text(data))
     return 0
@@ -129,7 +139,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     arrays = [load_input(p) for p in args.input]
     steps, stacked = input_steps(mp.graph, arrays, args.input, args.model)
     results = [runtime.invoke(values) for values in steps]  # state carries from step to step
-    outputs = [np.stack([r[i] for r in results]) if stacked else results[0][i]
+    ran = [r for r in results if r]  # an invoke a CIRCULAR_BUFFER ended early gives none
+    if not ran:
+        raise ArenacError(f"{'every' if stacked else 'the'} invoke ended early (a "
+                          "CIRCULAR_BUFFER still gathering frames): no outputs; give more "
+                          "steps ([T, *shape] inputs)", args.model)
+    outputs = [np.stack([r[i] for r in ran]) if stacked else ran[0][i]
                for i in range(len(mp.graph.outputs))]
     make_directory(args.output_dir)
     saved = []
@@ -149,12 +164,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "arena_bytes": mp.arena_bytes,
                 "state_bytes": mp.state_bytes,
                 "steps": len(steps) if stacked else None,
+                "ended_early": len(results) - len(ran),
                 "outputs": saved,
             }
         )
     else:
         if stacked:
             print(f"{len(steps)} steps, state kept from one to the next")
+        if len(ran) < len(results):
+            print(f"{len(results) - len(ran)} of them ended early (a CIRCULAR_BUFFER gathering "
+                  f"frames): the outputs stack the other {len(ran)}")
         for o in saved:
             print(f"output {o['index']}: {o['dtype']}{o['shape']} -> {o['path']}")
     return 0
@@ -435,6 +454,9 @@ def check_text(report, inputs: int) -> str:
                 "a sequence, reset between")
     else:
         said = f"{inputs} random input set(s)"
+    if report.ended:
+        said += (f"; {report.ended} invoke(s) ended early in the oracle (a CIRCULAR_BUFFER "
+                 "gathering frames), compared by that alone")
     state = f", state {report.state_bytes} bytes" if report.state_bytes else ""
     return "\n".join(
         [
@@ -506,7 +528,8 @@ def layers_text(graph, layers: dict, first_bad: dict,
 
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callable]]] = {
-    "inspect": ("show operators, tensors and totals of a model", cmd_inspect, [add_model]),
+    "inspect": ("show operators, tensors and totals of a model, or (--ops) what runs here",
+                cmd_inspect, [add_inspect_options]),
     "plan": ("plan the activation arena and show where every tensor lives", cmd_plan,
              [add_model, add_planning, add_plan_options]),
     "run": ("run the model in runtime_py inside its planned arena and save the outputs", cmd_run,

@@ -120,14 +120,22 @@ def c_name(text: str) -> str:
 
 
 # --- the options every planning command shares ------------------------------------------
-def add_model(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="path to a .tflite file")
+def add_model(p: argparse.ArgumentParser, optional: bool = False) -> None:
+    p.add_argument("model", help="path to a .tflite file", nargs="?" if optional else None)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--quiet", action="store_true",
                    help="no progress on stderr (shown only when stderr is a terminal)")
     p.add_argument("--max-bytes", type=byte_count, default=DEFAULT_MAX_BYTES, metavar="N",
                    help="refuse a model with a tensor, or activations and state together, "
                         f"larger than N bytes (default: {DEFAULT_MAX_BYTES >> 20} MiB)")
+
+
+def add_inspect_options(p: argparse.ArgumentParser) -> None:
+    """`inspect` reads a model, or with --ops none."""
+    add_model(p, optional=True)
+    p.add_argument("--ops", action="store_true",
+                   help="instead of a model, list every operator with the dtypes and targets its "
+                        "kernels run here, and the TFLite Micro resolver method that registers it")
 
 
 def add_planning(p: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from runtime_py.kernels import (
     activations,
+    circular_buffer,
     comparisons,
     control,
     conv,
@@ -40,6 +41,6 @@ Kernel = Callable[[Any, list[np.ndarray | None], list[np.ndarray]], None]
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
             resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan, lookup,
-            detection, decode)
+            detection, decode, circular_buffer)
 
 KERNELS: dict[str, Kernel] = {name: k for family in FAMILIES for name, k in family.KERNELS.items()}

@@ -22,6 +22,7 @@ from toolchain.ops.emit import (
     C_TYPES,
     FAILURES,
     MATH_H,
+    WAITING_STATUS,
     c_array,
     c_float,
     c_int64,
@@ -193,6 +194,7 @@ def code(em: Emission, calls: list[str], trace: bool) -> dict:
         "calls": calls,
         "trace": trace,
         "failures": [f for f in FAILURES if f.group in em.groups],
+        "waiting": WAITING_STATUS if any(k.stops for k in em.kernel_of.values()) else None,
     }
 
 

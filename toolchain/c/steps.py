@@ -11,7 +11,7 @@ from typing import Any
 from toolchain.c.addressing import Addresses
 from toolchain.c.control import c_control, callee
 from toolchain.c.stripes import emit_segment
-from toolchain.errors import ArenacError
+from toolchain.errors import ArenacError, UnsupportedOpError
 from toolchain.lower.folding import DecodeFold, Fold
 from toolchain.lower.fusion import PadFusion
 from toolchain.lower.plan import ModelPlan
@@ -116,6 +116,13 @@ class Emission:
         kernel = self.kernel_of[step.op]
         if not kernel.text:
             return (f"/* {what}: {kernel.note} */",)
+        if kernel.stops:
+            if mp.program.op_origin(step.op)[0] != mp.program.graph_index:
+                raise UnsupportedOpError(f"{mp.program.op_label(step.op)}: a kernel that ends "
+                                         "the invoke runs in the main graph only",
+                                         mp.model.source)
+            return (f"if ({self.fns[step.op]}() != 0) return {name.upper()}_WAITING; "
+                    f"/* {what} */",)
         return (f"{self.fns[step.op]}(); /* {what} */",)
 
     def calls(self, subgraph: int) -> tuple[str, ...]:

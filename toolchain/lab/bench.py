@@ -169,6 +169,9 @@ def bench(mp: ModelPlan, name: str = "model", optimization: str = "-O2",
     if optimization not in OPTIMIZATIONS:
         raise RuntimeBackendError(f"optimization {optimization!r} (one of "
                                   f"{', '.join(OPTIMIZATIONS)})", source)
+    if mp.program.stops_early:
+        raise RuntimeBackendError("bench counts one whole invoke from the initial state, which "
+                                  "this model's CIRCULAR_BUFFER ends early: not measured", source)
     name = c_identifier(name)
     tool("gcc", source)
     qemu(source)

@@ -25,6 +25,7 @@ from toolchain.c.generate import generate, traced_tensors
 from toolchain.errors import RuntimeBackendError
 from toolchain.ir import Graph
 from toolchain.lower.plan import ModelPlan
+from toolchain.ops.emit import WAITING_STATUS
 from toolchain.progress import step
 from toolchain.render import render
 from toolchain.text import c_identifier
@@ -114,10 +115,11 @@ def host_harness(extra_flags: Sequence[str], source: str | None = None) -> str:
     return _HARNESS_OBJECTS[command]
 
 
-def host_glue(graph: Graph, name: str, trace: bool) -> str:
+def host_glue(graph: Graph, name: str, trace: bool, waits: bool = False) -> str:
     """NAME_glue.c: the model's counts, sizes and functions under the names the host harness
-    calls."""
+    calls; `waits`: its invoke may end early (OpSpec.stops)."""
     return render("c/host_glue.c.j2", name=name, trace=trace,
+                  waiting=WAITING_STATUS if waits else -1,
                   input_bytes=[graph.tensors[t].nbytes for t in graph.inputs],
                   output_bytes=[graph.tensors[t].nbytes for t in graph.outputs])
 
@@ -134,6 +136,19 @@ def split_outputs(raw: bytes, graph: Graph, sets: int) -> list[list[np.ndarray]]
     size = sum(graph.tensors[t].nbytes for t in graph.outputs)
     return [tensor_values(raw[k * size:(k + 1) * size], graph, graph.outputs)
             for k in range(sets)]
+
+
+def waited_outputs(raw: bytes, graph: Graph, sets: int,
+                   source: str | None) -> list[list[np.ndarray]]:
+    """Raw output bytes of a model whose invoke may end early, each set's led by a byte that
+    says whether it ran to the end: its outputs, or [] for one that ended early (as runtime_py
+    gives)."""
+    size = 1 + sum(graph.tensors[t].nbytes for t in graph.outputs)
+    if len(raw) != sets * size:
+        raise RuntimeBackendError(f"compiled model wrote {len(raw)} bytes, expected "
+                                  f"{sets * size}", source)
+    return [tensor_values(raw[k * size + 1:(k + 1) * size], graph, graph.outputs)
+            if raw[k * size] else [] for k in range(sets)]
 
 
 def tensor_values(raw: bytes, graph: Graph, tensors: Sequence[int]) -> list[np.ndarray]:
@@ -168,7 +183,11 @@ class CBackend:
             name = c_identifier(name)
             files = generate(model_plan, name, trace=trace)
             del files[f"{name}_main.c"]  # the host harness serves instead
-            files[f"{name}_glue.c"] = host_glue(self.graph, name, trace)
+            self.waits = model_plan.program.stops_early
+            if self.waits and trace:
+                raise RuntimeBackendError("per-layer tracing of a model whose invoke may end "
+                                          "early (CIRCULAR_BUFFER) is not supported", self.source)
+            files[f"{name}_glue.c"] = host_glue(self.graph, name, trace, self.waits)
             write_files(files, self.directory)
             all_flags = (*(SANITIZE_FLAGS if sanitize else ()), *flags)
             with step("compiling the C"):
@@ -204,6 +223,8 @@ class CBackend:
             raise RuntimeBackendError(f"compiled model failed ({status}): {said}", self.source)
         traced = sum(self.graph.tensors[t].nbytes for t in self.traced)
         outputs = sum(self.graph.tensors[t].nbytes for t in self.graph.outputs)
+        if self.waits:
+            return waited_outputs(result.stdout, self.graph, len(input_sets), self.source)
         expected = len(input_sets) * (traced + outputs)
         if len(result.stdout) != expected:
             raise RuntimeBackendError(

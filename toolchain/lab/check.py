@@ -100,10 +100,16 @@ def compare_edges(model_plan: ModelPlan, backend: Backend,
         runtime.reset()
         wanted.append(runtime.invoke(values))
     actual = backend([values for _, values in sets], 1)
-    return [f"inputs {what}: output {graph.tensors[t].name!r} differs in {d.mismatches} values"
-            for (what, _), want, got in zip(sets, wanted, actual, strict=True)
-            for t, e, a in zip(graph.outputs, want, got, strict=True)
-            if (d := difference(e, a)).mismatches]
+    lines = []
+    for (what, _), want, got in zip(sets, wanted, actual, strict=True):
+        if not want or not got:  # an invoke that ended early gives no outputs
+            if bool(want) != bool(got):
+                lines.append(f"inputs {what}: the invoke ended early in one only")
+            continue
+        lines += [f"inputs {what}: output {graph.tensors[t].name!r} differs in {d.mismatches} "
+                  "values" for t, e, a in zip(graph.outputs, want, got, strict=True)
+                  if (d := difference(e, a)).mismatches]
+    return lines
 
 
 def random_tensor(t: Tensor, rng: np.random.Generator) -> np.ndarray:
@@ -185,6 +191,7 @@ class CheckReport:
     sequence: int = 1  # invokes per sequence, state kept; a reset between sequences
     state_bytes: int = 0
     data: str | None = None  # where the input sets came from; None for random ones
+    ended: int = 0  # invokes the oracle's kernels ended early (a CIRCULAR_BUFFER gathering)
 
     @property
     def ok(self) -> bool:
@@ -200,6 +207,7 @@ class CheckReport:
             "sequences": self.sequences,
             "sequence": self.sequence,
             "data": self.data,
+            "ended": self.ended,
             "backends": self.backends,
             "outputs": [vars(o) for o in self.outputs],
         }
@@ -281,11 +289,18 @@ def check_plan(
         for name, _ in backends
         for t in graph.outputs
     ]
+    report.ended = sum(not want for want in oracle.outputs)
     rows = iter(report.outputs)
     classifier = [is_classifier(graph.tensors[t]) for t in graph.outputs]
     for actual in outputs:
         backend_rows = [next(rows) for _ in graph.outputs]
         for k, (want, got) in enumerate(zip(oracle.outputs, actual, strict=True)):
+            if not want or not got:  # an invoke that ended early gives no outputs to compare
+                if bool(want) != bool(got):  # ... in one of the two only
+                    for row, t in zip(backend_rows, graph.outputs, strict=True):
+                        row.add(Difference(float("inf"), graph.tensors[t].num_elements),
+                                *divmod(k, sequence))
+                continue
             for row, e, a, scores in zip(backend_rows, want, got, classifier, strict=True):
                 row.add(difference(e, a), *divmod(k, sequence),
                         top1=same_top1(e, a) if scores else None)

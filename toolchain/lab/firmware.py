@@ -190,6 +190,7 @@ def mcu_sources(mp: ModelPlan, name: str = "model", trace: bool = False) -> dict
         **harness_values(graph),
         stack_reserve=STACK_RESERVE,
         trace=trace,
+        waits=mp.program.stops_early,
     )
     return files
 

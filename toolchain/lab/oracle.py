@@ -108,6 +108,8 @@ class LiteRTOracle:
 # times the model's size, is too small for the small models tests build around a stateful
 # kernel (an FFT's tables, a filter bank's sums live in the arena's persistent part).
 MIN_TFLM_ARENA = 256 * 1024
+# What TFLite Micro's invoke returns when a kernel ended it early (kTfLiteAbort).
+TFLM_ABORT = 15
 
 
 class TFLMOracle:
@@ -127,9 +129,12 @@ class TFLMOracle:
         self.interpreter = runtime.Interpreter.from_bytes(model_bytes, arena_size=arena_size)
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The outputs, or [] for an invoke a kernel ended early (kTfLiteAbort, which the
+        interpreter returns rather than raises: a CIRCULAR_BUFFER gathering frames)."""
         for i, value in enumerate(inputs):
             self.interpreter.set_input(value, i)
-        self.interpreter.invoke()
+        if self.interpreter.invoke() == TFLM_ABORT:
+            return []
         return [self.interpreter.get_output(i).copy() for i in range(self.output_count)]
 
     def allocations(self) -> dict[str, int]:

@@ -260,7 +260,12 @@ def read_answer(
             raise RuntimeBackendError(f"{who} failed on this model: {short(header['failed'])}",
                                       source)
         outputs, wanted = [], []
-        for _ in range(sets):
+        ended = set(header.get("ended", ()))
+        for k in range(sets):
+            if k in ended:
+                outputs.append([])
+                wanted.append({})
+                continue
             outputs.append([read_array(stream) for _ in range(output_count)])
             wanted.append({t: read_array(stream) for t in tensors})
         return OracleRun(str(header["name"]), outputs, wanted)
@@ -365,18 +370,23 @@ def answer(stream: BinaryIO) -> tuple[dict, list[np.ndarray]]:
     except Exception as e:  # LiteRT raises ValueError or RuntimeError, TFLM anything
         return {"refused": first_line(e)}, []
     arrays: list[np.ndarray] = []
+    ended = []  # the sets whose invoke a kernel ended early: no outputs
     sequence = request.get("sequence", 0)
     try:
         for i, values in enumerate(input_sets):
             if sequence and i and i % sequence == 0:
                 oracle = load()  # a reset: the state of a freshly loaded model
-            arrays += oracle.invoke(values)
+            outputs = oracle.invoke(values)
+            if not outputs:
+                ended.append(i)
+                continue
+            arrays += outputs
             arrays += [oracle.tensor(t) for t in request["tensors"]]
     except MemoryError:
         raise
     except Exception as e:
         return {"failed": f"{type(e).__name__}: {first_line(e)}"}, []
-    return {"name": oracle.name}, arrays
+    return {"name": oracle.name, "ended": ended}, arrays
 
 
 def first_line(error: BaseException) -> str:

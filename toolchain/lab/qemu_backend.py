@@ -28,7 +28,7 @@ import numpy as np
 
 from toolchain.c.generate import traced_tensors
 from toolchain.errors import RuntimeBackendError
-from toolchain.lab.c_backend import split_outputs, tensor_values
+from toolchain.lab.c_backend import split_outputs, tensor_values, waited_outputs
 from toolchain.lab.firmware import (
     INPUT_FILE,
     OUTPUT_FILE,
@@ -111,6 +111,10 @@ class QemuBackend:
         # with `trace`, every set's output begins with these tensors' bytes
         self.traced = [t for _, t in traced_tensors(model_plan)] if trace else []
         self.tensors: list[dict[int, np.ndarray]] = []  # per set of the last run, with trace
+        self.waits = model_plan.program.stops_early  # each set's outputs led by a byte
+        if self.waits and trace:
+            raise RuntimeBackendError("per-layer tracing of a model whose invoke may end early "
+                                      "(CIRCULAR_BUFFER) is not supported", self.source)
         self.directory = tempfile.mkdtemp(prefix="arenac-qemu-")
         try:
             files = mcu_sources(model_plan, name, trace=True) if trace else None
@@ -173,6 +177,9 @@ class QemuBackend:
             return f.read()
 
     def _split(self, raw: bytes, sets: int) -> list[list[np.ndarray]]:
+        if self.waits:  # a byte before each set's outputs (no tracing: CBackend refuses it)
+            (self.stack_peak,) = struct.unpack_from("<I", raw, max(len(raw) - 4, 0))
+            return waited_outputs(raw[:-4], self.graph, sets, self.source)
         traced = sum(self.graph.tensors[t].nbytes for t in self.traced)
         outputs = sum(self.graph.tensors[t].nbytes for t in self.graph.outputs)
         expected = sets * (traced + outputs) + 4

@@ -37,7 +37,7 @@ from toolchain.lower.folding import DecodeFold, Fold, fold_constants, folded_bin
 from toolchain.lower.fusion import PadFusion, control_tensors
 from toolchain.lower.fusion import fuse_padding as fuse
 from toolchain.lower.lifetimes import SCRATCH, TFLM_SCRATCH, BufferKey, ScratchRequest
-from toolchain.ops import Refusal, bind_graph, refusal_error
+from toolchain.ops import REGISTRY, Refusal, bind_graph, refusal_error
 from toolchain.ops.spec import Binding
 from toolchain.targets import GENERIC, get_target
 
@@ -236,6 +236,12 @@ class Program:
     def tensor_origin(self, tensor: int) -> tuple[int, int]:
         """(subgraph, tensor index there) of a tensor of `graph`."""
         return self.layout.tensor_origin[tensor] if self.layout else (self.graph_index, tensor)
+
+    @property
+    def stops_early(self) -> bool:
+        """Whether some kernel may end an invoke before the last step (OpSpec.stops: a
+        CIRCULAR_BUFFER gathering frames); such an invoke gives no outputs."""
+        return any(b is not None and REGISTRY[b.opcode].stops for b in self.bindings)
 
     def op_label(self, op: int) -> str:
         """"op 3", or "subgraph 1 op 0" for an op of a called subgraph."""

@@ -31,6 +31,7 @@ from toolchain.errors import ArenacError, ModelError, UnsupportedOpError
 from toolchain.ir import HANDLE_DTYPES, Graph, Operator
 from toolchain.ops import (
     activations,
+    circular_buffer,
     comparisons,
     control,
     conv,
@@ -66,9 +67,15 @@ from toolchain.targets import GENERIC
 
 FAMILIES = (conv, fully_connected, pooling, elementwise, activations, quantize, shape, reductions,
             resize, svdf, lstm, variables, control, signal, comparisons, unary, fill, scan, lookup,
-            detection, decode)
+            detection, decode, circular_buffer)
 
 REGISTRY: dict[str, OpSpec] = {spec.opcode: spec for family in FAMILIES for spec in family.SPECS}
+
+# Operators refused by name, with what they are: no kernel of any family could run them.
+OUT_OF_SCOPE: dict[str, str] = {
+    "ethos-u": "an Arm Ethos-U NPU's command stream (a Vela-compiled model): NPU code is out of "
+               "scope; give arenac the model before Vela compiled it",
+}
 
 # Target kernels per opcode, tried in this order before the portable kernel: each family lists
 # its own (the DSP-extension ones before the Helium ones), and no opcode is in two families.
@@ -134,7 +141,7 @@ def bind(graph: Graph, op: Operator, target: str = GENERIC) -> Binding:
     UnsupportedOpError or ModelError (without the file)."""
     spec = REGISTRY.get(op.kind)
     if spec is None:
-        raise UnsupportedOpError("no kernel for this operator")
+        raise UnsupportedOpError(OUT_OF_SCOPE.get(op.kind, "no kernel for this operator"))
     _check_operands(spec, graph, op)
     with np.errstate(all="ignore"):  # a float overflow surfaces as a refused value
         try:

@@ -156,6 +156,7 @@ class Kernel:
     note: str = ""
     includes: tuple[str, ...] = ()  # MATH_H among them: see there
     definitions: tuple[CDefinition, ...] = ()
+    stops: bool = False  # its function returns nonzero when the invoke ends there (OpSpec.stops)
 
     @property
     def code(self) -> str:
@@ -261,6 +262,9 @@ FAILURES = (
             "a decoded box ends before it starts (TFLite_Detection_PostProcess fails so in "
             "TFLite too)"),
 )
+# What invoke returns when a kernel ended it early (OpSpec.stops): not an error, TFLite Micro's
+# kTfLiteAbort, whose value it keeps.
+WAITING_STATUS = 15
 # The groups the file defines first, in this order, under one comment (templates/c/model.c.j2).
 FIXED_POINT = ("srdhm", "rdbpot", "mbqm", "clamp")
 # Groups laid out by another template than HELPERS_TEMPLATE: the target kernels' own.

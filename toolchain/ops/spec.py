@@ -234,6 +234,10 @@ class OpSpec:
     # Whether LiteRT's kernel leaves some output entries unwritten (past its results), where
     # ours writes 0: the oracle zeroes those outputs before each invoke (toolchain.lab.oracle)
     partial_outputs: bool = False
+    # The kernel may end the invoke after its own work (TFLite Micro's kTfLiteAbort: a
+    # CIRCULAR_BUFFER still gathering frames): the ops after it wait for a later invoke, and
+    # the model's outputs are left as they were
+    stops: bool = False
 
 
 def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tensor:
