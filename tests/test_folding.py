@@ -6,11 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from runtime_py.interpreter import ArenaInterpreter
 from tests.opcheck import three_ways
 from toolchain.c.generate import generate
 from toolchain.errors import UnsupportedOpError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
+from toolchain.lab import qemu_backend
+from toolchain.lab.check import random_inputs
 from toolchain.lower.folding import Fold
 from toolchain.lower.plan import plan_model
 
@@ -71,10 +74,8 @@ def int4_filter(b: ModelBuilder, shape: tuple[int, ...], channels: int, axis: in
                          buffer=buffer), values
 
 
-@pytest.mark.parametrize("opcode", ["FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"])
-def test_int4_filters_run_as_the_int8_filters_they_unpack_to(opcode):
-    from tests.opcheck import assert_matches_oracle
-
+def int4_model(opcode: str) -> tuple[bytes, int, np.ndarray]:
+    """A one-op model whose filter is int4: (model, filter tensor, its values)."""
     b = ModelBuilder()
     if opcode == "FULLY_CONNECTED":
         x = b.input("x", (2, 9), "int8", 0.05, 3)
@@ -93,8 +94,45 @@ def test_int4_filters_run_as_the_int8_filters_they_unpack_to(opcode):
     y = b.tensor("y", out_shape, "int8", 0.1, -2)
     b.op(opcode, [x, w, bias], [y], options)
     b.output(y)
-    model = b.build()
+    return b.build(), w, values
+
+
+@pytest.mark.parametrize("opcode", ["FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"])
+def test_int4_filters_run_as_the_int8_filters_they_unpack_to(opcode):
+    from tests.opcheck import assert_matches_oracle
+
+    model, w, values = int4_model(opcode)
     assert_matches_oracle(model, sanitize=True)
     mp = plan_model(parse_model(model, "int4.tflite"))
     filter_ = mp.graph.tensors[w]
     assert filter_.dtype == "int8" and np.array_equal(filter_.data, values)
+
+
+@pytest.mark.parametrize("opcode", ["FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"])
+def test_int4_filters_stay_packed_in_flash_and_unpack_into_the_arena(opcode):
+    model, w, values = int4_model(opcode)
+    mp = plan_model(parse_model(model, "int4.tflite"))
+    (unpack,) = mp.program.int4_unpacks.values()
+    assert unpack[0] == w and len(unpack[1]) == -(-values.size // 2)
+    (request,) = [r for r, _ in mp.scratch_offsets() if "int4" in r.purpose]
+    assert request.size == values.size
+    c = generate(mp, "m")["m.c"]
+    assert f"static const uint8_t m_t{w}_int4[{len(unpack[1])}]" in c
+    assert f"m_t{w}[" not in c  # no int8 copy of the filter in flash
+    assert "arenac_unpack_int4((int8_t *)" in c
+
+
+@pytest.mark.parametrize("opcode", ["FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"])
+def test_int4_filters_on_a_cortex_m4(opcode):
+    """Under QEMU: the DSP kernels that lay the filter out for their loops keep that layout,
+    the others unpack the packed filter; either way runtime_py's values."""
+    if qemu_backend.missing():
+        pytest.skip("no Cortex-M toolchain or QEMU")
+    model, _, _ = int4_model(opcode)
+    mp = plan_model(parse_model(model, "int4.tflite"), target="cortex-m4")
+    sets = [random_inputs(mp.graph, seed) for seed in range(2)]
+    with qemu_backend.QemuBackend(mp) as backend:
+        got = backend.invoke_many(sets)
+    want = [ArenaInterpreter(mp).invoke(values) for values in sets]
+    assert all(np.array_equal(a, b) for w_, g in zip(want, got, strict=True)
+               for a, b in zip(w_, g, strict=True))

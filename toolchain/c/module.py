@@ -186,7 +186,7 @@ def code(em: Emission, calls: list[str], trace: bool) -> dict:
         # float code may use <math.h>'s NAN or INFINITY (toolchain.ops.emit.c_float)
         "source_needs_math_h": uses_float or MATH_H in declared
         or any(non_finite(t.data) for t in folded),
-        "constants": [constant(mp, at, t) for t in folded],
+        "constants": [constant(mp, at, t) for t in folded] + packed_int4(mp, at),
         "helpers": helpers,
         "fixed_point": fixed_point,
         "includes": sorted(declared - {MATH_H}),
@@ -215,6 +215,16 @@ def constant(mp: ModelPlan, at: Addresses, t: Tensor) -> dict:
         "comment": f"{mp.program.tensor_label(t.index)} '{c_text(t.name)}' "
                    f"{t.dtype}{list(t.shape)}",
     }
+
+
+def packed_int4(mp: ModelPlan, at: Addresses) -> list[dict]:
+    """The int4 filters kept packed in flash (Program.int4_unpacks), each once."""
+    packed = dict(mp.program.int4_unpacks.values())
+    return [{"name": f"{at.constant_name(t)}_int4", "ctype": "uint8_t",
+             "length": c_length(len(data)), "initializer": c_array(np.frombuffer(data, np.uint8)),
+             "comment": f"{mp.program.tensor_label(t)} '{c_text(mp.graph.tensors[t].name)}' "
+                        f"int4{list(mp.graph.tensors[t].shape)}, packed two a byte, the low "
+                        "nibble first"} for t, data in sorted(packed.items())]
 
 
 def offset_rows(mp: ModelPlan, at: Addresses) -> list[dict]:

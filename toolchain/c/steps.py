@@ -5,7 +5,7 @@ CALL_ONCE, IF or WHILE that runs them; and the line that runs each step."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolchain.c.addressing import Addresses
@@ -116,6 +116,12 @@ class Emission:
         kernel = self.kernel_of[step.op]
         if not kernel.text:
             return (f"/* {what}: {kernel.note} */",)
+        if step.op in mp.program.int4_unpacks:
+            tensor, _ = mp.program.int4_unpacks[step.op]
+            count = mp.graph.tensors[tensor].num_elements
+            return (f"arenac_unpack_int4((int8_t *){self.at.scratch_of[step.op][-1]}, "
+                    f"{self.at.constant_name(tensor)}_int4, {count}u); "
+                    f"{self.fns[step.op]}(); /* {what}, its int4 filter unpacked first */",)
         if kernel.stops:
             if mp.program.op_origin(step.op)[0] != mp.program.graph_index:
                 raise UnsupportedOpError(f"{mp.program.op_label(step.op)}: a kernel that ends "
@@ -144,11 +150,18 @@ class Emission:
         operator = mp.graph.operators[op]
         runs = callee(self, step) if isinstance(step, CallOnce) else None
         control = c_control(self, step) if isinstance(step, RunIf | RunWhile) else None
+        inputs = tuple(at.c_tensor(t) for t in operator.inputs)
+        scratch = at.scratch_of.get(op, ())
+        if op in mp.program.int4_unpacks:  # the kernel reads its filter unpacked, in scratch
+            packed = inputs[1]
+            inputs = (inputs[0], replace(packed, pointer=f"(int8_t *){scratch[-1]}", used=None),
+                      *inputs[2:])
+            scratch = scratch[:-1]
+            self.groups.append("unpack_int4")
         context = OpContext(
             self.fns[op], f"{at.name}_{mp.program.op_symbol(op)}", operator, self.params[op],
-            tuple(at.c_tensor(t) for t in operator.inputs),
-            tuple(at.c_tensor(t) for t in operator.outputs),
-            at.scratch_of.get(op, ()), runs, mp.program.op_label(op), control,
+            inputs, tuple(at.c_tensor(t) for t in operator.outputs),
+            scratch, runs, mp.program.op_label(op), control,
             at.kernel_state(op), mp.program.target)
         kernel = self.emit(context)
         self.kernel_of[op] = kernel

@@ -204,7 +204,7 @@ def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
     flash = sum(sections.get(s, 0) for s in FLASH_SECTIONS)
     ram = sum(sections.get(s, 0) for s in RAM_SECTIONS)
     weights = sum(size for sym, (_, size) in symbols.items()
-                  if re.fullmatch(rf"{name}_(?:sg\d+_)?t\d+", sym))
+                  if re.fullmatch(rf"{name}_(?:sg\d+_)?t\d+(?:_int4)?", sym))
     kernel_weights = sum(size for sym, (_, size) in symbols.items()
                          if re.fullmatch(KERNEL_WEIGHTS.format(name=name), sym))
     code = sections.get(".text", 0)

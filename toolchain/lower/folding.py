@@ -21,10 +21,12 @@ every invoke; here the readers' prepares see constant weights as with an uncompr
 large as the uncompressed model's. A TFLM_DECODE writing a graph output is left to its kernel.
 
 int4 filters (the converter's packed 4-bit weights, two to a byte, the low nibble first) of
-CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED are unpacked into int8 filters of the same
-values and quantization, as TFLite's UnpackDenseInt4IntoInt8 does before its int8 kernels run:
-every kernel of ours then runs them as it runs int8 ones. They take twice the flash of the packed
-filters and no RAM; TFLite Micro keeps them packed and unpacks into its arena at every invoke.
+CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED become int8 filters of the same values and
+quantization, as TFLite's UnpackDenseInt4IntoInt8 makes them before its int8 kernels run: every
+prepare and kernel of ours then runs them as int8 ones. The C keeps them packed in flash, as
+TFLite Micro does, and a portable kernel unpacks its filter into its scratch in the arena right
+before it runs (toolchain.lower.program.int4_unpacks); a target kernel that lays its filter out
+for its own loops keeps that int8 layout instead.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from toolchain.errors import ArenacError
-from toolchain.ir import Graph
+from toolchain.ir import Graph, Operator, Tensor
 from toolchain.ops import REGISTRY
 from toolchain.ops.decode.prepare import decode_pairs
 from toolchain.ops.spec import Binding, Signature
@@ -76,6 +78,14 @@ DECODED = REGISTRY["TFLM_DECODE"].kernels[0]
 FILTERED = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"})
 
 
+def int4_filter(graph: Graph, op: Operator) -> Tensor | None:
+    """The op's constant int4 filter, if it has one."""
+    if op.opcode not in FILTERED or len(op.inputs) < 2 or op.inputs[1] < 0:
+        return None
+    tensor = graph.tensors[op.inputs[1]]
+    return tensor if tensor.dtype == "int4" and tensor.is_constant else None
+
+
 def unpacked_int4(packed: np.ndarray, count: int) -> np.ndarray:
     """`count` int4 values, two to a byte, the low nibble first, as int8."""
     data = np.asarray(packed, np.uint8).view(np.int8)
@@ -90,9 +100,8 @@ def fold_constants(graph: Graph) -> tuple[Graph, tuple[Fold | DecodeFold, ...]]:
     tensors, operators = list(graph.tensors), list(graph.operators)
     unpacked = False
     for op in graph.operators:
-        filter_ = graph.tensors[op.inputs[1]] if op.opcode in FILTERED and len(op.inputs) > 1 \
-            and op.inputs[1] >= 0 else None
-        if filter_ is not None and filter_.dtype == "int4" and filter_.is_constant:
+        filter_ = int4_filter(graph, op)
+        if filter_ is not None:
             values = unpacked_int4(filter_.data, filter_.num_elements).reshape(filter_.shape)
             values.flags.writeable = False
             tensors[filter_.index] = replace(filter_, dtype="int8", data=values)

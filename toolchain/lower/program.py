@@ -33,12 +33,18 @@ from typing import Any
 from toolchain.errors import PlanError
 from toolchain.front.validate import called_subgraphs, same_shape
 from toolchain.ir import Graph, Model, Operator
-from toolchain.lower.folding import DecodeFold, Fold, fold_constants, folded_binding
+from toolchain.lower.folding import (
+    DecodeFold,
+    Fold,
+    fold_constants,
+    folded_binding,
+    int4_filter,
+)
 from toolchain.lower.fusion import PadFusion, control_tensors
 from toolchain.lower.fusion import fuse_padding as fuse
 from toolchain.lower.lifetimes import SCRATCH, TFLM_SCRATCH, BufferKey, ScratchRequest
 from toolchain.ops import REGISTRY, Refusal, bind_graph, refusal_error
-from toolchain.ops.spec import Binding
+from toolchain.ops.spec import Binding, MemoryRequest
 from toolchain.targets import GENERIC, get_target
 
 
@@ -133,7 +139,9 @@ class Program:
     portable kernels only (the baseline its own kernels are measured against).
     `pad_fusions`: every PAD feeding a windowed op, fused or why not (toolchain.lower.fusion);
     `folds`: the ops folded into constants (toolchain.lower.folding); `rewritten_graph` is the
-    graph with the fused and folded ops rewritten, when there are any."""
+    graph with the fused and folded ops rewritten, when there are any. `int4_unpacks`: the ops
+    whose int4 filter the C keeps packed in flash, op -> (filter tensor, its packed bytes): each
+    unpacks it into its last scratch request before it runs (int4_unpacks)."""
 
     model: Model
     graph_index: int
@@ -147,6 +155,7 @@ class Program:
     pad_fusions: tuple[PadFusion, ...] = ()
     folds: tuple[Fold | DecodeFold, ...] = ()
     rewritten_graph: Graph | None = None
+    int4_unpacks: Mapping[int, tuple[int, bytes]] = field(default_factory=dict)
 
     @property
     def graph(self) -> Graph:
@@ -401,12 +410,32 @@ def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
     laid_refusals = tuple(Refusal(op, f"{label(graph.operators[op]) if label else f'op {op}'} "
                                       f"{graph.operators[op].opcode}: {message}")
                           for op, message in laid)
+    bindings, unpacks = int4_unpacks(original, bindings)
     program = Program(model, graph_index, bindings, (*refusals, *laid_refusals), layout,
                       target=target, portable=portable, pad_fusions=fusions, folds=folds,
-                      rewritten_graph=graph if graph is not original else None)
+                      rewritten_graph=graph if graph is not original else None,
+                      int4_unpacks=unpacks)
     resources, handles, problems = resource_variables(program)
     return replace(program, refusals=(*program.refusals, *problems), resources=resources,
                    handles=handles)
+
+
+def int4_unpacks(graph: Graph, bindings: tuple[Binding | None, ...]) -> tuple[
+        tuple[Binding | None, ...], dict[int, tuple[int, bytes]]]:
+    """The bindings with a scratch request more for every portable kernel whose filter is int4
+    in `graph` (the file's: toolchain.lower.folding unpacked it for every prepare): the C keeps
+    the filter packed in flash and unpacks it there before the kernel runs, as TFLite Micro
+    unpacks into its arena. Such an op runs whole (a stripe's kernel asks for one request
+    fewer). A target kernel lays its filter out for its own loops, and keeps that instead."""
+    unpacks, bound = {}, list(bindings)
+    for op in graph.operators:
+        filter_, binding = int4_filter(graph, op), bindings[op.index]
+        if filter_ is None or binding is None or binding.variant is not None:
+            continue
+        request = MemoryRequest(filter_.num_elements, "its int4 filter, unpacked from flash")
+        bound[op.index] = replace(binding, scratch=(*binding.scratch, request))
+        unpacks[op.index] = (filter_.index, bytes(filter_.data))
+    return tuple(bound), unpacks
 
 
 def lay_out(model: Model, graph_index: int) -> tuple[SubgraphLayout | None,

@@ -200,6 +200,7 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "clz32": (),
     "sat_shl": (),
     "round_half_even": (),
+    "unpack_int4": (),
     "index_failure": (),  # FAILURES
     "shape_failure": (),
     "detection_failure": (),
