@@ -146,3 +146,95 @@ def test_target_flags_are_the_flags_the_firmware_is_built_with():
     assert offered == [*get_target("cortex-m55").flags, *CODE_FLAGS]
     assert set(CODE_FLAGS) <= set(firmware.C_FLAGS)
     assert "-fno-delete-null-pointer-checks" in offered
+
+
+# A firmware's own source in GNU C (asm, typeof): arenac's -std=c99 must not reach it.
+GNU_MAIN = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "alpha.h"
+#include "beta.h"
+
+int main(void) {
+  static uint8_t x[ALPHA_INPUT0_BYTES];
+  typeof(alpha_invoke()) status;
+  asm volatile("" ::: "memory");
+  if (fread(x, 1, sizeof x, stdin) != sizeof x) return 2;
+  memcpy(alpha_input(0), x, sizeof x); /* one model at a time: they share the arena */
+  status = alpha_invoke();
+  fwrite(alpha_output(0), 1, ALPHA_OUTPUT0_BYTES, stdout);
+  memcpy(beta_input(0), x, sizeof x);
+  status |= beta_invoke();
+  fwrite(beta_output(0), 1, BETA_OUTPUT0_BYTES, stdout);
+  return status;
+}
+"""
+
+
+def two_models(tmp_path) -> tuple[str, bytes, bytes]:
+    """Two models generated together (one shared arena), and a GNU C main using both."""
+    alpha, beta = int8_model(), tmp_path / "b.tflite"
+    b = ModelBuilder("int8", seed=21)
+    x = b.input("x", (1, 8, 8, 3), "int8", scale=0.05, zero_point=-2)
+    b.output(b.conv_2d(x, 4, 1, activation="RELU"))
+    beta.write_bytes(b.build())
+    (tmp_path / "a.tflite").write_bytes(alpha)
+    out = tmp_path / "firmware" / "models"
+    assert main(["gen", str(tmp_path / "a.tflite"), str(beta), "-o", str(out),
+                 "--name", "alpha", "--name", "beta"]) == 0
+    app = tmp_path / "firmware" / "app"
+    app.mkdir(parents=True)
+    (app / "main.c").write_text(GNU_MAIN)
+    return str(app), alpha, beta.read_bytes()
+
+
+def outputs_of(binary: str, alpha: bytes, beta: bytes) -> None:
+    """The program's two outputs on one input equal runtime_py's for each model."""
+    mps = [plan_model(parse_model(data)) for data in (alpha, beta)]
+    x = np.random.default_rng(5).integers(-128, 128, (1, 8, 8, 3), dtype=np.int8)
+    wants = [ArenaInterpreter(mp).invoke([x])[0] for mp in mps]
+    got = subprocess.run([binary], input=x.tobytes(), capture_output=True, check=True).stdout
+    split = wants[0].nbytes
+    assert got[:split] == wants[0].tobytes() and got[split:] == wants[1].tobytes()
+
+
+def test_two_models_fragments_link_once_beside_gnu_c_with_make(tmp_path):
+    app, alpha, beta = two_models(tmp_path)
+    mk = open(os.path.join(app, "..", "models", "alpha.mk")).read()
+    assert "arenac_shared.c" in mk and "ifndef ARENAC_SHARED_OBJ" in mk
+    with open(os.path.join(app, "Makefile"), "w") as f:
+        f.write("CFLAGS = -std=gnu11 -O2 -Wall -Werror\n"
+                "include ../models/alpha.mk\n"
+                "include ../models/beta.mk\n"
+                "OBJS = main.o $(ALPHA_OBJS) $(BETA_OBJS)\n"
+                "CPPFLAGS += $(ALPHA_CPPFLAGS) $(BETA_CPPFLAGS)\n"
+                "LDLIBS += $(ALPHA_LDLIBS) $(BETA_LDLIBS)\n"
+                "app: $(OBJS)\n"
+                "\t$(CC) -o $@ $(OBJS) $(LDLIBS)\n")
+    result = subprocess.run(["make", "-C", app], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("arenac_shared.c") == 1  # compiled once
+    assert "-std=gnu11 -O2 -Wall -Werror -std=c99" in result.stdout  # arenac's last, its own
+    assert "main.c" not in " ".join(line for line in result.stdout.splitlines()
+                                    if "-std=c99" in line)
+    outputs_of(os.path.join(app, "app"), alpha, beta)
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+def test_two_models_fragments_link_once_beside_gnu_c_with_cmake(tmp_path):
+    app, alpha, beta = two_models(tmp_path)
+    with open(os.path.join(app, "CMakeLists.txt"), "w") as f:
+        f.write("cmake_minimum_required(VERSION 3.13)\n"
+                "project(app C)\n"
+                "set(CMAKE_C_STANDARD 11)\n"
+                "set(CMAKE_C_EXTENSIONS ON)\n"
+                "include(${CMAKE_CURRENT_SOURCE_DIR}/../models/alpha.cmake)\n"
+                "include(${CMAKE_CURRENT_SOURCE_DIR}/../models/beta.cmake)\n"
+                "add_executable(app main.c)\n"
+                "target_link_libraries(app PRIVATE alpha beta)\n")
+    build = str(tmp_path / "build")
+    subprocess.run(["cmake", "-S", app, "-B", build], check=True, capture_output=True)
+    result = subprocess.run(["cmake", "--build", build], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    outputs_of(os.path.join(build, "app"), alpha, beta)

@@ -3,7 +3,10 @@ include rather than copy the sources, include directory, flags and libm need by 
 
 Both list only the model's own file (NAME.c; NAME_main.c is the host harness and has a main)
 and locate it relative to the fragment itself, so the generated folder can live anywhere in
-the firmware tree. The target's flags are what arenac builds, checks and measures that C with
+the firmware tree; models generated together list their shared arena's file once, whichever
+of their fragments comes first. arenac's C flags (C99) reach arenac's files only: the Make
+fragment builds its objects with a rule of its own, the CMake one sets them on its libraries.
+The target's flags are what arenac builds, checks and measures that C with
 (the CPU's and toolchain.targets.CODE_FLAGS); they are offered, not applied, since a firmware's
 toolchain file already chooses its CPU.
 """
@@ -30,8 +33,8 @@ def build_fragments(mp: ModelPlan, name: str, libm: bool, shared_source: bool) -
         "sha256": mp.model.sha256,
         "name": name,
         "prefix": name.upper(),
-        # models generated together also need the file that defines their shared arena
-        "sources": [f"{name}.c", *([f"{SHARED_NAME}.c"] if shared_source else [])],
+        # models generated together also need the file that defines their shared arena, once
+        "shared": SHARED_NAME if shared_source else None,
         "c_flags": " ".join(C_FLAGS),
         "target": target.name,
         # a Cortex-M target's C is built with arm-none-eabi-gcc and these flags; portable C with
