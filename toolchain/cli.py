@@ -342,6 +342,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             mp, model_bytes, args.inputs, args.seed, extra,
             runtime_py="runtime_py" in args.backends, oracle_timeout=args.oracle_timeout,
             sequence=args.sequence, data=data, max_iterations=args.max_iterations,
+            labels=read_labels(args.labels, len(data[1])) if args.labels else None,
         )
         edges = compare_edges(mp, c.invoke_many, args.max_iterations) if args.sanitize else []
     if args.json:
@@ -369,10 +370,34 @@ def user_data(graph, args: argparse.Namespace):
     from toolchain.lab.samples import load_dataset, load_samples
 
     if args.input:
-        return args.input, load_samples(graph, args.input)
+        return args.input, load_samples(graph, args.input, args.quantize_inputs)
     if args.dataset:
-        return args.dataset, load_dataset(graph, args.dataset)
+        return args.dataset, load_dataset(graph, args.dataset, args.quantize_inputs)
+    if args.quantize_inputs or args.labels:
+        raise ArenacError("--quantize-inputs and --labels go with --input or --dataset")
     return None
+
+
+def read_labels(path: str, samples: int) -> list[int]:
+    """The class of each of `samples` samples: a .npy of integers, or integers in text."""
+    import numpy as np
+
+    from toolchain.files import load_arrays
+
+    if path.lower().endswith(".npy"):
+        values = load_arrays(path)
+        if not isinstance(values, np.ndarray) or values.dtype.kind not in "iu":
+            raise ArenacError("labels must be an .npy array of integers", path)
+        labels = [int(v) for v in values.ravel()]
+    else:
+        words = read_bounded(path).decode(errors="replace").replace(",", " ").split()
+        try:
+            labels = [int(w) for w in words]
+        except ValueError:
+            raise ArenacError("labels must be integers, one per sample", path) from None
+    if len(labels) != samples:
+        raise ArenacError(f"{len(labels)} labels for {samples} samples", path)
+    return labels
 
 
 def tracers(mp, backends: tuple[str, ...], stack: contextlib.ExitStack,
@@ -468,9 +493,25 @@ def check_text(report, inputs: int) -> str:
             table(["output", "dtype", "max |diff|", "mismatches", "verdict", "top-1 agree",
                    "first differs"], rows),
             "",
+            *agreement_lines(report),
             "verdict: " + ("all backends agree" if report.ok else "MISMATCH"),
         ]
     )
+
+
+def agreement_lines(report) -> list[str]:
+    """Float outputs' RMSE and cosine similarity, and the accuracy on labels, each a line,
+    then a blank line; nothing when there are neither."""
+    lines = [f"{o.name}: rmse {o.rmse:.3g}, cosine similarity {o.cosine:.9f}"
+             for o in report.outputs if o.rmse is not None]
+    for a in report.accuracy:
+        k = f", top-{a['k']} {a['topk']}/{a['samples']}" if a["k"] else ""
+        differs = a["differs_from_oracle"]
+        said = (f"; top-1 differs from the oracle's on {len(differs)} sample(s): "
+                + ", ".join(map(str, differs[:10])) + (" ..." if len(differs) > 10 else "")
+                if differs else "")
+        lines.append(f"labels {a['engine']}: top-1 {a['top1']}/{a['samples']}{k}{said}")
+    return [*lines, ""] if lines else []
 
 
 def format_diff(value: float) -> str:

@@ -289,6 +289,13 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
                            "values; a leading [N, ...] axis is N samples")
     data.add_argument("--dataset", metavar="DIR",
                       help="check on every sample in DIR: each file or folder as --input takes")
+    p.add_argument("--labels", metavar="FILE",
+                   help="with --input or --dataset: the class of each sample in order (a .npy "
+                        "of integers, or integers in text), to report the top-1 and top-5 "
+                        "accuracy of the oracle and of each backend")
+    p.add_argument("--quantize-inputs", action="store_true",
+                   help="with --input or --dataset: quantize real values into a quantized "
+                        "integer input's scale and zero point, as TFLite's QUANTIZE does")
     p.add_argument("--backends", type=backend_list, default=None, metavar="LIST",
                    help="comma-separated: runtime_py, c (this host), qemu (the target's QEMU "
                         "machine, a Cortex-M4 for generic); default: runtime_py,c, or "

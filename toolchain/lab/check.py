@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from runtime_py.interpreter import ArenaInterpreter
-from toolchain.errors import RuntimeBackendError
+from toolchain.errors import ArenacError, RuntimeBackendError
 from toolchain.front.validate import DEFAULT_MAX_ITERATIONS
 from toolchain.ir import Graph, Tensor
 from toolchain.lab.oracle import TFLM_MODULE, installed, tflm_missing
@@ -39,6 +39,8 @@ from toolchain.ops.spec import TFLM
 from toolchain.progress import step
 
 FLOAT_RTOL = 1e-5
+# The k of the top-k accuracy `check --labels` reports beside the top-1 (for more classes).
+TOP_K = 5
 # Invokes per sequence for a model with state, unless told otherwise: enough for state to
 # reach an invoke that reads what an earlier one wrote, twice.
 STATEFUL_SEQUENCE = 3
@@ -145,6 +147,50 @@ def difference(expected: np.ndarray, actual: np.ndarray) -> Difference:
     return Difference(float(diff.max(initial=0.0)), int(np.count_nonzero(diff > tolerance)))
 
 
+def float_agreement(pairs) -> tuple[float, float]:
+    """(RMSE, cosine similarity) of every compared value of one float output with the oracle's
+    (non-finite values left out)."""
+    e = np.concatenate([np.asarray(w, np.float64).ravel() for w, _ in pairs])
+    a = np.concatenate([np.asarray(g, np.float64).ravel() for _, g in pairs])
+    finite = np.isfinite(e) & np.isfinite(a)
+    e, a = e[finite], a[finite]
+    if not e.size:
+        return float("nan"), float("nan")
+    rmse = float(np.sqrt(np.mean((e - a) ** 2)))
+    norms = float(np.linalg.norm(e) * np.linalg.norm(a))
+    return rmse, float(e @ a / norms) if norms else float(np.array_equal(e, a))
+
+
+def accuracy(graph: Graph, labels: Sequence[int],
+             engines: list[tuple[str, list[list[np.ndarray]]]]) -> list[dict]:
+    """Top-1 and top-k hits of the first classifier output per engine (the oracle first),
+    with the samples where an engine's top-1 class is not the oracle's."""
+    position = next((i for i, t in enumerate(graph.outputs)
+                     if is_classifier(graph.tensors[t])), None)
+    if position is None:
+        raise ArenacError("--labels scores a classifier, and no output is one row of scores")
+    classes = graph.tensors[graph.outputs[position]].shape[-1]
+    k = TOP_K if classes > TOP_K else None
+    tops = {name: [np.argsort(-out[position].astype(np.float64).ravel(), kind="stable")
+                   if out else None for out in sets] for name, sets in engines}
+    oracle = tops[engines[0][0]]
+    rows = []
+    for name, _ in engines:
+        ranked = tops[name]
+        rows.append({
+            "engine": name,
+            "top1": sum(r is not None and int(r[0]) == y for r, y in zip(ranked, labels,
+                                                                         strict=True)),
+            "topk": None if k is None else sum(r is not None and y in r[:k].tolist()
+                                               for r, y in zip(ranked, labels, strict=True)),
+            "k": k,
+            "samples": len(labels),
+            "differs_from_oracle": [i for i, (r, o) in enumerate(zip(ranked, oracle, strict=True))
+                                    if r is not None and o is not None and r[0] != o[0]],
+        })
+    return rows
+
+
 def is_classifier(t: Tensor) -> bool:
     """An output of scores over classes: one row of more than one value ([N] or [1, ..., N])."""
     return len(t.shape) >= 1 and t.shape[-1] > 1 and all(d == 1 for d in t.shape[:-1])
@@ -168,6 +214,10 @@ class OutputReport:
     # invokes compared; None for any other output
     top1_agree: int | None = None
     invokes: int = 0
+    # for a float output: the root mean square of the differences and the cosine similarity
+    # of all its compared values with the oracle's; None for any other output
+    rmse: float | None = None
+    cosine: float | None = None
 
     def add(self, d: Difference, sequence: int = 0, invoke: int = 0,
             top1: bool | None = None) -> None:
@@ -192,6 +242,9 @@ class CheckReport:
     state_bytes: int = 0
     data: str | None = None  # where the input sets came from; None for random ones
     ended: int = 0  # invokes the oracle's kernels ended early (a CIRCULAR_BUFFER gathering)
+    # with labels: per engine (the oracle first) its top-1 and top-k hits over the samples,
+    # and the samples whose top-1 class differs from the oracle's
+    accuracy: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -208,6 +261,7 @@ class CheckReport:
             "sequence": self.sequence,
             "data": self.data,
             "ended": self.ended,
+            "accuracy": self.accuracy,
             "backends": self.backends,
             "outputs": [vars(o) for o in self.outputs],
         }
@@ -246,6 +300,7 @@ def check_plan(
     sequence: int | None = None,
     data: tuple[str, list[list[np.ndarray]]] | None = None,
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
+    labels: Sequence[int] | None = None,
 ) -> CheckReport:
     """Run the oracle, runtime_py and any extra backends on `inputs` random sequences of
     `sequence` invokes each (default_sequence when None): state is kept within a sequence and
@@ -254,7 +309,8 @@ def check_plan(
     `data` is the user's own input sets instead (where they came from, and the sets), run in
     order; a model with state runs them as one sequence unless `sequence` says otherwise.
     A WHILE that runs its body more than `max_iterations` times in one invoke stops runtime_py
-    with an error naming it."""
+    with an error naming it. `labels`, one class per input set, score the first classifier
+    output of the oracle and of every backend (CheckReport.accuracy)."""
     graph = model_plan.graph
     # unsupported ops fail here, before the oracle runs
     runtime = ArenaInterpreter(model_plan, max_iterations=max_iterations)
@@ -292,8 +348,16 @@ def check_plan(
     report.ended = sum(not want for want in oracle.outputs)
     rows = iter(report.outputs)
     classifier = [is_classifier(graph.tensors[t]) for t in graph.outputs]
+    if labels is not None:
+        report.accuracy = accuracy(graph, labels, [(oracle.name, oracle.outputs)] + [
+            (name, out) for (name, _), out in zip(backends, outputs, strict=True)])
     for actual in outputs:
         backend_rows = [next(rows) for _ in graph.outputs]
+        ran = [(want, got) for want, got in zip(oracle.outputs, actual, strict=True)
+               if want and got]
+        for i, (row, t) in enumerate(zip(backend_rows, graph.outputs, strict=True)):
+            if graph.tensors[t].dtype.startswith("float") and ran:
+                row.rmse, row.cosine = float_agreement([(w[i], g[i]) for w, g in ran])
         for k, (want, got) in enumerate(zip(oracle.outputs, actual, strict=True)):
             if not want or not got:  # an invoke that ended early gives no outputs to compare
                 if bool(want) != bool(got):  # ... in one of the two only

@@ -24,29 +24,33 @@ from toolchain.errors import ArenacError
 from toolchain.files import load_arrays, read_bounded
 from toolchain.ir import Graph, Tensor
 from toolchain.lab.oracle_process import first_line
+from toolchain.numerics.tables import round_half_away_from_zero
 
 SUFFIXES = (".npy", ".npz", ".csv")
 
 
-def load_samples(graph: Graph, path: str) -> list[list[np.ndarray]]:
-    """The input sets one --input FILE holds, in order."""
+def load_samples(graph: Graph, path: str, quantize: bool = False) -> list[list[np.ndarray]]:
+    """The input sets one --input FILE holds, in order; with `quantize`, real values for a
+    quantized integer input are quantized as TFLite's QUANTIZE does (see convert)."""
     if os.path.isdir(path):
-        return stack_inputs(graph, directory_arrays(graph, path), path)
+        return stack_inputs(graph, directory_arrays(graph, path, quantize), path)
     if not os.path.exists(path):
         raise ArenacError("no such file or directory", path)
     suffix = os.path.splitext(path)[1].lower()
     if suffix == ".npz":
-        return stack_inputs(graph, archive_arrays(graph, path), path)
+        return stack_inputs(graph, archive_arrays(graph, path, quantize), path)
     if suffix not in (".npy", ".csv"):
         raise ArenacError("input data must be a .npy, .npz or .csv file or a directory of them",
                           path)
     if len(graph.inputs) != 1:
         raise ArenacError(f"the model takes {len(graph.inputs)} inputs: give them in one .npz "
                           "or a directory, one array per input", path)
-    return stack_inputs(graph, [read_array(path, graph.tensors[graph.inputs[0]])], path)
+    return stack_inputs(graph, [read_array(path, graph.tensors[graph.inputs[0]], quantize)],
+                        path)
 
 
-def load_dataset(graph: Graph, directory: str) -> list[list[np.ndarray]]:
+def load_dataset(graph: Graph, directory: str,
+                 quantize: bool = False) -> list[list[np.ndarray]]:
     """Every sample file (or sample directory) in `directory`, in name order."""
     if not os.path.isdir(directory):
         raise ArenacError("not a directory", directory)
@@ -54,7 +58,7 @@ def load_dataset(graph: Graph, directory: str) -> list[list[np.ndarray]]:
     entries = [e for e in entries if os.path.isdir(e) or e.lower().endswith(SUFFIXES)]
     if not entries:
         raise ArenacError("no .npy, .npz or .csv files or sample directories in it", directory)
-    return [values for entry in entries for values in load_samples(graph, entry)]
+    return [values for entry in entries for values in load_samples(graph, entry, quantize)]
 
 
 def listing(directory: str) -> list[str]:
@@ -69,7 +73,7 @@ def input_keys(graph: Graph, i: int) -> tuple[str, ...]:
     return (graph.tensors[graph.inputs[i]].name, str(i), f"arr_{i}", f"input_{i}")
 
 
-def archive_arrays(graph: Graph, path: str) -> list[np.ndarray]:
+def archive_arrays(graph: Graph, path: str, quantize: bool = False) -> list[np.ndarray]:
     found = load_arrays(path)
     if not isinstance(found, dict):
         raise ArenacError("an .npy array named .npz: rename it .npy", path)
@@ -79,13 +83,13 @@ def archive_arrays(graph: Graph, path: str) -> list[np.ndarray]:
         if key is None:
             raise ArenacError(f"no array for input {i} ({graph.tensors[t].name!r}); it holds "
                               f"{', '.join(sorted(found)) or 'none'}", path)
-        arrays.append(convert(found.pop(key), graph.tensors[t], f"{path}[{key}]"))
+        arrays.append(convert(found.pop(key), graph.tensors[t], f"{path}[{key}]", quantize))
     if found:
         raise ArenacError(f"arrays {', '.join(sorted(found))} name no input of the model", path)
     return arrays
 
 
-def directory_arrays(graph: Graph, directory: str) -> list[np.ndarray]:
+def directory_arrays(graph: Graph, directory: str, quantize: bool = False) -> list[np.ndarray]:
     files = {os.path.splitext(e)[0]: os.path.join(directory, e)
              for e in listing(directory) if e.lower().endswith((".npy", ".csv"))}
     arrays = []
@@ -94,18 +98,18 @@ def directory_arrays(graph: Graph, directory: str) -> list[np.ndarray]:
         if key is None:
             raise ArenacError(f"no file for input {i} ({graph.tensors[t].name!r}): name it "
                               f"{i}.npy or {i}.csv", directory)
-        arrays.append(read_array(files[key], graph.tensors[t]))
+        arrays.append(read_array(files[key], graph.tensors[t], quantize))
     return arrays
 
 
-def read_array(path: str, tensor: Tensor) -> np.ndarray:
+def read_array(path: str, tensor: Tensor, quantize: bool = False) -> np.ndarray:
     """A .npy or CSV file as values of `tensor`'s dtype (CSV values reshaped to its shape)."""
     if path.lower().endswith(".csv"):
-        return convert(read_csv(path, tensor), tensor, path)
+        return convert(read_csv(path, tensor), tensor, path, quantize)
     value = load_arrays(path)
     if not isinstance(value, np.ndarray):
         raise ArenacError("an .npz archive named .npy: rename it .npz", path)
-    return convert(value, tensor, path)
+    return convert(value, tensor, path, quantize)
 
 
 def read_csv(path: str, tensor: Tensor) -> np.ndarray:
@@ -129,11 +133,26 @@ def read_csv(path: str, tensor: Tensor) -> np.ndarray:
     return values.reshape(-1, *tensor.shape)
 
 
-def convert(value: np.ndarray, tensor: Tensor, path: str) -> np.ndarray:
-    """`value` in `tensor`'s dtype when that changes no value, else one line saying why not."""
+def convert(value: np.ndarray, tensor: Tensor, path: str, quantize: bool = False) -> np.ndarray:
+    """`value` in `tensor`'s dtype when that changes no value, else one line saying why not.
+    With `quantize`, real values for a quantized integer input become its integers as TFLite's
+    QUANTIZE computes them (AffineQuantize: round(value / scale) half away from zero in
+    float32, plus the zero point, clamped to the type)."""
     dtype = np.dtype(tensor.dtype)
     if value.dtype == dtype:
         return value
+    if quantize and dtype.kind in "iu" and value.dtype.kind == "f":
+        if tensor.quantization is None or len(tensor.quantization.scale) != 1:
+            raise ArenacError(f"--quantize-inputs: input {tensor.name!r} has no per-tensor "
+                              "quantization", path)
+        scale, zero_point = tensor.quantization.scale[0], tensor.quantization.zero_point[0]
+        with np.errstate(all="ignore"):
+            scaled = value.astype(np.float32) / np.float32(scale)
+        if not np.isfinite(scaled).all():
+            raise ArenacError("--quantize-inputs: values that are not finite", path)
+        info = np.iinfo(dtype)
+        rounded = round_half_away_from_zero(scaled).astype(np.int64)
+        return np.clip(rounded + zero_point, info.min, info.max).astype(dtype)
     if dtype.kind == "f" and value.dtype.kind in "fiu":
         return value.astype(dtype)
     if dtype.kind in "iu" and value.dtype.kind in "iu" and value.size:
