@@ -94,6 +94,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         outputs[args.dump_buffers] = text.getvalue()
     for path, text in outputs.items():
         write_atomic(path, text)
+    if args.layers:
+        from toolchain.views.layers import layers_data, layers_text
+
+        emit_json(layers_data(mp)) if args.json else print(layers_text(mp))
+        return 0
     emit_json(plan_data(mp)) if args.json else print(plan_text(mp))
     return 0
 

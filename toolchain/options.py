@@ -230,6 +230,9 @@ def memory_of(args: argparse.Namespace) -> tuple[list, dict[str, str]]:
 def add_plan_options(p: argparse.ArgumentParser) -> None:
     add_target(p)
     p.add_argument("--svg", metavar="FILE", help="write the memory map as SVG")
+    p.add_argument("--layers", action="store_true",
+                   help="instead of the buffers, each step's cost: MACs, arena bytes live and "
+                        "the arena's top while it runs, kernel scratch, weights it reads first")
     p.add_argument("--dump-buffers", metavar="FILE.csv",
                    help="write the allocation problem as MiniMalloc CSV (id,lower,upper,size)")
     p.add_argument("--load-offsets", metavar="FILE.csv",

@@ -29,8 +29,8 @@ from toolchain.targets import get_target
 from toolchain.text import c_identifier
 
 # what code outside toolchain/c uses of the generator
-__all__ = ["SHARED_NAME", "SharedArena", "generate", "generate_shared", "io_info",
-           "kernel_function", "traced_tensors"]
+__all__ = ["SHARED_NAME", "SharedArena", "flash_constants", "generate", "generate_shared",
+           "io_info", "kernel_function", "traced_tensors"]
 
 
 def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
@@ -66,6 +66,21 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
         files.update(build_fragments(mp, name, MATH_H in em.includes(),
                                      shared is not None and arena == "static"))
     return files
+
+
+def flash_constants(mp: ModelPlan) -> dict[int, int]:
+    """The constant arrays NAME.c defines (its weights): tensor -> bytes, an int4 filter kept
+    packed counted packed. A constant no kernel points at (folded into a kernel's own table or
+    code) has none."""
+    at = addresses(mp, "model", False, "model_arena", pool_arrays(mp, "model"))
+    em = Emission(mp, at, mp.program.params())
+    em.emit_subgraph(mp.graph_index)
+    em.calls(mp.graph_index)
+    graph = mp.graph
+    referenced = {*at.used, *graph.inputs, *graph.outputs}
+    sizes = {t.index: t.nbytes for t in graph.tensors if t.is_constant and t.index in referenced}
+    sizes.update({t: len(data) for t, data in mp.program.int4_unpacks.values()})
+    return sizes
 
 
 def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = False,

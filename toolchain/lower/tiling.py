@@ -293,10 +293,13 @@ def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int
 
 def op_macs(graph: Graph, binding: Binding | None) -> int:
     """Multiply-accumulates of the op, as its kernel counts them (0 for ops that count none)."""
-    striping = None if binding is None else striping_of(binding)
-    if striping is None or striping.macs is None:
+    if binding is None or isinstance(binding.params, Elided):
         return 0
-    return striping.macs(binding.params)
+    striping = striping_of(binding)
+    if striping is not None and striping.macs is not None:
+        return striping.macs(binding.params)
+    spec = REGISTRY[binding.opcode]
+    return spec.macs(binding.params) if spec.macs is not None else 0
 
 
 def readers_of(graph: Graph) -> dict[int, set[int]]:

@@ -238,6 +238,9 @@ class OpSpec:
     # CIRCULAR_BUFFER still gathering frames): the ops after it wait for a later invoke, and
     # the model's outputs are left as they were
     stops: bool = False
+    # The multiply-accumulates of an op that does not run in stripes, from its params, for the
+    # per-layer cost (a striped family's Striping.macs counts its own); None: it counts none
+    macs: Callable[[Any], int] | None = None
 
 
 def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tensor:

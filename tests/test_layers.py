@@ -1,0 +1,75 @@
+"""`arenac plan --layers`: each step's MACs, arena in use and top, scratch and weights; the
+totals are the plan's arena and the firmware's weights as its linked image holds them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.test_folding import int4_model
+from toolchain.cli import main
+from toolchain.front.builder import ModelBuilder
+from toolchain.front.examples import EXAMPLES
+from toolchain.front.reader import parse_model
+from toolchain.lab import qemu_backend
+from toolchain.lower.plan import plan_model
+from toolchain.views.layers import covered, layers_data
+
+
+@pytest.mark.parametrize("name", ["tiny_cnn_int8", "residual_cnn_float32", "streaming_kws_int8"])
+def test_the_highest_top_is_the_arena(name):
+    mp = plan_model(parse_model(EXAMPLES[name](), name))
+    data = layers_data(mp)
+    tops = [r["arena_high_water"] for r in data["layers"]]
+    assert data["totals"]["arena_bytes"] == mp.arena_bytes
+    assert 0 <= mp.arena_bytes - max(tops) < mp.plan.alignment  # rounded up to the alignment
+    assert all(r["live_bytes"] <= r["arena_high_water"] for r in data["layers"])
+    constants = {t.index for t in mp.graph.tensors if t.is_constant}
+    read = {t for op in mp.graph.operators for t in op.inputs if t in constants}
+    assert data["totals"]["weight_bytes"] <= sum(mp.graph.tensors[t].nbytes for t in read)
+
+
+def test_macs_are_the_kernels():
+    b = ModelBuilder("int8", seed=3)
+    x = b.input("x", (1, 10, 10, 3), "int8", 0.05, 0)
+    c = b.conv_2d(x, 8, 3, stride=2, padding="SAME")
+    d = b.depthwise_conv_2d(c, 3)
+    b.output(b.fully_connected(b.reshape(d, (1, 5 * 5 * 8)), 4))
+    rows = layers_data(plan_model(parse_model(b.build(), "m")))["layers"]
+    macs = {r["opcode"]: r["macs"] for r in rows}
+    assert macs["CONV_2D"] == 5 * 5 * 8 * 3 * 3 * 3
+    assert macs["DEPTHWISE_CONV_2D"] == 5 * 5 * 8 * 3 * 3
+    assert macs["FULLY_CONNECTED"] == 200 * 4 and macs["RESHAPE"] == 0
+
+
+def test_covered_counts_shared_bytes_once():
+    assert covered([(0, 10), (5, 20), (30, 40)]) == 30 and covered([]) == 0
+
+
+@pytest.mark.skipif(bool(qemu_backend.missing()), reason="no Cortex-M toolchain or QEMU")
+@pytest.mark.parametrize("model", ["tiny_cnn_int8", "int4"])
+def test_weights_total_is_the_linked_firmwares(model):
+    """The weights the table counts are the NAME_t<N> arrays of the linked image (portable
+    kernels point at the model's constants; an int4 filter is counted packed)."""
+    from toolchain.lab.footprint import footprint
+
+    data = int4_model("CONV_2D")[0] if model == "int4" else EXAMPLES[model]()
+    mp = plan_model(parse_model(data, "m"))
+    measured = footprint(mp)
+    totals = layers_data(mp)["totals"]
+    assert totals["weight_bytes"] == measured["weights"]
+    assert totals["arena_bytes"] == measured["arena"] and totals["state_bytes"] == measured["state"]
+
+
+def test_plan_layers_command(tmp_path, capsys):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    assert main(["plan", str(path), "--layers", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["step"] for r in data["layers"]] == list(range(len(data["layers"])))
+    assert main(["plan", str(path), "--layers"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("step  op") and f"arena {data['totals']['arena_bytes']:,} bytes" in text
+    assert np.sum([r["macs"] for r in data["layers"]]) == data["totals"]["macs"]
