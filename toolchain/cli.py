@@ -28,6 +28,7 @@ from toolchain.options import (
     add_model,
     add_plan_options,
     add_planning,
+    add_project_options,
     add_report_options,
     add_run_options,
     add_solve_options,
@@ -255,6 +256,30 @@ def cmd_gen(args: argparse.Namespace) -> int:
         print(f"shared arena {mp.arena_bytes} bytes ({each}); wrote " + ", ".join(paths))
     else:
         print(f"arena {mp.arena_bytes} bytes ({mp.plan.planner}); wrote " + ", ".join(paths))
+    return 0
+
+
+def cmd_project(args: argparse.Namespace) -> int:
+    from toolchain.lab.project import board_target, default_inputs, project_files, write_project
+
+    args.target = board_target(args.board).name
+    mp = planned(args)
+    if args.input:
+        arrays = [load_input(p) for p in args.input]
+        steps, stacked = input_steps(mp.graph, arrays, args.input, args.model)
+        if stacked:
+            raise ArenacError("--input holds one invoke's values for main.c", args.input[0])
+        inputs = steps[0]
+    else:
+        inputs = default_inputs(mp)
+    name = args.name or os.path.splitext(os.path.basename(args.model))[0]
+    paths = write_project(args.output_dir, project_files(mp, name, inputs), args.force)
+    if args.json:
+        emit_json({"model": args.model, "board": args.board, "target": args.target,
+                   "arena_bytes": mp.arena_bytes, "files": paths})
+    else:
+        print(f"{args.board} ({args.target}) project, arena {mp.arena_bytes} bytes: "
+              f"make -C {args.output_dir} run (or CMake with arm-none-eabi.cmake)")
     return 0
 
 
@@ -587,6 +612,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.Namespace], int], list[Callabl
     "bench": ("count the instructions the C executes per inference on a Cortex-M under QEMU, "
               "and estimate their cycles",
               cmd_bench, [add_model, add_planning, add_bench_options]),
+    "project": ("write a firmware project for a QEMU Arm board: startup code, linker script, a "
+                "main.c that runs the model on a test input, a Makefile and a CMakeLists.txt",
+                cmd_project, [add_model, add_planning, add_project_options]),
     "embed": ("write a copy of the model carrying the plan for TFLite Micro "
               "(OfflineMemoryAllocation)", cmd_embed, [add_model, add_planning, add_embed_options]),
     "report": ("one self-contained HTML page: inspect, plan, memory map, footprint and check",

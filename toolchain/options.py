@@ -327,6 +327,23 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
                         "data read from flash and every pipeline refill (default: 0)")
 
 
+def add_project_options(p: argparse.ArgumentParser) -> None:
+    from toolchain.targets import BOARDS
+
+    p.add_argument("-o", "--output-dir", required=True, metavar="DIR",
+                   help="where the project goes")
+    p.add_argument("--board", choices=sorted(BOARDS), default="mps2-an386",
+                   help="the QEMU machine the firmware runs on; its core picks the kernels "
+                        "(default: mps2-an386, a Cortex-M4)")
+    p.add_argument("--name", type=c_name, default=None, metavar="NAME",
+                   help="the model's C name (default: the file's)")
+    p.add_argument("--input", metavar="FILE.npy", action="append", default=None,
+                   help="the test input main.c embeds, one per model input (default: check's "
+                        "random input of seed 0)")
+    p.add_argument("--force", action="store_true",
+                   help="replace files edited since arenac wrote them")
+
+
 def add_embed_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT.tflite",
                    help="the model with the plan in its metadata")

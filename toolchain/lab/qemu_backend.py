@@ -71,21 +71,13 @@ def available() -> bool:
 
 def qemu_command(elf: str, machine: str = "mps2-an386", extra: Sequence[str] = ()) -> list[str]:
     """QEMU without display, network or monitor; semihosting reads and writes host files."""
-    return [
-        qemu(),
-        "-M",
-        machine,
-        *extra,
-        "-nographic",
-        "-monitor",
-        "none",
-        "-nic",
-        "none",
-        "-semihosting-config",
-        "enable=on,target=native",
-        "-kernel",
-        elf,
-    ]
+    return [qemu(), *qemu_arguments(machine, extra), "-kernel", elf]
+
+
+def qemu_arguments(machine: str, extra: Sequence[str] = ()) -> list[str]:
+    """qemu_command's arguments but the firmware's (a generated project's Makefile runs them)."""
+    return ["-M", machine, *extra, "-nographic", "-monitor", "none", "-nic", "none",
+            "-semihosting-config", "enable=on,target=native"]
 
 
 class QemuBackend:

@@ -1,0 +1,123 @@
+"""`arenac project`: the project builds with make and with CMake as written, runs under QEMU on
+its board, and prints the outputs `arenac run` saves for the same input; arenac never replaces
+a file the user edited without --force."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.ops.test_circular_buffer import buffered
+from toolchain.cli import main
+from toolchain.front.examples import EXAMPLES
+from toolchain.lab import qemu_backend
+from toolchain.lab.check import difference
+
+needs_tools = pytest.mark.skipif(bool(qemu_backend.missing()) or shutil.which("make") is None,
+                                 reason="no Cortex-M toolchain, QEMU or make")
+
+
+def printed_outputs(text: str) -> list[bytes]:
+    """The outputs main.c printed, as bytes."""
+    outputs: list[bytes] = []
+    for line in text.splitlines():
+        if line.startswith("output "):
+            outputs.append(b"")
+        elif outputs and line and not line.startswith("ticks"):
+            outputs[-1] += bytes(int(h, 16) for h in line.split())
+    return outputs
+
+
+def same_as_run(printed: list[bytes], tmp_path, model, board: str) -> bool:
+    """The printed outputs are `arenac run`'s: integers bit for bit, floats within check's
+    tolerance (the C sums float32 in its own order)."""
+    wanted = run_outputs(tmp_path, model, board)
+    return len(printed) == len(wanted) and all(
+        difference(w, np.frombuffer(p, w.dtype).reshape(w.shape)).mismatches == 0
+        for p, w in zip(printed, wanted, strict=True))
+
+
+def run_outputs(tmp_path, model, board: str) -> list[np.ndarray]:
+    """`arenac run` on check's seed-0 input for the board's target."""
+    from toolchain.front.reader import read_model
+    from toolchain.lab.check import random_inputs
+    from toolchain.lab.project import board_target
+
+    graph = read_model(str(model)).main
+    inputs = [tmp_path / f"in{i}.npy" for i in range(len(graph.inputs))]
+    for path, value in zip(inputs, random_inputs(graph, 0), strict=True):
+        np.save(path, value)
+    out = tmp_path / "run"
+    args = ["run", str(model), "--target", board_target(board).name, "--output-dir", str(out)]
+    assert main([*args, *(x for p in inputs for x in ("--input", str(p)))]) == 0
+    return [np.load(out / f"output_{i}.npy") for i in range(len(graph.outputs))]
+
+
+CASES = [("tiny_cnn_int8", "mps2-an386"), ("residual_cnn_float32", "mps2-an505"),
+         ("streaming_kws_int8", "mps3-an547"), ("tiny_cnn_int8", "mps2-an500")]
+
+
+@needs_tools
+@pytest.mark.parametrize("example, board", CASES)
+def test_the_project_builds_with_make_and_runs_as_arenac_run(example, board, tmp_path, capsys):
+    model = tmp_path / f"{example}.tflite"
+    model.write_bytes(EXAMPLES[example]())
+    project = tmp_path / "project"
+    assert main(["project", str(model), "-o", str(project), "--board", board]) == 0
+    capsys.readouterr()
+    built = subprocess.run(["make", "-C", str(project), "run"], capture_output=True, text=True,
+                           timeout=300)
+    assert built.returncode == 0, built.stderr
+    printed = built.stdout + built.stderr  # QEMU's semihosting console is its stderr
+    assert same_as_run(printed_outputs(printed), tmp_path, model, board)
+    assert "ticks " in printed
+
+
+@needs_tools
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+@pytest.mark.parametrize("example, board", CASES[:2])
+def test_the_project_builds_with_cmake(example, board, tmp_path, capsys):
+    model = tmp_path / f"{example}.tflite"
+    model.write_bytes(EXAMPLES[example]())
+    project = tmp_path / "project"
+    assert main(["project", str(model), "-o", str(project), "--board", board]) == 0
+    build = tmp_path / "build"
+    subprocess.run(["cmake", "-S", str(project), "-B", str(build),
+                    f"-DCMAKE_TOOLCHAIN_FILE={project / 'arm-none-eabi.cmake'}"],
+                   check=True, capture_output=True)
+    ran = subprocess.run(["cmake", "--build", str(build), "--target", "run"],
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert same_as_run(printed_outputs(ran.stdout + ran.stderr), tmp_path, model, board)
+
+
+def test_an_edited_file_is_kept_without_force(tmp_path, capsys):
+    model = tmp_path / "m.tflite"
+    model.write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    project = tmp_path / "project"
+    args = ["project", str(model), "-o", str(project)]
+    assert main(args) == 0
+    assert main(args) == 0  # nothing edited: written again
+    main_c = project / "main.c"
+    main_c.write_text(main_c.read_text() + "/* mine */\n")
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "main.c was edited" in capsys.readouterr().err
+    assert main_c.read_text().endswith("/* mine */\n")
+    assert main([*args, "--force"]) == 0
+    assert not main_c.read_text().endswith("/* mine */\n")
+    assert sorted(os.listdir(project)) == sorted([
+        ".arenac-project", "CMakeLists.txt", "Makefile", "arm-none-eabi.cmake", "link.ld",
+        "m.c", "m.h", "main.c", "semihosting.h", "startup.c"])
+
+
+def test_an_unknown_board_is_one_line(tmp_path, capsys):
+    model = tmp_path / "m.tflite"
+    model.write_bytes(buffered(2, (1, 2)))
+    with pytest.raises(SystemExit) as exit_:
+        main(["project", str(model), "-o", str(tmp_path / "p"), "--board", "nucleo"])
+    assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err

@@ -1,0 +1,103 @@
+"""`arenac project`: a firmware project that builds with make and with CMake and runs as it
+stands on a QEMU Arm machine: the model's C, the startup code and vector table, a linker script
+from the board's memory map, a main.c that runs the model on an embedded test input and prints
+its outputs and the ticks the invoke took, a Makefile, a CMakeLists.txt and its toolchain file.
+
+arenac records what it wrote (.arenac-project: each file's SHA-256); writing the project again
+replaces only the files nobody edited since, unless `force`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from toolchain import __version__
+from toolchain.c.generate import generate
+from toolchain.errors import ArenacError
+from toolchain.files import write_files_atomic
+from toolchain.lab.check import random_inputs
+from toolchain.lab.firmware import C_FLAGS, LINK_FLAGS, harness_values, pool_sections, support_files
+from toolchain.lab.qemu_backend import QEMU, qemu_arguments
+from toolchain.lower.plan import ModelPlan
+from toolchain.ops.emit import c_array
+from toolchain.render import render
+from toolchain.targets import BOARDS, TARGETS, Target
+from toolchain.text import c_identifier
+
+MANIFEST = ".arenac-project"
+
+
+def board_target(board: str) -> Target:
+    """The target whose QEMU machine `board` is."""
+    found = [t for t in TARGETS.values() if t.board is not None and t.board.machine == board]
+    if not found:
+        raise ArenacError(f"no board {board!r}; the boards are {', '.join(sorted(BOARDS))}")
+    return found[0]
+
+
+def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray]) -> dict[str, str]:
+    """Every file of the project for `mp` (planned for its board's target)."""
+    name = c_identifier(name)
+    target = TARGETS[mp.program.target]
+    board = target.board
+    files = generate(mp, name)
+    del files[f"{name}_main.c"]
+    files.update(support_files(target, pool_sections(mp)))
+    io = harness_values(mp.graph)
+    values = {
+        "name": name, "version": __version__, "board": board.machine, "cpu": target.name,
+        "counter": f"0x{board.counter:08x}u", "counter_hz": f"{board.counter_hz:,}",
+        "cpu_flags": " ".join(target.flags), "c_flags": " ".join(C_FLAGS),
+        "link_flags": " ".join(LINK_FLAGS),
+        "qemu": " ".join([QEMU, *qemu_arguments(board.machine)]),
+        "inputs": [{"comment": f"{t.name!r} {t.dtype}{list(t.shape)}",
+                    "length": max(value.nbytes, 1),
+                    "data": c_array(np.ascontiguousarray(value).view(np.uint8).ravel())}
+                   for t, value in zip((mp.graph.tensors[i] for i in mp.graph.inputs), inputs,
+                                       strict=True)],
+        "outputs": [{"dtype": o.dtype, "shape": "[" + "x".join(map(str, o.shape)) + "]",
+                     "nbytes": o.nbytes} for o in io["outputs"]],
+    }
+    files["main.c"] = render("project/main.c.j2", **values)
+    files["Makefile"] = render("project/Makefile.j2", **values)
+    files["CMakeLists.txt"] = render("project/CMakeLists.txt.j2", **values)
+    files["arm-none-eabi.cmake"] = render("project/arm-none-eabi.cmake.j2", **values)
+    return files
+
+
+def write_project(directory: str, files: dict[str, str], force: bool = False) -> list[str]:
+    """Write the files, refusing (unless `force`) to replace one edited since arenac wrote it;
+    the manifest records what was written."""
+    manifest_path = os.path.join(directory, MANIFEST)
+    try:
+        with open(manifest_path) as f:
+            written = json.load(f)
+    except (OSError, ValueError):
+        written = {}
+    if not force:
+        for file_name, text in sorted(files.items()):
+            path = os.path.join(directory, file_name)
+            if not os.path.exists(path):
+                continue
+            with open(path, "rb") as f:
+                current = _digest(f.read())
+            if current != written.get(file_name) and current != _digest(text.encode()):
+                raise ArenacError(f"{file_name} was edited since arenac wrote it (or arenac did "
+                                  "not write it): keep it, or give --force to replace it",
+                                  directory)
+    record = {file_name: _digest(text.encode()) for file_name, text in files.items()}
+    return write_files_atomic(directory, {**files, MANIFEST: json.dumps(record, indent=1,
+                                                                        sort_keys=True) + "\n"})
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def default_inputs(mp: ModelPlan) -> list[np.ndarray]:
+    """check's random input set of seed 0: what `arenac run` is given to compare."""
+    return random_inputs(mp.graph, 0)
