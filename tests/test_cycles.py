@@ -137,3 +137,42 @@ def test_without_a_host_compiler_the_plugin_is_one_error(monkeypatch, tmp_path):
     monkeypatch.setattr(cycles.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeBackendError, match="no host C compiler"):
         cycles.build_plugin(str(tmp_path))
+
+
+# -- the dual-issue Cortex-M7 ------------------------------------------------------------------
+
+def m7(*lines: tuple[str, str, int], taken: int = 0) -> tuple[int, int, int]:
+    """(optimistic, nominal, pessimistic) cycles of the lines run once in a row."""
+    from toolchain.lab.timings import CORTEX_M7
+
+    code = program(*lines)
+    last = max(code)
+    phase = {a: Counts(1, taken if a == last else 0, 0, 0) for a in code}
+    e = estimate(phase, code, CORTEX_M7)
+    return e.optimistic, e.nominal, e.pessimistic
+
+
+def test_two_independent_alu_operations_issue_together():
+    assert m7(("add", "r0, r1, #1", 4), ("sub", "r2, r3, #1", 4)) == (1, 1, 1)
+    assert m7(("add", "r0, r1, #1", 4), ("sub", "r2, r0, #1", 4)) == (2, 2, 2)  # dependent
+
+
+def test_one_mac_a_cycle_and_a_load_beside_it():
+    assert m7(("smlad", "r7, r5, r6, r7", 4), ("smlad", "r8, r5, r6, r8", 4)) == (2, 2, 2)
+    assert m7(("ldr", "r4, [r0, #4]", 4), ("smlad", "r7, r5, r6, r7", 4)) == (1, 1, 1)
+    # a loaded word feeding a MAC: no pair, and one cycle more
+    assert m7(("ldr", "r5, [r0, #4]", 4), ("smlad", "r7, r5, r6, r7", 4)) == (2, 3, 3)
+
+
+def test_ldrd_and_ldm_issue_alone():
+    assert m7(("ldrd", "r4, r5, [r0]", 4), ("add", "r1, r1, #8", 4)) == (2, 2, 2)
+    assert m7(("ldmia", "r0!, {r2, r3, r4, r5}", 4)) == (2, 2, 2)
+
+
+def test_two_loads_pair_unless_they_hit_one_bank():
+    assert m7(("ldr", "r2, [r0]", 4), ("ldr", "r3, [r1]", 4)) == (1, 1, 2)
+
+
+def test_a_taken_branch_costs_by_prediction():
+    # the branch issues beside the add; taken, it costs 0, 1 or 3 cycles more
+    assert m7(("add", "r0, r0, #1", 2), ("b", "0x100", 2), taken=1) == (1, 2, 4)

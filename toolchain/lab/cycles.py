@@ -25,6 +25,7 @@ deterministic: the same firmware and input give the same profile.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import shutil
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from toolchain.errors import RuntimeBackendError
 from toolchain.lab.firmware import TOOL_PREFIX
-from toolchain.lab.timings import TIMINGS, Timing
+from toolchain.lab.timings import TIMINGS, DualIssueTiming, Timing
 
 PLUGIN_SOURCE = Path(__file__).with_name("profile_plugin.c")
 VARIANTS = ("optimistic", "nominal", "pessimistic")
@@ -133,8 +134,8 @@ def writes_pc(insn: Instruction) -> bool:
         insn.mnemonic in ("pop", "ldm", "ldmia", "ldmfd") or first == "pc")
 
 
-def timing(core: str) -> Timing | None:
-    """The core's timing table, or None where there is none yet (Cortex-M0+, M7, M55)."""
+def timing(core: str) -> Timing | DualIssueTiming | None:
+    """The core's timing table, or None where there is none yet (Cortex-M0+, M55)."""
     return TIMINGS.get(core)
 
 
@@ -187,9 +188,12 @@ def sequential_saving(insn: Instruction, before: Instruction | None, t: Timing) 
     return 0
 
 
-def estimate(phase: dict[int, Counts], code: dict[int, Instruction], t: Timing,
-             wait_states: int = 0, exclude: frozenset[int] = frozenset()) -> Estimate:
+def estimate(phase: dict[int, Counts], code: dict[int, Instruction],
+             t: Timing | DualIssueTiming, wait_states: int = 0,
+             exclude: frozenset[int] = frozenset()) -> Estimate:
     """The phase's cycles by the timing table; instructions at `exclude` are left out."""
+    if isinstance(t, DualIssueTiming):
+        return estimate_dual_issue(phase, code, t, wait_states, exclude)
     totals = [0, 0, 0]
     mix: dict[str, Counter] = {}
     instructions = 0
@@ -212,6 +216,137 @@ def estimate(phase: dict[int, Counts], code: dict[int, Instruction], t: Timing,
         kind = mix.setdefault(insn.kind, Counter())
         kind["instructions"] += c.count
         kind["cycles"] += cycles[1]
+    ordered = sorted(mix.items(), key=lambda item: (-item[1]["cycles"], item[0]))
+    return Estimate(instructions, *totals, mix={k: dict(v) for k, v in ordered})
+
+
+# -- dual issue (the Cortex-M7) ------------------------------------------------------------
+
+MAC_PREFIXES = ("mul", "mla", "mls", "smul", "smla", "smls", "smmul", "smmla", "smmls", "smuad",
+                "smusd", "umull", "umlal", "umaal")
+DSP = {"sxtb16", "uxtb16", "sxtab16", "uxtab16", "sxtb", "uxtb", "sxth", "uxth", "sxtab",
+       "uxtab", "sxtah", "uxtah", "sadd16", "ssub16", "sadd8", "ssub8", "uadd16", "usub16",
+       "uadd8", "usub8", "qadd", "qsub", "qadd16", "qsub16", "qadd8", "qsub8", "qdadd",
+       "qdsub", "shadd16", "uhadd16", "sel", "pkhbt", "pkhtb", "ubfx", "sbfx", "bfi", "bfc",
+       "rev", "rev16", "revsh", "rbit", "clz", "usat", "ssat", "usat16", "ssat16", "usad8",
+       "usada8"}
+NARROW_LOADS = {"ldrb", "ldrh", "ldrsb", "ldrsh"}
+SYSTEM = {"mrs", "msr", "dmb", "dsb", "isb", "svc", "cpsid", "cpsie", "wfi", "wfe", "bkpt"}
+SHIFTED = re.compile(r",\s*(lsl|lsr|asr|ror|rrx)\b")
+
+
+def instruction_class(insn: Instruction) -> str:
+    """What the Cortex-M7's issue rules know an instruction as: alu, shifted (an ALU operation
+    with a shifted operand), dsp, mac, load, store, branch, or one that issues alone (pair,
+    multiple, table branch, divide, float divide, system)."""
+    kind, m = insn.kind, insn.mnemonic
+    if kind == "branch":
+        return "multiple" if m in ("pop", "ldm", "ldmia", "ldmfd") else "branch"
+    if kind == "load/store pair":
+        return "pair"
+    if kind in ("load", "store", "load/store multiple", "table branch", "divide",
+                "float divide"):
+        return {"load/store multiple": "multiple"}.get(kind, kind)
+    if m.startswith(MAC_PREFIXES):
+        return "mac"
+    if m in DSP:
+        return "dsp"
+    if m in SYSTEM:
+        return "system"
+    return "shifted" if SHIFTED.search(insn.operands) else "alu"
+
+
+def sources(insn: Instruction) -> frozenset[str]:
+    """The general registers an instruction reads (a destination written first apart: a
+    multiply-accumulate names its accumulator again among its operands)."""
+    names = REGISTER.findall(insn.operands)
+    if insn.destination is not None and names and names[0] == insn.destination:
+        names = names[1:]
+    return frozenset(names)
+
+
+def stall(before: Instruction, insn: Instruction, t: DualIssueTiming) -> int:
+    """Cycles `insn` waits for a result of `before`, which ran straight before it."""
+    produced = before.destination
+    if produced is None:
+        return 0
+    reads, addressed = sources(insn), insn.address_registers
+    if produced not in reads | addressed:
+        return 0
+    made = instruction_class(before)
+    used = instruction_class(insn)
+    if made == "load" and before.mnemonic in NARROW_LOADS:
+        return t.stalls.get(("narrow load", "any"), 0)
+    if produced in addressed:
+        return t.stalls.get((made, "address"), 0)
+    if made == "load" and used == "mac":
+        return t.stalls.get(("load", "mac"), 0)
+    if made == "mac" and used != "mac":
+        return t.stalls.get(("mac", "other"), 0)
+    return 0
+
+
+def paired(code: dict[int, Instruction], t: DualIssueTiming, loads: bool) -> frozenset[int]:
+    """The addresses of instructions that issue with the one before them, pairs formed greedily
+    in address order; `loads`: whether two loads pair."""
+    younger: set[int] = set()
+    previous: Instruction | None = None
+    for address in sorted(code):
+        insn = code[address]
+        if (previous is not None and previous.address + previous.size == address
+                and previous.address not in younger and can_pair(previous, insn, t, loads)):
+            younger.add(address)
+        previous = insn
+    return frozenset(younger)
+
+
+def can_pair(older: Instruction, younger: Instruction, t: DualIssueTiming, loads: bool) -> bool:
+    classes = (instruction_class(older), instruction_class(younger))
+    if classes == ("load", "load") and not loads:
+        return False
+    if classes not in t.pairs or older.kind == "branch":
+        return False
+    produced = older.destination
+    return produced is None or produced not in sources(younger) | younger.address_registers
+
+
+def estimate_dual_issue(phase: dict[int, Counts], code: dict[int, Instruction],
+                        t: DualIssueTiming, wait_states: int = 0,
+                        exclude: frozenset[int] = frozenset()) -> Estimate:
+    """The phase's cycles on a dual-issue core: an instruction costs a cycle, none when it
+    issues with the one before it (run straight after it), its class's cycles when it issues
+    alone, plus the stall a result of the one before costs it and a taken branch's refill."""
+    younger = [paired(code, t, loads) for loads in t.load_pairs]
+    totals = [0, 0, 0]
+    mix: dict[str, Counter] = {}
+    instructions = 0
+    for address, c in sorted(phase.items()):
+        if address in exclude:
+            continue
+        insn = code.get(address)
+        if insn is None:
+            raise RuntimeBackendError(f"the profile ran an instruction at 0x{address:x} that "
+                                      "the firmware's disassembly lacks", None)
+        before = code.get(address - 2) or code.get(address - 4)
+        if before is not None and before.address + before.size != address:
+            before = None
+        sequential = c.count - c.entered
+        kind = instruction_class(insn)
+        if kind == "multiple":
+            alone = math.ceil(insn.registers_moved * t.per_register)
+        else:
+            alone = t.single.get(kind, 1)
+        waited = stall(before, insn, t) if before is not None else 0
+        cycles = []
+        for v in range(3):
+            issued = c.count * alone - (sequential if address in younger[v] else 0)
+            cycles.append(issued + (sequential * waited if v else 0) + c.taken * t.refill[v]
+                          + wait_states * (c.flash + c.taken))
+        totals = [a + b for a, b in zip(totals, cycles, strict=True)]
+        instructions += c.count
+        counted = mix.setdefault(insn.kind, Counter())
+        counted["instructions"] += c.count
+        counted["cycles"] += cycles[1]
     ordered = sorted(mix.items(), key=lambda item: (-item[1]["cycles"], item[0]))
     return Estimate(instructions, *totals, mix={k: dict(v) for k, v in ordered})
 

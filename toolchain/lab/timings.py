@@ -1,7 +1,8 @@
 """Cycle costs of the Cortex-M cores, as their manuals give them: what one executed instruction
 costs by its class at zero wait states (toolchain.lab.cycles applies them). A triple is
 (optimistic, nominal, pessimistic) where the manual gives a range; `refill` is P, the pipeline
-refill after a taken branch. Each core names its source and what is approximated."""
+refill after a taken branch. Each core names its source and what is approximated: the
+single-issue cores (Cortex-M4, M33) by Timing, the dual-issue Cortex-M7 by DualIssueTiming."""
 
 from __future__ import annotations
 
@@ -53,4 +54,59 @@ CORTEX_M33 = Timing(
     store=(1, 1, 2),
 )
 
-TIMINGS = {t.core: t for t in (CORTEX_M4, CORTEX_M33)}
+
+
+@dataclass(frozen=True)
+class DualIssueTiming:
+    """A core that issues two instructions a cycle when their classes pair (the Cortex-M7):
+    `pairs` are the (older, younger) classes that may issue together (toolchain.lab.cycles:
+    instruction_class), each other instruction issuing alone; `single` the cycles of the
+    classes that issue alone and whole; `stalls` the cycles a result costs the instruction
+    straight after that reads it, by (producer class, reader use); `refill` a taken branch's
+    cycles (predicted, typical, mispredicted), `load_pairs` whether two loads pair in each
+    variant (they do when the words sit in different banks)."""
+
+    core: str
+    source: str
+    approximated: str
+    pairs: frozenset[tuple[str, str]]
+    single: dict[str, int]
+    stalls: dict[tuple[str, str], int]
+    refill: tuple[int, int, int]
+    load_pairs: tuple[bool, bool, bool]
+    per_register: float = 0.5  # LDM, STM, PUSH, POP: ceil(registers x this) cycles
+
+
+def _both_ways(*pairs: tuple[str, str]) -> frozenset[tuple[str, str]]:
+    return frozenset({*pairs, *((b, a) for a, b in pairs)})
+
+
+CORTEX_M7 = DualIssueTiming(
+    core="cortex-m7",
+    source="the Cortex-M7 TRM (ARM DDI0489F) gives no instruction table; Arm's own scheduling "
+           "model of the core in LLVM (llvm/lib/Target/ARM/ARMScheduleM7.td and "
+           "ARMLatencyMutations.cpp) and cycle measurements published for the STM32H7 "
+           "(jnk0le/random, pipeline cycle test/doc/cortex_m7.md): dual issue, one MAC, one "
+           "store port, two load ports, LDRD in one cycle alone, LDM/STM in ceil(n/2)",
+    approximated="pairs are formed greedily in address order along straight-line code; two "
+                 "loads pair (optimistic, nominal) or not (pessimistic: same bank); a taken "
+                 "branch costs 0, 1 or 3 cycles (predicted and paired, predicted, a share of "
+                 "the 8-cycle mispredicts the profile cannot see); stalls count the "
+                 "instruction straight after a producer only; unaligned accesses, the store "
+                 "buffer and fetch alignment are not modelled",
+    pairs=_both_ways(("alu", "alu"), ("alu", "load"), ("alu", "store"), ("alu", "mac"),
+                     ("alu", "branch"), ("load", "load"), ("load", "store"), ("load", "mac"),
+                     ("load", "branch"), ("mac", "branch"), ("store", "branch"),
+                     ("shifted", "alu"), ("shifted", "load"), ("shifted", "store"),
+                     ("shifted", "mac"), ("shifted", "branch"))
+    | frozenset({("dsp", "alu"), ("dsp", "load"), ("dsp", "store"), ("dsp", "mac"),
+                 ("dsp", "branch")}),
+    single={"pair": 1, "table branch": 2, "divide": 7, "float divide": 16, "system": 1},
+    stalls={("load", "mac"): 1, ("load", "address"): 1, ("narrow load", "any"): 1,
+            ("mac", "other"): 1, ("alu", "address"): 1, ("dsp", "address"): 1},
+    refill=(0, 1, 3),
+    load_pairs=(True, True, False),
+)
+
+TIMINGS: dict[str, Timing | DualIssueTiming] = {
+    t.core: t for t in (CORTEX_M4, CORTEX_M33, CORTEX_M7)}
