@@ -78,11 +78,11 @@ def test_wait_states_cost_every_flash_read_and_every_refill():
 
 def test_a_core_without_a_timing_table_says_so():
     result = BenchResult(
-        model="m.tflite", target="cortex-m7", board="mps2-an500", optimization="-O2",
+        model="m.tflite", target="cortex-m55", board="mps3-an547", optimization="-O2",
         kernels="target", instructions=100, steps=(StepCount(0, 0, "ADD", "dsp", "f", 90, 40),),
         counter_overhead=12, arena_bytes=64, flash=1000, ram=100, outputs_match=True)
     text = bench_text(result)
-    assert "not estimated: no timing table for cortex-m7" in text
+    assert "not estimated: no timing table for cortex-m55" in text
     assert "est. cycles" not in text and "estimated cycles per inference" not in text
 
 
