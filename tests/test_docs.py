@@ -1,10 +1,18 @@
 """The documentation's promises that code can check: the support matrix is the one list's, the
-README leads with the set-up and links every document."""
+README leads with the set-up, its quick start runs as written, and it links every document."""
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
+
+from toolchain.cli import main
+from toolchain.front.examples import EXAMPLES
+from toolchain.lab import qemu_backend
 from toolchain.views.support import BEGIN, END, support_matrix_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,3 +57,32 @@ def test_every_link_between_the_documents_lands_on_a_heading():
             landing = (path.parent / target).resolve() if target else path.resolve()
             assert landing in anchors, f"{path.name}: link to missing {target}"
             assert anchor in anchors[landing], f"{path.name}: no #{anchor} in {landing.name}"
+
+
+def quick_start_commands() -> list[str]:
+    """The commands of the README's quick start, in order, without their comments."""
+    text = README.read_text()
+    block = text[text.index("## Quick start"):]
+    block = block[block.index("```sh") + len("```sh"):]
+    block = block[:block.index("```")]
+    return [line.split("#")[0].strip() for line in block.strip().splitlines()]
+
+
+def test_the_quick_start_runs_as_written(tmp_path, monkeypatch, capsys):
+    """Every command of the quick start, on a built-in model saved as model.tflite in an empty
+    folder, from installing nothing more to a firmware running under QEMU."""
+    if qemu_backend.missing() or shutil.which("make") is None:
+        pytest.skip("no Cortex-M toolchain, QEMU or make")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.tflite").write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    commands = quick_start_commands()
+    assert [c.split()[:2] for c in commands][-1] == ["make", "-C"]
+    for command in commands:
+        words = shlex.split(command)
+        if words[0] == "arenac":
+            assert main(words[1:]) == 0, (command, capsys.readouterr().err)
+        else:
+            ran = subprocess.run(words, capture_output=True, text=True, timeout=300)
+            assert ran.returncode == 0, (command, ran.stderr)
+            assert "output 0" in ran.stderr and "ticks" in ran.stderr
+    assert (tmp_path / "plan.svg").exists() and (tmp_path / "fw" / "main.c").exists()
