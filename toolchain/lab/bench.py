@@ -20,7 +20,7 @@ makes it exact.
 Each run also checks the counter's meaning: two loops of known length (2 instructions a trip)
 must differ by exactly the instructions their trip counts say, and the cost of an empty bracket
 (the counter read itself, constant) is subtracted from every measurement. An instruction is not
-a cycle: where the core has a timing table (toolchain.lab.timings: Cortex-M4, M33, M7) the
+a cycle: where the core has a timing table (toolchain.lab.timings: Cortex-M4, M33, M7, M55) the
 same QEMU run also profiles every instruction (toolchain.lab.cycles), and the bench estimates
 cycles, optimistic, nominal and pessimistic, per inference and per step, at `wait_states`
 flash wait states.

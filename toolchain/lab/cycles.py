@@ -36,7 +36,7 @@ from pathlib import Path
 
 from toolchain.errors import RuntimeBackendError
 from toolchain.lab.firmware import TOOL_PREFIX
-from toolchain.lab.timings import TIMINGS, DualIssueTiming, Timing
+from toolchain.lab.timings import TIMINGS, BeatTiming, DualIssueTiming, Timing
 
 PLUGIN_SOURCE = Path(__file__).with_name("profile_plugin.c")
 VARIANTS = ("optimistic", "nominal", "pessimistic")
@@ -44,7 +44,7 @@ HARNESS_FUNCTIONS = ("main", "mark", "spin")  # the bench harness's own code, ne
 
 CONDITIONS = ("eq", "ne", "cs", "hs", "cc", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt",
               "gt", "le", "al")
-BRANCHES = {"b", "bl", "bx", "blx", "cbz", "cbnz"}
+BRANCHES = {"b", "bl", "bx", "blx", "cbz", "cbnz", "le", "letp", "wls", "wlstp"}
 TABLE_BRANCHES = {"tbb", "tbh"}
 LOADS = {"ldr", "ldrb", "ldrh", "ldrsb", "ldrsh", "ldrex", "ldrexb", "ldrexh", "ldrt", "ldrbt",
          "ldrht", "ldrsbt", "ldrsht", "vldr"}
@@ -134,8 +134,8 @@ def writes_pc(insn: Instruction) -> bool:
         insn.mnemonic in ("pop", "ldm", "ldmia", "ldmfd") or first == "pc")
 
 
-def timing(core: str) -> Timing | DualIssueTiming | None:
-    """The core's timing table, or None where there is none yet (Cortex-M0+, M55)."""
+def timing(core: str) -> Timing | DualIssueTiming | BeatTiming | None:
+    """The core's timing table, or None where there is none yet (Cortex-M0+)."""
     return TIMINGS.get(core)
 
 
@@ -189,11 +189,13 @@ def sequential_saving(insn: Instruction, before: Instruction | None, t: Timing) 
 
 
 def estimate(phase: dict[int, Counts], code: dict[int, Instruction],
-             t: Timing | DualIssueTiming, wait_states: int = 0,
+             t: Timing | DualIssueTiming | BeatTiming, wait_states: int = 0,
              exclude: frozenset[int] = frozenset()) -> Estimate:
     """The phase's cycles by the timing table; instructions at `exclude` are left out."""
     if isinstance(t, DualIssueTiming):
         return estimate_dual_issue(phase, code, t, wait_states, exclude)
+    beats = t if isinstance(t, BeatTiming) else None
+    t = beats.scalar if beats else t
     totals = [0, 0, 0]
     mix: dict[str, Counter] = {}
     instructions = 0
@@ -207,10 +209,18 @@ def estimate(phase: dict[int, Counts], code: dict[int, Instruction],
         before = code.get(address - 2) or code.get(address - 4)
         if before is not None and before.address + before.size != address:
             before = None
-        saving = (c.count - c.entered) * sequential_saving(insn, before, t)
         extra = wait_states * (c.flash + c.taken)
-        cycles = [c.count * base_cost(insn, t, v) + c.taken * t.refill[v] - saving + extra
-                  for v in range(3)]
+        pipe = mve_pipe(insn) if beats else None
+        if beats and insn.mnemonic in LOOP_ENDS:
+            cycles = [c.count * beats.loop_end[v] + extra for v in range(3)]
+        elif pipe is not None:
+            overlapped = before is not None and mve_pipe(before) not in (None, pipe)
+            cost = c.count * beats.beats - (c.count - c.entered) * overlapped
+            cycles = [cost + extra] * 3
+        else:
+            saving = (c.count - c.entered) * sequential_saving(insn, before, t)
+            cycles = [c.count * base_cost(insn, t, v) + c.taken * t.refill[v] - saving + extra
+                      for v in range(3)]
         totals = [a + b for a, b in zip(totals, cycles, strict=True)]
         instructions += c.count
         kind = mix.setdefault(insn.kind, Counter())
@@ -218,6 +228,32 @@ def estimate(phase: dict[int, Counts], code: dict[int, Instruction],
         kind["cycles"] += cycles[1]
     ordered = sorted(mix.items(), key=lambda item: (-item[1]["cycles"], item[0]))
     return Estimate(instructions, *totals, mix={k: dict(v) for k, v in ordered})
+
+
+# -- Helium beats (the Cortex-M55) -----------------------------------------------------------
+
+MVE_LOAD_STORE = ("vldrb", "vldrh", "vldrw", "vldrd", "vstrb", "vstrh", "vstrw", "vstrd", "vld2",
+                  "vld4", "vst2", "vst4")
+MVE_MULTIPLY = ("vmladav", "vmlav", "vmlsdav", "vmlaldav", "vmlalv", "vmlsldav", "vrmlaldavh",
+                "vrmlalvh", "vmla", "vmlas", "vqdmlah", "vqrdmlah", "vqdmladh", "vqrdmladh",
+                "vqrdmulh", "vqdmulh", "vmulh", "vrmulh", "vmul", "vmull", "vaddv", "vaddlv",
+                "vfma", "vfms", "vcmul", "vcmla")
+MVE_CONTROL = ("vctp", "vpst", "vpnot", "vpt")
+LOOP_ENDS = {"le", "letp"}
+Q_REGISTER = re.compile(r"\bq\d+\b")
+
+
+def mve_pipe(insn: Instruction) -> str | None:
+    """The Helium pipe an MVE instruction runs on (load/store, multiply, control, integer), or
+    None for a scalar one (a floating-point V instruction names no Q register)."""
+    m = insn.mnemonic
+    if m.startswith(MVE_LOAD_STORE):
+        return "load/store"
+    if m.startswith(MVE_CONTROL):
+        return "control"
+    if not m.startswith("v") or not Q_REGISTER.search(insn.operands):
+        return None
+    return "multiply" if m.startswith(MVE_MULTIPLY) else "integer"
 
 
 # -- dual issue (the Cortex-M7) ------------------------------------------------------------

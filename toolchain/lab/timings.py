@@ -2,7 +2,8 @@
 costs by its class at zero wait states (toolchain.lab.cycles applies them). A triple is
 (optimistic, nominal, pessimistic) where the manual gives a range; `refill` is P, the pipeline
 refill after a taken branch. Each core names its source and what is approximated: the
-single-issue cores (Cortex-M4, M33) by Timing, the dual-issue Cortex-M7 by DualIssueTiming."""
+single-issue cores (Cortex-M4, M33) by Timing, the dual-issue Cortex-M7 by DualIssueTiming,
+the Cortex-M55's Helium beats by BeatTiming."""
 
 from __future__ import annotations
 
@@ -108,5 +109,38 @@ CORTEX_M7 = DualIssueTiming(
     load_pairs=(True, True, False),
 )
 
-TIMINGS: dict[str, Timing | DualIssueTiming] = {
-    t.core: t for t in (CORTEX_M4, CORTEX_M33, CORTEX_M7)}
+@dataclass(frozen=True)
+class BeatTiming:
+    """A core that runs its Helium (MVE) instructions in beats (the Cortex-M55: two beats of
+    a 128-bit operation, one cycle each, on the instruction's pipe): an MVE instruction takes
+    `beats` cycles, one fewer when it runs straight after one on another pipe (their beats
+    overlap); the scalar instructions cost what `scalar` says."""
+
+    core: str
+    source: str
+    approximated: str
+    scalar: Timing
+    beats: int = 2
+    # LE, LETP: a low-overhead loop's end, per run (its loop cache makes the branch back cost
+    # nothing on a hit: optimistic; a cycle: nominal; a branch refill and more: pessimistic)
+    loop_end: tuple[int, int, int] = (0, 1, 4)
+
+
+CORTEX_M55 = BeatTiming(
+    core="cortex-m55",
+    source="Arm's scheduling model of the Cortex-M55 in LLVM (llvm/lib/Target/ARM/"
+           "ARMScheduleM55.td: four pipes, load/store, integer, multiply/float and control, "
+           "each MVE instruction two beats on its pipe, consecutive instructions on different "
+           "pipes overlapping) and the Helium optimization notes of Arm-Examples; the scalar "
+           "core is the Cortex-M4's table, as that model calls the M55 'a lot like the M4/M33'",
+    approximated="Arm's Cortex-M55 Software Optimization Guide (document 102692) was not "
+                 "read: result latencies between MVE instructions, same-bank TCM stalls and "
+                 "scalar issue beside a beat are not modelled; a low-overhead loop's LE costs "
+                 "0, 1 or 4 cycles a run; the scalar figures are the Cortex-M4's",
+    scalar=Timing(core="cortex-m55 scalar", source=CORTEX_M4.source,
+                  approximated=CORTEX_M4.approximated, refill=(1, 2, 3), divide=(2, 7, 12),
+                  store=(1, 1, 2)),
+)
+
+TIMINGS: dict[str, Timing | DualIssueTiming | BeatTiming] = {
+    t.core: t for t in (CORTEX_M4, CORTEX_M33, CORTEX_M7, CORTEX_M55)}
