@@ -95,6 +95,19 @@ def test_the_project_builds_with_cmake(example, board, tmp_path, capsys):
     assert same_as_run(printed_outputs(ran.stdout + ran.stderr), tmp_path, model, board)
 
 
+@needs_tools
+def test_a_streaming_model_invokes_until_its_buffer_lets_it_run(tmp_path, capsys):
+    model = tmp_path / "stream.tflite"
+    model.write_bytes(buffered(3, (1, 4), {"cycles_max": 3}))
+    project = tmp_path / "project"
+    assert main(["project", str(model), "-o", str(project)]) == 0
+    built = subprocess.run(["make", "-C", str(project), "run"], capture_output=True, text=True,
+                           timeout=300)
+    assert built.returncode == 0, built.stderr
+    (frames,) = printed_outputs(built.stdout + built.stderr)
+    assert len(frames) == 12 and "invoke failed" not in built.stderr
+
+
 def test_an_edited_file_is_kept_without_force(tmp_path, capsys):
     model = tmp_path / "m.tflite"
     model.write_bytes(EXAMPLES["tiny_cnn_int8"]())

@@ -52,7 +52,7 @@ def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray]) -> dict[st
         "name": name, "version": __version__, "board": board.machine, "cpu": target.name,
         "counter": f"0x{board.counter:08x}u", "counter_hz": f"{board.counter_hz:,}",
         "cpu_flags": " ".join(target.flags), "c_flags": " ".join(C_FLAGS),
-        "link_flags": " ".join(LINK_FLAGS),
+        "link_flags": " ".join(LINK_FLAGS), "waits": mp.program.stops_early,
         "qemu": " ".join([QEMU, *qemu_arguments(board.machine)]),
         "inputs": [{"comment": f"{t.name!r} {t.dtype}{list(t.shape)}",
                     "length": max(value.nbytes, 1),
