@@ -191,11 +191,21 @@ def sequential_saving(insn: Instruction, before: Instruction | None, t: Timing) 
 def estimate(phase: dict[int, Counts], code: dict[int, Instruction],
              t: Timing | DualIssueTiming | BeatTiming, wait_states: int = 0,
              exclude: frozenset[int] = frozenset()) -> Estimate:
-    """The phase's cycles by the timing table; instructions at `exclude` are left out."""
+    """The phase's cycles by the core's timing table; instructions at `exclude` are left out.
+    Each executed instruction's cycles (optimistic, nominal, pessimistic) come from its core's
+    rule, given the instruction that ran straight before it; `wait_states` add to every flash
+    read and every refill."""
     if isinstance(t, DualIssueTiming):
-        return estimate_dual_issue(phase, code, t, wait_states, exclude)
-    beats = t if isinstance(t, BeatTiming) else None
-    t = beats.scalar if beats else t
+        younger = [paired(code, t, loads) for loads in t.load_pairs]
+
+        def cycles_of(insn: Instruction, before: Instruction | None, c: Counts) -> list[int]:
+            return dual_issue_cycles(insn, before, c, t, younger)
+    elif isinstance(t, BeatTiming):
+        def cycles_of(insn: Instruction, before: Instruction | None, c: Counts) -> list[int]:
+            return beat_cycles(insn, before, c, t)
+    else:
+        def cycles_of(insn: Instruction, before: Instruction | None, c: Counts) -> list[int]:
+            return single_issue_cycles(insn, before, c, t)
     totals = [0, 0, 0]
     mix: dict[str, Counter] = {}
     instructions = 0
@@ -210,17 +220,7 @@ def estimate(phase: dict[int, Counts], code: dict[int, Instruction],
         if before is not None and before.address + before.size != address:
             before = None
         extra = wait_states * (c.flash + c.taken)
-        pipe = mve_pipe(insn) if beats else None
-        if beats and insn.mnemonic in LOOP_ENDS:
-            cycles = [c.count * beats.loop_end[v] + extra for v in range(3)]
-        elif pipe is not None:
-            overlapped = before is not None and mve_pipe(before) not in (None, pipe)
-            cost = c.count * beats.beats - (c.count - c.entered) * overlapped
-            cycles = [cost + extra] * 3
-        else:
-            saving = (c.count - c.entered) * sequential_saving(insn, before, t)
-            cycles = [c.count * base_cost(insn, t, v) + c.taken * t.refill[v] - saving + extra
-                      for v in range(3)]
+        cycles = [v + extra for v in cycles_of(insn, before, c)]
         totals = [a + b for a, b in zip(totals, cycles, strict=True)]
         instructions += c.count
         kind = mix.setdefault(insn.kind, Counter())
@@ -228,6 +228,27 @@ def estimate(phase: dict[int, Counts], code: dict[int, Instruction],
         kind["cycles"] += cycles[1]
     ordered = sorted(mix.items(), key=lambda item: (-item[1]["cycles"], item[0]))
     return Estimate(instructions, *totals, mix={k: dict(v) for k, v in ordered})
+
+
+def single_issue_cycles(insn: Instruction, before: Instruction | None, c: Counts,
+                        t: Timing) -> list[int]:
+    """A single-issue core (Cortex-M4, M33): the table's cost of each run, a taken branch's
+    refill, less what running straight after `before` saves (or plus what it costs)."""
+    saving = (c.count - c.entered) * sequential_saving(insn, before, t)
+    return [c.count * base_cost(insn, t, v) + c.taken * t.refill[v] - saving for v in range(3)]
+
+
+def beat_cycles(insn: Instruction, before: Instruction | None, c: Counts,
+                t: BeatTiming) -> list[int]:
+    """The Cortex-M55: a Helium instruction's beats, one fewer straight after one on another
+    pipe; a low-overhead loop's end; the scalar table for the rest."""
+    if insn.mnemonic in LOOP_ENDS:
+        return [c.count * t.loop_end[v] for v in range(3)]
+    pipe = mve_pipe(insn)
+    if pipe is None:
+        return single_issue_cycles(insn, before, c, t.scalar)
+    overlapped = before is not None and mve_pipe(before) not in (None, pipe)
+    return [c.count * t.beats - (c.count - c.entered) * overlapped] * 3
 
 
 # -- Helium beats (the Cortex-M55) -----------------------------------------------------------
@@ -346,45 +367,20 @@ def can_pair(older: Instruction, younger: Instruction, t: DualIssueTiming, loads
     return produced is None or produced not in sources(younger) | younger.address_registers
 
 
-def estimate_dual_issue(phase: dict[int, Counts], code: dict[int, Instruction],
-                        t: DualIssueTiming, wait_states: int = 0,
-                        exclude: frozenset[int] = frozenset()) -> Estimate:
-    """The phase's cycles on a dual-issue core: an instruction costs a cycle, none when it
-    issues with the one before it (run straight after it), its class's cycles when it issues
-    alone, plus the stall a result of the one before costs it and a taken branch's refill."""
-    younger = [paired(code, t, loads) for loads in t.load_pairs]
-    totals = [0, 0, 0]
-    mix: dict[str, Counter] = {}
-    instructions = 0
-    for address, c in sorted(phase.items()):
-        if address in exclude:
-            continue
-        insn = code.get(address)
-        if insn is None:
-            raise RuntimeBackendError(f"the profile ran an instruction at 0x{address:x} that "
-                                      "the firmware's disassembly lacks", None)
-        before = code.get(address - 2) or code.get(address - 4)
-        if before is not None and before.address + before.size != address:
-            before = None
-        sequential = c.count - c.entered
-        kind = instruction_class(insn)
-        if kind == "multiple":
-            alone = math.ceil(insn.registers_moved * t.per_register)
-        else:
-            alone = t.single.get(kind, 1)
-        waited = stall(before, insn, t) if before is not None else 0
-        cycles = []
-        for v in range(3):
-            issued = c.count * alone - (sequential if address in younger[v] else 0)
-            cycles.append(issued + (sequential * waited if v else 0) + c.taken * t.refill[v]
-                          + wait_states * (c.flash + c.taken))
-        totals = [a + b for a, b in zip(totals, cycles, strict=True)]
-        instructions += c.count
-        counted = mix.setdefault(insn.kind, Counter())
-        counted["instructions"] += c.count
-        counted["cycles"] += cycles[1]
-    ordered = sorted(mix.items(), key=lambda item: (-item[1]["cycles"], item[0]))
-    return Estimate(instructions, *totals, mix={k: dict(v) for k, v in ordered})
+def dual_issue_cycles(insn: Instruction, before: Instruction | None, c: Counts,
+                      t: DualIssueTiming, younger: list[frozenset[int]]) -> list[int]:
+    """The Cortex-M7: a cycle a run, none when it issues beside the one before it (run straight
+    after it), its class's cycles when it issues alone, plus the stall a result of the one
+    before costs it (nominal, pessimistic) and a taken branch's refill."""
+    sequential = c.count - c.entered
+    kind = instruction_class(insn)
+    if kind == "multiple":
+        alone = math.ceil(insn.registers_moved * t.per_register)
+    else:
+        alone = t.single.get(kind, 1)
+    waited = stall(before, insn, t) if before is not None else 0
+    return [c.count * alone - (sequential if insn.address in younger[v] else 0)
+            + (sequential * waited if v else 0) + c.taken * t.refill[v] for v in range(3)]
 
 
 KNOWN = (BRANCHES | TABLE_BRANCHES | LOADS | STORES | PAIRS | MULTIPLES | DIVIDES | FLOAT_MACS
