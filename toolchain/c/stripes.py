@@ -166,7 +166,7 @@ def stripe_context(s: StripedSegment, run: Run, w: OpRows,
         striped_params(op.kind, em.params[w.op], w.out_lo, w.out_hi, lo, hi),
         (*ins, *(at.c_tensor(t) for t in op.inputs[len(ins):])), (out,),
         at.scratch_of.get(w.op, ()), None, mp.program.op_label(w.op),
-        op_rows=mp.graph.tensors[out_t].shape[1])
+        target=mp.program.target, op_rows=mp.graph.tensors[out_t].shape[1])
     if not stripe_scratch_fits(mp.program.bindings[w.op], context.params):
         raise PlanError(f"{mp.program.op_label(w.op)} {op.opcode}: a stripe's kernel needs more "
                         "scratch than the op's", mp.model.source)

@@ -88,6 +88,24 @@ UNROLL = 8  # depth groups a loop trip takes beyond that
 # it then reads each weight word with no __sxtb16, which saves about pixels / 4 instructions
 # per byte the wider filter adds (a 2-pixel block widens 8 weights in 4 instructions).
 WIDE_FILTER_PIXELS = 100
+# The cores whose int16 matrix steps read runs of single loads (the `_runs` steps): on a
+# Cortex-M4 (and M33, whose timing is taken as the M4's) a load costs two cycles, one in a run
+# behind another, and LDRD three, so five loads in a run serve six __smlad for six cycles where
+# the LDRD steps take nine; the dual-issue Cortex-M7 reads LDRD in one cycle and keeps them.
+RUNS_TARGETS = ("cortex-m4", "cortex-m33")
+
+
+def mac16_helper(kind: str, target: str) -> str:
+    """The helper group of the int16 step `kind` (e.g. "3x2") on `target`."""
+    runs = target in RUNS_TARGETS and kind in ("3x2", "2x2")
+    return f"arm_dsp_mac16_{kind}{'_runs' if runs else ''}"
+
+
+def kernel_attribute(helpers: set[str]) -> str:
+    """The kernel function's attribute: GCC's scheduling after register allocation kept off
+    where the kernel's steps are runs of loads."""
+    return ("ARENAC_DSP_IN_ORDER" if any(h.endswith("_runs") for h in helpers)
+            else "ARENAC_DSP_KERNEL")
 
 
 @dataclass(frozen=True)
@@ -431,7 +449,7 @@ def depth_steps(kind: str, m: Matmul, wide: bool) -> dict:
 
 
 def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
-                    sum_at: Callable[[str], str]) -> list[dict]:
+                    sum_at: Callable[[str], str], target: str) -> list[dict]:
     blocks = []
     pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
     odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
@@ -448,7 +466,7 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
                   for i in range(pixels) for j in range(width)]
         blocks.append({"loop": loop, "head": head, "steps": depth_steps(kind, m, wide),
                        "stores": stores,
-                       "helper": f"arm_dsp_mac{'16' if wide else ''}_{kind}"})
+                       "helper": mac16_helper(kind, target) if wide else f"arm_dsp_mac_{kind}"})
     return blocks
 
 
@@ -523,7 +541,8 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     for pixel in pixels:
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
                                             [f"o{i}" for i in range(pixel["count"])], wide,
-                                            lambda channel: sum_of(prefix, tables, channel))
+                                            lambda channel: sum_of(prefix, tables, channel),
+                                            ctx.target)
     packed = m.packed()
     order = ("for each pair of output channels, their rows four weights at a time, "
              f"alternating; each row padded with zeros to {m.groups * GROUP}")
@@ -555,5 +574,6 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
         "scratch": ctx.scratch[0], "counters": counters, "batches": loops[0],
         "rows": loops[1], "row_head": row_head, "pixels": pixels,
-        "helpers": tuple(sorted(helpers)), "patch": None, "windows": None, "setup": [],
+        "helpers": tuple(sorted(helpers)), "attribute": kernel_attribute(helpers),
+        "patch": None, "windows": None, "setup": [],
     }

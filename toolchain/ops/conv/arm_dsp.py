@@ -48,7 +48,9 @@ from toolchain.ops.arm_dsp_common import (
     accumulator_lines,
     accumulator_ranges,
     depth_steps,
+    kernel_attribute,
     kernel_definitions,
+    mac16_helper,
     matmul_values,
     output_helpers,
     output_values,
@@ -265,7 +267,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
                    (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
     widening = _staged_widening(m, pixel_loops)
     blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, pixel_loops)
-    helpers = {"arm_dsp", "arm_dsp_widen_1", *(f"arm_dsp_mac16_{k}" for k in kinds),
+    helpers = {"arm_dsp", "arm_dsp_widen_1", *(mac16_helper(k, ctx.target) for k in kinds),
                *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops
                  if full and loop.runs),
                *(["arm_dsp_partial"] if tail else []),
@@ -281,7 +283,8 @@ def emit_staged(ctx: OpContext) -> Kernel:
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "output": output,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr, "input": ctx.scratch[0],
-        "filter": ctx.scratch[1], "widening": widening, "blocks": blocks,
+        "filter": ctx.scratch[1], "attribute": kernel_attribute(helpers),
+        "widening": widening, "blocks": blocks,
         "counters": written_vars([loop for loop, _ in pixel_loops]
                                  + [b["loop"] for b in blocks] + step_loops),
         "comment": c_comment(
