@@ -49,17 +49,26 @@ def test_covered_counts_shared_bytes_once():
 
 
 @pytest.mark.skipif(bool(qemu_backend.missing()), reason="no Cortex-M toolchain or QEMU")
-@pytest.mark.parametrize("model", ["tiny_cnn_int8", "int4"])
-def test_weights_total_is_the_linked_firmwares(model):
+@pytest.mark.parametrize(("model", "target"), [("tiny_cnn_int8", "generic"), ("int4", "generic"),
+                                               ("tiny_cnn_int8", "cortex-m4"),
+                                               ("residual_cnn_int8", "cortex-m4"),
+                                               ("tiny_cnn_int8", "cortex-m55")])
+def test_weights_total_is_the_linked_firmwares(model, target):
     """The weights the table counts are the NAME_t<N> arrays of the linked image (portable
-    kernels point at the model's constants; an int4 filter is counted packed)."""
+    kernels point at the model's constants; an int4 filter is counted packed) and the tables a
+    kernel lays its filter out in (a target's kernels, striped ones among them, and the portable
+    kernels' widened filters), each step's own."""
     from toolchain.lab.footprint import footprint
 
     data = int4_model("CONV_2D")[0] if model == "int4" else EXAMPLES[model]()
-    mp = plan_model(parse_model(data, "m"))
+    mp = plan_model(parse_model(data, "m"), target=target)
     measured = footprint(mp)
-    totals = layers_data(mp)["totals"]
+    data = layers_data(mp)
+    totals = data["totals"]
     assert totals["weight_bytes"] == measured["weights"]
+    assert totals["kernel_weight_bytes"] == measured["kernel_weights"]
+    if target != "generic":
+        assert totals["kernel_weight_bytes"] > 0
     assert totals["arena_bytes"] == measured["arena"] and totals["state_bytes"] == measured["state"]
 
 

@@ -7,6 +7,8 @@ steps, stripes and control (the kernels in the order C needs), module (the files
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from toolchain.c.addressing import addresses, pool_arrays
 from toolchain.c.checks import check_arena, check_graph, check_kernels, check_plan
 from toolchain.c.fragments import build_fragments
@@ -29,8 +31,8 @@ from toolchain.targets import get_target
 from toolchain.text import c_identifier
 
 # what code outside toolchain/c uses of the generator
-__all__ = ["SHARED_NAME", "SharedArena", "flash_constants", "generate", "generate_shared",
-           "io_info", "kernel_function", "traced_tensors"]
+__all__ = ["SHARED_NAME", "FlashWeights", "SharedArena", "flash_weights", "generate",
+           "generate_shared", "io_info", "kernel_function", "traced_tensors"]
 
 
 def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
@@ -68,10 +70,19 @@ def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,
     return files
 
 
-def flash_constants(mp: ModelPlan) -> dict[int, int]:
-    """The constant arrays NAME.c defines (its weights): tensor -> bytes, an int4 filter kept
-    packed counted packed. A constant no kernel points at (folded into a kernel's own table or
-    code) has none."""
+@dataclass(frozen=True)
+class FlashWeights:
+    """The weights NAME.c holds in flash: the model's constant arrays (`constants`: tensor ->
+    bytes, an int4 filter kept packed counted packed; a constant no kernel points at, folded
+    into a kernel's own table or code, has none) and the tables in which a target's kernels
+    lay weights out for their loops (`kernel`: op -> bytes, `footprint`'s kernel weights)."""
+
+    constants: dict[int, int]
+    kernel: dict[int, int]
+
+
+def flash_weights(mp: ModelPlan) -> FlashWeights:
+    """What NAME.c holds of the model's weights, from the kernels it would emit."""
     at = addresses(mp, "model", False, "model_arena", pool_arrays(mp, "model"))
     em = Emission(mp, at, mp.program.params())
     em.emit_subgraph(mp.graph_index)
@@ -80,7 +91,7 @@ def flash_constants(mp: ModelPlan) -> dict[int, int]:
     referenced = {*at.used, *graph.inputs, *graph.outputs}
     sizes = {t.index: t.nbytes for t in graph.tensors if t.is_constant and t.index in referenced}
     sizes.update({t: len(data) for t, data in mp.program.int4_unpacks.values()})
-    return sizes
+    return FlashWeights(sizes, em.kernel_weights)
 
 
 def generate_shared(models: list[tuple[ModelPlan, str]], external_io: bool = False,

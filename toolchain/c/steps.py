@@ -5,6 +5,7 @@ CALL_ONCE, IF or WHILE that runs them; and the line that runs each step."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,7 +27,7 @@ from toolchain.lower.steps import (
     blocks_by_subgraph,
 )
 from toolchain.ops import REGISTRY
-from toolchain.ops.emit import Kernel, OpContext
+from toolchain.ops.emit import CDefinition, Kernel, OpContext
 from toolchain.text import c_text
 
 
@@ -73,6 +74,8 @@ class Emission:
     texts: list[str] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)  # the helper groups the kernels call
     kernel_of: dict[int, Kernel] = field(default_factory=dict)
+    # op -> the bytes of its kernels' own tables of weights (CDefinition.is_kernel_weights)
+    kernel_weights: dict[int, int] = field(default_factory=dict)
     order: tuple[int, ...] = field(init=False)  # the op of each step
     blocks: dict[int, tuple[Step, ...]] = field(init=False)  # subgraph -> its steps
     fns: dict[int, str] = field(init=False)  # op -> its kernel's function
@@ -98,6 +101,11 @@ class Emission:
         except ArenacError as e:
             raise type(e)(f"{program.op_label(op)} {context.op.opcode}: {e.message}",
                           self.mp.model.source) from None
+
+    def count_kernel_weights(self, op: int, definitions: Iterable[CDefinition]) -> None:
+        """Adds the tables of weights among an op's kernel's new definitions to its count."""
+        found = sum(d.flash_bytes for d in definitions if d.is_kernel_weights)
+        self.kernel_weights[op] = self.kernel_weights.get(op, 0) + found
 
     def includes(self) -> set[str]:
         """The system headers the kernels emitted so far declare (Kernel.includes)."""
@@ -165,6 +173,7 @@ class Emission:
             at.kernel_state(op), mp.program.target)
         kernel = self.emit(context)
         self.kernel_of[op] = kernel
+        self.count_kernel_weights(op, kernel.definitions)
         if kernel.text:
             self.texts.append(kernel.code)
         self.groups.extend(kernel.helpers)

@@ -18,7 +18,7 @@ from toolchain.lower.tiling import (
     stripe_scratch_fits,
     striped_params,
 )
-from toolchain.ops.emit import C_TYPES, CDefinition, CTensor, Kernel, OpContext, c_comment, c_sum
+from toolchain.ops.emit import C_TYPES, CTensor, Kernel, OpContext, c_comment, c_sum
 from toolchain.render import render
 from toolchain.text import c_text
 
@@ -186,6 +186,7 @@ def shared_kernel(em: Emission, context: OpContext, start: int,
                                context.prefix, defined)
     new = [d for d in kernel.definitions if d.name not in defined]
     defined.update((d.name, d.text) for d in new)
+    em.count_kernel_weights(context.op.index, new)
     return kernel, "".join(d.text for d in new) + kernel.text
 
 
@@ -200,7 +201,7 @@ def alike_renamed(kernel: Kernel, prefix: str, earlier: str, defined: dict[str, 
             if defined.get(before) == renamed(d.text, {d.name: before}):
                 renames[d.name] = before
     return replace(kernel, text=renamed(kernel.text, renames), definitions=tuple(
-        CDefinition(d.name, renamed(d.text, renames))
+        replace(d, text=renamed(d.text, renames))
         for d in kernel.definitions if d.name not in renames))
 
 

@@ -40,12 +40,13 @@ from typing import Any
 from toolchain.c.generate import kernel_function
 from toolchain.lab.firmware import McuBuild, build_mcu, mcu_target, run_tool, tool
 from toolchain.lower.plan import ModelPlan
+from toolchain.ops.emit import KERNEL_WEIGHT_TABLE
 from toolchain.targets import TARGETS
 
 FLASH_SECTIONS = (".vectors", ".text", ".rodata", ".ARM.extab", ".ARM.exidx", ".data")
 RAM_SECTIONS = (".data", ".bss")
 # A kernel's own copy of its filter (op<N>, a striped op<N>s<K>): the names toolchain.ops give
-KERNEL_WEIGHTS = r"{name}_(?:sg\d+_)?op\d+(?:s\d*)?_(?:filter|w16|w|span_w)"
+KERNEL_WEIGHTS = r"{name}_(?:sg\d+_)?" + KERNEL_WEIGHT_TABLE
 
 
 def section_sizes(path: str) -> dict[str, int]:

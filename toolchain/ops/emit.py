@@ -11,9 +11,10 @@ the generator defines once per file.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -137,6 +138,22 @@ class CDefinition:
 
     name: str
     text: str
+    flash_bytes: int = 0  # a constant table's bytes in flash (0: a function)
+
+    @property
+    def is_kernel_weights(self) -> bool:
+        """A kernel's own layout of a model's weights (a filter reordered or widened for its
+        loops), by the table's name: what `footprint` counts as kernel weights."""
+        return self.flash_bytes > 0 and bool(re.search(rf"_{KERNEL_WEIGHT_TABLE}$", self.name))
+
+
+# The name of a kernel's table of weights after the model's name (and subgraph): its op
+# (a stripe's `s`, a run of stripes' start) and `_filter`, `_w16`, `_w` or `_span_w`; its other
+# tables (per-channel constants, offsets) are not weights.
+KERNEL_WEIGHT_TABLE = r"op\d+(?:s\d*)?_(?:filter|w16|w|span_w)"
+# The bytes of an element of each C type a kernel's table may hold.
+C_SIZES = {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4,
+           "uint32_t": 4, "int64_t": 8, "uint64_t": 8, "float": 4}
 
 
 @dataclass(frozen=True)
@@ -183,7 +200,8 @@ def table_definition(table: dict, gap: bool = False) -> CDefinition:
     """A constant table of a kernel: `name`, `ctype`, `length` and `data` (c_array text), with
     an optional `comment` above it and `align` (such as "ARENAC_ALIGN(4) ") before it."""
     values = {"comment": "", "align": "", **table}
-    return definition(table["name"], render_macro(DEFINITIONS_TEMPLATE, "table", values), gap)
+    rendered = definition(table["name"], render_macro(DEFINITIONS_TEMPLATE, "table", values), gap)
+    return replace(rendered, flash_bytes=C_SIZES.get(table["ctype"], 0) * int(table["length"]))
 
 HELPERS_TEMPLATE = "c/helpers.c.j2"
 # Each helper group (a macro of HELPERS_TEMPLATE) and the groups its functions call.

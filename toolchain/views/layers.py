@@ -4,18 +4,19 @@ Per step: its op, the multiply-accumulates its kernel does (for the ops that cou
 convolutions, pooling, striped elementwise ops and FULLY_CONNECTED), the arena bytes its live
 buffers cover while it runs (shared bytes once) and the arena's top then (the highest byte any
 of them reaches), its
-kernel's scratch, and the weights it reads first: the constant arrays the generated C defines
-(toolchain.c.generate.flash_constants), each counted at its first reader (an int4 filter
-packed; a target kernel's own layout of its filter, `footprint`'s kernel weights, is not among
-them). The totals are the plan's arena, the state block and the C's weights, the `weights` of
-`footprint`'s linked image; `bench` adds each step's instructions and cycles on a Cortex-M.
+kernel's scratch, and the weights it reads first: the constant arrays the generated C defines,
+each counted at its first reader (an int4 filter packed), and the tables in which its kernel
+lays its filter out for its loops, widened or reordered (toolchain.c.generate.flash_weights).
+The totals are the plan's arena, the state block and the C's weights, the `weights` and
+`kernel_weights` of `footprint`'s linked image; `bench` adds each step's instructions and
+cycles on a Cortex-M.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from toolchain.c.generate import flash_constants
+from toolchain.c.generate import flash_weights
 from toolchain.lower.lifetimes import TENSOR
 from toolchain.lower.plan import ModelPlan
 from toolchain.lower.tiling import op_macs
@@ -25,7 +26,8 @@ from toolchain.text import display_text, table
 def layer_rows(mp: ModelPlan) -> list[dict[str, Any]]:
     """One row per step of the plan's execution order."""
     program, graph, lifetimes = mp.program, mp.graph, mp.lifetimes
-    weights = flash_constants(mp)
+    flash = flash_weights(mp)
+    weights = flash.constants
     seen: set[int] = set()
     rows = []
     for step, op_index in enumerate(lifetimes.order):
@@ -45,6 +47,7 @@ def layer_rows(mp: ModelPlan) -> list[dict[str, Any]]:
             "arena_high_water": max((o + b.size for b, o in live), default=0),
             "scratch_bytes": sum(r.size for r in binding.scratch) if binding else 0,
             "weight_bytes": sum(weights[t] for t in constants),
+            "kernel_weight_bytes": flash.kernel.get(op_index, 0),
         })
     return rows
 
@@ -66,6 +69,7 @@ def layers_data(mp: ModelPlan) -> dict[str, Any]:
         "arena_bytes": mp.arena_bytes,
         "state_bytes": mp.state_bytes,
         "weight_bytes": sum(r["weight_bytes"] for r in rows),
+        "kernel_weight_bytes": sum(r["kernel_weight_bytes"] for r in rows),
         "tensors_planned": sum(1 for k in mp.lifetimes.keys if k.kind == TENSOR),
     }}
 
@@ -76,10 +80,12 @@ def layers_text(mp: ModelPlan) -> str:
     body = table(["step", "op", "opcode", "MACs", "live", "arena top", "scratch", "weights"],
                  [[r["step"], r["op"], display_text(r["opcode"]), r["macs"] or "-",
                    r["live_bytes"], r["arena_high_water"], r["scratch_bytes"] or "-",
-                   r["weight_bytes"] or "-"] for r in rows])
+                   r["weight_bytes"] + r["kernel_weight_bytes"] or "-"] for r in rows])
     return "\n".join([
         body, "",
         f"total        {totals['macs']:,} MACs; arena {totals['arena_bytes']:,} bytes (the "
         f"highest top), state {totals['state_bytes']:,} bytes, weights "
-        f"{totals['weight_bytes']:,} bytes",
+        f"{totals['weight_bytes'] + totals['kernel_weight_bytes']:,} bytes"
+        + (f" ({totals['kernel_weight_bytes']:,} of them in the kernels' own layouts)"
+           if totals["kernel_weight_bytes"] else ""),
     ])
