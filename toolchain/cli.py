@@ -273,7 +273,8 @@ def cmd_project(args: argparse.Namespace) -> int:
     else:
         inputs = default_inputs(mp)
     name = args.name or os.path.splitext(os.path.basename(args.model))[0]
-    paths = write_project(args.output_dir, project_files(mp, name, inputs), args.force)
+    paths = write_project(args.output_dir, project_files(mp, name, inputs, args.serial),
+                          args.force)
     if args.json:
         emit_json({"model": args.model, "board": args.board, "target": args.target,
                    "arena_bytes": mp.arena_bytes, "files": paths})
@@ -335,9 +336,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     if "c" in args.backends and args.target != "generic":
         raise ArenacError(f"the c backend builds for this host; C made for --target "
                           f"{args.target} runs under --backends runtime_py,qemu", args.model)
+    if ("device" in args.backends) != (args.device is not None):
+        raise ArenacError("the device backend and --device go together: give both or neither",
+                          args.model)
     mp = planned(args)
     model_bytes = read_bounded(args.model, args.max_bytes)
     data = user_data(mp.graph, args)
+    if args.per_layer and "device" in args.backends:
+        raise ArenacError("--per-layer traces runtime_py, c and qemu; the device's self-test "
+                          "firmware gives outputs only", args.model)
     if args.per_layer:
         with contextlib.ExitStack() as stack:
             layers = check_layers(mp, model_bytes, args.seed, oracle_timeout=args.oracle_timeout,
@@ -359,6 +366,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     if args.sanitize and "c" not in args.backends:
         raise ArenacError("--sanitize builds the host C: give --backends with c", args.model)
+    device = None
     with contextlib.ExitStack() as stack:
         extra = []
         if "c" in args.backends:
@@ -368,6 +376,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             from toolchain.lab.qemu_backend import QemuBackend
 
             extra.append(("qemu", stack.enter_context(QemuBackend(mp)).invoke_many))
+        if "device" in args.backends:
+            from toolchain.lab.device import DeviceBackend
+
+            device = stack.enter_context(DeviceBackend(mp, args.device, args.baud,
+                                                       args.device_timeout))
+            extra.append(("device", device.invoke_many))
         report = check_plan(
             mp, model_bytes, args.inputs, args.seed, extra,
             runtime_py="runtime_py" in args.backends, oracle_timeout=args.oracle_timeout,
@@ -375,11 +389,16 @@ def cmd_check(args: argparse.Namespace) -> int:
             labels=read_labels(args.labels, len(data[1])) if args.labels else None,
         )
         edges = compare_edges(mp, c.invoke_many, args.max_iterations) if args.sanitize else []
+    ticks = {"device_ticks": device.ticks, "device_counter_hz": device.counter_hz} \
+        if device else {}
     if args.json:
         emit_json({**report.as_dict(), **({"edge_differences": edges} if args.sanitize else {}),
-                   "ok": report.ok and not edges})
+                   **ticks, "ok": report.ok and not edges})
     else:
         print(check_text(report, args.inputs))
+        if device and device.ticks:
+            print(f"device {args.device}: each invoke {min(device.ticks):,} to "
+                  f"{max(device.ticks):,} ticks of its counter at {device.counter_hz:,} Hz")
         if args.sanitize:
             print(edges_text(edges, len(edge_inputs(mp.graph))))
     return 0 if report.ok and not edges else 1

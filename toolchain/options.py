@@ -14,7 +14,7 @@ from toolchain.planners import PLANNERS
 from toolchain.planners.optimal import DEFAULT_NODES
 from toolchain.planners.solve import SOLVE_NODES
 
-BACKENDS = ("runtime_py", "c", "qemu")
+BACKENDS = ("runtime_py", "c", "qemu", "device")
 
 
 # --- value types ------------------------------------------------------------------------
@@ -301,8 +301,16 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
                         "integer input's scale and zero point, as TFLite's QUANTIZE does")
     p.add_argument("--backends", type=backend_list, default=None, metavar="LIST",
                    help="comma-separated: runtime_py, c (this host), qemu (the target's QEMU "
-                        "machine, a Cortex-M4 for generic); default: runtime_py,c, or "
+                        "machine, a Cortex-M4 for generic), device (a board running `arenac "
+                        "project --serial`'s firmware, on --device); default: runtime_py,c, or "
                         "runtime_py,qemu with a --target")
+    p.add_argument("--device", metavar="PORT",
+                   help="the serial port of the device backend (/dev/ttyACM0, COM3, or the "
+                        "pseudo-terminal QEMU prints)")
+    p.add_argument("--baud", type=positive, default=115200, metavar="N",
+                   help="the device's baud rate (default: 115200)")
+    p.add_argument("--device-timeout", type=seconds, default=30.0, metavar="S",
+                   help="time the device may take to answer one frame (default: 30)")
     p.add_argument("--sanitize", action="store_true",
                    help="build the host C with ASan and UBSan (float-to-int overflow included) "
                         "and also run it and runtime_py on edge inputs (NaN, +-inf, denormals, "
@@ -340,6 +348,10 @@ def add_project_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", metavar="FILE.npy", action="append", default=None,
                    help="the test input main.c embeds, one per model input (default: check's "
                         "random input of seed 0)")
+    p.add_argument("--serial", action="store_true",
+                   help="main.c is the self-test firmware `check --backends device` talks to "
+                        "over the board's UART0 (inputs in, outputs and ticks out), not a run "
+                        "on the embedded input")
     p.add_argument("--force", action="store_true",
                    help="replace files edited since arenac wrote them")
 

@@ -74,6 +74,7 @@ class Board:
     ram: Region
     counter: int
     counter_hz: int
+    uart: int  # UART0, a CMSDK APB UART: the self-test firmware's serial line
     secure: bool = False
     vectors: Region | None = None
 
@@ -103,37 +104,38 @@ class Target:
 
 # QEMU's mps2-an385/an386/an500 (hw/arm/mps2.c; `info mtree` in QEMU 7.2): 4 MiB of ZBT SSRAM1
 # at 0x00000000, where the core fetches its vector table, 4 MiB of ZBT SSRAM2&3 at 0x20000000,
-# and the FPGAIO block at 0x40028000 with a 25 MHz prescale clock. On the real FPGA board
-# SSRAM1 holds the code the MCC loads; it is the flash here.
+# the FPGAIO block at 0x40028000 with a 25 MHz prescale clock, and UART0 at 0x40004000. On the
+# real FPGA board SSRAM1 holds the code the MCC loads; it is the flash here.
 MPS2_CODE = Region("ZBT SSRAM1 (code)", 0x00000000, 0x00400000)
 MPS2_RAM = Region("ZBT SSRAM2&3 (data)", 0x20000000, 0x00400000)
 MPS2_COUNTER = 0x40028000 + 0x18
 MPS2_COUNTER_HZ = 25_000_000
+MPS2_UART = 0x40004000
 
 BOARDS = {
     "mps2-an386": Board("mps2-an386", "Cortex-M4", MPS2_CODE, MPS2_RAM, MPS2_COUNTER,
-                        MPS2_COUNTER_HZ),
+                        MPS2_COUNTER_HZ, MPS2_UART),
     "mps2-an500": Board("mps2-an500", "Cortex-M7", MPS2_CODE, MPS2_RAM, MPS2_COUNTER,
-                        MPS2_COUNTER_HZ),
+                        MPS2_COUNTER_HZ, MPS2_UART),
     "mps2-an385": Board("mps2-an385", "Cortex-M3", MPS2_CODE, MPS2_RAM, MPS2_COUNTER,
-                        MPS2_COUNTER_HZ),
+                        MPS2_COUNTER_HZ, MPS2_UART),
     # AN505 (hw/arm/mps2-tz.c, SSE-200): the core boots Secure with its vector table at
     # 0x10000000, the Secure alias of the 4 MiB SSRAM1; SSRAM2 and SSRAM3 (2 MiB each) follow
     # each other at 0x38000000 (Secure alias of 0x28000000); the FPGAIO at 0x50302000 (Secure
-    # alias of 0x40302000) counts at 20 MHz.
+    # alias of 0x40302000) counts at 20 MHz; UART0 at 0x50200000 (of 0x40200000).
     "mps2-an505": Board("mps2-an505", "Cortex-M33",
                         Region("SSRAM1 (code, Secure alias)", 0x10000000, 0x00400000),
                         Region("SSRAM2+3 (data, Secure alias)", 0x38000000, 0x00400000),
-                        0x50302000 + 0x18, 20_000_000, secure=True),
+                        0x50302000 + 0x18, 20_000_000, 0x50200000, secure=True),
     # AN547 (hw/arm/mps2-tz.c, SSE-300): Secure boot with the vector table in the 512 KiB
     # ITCM at 0x10000000 (the code and constants go to the 2 MiB SRAM after it, at the Secure
     # alias 0x11000000: the linker script keeps the vectors in the ITCM), data in the 4 MiB
     # of ISRAM0+1 at 0x31000000; the FPGAIO at 0x59302000 counts at 20 MHz (QEMU 7.2 leaves
-    # the AN547's at the device's default).
+    # the AN547's at the device's default); UART0 at 0x59303000 (of 0x49303000).
     "mps3-an547": Board("mps3-an547", "Cortex-M55",
                         Region("SRAM (code, Secure alias)", 0x11000000, 0x00200000),
                         Region("ISRAM0+1 (data, Secure alias)", 0x31000000, 0x00400000),
-                        0x59302000 + 0x18, 20_000_000, secure=True,
+                        0x59302000 + 0x18, 20_000_000, 0x59303000, secure=True,
                         vectors=Region("ITCM (vector table)", 0x10000000, 0x00080000)),
 }
 

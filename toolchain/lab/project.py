@@ -2,6 +2,8 @@
 stands on a QEMU Arm machine: the model's C, the startup code and vector table, a linker script
 from the board's memory map, a main.c that runs the model on an embedded test input and prints
 its outputs and the ticks the invoke took, a Makefile, a CMakeLists.txt and its toolchain file.
+With `serial`, main.c is instead the self-test firmware `check --backends device` talks to over
+the board's UART (toolchain.lab.device), and `make run` puts that UART on a pseudo-terminal.
 
 arenac records what it wrote (.arenac-project: each file's SHA-256); writing the project again
 replaces only the files nobody edited since, unless `force`.
@@ -19,13 +21,14 @@ from toolchain import __version__
 from toolchain.c.generate import generate
 from toolchain.errors import ArenacError
 from toolchain.files import write_files_atomic
+from toolchain.lab import device
 from toolchain.lab.check import random_inputs
 from toolchain.lab.firmware import C_FLAGS, LINK_FLAGS, harness_values, pool_sections, support_files
-from toolchain.lab.qemu_backend import QEMU, qemu_arguments
+from toolchain.lab.qemu_backend import QEMU, SERIAL_PTY, qemu_arguments
 from toolchain.lower.plan import ModelPlan
 from toolchain.ops.emit import c_array
 from toolchain.render import render
-from toolchain.targets import BOARDS, TARGETS, Target
+from toolchain.targets import BOARDS, TARGETS, Board, Target
 from toolchain.text import c_identifier
 
 MANIFEST = ".arenac-project"
@@ -39,8 +42,10 @@ def board_target(board: str) -> Target:
     return found[0]
 
 
-def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray]) -> dict[str, str]:
-    """Every file of the project for `mp` (planned for its board's target)."""
+def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray],
+                  serial: bool = False) -> dict[str, str]:
+    """Every file of the project for `mp` (planned for its board's target); with `serial`, the
+    self-test firmware (`inputs` unused)."""
     name = c_identifier(name)
     target = TARGETS[mp.program.target]
     board = target.board
@@ -52,8 +57,8 @@ def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray]) -> dict[st
         "name": name, "version": __version__, "board": board.machine, "cpu": target.name,
         "counter": f"0x{board.counter:08x}u", "counter_hz": f"{board.counter_hz:,}",
         "cpu_flags": " ".join(target.flags), "c_flags": " ".join(C_FLAGS),
-        "link_flags": " ".join(LINK_FLAGS), "waits": mp.program.stops_early,
-        "qemu": " ".join([QEMU, *qemu_arguments(board.machine)]),
+        "link_flags": " ".join(LINK_FLAGS), "waits": mp.program.stops_early, "serial": serial,
+        "qemu": " ".join([QEMU, *qemu_arguments(board.machine, SERIAL_PTY if serial else ())]),
         "inputs": [{"comment": f"{t.name!r} {t.dtype}{list(t.shape)}",
                     "length": max(value.nbytes, 1),
                     "data": c_array(np.ascontiguousarray(value).view(np.uint8).ravel())}
@@ -62,11 +67,32 @@ def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray]) -> dict[st
         "outputs": [{"dtype": o.dtype, "shape": "[" + "x".join(map(str, o.shape)) + "]",
                      "nbytes": o.nbytes} for o in io["outputs"]],
     }
-    files["main.c"] = render("project/main.c.j2", **values)
+    files["main.c"] = render("project/serial_main.c.j2", **values, **serial_values(mp, board)) \
+        if serial else render("project/main.c.j2", **values)
     files["Makefile"] = render("project/Makefile.j2", **values)
     files["CMakeLists.txt"] = render("project/CMakeLists.txt.j2", **values)
     files["arm-none-eabi.cmake"] = render("project/arm-none-eabi.cmake.j2", **values)
     return files
+
+
+def serial_values(mp: ModelPlan, board: Board) -> dict:
+    """What the self-test firmware's main.c says of the protocol and the model, as C text."""
+    inputs = [mp.graph.tensors[t].nbytes for t in mp.graph.inputs]
+    outputs = [mp.graph.tensors[t].nbytes for t in mp.graph.outputs]
+    return {
+        "uart": f"0x{board.uart:08x}u", "sync": [f"0x{b:02X}u" for b in device.SYNC],
+        "sync_text": " ".join(f"0x{b:02X}" for b in device.SYNC),
+        "kinds": {k: f"'{getattr(device, k.upper()).decode()}'"
+                  for k in ("hello", "invoke", "outputs", "reset", "error")},
+        "errors": [{"code": c, "meaning": m} for c, m in device.ERRORS.items()],
+        "error_codes": {"crc": device.ERROR_CRC, "length": device.ERROR_LENGTH,
+                        "kind": device.ERROR_KIND},
+        "crc_polynomial": f"0x{device.CRC_POLYNOMIAL:08X}u",
+        "version_number": device.VERSION, "input_bytes": inputs or [0],
+        "output_bytes": outputs or [0], "input_total": sum(inputs),
+        "output_total": sum(outputs), "counter_hz_value": board.counter_hz,
+        "model_sha256": c_array(np.frombuffer(bytes.fromhex(mp.model.sha256), np.uint8)),
+    }
 
 
 def write_project(directory: str, files: dict[str, str], force: bool = False) -> list[str]:

@@ -47,6 +47,9 @@ from toolchain.progress import step
 
 QEMU = "qemu-system-arm"
 QEMU_TIMEOUT = 600.0  # seconds for one QEMU process (all input sets)
+# The board's first UART on a new pseudo-terminal, whose path QEMU prints ("char device
+# redirected to /dev/pts/N"): a self-test firmware's serial line, as a board's USB port.
+SERIAL_PTY = ("-serial", "pty")
 
 
 def qemu(source: str | None = None) -> str:
