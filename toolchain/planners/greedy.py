@@ -15,6 +15,7 @@ with ARENAC_PURE_PYTHON=1), and with overlaps, the loop below places them.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
@@ -23,9 +24,11 @@ import numpy as np
 from toolchain.planners.base import (
     CLOCK_EVERY,
     Buffer,
+    Deadline,
     OutOfTime,
     Overlap,
     Planner,
+    Window,
     align_up,
     overlap_windows,
 )
@@ -67,33 +70,7 @@ class GreedyPlanner(Planner):
         core = _core()
         if not windows and core is not None:
             return self._place_compiled(core, buffers, sizes, order)
-        partners: dict[int, list[int]] = {}
-        for new, placed in windows:
-            partners.setdefault(new, []).append(placed)
-        offsets = [0] * len(buffers)
-        lives = LiveIndex(buffers)
-        work = 0
-        for count, i in enumerate(order):
-            if work > WORK or not count % CLOCK_EVERY and self.deadline.passed():
-                raise OutOfTime(
-                    f"the greedy planner placed {count} of {len(buffers)} buffers in its budget"
-                )
-            size = sizes[i]
-            if size == 0:
-                continue  # Occupies no bytes, so offset 0 collides with nothing.
-            b = buffers[i]
-            ids, starts, highs = lives.placed_during(b.first, b.last)
-            work += 1 + len(ids)
-            lows = starts - size
-            for partner in partners.get(i, ()):
-                for at in np.flatnonzero(ids == partner):
-                    lows[at] = starts[at] + windows[i, partner].low
-                    highs[at] = starts[at] + windows[i, partner].high
-            by_low = np.argsort(lows, kind="stable")
-            offset = lowest_allowed(lows[by_low], highs[by_low])
-            lives.place(i, offset, offset + size)
-            offsets[i] = offset
-        return offsets
+        return fill(buffers, sizes, windows, order, [0] * len(buffers), (), self.deadline)
 
     def _order(self, buffers: list[Buffer], sizes: list[int]) -> list[int]:
         """The order buffers are placed in: larger padded size first, then earlier first op."""
@@ -114,6 +91,44 @@ class GreedyPlanner(Planner):
                 f"the greedy planner placed {placed} of {len(buffers)} buffers in its budget"
             )
         return offsets.tolist()
+
+
+def fill(buffers: list[Buffer], sizes: list[int], windows: dict[tuple[int, int], Window],
+         order: list[int], offsets: list[int], placed: Iterable[int],
+         deadline: Deadline) -> list[int]:
+    """The offsets with each buffer of `order` in turn at the lowest offset outside the
+    forbidden range (`windows` narrowing it for declared overlaps) of every buffer alive beside
+    it that is `placed` already (at its offset) or came before it in `order`."""
+    partners: dict[int, list[int]] = {}
+    for new, partner in windows:
+        partners.setdefault(new, []).append(partner)
+    offsets = list(offsets)
+    lives = LiveIndex(buffers)
+    for i in placed:
+        if sizes[i]:
+            lives.place(i, offsets[i], offsets[i] + sizes[i])
+    work = 0
+    for count, i in enumerate(order):
+        if work > WORK or not count % CLOCK_EVERY and deadline.passed():
+            raise OutOfTime(
+                f"the greedy planner placed {count} of {len(buffers)} buffers in its budget"
+            )
+        size = sizes[i]
+        if size == 0:
+            continue  # Occupies no bytes, so offset 0 collides with nothing.
+        b = buffers[i]
+        ids, starts, highs = lives.placed_during(b.first, b.last)
+        work += 1 + len(ids)
+        lows = starts - size
+        for partner in partners.get(i, ()):
+            for at in np.flatnonzero(ids == partner):
+                lows[at] = starts[at] + windows[i, partner].low
+                highs[at] = starts[at] + windows[i, partner].high
+        by_low = np.argsort(lows, kind="stable")
+        offset = lowest_allowed(lows[by_low], highs[by_low])
+        lives.place(i, offset, offset + size)
+        offsets[i] = offset
+    return offsets
 
 
 def _ranked_lives(buffers: list[Buffer]) -> tuple[np.ndarray, np.ndarray]:

@@ -63,7 +63,7 @@ from toolchain.planners.canonical import (
     compiled_available,
 )
 from toolchain.planners.freelist import FreeListPlanner
-from toolchain.planners.greedy import GreedyPlanner
+from toolchain.planners.greedy import GreedyPlanner, fill
 
 VERIFY_SECONDS_PER_BUFFER = 4e-5  # measured: about 0.2 s for 10,000 buffers, with margin
 # The default work budget: search nodes over all parts, and the most pairs of meeting lives
@@ -110,6 +110,9 @@ class OptimalPlanner(Planner):
         a = self.alignment
         sizes = [align_up(b.size, a) for b in buffers]
         offsets = incumbent(buffers, overlaps, a, deadline)
+        staged = long_lives_first(buffers, overlaps, a, deadline, self.nodes)
+        if staged is not None and arena_end(buffers, staged, a) < arena_end(buffers, offsets, a):
+            offsets = staged
         windows = overlap_windows(sizes, overlaps, a)
         bound = lower_bound_with_overlaps(buffers, overlaps, a)
         parts = independent_parts(buffers, sizes)
@@ -163,6 +166,43 @@ def incumbent(
             if not best or arena < best_arena:
                 best, best_arena = found, arena
     return best
+
+
+# The share of the search's nodes the exact plan of the long lives may take
+# (long_lives_first).
+LONG_LIVES_SHARE = 4
+
+
+def long_lives_first(buffers: list[Buffer], overlaps: list[Overlap], alignment: int,
+                     deadline: Deadline, nodes: int | None) -> list[int] | None:
+    """A plan of the buffers that live more than one step, exact within a share of `nodes`,
+    with the one-step buffers (most of them kernel scratch) then filled in, largest first, each
+    at the lowest offset free at its step; None when there are not both kinds (or no nodes or
+    time for a search). The heuristics
+    place scratch beside the tensors, often at offset 0, and the search keeps that: a chain of
+    outputs over their inputs above it then rises by the scratch's size for every step of the
+    chain, where this plan puts the scratch in a gap the chain leaves above it."""
+    long = [i for i, b in enumerate(buffers) if b.first < b.last]
+    short = [i for i, b in enumerate(buffers) if b.first == b.last]
+    if not long or not short or nodes == 0 or deadline.passed():
+        return None  # no search asked for, or no time: the heuristics' plan stands
+    local = {i: k for k, i in enumerate(long)}
+    planner = OptimalPlanner(alignment, nodes=None if nodes is None else nodes // LONG_LIVES_SHARE,
+                             deadline=deadline)
+    placed = planner._place(
+        [replace(buffers[i], id=local[i]) for i in long],
+        [replace(o, below=local[o.below], above=local[o.above]) for o in overlaps
+         if o.below in local and o.above in local])
+    offsets = [0] * len(buffers)
+    for i, offset in zip(long, placed, strict=True):
+        offsets[i] = offset
+    sizes = [align_up(b.size, alignment) for b in buffers]
+    order = sorted(short, key=lambda i: (-sizes[i], buffers[i].first, i))
+    try:
+        return fill(buffers, sizes, overlap_windows(sizes, overlaps, alignment), order, offsets,
+                    long, deadline)
+    except OutOfTime:
+        return None
 
 
 def independent_parts(buffers: list[Buffer], sizes: list[int]) -> list[list[int]]:
