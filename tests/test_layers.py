@@ -82,3 +82,56 @@ def test_plan_layers_command(tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.startswith("step  op") and f"arena {data['totals']['arena_bytes']:,} bytes" in text
     assert np.sum([r["macs"] for r in data["layers"]]) == data["totals"]["macs"]
+
+
+@pytest.mark.skipif(bool(qemu_backend.missing()), reason="no Cortex-M toolchain or QEMU")
+def test_measured_layers_add_up_to_the_linked_firmware(tmp_path, capsys):
+    """`--measure`: each step's code is its kernel's in the linker's symbols, the instructions
+    and cycles are the bench's, and the flash and RAM totals are the footprint's, held against
+    the board named."""
+    from toolchain.lab.bench import bench
+    from toolchain.lab.firmware import build_mcu
+    from toolchain.lab.footprint import measure
+    from toolchain.targets import PARTS
+    from toolchain.views.layers import board_limits
+
+    mp = plan_model(parse_model(EXAMPLES["residual_cnn_int8"](), "m"), target="cortex-m4")
+    measured = bench(mp)  # at -O2
+    data = layers_data(mp, measured, board_limits(mp, "nucleo-l4r5zi"))
+    rows, totals = data["layers"], data["totals"]
+    linked = measure(build_mcu(mp, str(tmp_path), "model", "-O2"), mp)
+    kernels = {k["op"]: k["bytes"] for k in linked["kernels"]}
+    assert [r["code_bytes"] for r in rows] == [kernels.get(r["op_index"], 0) for r in rows]
+    assert 0 < totals["code_bytes"] <= linked["code"]
+    # a striped segment's steps run in one call, counted at its first step
+    assert {r["step"]: r["instructions"] for r in rows if r["instructions"] is not None} == {
+        s.step: s.instructions for s in measured.steps}
+    assert any(r["instructions"] is None for r in rows) == bool(mp.tiling.segments)
+    assert totals["instructions"] == measured.instructions
+    flash, ram = totals["flash"], totals["ram"]
+    assert flash["bytes"] == linked["flash"] == (flash["weights"] + flash["kernel_weights"]
+                                                 + flash["code"] + flash["constants"])
+    assert flash["kernel_weights"] == totals["kernel_weight_bytes"] > 0
+    assert ram["arena"] == mp.arena_bytes == totals["arena_bytes"]
+    assert ram["bytes"] == linked["ram"] + linked["stack"]
+    assert ram["bytes"] == ram["arena"] + ram["state"] + ram["stack"] + ram["other"]
+    part = PARTS["nucleo-l4r5zi"]
+    assert flash["margin"] == part.flash.length - flash["bytes"]
+    assert ram["margin"] == part.ram.length - ram["bytes"]
+    path = tmp_path / "m.tflite"
+    path.write_bytes(EXAMPLES["residual_cnn_int8"]())
+    assert main(["plan", str(path), "--layers", "--measure", "--target", "cortex-m4"]) == 0
+    text = capsys.readouterr().out
+    assert f"flash        {flash['bytes']:,} bytes" in text and "limits       mps2-an386" in text
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--measure"], "--measure and --board go with --layers"),
+    (["--layers", "--board", "nucleo-l4r5zi"], "give --measure too"),
+    (["--layers", "--measure", "--board", "nosuch"], "no board 'nosuch'"),
+])
+def test_measure_options_are_checked(args, says, tmp_path, capsys):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    assert main(["plan", str(path), *args]) == 2
+    assert says in capsys.readouterr().err

@@ -83,8 +83,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from toolchain.planners.csvio import dump_buffers
+    from toolchain.targets import BOARDS, PARTS
     from toolchain.views.report import memory_map_svg, plan_data, plan_text
 
+    if (args.measure or args.board) and not args.layers:
+        raise ArenacError("--measure and --board go with --layers", args.model)
+    if args.board and not args.measure:
+        raise ArenacError("--board gives the limits --measure holds the firmware to: give "
+                          "--measure too", args.model)
+    if args.board is not None and args.board not in {*BOARDS, *PARTS}:
+        raise ArenacError(f"no board {args.board!r}; the boards are "
+                          f"{', '.join(sorted({*BOARDS, *PARTS}))}", args.model)
     mp = planned(args)
     outputs = {}
     if args.svg:
@@ -96,9 +105,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for path, text in outputs.items():
         write_atomic(path, text)
     if args.layers:
-        from toolchain.views.layers import layers_data, layers_text
+        from toolchain.views.layers import board_limits, layers_data, layers_text
 
-        emit_json(layers_data(mp)) if args.json else print(layers_text(mp))
+        measured = limits = None
+        if args.measure:
+            from toolchain.lab.bench import bench
+
+            limits = board_limits(mp, args.board)
+            measured = bench(mp)
+        emit_json(layers_data(mp, measured, limits)) if args.json \
+            else print(layers_text(mp, measured, limits))
         return 0
     emit_json(plan_data(mp)) if args.json else print(plan_text(mp))
     return 0

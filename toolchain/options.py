@@ -233,6 +233,14 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", action="store_true",
                    help="instead of the buffers, each step's cost: MACs, arena bytes live and "
                         "the arena's top while it runs, kernel scratch, weights it reads first")
+    p.add_argument("--measure", action="store_true",
+                   help="with --layers: build the firmware for the target and run it under QEMU "
+                        "(`arenac bench`): each step's code, instructions and estimated cycles, "
+                        "and the flash and RAM against a board's")
+    p.add_argument("--board", default=None, metavar="BOARD",
+                   help="with --measure: the board whose flash and RAM limit the firmware: a "
+                        "QEMU machine or an MLPerf Tiny reference part (nucleo-l4r5zi, "
+                        "nucleo-h7a3zi-q, nucleo-u575zi-q); default: the target's QEMU machine")
     p.add_argument("--dump-buffers", metavar="FILE.csv",
                    help="write the allocation problem as MiniMalloc CSV (id,lower,upper,size)")
     p.add_argument("--load-offsets", metavar="FILE.csv",

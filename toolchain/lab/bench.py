@@ -107,6 +107,8 @@ class BenchResult:
     cycles: cycle_model.Estimate | None = None  # the whole invoke, where the core has a table
     wait_states: int = 0  # flash wait states the estimate assumes
     timing: str | None = None  # the timing table's source
+    # toolchain.lab.footprint.measure of the firmware (flash and RAM split, stack, per kernel)
+    footprint: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -230,7 +232,7 @@ def bench(mp: ModelPlan, name: str = "model", optimization: str = "-O2",
         instructions=invoke - empty, steps=result_steps, counter_overhead=empty,
         arena_bytes=mp.arena_bytes, flash=figures["flash"], ram=figures["ram"],
         outputs_match=matches, cycles=estimates[INVOKE_BRACKET] if estimates else None,
-        wait_states=wait_states, timing=timing.source if timing else None)
+        wait_states=wait_states, timing=timing.source if timing else None, footprint=figures)
 
 
 class Profiled:
