@@ -417,6 +417,13 @@ def test_report_is_one_self_contained_page(capsys, tmp_path):
         assert "Flash per kernel" in text
     else:
         assert "arm-none-eabi-gcc" in text
+    layers = json.loads(run(capsys, "plan", str(path), "--layers", "--json")[1])
+    html = out.read_text()
+    table = html[html.index("<h2>Layers</h2>"):html.index("<h2>Operators</h2>")]
+    assert table.count("<tr>") == 1 + len(layers["layers"])
+    for row in layers["layers"]:
+        assert f"<td>{row['op']}</td>" in table
+        assert f'<td class="n">{row["arena_high_water"]}</td>' in table
 
 
 def test_report_says_what_it_left_out(capsys, tmp_path):

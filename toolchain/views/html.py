@@ -34,6 +34,7 @@ def report_html(mp: ModelPlan, model_bytes: bytes, inputs: int = 3, seed: int = 
     plan = plan_data(mp)
     graph = model["graphs"][mp.graph_index]
     rows = mp.rows()
+    measured = footprint_section(mp) if footprint else not_run("not asked for")
     return render(
         "report.html.j2",
         version=__version__,
@@ -63,7 +64,8 @@ def report_html(mp: ModelPlan, model_bytes: bytes, inputs: int = 3, seed: int = 
                    for o in graph["operators"]],
         tensors=[[t["index"], t["name"], tensor_type(t), t["bytes"], t["kind"]]
                  for t in graph["tensors"]],
-        footprint=footprint_section(mp) if footprint else not_run("not asked for"),
+        layers=layer_cells(mp, measured),
+        footprint=measured,
         check=check_section(mp, model_bytes, inputs, seed) if check else not_run("not asked for"),
     )
 
@@ -93,7 +95,20 @@ def footprint_section(mp: ModelPlan) -> dict[str, Any]:
                     ("stack (worst case)", f["stack"])],
         "kernels": [[k["op"], k["opcode"], k["function"], k["bytes"] if k["present"] else "-"]
                     for k in f["kernels"]],
+        "code_of": {k["op"]: k["bytes"] for k in f["kernels"] if k["present"]},
     }
+
+
+def layer_cells(mp: ModelPlan, measured: dict[str, Any]) -> list[list[Any]]:
+    """`plan --layers`'s rows: each step's MACs, arena in use and top, scratch and weights,
+    and its kernel's code where the footprint ran."""
+    from toolchain.views.layers import layer_rows
+
+    code = measured.get("code_of", {})
+    return [[r["step"], r["op"], r["opcode"], r["macs"] or "-", r["live_bytes"],
+             r["arena_high_water"], r["scratch_bytes"] or "-",
+             r["weight_bytes"] + r["kernel_weight_bytes"] or "-",
+             code.get(r["op_index"], "-")] for r in layer_rows(mp)]
 
 
 def check_section(mp: ModelPlan, model_bytes: bytes, inputs: int, seed: int) -> dict[str, Any]:
