@@ -5,7 +5,9 @@ a file the user edited without --force."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import struct
 import subprocess
 
 import numpy as np
@@ -134,3 +136,69 @@ def test_an_unknown_board_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["project", str(model), "-o", str(tmp_path / "p"), "--board", "nucleo"])
     assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def sections(elf) -> dict[str, tuple[int, int]]:
+    """`arm-none-eabi-size -A`: section -> (bytes, address)."""
+    out = subprocess.run(["arm-none-eabi-size", "-A", str(elf)], capture_output=True, text=True,
+                         check=True).stdout
+    return {m[0]: (int(m[1]), int(m[2])) for m in re.findall(r"^(\.\S+)\s+(\d+)\s+(\d+)", out,
+                                                               re.M)}
+
+
+@needs_tools
+@pytest.mark.parametrize("part", ["nucleo-l4r5zi", "nucleo-h7a3zi-q", "nucleo-u575zi-q"])
+def test_a_real_boards_project_is_laid_out_in_its_memory(part, tmp_path, capsys):
+    """An MLPerf Tiny reference board: the project builds with make and with CMake for its core,
+    its code in the part's flash with the vector table first (the initial stack pointer the top
+    of its main RAM, the reset handler in flash), the data and arena in that RAM, and main.c
+    times the invoke with the core's cycle counter."""
+    from toolchain.lab.firmware import tool
+    from toolchain.targets import PARTS
+
+    spec = PARTS[part]
+    model = tmp_path / "m.tflite"
+    model.write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    project = tmp_path / "project"
+    assert main(["project", str(model), "-o", str(project), "--board", part]) == 0
+    assert "load the ELF with a probe" in capsys.readouterr().out
+    built = subprocess.run(["make", "-C", str(project)], capture_output=True, text=True,
+                           timeout=300)
+    assert built.returncode == 0, built.stderr
+    elf = project / "m.elf"
+    found = sections(elf)
+    flash, ram = spec.flash, spec.ram
+    for name in (".text", ".rodata"):
+        size, at = found[name]
+        assert flash.origin <= at and at + size <= flash.origin + flash.length, name
+    for name in (".data", ".bss"):
+        size, at = found[name]
+        assert ram.origin <= at and at + size <= ram.origin + ram.length, name
+    assert found[".text"][1] == flash.origin
+    image = subprocess.run([tool("objcopy"), "-O", "binary", "-j", ".text", str(elf),
+                            str(tmp_path / "text.bin")], capture_output=True)
+    assert image.returncode == 0
+    stack_top, reset = struct.unpack_from("<II", (tmp_path / "text.bin").read_bytes())
+    assert stack_top == ram.origin + ram.length
+    assert flash.origin < reset < flash.origin + found[".text"][0]
+    main_c = (project / "main.c").read_text()
+    assert "DWT CYCCNT" in main_c and ("DWT_LAR" in main_c) == (spec.target == "cortex-m7")
+    assert "run:" not in (project / "Makefile").read_text()
+    if shutil.which("cmake"):
+        build = tmp_path / "build"
+        subprocess.run(["cmake", "-S", str(project), "-B", str(build),
+                        f"-DCMAKE_TOOLCHAIN_FILE={project / 'arm-none-eabi.cmake'}"],
+                       check=True, capture_output=True)
+        cmade = subprocess.run(["cmake", "--build", str(build)], capture_output=True, text=True,
+                               timeout=300)
+        assert cmade.returncode == 0, cmade.stdout + cmade.stderr
+        assert sections(build / "m.elf")[".text"][1] == flash.origin
+
+
+def test_a_real_board_has_no_serial_self_test_yet(tmp_path, capsys):
+    model = tmp_path / "m.tflite"
+    model.write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    assert main(["project", str(model), "-o", str(tmp_path / "p"), "--board", "nucleo-l4r5zi",
+                 "--serial"]) == 2
+    assert "UART is not known" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()

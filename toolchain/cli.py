@@ -277,6 +277,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
 
 def cmd_project(args: argparse.Namespace) -> int:
     from toolchain.lab.project import board_target, default_inputs, project_files, write_project
+    from toolchain.targets import PARTS
 
     args.target = board_target(args.board).name
     mp = planned(args)
@@ -289,14 +290,16 @@ def cmd_project(args: argparse.Namespace) -> int:
     else:
         inputs = default_inputs(mp)
     name = args.name or os.path.splitext(os.path.basename(args.model))[0]
-    paths = write_project(args.output_dir, project_files(mp, name, inputs, args.serial),
+    part = args.board if args.board in PARTS else None
+    paths = write_project(args.output_dir, project_files(mp, name, inputs, args.serial, part),
                           args.force)
     if args.json:
         emit_json({"model": args.model, "board": args.board, "target": args.target,
                    "arena_bytes": mp.arena_bytes, "files": paths})
     else:
+        how = ", then load the ELF with a probe as its Makefile says" if part else " run"
         print(f"{args.board} ({args.target}) project, arena {mp.arena_bytes} bytes: "
-              f"make -C {args.output_dir} run (or CMake with arm-none-eabi.cmake)")
+              f"make -C {args.output_dir}{how} (or CMake with arm-none-eabi.cmake)")
     return 0
 
 

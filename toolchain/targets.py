@@ -63,7 +63,8 @@ class Board:
     constants; `ram` the data, the arena and the stack. `counter` is the address of the MPS2
     FPGA's free-running COUNTER register (FPGAIO, prescaler 0 after reset), which counts
     `counter_hz` ticks per second of QEMU's virtual clock: under -icount that clock advances by
-    a fixed time per instruction, so the counter measures executed instructions.
+    a fixed time per instruction, so the counter measures executed instructions (a real part's
+    board, Part.as_board, counts core cycles with the DWT: `counter_hz` 0, and `uart` 0: none).
     `secure`: the core starts in the Secure state (Armv8-M with TrustZone), so the firmware is
     linked at the Secure aliases of the memories and of the peripherals. `vectors`: where the
     core fetches its vector table at reset when that is not the start of `code`."""
@@ -149,22 +150,39 @@ class Part:
 
     name: str
     target: str
+    core: str
     flash: Region
     ram: Region
     other_ram: tuple[Region, ...] = ()
+
+    def as_board(self) -> Board:
+        """The part as the board a firmware project is written for: the vector table and code
+        in its flash, the data, arena and stack in its main RAM, the core's DWT cycle counter
+        for timing; no QEMU machine runs it and no UART is known."""
+        return Board(self.name, self.core, self.flash, self.ram, DWT_CYCCNT, 0, 0)
+
+
+# The Armv7-M/Armv8-M Data Watchpoint and Trace unit's cycle counter, and what starts it: DEMCR's
+# TRCENA (bit 24), then DWT_CTRL's CYCCNTENA (bit 0); a Cortex-M7's DWT must be unlocked first
+# through its CoreSight lock access register.
+DWT_CYCCNT = 0xE0001004
+DWT_CTRL = 0xE0001000
+DWT_LAR = 0xE0001FB0
+DEMCR = 0xE000EDFC
+CORESIGHT_UNLOCK = 0xC5ACCE55
 
 
 # From each part's reference manual's memory map: STM32L4R5 (RM0432), STM32H7A3 (RM0455),
 # STM32U575 (RM0456). On the L4R5 SRAM2 is also mapped right after SRAM1, so SRAM1-3 are one
 # 640 KiB run; on the U575 SRAM1-3 are one 768 KiB run.
 PARTS = {p.name: p for p in (
-    Part("nucleo-l4r5zi", "cortex-m4", Region("flash", 0x08000000, 2 << 20),
+    Part("nucleo-l4r5zi", "cortex-m4", "Cortex-M4", Region("flash", 0x08000000, 2 << 20),
          Region("SRAM1-3", 0x20000000, 640 << 10)),
-    Part("nucleo-h7a3zi-q", "cortex-m7", Region("flash", 0x08000000, 2 << 20),
+    Part("nucleo-h7a3zi-q", "cortex-m7", "Cortex-M7", Region("flash", 0x08000000, 2 << 20),
          Region("AXI SRAM", 0x24000000, 1 << 20),
          (Region("DTCM", 0x20000000, 128 << 10), Region("ITCM", 0x00000000, 64 << 10),
           Region("AHB SRAM1-2", 0x30000000, 128 << 10))),
-    Part("nucleo-u575zi-q", "cortex-m33", Region("flash", 0x08000000, 2 << 20),
+    Part("nucleo-u575zi-q", "cortex-m33", "Cortex-M33", Region("flash", 0x08000000, 2 << 20),
          Region("SRAM1-3", 0x20000000, 768 << 10), (Region("SRAM4", 0x28000000, 16 << 10),)),
 )}
 

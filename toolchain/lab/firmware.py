@@ -204,11 +204,12 @@ def pool_sections(mp: ModelPlan) -> dict[str, str]:
             for a in mp.pools if a.pool.section}
 
 
-def support_files(target: Target, sections: dict[str, str] | None = None) -> dict[str, str]:
-    """semihosting.h, startup.c and link.ld for the target's board; its one RAM takes the
-    pools' `sections` too (`pool_sections`)."""
+def support_files(target: Target, sections: dict[str, str] | None = None,
+                  board: Board | None = None) -> dict[str, str]:
+    """semihosting.h, startup.c and link.ld for the target's board (or `board`, a real part's);
+    its one RAM takes the pools' `sections` too (`pool_sections`)."""
     sections = sections or {}
-    board = board_of(target)
+    board = board or board_of(target)
     where = {"board": board.machine, "cpu": target.name}
     names = [*EXCEPTIONS]
     if target.armv8m:

@@ -28,37 +28,60 @@ from toolchain.lab.qemu_backend import QEMU, SERIAL_PTY, qemu_arguments
 from toolchain.lower.plan import ModelPlan
 from toolchain.ops.emit import c_array
 from toolchain.render import render
-from toolchain.targets import BOARDS, TARGETS, Board, Target
+from toolchain.targets import (
+    BOARDS,
+    CORESIGHT_UNLOCK,
+    DEMCR,
+    DWT_CTRL,
+    DWT_LAR,
+    PARTS,
+    TARGETS,
+    Board,
+    Target,
+)
 from toolchain.text import c_identifier
 
 MANIFEST = ".arenac-project"
 
 
 def board_target(board: str) -> Target:
-    """The target whose QEMU machine `board` is."""
+    """The target of `board`: a QEMU machine's, or a real part's core."""
+    if board in PARTS:
+        return TARGETS[PARTS[board].target]
     found = [t for t in TARGETS.values() if t.board is not None and t.board.machine == board]
     if not found:
-        raise ArenacError(f"no board {board!r}; the boards are {', '.join(sorted(BOARDS))}")
+        raise ArenacError(f"no board {board!r}; the boards are "
+                          f"{', '.join(sorted({*BOARDS, *PARTS}))}")
     return found[0]
 
 
-def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray],
-                  serial: bool = False) -> dict[str, str]:
+def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray], serial: bool = False,
+                  part: str | None = None) -> dict[str, str]:
     """Every file of the project for `mp` (planned for its board's target); with `serial`, the
-    self-test firmware (`inputs` unused)."""
+    self-test firmware (`inputs` unused); for a real `part` (targets.PARTS), its memory map,
+    its core's cycle counter, and no QEMU run."""
     name = c_identifier(name)
     target = TARGETS[mp.program.target]
-    board = target.board
+    board = PARTS[part].as_board() if part else target.board
+    if part and serial:
+        raise ArenacError(f"--serial drives the QEMU machines' CMSDK UART; {part}'s UART is not "
+                          "known to arenac yet")
     files = generate(mp, name)
     del files[f"{name}_main.c"]
-    files.update(support_files(target, pool_sections(mp)))
+    files.update(support_files(target, pool_sections(mp), board))
     io = harness_values(mp.graph)
     values = {
         "name": name, "version": __version__, "board": board.machine, "cpu": target.name,
         "counter": f"0x{board.counter:08x}u", "counter_hz": f"{board.counter_hz:,}",
+        "counter_label": "cycles" if part else "ticks",
+        "dwt": None if not part else {
+            "ctrl": f"0x{DWT_CTRL:08X}u", "demcr": f"0x{DEMCR:08X}u",
+            "lar": f"0x{DWT_LAR:08X}u" if target.name == "cortex-m7" else None,
+            "unlock": f"0x{CORESIGHT_UNLOCK:08X}u"},
         "cpu_flags": " ".join(target.flags), "c_flags": " ".join(C_FLAGS),
         "link_flags": " ".join(LINK_FLAGS), "waits": mp.program.stops_early, "serial": serial,
-        "qemu": " ".join([QEMU, *qemu_arguments(board.machine, SERIAL_PTY if serial else ())]),
+        "qemu": None if part else " ".join([QEMU, *qemu_arguments(board.machine,
+                                                                  SERIAL_PTY if serial else ())]),
         "inputs": [{"comment": f"{t.name!r} {t.dtype}{list(t.shape)}",
                     "length": max(value.nbytes, 1),
                     "data": c_array(np.ascontiguousarray(value).view(np.uint8).ravel())}
