@@ -29,7 +29,7 @@ def printed_outputs(text: str) -> list[bytes]:
     for line in text.splitlines():
         if line.startswith("output "):
             outputs.append(b"")
-        elif outputs and line and not line.startswith("ticks"):
+        elif outputs and line and not line.startswith(("ticks", "cycles")):
             outputs[-1] += bytes(int(h, 16) for h in line.split())
     return outputs
 
@@ -202,3 +202,64 @@ def test_a_real_board_has_no_serial_self_test_yet(tmp_path, capsys):
                  "--serial"]) == 2
     assert "UART is not known" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+STM32F405 = """[part]
+name = "stm32f405"
+target = "cortex-m4"
+flash = { origin = 0x08000000, size = "1M" }
+ram = { origin = 0x20000000, size = "128K" }
+"""
+
+
+@needs_tools
+def test_a_part_described_in_a_memory_file_runs_on_it(tmp_path, capsys):
+    """Any part from its memory map (--memory FILE with a [part]): an STM32F405's, which QEMU
+    models as the netduinoplus2 machine; the project built as written runs there, its printed
+    outputs `arenac run`'s (QEMU does not count the DWT's cycles: it prints 0)."""
+    from toolchain.lab.qemu_backend import qemu_command
+
+    model = tmp_path / "m.tflite"
+    model.write_bytes(EXAMPLES["residual_cnn_int8"]())
+    memory = tmp_path / "part.toml"
+    memory.write_text(STM32F405)
+    project = tmp_path / "project"
+    assert main(["project", str(model), "-o", str(project), "--memory", str(memory)]) == 0
+    assert capsys.readouterr().out.startswith("stm32f405 (cortex-m4) project")
+    built = subprocess.run(["make", "-C", str(project)], capture_output=True, text=True,
+                           timeout=300)
+    assert built.returncode == 0, built.stderr
+    ran = subprocess.run(qemu_command(str(project / "m.elf"), "netduinoplus2"),
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    printed = ran.stdout + ran.stderr
+    assert same_as_run(printed_outputs(printed), tmp_path, model, "mps2-an386")
+    assert "cycles " in printed
+
+
+@pytest.mark.parametrize("edit, says", [
+    (("1M", "4096M"), "must be from 1 byte to 4 GiB"),
+    (("0x20000000", "0x08000004"), "flash and ram overlap"),
+    (('"cortex-m4"', '"generic"'), "must be a Cortex-M target"),
+    (('name = "stm32f405"', 'name = "a b"'), "part name 'a b'"),
+    (("[part]", "[part]\nclock = 1"), "no more"),
+])
+def test_a_bad_part_is_one_line(edit, says, tmp_path, capsys):
+    model = tmp_path / "m.tflite"
+    model.write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    memory = tmp_path / "part.toml"
+    memory.write_text(STM32F405.replace(*edit))
+    assert main(["project", str(model), "-o", str(tmp_path / "p"), "--memory", str(memory)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and str(memory) in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_board_and_a_part_are_one_too_many(tmp_path, capsys):
+    model = tmp_path / "m.tflite"
+    model.write_bytes(EXAMPLES["tiny_cnn_int8"]())
+    memory = tmp_path / "part.toml"
+    memory.write_text(STM32F405)
+    assert main(["project", str(model), "-o", str(tmp_path / "p"), "--memory", str(memory),
+                 "--board", "mps2-an386"]) == 2
+    assert "give one" in capsys.readouterr().err

@@ -277,9 +277,16 @@ def cmd_gen(args: argparse.Namespace) -> int:
 
 def cmd_project(args: argparse.Namespace) -> int:
     from toolchain.lab.project import board_target, default_inputs, project_files, write_project
-    from toolchain.targets import PARTS
+    from toolchain.lower.memory import load_memory
+    from toolchain.targets import DEFAULT_BOARD, PARTS
 
-    args.target = board_target(args.board).name
+    described = load_memory(args.memory).part if args.memory else None
+    if described is not None and args.board is not None:
+        raise ArenacError("--board and a [part] in --memory both name the board: give one",
+                          args.memory)
+    args.board = described.name if described else args.board or DEFAULT_BOARD
+    part = described or PARTS.get(args.board)
+    args.target = part.target if part else board_target(args.board).name
     mp = planned(args)
     if args.input:
         arrays = [load_input(p) for p in args.input]
@@ -290,7 +297,6 @@ def cmd_project(args: argparse.Namespace) -> int:
     else:
         inputs = default_inputs(mp)
     name = args.name or os.path.splitext(os.path.basename(args.model))[0]
-    part = args.board if args.board in PARTS else None
     paths = write_project(args.output_dir, project_files(mp, name, inputs, args.serial, part),
                           args.force)
     if args.json:

@@ -344,14 +344,15 @@ def add_bench_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_project_options(p: argparse.ArgumentParser) -> None:
-    from toolchain.targets import BOARDS, PARTS
+    from toolchain.targets import BOARDS, DEFAULT_BOARD, PARTS
 
     p.add_argument("-o", "--output-dir", required=True, metavar="DIR",
                    help="where the project goes")
-    p.add_argument("--board", choices=sorted({*BOARDS, *PARTS}), default="mps2-an386",
+    p.add_argument("--board", choices=sorted({*BOARDS, *PARTS}), default=None,
                    help="the QEMU machine the firmware runs on, or an MLPerf Tiny reference "
                         "board (its memory map, the core's cycle counter; built, not run "
-                        "here); its core picks the kernels (default: mps2-an386, a Cortex-M4)")
+                        "here), or a [part] of --memory FILE; its core picks the kernels "
+                        f"(default: {DEFAULT_BOARD}, a Cortex-M4)")
     p.add_argument("--name", type=c_name, default=None, metavar="NAME",
                    help="the model's C name (default: the file's)")
     p.add_argument("--input", metavar="FILE.npy", action="append", default=None,

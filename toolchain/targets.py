@@ -218,6 +218,8 @@ TARGETS: dict[str, Target] = {
 
 # The target `check --backends qemu` and `make mcu` build portable C for when none is given.
 DEFAULT_MCU = "cortex-m4"
+# The board `arenac project` writes for when none is given: DEFAULT_MCU's QEMU machine.
+DEFAULT_BOARD = "mps2-an386"
 
 
 def get_target(name: str, source: str | None = None) -> Target:

@@ -37,6 +37,7 @@ from toolchain.targets import (
     PARTS,
     TARGETS,
     Board,
+    Part,
     Target,
 )
 from toolchain.text import c_identifier
@@ -56,16 +57,16 @@ def board_target(board: str) -> Target:
 
 
 def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray], serial: bool = False,
-                  part: str | None = None) -> dict[str, str]:
+                  part: Part | None = None) -> dict[str, str]:
     """Every file of the project for `mp` (planned for its board's target); with `serial`, the
     self-test firmware (`inputs` unused); for a real `part` (targets.PARTS), its memory map,
     its core's cycle counter, and no QEMU run."""
     name = c_identifier(name)
     target = TARGETS[mp.program.target]
-    board = PARTS[part].as_board() if part else target.board
+    board = part.as_board() if part else target.board
     if part and serial:
-        raise ArenacError(f"--serial drives the QEMU machines' CMSDK UART; {part}'s UART is not "
-                          "known to arenac yet")
+        raise ArenacError(f"--serial drives the QEMU machines' CMSDK UART; {part.name}'s UART is "
+                          "not known to arenac yet")
     files = generate(mp, name)
     del files[f"{name}_main.c"]
     files.update(support_files(target, pool_sections(mp), board))

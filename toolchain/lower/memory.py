@@ -10,6 +10,15 @@ first) and pins (`--pin TENSOR=POOL`), or the same in a small TOML or JSON file:
     size = 262144
     [pins]
     state = "dtcm"
+
+A file may also describe a part for `arenac project` (then it may have no pools): its core's
+target and where its flash and its main RAM lie,
+
+    [part]
+    name = "my-board"
+    target = "cortex-m4"
+    flash = { origin = 0x08000000, size = "1M" }
+    ram = { origin = 0x20000000, size = "128K" }
 """
 
 from __future__ import annotations
@@ -21,12 +30,14 @@ from dataclasses import dataclass
 from toolchain.errors import ArenacError
 from toolchain.files import read_bounded
 from toolchain.planners import Pool
+from toolchain.targets import Part, Region
 
 MEMORY_FILE_LIMIT = 1 << 20  # a few pools and pins: a larger file is not a description
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20}
 SIZE = re.compile(r"(\d+)([KM]?)(?:i?B)?", re.I)
 POOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
 SECTION = re.compile(r"[.A-Za-z_][.A-Za-z0-9_$]{0,63}")
+PART_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -35,6 +46,7 @@ class Memory:
 
     pools: tuple[Pool, ...] = ()
     pins: tuple[tuple[str, str], ...] = ()
+    part: Part | None = None  # the board a firmware project is written for
 
 
 def size_bytes(text: str | int) -> int:
@@ -76,6 +88,37 @@ def parse_pin(text: str) -> tuple[str, str]:
     return key, name
 
 
+def part_of(entry: object) -> Part:
+    """A checked [part]: a name, a Cortex-M target, and flash and RAM regions that fit in the
+    32-bit address space without meeting."""
+    from toolchain.targets import TARGETS
+
+    if not isinstance(entry, dict) or set(entry) != {"name", "target", "flash", "ram"}:
+        raise ValueError("a [part] has a name, a target, a flash and a ram, no more")
+    name, target = entry["name"], entry["target"]
+    if not isinstance(name, str) or not PART_NAME.fullmatch(name):
+        raise ValueError(f"part name {name!r} must be letters, digits, - and _")
+    if target not in TARGETS or TARGETS[target].board is None:
+        raise ValueError(f"part target {target!r} must be a Cortex-M target: "
+                         f"{', '.join(t for t in TARGETS if TARGETS[t].board)}")
+    regions = [region(what, entry[what]) for what in ("flash", "ram")]
+    flash, ram = regions
+    if flash.origin < ram.origin + ram.length and ram.origin < flash.origin + flash.length:
+        raise ValueError("the part's flash and ram overlap")
+    return Part(name, target, TARGETS[target].board.core, flash, ram)
+
+
+def region(what: str, entry: object) -> Region:
+    if not isinstance(entry, dict) or set(entry) != {"origin", "size"}:
+        raise ValueError(f"the part's {what} is {{ origin = ADDRESS, size = SIZE }}")
+    origin, size = entry["origin"], size_bytes(entry["size"])
+    if isinstance(origin, bool) or not isinstance(origin, int) or origin % 4 \
+            or not 0 <= origin < 2**32 - size:
+        raise ValueError(f"the part's {what} origin {origin!r} must be a word-aligned address "
+                         "with its size below 4 GiB")
+    return Region(what, origin, size)
+
+
 def toml(text: str, path: str) -> dict:
     try:
         import tomllib
@@ -97,10 +140,13 @@ def load_memory(path: str) -> Memory:
         raise ArenacError("not a readable memory description (nested too deeply)",
                           path) from None
     try:
-        if not isinstance(data, dict) or not isinstance(data.get("pools"), list):
-            raise ValueError("expected a list of pools under 'pools'")
+        if not isinstance(data, dict) or not isinstance(data.get("pools", []), list) \
+                or "pools" not in data and "part" not in data:
+            raise ValueError("expected a list of pools under 'pools', or a [part]")
+        if set(data) - {"pools", "pins", "part"}:
+            raise ValueError("a description has pools, pins and a part, no more")
         pools = []
-        for entry in data["pools"]:
+        for entry in data.get("pools", []):
             if not isinstance(entry, dict) or set(entry) - {"name", "size", "section"}:
                 raise ValueError("each pool has a name, a size and maybe a section, no more")
             pools.append(pool(str(entry.get("name", "")), entry.get("size", ""),
@@ -108,6 +154,7 @@ def load_memory(path: str) -> Memory:
         pins = data.get("pins", {})
         if not isinstance(pins, dict):
             raise ValueError("'pins' maps tensors (or state) to pool names")
-        return Memory(tuple(pools), tuple((str(k), str(v)) for k, v in pins.items()))
+        return Memory(tuple(pools), tuple((str(k), str(v)) for k, v in pins.items()),
+                      part_of(data["part"]) if "part" in data else None)
     except ValueError as e:
         raise ArenacError(str(e), path) from None
