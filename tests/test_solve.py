@@ -17,6 +17,7 @@ from tests.conftest import ALLOCATION_PROBLEMS, needs_allocation_problems
 from tests.test_optimal import HANG_GUARD, brute_force_optimum
 from tests.test_planners import problems, random_buffers
 from toolchain.planners import (
+    Buffer,
     Deadline,
     Placement,
     align_up,
@@ -182,6 +183,9 @@ def test_solve_below_the_lower_bound_is_proven_impossible(problem_csv, tmp_path)
         ("id,lower,upper\n0,0,1\n", "size"),
         ("id,lower,upper,size\n0,0,1,x\n", "x"),
         ("id,lower,upper,size\n0,3,1,8\n", "upper"),
+        ("id,lower,upper,size\n0,1,3,8\n0,2,4,8\n", "appears twice"),
+        ("id,lower,upper,size\n0,1,3,+8\n", "+8"),
+        ("id,lower,upper,size\n0,1,3,99999999999999999999999\n", "size"),
     ],
 )
 def test_a_bad_problem_file_is_one_line_and_exit_2(tmp_path, text, said):
@@ -241,3 +245,53 @@ def test_a_seed_out_of_range_is_refused_in_one_line(value):
     done = arenac("check", "model.tflite", "--seed", value)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "seed must be" in done.stderr
+
+
+def test_plain_files_read_the_same_at_once_as_field_by_field(tmp_path):
+    """The whole-column reading of plain files (every field digits, spaces around them) gives
+    the buffers the field-by-field reading gives."""
+    from toolchain.planners.csvio import _numbers, _read_lines
+
+    path = tmp_path / "p.csv"
+    path.write_text("size, id ,upper,lower\n 0016,0,5,2\n7 ,3 ,9,8\n4096,1,2,1\n")
+    source, header, lines = _read_lines(str(path), ("id", "lower", "upper", "size"), ())
+    rows = _numbers(source, header, lines)
+    assert load_buffers(str(path)) == [
+        Buffer(r["id"], r["size"], r["lower"], r["upper"] - 1) for _, r in rows]
+    assert load_buffers(str(path))[0] == Buffer(0, 16, 2, 4)
+
+
+def test_the_sweep_bound_is_the_bound_of_every_op():
+    """lower_bound's sorted sweep equals the most padded bytes alive at any op, counted op by
+    op, on random small problems."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(500):
+        alignment = rng.choice([1, 4, 16])
+        buffers = []
+        for i in range(rng.randrange(0, 25)):
+            first = rng.randrange(12)
+            buffers.append(Buffer(i, rng.randrange(0, 100), first, first + rng.randrange(6)))
+        by_op = [sum(-(-b.size // alignment) * alignment for b in buffers
+                     if b.first <= op <= b.last) for op in range(20)]
+        assert lower_bound(buffers, alignment) == max(by_op, default=0)
+
+
+def test_a_greedy_plan_cut_by_its_deadline_is_completed_by_stacking():
+    """Out of time, the greedy planner says which buffers it placed (its largest); stacking the
+    rest above them is a valid plan."""
+    from toolchain.planners import OutOfTime, make_plan
+    from toolchain.planners.base import stacked_above
+
+    buffers = random_buffers(20_000, seed=9)
+    with pytest.raises(OutOfTime) as cut:
+        make_plan(buffers, "greedy", 16, deadline=Deadline.after(0.02))
+    placed = cut.value.placed
+    assert len(placed) < len(buffers)
+    padded = [align_up(b.size, 16) for b in buffers]
+    left = [padded[i] for i in range(len(buffers)) if i not in placed]
+    assert min((padded[i] for i in placed), default=max(left)) >= max(left)
+    offsets = stacked_above(buffers, placed, 16)
+    assert all(offsets[i] == at for i, at in placed.items())
+    verify(Placement.from_offsets("greedy", 16, buffers, offsets))

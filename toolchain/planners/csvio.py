@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
 
+import numpy as np
+
 from toolchain.errors import ArenacError, PlanError
 from toolchain.files import read_bounded
 from toolchain.planners.base import Buffer
@@ -26,6 +28,8 @@ PROBLEM_COLUMNS = ("id", "lower", "upper", "size")
 NUMBER_LIMIT = 2**32
 # ASCII digits and nothing else: int() would also take 1_6, +5, 1 000 in other scripts' digits.
 _PLAIN_NUMBER = re.compile(r"-?[0-9]+")
+# Fields of ASCII digits, spaces or tabs around them, joined by commas: nothing else.
+_PLAIN_FIELDS = re.compile(r"(?:[ \t]*[0-9]+[ \t]*(?:,|$))*", re.ASCII)
 # Missing ids an error lists before it only counts the rest.
 _MISSING_SHOWN = 10
 
@@ -51,7 +55,14 @@ def dump_solution(
 
 def load_buffers(path_or_file: PathOrFile) -> list[Buffer]:
     """Reads an `id,lower,upper,size` problem (a solution's `offset` column is ignored)."""
-    source, rows = _read_table(path_or_file, required=PROBLEM_COLUMNS, optional=("offset",))
+    source, header, lines = _read_lines(path_or_file, PROBLEM_COLUMNS, ("offset",))
+    values = _plain_values(lines, len(header))
+    if values is not None:  # every field a plain number: checked as whole columns
+        ids, lower, upper, size = (values[:, header.index(c)] for c in PROBLEM_COLUMNS)
+        if len(np.unique(ids)) == len(ids) and bool((upper > lower).all()):
+            return [Buffer(*row) for row in zip(ids.tolist(), size.tolist(), lower.tolist(),
+                                                (upper - 1).tolist(), strict=True)]
+    rows = _numbers(source, header, lines)  # names the first bad field or row
     buffers: list[Buffer] = []
     seen: set[int] = set()
     for line, row in rows:
@@ -110,6 +121,14 @@ def _read_table(
     path_or_file: PathOrFile, required: Sequence[str], optional: Sequence[str]
 ) -> tuple[str, list[tuple[int, dict[str, int]]]]:
     """Returns the source's name and each data row as (line number, integer by column name)."""
+    source, header, lines = _read_lines(path_or_file, required, optional)
+    return source, _numbers(source, header, lines)
+
+
+def _read_lines(
+    path_or_file: PathOrFile, required: Sequence[str], optional: Sequence[str]
+) -> tuple[str, list[str], list[tuple[int, list[str]]]]:
+    """The source's name, its checked header, and each data row's (line number, fields)."""
     with _opened(path_or_file, "r") as (source, file):
         reader = csv.reader(file)
         try:
@@ -129,8 +148,14 @@ def _read_table(
             + (f" and may have {','.join(optional)}" if optional else ""),
             source,
         )
+    return source, header, lines[1:]
+
+
+def _numbers(source: str, header: list[str], lines: list[tuple[int, list[str]]]
+             ) -> list[tuple[int, dict[str, int]]]:
+    """Each row as (line number, integer by column name), the first bad field named."""
     rows = []
-    for n, fields in lines[1:]:
+    for n, fields in lines:
         if len(fields) != len(header):
             raise PlanError(
                 f"line {n}: {len(fields)} fields, but the header has {len(header)}", source
@@ -138,7 +163,23 @@ def _read_table(
         row = {name: _number(text, name, n, source) for name, text in zip(header, fields,
                                                                           strict=True)}
         rows.append((n, row))
-    return source, rows
+    return rows
+
+
+def _plain_values(lines: list[tuple[int, list[str]]], columns: int) -> np.ndarray | None:
+    """Every field at once, as a rows x columns array, when each row has `columns` fields of
+    ASCII digits (spaces and tabs around them) below NUMBER_LIMIT: the files solvers write;
+    None otherwise."""
+    if any(len(fields) != columns for _, fields in lines):
+        return None
+    rows = [row for _, row in lines]
+    if not _PLAIN_FIELDS.fullmatch(",".join(",".join(row) for row in rows)):
+        return None
+    try:
+        values = np.array(rows, np.int64).reshape(-1, columns)
+    except (ValueError, OverflowError):
+        return None
+    return None if values.size and int(values.max()) >= NUMBER_LIMIT else values
 
 
 def _number(text: str, column: str, line: int, source: str) -> int:

@@ -88,8 +88,8 @@ class GreedyPlanner(Planner):
             raise MemoryError("the compiled greedy planner ran out of memory")
         if placed < len(buffers):
             raise OutOfTime(
-                f"the greedy planner placed {placed} of {len(buffers)} buffers in its budget"
-            )
+                f"the greedy planner placed {placed} of {len(buffers)} buffers in its budget",
+                placed={i: int(offsets[i]) for i in order[:placed]})
         return offsets.tolist()
 
 
@@ -111,8 +111,8 @@ def fill(buffers: list[Buffer], sizes: list[int], windows: dict[tuple[int, int],
     for count, i in enumerate(order):
         if work > WORK or not count % CLOCK_EVERY and deadline.passed():
             raise OutOfTime(
-                f"the greedy planner placed {count} of {len(buffers)} buffers in its budget"
-            )
+                f"the greedy planner placed {count} of {len(buffers)} buffers in its budget",
+                placed={j: offsets[j] for j in (*placed, *order[:count])})
         size = sizes[i]
         if size == 0:
             continue  # Occupies no bytes, so offset 0 collides with nothing.

@@ -41,6 +41,7 @@ import numpy as np
 from toolchain.errors import PlanError
 from toolchain.planners.base import (
     NEVER,
+    VERIFY_SECONDS_PER_BUFFER,
     Buffer,
     Deadline,
     OutOfTime,
@@ -55,6 +56,7 @@ from toolchain.planners.base import (
     overlap_windows,
     pair_saving,
     preorder,
+    stacked_above,
 )
 from toolchain.planners.canonical import (
     COMPILED_MAX_BUFFERS,
@@ -65,7 +67,6 @@ from toolchain.planners.canonical import (
 from toolchain.planners.freelist import FreeListPlanner
 from toolchain.planners.greedy import GreedyPlanner, fill
 
-VERIFY_SECONDS_PER_BUFFER = 4e-5  # measured: about 0.2 s for 10,000 buffers, with margin
 # The default work budget: search nodes over all parts, and the most pairs of meeting lives
 # a part's setup may list.
 DEFAULT_NODES = 2_000_000
@@ -109,10 +110,14 @@ class OptimalPlanner(Planner):
         self.nodes_used = 0
         a = self.alignment
         sizes = [align_up(b.size, a) for b in buffers]
+        started = time.monotonic()
         offsets = incumbent(buffers, overlaps, a, deadline)
-        staged = long_lives_first(buffers, overlaps, a, deadline, self.nodes)
-        if staged is not None and arena_end(buffers, staged, a) < arena_end(buffers, offsets, a):
-            offsets = staged
+        # the long lives' plan costs about what the heuristics did: only when that much is left
+        if deadline.allows(time.monotonic() - started):
+            staged = long_lives_first(buffers, overlaps, a, deadline, self.nodes)
+            if staged is not None and arena_end(buffers, staged, a) < arena_end(buffers,
+                                                                                 offsets, a):
+                offsets = staged
         windows = overlap_windows(sizes, overlaps, a)
         bound = lower_bound_with_overlaps(buffers, overlaps, a)
         parts = independent_parts(buffers, sizes)
@@ -158,8 +163,10 @@ def incumbent(
             started = time.monotonic()
             try:
                 found = heuristic._place(buffers, given)
-            except OutOfTime:
-                continue
+            except OutOfTime as cut:  # the greedy planner's largest buffers, the rest stacked
+                if not cut.placed:
+                    continue
+                found = stacked_above(buffers, cut.placed, alignment)
             finally:
                 cost = time.monotonic() - started
             arena = arena_end(buffers, found, alignment)
@@ -177,15 +184,17 @@ def long_lives_first(buffers: list[Buffer], overlaps: list[Overlap], alignment: 
                      deadline: Deadline, nodes: int | None) -> list[int] | None:
     """A plan of the buffers that live more than one step, exact within a share of `nodes`,
     with the one-step buffers (most of them kernel scratch) then filled in, largest first, each
-    at the lowest offset free at its step; None when there are not both kinds (or no nodes or
-    time for a search). The heuristics
+    at the lowest offset free at its step; None when there are not both kinds, or no nodes or
+    time for a search, or more long lives than the compiled search takes at once (a model has
+    far fewer; a search of thousands in Python would take minutes). The heuristics
     place scratch beside the tensors, often at offset 0, and the search keeps that: a chain of
     outputs over their inputs above it then rises by the scratch's size for every step of the
     chain, where this plan puts the scratch in a gap the chain leaves above it."""
     long = [i for i, b in enumerate(buffers) if b.first < b.last]
     short = [i for i, b in enumerate(buffers) if b.first == b.last]
-    if not long or not short or nodes == 0 or deadline.passed():
-        return None  # no search asked for, or no time: the heuristics' plan stands
+    if not long or not short or nodes == 0 or deadline.passed() \
+            or len(long) > COMPILED_MAX_BUFFERS:
+        return None  # no search asked for, no time, or too large for a quick one
     local = {i: k for k, i in enumerate(long)}
     planner = OptimalPlanner(alignment, nodes=None if nodes is None else nodes // LONG_LIVES_SHARE,
                              deadline=deadline)

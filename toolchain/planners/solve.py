@@ -59,15 +59,16 @@ def solve(path: str, capacity: int | None, time_limit: float | None = None, alig
           nodes: int = SOLVE_NODES) -> Solved:
     """Reads the problem at `path` and solves it within `nodes` search nodes (and
     `time_limit` seconds, when given)."""
-    buffers = load_buffers(path)
     started = time.monotonic()
-    bound = lower_bound(buffers, alignment)
-    deadline = NEVER if time_limit is None else Deadline.after(time_limit)
-    if capacity is None:
+    deadline = NEVER if time_limit is None else Deadline.after(time_limit)  # reading included
+    buffers = load_buffers(path)
+    if capacity is None:  # the exact planner proves its own bound
         plan = make_plan(buffers, "optimal", alignment, deadline=deadline, nodes=nodes)
         seconds = time.monotonic() - started
-        return Solved(path, len(buffers), None, plan, plan.bound_bytes or bound, False,
-                      seconds, None, compiled_available())
+        return Solved(path, len(buffers), None, plan,
+                      plan.bound_bytes or lower_bound(buffers, alignment), False, seconds, None,
+                      compiled_available())
+    bound = lower_bound(buffers, alignment)
     answer = fits(buffers, capacity, alignment, deadline=deadline, node_limit=nodes)
     plan = None
     if answer.offsets is not None:
