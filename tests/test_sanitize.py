@@ -104,3 +104,17 @@ def test_check_sanitize_prints_the_edge_verdict(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "runtime_py and the C built with ASan and UBSan agree on all 2 sets" in out
     assert main(["check", str(path), "--sanitize", "--backends", "runtime_py"]) == 2
+
+
+def test_a_model_without_inputs_has_no_edge_sets():
+    """The fuzzer's finding: a graph whose inputs were all cut away asks for no edge sets,
+    where it used to fail (max() of nothing)."""
+    from dataclasses import replace
+
+    from toolchain.front.examples import EXAMPLES
+    from toolchain.front.reader import parse_model
+    from toolchain.lab.check import edge_inputs
+
+    graph = parse_model(EXAMPLES["tiny_cnn_int8"](), "m").main
+    assert edge_inputs(replace(graph, inputs=())) == []
+    assert edge_inputs(graph)

@@ -75,12 +75,12 @@ def edge_values(dtype: np.dtype) -> tuple:
 
 def edge_inputs(graph: Graph) -> list[tuple[str, list[np.ndarray]]]:
     """(what, input set): set k fills every input with the k-th edge value of its dtype (an
-    input holding an output's shape keeps that shape)."""
+    input holding an output's shape keeps that shape); no sets for a model without inputs."""
     shapes = planned_shape_values(graph)
     tensors = [graph.tensors[t] for t in graph.inputs]
     values = [edge_values(np.dtype(t.dtype)) for t in tensors]
     sets = []
-    for k in range(max(len(v) for v in values)):
+    for k in range(max((len(v) for v in values), default=0)):  # a model with no inputs: none
         chosen = [v[k % len(v)] for v in values]
         arrays = [shapes[t.index] if t.index in shapes else
                   np.full(t.shape, value, np.dtype(t.dtype)) for t, value in zip(tensors, chosen,
