@@ -151,6 +151,22 @@ def waited_outputs(raw: bytes, graph: Graph, sets: int,
             if raw[k * size] else [] for k in range(sets)]
 
 
+def input_set_bytes(graph: Graph, values: Sequence[np.ndarray], source: str | None) -> bytes:
+    """One input set as a firmware reads it: each input's raw bytes in the model's order,
+    checked against the model's inputs (their count, and each one's bytes)."""
+    inputs = [graph.tensors[t] for t in graph.inputs]
+    if len(values) != len(inputs):
+        raise RuntimeBackendError(f"expected {len(inputs)} inputs, got {len(values)}", source)
+    chunks = []
+    for i, (t, v) in enumerate(zip(inputs, values, strict=True)):
+        data = np.ascontiguousarray(v, dtype=np.dtype(t.dtype)).tobytes()
+        if len(data) != t.nbytes:
+            raise RuntimeBackendError(f"input {i}: expected {t.nbytes} bytes, got {len(data)}",
+                                      source)
+        chunks.append(data)
+    return b"".join(chunks)
+
+
 def tensor_values(raw: bytes, graph: Graph, tensors: Sequence[int]) -> list[np.ndarray]:
     """The raw bytes of `tensors`, one after the other, as arrays."""
     values, position = [], 0

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from toolchain.errors import RuntimeBackendError
-from toolchain.lab.c_backend import tensor_values
+from toolchain.lab.c_backend import input_set_bytes, tensor_values
 from toolchain.lower.plan import ModelPlan
 from toolchain.ops.emit import WAITING_STATUS
 
@@ -138,18 +138,12 @@ class DeviceBackend:
                     sequence: int | None = None) -> list[list[np.ndarray]]:
         """Run every input set in order from the model's initial state; outputs per set. With
         `sequence`, the state is reset before sets `sequence`, 2 * `sequence`, ..."""
-        inputs = [self.graph.tensors[t] for t in self.graph.inputs]
         results, self.ticks = [], []
         self.reset()
         for k, values in enumerate(input_sets):
             if sequence and k and k % sequence == 0:
                 self.reset()
-            if len(values) != len(inputs):
-                raise self._fail(f"expected {len(inputs)} inputs, got {len(values)}")
-            payload = b"".join(np.ascontiguousarray(v, dtype=np.dtype(t.dtype)).tobytes()
-                               for t, v in zip(inputs, values, strict=True))
-            if len(payload) != self.input_bytes:
-                raise self._fail(f"expected {self.input_bytes} input bytes, got {len(payload)}")
+            payload = input_set_bytes(self.graph, values, self.port)
             reply = self._ask(INVOKE, payload, OUTPUTS, 8 + self.output_bytes)
             status, ticks = struct.unpack_from("<II", reply)
             if self.waits and status == WAITING_STATUS:

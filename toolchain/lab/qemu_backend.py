@@ -28,7 +28,12 @@ import numpy as np
 
 from toolchain.c.generate import traced_tensors
 from toolchain.errors import RuntimeBackendError
-from toolchain.lab.c_backend import split_outputs, tensor_values, waited_outputs
+from toolchain.lab.c_backend import (
+    input_set_bytes,
+    split_outputs,
+    tensor_values,
+    waited_outputs,
+)
 from toolchain.lab.firmware import (
     INPUT_FILE,
     OUTPUT_FILE,
@@ -124,20 +129,8 @@ class QemuBackend:
         """Run every input set in one QEMU process, in order; outputs per set. The model's
         state carries from set to set; with `sequence`, it is reset before sets `sequence`,
         2 * `sequence`, ..."""
-        inputs = [self.graph.tensors[t] for t in self.graph.inputs]
         chunks = [struct.pack("<II", len(input_sets), sequence or 0)]
-        for values in input_sets:
-            if len(values) != len(inputs):
-                raise RuntimeBackendError(
-                    f"expected {len(inputs)} inputs, got {len(values)}", self.source
-                )
-            for i, (t, v) in enumerate(zip(inputs, values, strict=True)):
-                data = np.ascontiguousarray(v, dtype=np.dtype(t.dtype)).tobytes()
-                if len(data) != t.nbytes:
-                    raise RuntimeBackendError(
-                        f"input {i}: expected {t.nbytes} bytes, got {len(data)}", self.source
-                    )
-                chunks.append(data)
+        chunks += [input_set_bytes(self.graph, values, self.source) for values in input_sets]
         run_dir = tempfile.mkdtemp(prefix="run-", dir=self.directory)
         try:
             with open(os.path.join(run_dir, INPUT_FILE), "wb") as f:
