@@ -144,22 +144,21 @@ BOARDS = {
 
 @dataclass(frozen=True)
 class Part:
-    """A real board's memory (the MLPerf Tiny reference boards): its flash, the RAM a firmware's
-    data, arena and stack go in (the largest contiguous SRAM), and its other RAMs; `target` is
-    its core's. What a plan's footprint is held against (`plan --layers --measure`)."""
+    """A real board's memory (the MLPerf Tiny reference boards): its flash and the RAM a
+    firmware's data, arena and stack go in (the largest contiguous SRAM); `target` is its
+    core's. What a plan's footprint is held against (`plan --layers --measure`)."""
 
     name: str
     target: str
-    core: str
     flash: Region
     ram: Region
-    other_ram: tuple[Region, ...] = ()
 
     def as_board(self) -> Board:
         """The part as the board a firmware project is written for: the vector table and code
         in its flash, the data, arena and stack in its main RAM, the core's DWT cycle counter
         for timing; no QEMU machine runs it and no UART is known."""
-        return Board(self.name, self.core, self.flash, self.ram, DWT_CYCCNT, 0, 0)
+        core = TARGETS[self.target].board.core
+        return Board(self.name, core, self.flash, self.ram, DWT_CYCCNT, 0, 0)
 
 
 # The Armv7-M/Armv8-M Data Watchpoint and Trace unit's cycle counter, and what starts it: DEMCR's
@@ -174,16 +173,15 @@ CORESIGHT_UNLOCK = 0xC5ACCE55
 
 # From each part's reference manual's memory map: STM32L4R5 (RM0432), STM32H7A3 (RM0455),
 # STM32U575 (RM0456). On the L4R5 SRAM2 is also mapped right after SRAM1, so SRAM1-3 are one
-# 640 KiB run; on the U575 SRAM1-3 are one 768 KiB run.
+# 640 KiB run; on the U575 SRAM1-3 are one 768 KiB run (SRAM4 lies apart); the H7A3's TCMs
+# and AHB SRAMs lie apart from its AXI SRAM.
 PARTS = {p.name: p for p in (
-    Part("nucleo-l4r5zi", "cortex-m4", "Cortex-M4", Region("flash", 0x08000000, 2 << 20),
+    Part("nucleo-l4r5zi", "cortex-m4", Region("flash", 0x08000000, 2 << 20),
          Region("SRAM1-3", 0x20000000, 640 << 10)),
-    Part("nucleo-h7a3zi-q", "cortex-m7", "Cortex-M7", Region("flash", 0x08000000, 2 << 20),
-         Region("AXI SRAM", 0x24000000, 1 << 20),
-         (Region("DTCM", 0x20000000, 128 << 10), Region("ITCM", 0x00000000, 64 << 10),
-          Region("AHB SRAM1-2", 0x30000000, 128 << 10))),
-    Part("nucleo-u575zi-q", "cortex-m33", "Cortex-M33", Region("flash", 0x08000000, 2 << 20),
-         Region("SRAM1-3", 0x20000000, 768 << 10), (Region("SRAM4", 0x28000000, 16 << 10),)),
+    Part("nucleo-h7a3zi-q", "cortex-m7", Region("flash", 0x08000000, 2 << 20),
+         Region("AXI SRAM", 0x24000000, 1 << 20)),
+    Part("nucleo-u575zi-q", "cortex-m33", Region("flash", 0x08000000, 2 << 20),
+         Region("SRAM1-3", 0x20000000, 768 << 10)),
 )}
 
 _DSP = ("defined(__ARM_FEATURE_DSP)",)

@@ -105,7 +105,7 @@ def part_of(entry: object) -> Part:
     flash, ram = regions
     if flash.origin < ram.origin + ram.length and ram.origin < flash.origin + flash.length:
         raise ValueError("the part's flash and ram overlap")
-    return Part(name, target, TARGETS[target].board.core, flash, ram)
+    return Part(name, target, flash, ram)
 
 
 def region(what: str, entry: object) -> Region:
