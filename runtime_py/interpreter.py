@@ -254,7 +254,9 @@ class ArenaInterpreter:
         """A striped segment (toolchain.lower.tiling): its stripes in order, each op on the rows the
         stripe gives it. The output's rows are claimed as they are written and the input's rows
         released as soon as no window reads them, so a plan that lets the output grow over rows
-        still needed fails here; the stripe buffers' rows not yet written hold poison."""
+        still needed fails here (before each op: the rows that op and the ops after it in the
+        stripe read, and later stripes read, stay); the stripe buffers' rows not yet written
+        hold poison."""
         layout, graph = self.layout, self.graph
         x, y = layout.holder_of.get(segment.input), layout.holder_of.get(segment.output)
         steps = range(segment.first, segment.last + 1)
@@ -286,8 +288,10 @@ class ArenaInterpreter:
                                     self.source)
                 return view[:, lo - base:hi - base]
 
-            for work in stripe.ops:
+            for k, work in enumerate(stripe.ops):
                 op = graph.operators[work.op]
+                if dies:
+                    self._release_rows(x, segment.input, stripe.input_alive_from(k, segment.input))
                 if work.op == segment.ops[-1] and y is not None:
                     self._claim_rows(y, segment.output, written, work.out_hi, op)
                     written = work.out_hi

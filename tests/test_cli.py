@@ -54,7 +54,8 @@ def test_plan_json_fields(capsys, example_path, planner):
         assert key in data
     assert data["planner"] == planner and data["alignment"] == 32
     assert all(b["offset"] % 32 == 0 for b in data["buffers"])
-    assert data["lower_bound_bytes"] <= data["arena_bytes"] <= data["naive_bytes"]
+    # outputs over their dying inputs (and striped segments) may go below the classic bound
+    assert data["overlap_bound_bytes"] <= data["arena_bytes"] <= data["naive_bytes"]
     if planner == "naive":
         assert data["arena_bytes"] == data["naive_bytes"]
     assert set(data["buffers"][0]) >= {"tensor", "name", "bytes", "first_op", "last_op", "offset"}

@@ -933,3 +933,53 @@ def test_shared_models_are_bit_exact_with_the_dsp_kernels(name, target):
         report = check_plan(mp, data, 1, 0, [("qemu", backend.invoke_many)])
     assert report.ok, report.as_dict()
 
+
+
+# -- the arena as the constraint: --max-arena -----------------------------------------------
+
+
+def test_max_arena_gives_up_target_kernels_until_the_arena_fits():
+    """A stem whose DSP kernels' scratch makes the cortex-m4 arena larger than the generic one:
+    held to the generic arena, some ops run their portable kernels and the arena fits; the
+    others keep their target kernels."""
+    from tests.test_tiling import mobilenet_stem
+
+    model = parse_model(mobilenet_stem(), "stem.tflite")
+    generic = plan_model(model).arena_bytes
+    fast = plan_model(model, target="cortex-m4")
+    assert fast.arena_bytes > generic and not fast.program.portable_ops
+    fitted = plan_model(model, target="cortex-m4", max_arena=generic)
+    assert fitted.arena_bytes <= generic
+    portable = fitted.program.portable_ops
+    assert portable and all(fitted.program.bindings[op].variant is None for op in portable)
+    assert any(b is not None and b.variant is not None for b in fitted.program.bindings)
+    assert plan_model(model, target="cortex-m4", max_arena=fast.arena_bytes) \
+        .program.portable_ops == frozenset()
+
+
+@needs_mcu
+def test_a_plan_held_to_max_arena_runs_bit_exact_under_qemu():
+    from tests.test_tiling import residual_block
+
+    data = residual_block()
+    model = parse_model(data, "residual.tflite")
+    mp = plan_model(model, target="cortex-m4", max_arena=plan_model(model).arena_bytes)
+    assert mp.program.portable_ops
+    with QemuBackend(mp) as backend:
+        report = check_plan(mp, data, 2, 0, [("qemu", backend.invoke_many)])
+    assert report.ok, report.as_dict()
+
+
+def test_max_arena_too_small_is_one_line(capsys, tmp_path):
+    from tests.test_tiling import mobilenet_stem
+
+    path = tmp_path / "stem.tflite"
+    path.write_bytes(mobilenet_stem())
+    code, out, err = run(capsys, "plan", str(path), "--target", "cortex-m4", "--max-arena", "64")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "over the limit of 64 (--max-arena)" in err and "with the portable kernels of op" in err
+    code, out, err = run(capsys, "plan", str(path), "--max-arena", "64", "--pool", "a:64K")
+    assert code == 2 and "--max-arena" in err and len(err.strip().splitlines()) == 1
+    code, out, _ = run(capsys, "plan", str(path), "--target", "cortex-m4", "--max-arena", "1920")
+    assert code == 0 and "run their portable kernels, not the cortex-m4 ones" in out
+    assert int(re.search(r"^arena +(\d+) bytes", out, re.M)[1]) <= 1920

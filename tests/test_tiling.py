@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import toolchain.lower.plan as plan_module
 from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import tflm_head_figures
 from tests.opcheck import assert_matches_oracle, assert_varied
@@ -104,8 +105,21 @@ def strided_pointwise() -> bytes:
     return b.build()
 
 
+def ds_cnn() -> bytes:
+    """A keyword-spotting DS-CNN: a tall strided first convolution, then depthwise and pointwise
+    pairs, every output a little below its input: the shifts of a run of them stack."""
+    b = ModelBuilder("int8", seed=5)
+    x = b.input("x", (1, 25, 8, 1), "int8", scale=0.05, zero_point=-3)
+    y = b.conv_2d(x, 16, (10, 4), stride=2, activation="RELU")
+    for _ in range(3):
+        y = b.depthwise_conv_2d(y, 3, activation="RELU")
+        y = b.conv_2d(y, 16, 1, activation="RELU")
+    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (13, 4), 1, "VALID"), (1, 16))))
+    return b.build()
+
+
 @pytest.mark.parametrize("build", [mobilenet_stem, residual_block, float_pool_chain, int16_chain,
-                                   strided_pointwise])
+                                   strided_pointwise, ds_cnn])
 def test_striped_chain_matches_litert_in_runtime_py_and_c(build):
     data = build()
     striped_plan(data)
@@ -133,6 +147,22 @@ def test_striped_values_equal_the_whole_tensor_run():
     assert all((a == b).all() for a, b in zip(striped, whole, strict=True))
 
 
+def test_a_neighbouring_tiling_that_plans_smaller_wins(monkeypatch):
+    """The bound picks a segment, but the shifts a run of outputs stacks show only in a plan:
+    a neighbour of the chosen segment plans smaller, and is kept."""
+    model = parse_model(ds_cnn(), "ds_cnn.tflite")
+    found = plan_model(model)
+    monkeypatch.setattr(plan_module, "NEARBY_TILINGS", 0)
+    chosen = plan_model(model)
+    assert found.arena_bytes < chosen.arena_bytes
+    assert found.overlap_bound_bytes <= found.arena_bytes
+    assert found.tiling != chosen.tiling
+    inputs = random_inputs(found.graph, 2)
+    striped = ArenaInterpreter(found).invoke(inputs)
+    whole = ArenaInterpreter(plan_model(model, techniques=Techniques(tiling="off"))).invoke(inputs)
+    assert all((a == b).all() for a, b in zip(striped, whole, strict=True))
+
+
 def unsafe_by_one_row(mp):
     """The plan with the segment output one input row higher than its shift allows."""
     segment = mp.tiling.segments[0]
@@ -145,7 +175,7 @@ def unsafe_by_one_row(mp):
 
 
 def test_releasing_input_rows_a_stripe_too_early_fails_verify_and_the_runtime():
-    data = mobilenet_stem()
+    data = float_pool_chain()
     mp, _ = striped_plan(data)
     segment = mp.tiling.segments[0]
     assert segment.shift > 0
@@ -193,10 +223,14 @@ def test_shared_models_meet_the_tiling_goals():
         tiled[m.stem] = plan_model(model).arena_bytes
         plain[m.stem] = plan_model(model, techniques=Techniques(tiling="off")).arena_bytes
         assert tiled[m.stem] <= plain[m.stem]
-    assert tiled["vww_96_int8"] <= 30720 and tiled["person_detect"] <= 30720
+    # The exact stripe shifts and the neighbouring tilings: vww's output over its input no
+    # further down than the stripe schedule needs, person_detect on its floor of one-row
+    # stripes.
+    assert tiled["vww_96_int8"] <= 28672 and tiled["person_detect"] <= 16896
     assert tiled["pretrainedResnet_quant"] < plain["pretrainedResnet_quant"]
+    assert tiled["kws_ref_model"] < plain["kws_ref_model"]
     heads = tflm_head_figures()
-    assert sum(tiled.values()) <= 0.55 * sum(heads[name] for name in tiled)
+    assert sum(tiled.values()) <= 0.48 * sum(heads[name] for name in tiled)
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/models is absent")

@@ -165,6 +165,10 @@ def add_planning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tiling", choices=["auto", "off"], default="auto",
                    help="run chains of convolutions and pooling stripe by stripe where that "
                         "lowers the arena (auto, default) or never (off)")
+    p.add_argument("--max-arena", type=byte_count, default=None, metavar="N",
+                   help="fit the arena in N bytes: while it is larger, the target kernel whose "
+                        "scratch is the largest where the arena peaks runs its portable kernel "
+                        "instead; refused when no such kernel is left (default: no limit)")
     p.add_argument("--pool", action="append", type=pool_spec, default=[],
                    metavar="NAME:SIZE[:SECTION]",
                    help="a memory pool instead of one arena, SIZE in bytes, K or M; repeat "
@@ -209,6 +213,7 @@ def planning(args: argparse.Namespace) -> dict:
         pools=pools,
         pins=pins,
         max_bytes=getattr(args, "max_bytes", DEFAULT_MAX_BYTES),
+        max_arena=getattr(args, "max_arena", None),
         **options,
     )
 

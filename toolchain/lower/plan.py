@@ -4,7 +4,7 @@ the state block beside the arena, and the figures beside them."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
 
@@ -14,6 +14,7 @@ from toolchain.errors import ArenacError, PlanError
 from toolchain.front.validate import DEFAULT_MAX_BYTES
 from toolchain.ir import Model
 from toolchain.lower.lifetimes import (
+    SCRATCH,
     STRIPE,
     TENSOR,
     BufferKey,
@@ -33,6 +34,7 @@ from toolchain.lower.tiling import (
     Tiling,
     choose_tiling,
     fits_scratch,
+    neighbours,
     stripe_chain,
 )
 from toolchain.lower.tiling import candidates as stripe_candidates
@@ -326,13 +328,62 @@ def best_candidates(nodes: int = DEFAULT_NODES) -> tuple[tuple[str, dict], ...]:
     )
 
 
-def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES, **kwargs) -> ModelPlan:
+def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES,
+               max_arena: int | None = None, **kwargs) -> ModelPlan:
     """Plan one graph of `model` (`planned_model` says how), refused with one PlanError when
     its arena and state block together exceed `max_bytes`: checked on the plan itself, before
-    any backend allocates the arena or writes it as C."""
+    any backend allocates the arena or writes it as C. With `max_arena`, the arena must fit
+    in that many bytes: target kernels give up their scratch for it (`within_arena`)."""
+    if max_arena is not None and kwargs.get("pools"):
+        raise ArenacError("--max-arena limits the one arena; with --pool each pool has its own "
+                          "size", model.source)
     model_plan = planned_model(model, *args, **kwargs)
+    if max_arena is not None:
+        model_plan = within_arena(model_plan, max_arena, lambda portable: planned_model(
+            model, *args, **{**kwargs, "portable_ops": portable}))
     check_budget(model_plan, max_bytes)
     return model_plan
+
+
+def within_arena(model_plan: ModelPlan, max_arena: int,
+                 replan: Callable[[frozenset[int]], ModelPlan]) -> ModelPlan:
+    """The plan within `max_arena` bytes of arena, giving up target kernels for their portable
+    ones (whose scratch is smaller, or none) one at a time (`scratch_to_give_up`), the model
+    planned again after each. Refused when no target kernel with scratch is left."""
+    portable: frozenset[int] = frozenset()
+    while model_plan.arena_bytes > max_arena:
+        op = scratch_to_give_up(model_plan)
+        if op is None:
+            ops = ", ".join(f"op {o}" for o in sorted(portable))
+            given_up = f" with the portable kernels of {ops}" if portable else ""
+            raise PlanError(f"the plan needs a {model_plan.arena_bytes}-byte arena{given_up}, "
+                            f"over the limit of {max_arena} (--max-arena)", model_plan.model.source)
+        portable |= {op}
+        model_plan = replan(portable)
+    return model_plan
+
+
+def scratch_to_give_up(model_plan: ModelPlan) -> int | None:
+    """The op running a target kernel with scratch whose scratch is the largest of those live
+    at a step where the arena's top is the highest; if none is, the largest anywhere (a
+    segment that the target kernels' scratch keeps from being striped, the drift of a run of
+    steps, can set the arena where no scratch is live). None when no target kernel has any."""
+    buffers, offsets = model_plan.plan.buffers, model_plan.plan.offsets
+    keys, bindings = model_plan.lifetimes.keys, model_plan.program.bindings
+    tops: dict[int, int] = {}
+    for b, offset in zip(buffers, offsets, strict=True):
+        for at in range(b.first, b.last + 1):
+            tops[at] = max(tops.get(at, 0), offset + b.size)
+    peak = max(tops.values(), default=0)
+    at_peak = {at for at, top in tops.items() if top == peak}
+    scratch: dict[int, tuple[bool, int]] = {}
+    for b, key in zip(buffers, keys, strict=True):
+        binding = bindings[key.index] if key.kind == SCRATCH else None
+        if binding is not None and binding.variant is not None:
+            live, size = scratch.get(key.index, (False, 0))
+            scratch[key.index] = (live or any(b.first <= at <= b.last for at in at_peak),
+                                  size + b.size)
+    return max(scratch, key=lambda op: (*scratch[op], -op), default=None)
 
 
 def check_budget(model_plan: ModelPlan, max_bytes: int) -> None:
@@ -361,6 +412,7 @@ def planned_model(
     portable: bool = False,
     pools: Sequence[Pool] = (),
     pins: Mapping[str, str] | None = None,
+    portable_ops: frozenset[int] = frozenset(),
     **options,
 ) -> ModelPlan:
     """Plan one graph of `model`; the result is verified.
@@ -382,16 +434,17 @@ def planned_model(
     `order` then runs over the program's ops
     (toolchain.lower.program), and must keep each called subgraph's steps together after its call.
     `target` (toolchain.targets) picks the kernels, whose scratch and overlaps the plan
-    follows; `portable` keeps to its portable kernels. `pools` (fastest first) take the
-    buffers instead of one arena (toolchain.planners.pools); `pins` force a tensor (by index
-    or name) or the state block ("state") into the pool named.
+    follows; `portable` keeps to its portable kernels (`portable_ops`: those ops alone).
+    `pools` (fastest first) take the buffers instead of one arena (toolchain.planners.pools);
+    `pins` force a tensor (by index or name) or the state block ("state") into the pool
+    named.
     """
     if planner not in PLANNER_NAMES:
         raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
     deadline = NEVER if time_limit is None else Deadline.after(time_limit)
     if planner == TFLMPlanner.name:  # TFLM's graph as TFLM runs it: file order, PADs their own
         techniques = replace(techniques, schedule="model", fuse_padding=False)
-    program = lowered(model, graph_index, target, portable, techniques, alignment)
+    program = lowered(model, graph_index, target, portable, techniques, alignment, portable_ops)
     graph = program.graph
     # TFLM's planner is shown on the buffers TFLM plans: its kernels' scratch, not ours.
     own = program.tflm_scratch() if planner == TFLMPlanner.name else program.scratch()
@@ -414,7 +467,7 @@ def planned_model(
     if techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
             and program.layout is None and not pools:
         with step("tiling"):
-            tiling = tiling_for(program, order, kept, problem, alignment)
+            tiling, others = tiling_for(program, order, kept, problem, alignment)
     tiled = None
     if tiling.segments:
         untiled_bound = lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment)
@@ -422,6 +475,10 @@ def planned_model(
                              dict(options), offsets_csv, nodes, alignment, deadline.share(0.5))
         if tiled is not None and offsets_csv is not None:  # the solution was of this problem
             return tiled
+        if tiled is not None and tiled.arena_bytes > tiled.overlap_bound_bytes:
+            with step("tiling"):
+                tiled = nearby_tiling(program, problem, tiled, others, untiled_bound, planner,
+                                      options, nodes, alignment, deadline)
     plan, pooled = place(program, lifetimes, overlaps, planner, options, offsets_csv, pools,
                          pins, nodes, alignment, deadline)
     clock_cut = time_limit is not None and deadline.passed()
@@ -432,10 +489,11 @@ def planned_model(
 
 
 def lowered(model: Model, graph_index: int, target: str, portable: bool,
-            techniques: Techniques, alignment: int) -> Program:
+            techniques: Techniques, alignment: int,
+            portable_ops: frozenset[int] = frozenset()) -> Program:
     """The graph lowered for `target` (toolchain.lower.program), refused when its kernels read
     their scratch in words wider than `alignment` keeps whole."""
-    program = lower(model, graph_index, target, portable, techniques.fuse_padding)
+    program = lower(model, graph_index, target, portable, techniques.fuse_padding, portable_ops)
     needed = max((b.variant.scratch_alignment for b in program.bindings
                   if b is not None and b.variant is not None), default=1)
     if alignment < needed:
@@ -472,8 +530,41 @@ def striped_plan(program: Program, tiled: tuple[Lifetimes, tuple[Overlap, ...]],
                      untiled_bound_bytes=untiled_bound)
 
 
-def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int) -> Tiling:
-    """The striped segments that lower the bound of the plan (toolchain.lower.tiling)."""
+# Neighbouring tilings planned in full after the one the bound chose, at most: each is a
+# whole plan, so this bounds the work (and the result does not depend on the clock).
+NEARBY_TILINGS = 12
+
+
+def nearby_tiling(program: Program, problem, tiled: ModelPlan,
+                  others: Callable[..., list[tuple[tuple[int, int], Tiling]]],
+                  untiled_bound: int, planner: str, options: dict, nodes: int, alignment: int,
+                  deadline: Deadline) -> ModelPlan:
+    """The smallest plan found by walking from the chosen tiling to better neighbours
+    (toolchain.lower.tiling.neighbours), best bound first, within NEARBY_TILINGS plans: the
+    bound does not see the shifts a run of outputs stacks, a plan does."""
+    best, tried, budget = tiled, {tiled.tiling}, NEARBY_TILINGS
+    improved = True
+    while improved and budget:
+        improved = False
+        for score, tiling in others(best.tiling, below=best.arena_bytes):
+            if not budget or score[0] >= best.arena_bytes:
+                break
+            if tiling in tried:
+                continue
+            tried.add(tiling)
+            budget -= 1
+            trial = striped_plan(program, problem(tiling), tiling, untiled_bound, planner,
+                                 dict(options), None, nodes, alignment, deadline.share(0.1))
+            if trial.arena_bytes < best.arena_bytes:
+                best, improved = trial, True
+                break
+    return best
+
+
+def tiling_for(program: Program, order: Sequence[int], kept, problem,
+               alignment: int) -> tuple[Tiling, Callable[[Tiling, int], list[Tiling]]]:
+    """The striped segments that lower the bound of the plan (toolchain.lower.tiling), and
+    what gives their neighbours whose bound is below an arena."""
     graph = program.graph
     built: dict[tuple, Segment | None] = {}
     scores: dict[tuple, tuple[tuple[int, int], int]] = {}
@@ -501,7 +592,8 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
             built[at] = segment if fits_scratch(segment, program.bindings, params) else None
         return built[at]
 
-    return choose_tiling(chains, build, evaluate)
+    chosen = choose_tiling(chains, build, evaluate)
+    return chosen, partial(neighbours, chains=chains, build=build, evaluate=evaluate)
 
 
 def tiled_problem(program: Program, order: Sequence[int], scratch, outside, roles, lives,

@@ -43,7 +43,7 @@ from toolchain.lower.folding import (
 from toolchain.lower.fusion import PadFusion, control_tensors
 from toolchain.lower.fusion import fuse_padding as fuse
 from toolchain.lower.lifetimes import SCRATCH, TFLM_SCRATCH, BufferKey, ScratchRequest
-from toolchain.ops import REGISTRY, Refusal, bind_graph, refusal_error
+from toolchain.ops import REGISTRY, Refusal, bind, bind_graph, refusal_error
 from toolchain.ops.spec import Binding, MemoryRequest
 from toolchain.targets import GENERIC, get_target
 
@@ -141,7 +141,9 @@ class Program:
     `folds`: the ops folded into constants (toolchain.lower.folding); `rewritten_graph` is the
     graph with the fused and folded ops rewritten, when there are any. `int4_unpacks`: the ops
     whose int4 filter the C keeps packed in flash, op -> (filter tensor, its packed bytes): each
-    unpacks it into its last scratch request before it runs (int4_unpacks)."""
+    unpacks it into its last scratch request before it runs (int4_unpacks). `portable_ops`:
+    the ops bound to their portable kernels though the target has its own (a plan within
+    `--max-arena`: toolchain.lower.plan.within_arena)."""
 
     model: Model
     graph_index: int
@@ -156,6 +158,7 @@ class Program:
     folds: tuple[Fold | DecodeFold, ...] = ()
     rewritten_graph: Graph | None = None
     int4_unpacks: Mapping[int, tuple[int, bytes]] = field(default_factory=dict)
+    portable_ops: frozenset[int] = frozenset()
 
     @property
     def graph(self) -> Graph:
@@ -380,12 +383,13 @@ class Program:
 
 
 def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
-          portable: bool = False, fuse_padding: bool = True) -> Program:
+          portable: bool = False, fuse_padding: bool = True,
+          portable_ops: frozenset[int] = frozenset()) -> Program:
     """Bind every operator of one graph and of the subgraphs it calls for `target` (with
-    `portable`, to its portable kernels only); an op the model cannot mean fails here, before
-    any planning (a variant no kernel runs is kept as a refusal). With `fuse_padding`, a PAD
-    in front of a windowed op becomes that op's padding where that is exact
-    (toolchain.lower.fusion)."""
+    `portable`, to its portable kernels only; the ops of `portable_ops` alone so); an op the
+    model cannot mean fails here, before any planning (a variant no kernel runs is kept as a
+    refusal). With `fuse_padding`, a PAD in front of a windowed op becomes that op's padding
+    where that is exact (toolchain.lower.fusion)."""
     get_target(target, model.source)  # an unknown name is one clear error
     layout, laid = lay_out(model, graph_index)
     if layout is None:
@@ -410,14 +414,28 @@ def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
     laid_refusals = tuple(Refusal(op, f"{label(graph.operators[op]) if label else f'op {op}'} "
                                       f"{graph.operators[op].opcode}: {message}")
                           for op, message in laid)
+    bindings, demoted = portable_bindings(graph, bindings, portable_ops)
     bindings, unpacks = int4_unpacks(original, bindings)
     program = Program(model, graph_index, bindings, (*refusals, *laid_refusals), layout,
                       target=target, portable=portable, pad_fusions=fusions, folds=folds,
                       rewritten_graph=graph if graph is not original else None,
-                      int4_unpacks=unpacks)
+                      int4_unpacks=unpacks, portable_ops=demoted)
     resources, handles, problems = resource_variables(program)
     return replace(program, refusals=(*program.refusals, *problems), resources=resources,
                    handles=handles)
+
+
+def portable_bindings(graph: Graph, bindings: tuple[Binding | None, ...],
+                      ops: frozenset[int]) -> tuple[tuple[Binding | None, ...], frozenset[int]]:
+    """The bindings with the target kernels of `ops` replaced by their portable ones (bound to
+    the op as it stands, its PAD fused), and the ops that changed."""
+    bound, changed = list(bindings), set()
+    for op in sorted(ops):
+        binding = bindings[op] if 0 <= op < len(bindings) else None
+        if binding is not None and binding.variant is not None:
+            bound[op] = bind(graph, graph.operators[op], GENERIC)
+            changed.add(op)
+    return tuple(bound), frozenset(changed)
 
 
 def int4_unpacks(graph: Graph, bindings: tuple[Binding | None, ...]) -> tuple[

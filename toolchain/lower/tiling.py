@@ -10,8 +10,9 @@ NHWC rows and runs its usual kernel, on fewer rows and with its own top padding.
 
 NHWC with batch 1 makes a row range a byte range, so the input's rows die as the stripes pass
 and the output may grow over them: the output may start `shift` bytes below the input, the
-largest excess of output bytes written over input bytes released at any stripe (an Overlap the
-planner honours and `verify` checks). The planner sees the whole segment at its first step:
+largest excess of output bytes written over input bytes dead when the stripe's last op writes
+them (the ops before it in the stripe have read their rows; an Overlap the planner honours and
+`verify` checks). The planner sees the whole segment at its first step:
 input, output, stripe buffers and the scratch of the segment's kernels all live there together.
 """
 
@@ -53,6 +54,13 @@ class Stripe:
     kept: tuple[int, ...]  # per stripe buffer: rows moved up from the previous stripe
     ops: tuple[OpRows, ...]
     input_done_to: int
+
+    def input_alive_from(self, k: int, x: int) -> int:
+        """The first row of the segment input `x` still needed when the stripe's k-th op runs:
+        the rows it and the ops after it in this stripe read, and the rows later stripes read.
+        The ops before it have run, so the rows only they read are dead."""
+        return min([self.input_done_to, *(lo for w in self.ops[k:] for t, lo, _ in w.reads
+                                          if t == x)])
 
 
 @dataclass(frozen=True)
@@ -249,7 +257,6 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
         moved += sum(k * chain.row_bytes[t] for k, t, base in zip(kept, intermediates, bases,
                                                                   strict=True)
                      if k and previous_base[t] != base)
-        input_from = first_needed(consumers[x], start)
         work = []
         for op_index in ops:
             out = chain.produced[op_index]
@@ -259,10 +266,12 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
                 work.append(OpRows(op_index, start[out], need[out], reads))
         for t, base in zip(intermediates, bases, strict=True):
             capacity[t] = max(capacity[t], need[t] - base)
-        shift = max(shift, need[y] * chain.row_bytes[y] - input_from * chain.row_bytes[x])
         computed = need
         previous_base.update(zip(intermediates, bases, strict=True))
-        stripes.append(Stripe(bases, kept, tuple(work), first_needed(consumers[x], computed)))
+        stripe = Stripe(bases, kept, tuple(work), first_needed(consumers[x], computed))
+        shift = max(shift, need[y] * chain.row_bytes[y]
+                    - stripe.input_alive_from(len(work) - 1, x) * chain.row_bytes[x])
+        stripes.append(stripe)
     buffers = tuple(StripeBuffer(t, capacity[t], chain.row_bytes[t]) for t in intermediates)
     per_row = {o: op_macs(graph, bindings[o]) // chain.rows[chain.produced[o]] for o in ops}
     macs = sum((w.out_hi - w.out_lo) * per_row[w.op] for s in stripes for w in s.ops)
@@ -378,6 +387,36 @@ def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment
             return tiling
         score, peak, tiling = best
     return tiling
+
+
+def neighbours(tiling: Tiling, chains: Sequence[Chain],
+               build: Callable[[Chain, int], Segment | None],
+               evaluate: Callable[[Tiling], tuple[Score, int]],
+               below: int) -> list[tuple[Score, Tiling]]:
+    """The tilings one segment away from `tiling` (a chain meeting one of its segments, at any
+    height, in place of the segments it meets) whose peak is below `below`, with their scores,
+    best first.
+
+    The peak counts bytes, not where they go: a segment with a higher peak may still plan
+    smaller, when the one chosen leaves a run of outputs each a little below its input (each
+    shift stacks on the one before) and the other takes that run inside."""
+    found: dict[tuple, tuple[Score, Tiling]] = {}
+    for chain in chains:
+        if not any(chain.first <= s.last and s.first <= chain.last for s in tiling.segments):
+            continue
+        for height in heights(chain):
+            segment = build(chain, height)
+            if segment is None:
+                continue
+            trial = with_segment(tiling, segment)
+            if trial == tiling:
+                continue
+            score, _ = evaluate(trial)
+            if score[0] < below:
+                key = tuple((s.first, s.last, s.height) for s in trial.segments)
+                found.setdefault(key, (score, trial))
+    return sorted(found.values(), key=lambda f: (f[0], [(s.first, s.last, -s.height)
+                                                        for s in f[1].segments]))
 
 
 # -- runs of alike stripes: one C loop each ----------------------------------------------------

@@ -199,6 +199,7 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
         "overlap_bound_bytes": mp.overlap_bound_bytes,
         "untiled_bound_bytes": mp.untiled_bound_bytes,
         "tiling": [segment_data(mp, s) for s in mp.tiling.segments],
+        "portable_ops": sorted(mp.program.portable_ops),
         "proven_optimal": mp.plan.proven_optimal,
         "clock_cut": mp.clock_cut,
         "unsupported_ops": refused_ops(mp.program),
@@ -413,6 +414,7 @@ def plan_text(mp: ModelPlan) -> str:
         out.append(f"unsupported  {len(refused)} ops ({display_text(names)}) have no kernel here: "
                    "the arena below lacks their scratch,")
         out.append("             and run, gen and check refuse the model (inspect says why)")
+    out.extend(portable_lines(mp))
     shared = [o for o in mp.plan.overlaps if shared_bytes(mp, o.below, o.above)]
     if shared:
         out.append(f"overlaps     {len(shared)} outputs placed over their dying inputs, "
@@ -437,6 +439,18 @@ def plan_text(mp: ModelPlan) -> str:
     out.append("")
     out.append(memory_map_text(mp.rows(), mp.arena_bytes, len(mp.lifetimes.order)))
     return "\n".join(out)
+
+
+def portable_lines(mp: ModelPlan) -> list[str]:
+    """The ops that run their portable kernels for the arena to fit `--max-arena`."""
+    ops = sorted(mp.program.portable_ops)
+    if not ops:
+        return []
+    names = ", ".join(f"op {op} {mp.graph.operators[op].opcode}" for op in ops)
+    text = (f"{len(ops)} ops run their portable kernels, not the {mp.program.target} ones, "
+            f"for the arena to fit --max-arena: {names}")
+    wrapped = textwrap.wrap(text, 100 - 13, break_on_hyphens=False)
+    return [f"{'portable' if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
 
 
 def refused_ops(program) -> list[dict[str, Any]]:
