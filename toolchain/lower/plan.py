@@ -30,6 +30,7 @@ from toolchain.lower.schedule import schedule
 from toolchain.lower.steps import Step, execution_steps
 from toolchain.lower.tiling import (
     NO_TILING,
+    Score,
     Segment,
     Tiling,
     choose_tiling,
@@ -536,7 +537,7 @@ NEARBY_TILINGS = 12
 
 
 def nearby_tiling(program: Program, problem, tiled: ModelPlan,
-                  others: Callable[..., list[tuple[tuple[int, int], Tiling]]],
+                  others: Callable[..., list[tuple[Score, Tiling]]],
                   untiled_bound: int, planner: str, options: dict, nodes: int, alignment: int,
                   deadline: Deadline) -> ModelPlan:
     """The smallest plan found by walking from the chosen tiling to better neighbours
@@ -562,7 +563,7 @@ def nearby_tiling(program: Program, problem, tiled: ModelPlan,
 
 
 def tiling_for(program: Program, order: Sequence[int], kept, problem,
-               alignment: int) -> tuple[Tiling, Callable[[Tiling, int], list[Tiling]]]:
+               alignment: int) -> tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]:
     """The striped segments that lower the bound of the plan (toolchain.lower.tiling), and
     what gives their neighbours whose bound is below an arena."""
     graph = program.graph
