@@ -235,6 +235,14 @@ class ModelPlan:
         """"op 3 ADD", "subgraph 1 op 0 VAR_HANDLE": the op that runs at a step."""
         return step_label(self.program, self.lifetimes.order, step)
 
+    def arena_tops(self) -> list[int]:
+        """Per step of the order, the arena's top then: the highest byte a live buffer reaches."""
+        tops = [0] * len(self.lifetimes.order)
+        for b, offset in zip(self.plan.buffers, self.plan.offsets, strict=True):
+            for at in range(b.first, b.last + 1):
+                tops[at] = max(tops[at], offset + b.size)
+        return tops
+
     def rows(self) -> list[BufferRow]:
         tensors = self.graph.tensors
         purposes = {r.key: r.purpose for r in self.lifetimes.scratch}
@@ -369,16 +377,12 @@ def scratch_to_give_up(model_plan: ModelPlan) -> int | None:
     at a step where the arena's top is the highest; if none is, the largest anywhere (a
     segment that the target kernels' scratch keeps from being striped, the drift of a run of
     steps, can set the arena where no scratch is live). None when no target kernel has any."""
-    buffers, offsets = model_plan.plan.buffers, model_plan.plan.offsets
     keys, bindings = model_plan.lifetimes.keys, model_plan.program.bindings
-    tops: dict[int, int] = {}
-    for b, offset in zip(buffers, offsets, strict=True):
-        for at in range(b.first, b.last + 1):
-            tops[at] = max(tops.get(at, 0), offset + b.size)
-    peak = max(tops.values(), default=0)
-    at_peak = {at for at, top in tops.items() if top == peak}
+    tops = model_plan.arena_tops()
+    peak = max(tops, default=0)
+    at_peak = {at for at, top in enumerate(tops) if top == peak}
     scratch: dict[int, tuple[bool, int]] = {}
-    for b, key in zip(buffers, keys, strict=True):
+    for b, key in zip(model_plan.plan.buffers, keys, strict=True):
         binding = bindings[key.index] if key.kind == SCRATCH else None
         if binding is not None and binding.variant is not None:
             live, size = scratch.get(key.index, (False, 0))

@@ -35,6 +35,7 @@ def layer_rows(mp: ModelPlan) -> list[dict[str, Any]]:
     weights = flash.constants
     seen: set[int] = set()
     rows = []
+    tops = mp.arena_tops()
     for step, op_index in enumerate(lifetimes.order):
         op = graph.operators[op_index]
         live = [(buffer, offset) for buffer, offset in zip(mp.plan.buffers, mp.plan.offsets,
@@ -49,7 +50,7 @@ def layer_rows(mp: ModelPlan) -> list[dict[str, Any]]:
             "opcode": op.opcode if op.opcode != "CUSTOM" else op.kind,
             "macs": op_macs(graph, binding),
             "live_bytes": covered(sorted((o, o + b.size) for b, o in live)),
-            "arena_high_water": max((o + b.size for b, o in live), default=0),
+            "arena_high_water": tops[step],
             "scratch_bytes": sum(r.size for r in binding.scratch) if binding else 0,
             "weight_bytes": sum(weights[t] for t in constants),
             "kernel_weight_bytes": flash.kernel.get(op_index, 0),
