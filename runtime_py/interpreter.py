@@ -140,6 +140,10 @@ class ArenaInterpreter:
         self.held: Counter[int] = Counter()  # holders whose release waits, and how many wait
         self.deferred: set[int] = set()  # held holders whose release came
         self.observe: Observer | None = None
+        # Streamed inputs stay outside the arena, as the firmware holds them; their segment
+        # fetches their rows (toolchain.lower.tiling).
+        self.streamed: dict[int, np.ndarray | None] = {
+            s.input: None for s in model_plan.tiling.segments if s.streamed}
         self.reset()
 
     def state_block(self, nbytes: int) -> np.ndarray:
@@ -198,7 +202,10 @@ class ArenaInterpreter:
         for claim in self.layout.input_claims:
             self._claim(claim, 0, None)
         for t, value in zip(graph.inputs, values, strict=True):
-            self.views[t][...] = value
+            if t in self.streamed:
+                self.streamed[t] = value.copy()  # the firmware's side: fetched row by row
+            else:
+                self.views[t][...] = value
         try:
             self._run(self.model_plan.steps, True)
         except InvokeEnds:
@@ -256,7 +263,9 @@ class ArenaInterpreter:
         released as soon as no window reads them, so a plan that lets the output grow over rows
         still needed fails here (before each op: the rows that op and the ops after it in the
         stripe read, and later stripes read, stay); the stripe buffers' rows not yet written
-        hold poison."""
+        hold poison. A streamed input's rows are fetched into its stripe buffer before each
+        stripe, as the stripe says; reading a row not fetched yet fails.
+        """
         layout, graph = self.layout, self.graph
         x, y = layout.holder_of.get(segment.input), layout.holder_of.get(segment.output)
         steps = range(segment.first, segment.last + 1)
@@ -267,7 +276,7 @@ class ArenaInterpreter:
                     self._claim(claim, step, op)
         buffers = [self._stripe_view(segment, b) for b in segment.buffers]
         dies = x is not None and segment.first <= layout.death.get(x, -1) <= segment.last
-        rows_of = {segment.input: 0, segment.output: 0}
+        whole = {segment.output} if segment.streamed else {segment.input, segment.output}
         where = {b.tensor: i for i, b in enumerate(segment.buffers)}
         written = 0
         for stripe in segment.stripes:
@@ -277,10 +286,16 @@ class ArenaInterpreter:
                 if kept and base != previous:
                     view[:, :kept] = view[:, base - previous:base - previous + kept].copy()
                 view[:, kept:].view(np.uint8)[...] = POISON
+            if segment.streamed:
+                self._fetch(segment, stripe, buffers[0])
 
             def rows(t: int, lo: int, hi: int, stripe=stripe) -> np.ndarray:
-                if t in rows_of:
+                if t in whole:
                     return self.views[t][:, lo:hi]
+                if t == segment.input and hi > stripe.fetch[1]:
+                    raise PlanError(f"rows {lo}-{hi - 1} of input tensor {t} are read before "
+                                    f"they are fetched (rows up to {stripe.fetch[1] - 1} are)",
+                                    self.source)
                 base, view = stripe.bases[where[t]], buffers[where[t]]
                 if not 0 <= lo - base <= hi - base <= view.shape[1]:
                     raise PlanError(f"rows {lo}-{hi - 1} of tensor {t} lie outside its stripe "
@@ -308,6 +323,17 @@ class ArenaInterpreter:
         if self.observe is not None:
             op = graph.operators[segment.ops[-1]]
             self.observe(op.index, [self.views[t].copy() for t in op.outputs])
+
+    def _fetch(self, segment: Segment, stripe, view: np.ndarray) -> None:
+        """A streamed input's rows for the stripe, from where the firmware holds it into its
+        stripe buffer: the C's NAME_input_rows() call."""
+        lo, hi = stripe.fetch
+        base = stripe.bases[0]
+        if not 0 <= lo - base <= hi - base <= view.shape[1]:
+            raise PlanError(f"rows {lo}-{hi - 1} of input tensor {segment.input} are fetched "
+                            f"outside its stripe buffer (rows {base}-{base + view.shape[1] - 1})",
+                            self.source)
+        view[:, lo - base:hi - base] = self.streamed[segment.input][:, lo:hi]
 
     @staticmethod
     def _previous_bases(segment: Segment, stripe) -> tuple[int, ...]:

@@ -165,6 +165,10 @@ def add_planning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tiling", choices=["auto", "off"], default="auto",
                    help="run chains of convolutions and pooling stripe by stripe where that "
                         "lowers the arena (auto, default) or never (off)")
+    p.add_argument("--stream-input", action="store_true",
+                   help="never hold the inputs whole: the first stripes fetch each input's rows "
+                        "as they need them, in the C through NAME_input_rows(), which the "
+                        "firmware defines (a camera's line buffer, DMA or flash behind it)")
     p.add_argument("--max-arena", type=byte_count, default=None, metavar="N",
                    help="fit the arena in N bytes: while it is larger, the target kernel whose "
                         "scratch is the largest where the arena peaks runs its portable kernel "
@@ -214,6 +218,7 @@ def planning(args: argparse.Namespace) -> dict:
         pins=pins,
         max_bytes=getattr(args, "max_bytes", DEFAULT_MAX_BYTES),
         max_arena=getattr(args, "max_arena", None),
+        stream_input=getattr(args, "stream_input", False),
         **options,
     )
 

@@ -164,11 +164,38 @@ def interface(mp: ModelPlan, at: Addresses, layout: Layout) -> dict:
         "external_io": layout.external_io,
         "inputs": inputs,
         "outputs": outputs,
-        "input_ptrs": [at.pointer(t) for t in graph.inputs],
+        "input_ptrs": ["NULL" if t in mp.streamed_inputs else at.pointer(t)
+                       for t in graph.inputs],
+        "streams": input_streams(mp),
+        **streamed_words(mp),
         "output_ptrs": [at.pointer(t) for t in graph.outputs],
         "copies": external_copies(graph, at.name) if layout.external_io else [],
         "header_needs_math_h": non_finite([q.scale[0] for q in scales if q]),
     }
+
+
+def streamed_words(mp: ModelPlan) -> dict:
+    """What the header says of the streamed inputs: which ("input 0") and their rows."""
+    graph = mp.graph
+    streamed = [(i, t) for i, t in enumerate(graph.inputs) if t in mp.streamed_inputs]
+    rows = [f"input {i}'s rows are {graph.tensors[t].nbytes // graph.tensors[t].shape[1]} "
+            "bytes of NHWC" for i, t in streamed]
+    return {"streamed_inputs": " and ".join(f"input {i}" for i, _ in streamed),
+            "streamed_rows": "; ".join(rows)}
+
+
+def input_streams(mp: ModelPlan) -> list[dict]:
+    """What a harness says of each input when the model streams some (none otherwise): the
+    array it keeps a streamed input in, "NULL" for an input in the arena, and the bytes of a
+    row (templates/c/streamed_input.c.j2)."""
+    graph = mp.graph
+    if not mp.streamed_inputs:
+        return []
+    return [{"index": i, "buffer": f"streamed{i}" if t in mp.streamed_inputs else "NULL",
+             "length": c_length(graph.tensors[t].nbytes),
+             "row_bytes": graph.tensors[t].nbytes // max(graph.tensors[t].shape[1], 1)
+             if t in mp.streamed_inputs else 0}
+            for i, t in enumerate(graph.inputs)]
 
 
 def code(em: Emission, calls: list[str], trace: bool) -> dict:

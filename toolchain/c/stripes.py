@@ -79,11 +79,11 @@ def emit_segment(em: Emission, seg: Segment) -> None:
     header_at = len(em.texts)  # the segment's comment, and its cursor where anything reads it
     em.texts.append("")
     defined: dict[str, str] = {}  # what the op's earlier runs defined: name -> text
-    moving: set[int] = set()  # the stripe buffers whose rows move up
+    moving: set[int] = set()  # the stripe buffers whose rows move up, or are fetched
     runs = []
     for run in stripe_runs(seg, em.mp.graph, em.params, s.produced):
         stripe = seg.stripes[run.start]
-        lines = keep_moves(s, run, moving)
+        lines = keep_moves(s, run, moving) + fetched_rows(s, run, moving)
         lines += [stripe_call(s, run, w, places, defined)
                   for w, places in zip(stripe.ops, run.rows, strict=True)]
         runs.append({"loop": run.count > 1, "start": run.start, "stop": run.start + run.count,
@@ -125,6 +125,24 @@ def keep_moves(s: StripedSegment, run: Run, moving: set[int]) -> list[str]:
                          f"{(base - before) * b.row_bytes}, {kept * b.row_bytes}); /* keep its "
                          f"last {'row' if kept == 1 else f'{kept} rows'} at the top */")
     return lines
+
+
+def fetched_rows(s: StripedSegment, run: Run, named: set[int]) -> list[str]:
+    """The call that fetches a streamed input's rows for a run's stripe, from the firmware's
+    NAME_input_rows() into its stripe buffer (recording that buffer in `named`)."""
+    seg = s.seg
+    lo, hi = seg.stripes[run.start].fetch
+    if not seg.streamed or hi == lo:
+        return []
+    b, _ = s.buffer_at[seg.input]
+    named.add(b.tensor)
+    row0, per = run.fetch
+    first = c_sum([(s.cursor, per)], row0 - per * run.start) if per else str(row0)
+    at = (lo - seg.stripes[run.start].bases[0]) * b.row_bytes
+    rows = f"rows {lo}-{hi - 1}" if hi - lo > 1 else f"row {lo}"
+    then = f", then the next {per} each stripe" if run.count > 1 else ""
+    return [f"{s.em.at.name}_input_rows({s.em.mp.graph.inputs.index(seg.input)}, {first}, "
+            f"{hi - lo}, rows{b.tensor}{f' + {at}' if at else ''}); /* input {rows}{then} */"]
 
 
 def stripe_call(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...],

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from toolchain.c.generate import generate, traced_tensors
+from toolchain.c.generate import generate, input_streams, traced_tensors
 from toolchain.errors import RuntimeBackendError
 from toolchain.ir import Graph
 from toolchain.lower.plan import ModelPlan
@@ -115,10 +115,12 @@ def host_harness(extra_flags: Sequence[str], source: str | None = None) -> str:
     return _HARNESS_OBJECTS[command]
 
 
-def host_glue(graph: Graph, name: str, trace: bool, waits: bool = False) -> str:
+def host_glue(mp: ModelPlan, name: str, trace: bool, waits: bool = False) -> str:
     """NAME_glue.c: the model's counts, sizes and functions under the names the host harness
-    calls; `waits`: its invoke may end early (OpSpec.stops)."""
-    return render("c/host_glue.c.j2", name=name, trace=trace,
+    calls (and the rows of its streamed inputs); `waits`: its invoke may end early
+    (OpSpec.stops)."""
+    graph = mp.graph
+    return render("c/host_glue.c.j2", name=name, trace=trace, streams=input_streams(mp),
                   waiting=WAITING_STATUS if waits else -1,
                   input_bytes=[graph.tensors[t].nbytes for t in graph.inputs],
                   output_bytes=[graph.tensors[t].nbytes for t in graph.outputs])
@@ -203,7 +205,7 @@ class CBackend:
             if self.waits and trace:
                 raise RuntimeBackendError("per-layer tracing of a model whose invoke may end "
                                           "early (CIRCULAR_BUFFER) is not supported", self.source)
-            files[f"{name}_glue.c"] = host_glue(self.graph, name, trace, self.waits)
+            files[f"{name}_glue.c"] = host_glue(model_plan, name, trace, self.waits)
             write_files(files, self.directory)
             all_flags = (*(SANITIZE_FLAGS if sanitize else ()), *flags)
             with step("compiling the C"):

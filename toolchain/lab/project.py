@@ -70,7 +70,7 @@ def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray], serial: bo
     files = generate(mp, name)
     del files[f"{name}_main.c"]
     files.update(support_files(target, pool_sections(mp), board))
-    io = harness_values(mp.graph)
+    io = harness_values(mp)
     values = {
         "name": name, "version": __version__, "board": board.machine, "cpu": target.name,
         "counter": f"0x{board.counter:08x}u", "counter_hz": f"{board.counter_hz:,}",
@@ -83,11 +83,15 @@ def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray], serial: bo
         "link_flags": " ".join(LINK_FLAGS), "waits": mp.program.stops_early, "serial": serial,
         "qemu": None if part else " ".join([QEMU, *qemu_arguments(board.machine,
                                                                   SERIAL_PTY if serial else ())]),
-        "inputs": [{"comment": f"{t.name!r} {t.dtype}{list(t.shape)}",
+        "inputs": [{"index": k, "comment": f"{t.name!r} {t.dtype}{list(t.shape)}",
                     "length": max(value.nbytes, 1),
-                    "data": c_array(np.ascontiguousarray(value).view(np.uint8).ravel())}
-                   for t, value in zip((mp.graph.tensors[i] for i in mp.graph.inputs), inputs,
-                                       strict=True)],
+                    "data": c_array(np.ascontiguousarray(value).view(np.uint8).ravel()),
+                    "row_bytes": stream["row_bytes"],
+                    "source": f"input{k}" if stream["row_bytes"] else "NULL"}
+                   for k, (t, value, stream) in enumerate(zip(
+                       (mp.graph.tensors[i] for i in mp.graph.inputs), inputs,
+                       io["streams"] or [{"row_bytes": 0}] * len(inputs), strict=True))],
+        "streams": io["streams"],
         "outputs": [{"dtype": o.dtype, "shape": "[" + "x".join(map(str, o.shape)) + "]",
                      "nbytes": o.nbytes} for o in io["outputs"]],
     }

@@ -35,8 +35,10 @@ from toolchain.lower.tiling import (
     Tiling,
     choose_tiling,
     fits_scratch,
+    heights,
     neighbours,
     stripe_chain,
+    with_segment,
 )
 from toolchain.lower.tiling import candidates as stripe_candidates
 from toolchain.numerics.quant import variable_fill
@@ -156,6 +158,11 @@ class ModelPlan:
     @property
     def arena_bytes(self) -> int:
         return self.plan.arena_bytes
+
+    @property
+    def streamed_inputs(self) -> frozenset[int]:
+        """Graph inputs never held whole: their segments fetch their rows (--stream-input)."""
+        return frozenset(s.input for s in self.tiling.segments if s.streamed)
 
     @property
     def model(self) -> Model:
@@ -418,6 +425,7 @@ def planned_model(
     pools: Sequence[Pool] = (),
     pins: Mapping[str, str] | None = None,
     portable_ops: frozenset[int] = frozenset(),
+    stream_input: bool = False,
     **options,
 ) -> ModelPlan:
     """Plan one graph of `model`; the result is verified.
@@ -442,7 +450,9 @@ def planned_model(
     follows; `portable` keeps to its portable kernels (`portable_ops`: those ops alone).
     `pools` (fastest first) take the buffers instead of one arena (toolchain.planners.pools);
     `pins` force a tensor (by index or name) or the state block ("state") into the pool
-    named.
+    named. With `stream_input` the graph's inputs never exist whole: each is fetched row by row
+    into the stripe buffer of a segment that reads it (toolchain.lower.tiling), refused when no
+    segment can.
     """
     if planner not in PLANNER_NAMES:
         raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
@@ -469,10 +479,14 @@ def planned_model(
     tiling = NO_TILING
     # Striping is an overlap of the segment output over its input, and TFLite Micro's
     # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
-    if techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
-            and program.layout is None and not pools:
+    tiles = techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
+        and program.layout is None and not pools
+    streams = inputs_to_stream(program, stream_input, tiles, external_io, offsets_csv)
+    if tiles:
         with step("tiling"):
-            tiling, others = tiling_for(program, order, kept, problem, alignment)
+            tiling, others = tiling_for(program, order, kept, problem, alignment, streams)
+    if stream_input:
+        check_streamed(program, tiling)
     tiled = None
     if tiling.segments:
         untiled_bound = lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment)
@@ -484,6 +498,8 @@ def planned_model(
             with step("tiling"):
                 tiled = nearby_tiling(program, problem, tiled, others, untiled_bound, planner,
                                       options, nodes, alignment, deadline)
+    if stream_input:  # the whole-op plan holds the inputs whole: not a choice
+        return replace(tiled, clock_cut=time_limit is not None and deadline.passed())
     plan, pooled = place(program, lifetimes, overlaps, planner, options, offsets_csv, pools,
                          pins, nodes, alignment, deadline)
     clock_cut = time_limit is not None and deadline.passed()
@@ -491,6 +507,38 @@ def planned_model(
         return replace(tiled, clock_cut=clock_cut)
     return ModelPlan(program=program, lifetimes=lifetimes, plan=plan,
                      **bound_figures(lifetimes, overlaps, alignment), **pooled, clock_cut=clock_cut)
+
+
+def inputs_to_stream(program: Program, stream_input: bool, tiles: bool, external_io: bool,
+                     offsets_csv: str | None) -> frozenset[int]:
+    """The graph inputs to fetch row by row: all with `stream_input`, refused where a plan does
+    not stripe."""
+    if not stream_input:
+        return frozenset()
+    source = program.model.source
+    if external_io:
+        raise ArenacError("--stream-input and --external-io both take the inputs out of the "
+                          "arena: choose one", source)
+    if offsets_csv is not None:
+        raise ArenacError("--stream-input plans the striped problem; offsets loaded from a "
+                          "file are not for it", source)
+    if not tiles:
+        raise ArenacError("--stream-input fetches the inputs stripe by stripe: it needs striping "
+                          "(not --tiling off, --no-overlap, --planner tflm, --pool or a "
+                          "control-flow graph)", source)
+    return frozenset(program.graph.inputs)
+
+
+def check_streamed(program: Program, tiling: Tiling) -> None:
+    """Refused unless every graph input is the input of a streamed segment."""
+    graph = program.graph
+    streamed = {s.input for s in tiling.segments if s.streamed}
+    for i, t in enumerate(graph.inputs):
+        if t not in streamed:
+            raise ArenacError(
+                f"--stream-input: input {i} ({graph.tensors[t].name!r}) cannot be fetched row "
+                "by row: the ops reading it are not a chain of convolutions, pooling and "
+                "elementwise ops on NHWC rows that reads it alone", program.model.source)
 
 
 def lowered(model: Model, graph_index: int, target: str, portable: bool,
@@ -535,6 +583,12 @@ def striped_plan(program: Program, tiled: tuple[Lifetimes, tuple[Overlap, ...]],
                      untiled_bound_bytes=untiled_bound)
 
 
+# The streamed segments the tiling search starts from, at most (the best by their bound): the
+# search is greedy, and the best first segment alone is not always the best start.
+STREAMED_STARTS = 4
+# The score of a tiling that holds a streamed input whole: worse than any other.
+UNSTREAMED = (1 << 62, 0)
+
 # Neighbouring tilings planned in full after the one the bound chose, at most: each is a
 # whole plan, so this bounds the work (and the result does not depend on the clock).
 NEARBY_TILINGS = 12
@@ -566,10 +620,13 @@ def nearby_tiling(program: Program, problem, tiled: ModelPlan,
     return best
 
 
-def tiling_for(program: Program, order: Sequence[int], kept, problem,
-               alignment: int) -> tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]:
+def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int,
+               streams: frozenset[int] = frozenset()
+               ) -> tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]:
     """The striped segments that lower the bound of the plan (toolchain.lower.tiling), and
-    what gives their neighbours whose bound is below an arena."""
+    what gives their neighbours whose bound is below an arena. Inputs in `streams` are
+    fetched row by row: the search starts from the best segment streaming each, and never
+    leaves one without it."""
     graph = program.graph
     built: dict[tuple, Segment | None] = {}
     scores: dict[tuple, tuple[tuple[int, int], int]] = {}
@@ -578,6 +635,8 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem,
         return tuple((s.first, s.last, s.height) for s in tiling.segments)
 
     def evaluate(tiling: Tiling) -> tuple[tuple[int, int], int]:
+        if not streams <= {s.input for s in tiling.segments if s.streamed}:
+            return UNSTREAMED, 0
         if key(tiling) not in scores:
             lifetimes, overlaps = problem(tiling)
             loads = step_loads(lifetimes.buffers, overlaps, alignment)
@@ -585,7 +644,7 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem,
             scores[key(tiling)] = (loads.get(peak, 0), sum(loads.values())), peak
         return scores[key(tiling)]
 
-    chains = stripe_candidates(graph, program.bindings, order, frozenset(kept))
+    chains = stripe_candidates(graph, program.bindings, order, frozenset(kept), streams)
 
     params = [b.params if b is not None else None for b in program.bindings]
 
@@ -597,7 +656,15 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem,
             built[at] = segment if fits_scratch(segment, program.bindings, params) else None
         return built[at]
 
-    chosen = choose_tiling(chains, build, evaluate)
+    starts = [NO_TILING]
+    for x in sorted(streams):  # the best few segments streaming x, after those of the others
+        trials = {with_segment(start, segment) for start in starts for chain in chains
+                  if chain.streamed and chain.input == x
+                  for segment in map(partial(build, chain), heights(chain)) if segment}
+        starts = sorted(trials, key=lambda t: (evaluate(t)[0], key(t)))[:STREAMED_STARTS] \
+            or starts  # none: check_streamed refuses
+    chosen = min((choose_tiling(chains, build, evaluate, start) for start in starts),
+                 key=lambda t: (evaluate(t)[0], key(t)))
     return chosen, partial(neighbours, chains=chains, build=build, evaluate=evaluate)
 
 

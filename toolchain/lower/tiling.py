@@ -14,6 +14,11 @@ largest excess of output bytes written over input bytes dead when the stripe's l
 them (the ops before it in the stripe have read their rows; an Overlap the planner honours and
 `verify` checks). The planner sees the whole segment at its first step:
 input, output, stripe buffers and the scratch of the segment's kernels all live there together.
+
+A streamed segment's input is a graph input that never exists whole: like an intermediate it
+has a stripe buffer, and before each stripe the rows its windows need next are fetched into it
+(from the firmware's function in the C, `--stream-input`). Only the segment reads it, so such a
+segment may run longer (MAX_STREAMED_OPS): its output is the first tensor held whole.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from toolchain.ops.striping import RowMap, Striping
 
 # The longest run of ops one segment may hold, and the stripe heights tried (in output rows).
 MAX_SEGMENT_OPS = 8
+MAX_STREAMED_OPS = 16
 STRIPE_HEIGHTS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
@@ -47,13 +53,15 @@ class OpRows:
 @dataclass(frozen=True)
 class Stripe:
     """One stripe: the row each stripe buffer starts at (its `base`), the rows it keeps from the
-    stripe before (they move up to the top first), the ops' work in order, and the first row of
-    the segment input still needed after the stripe (the rows above it die)."""
+    stripe before (they move up to the top first), the ops' work in order, the first row of
+    the segment input still needed after the stripe (the rows above it die), and, when the
+    input is streamed, the rows [lo, hi) of it fetched before the ops run (none: lo == hi)."""
 
     bases: tuple[int, ...]  # per stripe buffer, in Segment.buffers order
     kept: tuple[int, ...]  # per stripe buffer: rows moved up from the previous stripe
     ops: tuple[OpRows, ...]
     input_done_to: int
+    fetch: tuple[int, int] = (0, 0)
 
     def input_alive_from(self, k: int, x: int) -> int:
         """The first row of the segment input `x` still needed when the stripe's k-th op runs:
@@ -78,7 +86,8 @@ class StripeBuffer:
 
 @dataclass(frozen=True)
 class Segment:
-    """Steps [first, last] of the order run stripe by stripe, `height` output rows at a time."""
+    """Steps [first, last] of the order run stripe by stripe, `height` output rows at a time.
+    A `streamed` segment's input has the first stripe buffer, and its stripes fetch its rows."""
 
     first: int
     last: int
@@ -92,6 +101,7 @@ class Segment:
     moved_bytes: int  # bytes the stripe buffers move up over the whole segment
     macs: int  # multiply-accumulates of the striped run: none repeats, unread rows are skipped
     whole_macs: int  # of the same ops run whole
+    streamed: bool = False
 
     def buffer_of(self, tensor: int) -> int | None:
         return next((i for i, b in enumerate(self.buffers) if b.tensor == tensor), None)
@@ -158,7 +168,7 @@ def band_key(opcode: str, params: Any, out_lo: int, out_hi: int, in_lo: int, in_
 @dataclass(frozen=True)
 class Chain:
     """A run of steps that may stripe: its ops (the steps' but fused PADs), input, output and
-    each op's reads."""
+    each op's reads; `streamed` when its input is a graph input fetched row by row."""
 
     first: int
     last: int
@@ -169,13 +179,16 @@ class Chain:
     row_bytes: Mapping[int, int]  # tensor -> bytes per row
     rows: Mapping[int, int]  # tensor -> rows
     produced: Mapping[int, int]  # op -> its output
+    streamed: bool = False
 
 
 def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[int],
              first: int, last: int, readers: Mapping[int, set[int]],
-             kept: frozenset[int]) -> Chain | None:
+             kept: frozenset[int], streams: frozenset[int] = frozenset()) -> Chain | None:
     """Steps [first, last] as a stripable chain, or None: ops that stripe, one input from
-    outside, every tensor they make read only inside but the last op's output."""
+    outside, every tensor they make read only inside but the last op's output. An input in
+    `streams` (graph inputs to fetch row by row) must be read only inside: it never exists
+    whole."""
     if fused_away(bindings[order[first]]) or fused_away(bindings[order[last]]):
         return None  # a segment starts and ends on ops that run
     ops = tuple(o for o in order[first:last + 1] if not fused_away(bindings[o]))
@@ -214,25 +227,30 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
             return None
     if x in graph_outputs or not graph.tensors[x].shape or len(graph.tensors[x].shape) != 4:
         return None
+    if x in streams and not readers.get(x, set()) <= inside:
+        return None
     tensors = {x, *produced.values()}
     if any(graph.tensors[t].shape[0] != 1 or graph.tensors[t].shape[1] < 2 for t in tensors):
         return None
     return Chain(first, last, ops, x, y, reads,
                  {t: graph.tensors[t].nbytes // graph.tensors[t].shape[1] for t in tensors},
-                 {t: graph.tensors[t].shape[1] for t in tensors}, produced)
+                 {t: graph.tensors[t].shape[1] for t in tensors}, produced, x in streams)
 
 
 def stripe_chain(chain: Chain, height: int, graph: Graph,
                  bindings: Sequence[Binding | None]) -> Segment:
     """The stripes of `chain` at `height` output rows each, the stripe buffers they need and
-    how far the output must start below the input."""
+    how far the output must start below the input. A streamed input is buffered as the
+    intermediates are, its rows fetched as the stripes first need them."""
     x, y, ops = chain.input, chain.output, chain.ops
     intermediates = [chain.produced[o] for o in ops[:-1]]
     consumers: dict[int, list[tuple[int, RowMap]]] = {t: [] for t in (x, *intermediates)}
     for op_index in ops:
         for t, rows in chain.reads[op_index]:
             consumers[t].append((chain.produced[op_index], rows))
-    computed = {t: 0 for t in chain.produced.values()}
+    if chain.streamed:
+        intermediates.insert(0, x)
+    computed = {t: 0 for t in (x, *chain.produced.values())}
     capacity = dict.fromkeys(intermediates, 0)
     previous_base = dict.fromkeys(intermediates, 0)
     stripes, moved, shift = [], 0, 0
@@ -249,8 +267,9 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
             need[out] = max(need[out], start[out])
             if need[out] > start[out]:
                 for t, rows in chain.reads[op_index]:
-                    if t != x:
+                    if t != x or chain.streamed:
                         need[t] = max(need[t], rows.end(need[out] - 1))
+        start[x] = computed[x]
         bases = tuple(first_needed(consumers[t], start) for t in intermediates)
         kept = tuple(max(0, computed[t] - base) for t, base in zip(intermediates, bases,
                                                                    strict=True))
@@ -266,18 +285,20 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
                 work.append(OpRows(op_index, start[out], need[out], reads))
         for t, base in zip(intermediates, bases, strict=True):
             capacity[t] = max(capacity[t], need[t] - base)
+        fetch = (computed[x], need[x]) if chain.streamed else (0, 0)
         computed = need
         previous_base.update(zip(intermediates, bases, strict=True))
-        stripe = Stripe(bases, kept, tuple(work), first_needed(consumers[x], computed))
-        shift = max(shift, need[y] * chain.row_bytes[y]
-                    - stripe.input_alive_from(len(work) - 1, x) * chain.row_bytes[x])
+        stripe = Stripe(bases, kept, tuple(work), first_needed(consumers[x], computed), fetch)
+        if not chain.streamed:
+            shift = max(shift, need[y] * chain.row_bytes[y]
+                        - stripe.input_alive_from(len(work) - 1, x) * chain.row_bytes[x])
         stripes.append(stripe)
     buffers = tuple(StripeBuffer(t, capacity[t], chain.row_bytes[t]) for t in intermediates)
     per_row = {o: op_macs(graph, bindings[o]) // chain.rows[chain.produced[o]] for o in ops}
     macs = sum((w.out_hi - w.out_lo) * per_row[w.op] for s in stripes for w in s.ops)
     return Segment(chain.first, chain.last, ops, x, y, height, buffers,
                    tuple(stripes), max(0, shift), moved, macs,
-                   sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops))
+                   sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops), chain.streamed)
 
 
 def stripe_scratch_fits(binding: Binding, params: Any) -> bool:
@@ -321,13 +342,17 @@ def readers_of(graph: Graph) -> dict[int, set[int]]:
 
 
 def candidates(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[int],
-               kept: frozenset[int] = frozenset()) -> list[Chain]:
-    """Every run of 2 to MAX_SEGMENT_OPS steps that may stripe."""
+               kept: frozenset[int] = frozenset(),
+               streams: frozenset[int] = frozenset()) -> list[Chain]:
+    """Every run of 2 to MAX_SEGMENT_OPS steps that may stripe (MAX_STREAMED_OPS from an op
+    reading an input in `streams`, and 1 step too: a streamed input needs a segment)."""
     readers = readers_of(graph)
     found = []
     for first in range(len(order)):
-        for last in range(first + 1, min(len(order), first + MAX_SEGMENT_OPS)):
-            chain = chain_at(graph, bindings, order, first, last, readers, kept)
+        streamed = any(t in streams for t in graph.operators[order[first]].inputs)
+        longest = MAX_STREAMED_OPS if streamed else MAX_SEGMENT_OPS
+        for last in range(first + (0 if streamed else 1), min(len(order), first + longest)):
+            chain = chain_at(graph, bindings, order, first, last, readers, kept, streams)
             if chain is None and row_map_of(graph, bindings, order[last]) is None \
                     and not fused_away(bindings[order[last]]):
                 break
@@ -363,12 +388,13 @@ def with_segment(tiling: Tiling, segment: Segment) -> Tiling:
 
 
 def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment | None],
-                  evaluate: Callable[[Tiling], tuple[Score, int]]) -> Tiling:
-    """Segments that lower the peak: while some chain over the peak step (`evaluate` gives the
-    score (peak, sum of loads) and the peak step) lowers the score, take the best of them with
-    its best stripe height (the tallest among equals: fewer stripes), in place of the chosen
-    segments it meets."""
-    tiling = NO_TILING
+                  evaluate: Callable[[Tiling], tuple[Score, int]],
+                  start: Tiling = NO_TILING) -> Tiling:
+    """Segments that lower the peak: from `start`, while some chain over the peak step
+    (`evaluate` gives the score (peak, sum of loads) and the peak step) lowers the score, take
+    the best of them with its best stripe height (the tallest among equals: fewer stripes), in
+    place of the chosen segments it meets."""
+    tiling = start
     score, peak = evaluate(tiling)
     for _ in range(4 * len(chains) + 1):
         best = None
@@ -428,18 +454,24 @@ class Run:
     kernels at the same places in the stripe buffers, the segment input and output rows only
     moving on by a fixed number of rows per stripe. `rows[k][i]` is (row at stripe 0 of the run,
     rows per stripe) of the k-th op's i-th operand (its reads, then its output); None for an
-    operand in a stripe buffer, whose place in it is the same in every stripe of the run."""
+    operand in a stripe buffer, whose place in it is the same in every stripe of the run.
+    `fetch` is the same (row, rows per stripe) of the first row a streamed input's stripes
+    fetch (None if the segment streams nothing)."""
 
     start: int
     count: int
     rows: tuple[tuple[tuple[int, int] | None, ...], ...]
+    fetch: tuple[int, int] | None = None
 
 
 def stripe_operands(segment: Segment, k: int) -> list[list[tuple[int, int]]]:
-    """Per op of stripe k: (tensor, first row) of its reads, then of its output."""
-    return [[*((t, lo) for t, lo, _ in w.reads), (segment.output if w.op == segment.ops[-1]
-                                                  else -1, w.out_lo)]
-            for w in segment.stripes[k].ops]
+    """Per op of stripe k: (tensor, first row) of its reads, then of its output; last, the
+    streamed input's first row fetched, as an op of its own (tensor -1: in no stripe buffer)."""
+    stripe = segment.stripes[k]
+    fetched = [[(-1, stripe.fetch[0])]] if segment.streamed else []
+    return [*([*((t, lo) for t, lo, _ in w.reads), (segment.output if w.op == segment.ops[-1]
+                                                    else -1, w.out_lo)]
+              for w in stripe.ops), *fetched]
 
 
 def stripe_signature(segment: Segment, k: int, graph: Graph, params: Sequence[Any],
@@ -461,7 +493,9 @@ def stripe_signature(segment: Segment, k: int, graph: Graph, params: Sequence[An
                               hi)))
     moves = tuple((kept, base - before) for kept, base, before
                   in zip(stripe.kept, stripe.bases, previous, strict=True))
-    return (tuple(work), moves)
+    lo, hi = stripe.fetch
+    fetch = (lo - stripe.bases[0], hi - lo) if segment.streamed else None
+    return (tuple(work), moves, fetch)
 
 
 def stripe_runs(segment: Segment, graph: Graph, params: Sequence[Any],
@@ -489,6 +523,10 @@ def stripe_runs(segment: Segment, graph: Graph, params: Sequence[Any],
         rows = tuple(tuple(None if t in where else (row, step)
                            for (t, row), step in zip(op, op_steps, strict=True))
                      for op, op_steps in zip(first, steps, strict=True))
-        runs.append(Run(k, end - k, rows))
+        if segment.streamed:
+            *rows, (fetch,) = rows
+            runs.append(Run(k, end - k, tuple(rows), fetch))
+        else:
+            runs.append(Run(k, end - k, rows))
         k = end
     return runs

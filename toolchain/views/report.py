@@ -487,6 +487,7 @@ def segment_data(mp: ModelPlan, s) -> dict[str, Any]:
     return {"steps": [s.first, s.last], "ops": list(s.ops), "input": s.input, "output": s.output,
             "stripe_rows": s.height, "stripes": len(s.stripes), "shift": s.shift,
             "moved_bytes": s.moved_bytes, "macs": s.macs, "whole_macs": s.whole_macs,
+            "streamed": s.streamed,
             "buffers": [{"tensor": b.tensor, "rows": b.rows, "bytes": b.size}
                         for b in s.buffers]}
 
@@ -501,8 +502,11 @@ def tiling_lines(mp: ModelPlan) -> list[str]:
         rows = f"{s.height} output row{'s' if s.height > 1 else ''}"
         skipped = (f", {s.whole_macs - s.macs} MACs of unread rows skipped"
                    if s.macs < s.whole_macs else "")
+        streamed = (f"; streamed input: tensor {s.input}'s rows fetched as needed"
+                    if s.streamed else "")
         text = (f"steps {s.first}-{s.last} (ops {ops}) in {len(s.stripes)} stripes of {rows}; "
-                f"rows kept: {kept}; {s.moved_bytes} bytes moved, no MAC recomputed{skipped}")
+                f"rows kept: {kept}; {s.moved_bytes} bytes moved, no MAC recomputed{skipped}"
+                f"{streamed}")
         head = "striped" if s is mp.tiling.segments[0] else ""
         wrapped = textwrap.wrap(text, 100 - 13, break_on_hyphens=False)
         lines += [f"{head if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
