@@ -1,7 +1,7 @@
 """`make bench`: figures measured side by side in one run, printed as ratios.
 
 Not a test: timings vary from machine to machine, so nothing here asserts; it prints.
-Usage: python -m tests.bench [plan] [tiling] [state] [scaling] [solve] [wide] [c] [quant]
+Usage: python -m tests.bench [plan] [tiling] [stream] [state] [scaling] [solve] [wide] [c] [quant]
        [runtime] [mcu] [speed] [MODEL.tflite ...]
 """
 
@@ -274,6 +274,32 @@ def tiling_section(paths: list[Path]) -> None:
           + ("" if count else " (skipped: no Arm toolchain or QEMU)"))
     print(table(["model", "lower", "ovl", "tiled", "off", "auto", "stripes", "moved", "m4 off",
                  "m4 auto", "m4 instr"], [tiling_row(p, count) for p in paths]))
+
+
+def stream_row(path: Path) -> list[object]:
+    """The arena holding the input and streaming it (--stream-input), generic and cortex-m4,
+    with the input's bytes and the rows its stripe buffer keeps; "-" where it cannot stream."""
+    model = read_model(path)
+    x = model.main.tensors[model.main.inputs[0]]
+    row = [path.stem, x.nbytes, plan_model(model).arena_bytes]
+    try:
+        streamed = plan_model(model, stream_input=True)
+    except ArenacError:
+        return [*row, "-", "-", "-", "-"]
+    (segment,) = [s for s in streamed.tiling.segments if s.streamed]
+    m4 = plan_model(model, stream_input=True, target="cortex-m4").arena_bytes
+    kept = f"{segment.buffers[0].rows} of {x.shape[1]}"
+    return [*row, streamed.arena_bytes, m4, kept,
+            f"{streamed.arena_bytes / row[2]:.2f}x"]
+
+
+def stream_section(paths: list[Path]) -> None:
+    print("streamed input (--stream-input): the arena holding the input whole and streaming it "
+          "(its rows fetched by the first segment, in the C through NAME_input_rows()), on "
+          "generic and cortex-m4, and the input rows the stripe buffer keeps; - where no chain "
+          "of windowed ops reads the input alone")
+    print(table(["model", "input", "whole", "streamed", "m4 streamed", "rows kept", "ratio"],
+                [stream_row(p) for p in paths]))
 
 
 def state_section(paths: list[Path]) -> None:
@@ -589,8 +615,8 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     sections = [a for a in argv if not a.endswith(".tflite")] or [
-        "plan", "tiling", "state", "scaling", "solve", "wide", "c", "quant", "runtime", "mcu",
-        "speed"]
+        "plan", "tiling", "stream", "state", "scaling", "solve", "wide", "c", "quant", "runtime",
+        "mcu", "speed"]
     paths = [Path(a) for a in argv if a.endswith(".tflite")] or SHARED_MODEL_FILES
     if not paths:
         print("no models: pass .tflite paths or provide ../shared/models", file=sys.stderr)
@@ -600,6 +626,9 @@ def main(argv: list[str]) -> int:
         print()
     if "tiling" in sections:
         tiling_section(paths)
+        print()
+    if "stream" in sections:
+        stream_section(paths)
         print()
     if "state" in sections and RECURRENT_MODEL_FILES:
         state_section(RECURRENT_MODEL_FILES)

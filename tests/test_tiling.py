@@ -224,13 +224,13 @@ def test_shared_models_meet_the_tiling_goals():
         plain[m.stem] = plan_model(model, techniques=Techniques(tiling="off")).arena_bytes
         assert tiled[m.stem] <= plain[m.stem]
     # The exact stripe shifts and the neighbouring tilings: vww's output over its input no
-    # further down than the stripe schedule needs, person_detect on its floor of one-row
-    # stripes.
-    assert tiled["vww_96_int8"] <= 28672 and tiled["person_detect"] <= 16896
-    assert tiled["pretrainedResnet_quant"] < plain["pretrainedResnet_quant"]
+    # further down than the stripe schedule needs; wavefronts take person_detect below its
+    # floor of one-row stripes on demand (16,896) and the ResNet's blocks to 19,040.
+    assert tiled["vww_96_int8"] <= 28672 and tiled["person_detect"] <= 16128
+    assert tiled["pretrainedResnet_quant"] <= 19040
     assert tiled["kws_ref_model"] < plain["kws_ref_model"]
     heads = tflm_head_figures()
-    assert sum(tiled.values()) <= 0.48 * sum(heads[name] for name in tiled)
+    assert sum(tiled.values()) <= 0.46 * sum(heads[name] for name in tiled)
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/models is absent")

@@ -30,13 +30,14 @@ from toolchain.lower.schedule import schedule
 from toolchain.lower.steps import Step, execution_steps
 from toolchain.lower.tiling import (
     NO_TILING,
+    Schedule,
     Score,
     Segment,
     Tiling,
     choose_tiling,
     fits_scratch,
-    heights,
     neighbours,
+    schedules,
     stripe_chain,
     with_segment,
 )
@@ -476,28 +477,23 @@ def planned_model(
     problem = partial(tiled_problem, program, order, scratch, outside, roles, lives, kept,
                       techniques)
     lifetimes, overlaps = problem(NO_TILING)
-    tiling = NO_TILING
     # Striping is an overlap of the segment output over its input, and TFLite Micro's
     # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
     tiles = techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
         and program.layout is None and not pools
     streams = inputs_to_stream(program, stream_input, tiles, external_io, offsets_csv)
+    tilings = []
     if tiles:
         with step("tiling"):
-            tiling, others = tiling_for(program, order, kept, problem, alignment, streams)
+            tilings = [(t, walk) for t, walk in tiling_for(program, order, kept, problem,
+                                                           alignment, streams) if t.segments]
     if stream_input:
-        check_streamed(program, tiling)
-    tiled = None
-    if tiling.segments:
-        untiled_bound = lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment)
-        tiled = striped_plan(program, problem(tiling), tiling, untiled_bound, planner,
-                             dict(options), offsets_csv, nodes, alignment, deadline.share(0.5))
-        if tiled is not None and offsets_csv is not None:  # the solution was of this problem
-            return tiled
-        if tiled is not None and tiled.arena_bytes > tiled.overlap_bound_bytes:
-            with step("tiling"):
-                tiled = nearby_tiling(program, problem, tiled, others, untiled_bound, planner,
-                                      options, nodes, alignment, deadline)
+        check_streamed(program, tilings[0][0] if tilings else NO_TILING)
+    tiled = best_striped(program, problem, tilings,
+                         lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment),
+                         planner, options, offsets_csv, nodes, alignment, deadline)
+    if tiled is not None and offsets_csv is not None:  # the solution was of this problem
+        return tiled
     if stream_input:  # the whole-op plan holds the inputs whole: not a choice
         return replace(tiled, clock_cut=time_limit is not None and deadline.passed())
     plan, pooled = place(program, lifetimes, overlaps, planner, options, offsets_csv, pools,
@@ -564,6 +560,28 @@ def bound_figures(lifetimes: Lifetimes, overlaps: Sequence[Overlap], alignment: 
                                                               alignment))
 
 
+def best_striped(program: Program, problem, tilings, untiled_bound: int, planner: str,
+                 options: dict, offsets_csv: str | None, nodes: int, alignment: int,
+                 deadline: Deadline) -> ModelPlan | None:
+    """The smallest plan of the tilings found (each with what walks to its neighbours),
+    each planned and walked from (the bound does not rank them as plans do); with
+    `offsets_csv`, the plan of the first tiling whose problem the solution is of."""
+    tiled = None
+    for tiling, others in tilings:
+        trial = striped_plan(program, problem(tiling), tiling, untiled_bound, planner,
+                             dict(options), offsets_csv, nodes, alignment,
+                             deadline.share(0.5 / len(tilings)))
+        if trial is not None and offsets_csv is not None:
+            return trial
+        if trial is not None and trial.arena_bytes > trial.overlap_bound_bytes:
+            with step("tiling"):
+                trial = nearby_tiling(program, problem, trial, others, untiled_bound,
+                                      planner, options, nodes, alignment, deadline)
+        if trial is not None and (tiled is None or trial.arena_bytes < tiled.arena_bytes):
+            tiled = trial
+    return tiled
+
+
 def striped_plan(program: Program, tiled: tuple[Lifetimes, tuple[Overlap, ...]], tiling: Tiling,
                  untiled_bound: int, planner: str, options: dict, offsets_csv: str | None,
                  nodes: int, alignment: int, deadline: Deadline) -> ModelPlan | None:
@@ -622,9 +640,11 @@ def nearby_tiling(program: Program, problem, tiled: ModelPlan,
 
 def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int,
                streams: frozenset[int] = frozenset()
-               ) -> tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]:
+               ) -> list[tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]]:
     """The striped segments that lower the bound of the plan (toolchain.lower.tiling), and
-    what gives their neighbours whose bound is below an arena. Inputs in `streams` are
+    what gives their neighbours whose bound is below an arena. Two searches, each greedy:
+    one with stripes on demand only, one with wavefronts too; both results are to be planned
+    and walked from (a search with more choices may still end higher). Inputs in `streams` are
     fetched row by row: the search starts from the best segment streaming each, and never
     leaves one without it."""
     graph = program.graph
@@ -632,7 +652,7 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
     scores: dict[tuple, tuple[tuple[int, int], int]] = {}
 
     def key(tiling: Tiling) -> tuple:
-        return tuple((s.first, s.last, s.height) for s in tiling.segments)
+        return tuple((s.first, s.last, s.schedule) for s in tiling.segments)
 
     def evaluate(tiling: Tiling) -> tuple[tuple[int, int], int]:
         if not streams <= {s.input for s in tiling.segments if s.streamed}:
@@ -648,24 +668,34 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
 
     params = [b.params if b is not None else None for b in program.bindings]
 
-    def build(chain, height: int) -> Segment | None:
+    def build(chain, schedule: Schedule) -> Segment | None:
         """The segment, unless a stripe's kernel would ask for more scratch than its op's."""
-        at = (chain.first, chain.ops, height)
+        at = (chain.first, chain.ops, schedule)
         if at not in built:
-            segment = stripe_chain(chain, height, graph, program.bindings)
-            built[at] = segment if fits_scratch(segment, program.bindings, params) else None
+            height, wavefront = schedule
+            segment = stripe_chain(chain, height, graph, program.bindings, wavefront)
+            built[at] = segment if segment is not None and fits_scratch(
+                segment, program.bindings, params) else None
         return built[at]
 
     starts = [NO_TILING]
     for x in sorted(streams):  # the best few segments streaming x, after those of the others
         trials = {with_segment(start, segment) for start in starts for chain in chains
                   if chain.streamed and chain.input == x
-                  for segment in map(partial(build, chain), heights(chain)) if segment}
+                  for segment in map(partial(build, chain), schedules(chain)) if segment}
         starts = sorted(trials, key=lambda t: (evaluate(t)[0], key(t)))[:STREAMED_STARTS] \
             or starts  # none: check_streamed refuses
-    chosen = min((choose_tiling(chains, build, evaluate, start) for start in starts),
-                 key=lambda t: (evaluate(t)[0], key(t)))
-    return chosen, partial(neighbours, chains=chains, build=build, evaluate=evaluate)
+
+    def on_demand(chain, schedule: Schedule) -> Segment | None:
+        return None if schedule[1] else build(chain, schedule)
+
+    found: dict[Tiling, Callable[..., list[tuple[Score, Tiling]]]] = {}
+    for builder in (on_demand, build):
+        chosen = min((choose_tiling(chains, builder, evaluate, start) for start in starts),
+                     key=lambda t: (evaluate(t)[0], key(t)))
+        found.setdefault(chosen, partial(neighbours, chains=chains, build=builder,
+                                         evaluate=evaluate))
+    return list(found.items())
 
 
 def tiled_problem(program: Program, order: Sequence[int], scratch, outside, roles, lives,

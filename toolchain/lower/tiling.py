@@ -23,7 +23,7 @@ segment may run longer (MAX_STREAMED_OPS): its output is the first tensor held w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,6 +37,8 @@ from toolchain.ops.striping import RowMap, Striping
 MAX_SEGMENT_OPS = 8
 MAX_STREAMED_OPS = 16
 STRIPE_HEIGHTS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+Schedule = tuple[int, bool]  # a stripe height, and whether the stripes go as a wavefront
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,11 @@ class Segment:
     macs: int  # multiply-accumulates of the striped run: none repeats, unread rows are skipped
     whole_macs: int  # of the same ops run whole
     streamed: bool = False
+    wavefront: bool = False  # its stripes fill the chain a share at a time (wavefront_rows)
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.height, self.wavefront
 
     def buffer_of(self, tensor: int) -> int | None:
         return next((i for i, b in enumerate(self.buffers) if b.tensor == tensor), None)
@@ -238,10 +245,15 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
 
 
 def stripe_chain(chain: Chain, height: int, graph: Graph,
-                 bindings: Sequence[Binding | None]) -> Segment:
+                 bindings: Sequence[Binding | None], wavefront: bool = False) -> Segment | None:
     """The stripes of `chain` at `height` output rows each, the stripe buffers they need and
     how far the output must start below the input. A streamed input is buffered as the
-    intermediates are, its rows fetched as the stripes first need them."""
+    intermediates are, its rows fetched as the stripes first need them.
+
+    By default each stripe makes what its output rows need (`demanded_rows`), so the first
+    stripe makes every op's whole reach at once; a `wavefront` (`wavefront_rows`) lets each op
+    make at most its share of rows a stripe, so the first stripes fill the chain a little at a
+    time and the stripe buffers keep only the steady state's rows. None if it stalls."""
     x, y, ops = chain.input, chain.output, chain.ops
     intermediates = [chain.produced[o] for o in ops[:-1]]
     consumers: dict[int, list[tuple[int, RowMap]]] = {t: [] for t in (x, *intermediates)}
@@ -254,22 +266,8 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
     capacity = dict.fromkeys(intermediates, 0)
     previous_base = dict.fromkeys(intermediates, 0)
     stripes, moved, shift = [], 0, 0
-    for lo in range(0, chain.rows[y], height):
-        # Backwards from the output: the rows each tensor must reach, and the first it makes
-        # (an intermediate skips rows no window reads: a strided 1x1 convolution's).
-        need = dict(computed)
-        need[y] = min(lo + height, chain.rows[y])
-        start: dict[int, int] = {}
-        for op_index in reversed(ops):
-            out = chain.produced[op_index]
-            start[out] = computed[out] if out == y else max(computed[out],
-                                                             first_needed(consumers[out], start))
-            need[out] = max(need[out], start[out])
-            if need[out] > start[out]:
-                for t, rows in chain.reads[op_index]:
-                    if t != x or chain.streamed:
-                        need[t] = max(need[t], rows.end(need[out] - 1))
-        start[x] = computed[x]
+    schedule = wavefront_rows if wavefront else demanded_rows
+    for start, need in schedule(chain, height, consumers):
         bases = tuple(first_needed(consumers[t], start) for t in intermediates)
         kept = tuple(max(0, computed[t] - base) for t, base in zip(intermediates, bases,
                                                                    strict=True))
@@ -289,16 +287,78 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
         computed = need
         previous_base.update(zip(intermediates, bases, strict=True))
         stripe = Stripe(bases, kept, tuple(work), first_needed(consumers[x], computed), fetch)
-        if not chain.streamed:
+        if not chain.streamed and work:
             shift = max(shift, need[y] * chain.row_bytes[y]
                         - stripe.input_alive_from(len(work) - 1, x) * chain.row_bytes[x])
         stripes.append(stripe)
+    if computed[y] < chain.rows[y]:
+        return None
     buffers = tuple(StripeBuffer(t, capacity[t], chain.row_bytes[t]) for t in intermediates)
     per_row = {o: op_macs(graph, bindings[o]) // chain.rows[chain.produced[o]] for o in ops}
     macs = sum((w.out_hi - w.out_lo) * per_row[w.op] for s in stripes for w in s.ops)
     return Segment(chain.first, chain.last, ops, x, y, height, buffers,
                    tuple(stripes), max(0, shift), moved, macs,
-                   sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops), chain.streamed)
+                   sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops), chain.streamed,
+                   wavefront)
+
+
+Rows = dict[int, int]  # tensor -> a row count: the first row an op makes, or rows made so far
+
+
+def demanded_rows(chain: Chain, height: int, consumers: Mapping[int, Sequence[tuple[int, RowMap]]]
+                  ) -> Iterator[tuple[Rows, Rows]]:
+    """Per stripe of `height` output rows: the first row each tensor makes, and the rows each
+    has made after it, backwards from the output (an intermediate skips rows no window reads:
+    a strided 1x1 convolution's)."""
+    x, y = chain.input, chain.output
+    computed = {t: 0 for t in (x, *chain.produced.values())}
+    for lo in range(0, chain.rows[y], height):
+        need = dict(computed)
+        need[y] = min(lo + height, chain.rows[y])
+        start: dict[int, int] = {}
+        for op_index in reversed(chain.ops):
+            out = chain.produced[op_index]
+            start[out] = computed[out] if out == y else max(computed[out],
+                                                             first_needed(consumers[out], start))
+            need[out] = max(need[out], start[out])
+            if need[out] > start[out]:
+                for t, rows in chain.reads[op_index]:
+                    if t != x or chain.streamed:
+                        need[t] = max(need[t], rows.end(need[out] - 1))
+        start[x] = computed[x]
+        yield start, need
+        computed = need
+
+
+def wavefront_rows(chain: Chain, height: int,
+                   consumers: Mapping[int, Sequence[tuple[int, RowMap]]]
+                   ) -> Iterator[tuple[Rows, Rows]]:
+    """Per stripe: each op, in order, makes as many rows as its inputs allow, up to its share
+    (the rows `height` output rows take of it, through the strides after it); a streamed
+    input's rows are fetched for its readers' shares. Stops early if a stripe makes nothing."""
+    x, y = chain.input, chain.output
+    share = {y: height}
+    for op_index in reversed(chain.ops):
+        for t, rows in chain.reads[op_index]:
+            share[t] = max(share.get(t, 0), share[chain.produced[op_index]] * rows.stride)
+    computed = {t: 0 for t in (x, *chain.produced.values())}
+    while computed[y] < chain.rows[y]:
+        need = dict(computed)
+        if chain.streamed:
+            need[x] = max(rows.end(min(chain.rows[out], computed[out] + share[out]) - 1)
+                          for out, rows in consumers[x])
+        for op_index in chain.ops:
+            out = chain.produced[op_index]
+            made, most = computed[out], min(chain.rows[out], computed[out] + share[out])
+            while made < most and all(
+                    rows.end(made) <= (need[t] if t != x or chain.streamed else chain.rows[x])
+                    for t, rows in chain.reads[op_index]):
+                made += 1
+            need[out] = made
+        if need == computed:
+            return
+        yield dict(computed), need
+        computed = need
 
 
 def stripe_scratch_fits(binding: Binding, params: Any) -> bool:
@@ -373,9 +433,12 @@ def row_map_of(graph: Graph, bindings: Sequence[Binding | None], op: int) -> Row
     return None if binding is None else row_map(binding, graph)
 
 
-def heights(chain: Chain) -> list[int]:
+def schedules(chain: Chain) -> list[Schedule]:
+    """The schedules the search tries for a chain, tallest stripes first, each on demand
+    before as a wavefront (fewer stripes among equals)."""
     rows = chain.rows[chain.output]
-    return [h for h in STRIPE_HEIGHTS if h < rows]
+    return [(h, wavefront) for h in sorted(STRIPE_HEIGHTS, reverse=True) if h < rows
+            for wavefront in (False, True)]
 
 
 Score = tuple[int, int]
@@ -387,7 +450,7 @@ def with_segment(tiling: Tiling, segment: Segment) -> Tiling:
     return Tiling(tuple(sorted((*others, segment), key=lambda s: s.first)))
 
 
-def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment | None],
+def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, Schedule], Segment | None],
                   evaluate: Callable[[Tiling], tuple[Score, int]],
                   start: Tiling = NO_TILING) -> Tiling:
     """Segments that lower the peak: from `start`, while some chain over the peak step
@@ -401,8 +464,8 @@ def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment
         for chain in chains:
             if not chain.first <= peak <= chain.last:
                 continue
-            for height in sorted(heights(chain), reverse=True):
-                segment = build(chain, height)
+            for schedule in schedules(chain):
+                segment = build(chain, schedule)
                 if segment is None:
                     continue
                 trial = with_segment(tiling, segment)
@@ -416,7 +479,7 @@ def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, int], Segment
 
 
 def neighbours(tiling: Tiling, chains: Sequence[Chain],
-               build: Callable[[Chain, int], Segment | None],
+               build: Callable[[Chain, Schedule], Segment | None],
                evaluate: Callable[[Tiling], tuple[Score, int]],
                below: int) -> list[tuple[Score, Tiling]]:
     """The tilings one segment away from `tiling` (a chain meeting one of its segments, at any
@@ -430,8 +493,8 @@ def neighbours(tiling: Tiling, chains: Sequence[Chain],
     for chain in chains:
         if not any(chain.first <= s.last and s.first <= chain.last for s in tiling.segments):
             continue
-        for height in heights(chain):
-            segment = build(chain, height)
+        for schedule in schedules(chain):
+            segment = build(chain, schedule)
             if segment is None:
                 continue
             trial = with_segment(tiling, segment)
@@ -439,9 +502,9 @@ def neighbours(tiling: Tiling, chains: Sequence[Chain],
                 continue
             score, _ = evaluate(trial)
             if score[0] < below:
-                key = tuple((s.first, s.last, s.height) for s in trial.segments)
+                key = tuple((s.first, s.last, s.schedule) for s in trial.segments)
                 found.setdefault(key, (score, trial))
-    return sorted(found.values(), key=lambda f: (f[0], [(s.first, s.last, -s.height)
+    return sorted(found.values(), key=lambda f: (f[0], [(s.first, s.last, -s.height, s.wavefront)
                                                         for s in f[1].segments]))
 
 

@@ -487,7 +487,7 @@ def segment_data(mp: ModelPlan, s) -> dict[str, Any]:
     return {"steps": [s.first, s.last], "ops": list(s.ops), "input": s.input, "output": s.output,
             "stripe_rows": s.height, "stripes": len(s.stripes), "shift": s.shift,
             "moved_bytes": s.moved_bytes, "macs": s.macs, "whole_macs": s.whole_macs,
-            "streamed": s.streamed,
+            "streamed": s.streamed, "wavefront": s.wavefront,
             "buffers": [{"tensor": b.tensor, "rows": b.rows, "bytes": b.size}
                         for b in s.buffers]}
 
@@ -499,7 +499,8 @@ def tiling_lines(mp: ModelPlan) -> list[str]:
         ops = ", ".join(str(o) for o in s.ops)
         kept = ", ".join(f"{b.rows} of {mp.graph.tensors[b.tensor].shape[1]}"
                          for b in s.buffers)
-        rows = f"{s.height} output row{'s' if s.height > 1 else ''}"
+        rows = (f"{s.height} output row{'s' if s.height > 1 else ''}"
+                f"{' (a wavefront)' if s.wavefront else ''}")
         skipped = (f", {s.whole_macs - s.macs} MACs of unread rows skipped"
                    if s.macs < s.whole_macs else "")
         streamed = (f"; streamed input: tensor {s.input}'s rows fetched as needed"
