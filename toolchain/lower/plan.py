@@ -37,9 +37,8 @@ from toolchain.lower.tiling import (
     choose_tiling,
     fits_scratch,
     neighbours,
-    schedules,
     stripe_chain,
-    with_segment,
+    trials,
 )
 from toolchain.lower.tiling import candidates as stripe_candidates
 from toolchain.numerics.quant import variable_fill
@@ -680,10 +679,9 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
 
     starts = [NO_TILING]
     for x in sorted(streams):  # the best few segments streaming x, after those of the others
-        trials = {with_segment(start, segment) for start in starts for chain in chains
-                  if chain.streamed and chain.input == x
-                  for segment in map(partial(build, chain), schedules(chain)) if segment}
-        starts = sorted(trials, key=lambda t: (evaluate(t)[0], key(t)))[:STREAMED_STARTS] \
+        streaming = {trial for start in starts for chain in chains if chain.streamed
+                     and chain.input == x for trial in trials(start, chain, build)}
+        starts = sorted(streaming, key=lambda t: (evaluate(t)[0], key(t)))[:STREAMED_STARTS] \
             or starts  # none: check_streamed refuses
 
     def on_demand(chain, schedule: Schedule) -> Segment | None:

@@ -450,6 +450,16 @@ def with_segment(tiling: Tiling, segment: Segment) -> Tiling:
     return Tiling(tuple(sorted((*others, segment), key=lambda s: s.first)))
 
 
+def trials(tiling: Tiling, chain: Chain,
+           build: Callable[[Chain, Schedule], Segment | None]) -> Iterator[Tiling]:
+    """`tiling` with the chain's segment, in each schedule it builds in, in place of the
+    segments it meets."""
+    for schedule in schedules(chain):
+        segment = build(chain, schedule)
+        if segment is not None:
+            yield with_segment(tiling, segment)
+
+
 def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, Schedule], Segment | None],
                   evaluate: Callable[[Tiling], tuple[Score, int]],
                   start: Tiling = NO_TILING) -> Tiling:
@@ -464,11 +474,7 @@ def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, Schedule], Se
         for chain in chains:
             if not chain.first <= peak <= chain.last:
                 continue
-            for schedule in schedules(chain):
-                segment = build(chain, schedule)
-                if segment is None:
-                    continue
-                trial = with_segment(tiling, segment)
+            for trial in trials(tiling, chain, build):
                 found, at = evaluate(trial)
                 if found < (best[0] if best else score):
                     best = (found, at, trial)
@@ -493,11 +499,7 @@ def neighbours(tiling: Tiling, chains: Sequence[Chain],
     for chain in chains:
         if not any(chain.first <= s.last and s.first <= chain.last for s in tiling.segments):
             continue
-        for schedule in schedules(chain):
-            segment = build(chain, schedule)
-            if segment is None:
-                continue
-            trial = with_segment(tiling, segment)
+        for trial in trials(tiling, chain, build):
             if trial == tiling:
                 continue
             score, _ = evaluate(trial)
