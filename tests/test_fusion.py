@@ -245,7 +245,8 @@ def test_plan_and_inspect_say_what_was_fused(capsys, tmp_path):
 @needs_mcu
 @pytest.mark.parametrize("target, consumer, kernel, case", [
     ("cortex-m4", "CONV_2D", "dsp-im2col", dict(pads=((1, 2), (2, 0)))),
-    ("cortex-m4", "CONV_2D", "dsp-im2col", dict(pads=((0, 1), (0, 1)), stride=(2, 2))),
+    ("cortex-m4", "CONV_2D", "dsp-rows", dict(pads=((0, 1), (0, 1)), stride=(2, 2))),
+    ("cortex-m4", "CONV_2D", "dsp-rows", dict(pads=((1, 2), (2, 0)), image=(1, 9, 8, 4))),
     ("cortex-m4", "DEPTHWISE_CONV_2D", "dsp-depthwise",
      dict(pads=((2, 0), (1, 2)), image=(1, 7, 9, 6), stride=(1, 2))),
     ("cortex-m55", "CONV_2D", "mve-im2col", dict(pads=((1, 2), (2, 0)))),

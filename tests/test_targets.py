@@ -3,9 +3,9 @@ another), its firmware under QEMU, and `arenac bench`'s instruction counts.
 
 The QEMU tests need arm-none-eabi-gcc and qemu-system-arm (skipped without them, failing with
 CI set, as in test_mcu.py); the DSP kernels are checked bit-exact against TFLite's reference
-kernels and runtime_py on built FULLY_CONNECTED, CONV_2D (1x1 and im2col), DEPTHWISE_CONV_2D,
-ADD and SUB models and on the shared int8 models that use them; the Helium kernels likewise on
-cortex-m55.
+kernels and runtime_py on built FULLY_CONNECTED, CONV_2D (1x1, widened rows and im2col),
+DEPTHWISE_CONV_2D, pooling, ADD and SUB models and on the shared int8 models that use them; the
+Helium kernels likewise on cortex-m55.
 """
 
 from __future__ import annotations
@@ -124,8 +124,11 @@ def test_a_dsp_target_binds_its_kernels_and_others_the_portable_ones():
         assert set(kernels_bound(planned(model, target))) == {"portable"}
     assert kernels_bound(planned(model, "cortex-m55")) == ["mve-1x1", "mve-1x1", "portable", "mve"]
     assert set(kernels_bound(planned(model, "cortex-m4", portable=True))) == {"portable"}
-    # a 3x3 convolution goes through im2col; a dilated one keeps the portable kernel
+    # a 3x3 convolution of few channels runs from widened rows, of more through im2col; a
+    # dilated one keeps the portable kernel
     conv3 = conv_model("int8", True, (1, 6, 6, 4), 8, (3, 3))
+    assert kernels_bound(planned(conv3, "cortex-m4")) == ["dsp-rows"]
+    conv3 = conv_model("int8", True, (1, 6, 6, 16), 8, (3, 3))
     assert kernels_bound(planned(conv3, "cortex-m4")) == ["dsp-im2col"]
     dilated = conv_model("int8", True, (1, 8, 8, 4), 8, (3, 3), dilation=(2, 2))
     assert kernels_bound(planned(dilated, "cortex-m4")) == ["portable"]
@@ -437,17 +440,16 @@ def test_dsp_1x1_convolution_is_bit_exact(case):
 
 @needs_mcu
 @pytest.mark.parametrize("case", [
-    dict(input_shape=(1, 6, 7, 4), out_channels=8, kernel=(3, 3), per_channel=True),
-    dict(input_shape=(1, 9, 8, 3), out_channels=5, kernel=(3, 3), stride=(2, 2)),
+    dict(input_shape=(1, 6, 7, 8), out_channels=8, kernel=(3, 3), per_channel=True),
+    dict(input_shape=(1, 9, 8, 7), out_channels=5, kernel=(3, 3), stride=(2, 2)),
+    # odd stride x depth: windows starting between words, which the rows kernel refuses
     dict(input_shape=(2, 7, 6, 5), out_channels=7, kernel=(3, 2), padding="VALID",
          activation="RELU"),
-    dict(input_shape=(1, 12, 6, 1), out_channels=6, kernel=(5, 4), stride=(2, 2),
-         per_channel=True, activation="RELU6", input_zero_point=-128),
     dict(input_shape=(1, 5, 1, 9), out_channels=3, kernel=(3, 1), stride=(1, 1), bias=False),
     dict(input_shape=(1, 4, 5, 6), out_channels=4, kernel=(1, 1), padding="SAME",
          stride=(1, 3), per_channel=True),
     # three pixels a block: rows widened straight from the input, and copied first
-    dict(input_shape=(1, 8, 9, 4), out_channels=6, kernel=(3, 3), per_channel=True),
+    dict(input_shape=(1, 8, 9, 6), out_channels=6, kernel=(3, 3), per_channel=True),
     dict(input_shape=(1, 7, 11, 5), out_channels=3, kernel=(3, 3), stride=(1, 1),
          activation="RELU"),
 ])
@@ -457,6 +459,66 @@ def test_dsp_im2col_convolution_is_bit_exact(case):
                        case.pop("out_channels"), case.pop("kernel"), **case)
     assert set(kernels_bound(planned(model, "cortex-m4"))) <= {"dsp-1x1", "dsp-1x1-staged",
                                                               "dsp-im2col"}
+    assert_qemu_matches_oracle(model)
+
+
+ROWS_CASES = [
+    # stride 1, SAME: two of three rows kept from the row before, a last pixel alone
+    dict(input_shape=(1, 6, 7, 4), out_channels=8, kernel=(3, 3), per_channel=True),
+    # the first convolution of an image network: 3 colours, stride 2, an odd channel last
+    dict(input_shape=(1, 9, 8, 3), out_channels=5, kernel=(3, 3), stride=(2, 2)),
+    # one channel, an odd left padding (the rows widened value by value), 5 filter rows
+    dict(input_shape=(1, 12, 6, 1), out_channels=6, kernel=(5, 4), stride=(2, 2),
+         per_channel=True, activation="RELU6", input_zero_point=-128),
+    # batches, VALID, rows of 32 values widened two words a trip, two pixels left over
+    dict(input_shape=(2, 8, 8, 4), out_channels=4, kernel=(3, 3), padding="VALID",
+         activation="RELU"),
+    # one output row (nothing kept), four words a filter row
+    dict(input_shape=(1, 4, 10, 2), out_channels=3, kernel=(4, 4), padding="VALID",
+         bias=False),
+    # a vertical stride past the filter's height: no row read twice
+    dict(input_shape=(1, 9, 7, 2), out_channels=6, kernel=(1, 3), stride=(3, 1)),
+]
+
+
+@needs_mcu
+@pytest.mark.parametrize("case", ROWS_CASES)
+def test_dsp_rows_convolution_is_bit_exact(case):
+    case = {"per_channel": False, **case}
+    model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                       case.pop("out_channels"), case.pop("kernel"), **case)
+    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-rows"]
+    assert_qemu_matches_oracle(model)
+
+
+def test_the_rows_kernel_leaves_what_it_does_not_run_to_im2col():
+    for shape, kernel, stride in [((1, 6, 6, 3), (3, 3), (1, 1)),  # odd stride x depth
+                                  ((1, 6, 6, 8), (3, 3), (1, 1)),  # 12 words a filter row
+                                  ((1, 8, 8, 2), (5, 5), (1, 1))]:  # 25 steps a block
+        model = conv_model("int8", True, shape, 4, kernel, stride=stride)
+        assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-im2col"]
+    model = conv_model("int8", True, (1, 8, 8, 4), 6, (3, 3), stride=(2, 2))
+    scratch = planned(model, "cortex-m4").program.scratch()[0]
+    # 3 rows of int16 lines reaching the last window's end: 3 strides of 8 values and its 12,
+    # past the 32 values of the row (the padding is on the right only)
+    assert scratch.size == 3 * (3 * 8 + 12) * 2 and "widened" in scratch.purpose
+
+
+@needs_mcu
+@pytest.mark.parametrize("target", ["cortex-m7", "cortex-m33"])
+def test_dsp_rows_on_the_other_dsp_cores(target):
+    model = conv_model("int8", True, (1, 9, 10, 3), 7, (3, 3), stride=(2, 2), seed=1)
+    assert kernels_bound(planned(model, target)) == ["dsp-rows"]
+    assert_qemu_matches_oracle(model, target)
+
+
+@needs_mcu
+def test_the_overlap_the_dsp_rows_kernel_declares_is_used_and_safe():
+    model = conv_model("int8", True, (1, 10, 10, 4), 8, (3, 3), stride=(2, 2), seed=2)
+    mp = planned(model, "cortex-m4")
+    assert kernels_bound(mp) == ["dsp-rows"]
+    assert mp.plan.overlaps, "a stride-2 output may lie over the rows of its input already read"
+    assert mp.program.bindings[0].overlaps == planned(model, "generic").program.bindings[0].overlaps
     assert_qemu_matches_oracle(model)
 
 
@@ -504,14 +566,16 @@ def test_dsp_depthwise_convolution_is_bit_exact(case):
 @needs_mcu
 @pytest.mark.parametrize("case", [
     dict(input_shape=(1, 9, 9, 1), kernel=(3, 3), multiplier=8, stride=(2, 2), padding="VALID",
-         per_channel=True),
-    dict(input_shape=(2, 6, 7, 1), kernel=(3, 2), multiplier=3, activation="RELU"),
+         per_channel=True, bound="dsp-rows"),
+    dict(input_shape=(2, 6, 7, 1), kernel=(3, 2), multiplier=3, activation="RELU",
+         bound="dsp-im2col"),  # stride 1 over one value a pixel: windows between words
 ])
-def test_dsp_depthwise_of_one_channel_is_an_im2col_convolution(case):
+def test_dsp_depthwise_of_one_channel_is_a_convolution(case):
     case = {"per_channel": False, **case}
+    kernel = case.pop("bound")
     model = depthwise_model("int8", case.pop("per_channel"), case.pop("input_shape"),
                             case.pop("kernel"), **case)
-    assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-im2col"]
+    assert kernels_bound(planned(model, "cortex-m4")) == [kernel]
     assert_qemu_matches_oracle(model)
 
 
@@ -810,7 +874,8 @@ CLANG = shutil.which("clang") or shutil.which("clang-14")
 
 
 def clang_model() -> bytes:
-    """Every DSP kernel: the pointwise model's, then a 3x3 convolution and a depthwise one."""
+    """Every DSP kernel: the pointwise model's, then a 3x3 convolution from widened rows, a
+    depthwise one and a 3x3 convolution through im2col."""
     from toolchain.front.builder import ModelBuilder
 
     rng = np.random.default_rng(7)
@@ -829,13 +894,24 @@ def clang_model() -> bytes:
          {"padding": "SAME", "stride_h": 1, "stride_w": 1, "depth_multiplier": 1,
           "dilation_h_factor": 1, "dilation_w_factor": 1, "fused_activation_function": "NONE"},
          3)
-    b.output(z)
+    w2 = b.const("w2", rng.integers(-127, 128, (4, 3, 3, 8)).astype(np.int8), 0.01, 0)
+    bias2 = b.const("b2", rng.integers(-400, 400, 4).astype(np.int32), 0.0008, 0)
+    out = b.tensor("out", (1, 6, 6, 4), "int8", 0.1, 2)
+    b.op("CONV_2D", [z, w2, bias2], [out], {"padding": "SAME", "stride_h": 1, "stride_w": 1,
+                                           "dilation_h_factor": 1, "dilation_w_factor": 1,
+                                           "fused_activation_function": "NONE"}, 3)
+    b.output(out)
     return b.build()
+
+
+def one_channel_model() -> bytes:
+    """The rows kernel widening value by value (an odd left padding of one channel)."""
+    return conv_model("int8", True, (1, 12, 6, 1), 6, (5, 4), stride=(2, 2))
 
 
 @needs_mcu
 @pytest.mark.parametrize("target", [*DSP, "cortex-m55"])
-@pytest.mark.parametrize("model", [pointwise_model, clang_model])
+@pytest.mark.parametrize("model", [pointwise_model, clang_model, one_channel_model])
 @pytest.mark.parametrize("wide", [1, 10**9])
 def test_clang_builds_the_dsp_kernels(tmp_path, monkeypatch, target, model, wide):
     """ACLE intrinsics: Clang builds the same C, strict flags, with the rotation fused (and the
@@ -863,7 +939,9 @@ def test_clang_builds_the_dsp_kernels(tmp_path, monkeypatch, target, model, wide
     if target == "cortex-m55":  # VMLADAVA, which Clang spells by its alias VMLAVA
         assert re.search(r"\bvml(ad)?ava\.s8", assembly)
     else:
-        assert "smlad" in assembly and ("ror #8" in assembly or wide == 1)
+        # the rows kernel widens its filter at generation time, and its input value by value
+        widened_int8 = wide > 1 and model is not one_channel_model
+        assert "smlad" in assembly and ("ror #8" in assembly or not widened_int8)
 
 
 # -- bench -------------------------------------------------------------------------------------

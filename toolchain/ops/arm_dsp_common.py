@@ -84,6 +84,10 @@ GROUP = 4  # int8 values a word holds
 WORD = 4  # the scratch is read in words (LDRD needs them aligned)
 UNROLLED = 16  # depth groups written out without a loop
 UNROLL = 8  # depth groups a loop trip takes beyond that
+# Depth groups the 3x2 step writes out without a loop: a depth of 64 (kws_ref_model's layers)
+# in one run saves the loop's counter, reload and branch, 5% of the step's cycles, for 700
+# bytes of code a layer; deeper ones loop by UNROLL, their code growing no further.
+UNROLLED_3X2 = 16
 # A matrix multiply over at least this many pixels keeps its filter widened to int16 in flash:
 # it then reads each weight word with no __sxtb16, which saves about pixels / 4 instructions
 # per byte the wider filter adds (a 2-pixel block widens 8 weights in 4 instructions).
@@ -429,18 +433,20 @@ def depth_steps(kind: str, m: Matmul, wide: bool) -> dict:
     the 3x2 step), else a loop of UNROLL groups a trip and the rest written out. `wide`: the
     filter is int16 pairs."""
     x_words = 2 * int(kind[0])
-    w_step = (8 if kind[2] == "2" else 4) // (2 if wide else 1)  # bytes, or int32 words
+    # a channel pair's weights of a group: 8 bytes, or 4 int32 words; the 1x4 step's second
+    # pair is the next pair's row block, `pair_block` further on
+    w_step = (4 if kind[2] == "1" else 8) // (2 if wide else 1)
     name = f"arenac_mac{'16' if wide else ''}_{kind}"
+    pair_block = f", {2 * m.groups * GROUP}" if kind == "1x4" else ""
 
     def call(k: ConstantLoop | None, extra: int) -> str:
         terms = [(k, x_words)] if k is not None else []
         w_terms = [(k, w_step)] if k is not None else []
         return (f"{name}(acc, {c_offset('pairs', terms, extra * x_words)}, "
-                f"{c_offset('w', w_terms, extra * w_step)});")
+                f"{c_offset('w', w_terms, extra * w_step)}{pair_block});")
 
     groups = m.groups
-    # the 3x2 step holds every register: written out beyond one trip's groups, GCC spills
-    if groups <= (UNROLL if kind == "3x2" else UNROLLED):
+    if groups <= (UNROLLED_3X2 if kind == "3x2" else UNROLLED):
         return {"loop": None, "body": [], "rest": [call(None, g) for g in range(groups)]}
     main = groups - groups % UNROLL
     k = ConstantLoop("k", main, 0, UNROLL)
@@ -450,10 +456,14 @@ def depth_steps(kind: str, m: Matmul, wide: bool) -> dict:
 
 def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
                     sum_at: Callable[[str], str], target: str) -> list[dict]:
+    """A pixel block's channel blocks: two channels at a time, then an odd last one; for one
+    pixel of int8 weights on the cores of single-load runs, four (two pairs) first."""
     blocks = []
-    pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
-    odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
-    for loop, width in ((pairs, 2), (odd, 1)):
+    quads = pixels == 1 and not wide and target in RUNS_TARGETS
+    start = 0
+    for width in (4, 2, 1) if quads else (2, 1):
+        loop = ConstantLoop("c", m.channels - m.channels % width, start, width)
+        start = max(start, loop.stop)
         if not loop.runs:
             continue
         kind = f"{pixels}x{width}"
@@ -464,9 +474,10 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
         stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output(acc[{i * width + j}], "
                   f"{c_sum([(loop, 1)], j)});"
                   for i in range(pixels) for j in range(width)]
+        helper = (mac16_helper(kind, target) if wide else
+                  "arm_dsp_mac_1x4_runs" if width == 4 else f"arm_dsp_mac_{kind}")
         blocks.append({"loop": loop, "head": head, "steps": depth_steps(kind, m, wide),
-                       "stores": stores,
-                       "helper": mac16_helper(kind, target) if wide else f"arm_dsp_mac_{kind}"})
+                       "stores": stores, "helper": helper})
     return blocks
 
 
@@ -512,7 +523,7 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -
     pixels = [{"loop": loop, "head": head(count, loop), "count": count}
               for loop, count in ((block, size), (rest, m.pixels % size)) if loop.runs]
     helpers = {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
-    helpers |= {"arm_dsp_partial"} if tail else set()
+    helpers |= {"arm_dsp_partial", "arm_dsp_widen4"} if tail else set()
     comment = (
         f"{what} for the Arm DSP extension: a matrix multiply of "
         f"{m.batches * m.rows * m.pixels} pixels of {m.depth} values by {m.channels} filter "

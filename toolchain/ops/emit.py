@@ -237,17 +237,19 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp_smmla": ("arm_dsp_inline",),
     "arm_dsp_sxtab16": ("arm_dsp",),
     "arm_dsp_max8": ("arm_dsp",),
+    "arm_dsp_ror8": ("arm_dsp",),  # the rotated widening, for the steps that read int8 pairs
     **{f"arm_dsp_{part}": ("arm_dsp",) for part in (
-        "partial", "widen_3", "widen_2", "widen_1", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1",
-        "load2", "mac16_2x1", "mac16_1x2", "mac16_1x1")},
+        "partial", "load2", "mac16_2x1", "mac16_1x2", "mac16_1x1", "mac16_3x1")},
+    **{f"arm_dsp_{part}": ("arm_dsp", "arm_dsp_ror8") for part in (
+        "widen4", "widen4_in_order", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1", "mac_3x1")},
+    **{f"arm_dsp_widen_{n}": ("arm_dsp", "arm_dsp_widen4") for n in (1, 2, 3)},
     "arm_dsp_mac16_2x2": ("arm_dsp", "arm_dsp_load2"),
     "arm_dsp_mac16_3x2": ("arm_dsp", "arm_dsp_load2"),
     "arm_dsp_in_order": (),
     "arm_dsp_mac16_2x2_runs": ("arm_dsp", "arm_dsp_in_order"),
     "arm_dsp_mac16_3x2_runs": ("arm_dsp", "arm_dsp_in_order"),
-    "arm_dsp_mac16_3x1": ("arm_dsp",),
-    "arm_dsp_mac_3x2": ("arm_dsp", "arm_dsp_load2"),
-    "arm_dsp_mac_3x1": ("arm_dsp",),
+    "arm_dsp_mac_1x4_runs": ("arm_dsp", "arm_dsp_ror8", "arm_dsp_in_order"),
+    "arm_dsp_mac_3x2": ("arm_dsp", "arm_dsp_ror8", "arm_dsp_load2"),
     **{f"signal_{kind}": () for kind in ("fft16", "fft32", "fftf")},
     **{f"signal_{kind}_{part}": (f"signal_{kind}",) for kind in ("fft16", "fft32", "fftf")
        for part in ("scale", "radix2", "radix4", "radix4_inverse")},

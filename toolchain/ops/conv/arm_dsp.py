@@ -26,6 +26,7 @@ order keeps.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -38,6 +39,7 @@ from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp_common import (
     DSP_TARGETS,
     GROUP,
+    RUNS_TARGETS,
     TEMPLATE,
     UNROLL,
     UNROLLED,
@@ -270,7 +272,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
     helpers = {"arm_dsp", "arm_dsp_widen_1", *(mac16_helper(k, ctx.target) for k in kinds),
                *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops
                  if full and loop.runs),
-               *(["arm_dsp_partial"] if tail else []),
+               *(["arm_dsp_partial", "arm_dsp_widen4"] if tail else []),
                *output_helpers(tables, output) | stage_calls}
     tables = [{"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
                "length": c_length(m.packed().size), "data": c_array(m.packed()),
@@ -610,8 +612,9 @@ def _depthwise_filter(prefix: str, d: Depthwise, what: str) -> dict:
              if d.shared_loads else ", the last one with 0)" if d.kw % 2 else ")"))}
 
 
-def _row_calls(prefix: str, d: Depthwise) -> tuple[list[str], list[str], list[str]]:
-    """The row function's slot arguments, its filter loads, and its calls per output row.
+def _row_calls(prefix: str, d: Depthwise) -> tuple[list[str], list[list[str]], list[str]]:
+    """The row function's slot arguments, its filter loads per slot, and its calls per output
+    row.
 
     Input row py sits at slot py % kh; output row oy's window starts at row oy * sh (its turn,
     mod kh), so slot s holds its filter row (s - turn) mod kh, whose words start at f_s: one
@@ -619,9 +622,9 @@ def _row_calls(prefix: str, d: Depthwise) -> tuple[list[str], list[str], list[st
     sh = d.stride[0]
     words = d.row_words
     turn_args = [f"f{s}" for s in range(d.kh)] if d.kh > 1 else []
-    loads = [f"const int32_t w{s * words + j} = "
-             f"wc[{f'f{s}' + plus_term(j) if turn_args else j}];"
-             for s in range(d.kh) for j in range(words)]
+    loads = [[f"const int32_t w{s * words + j} = "
+              f"wc[{f'f{s}' + plus_term(j) if turn_args else j}];" for j in range(words)]
+             for s in range(d.kh)]
     row_out = f"out + oy * {d.out_w * d.channels}"
     turns = sorted({oy * sh % d.kh for oy in range(d.out_h)})
 
@@ -645,74 +648,126 @@ def _word_loads(row: int, count: int, pairs: bool) -> list[str]:
             lines.append(f"arenac_load2((const int32_t *)(const void *)({at}), &a{j}, "
                          f"&a{j + 1});")
             continue
-        lines += [f"a{i} = arenac_load32((const int8_t *)({c_offset('r', [], row + 2 * i)}));"
-                  for i in range(j, min(j + 2, count))]
+        lines += [f"a{i} = {_word('r', row + 2 * i)};" for i in range(j, min(j + 2, count))]
     return lines
 
 
-def _shared_taps(d: Depthwise, count: int) -> list[str]:
+def _word(base: str, at: int) -> str:
+    """The int16 pair at base + at (int16 values), one single load."""
+    return f"arenac_load32((const int8_t *)({c_offset(base, [], at)}))"
+
+
+def _run(words: list[str], weights: list[str]) -> list[str]:
+    """One run of single loads: a filter row's input words and its weight words alternating
+    (two loads of adjacent words from one base, GCC would pair into an LDRD)."""
+    run = []
+    for i in range(max(len(words), len(weights))):
+        run += words[i:i + 1] + weights[i:i + 1]
+    return run
+
+
+@dataclass(frozen=True)
+class FilterRow:
+    """What one pixel block does with the filter row at one slot: the input words it reads
+    (`words`: `a_j = <load>` lines), and the multiply-adds that follow."""
+
+    words: list[str]
+    macs: list[str]
+
+
+def _shared_taps(d: Depthwise, count: int) -> list[FilterRow]:
     """Pixel ox (and ox + 1) from the k + 1 words of each filter row (`shared_loads`)."""
     k = d.kw // 2
-    lines = [f"int32_t {', '.join(f'a{j}' for j in range(k + 1))};"]
+    rows = []
     for ky in range(d.kh):
         row, w = ky * d.line, ky * d.row_words
-        lines += _word_loads(row, k + 1, count == 2)
-        lines += [f"acc0 = __smlad(a{j}, w{w + j}, acc0);" for j in range(k)]
-        lines.append(f"acc0 = __smlabt(a{k}, w{w + 2 * k - 1}, acc0);")
+        macs = [f"acc0 = __smlad(a{j}, w{w + j}, acc0);" for j in range(k)]
+        macs.append(f"acc0 = __smlabt(a{k}, w{w + 2 * k - 1}, acc0);")
         if count == 2:
-            lines.append(f"acc1 = __smlatb(a0, w{w}, acc1);")
-            lines += [f"acc1 = __smlad(a{j + 1}, w{w + k + j}, acc1);" for j in range(k)]
-    return lines
+            macs.append(f"acc1 = __smlatb(a0, w{w}, acc1);")
+            macs += [f"acc1 = __smlad(a{j + 1}, w{w + k + j}, acc1);" for j in range(k)]
+        rows.append(FilterRow([f"a{j} = {_word('r', row + 2 * j)};" for j in range(k + 1)],
+                              macs))
+    return rows
 
 
-def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int) -> dict:
+def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int,
+                      weights: list[list[str]] | None) -> dict:
     """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
-    wr + ky * slot + ox * sw + 2 * j."""
+    wr + ky * slot + ox * sw + 2 * j. With `weights` (each slot's weight loads), each filter
+    row's input and weight words are read in one run of single loads before its multiply-adds
+    (the Cortex-M4's and M33's timing: a load costs one cycle behind another, two elsewhere,
+    LDRD three), the weights again for every pixel block, which keeps the registers for the
+    loads; without, the weights are the channel's registers and input words pair into LDRD."""
     sw, slot = d.stride[1], d.line
     lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
              f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
     stores = [f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
               f"{prefix}_output(acc{i}, c);" for i in range(count)]
     if d.shared_loads:
-        return {"loop": loop, "lines": lines + _shared_taps(d, count) + stores}
-    if sw == 2 and count == 2:  # pixel ox + 1's words are pixel ox's from the second on
-        lines.append(f"int32_t {', '.join(f'a{j}' for j in range(d.pairs + 1))};")
-        for ky in range(d.kh):
-            lines += _word_loads(ky * slot, d.pairs + 1, True)
-            lines += [f"acc{i} = __smlad(a{j + i}, w{ky * d.pairs + j}, acc{i});"
-                      for i in range(2) for j in range(d.pairs)]
-        return {"loop": loop, "lines": lines + stores}
-    for i in range(count):
-        lines += [f"acc{i} = __smlad(arenac_load32((const int8_t *)"
-                  f"({c_offset('r', [], ky * slot + 2 * j + i * sw)})), "
-                  f"w{ky * d.pairs + j}, acc{i});"
-                  for ky in range(d.kh) for j in range(d.pairs)]
+        filter_rows = _shared_taps(d, count)
+    elif sw == 2 and count == 2:  # pixel ox + 1's words are pixel ox's from the second on
+        filter_rows = [FilterRow([f"a{j} = {_word('r', ky * slot + 2 * j)};"
+                                  for j in range(d.pairs + 1)],
+                                 [f"acc{i} = __smlad(a{j + i}, w{ky * d.pairs + j}, acc{i});"
+                                  for i in range(2) for j in range(d.pairs)])
+                       for ky in range(d.kh)]
+    else:
+        filter_rows = [FilterRow([f"a{i * d.pairs + j} = "
+                                  f"{_word('r', ky * slot + 2 * j + i * sw)};"
+                                  for i in range(count) for j in range(d.pairs)],
+                                 [f"acc{i} = __smlad(a{i * d.pairs + j}, w{ky * d.pairs + j}, "
+                                  f"acc{i});" for i in range(count) for j in range(d.pairs)])
+                       for ky in range(d.kh)]
+    names = max(len(f.words) for f in filter_rows)
+    lines.append(f"int32_t {', '.join(f'a{j}' for j in range(names))};")
+    if weights is not None:  # read again here, not kept from the block before
+        lines.append("ARENAC_KEEP(wc);")
+    for ky, f in enumerate(filter_rows):
+        if weights is not None:  # the weights its multiply-adds use (one pixel: not all)
+            used = [w for w in weights[ky] if re.search(rf"\b{w.split()[2]}\b", " ".join(f.macs))]
+            lines += _run(f.words, used)
+        elif d.shared_loads or (sw == 2 and count == 2):
+            lines += _word_loads(ky * slot, len(f.words), count == 2)
+        else:
+            lines += f.words
+        lines += f.macs
     return {"loop": loop, "lines": lines + stores}
 
 
-def _depthwise_blocks(prefix: str, d: Depthwise) -> tuple[list[dict], list[ConstantLoop]]:
+def _depthwise_blocks(prefix: str, d: Depthwise, weights: list[list[str]] | None
+                      ) -> tuple[list[dict], list[ConstantLoop]]:
     """The pixel blocks of an output row: its pairs (written out up to UNROLLED_PIXELS, else a
-    loop) and a last odd pixel; and the pair loops."""
+    loop) and a last odd pixel; and the pair loops. `weights`: see _depthwise_pixels."""
     even = d.out_w - d.out_w % 2
     pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
     if d.out_w <= UNROLLED_PIXELS:  # the pairs written out: no loop, every offset a constant
         pairs = [ConstantLoop("ox", ox + 2, ox, 2) for ox in range(0, even, 2)]
     else:
         pairs = [pair]
-    blocks = [_depthwise_pixels(prefix, d, loop, count)
+    blocks = [_depthwise_pixels(prefix, d, loop, count, weights)
               for loop, count in [*((p, 2) for p in pairs), (single, 1)] if loop.runs]
     return blocks, pairs
 
 
-def _channel_copies(d: Depthwise) -> list[str]:
-    """One input pixel's channels into their lines: written out, or UNROLL a trip."""
+def _channel_copies(d: Depthwise, runs: bool) -> list[str]:
+    """One input pixel's channels into their lines: written out, or UNROLL a trip. With `runs`,
+    each four values are read in one run of loads before their four stores (a load behind a
+    store costs two cycles, behind a load one)."""
     channel = d.kh * d.line
-    copies = [f"lp[{j * channel}] = xp[{j}];" for j in range(min(d.channels, UNROLLED))]
-    if d.channels > UNROLLED:
-        unroll = next(u for u in (UNROLL, 4, 2, 1) if d.channels % u == 0)
+    looped = d.channels > UNROLLED
+    unroll = next(u for u in (UNROLL, 4, 2, 1) if d.channels % u == 0) if looped else d.channels
+    copies = []
+    for g in range(0, unroll, GROUP if runs else unroll):
+        group = range(g, min(g + (GROUP if runs else unroll), unroll))
+        if runs:
+            copies += [f"{{ const int16_t {', '.join(f'v{j} = xp[{j}]' for j in group)};",
+                       *(f"  lp[{j * channel}] = v{j};" for j in group), "}"]
+        else:
+            copies += [f"lp[{j * channel}] = xp[{j}];" for j in group]
+    if looped:
         copies = [f"for (c = 0; c < {d.channels}; c += {unroll}, xp += {unroll}, "
-                  f"lp += {unroll * channel}) {{",
-                  *(f"  {line}" for line in copies[:unroll]), "}"]
+                  f"lp += {unroll * channel}) {{", *(f"  {line}" for line in copies), "}"]
     return copies
 
 
@@ -731,7 +786,8 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
     sh, sw = d.stride
     channel = d.kh * d.line  # the scratch is [channel][slot][line]
     turn_args, loads, calls = _row_calls(prefix, d)
-    blocks, pairs = _depthwise_blocks(prefix, d)
+    runs = ctx.target in RUNS_TARGETS
+    blocks, pairs = _depthwise_blocks(prefix, d, loads if runs else None)
     # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
@@ -744,12 +800,17 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             f"{what} for the Arm DSP extension, output row by output row: the input rows it "
             f"reads that the previous one did not widened to int16 into the {d.kh} slots of "
             f"the arena (a line of {d.line} values per channel, the padding the input zero "
-            "point), then per channel its filter words kept in registers, two output pixels "
-            "at a time" + (" sharing the words they read" if d.shared_loads or sw == 2 else "")
+            "point), then per channel " + (
+                "two output pixels at a time, each filter row's input and weight words read "
+                "in one run of single loads" if runs else
+                "its filter words kept in registers, two output pixels at a time") +
+            (" sharing the words they read" if d.shared_loads or sw == 2 else "")
             + ", each __smlad adding two taps' products"),
-        "d": d, "zero_point": -d.input_offset, "channel": channel, "loads": loads,
+        "d": d, "zero_point": -d.input_offset, "channel": channel,
+        "loads": [] if runs else [line for slot in loads for line in slot],
+        "attribute": "ARENAC_DSP_IN_ORDER" if runs else "ARENAC_DSP_KERNEL",
         "pixels": blocks, "ox": any(p.written for p in pairs), "first_row": first_row,
-        "copies": _channel_copies(d),
+        "copies": _channel_copies(d, runs),
         "turn_args": turn_args, "calls": calls,
         "row_comment": c_comment(
             f"One output row of {what}, channel by channel: o its first output, and the filter "
@@ -760,7 +821,8 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
         "sum": sum_of(prefix, tables, "c"),
-        "helpers": tuple(sorted({"arm_dsp", *(["arm_dsp_load2"] if any(
+        "helpers": tuple(sorted({"arm_dsp", *(["arm_dsp_in_order"] if runs else []),
+                                 *(["arm_dsp_load2"] if any(
             "arenac_load2" in line for b in blocks for line in b["lines"]) else [])}
                                 | output_helpers(tables, output) | stage_calls)),
     }

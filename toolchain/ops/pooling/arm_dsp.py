@@ -4,6 +4,8 @@ the DSP extension (cortex-m4, cortex-m7 and cortex-m33): four channels a word, s
 
 from __future__ import annotations
 
+import re
+
 from toolchain.ir import Graph, Operator
 from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp_common import DSP_TARGETS, GROUP, TEMPLATE
@@ -22,6 +24,7 @@ from toolchain.ops.pooling.prepare import Pool2DParams
 from toolchain.ops.spec import TargetKernel, kernels
 
 MAX_AVERAGE_TAPS = 256  # an int16 lane holds the sum of this many int8 values
+MAX_WRITTEN_COLUMNS = 8  # a window row of at most this many columns is written out
 
 
 def accepts_pool(graph: Graph, op: Operator, p) -> str | None:
@@ -49,10 +52,17 @@ def emit_pool(ctx: OpContext) -> Kernel:
     wy = window_axis("y", out_y, p.stride_height, p.pad_top, height, p.filter_height)
     wx = window_axis("x", out_x, p.stride_width, p.pad_left, width, p.filter_width)
     (y_terms, y_first), (x_terms, x_first) = wy.index, wx.index
-    row = c_offset("x", [(batch, height * width * channels),
-                         *[(t, c * width * channels) for t, c in y_terms],
-                         *[(t, c * channels) for t, c in x_terms], (group, 1)],
-                   (y_first * width + x_first) * channels)
+
+    def row_at(column: ConstantLoop | None = None) -> str:
+        """The window position's word: at column `column` (a one-trip loop) of a window row
+        written out, else at the window loop's."""
+        terms = [(column if column is not None and t is wx.loop else t, c) for t, c in x_terms]
+        return c_offset("x", [(batch, height * width * channels),
+                              *[(t, c * width * channels) for t, c in y_terms],
+                              *[(t, c * channels) for t, c in terms], (group, 1)],
+                        (y_first * width + x_first) * channels)
+
+    row = row_at()
     o, o_lines = c_pointer("o", "int8_t", "out",
                            [(batch, p.output_height * p.output_width * channels),
                             (out_y, p.output_width * channels), (out_x, channels)])
@@ -77,12 +87,21 @@ def emit_pool(ctx: OpContext) -> Kernel:
                   *([f"m = arenac_min8(m, {_lanes(high)});"] if high < 127 else []),
                   f"memcpy({o} + {group.index}, &m, 4);"]
         count_lines = []
-    loops = (batch, out_y, out_x, wy.loop, wx.loop, group)
+    # a window row of a few constant columns written out: its words read in one run of
+    # loads (one cycle each behind another), with no loop counter or branch between them
+    taps = []
+    if isinstance(wx.loop, ConstantLoop) and 1 < wx.loop.trips <= MAX_WRITTEN_COLUMNS:
+        for k, fx in enumerate(range(wx.loop.start, wx.loop.stop)):
+            column = ConstantLoop(wx.loop.var, fx + 1, fx)
+            taps.append(f"const int32_t v{k} = arenac_load32({row_at(column)});")
+        taps += [re.sub(r"\bv\b", f"v{k}", line)
+                 for k in range(wx.loop.trips) for line in accumulate]
+    loops = (batch, out_y, out_x, wy.loop, *([] if taps else [wx.loop]), group)
     values = {
         "fn": ctx.fn, "x": x.ptr, "out": out.ptr, "batch": batch, "out_y": out_y,
         "out_x": out_x, "group": group, "window_y": wy.loop, "window_x": wx.loop,
         "y_lines": wy.lines, "x_lines": wx.lines, "pixel_lines": count_lines + o_lines,
-        "row": row, "init": init, "accumulate": accumulate, "finish": finish,
+        "row": row, "taps": taps, "init": init, "accumulate": accumulate, "finish": finish,
         "counters": ", ".join(loop.var for loop in loops if loop.written),
         "comment": c_comment(
             f"{ctx.op.opcode} '{out.name}' for the Arm DSP extension: four channels a word, "

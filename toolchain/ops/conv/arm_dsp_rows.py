@@ -1,0 +1,266 @@
+"""CONV_2D (int8) of few input channels for the Arm DSP extension, from widened input rows: the
+first convolution of an image or audio network (3 colours, 1 channel), whose windows the
+im2col kernel would copy out a few bytes at a time.
+
+For each output row the kernel keeps the `kh` input rows its windows read widened to int16 in
+the scratch, one line each with the padding columns the input zero point (the rows the previous
+output row read moved up, the others widened once). A window's filter row is then `words`
+int16 pairs of one line in a run, which the filter, widened at generation time into the same
+pairs (zero where a pair reaches past the window), multiplies with one __smlad each: three
+output pixels by two output channels a step, the weights of the channel pair and the words of
+the three pixels read in one run of single loads (Cortex-M4: one cycle each behind another).
+At a stride and depth whose product is odd, each pixel's values are padded to an even count,
+so that every window starts on a word."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolchain.ir import Graph, Operator
+from toolchain.numerics.fixedpoint import wrap_int32
+from toolchain.ops import overlaps
+from toolchain.ops.arm_dsp_common import (
+    DSP_TARGETS,
+    TEMPLATE,
+    WORD,
+    Matmul,
+    kernel_definitions,
+    output_helpers,
+    output_values,
+    sum_of,
+)
+from toolchain.ops.conv.arm_dsp import accepts_im2col, conv_output
+from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams
+from toolchain.ops.emit import (
+    ConstantLoop,
+    Kernel,
+    OpContext,
+    c_array,
+    c_comment,
+    c_length,
+    c_offset,
+    c_sum,
+    render_macro,
+    written_vars,
+)
+from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
+
+MAX_ROW_WORDS = 8  # int16 pairs of one filter row: at most 16 values (kw x depth, padded)
+MAX_STEPS = 24  # steps of a block (filter rows x their words), each written out
+PIXELS = 3  # output pixels a block takes
+
+
+@dataclass(frozen=True)
+class Rows:
+    """An int8 CONV_2D (or DEPTHWISE_CONV_2D of one input channel) as the rows kernel runs it.
+    `matmul` holds the filter [channels, kh * kw * depth] in (ky, kx, c) order, its folded sums
+    and what proves the output stage."""
+
+    batches: int
+    height: int
+    width: int
+    depth: int
+    out_h: int
+    out_w: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    matmul: Matmul
+
+    @property
+    def pixel_values(self) -> int:
+        """Values a pixel takes in a line: its depth, one more where stride x depth is odd (a
+        zero weight meets it), so that every window starts on an even value."""
+        return self.depth + (self.stride[1] * self.depth) % 2
+
+    @property
+    def words(self) -> int:
+        """Int16 pairs of one filter row of a window."""
+        return -(-self.kw * self.pixel_values // 2)
+
+    @property
+    def line(self) -> int:
+        """Values of one widened line: the padded row, and the last window's last word."""
+        c = self.pixel_values
+        reach = (self.out_w - 1) * self.stride[1] * c + 2 * self.words
+        length = max(reach, (self.padding[1] + self.width) * c)
+        return length + length % 2
+
+    def packed(self) -> np.ndarray:
+        """The filter as int16 pairs in int32 words, the lower half the value at the lower
+        address: per channel pair, for each filter row and word, the first channel's word
+        then the second's; an odd last channel's words alone."""
+        m, c = self.matmul, self.pixel_values
+        taps = np.zeros((m.channels, self.kh, self.kw, c), np.int64)
+        taps[..., :self.depth] = m.weights.reshape(m.channels, self.kh, self.kw, self.depth)
+        rows = np.zeros((m.channels, self.kh, 2 * self.words), np.int64)
+        rows[:, :, :self.kw * c] = taps.reshape(m.channels, self.kh, self.kw * c)
+        words = wrap_int32((rows[..., 0::2] & 0xFFFF) | ((rows[..., 1::2] & 0xFFFF) << 16))
+        words = words.reshape(m.channels, -1)
+        pairs = m.channels // 2
+        interleaved = words[:2 * pairs].reshape(pairs, 2, -1).transpose(0, 2, 1)
+        return np.concatenate([interleaved.reshape(-1), words[2 * pairs:].reshape(-1)])
+
+
+def rows_of(p: ConvParams | DepthwiseConvParams) -> Rows:
+    batch, height, width, depth = p.input_shape
+    _, out_h, out_w, channels = p.output_shape
+    kh, kw = p.window.filter
+    # [channels, kh * kw * depth]; a depthwise filter of one channel is [1, taps, channels]
+    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)
+    bias = np.asarray(p.bias, np.float64).astype(np.int64)
+    m = Matmul(1, 1, batch * out_h * out_w, 0, 0, 0, kh * kw * depth, channels, weights, bias,
+               p.input_offset)
+    return Rows(batch, height, width, depth, out_h, out_w, kh, kw, tuple(p.window.stride),
+                tuple(p.window.padding), m)
+
+
+def accepts_rows(graph: Graph, op: Operator, p) -> str | None:
+    refused = accepts_im2col(graph, op, p)
+    if refused:
+        return refused
+    if tuple(p.window.filter) == (1, 1):
+        return "a pointwise convolution (the 1x1 kernels')"
+    d = rows_of(p)
+    if d.pixel_values > d.depth:  # the im2col kernel reads such windows without waste
+        return "an odd stride times depth (windows starting between words)"
+    if d.words > MAX_ROW_WORDS or d.kh * d.words > MAX_STEPS:
+        return "a filter row of more values than the rows kernel writes out"
+    return None
+
+
+def rows_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ...]:
+    d = rows_of(p)
+    return (MemoryRequest(d.kh * d.line * 2,
+                          f"the {d.kh} input rows an output row reads, widened to int16"),)
+
+
+def _loads(d: Rows, pixels: int, channels: int, step: int, at: int) -> list[str]:
+    """One step's run of single loads: the channels' weight words and the pixels' input words
+    (at `at` values on from each pixel's window), ordered so that no two neighbours are
+    adjacent in memory (GCC would pair those into an LDRD)."""
+    sx = d.stride[1] * d.pixel_values
+    weights = [f"const int32_t a{j} = w[{step * channels + j}];" for j in range(channels)]
+    inputs = [f"const int32_t x{i} = arenac_load32((const int8_t *)"
+              f"({c_offset('r', [], at + i * sx)}));" for i in range(pixels)]
+    inputs = inputs[0::2] + inputs[1::2]  # pixels two apart first: their words never touch
+    if pixels < channels:
+        return [weights[0], inputs[0], *weights[1:]]
+    run = inputs[:pixels - channels]
+    for weight, word in zip(weights, inputs[pixels - channels:], strict=True):
+        run += [weight, word]
+    return run
+
+
+def _block(prefix: str, d: Rows, tables: list[dict], pixels: int, loop: ConstantLoop,
+           channels: int) -> dict:
+    """A block of `pixels` output pixels (from r on, their outputs at o0...) by `channels`
+    output channels (from channel c): its sums, its steps written out, its stores."""
+    w_at = c_offset(f"{prefix}_filter", [(loop, d.kh * d.words)])
+    accs = [f"acc{i * channels + q}" for i in range(pixels) for q in range(channels)]
+    lines = [f"const int32_t *w = {w_at};",
+             *(f"const int32_t s{q} = {sum_of(prefix, tables, c_sum([(loop, 1)], q))};"
+               for q in range(channels)),
+             f"int32_t {', '.join(f'{a} = s{k % channels}' for k, a in enumerate(accs))};"]
+    for ky in range(d.kh):
+        for j in range(d.words):
+            step = ky * d.words + j
+            # r hidden from the optimizer at each step: a pixel's word is often another's
+            # a few steps on, and GCC would keep it in a register the step needs
+            lines += ["{", "  ARENAC_KEEP(r);", *(f"  {line}" for line in
+                             _loads(d, pixels, channels, step, ky * d.line + 2 * j)),
+                      *(f"  {a} = __smlad(x{k // channels}, a{k % channels}, {a});"
+                        for k, a in enumerate(accs)), "}"]
+    lines += [f"o{i}[{c_sum([(loop, 1)], q)}] = {prefix}_output(acc{i * channels + q}, "
+              f"{c_sum([(loop, 1)], q)});" for i in range(pixels) for q in range(channels)]
+    return {"loop": loop, "lines": lines}
+
+
+def emit_rows(ctx: OpContext) -> Kernel:
+    p: ConvParams | DepthwiseConvParams = ctx.params
+    d = rows_of(p)
+    m = d.matmul
+    prefix = ctx.prefix
+    sh, sw = d.stride
+    pt, pl = d.padding
+    c = d.pixel_values
+    opcode = "CONV_2D" if isinstance(p, ConvParams) else "DEPTHWISE_CONV_2D of one channel"
+    what = f"{opcode} '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
+    tables, output, output_comment, stage_calls = output_values(
+        prefix, conv_output(m, p.output),
+        (m.sums(), f"{what}: per output channel, bias + input offset * the filter row's sum "
+                   "(int32, wrapped)"))
+    packed = d.packed()
+    tables = [{"name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
+               "length": c_length(packed.size), "data": c_array(packed, 8),
+               "comment": c_comment(
+                   f"{what}: the filter widened to int16 pairs, a filter row's {d.kw} x "
+                   f"{c} values as {d.words} words (zero past its end"
+                   + (f" and for the pixel's value {d.depth}" if c > d.depth else "")
+                   + "), the lower half first: per pair of output channels, for each filter "
+                   "row and word, the first channel's word then the second's")}, *tables]
+    whole = d.out_w - d.out_w % PIXELS
+    pixel_loops = [(ConstantLoop("p", whole, 0, PIXELS), PIXELS),
+                   (ConstantLoop("p", d.out_w, whole, max(d.out_w % PIXELS, 1)),
+                    d.out_w % PIXELS)]
+    pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
+    odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
+    batches, out_rows = ConstantLoop("b", d.batches), ConstantLoop("oy", d.out_h)
+    row_out = d.out_w * m.channels
+    pixel_blocks = []
+    for loop, count in pixel_loops:
+        if not loop.runs:
+            continue
+        outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
+        head = [f"const int16_t *r = {c_offset('rows', [(loop, sw * c)])};",
+                f"int8_t *o0 = {c_offset('orow', [(loop, m.channels)])}{outs};"]
+        channel_blocks = [_block(prefix, d, tables, count, channel_loop, width)
+                          for channel_loop, width in ((pairs, 2), (odd, 1)) if channel_loop.runs]
+        pixel_blocks.append({"loop": loop, "head": head, "channels": channel_blocks})
+    image = d.height * d.width * d.depth
+    # rows an output row reads that the previous one did (none where there is one output row)
+    kept = max(d.kh - sh, 0) if d.out_h > 1 else 0
+    values = {
+        "fn": ctx.fn, "prefix": prefix, "tables": tables, "d": d,
+        "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
+        "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
+        "scratch": ctx.scratch[0], "zero_point": -m.input_offset,
+        "comment": c_comment(
+            f"{what} for the Arm DSP extension, output row by output row from the {d.kh} "
+            f"input rows it reads widened to int16 in the arena (lines of {d.line} values, "
+            "the padding the input zero point): three output pixels by two output channels "
+            "a step, a word of the channel pair's filter row and the same word of each "
+            "pixel's window read in one run of single loads, each __smlad adding two "
+            "products"),
+        "image": image, "row_values": d.width * d.depth, "pixel_values": c,
+        "left": pl * c, "kept": kept, "first": f"oy == 0 ? 0 : {kept}" if kept else "0",
+        "iy": c_sum([(out_rows, sh), ("ky", 1)], -pt), "blocks": pixel_blocks,
+        "batches": batches, "out_rows": out_rows,
+        "orow": c_offset("out", [(batches, d.out_h * row_out), (out_rows, row_out)]),
+        "xb": c_offset("x", [(batches, image)]),
+        "counters": written_vars([batches, out_rows, *(loop for loop, _ in pixel_loops),
+                                  pairs, odd]),
+        "groups": d.width * d.depth - (d.width * d.depth) % 4,
+        # two words a trip where they divide the row: the loop's own cycles over 8 values
+        "group_step": 8 if (d.width * d.depth) % 8 == 0 else 4,
+        "helpers": tuple(sorted({"arm_dsp", "arm_dsp_in_order",
+                                 *(["arm_dsp_widen4_in_order"] if c == d.depth and pl * c % 2 == 0
+                                   and d.width * d.depth >= 4 else [])}
+                                | output_helpers(tables, output) | stage_calls)),
+    }
+    return Kernel(render_macro(TEMPLATE, "rows_conv", values), values["helpers"],
+                  includes=("arm_acle.h",), definitions=kernel_definitions(values))
+
+
+_INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
+
+# Tried before the im2col kernel (toolchain/ops/conv/__init__.py). The portable convolution's
+# overlap rule holds, row by row of the output: an input row is read only when it is widened,
+# before the first output row whose window holds it is written.
+TARGET_KERNELS: tuple[TargetKernel, ...] = tuple(
+    TargetKernel(opcode, "dsp-rows", _INT8, accepts_rows, emit_rows, scratch=rows_scratch,
+                 overlaps=overlaps.convolution, scratch_alignment=WORD)
+    for opcode in ("CONV_2D", "DEPTHWISE_CONV_2D"))
