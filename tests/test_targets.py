@@ -1018,21 +1018,41 @@ def test_shared_models_are_bit_exact_with_the_dsp_kernels(name, target):
 
 def test_max_arena_gives_up_target_kernels_until_the_arena_fits():
     """A stem whose DSP kernels' scratch makes the cortex-m4 arena larger than the generic one:
-    held to the generic arena, some ops run their portable kernels and the arena fits; the
-    others keep their target kernels."""
+    held to the generic arena, some ops give up their target kernels and the arena fits; the
+    others keep theirs."""
     from tests.test_tiling import mobilenet_stem
 
     model = parse_model(mobilenet_stem(), "stem.tflite")
     generic = plan_model(model).arena_bytes
     fast = plan_model(model, target="cortex-m4")
-    assert fast.arena_bytes > generic and not fast.program.portable_ops
+    assert fast.arena_bytes > generic and not fast.program.given_up
     fitted = plan_model(model, target="cortex-m4", max_arena=generic)
     assert fitted.arena_bytes <= generic
-    portable = fitted.program.portable_ops
-    assert portable and all(fitted.program.bindings[op].variant is None for op in portable)
+    given_up = fitted.program.given_up
+    assert given_up and all(fitted.program.bindings[op].kernel_name not in names
+                            for op, names in given_up.items())
     assert any(b is not None and b.variant is not None for b in fitted.program.bindings)
     assert plan_model(model, target="cortex-m4", max_arena=fast.arena_bytes) \
-        .program.portable_ops == frozenset()
+        .program.given_up == {}
+
+
+def test_max_arena_steps_down_to_the_next_target_kernel_first():
+    """The rows kernel's widened rows are the larger scratch: held below its arena, the
+    convolution runs through im2col before it gives that up for the portable kernel."""
+    model = parse_model(conv_model("int8", True, (1, 24, 24, 4), 8, (3, 3), stride=(2, 2)),
+                        "conv.tflite")
+    rows = plan_model(model, target="cortex-m4")
+    im2col = plan_model(model, target="cortex-m4", given_up={0: ("dsp-rows",)})
+    portable = plan_model(model, target="cortex-m4", portable=True)
+    assert [rows.program.bindings[0].kernel_name, im2col.program.bindings[0].kernel_name] == [
+        "dsp-rows", "dsp-im2col"]
+    assert rows.arena_bytes > im2col.arena_bytes > portable.arena_bytes
+    fitted = plan_model(model, target="cortex-m4", max_arena=im2col.arena_bytes)
+    assert fitted.program.bindings[0].kernel_name == "dsp-im2col"
+    assert fitted.program.given_up == {0: ("dsp-rows",)}
+    fitted = plan_model(model, target="cortex-m4", max_arena=portable.arena_bytes)
+    assert fitted.program.given_up == {0: ("dsp-rows", "dsp-im2col")}
+    assert fitted.program.bindings[0].kernel_name == "portable"
 
 
 @needs_mcu
@@ -1042,7 +1062,7 @@ def test_a_plan_held_to_max_arena_runs_bit_exact_under_qemu():
     data = residual_block()
     model = parse_model(data, "residual.tflite")
     mp = plan_model(model, target="cortex-m4", max_arena=plan_model(model).arena_bytes)
-    assert mp.program.portable_ops
+    assert mp.program.given_up
     with QemuBackend(mp) as backend:
         report = check_plan(mp, data, 2, 0, [("qemu", backend.invoke_many)])
     assert report.ok, report.as_dict()
@@ -1055,9 +1075,9 @@ def test_max_arena_too_small_is_one_line(capsys, tmp_path):
     path.write_bytes(mobilenet_stem())
     code, out, err = run(capsys, "plan", str(path), "--target", "cortex-m4", "--max-arena", "64")
     assert code == 2 and not out and len(err.strip().splitlines()) == 1
-    assert "over the limit of 64 (--max-arena)" in err and "with the portable kernels of op" in err
+    assert "over the limit of 64 (--max-arena)" in err and "without the kernels op" in err
     code, out, err = run(capsys, "plan", str(path), "--max-arena", "64", "--pool", "a:64K")
     assert code == 2 and "--max-arena" in err and len(err.strip().splitlines()) == 1
     code, out, _ = run(capsys, "plan", str(path), "--target", "cortex-m4", "--max-arena", "1920")
-    assert code == 0 and "run their portable kernels, not the cortex-m4 ones" in out
+    assert code == 0 and "gave up cortex-m4 kernels for the arena to fit" in out
     assert int(re.search(r"^arena +(\d+) bytes", out, re.M)[1]) <= 1920

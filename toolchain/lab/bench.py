@@ -258,7 +258,7 @@ class Profiled:
 
 def kernel_name(mp: ModelPlan, op: int) -> str:
     binding = mp.program.bindings[op]
-    return binding.variant.name if binding is not None and binding.variant else "portable"
+    return binding.kernel_name if binding is not None else "portable"
 
 
 def instructions(ticks: int, hz: int) -> int:

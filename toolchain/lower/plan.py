@@ -355,27 +355,29 @@ def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES,
                           "size", model.source)
     model_plan = planned_model(model, *args, **kwargs)
     if max_arena is not None:
-        model_plan = within_arena(model_plan, max_arena, lambda portable: planned_model(
-            model, *args, **{**kwargs, "portable_ops": portable}))
+        model_plan = within_arena(model_plan, max_arena, lambda given_up: planned_model(
+            model, *args, **{**kwargs, "given_up": given_up}))
     check_budget(model_plan, max_bytes)
     return model_plan
 
 
 def within_arena(model_plan: ModelPlan, max_arena: int,
-                 replan: Callable[[frozenset[int]], ModelPlan]) -> ModelPlan:
-    """The plan within `max_arena` bytes of arena, giving up target kernels for their portable
-    ones (whose scratch is smaller, or none) one at a time (`scratch_to_give_up`), the model
-    planned again after each. Refused when no target kernel with scratch is left."""
-    portable: frozenset[int] = frozenset()
+                 replan: Callable[[dict[int, tuple[str, ...]]], ModelPlan]) -> ModelPlan:
+    """The plan within `max_arena` bytes of arena, giving up target kernels one at a time
+    (`scratch_to_give_up`) for the next one that takes the op (dsp-rows for dsp-im2col) or the
+    portable one (whose scratch is smaller, or none), the model planned again after each.
+    Refused when no target kernel with scratch is left."""
+    given_up: dict[int, tuple[str, ...]] = {}
     while model_plan.arena_bytes > max_arena:
         op = scratch_to_give_up(model_plan)
         if op is None:
-            ops = ", ".join(f"op {o}" for o in sorted(portable))
-            given_up = f" with the portable kernels of {ops}" if portable else ""
-            raise PlanError(f"the plan needs a {model_plan.arena_bytes}-byte arena{given_up}, "
+            ops = ", ".join(f"op {o} {'/'.join(names)}" for o, names in sorted(given_up.items()))
+            tried = f" without the kernels {ops}" if given_up else ""
+            raise PlanError(f"the plan needs a {model_plan.arena_bytes}-byte arena{tried}, "
                             f"over the limit of {max_arena} (--max-arena)", model_plan.model.source)
-        portable |= {op}
-        model_plan = replan(portable)
+        variant = model_plan.program.bindings[op].variant
+        given_up = {**given_up, op: (*given_up.get(op, ()), variant.name)}
+        model_plan = replan(given_up)
     return model_plan
 
 
@@ -424,7 +426,7 @@ def planned_model(
     portable: bool = False,
     pools: Sequence[Pool] = (),
     pins: Mapping[str, str] | None = None,
-    portable_ops: frozenset[int] = frozenset(),
+    given_up: Mapping[int, tuple[str, ...]] | None = None,
     stream_input: bool = False,
     **options,
 ) -> ModelPlan:
@@ -447,7 +449,8 @@ def planned_model(
     `order` then runs over the program's ops
     (toolchain.lower.program), and must keep each called subgraph's steps together after its call.
     `target` (toolchain.targets) picks the kernels, whose scratch and overlaps the plan
-    follows; `portable` keeps to its portable kernels (`portable_ops`: those ops alone).
+    follows; `portable` keeps to its portable kernels (`given_up`: an op to none of the
+    target kernels it names).
     `pools` (fastest first) take the buffers instead of one arena (toolchain.planners.pools);
     `pins` force a tensor (by index or name) or the state block ("state") into the pool
     named. With `stream_input` the graph's inputs never exist whole: each is fetched row by row
@@ -459,7 +462,7 @@ def planned_model(
     deadline = NEVER if time_limit is None else Deadline.after(time_limit)
     if planner == TFLMPlanner.name:  # TFLM's graph as TFLM runs it: file order, PADs their own
         techniques = replace(techniques, schedule="model", fuse_padding=False)
-    program = lowered(model, graph_index, target, portable, techniques, alignment, portable_ops)
+    program = lowered(model, graph_index, target, portable, techniques, alignment, given_up)
     graph = program.graph
     # TFLM's planner is shown on the buffers TFLM plans: its kernels' scratch, not ours.
     own = program.tflm_scratch() if planner == TFLMPlanner.name else program.scratch()
@@ -538,10 +541,10 @@ def check_streamed(program: Program, tiling: Tiling) -> None:
 
 def lowered(model: Model, graph_index: int, target: str, portable: bool,
             techniques: Techniques, alignment: int,
-            portable_ops: frozenset[int] = frozenset()) -> Program:
+            given_up: Mapping[int, tuple[str, ...]] | None = None) -> Program:
     """The graph lowered for `target` (toolchain.lower.program), refused when its kernels read
     their scratch in words wider than `alignment` keeps whole."""
-    program = lower(model, graph_index, target, portable, techniques.fuse_padding, portable_ops)
+    program = lower(model, graph_index, target, portable, techniques.fuse_padding, given_up)
     needed = max((b.variant.scratch_alignment for b in program.bindings
                   if b is not None and b.variant is not None), default=1)
     if alignment < needed:

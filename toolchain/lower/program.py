@@ -141,9 +141,10 @@ class Program:
     `folds`: the ops folded into constants (toolchain.lower.folding); `rewritten_graph` is the
     graph with the fused and folded ops rewritten, when there are any. `int4_unpacks`: the ops
     whose int4 filter the C keeps packed in flash, op -> (filter tensor, its packed bytes): each
-    unpacks it into its last scratch request before it runs (int4_unpacks). `portable_ops`:
-    the ops bound to their portable kernels though the target has its own (a plan within
-    `--max-arena`: toolchain.lower.plan.within_arena)."""
+    unpacks it into its last scratch request before it runs (int4_unpacks). `given_up`: the
+    target kernels an op was bound to before giving them up, op -> their names in that order
+    (a plan within `--max-arena`: toolchain.lower.plan.within_arena); the op now runs the next
+    target kernel that takes it, or its portable one."""
 
     model: Model
     graph_index: int
@@ -158,7 +159,7 @@ class Program:
     folds: tuple[Fold | DecodeFold, ...] = ()
     rewritten_graph: Graph | None = None
     int4_unpacks: Mapping[int, tuple[int, bytes]] = field(default_factory=dict)
-    portable_ops: frozenset[int] = frozenset()
+    given_up: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def graph(self) -> Graph:
@@ -384,9 +385,10 @@ class Program:
 
 def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
           portable: bool = False, fuse_padding: bool = True,
-          portable_ops: frozenset[int] = frozenset()) -> Program:
+          given_up: Mapping[int, tuple[str, ...]] | None = None) -> Program:
     """Bind every operator of one graph and of the subgraphs it calls for `target` (with
-    `portable`, to its portable kernels only; the ops of `portable_ops` alone so); an op the
+    `portable`, to its portable kernels only; an op of `given_up` to none of the target
+    kernels it names); an op the
     model cannot mean fails here, before any planning (a variant no kernel runs is kept as a
     refusal). With `fuse_padding`, a PAD in front of a windowed op becomes that op's padding
     where that is exact (toolchain.lower.fusion)."""
@@ -414,28 +416,30 @@ def lower(model: Model, graph_index: int = 0, target: str = GENERIC,
     laid_refusals = tuple(Refusal(op, f"{label(graph.operators[op]) if label else f'op {op}'} "
                                       f"{graph.operators[op].opcode}: {message}")
                           for op, message in laid)
-    bindings, demoted = portable_bindings(graph, bindings, portable_ops)
+    bindings, demoted = rebound_without(graph, bindings, target, given_up or {})
     bindings, unpacks = int4_unpacks(original, bindings)
     program = Program(model, graph_index, bindings, (*refusals, *laid_refusals), layout,
                       target=target, portable=portable, pad_fusions=fusions, folds=folds,
                       rewritten_graph=graph if graph is not original else None,
-                      int4_unpacks=unpacks, portable_ops=demoted)
+                      int4_unpacks=unpacks, given_up=demoted)
     resources, handles, problems = resource_variables(program)
     return replace(program, refusals=(*program.refusals, *problems), resources=resources,
                    handles=handles)
 
 
-def portable_bindings(graph: Graph, bindings: tuple[Binding | None, ...],
-                      ops: frozenset[int]) -> tuple[tuple[Binding | None, ...], frozenset[int]]:
-    """The bindings with the target kernels of `ops` replaced by their portable ones (bound to
-    the op as it stands, its PAD fused), and the ops that changed."""
-    bound, changed = list(bindings), set()
-    for op in sorted(ops):
+def rebound_without(graph: Graph, bindings: tuple[Binding | None, ...], target: str,
+                    given_up: Mapping[int, tuple[str, ...]]) -> tuple[
+                        tuple[Binding | None, ...], dict[int, tuple[str, ...]]]:
+    """The bindings with each op of `given_up` bound again (to the op as it stands, its PAD
+    fused) to none of the target kernels it names, and the kernels each op that changed
+    gave up."""
+    bound, changed = list(bindings), {}
+    for op, names in sorted(given_up.items()):
         binding = bindings[op] if 0 <= op < len(bindings) else None
-        if binding is not None and binding.variant is not None:
-            bound[op] = bind(graph, graph.operators[op], GENERIC)
-            changed.add(op)
-    return tuple(bound), frozenset(changed)
+        if binding is not None and binding.variant is not None and binding.variant.name in names:
+            bound[op] = bind(graph, graph.operators[op], target, frozenset(names))
+            changed[op] = names
+    return tuple(bound), changed
 
 
 def int4_unpacks(graph: Graph, bindings: tuple[Binding | None, ...]) -> tuple[

@@ -136,9 +136,11 @@ class Refusal:
     invalid: bool = False
 
 
-def bind(graph: Graph, op: Operator, target: str = GENERIC) -> Binding:
-    """The op bound to its kernel for `target` (a toolchain.targets name); raises
-    UnsupportedOpError or ModelError (without the file)."""
+def bind(graph: Graph, op: Operator, target: str = GENERIC,
+         given_up: frozenset[str] = frozenset()) -> Binding:
+    """The op bound to its kernel for `target` (a toolchain.targets name), none of the target
+    kernels named in `given_up` (a plan held to --max-arena); raises UnsupportedOpError or
+    ModelError (without the file)."""
     spec = REGISTRY.get(op.kind)
     if spec is None:
         raise UnsupportedOpError(OUT_OF_SCOPE.get(op.kind, "no kernel for this operator"))
@@ -151,7 +153,7 @@ def bind(graph: Graph, op: Operator, target: str = GENERIC) -> Binding:
             raise
         params = spec.prepare(graph, op)
     tflm = tuple(spec.tflm_scratch(params)) if spec.tflm_scratch else ()
-    variant = target_kernel(graph, op, params, target)
+    variant = target_kernel(graph, op, params, target, given_up)
     if variant is not None:
         return replace(variant, tflm_scratch=tflm)
     scratch = spec.scratch(params) if spec.scratch else ()
@@ -161,10 +163,14 @@ def bind(graph: Graph, op: Operator, target: str = GENERIC) -> Binding:
                    tflm_scratch=tflm)
 
 
-def target_kernel(graph: Graph, op: Operator, params: Any, target: str) -> Binding | None:
-    """The binding of the first target kernel for `target` that runs the op, if any."""
+def target_kernel(graph: Graph, op: Operator, params: Any, target: str,
+                  given_up: frozenset[str] = frozenset()) -> Binding | None:
+    """The binding of the first target kernel for `target` that runs the op, if any, passing
+    over those named in `given_up`."""
     inputs, outputs = operand_dtypes(graph, op)
     for variant in VARIANTS.get(op.opcode, ()):
+        if variant.name in given_up:
+            continue
         signature = next((k for k in variant.kernels
                           if target in k.targets and k.matches(inputs, outputs)), None)
         if signature is None or variant.accepts(graph, op, params) is not None:

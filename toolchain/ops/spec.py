@@ -189,6 +189,11 @@ class Binding:
     state: tuple[StateRequest, ...] = ()
     tflm_scratch: tuple[MemoryRequest, ...] = ()  # what TFLite Micro's kernel would request
 
+    @property
+    def kernel_name(self) -> str:
+        """What reports call the kernel: the target kernel's name, or "portable"."""
+        return self.variant.name if self.variant is not None else "portable"
+
 
 @dataclass(frozen=True)
 class OpSpec:

@@ -199,7 +199,9 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
         "overlap_bound_bytes": mp.overlap_bound_bytes,
         "untiled_bound_bytes": mp.untiled_bound_bytes,
         "tiling": [segment_data(mp, s) for s in mp.tiling.segments],
-        "portable_ops": sorted(mp.program.portable_ops),
+        "given_up_kernels": [{"op": op, "given_up": list(names),
+                              "kernel": mp.program.bindings[op].kernel_name}
+                             for op, names in sorted(mp.program.given_up.items())],
         "proven_optimal": mp.plan.proven_optimal,
         "clock_cut": mp.clock_cut,
         "unsupported_ops": refused_ops(mp.program),
@@ -414,7 +416,7 @@ def plan_text(mp: ModelPlan) -> str:
         out.append(f"unsupported  {len(refused)} ops ({display_text(names)}) have no kernel here: "
                    "the arena below lacks their scratch,")
         out.append("             and run, gen and check refuse the model (inspect says why)")
-    out.extend(portable_lines(mp))
+    out.extend(given_up_lines(mp))
     shared = [o for o in mp.plan.overlaps if shared_bytes(mp, o.below, o.above)]
     if shared:
         out.append(f"overlaps     {len(shared)} outputs placed over their dying inputs, "
@@ -441,16 +443,20 @@ def plan_text(mp: ModelPlan) -> str:
     return "\n".join(out)
 
 
-def portable_lines(mp: ModelPlan) -> list[str]:
-    """The ops that run their portable kernels for the arena to fit `--max-arena`."""
-    ops = sorted(mp.program.portable_ops)
-    if not ops:
+def given_up_lines(mp: ModelPlan) -> list[str]:
+    """The ops that gave up target kernels for the arena to fit `--max-arena`, and what they
+    run instead."""
+    given_up = mp.program.given_up
+    if not given_up:
         return []
-    names = ", ".join(f"op {op} {mp.graph.operators[op].opcode}" for op in ops)
-    text = (f"{len(ops)} ops run their portable kernels, not the {mp.program.target} ones, "
-            f"for the arena to fit --max-arena: {names}")
+    ops = ", ".join(f"op {op} {mp.graph.operators[op].opcode} "
+                    f"{mp.program.bindings[op].kernel_name} (not {', '.join(names)})"
+                    for op, names in sorted(given_up.items()))
+    text = (f"{len(given_up)} op{'s' if len(given_up) > 1 else ''} gave up "
+            f"{mp.program.target} kernels for the arena to fit "
+            f"--max-arena: {ops}")
     wrapped = textwrap.wrap(text, 100 - 13, break_on_hyphens=False)
-    return [f"{'portable' if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
+    return [f"{'given up' if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
 
 
 def refused_ops(program) -> list[dict[str, Any]]:
