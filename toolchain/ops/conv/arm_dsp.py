@@ -676,17 +676,24 @@ class FilterRow:
 
 
 def _shared_taps(d: Depthwise, count: int) -> list[FilterRow]:
-    """Pixel ox (and ox + 1) from the k + 1 words of each filter row (`shared_loads`)."""
+    """Pixel ox (and ox + 1, and with four pixels ox + 2 and ox + 3) from the words of each
+    filter row (`shared_loads`): each pair of pixels from the k + 1 words from its first on,
+    so four pixels read k + 2 words where two pairs apart read 2k + 2."""
     k = d.kw // 2
     rows = []
     for ky in range(d.kh):
         row, w = ky * d.line, ky * d.row_words
-        macs = [f"acc0 = __smlad(a{j}, w{w + j}, acc0);" for j in range(k)]
-        macs.append(f"acc0 = __smlabt(a{k}, w{w + 2 * k - 1}, acc0);")
-        if count == 2:
-            macs.append(f"acc1 = __smlatb(a0, w{w}, acc1);")
-            macs += [f"acc1 = __smlad(a{j + 1}, w{w + k + j}, acc1);" for j in range(k)]
-        rows.append(FilterRow([f"a{j} = {_word('r', row + 2 * j)};" for j in range(k + 1)],
+        macs = []
+        for q in range(0, count, 2):  # pixel pair ox + q, ox + q + 1: words from q / 2 on
+            at, first, second = q // 2, f"acc{q}", f"acc{q + 1}"
+            macs += [f"{first} = __smlad(a{at + j}, w{w + j}, {first});" for j in range(k)]
+            macs.append(f"{first} = __smlabt(a{at + k}, w{w + 2 * k - 1}, {first});")
+            if q + 1 < count:
+                macs.append(f"{second} = __smlatb(a{at}, w{w}, {second});")
+                macs += [f"{second} = __smlad(a{at + j + 1}, w{w + k + j}, {second});"
+                         for j in range(k)]
+        words = k + 1 + (count - 1) // 2
+        rows.append(FilterRow([f"a{j} = {_word('r', row + 2 * j)};" for j in range(words)],
                               macs))
     return rows
 
@@ -738,16 +745,22 @@ def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int,
 def _depthwise_blocks(prefix: str, d: Depthwise, weights: list[list[str]] | None
                       ) -> tuple[list[dict], list[ConstantLoop]]:
     """The pixel blocks of an output row: its pairs (written out up to UNROLLED_PIXELS, else a
-    loop) and a last odd pixel; and the pair loops. `weights`: see _depthwise_pixels."""
+    loop) and a last odd pixel; and the loops of more than one pixel. With `weights` (see
+    _depthwise_pixels) and shared loads, four pixels a block first, then a pair: four pixels
+    read k + 2 words of a filter row, where two pairs read 2k + 2."""
     even = d.out_w - d.out_w % 2
-    pair, single = ConstantLoop("ox", even, 0, 2), ConstantLoop("ox", d.out_w, even)
-    if d.out_w <= UNROLLED_PIXELS:  # the pairs written out: no loop, every offset a constant
-        pairs = [ConstantLoop("ox", ox + 2, ox, 2) for ox in range(0, even, 2)]
+    width = 4 if weights is not None and d.shared_loads else 2
+    whole = d.out_w - d.out_w % width
+    wide = ConstantLoop("ox", whole, 0, width)
+    rest = [(ConstantLoop("ox", even, whole, 2), 2), (ConstantLoop("ox", d.out_w, even), 1)]
+    if d.out_w <= UNROLLED_PIXELS:  # the blocks written out: no loop, every offset a constant
+        blocks = [ConstantLoop("ox", ox + width, ox, width) for ox in range(0, whole, width)]
     else:
-        pairs = [pair]
-    blocks = [_depthwise_pixels(prefix, d, loop, count, weights)
-              for loop, count in [*((p, 2) for p in pairs), (single, 1)] if loop.runs]
-    return blocks, pairs
+        blocks = [wide]
+    loops = [*((b, width) for b in blocks), *rest]
+    return ([_depthwise_pixels(prefix, d, loop, count, weights)
+             for loop, count in loops if loop.runs],
+            [loop for loop, count in loops if count > 1])
 
 
 def _channel_copies(d: Depthwise, runs: bool) -> list[str]:
