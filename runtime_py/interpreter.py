@@ -533,7 +533,9 @@ class ArenaLayout:
             self.labels[holder] = f"tensor {t} ({graph.tensors[t].name!r})"
         self.step_of = step_of = {op: step for step, op in enumerate(order)}
         scratch_at: dict[int, list[Claim]] = {}
-        for request in lifetimes.scratch:
+        # a shared buffer is claimed whole, as planned: its ops take turns in it (one step)
+        for request in (*(r for r in lifetimes.scratch if r.key not in lifetimes.within),
+                        *lifetimes.shared):
             holder = lifetimes.buffer_of[request.key]
             self.spans[holder] = self._span(plan.offsets[holder], request.size,
                                             model_plan.arena_bytes)

@@ -8,7 +8,15 @@ import pytest
 from toolchain.errors import ModelError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
-from toolchain.lower.lifetimes import SCRATCH, BufferKey, ScratchRequest, compute_lifetimes
+from toolchain.lower.lifetimes import (
+    SCRATCH,
+    SHARED,
+    STRIPE,
+    TFLM_SCRATCH,
+    BufferKey,
+    ScratchRequest,
+    compute_lifetimes,
+)
 from toolchain.lower.plan import NO_TECHNIQUES, plan_model
 from toolchain.planners import Buffer
 
@@ -150,3 +158,30 @@ def test_an_unwritten_input_of_an_op_without_kernel_is_its_working_memory(capsys
 def test_an_op_with_a_kernel_reading_what_nothing_writes_is_refused():
     with pytest.raises(ModelError, match=r"reads tensor 1 \('scratch'\) before anything writes"):
         plan_model(parse_model(npu_model("ADD"), "m.tflite"))
+
+
+def test_ops_that_take_turns_share_one_scratch_buffer():
+    """A group's kernel scratch is one buffer as large as the most one op asks for (its
+    requests laid `alignment` apart); stripe rows, TFLM's scratch and a group with one op of
+    scratch keep their own buffers."""
+    graph = chain_model().graphs[0]
+
+    def request(op: int, size: int, slot: int = 0, kind: str = SCRATCH) -> ScratchRequest:
+        return ScratchRequest(op, size, "work", BufferKey(kind, op, slot))
+
+    scratch = [request(0, 100), request(1, 30), request(1, 50, 1), request(2, 70),
+               request(2, 900, kind=STRIPE), request(1, 500, kind=TFLM_SCRATCH)]
+    lives = compute_lifetimes(graph, scratch=scratch, merged={1: 0, 2: 0},
+                              share=[(0, 1, 2)], alignment=16)
+    shared = BufferKey(SHARED, 0)
+    assert [(r.op, r.size) for r in lives.shared] == [(0, 100)]  # op 1: 32 + 50 = 82
+    assert lives.within == {scratch[0].key: (shared, 0), scratch[1].key: (shared, 0),
+                            scratch[2].key: (shared, 32), scratch[3].key: (shared, 0)}
+    assert lives.holder(scratch[2].key) == (lives.buffer_of[shared], 32)
+    own = {scratch[4].key, scratch[5].key, shared}
+    assert own <= set(lives.keys) and not set(lives.within) & set(lives.keys)
+    assert lives.buffers[lives.buffer_of[shared]].size == 100
+    # one op of scratch in the group: nothing to share
+    alone = compute_lifetimes(graph, scratch=[request(0, 100), request(2, 900, kind=STRIPE)],
+                              share=[(0, 1, 2)], alignment=16)
+    assert not alone.shared and not alone.within

@@ -986,8 +986,8 @@ def test_bench_command_json(capsys, tmp_path):
     data = json.loads(out)
     assert code == 0 and data["target"] == "cortex-m4" and data["optimization"] == "-Os"
     assert data["outputs_match"] is True and data["instructions_per_inference"] > 0
-    assert [s["opcode"] for s in data["steps"]] == ["CONV_2D", "CONV_2D", "RESHAPE",
-                                                    "FULLY_CONNECTED"]
+    # the two convolutions run striped, their kernels taking turns in one scratch buffer
+    assert [s["opcode"] for s in data["steps"]] == ["STRIPED", "RESHAPE", "FULLY_CONNECTED"]
     code, out, _ = run(capsys, "bench", str(path), "--portable")
     assert code == 0 and "(portable kernels)" in out and "instructions per inference:" in out
 
@@ -1011,6 +1011,25 @@ def test_shared_models_are_bit_exact_with_the_dsp_kernels(name, target):
         report = check_plan(mp, data, 1, 0, [("qemu", backend.invoke_many)])
     assert report.ok, report.as_dict()
 
+
+
+@needs_mcu
+def test_a_segments_target_kernels_take_turns_in_one_scratch_buffer():
+    """The striped segment's DSP kernels share one scratch buffer, as large as the most one
+    of them asks for, and run bit-exact under QEMU from it."""
+    from tests.test_tiling import mobilenet_stem
+
+    data = mobilenet_stem()
+    mp = plan_model(parse_model(data, "stem.tflite"), target="cortex-m4")
+    lives = mp.lifetimes
+    (shared,) = lives.shared
+    held = [r for r in lives.scratch if r.key in lives.within]
+    assert {r.op for r in held} == {2, 3} and shared.size == max(r.size for r in held)
+    top = mp.plan.offsets[lives.buffer_of[shared.key]] + shared.size
+    assert all(offset + r.size <= top for r, offset in mp.scratch_offsets() if r in held)
+    with QemuBackend(mp) as backend:
+        report = check_plan(mp, data, 2, 0, [("qemu", backend.invoke_many)])
+    assert report.ok, report.as_dict()
 
 
 # -- the arena as the constraint: --max-arena -----------------------------------------------

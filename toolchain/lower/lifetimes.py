@@ -11,7 +11,7 @@ they name a resource variable, which lives in the state block too.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from toolchain.errors import ModelError
@@ -25,14 +25,16 @@ TENSOR = "tensor"
 SCRATCH = "scratch"  # a kernel's working memory
 STRIPE = "stripe"  # the rows of an intermediate that a striped segment keeps
 TFLM_SCRATCH = "tflm scratch"  # what only TFLite Micro's kernel would ask for
+SHARED = "shared scratch"  # the kernels' scratch of a striped segment's ops, one op at a time
 
 
 @dataclass(frozen=True, order=True)
 class BufferKey:
     """What a planned buffer holds, by which every backend finds it in the plan: a tensor
     (`index` the tensor), a kernel's scratch (`index` the op, `slot` which of its kernel's
-    requests), the stripe rows of an intermediate (`index` the tensor), or scratch only TFLite
-    Micro's kernel would ask for (`index` the op, `slot` which of TFLM's requests)."""
+    requests), the stripe rows of an intermediate (`index` the tensor), scratch only TFLite
+    Micro's kernel would ask for (`index` the op, `slot` which of TFLM's requests), or the
+    scratch a striped segment's ops share (`index` its first op)."""
 
     kind: str
     index: int
@@ -70,7 +72,9 @@ class Lifetimes:
 
     `order[step]` is the operator executed at that step; buffer ids are positions in
     `buffers`; `keys[id]` is what a buffer holds: the tensors first, then the scratch
-    requests (`scratch`) in their order.
+    requests (`scratch`) in their order, then the buffers shared by the scratch of several ops
+    (`shared`). `within` maps a kernel's scratch request held in a shared buffer to that
+    buffer's key and its byte offset there (`holder`).
     """
 
     order: tuple[int, ...]
@@ -79,11 +83,19 @@ class Lifetimes:
     scratch: tuple[ScratchRequest, ...]
     variables: tuple[int, ...]
     constants: tuple[int, ...]
+    shared: tuple[ScratchRequest, ...] = ()
+    within: Mapping[BufferKey, tuple[BufferKey, int]] = field(default_factory=dict)
 
     @cached_property
     def buffer_of(self) -> dict[BufferKey, int]:
-        """The buffer that holds each key."""
+        """The buffer of each key planned as a buffer of its own."""
         return {key: i for i, key in enumerate(self.keys)}
+
+    def holder(self, key: BufferKey) -> tuple[int, int]:
+        """The buffer that holds `key`, and the byte offset of its memory in that buffer (0
+        unless a shared buffer holds it)."""
+        outer, offset = self.within.get(key, (key, 0))
+        return self.buffer_of[outer], offset
 
     @cached_property
     def tensor_buffers(self) -> dict[int, int]:
@@ -169,6 +181,8 @@ def compute_lifetimes(
     roles: TensorRoles | None = None,
     lives: Mapping[int, int] | None = None,
     merged: Mapping[int, int] | None = None,
+    share: Sequence[Sequence[int]] = (),
+    alignment: int = 1,
 ) -> Lifetimes:
     """Buffers (id, size, first, last) for every activation tensor and scratch request.
 
@@ -179,6 +193,9 @@ def compute_lifetimes(
     live to at least, beyond their readers (what IF and WHILE copy between the steps of their
     subgraphs: toolchain.lower.program.Program.control_lives). `merged` maps steps to the step they
     count at (a striped segment's steps all count at its first: toolchain.lower.tiling).
+    `share` groups ops that run one at a time within one step (a striped segment's, in
+    order): their kernels' scratch shares one buffer (`shared_scratch`), each op's requests
+    from its start, `alignment` apart.
     """
     order = tuple(model_order(graph) if order is None else order)
     roles = check_order(graph, order, source, roles)
@@ -207,7 +224,8 @@ def compute_lifetimes(
         for i, t in enumerate(live)
     ]
     keys = [BufferKey(TENSOR, t) for t in live]
-    for request in scratch:
+    within, shared = shared_scratch(scratch, share, alignment)
+    for request in (*(r for r in scratch if r.key not in within), *shared):
         step = step_of[request.op]
         buffers.append(Buffer(id=len(buffers), size=request.size, first=step, last=step))
         keys.append(request.key)
@@ -220,7 +238,36 @@ def compute_lifetimes(
         scratch=tuple(scratch),
         variables=tuple(t.index for t in tensors if t.is_variable),
         constants=tuple(t.index for t in tensors if t.is_constant),
+        shared=shared,
+        within=within,
     )
+
+
+def shared_scratch(scratch: Sequence[ScratchRequest], share: Sequence[Sequence[int]],
+                   alignment: int) -> tuple[dict[BufferKey, tuple[BufferKey, int]],
+                                            tuple[ScratchRequest, ...]]:
+    """One buffer for the kernels' scratch of each group of ops that run one at a time (two
+    ops or more with scratch): as large as the most one op asks for, each op's requests laid
+    from its start. A striped segment's ops take turns stripe by stripe, and each call of a
+    kernel fills the scratch it reads, so none needs another's kept. Returns where each request
+    lies (its key -> the shared key and the byte offset) and the shared requests."""
+    within: dict[BufferKey, tuple[BufferKey, int]] = {}
+    shared = []
+    for ops in share:
+        members = [r for r in scratch if r.op in ops and r.key.kind == SCRATCH]
+        if len({r.op for r in members}) < 2:
+            continue
+        key, size = BufferKey(SHARED, ops[0]), 0
+        for op in ops:
+            at = 0
+            for request in (r for r in members if r.op == op):
+                within[request.key] = (key, at)
+                size = max(size, at + request.size)
+                at += -(-request.size // alignment) * alignment
+        users = ", ".join(f"op {op}" for op in ops if any(r.op == op for r in members))
+        shared.append(ScratchRequest(ops[0], size, f"the scratch of {users}, one at a time",
+                                     key))
+    return within, tuple(shared)
 
 
 def overlap_pairs(

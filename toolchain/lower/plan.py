@@ -184,7 +184,9 @@ class ModelPlan:
     def address(self, key: BufferKey) -> tuple[int | None, int]:
         """Where the buffer that holds `key` lives: its pool (None without pools) and its
         offset there."""
-        return self.place(self.lifetimes.buffer_of[key])
+        position, within = self.lifetimes.holder(key)
+        pool, offset = self.place(position)
+        return pool, offset + within
 
     def place(self, position: int) -> tuple[int | None, int]:
         """Where the plan's buffer at `position` lives: its pool (None without pools) and its
@@ -197,7 +199,8 @@ class ModelPlan:
 
     def scratch_offsets(self) -> list[tuple[ScratchRequest, int]]:
         """Every scratch request with its arena offset, in the order they were asked for."""
-        return [(r, self.plan.offsets[self.lifetimes.buffer_of[r.key]])
+        holder = self.lifetimes.holder
+        return [(r, self.plan.offsets[holder(r.key)[0]] + holder(r.key)[1])
                 for r in self.lifetimes.scratch]
 
     @property
@@ -252,7 +255,7 @@ class ModelPlan:
 
     def rows(self) -> list[BufferRow]:
         tensors = self.graph.tensors
-        purposes = {r.key: r.purpose for r in self.lifetimes.scratch}
+        purposes = {r.key: r.purpose for r in (*self.lifetimes.scratch, *self.lifetimes.shared)}
         rows = []
         for buf, key, off in zip(self.plan.buffers, self.lifetimes.keys, self.plan.offsets,
                                  strict=True):
@@ -386,17 +389,18 @@ def scratch_to_give_up(model_plan: ModelPlan) -> int | None:
     at a step where the arena's top is the highest; if none is, the largest anywhere (a
     segment that the target kernels' scratch keeps from being striped, the drift of a run of
     steps, can set the arena where no scratch is live). None when no target kernel has any."""
-    keys, bindings = model_plan.lifetimes.keys, model_plan.program.bindings
+    lifetimes, bindings = model_plan.lifetimes, model_plan.program.bindings
     tops = model_plan.arena_tops()
     peak = max(tops, default=0)
     at_peak = {at for at, top in enumerate(tops) if top == peak}
     scratch: dict[int, tuple[bool, int]] = {}
-    for b, key in zip(model_plan.plan.buffers, keys, strict=True):
-        binding = bindings[key.index] if key.kind == SCRATCH else None
+    for request in lifetimes.scratch:  # a shared buffer's life is each of its requests'
+        binding = bindings[request.op] if request.key.kind == SCRATCH else None
         if binding is not None and binding.variant is not None:
-            live, size = scratch.get(key.index, (False, 0))
-            scratch[key.index] = (live or any(b.first <= at <= b.last for at in at_peak),
-                                  size + b.size)
+            b = model_plan.plan.buffers[lifetimes.holder(request.key)[0]]
+            live, size = scratch.get(request.op, (False, 0))
+            scratch[request.op] = (live or any(b.first <= at <= b.last for at in at_peak),
+                                   size + request.size)
     return max(scratch, key=lambda op: (*scratch[op], -op), default=None)
 
 
@@ -477,7 +481,7 @@ def planned_model(
     lives, kept = program.control_lives(order)  # a called subgraph's steps follow its call
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
     problem = partial(tiled_problem, program, order, scratch, outside, roles, lives, kept,
-                      techniques)
+                      techniques, alignment)
     lifetimes, overlaps = problem(NO_TILING)
     # Striping is an overlap of the segment output over its input, and TFLite Micro's
     # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
@@ -700,18 +704,20 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
 
 
 def tiled_problem(program: Program, order: Sequence[int], scratch, outside, roles, lives,
-                  kept, techniques: Techniques, tiling: Tiling
+                  kept, techniques: Techniques, alignment: int, tiling: Tiling
                   ) -> tuple[Lifetimes, tuple[Overlap, ...]]:
     """The planner's buffers and overlaps for `tiling`: a segment's steps all count at its
-    first, its intermediates give way to their stripe buffers (scratch of its first op), and its
-    output may start `shift` bytes below its input when the input dies there."""
+    first, its intermediates give way to their stripe buffers (scratch of its first op), its
+    ops' kernels take turns in one scratch buffer, and its output may start `shift` bytes below
+    its input when the input dies there."""
     graph, source = program.graph, program.model.source
     stripes = tuple(ScratchRequest(order[s.first], b.size, f"stripe rows of tensor {b.tensor}",
                                    BufferKey(STRIPE, b.tensor))
                     for s in tiling.segments for b in s.buffers)
     lifetimes = compute_lifetimes(graph, order, (*scratch, *stripes), source,
                                   set(outside) | tiling.intermediates(), roles, lives,
-                                  tiling.merged_steps())
+                                  tiling.merged_steps(), [s.ops for s in tiling.segments],
+                                  alignment)
     overlaps = overlap_pairs(graph, lifetimes, program.bindings, techniques.inplace,
                              techniques.overlap, kept)
     return lifetimes, (*overlaps, *segment_overlaps(lifetimes, tiling, kept))

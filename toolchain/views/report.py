@@ -353,7 +353,7 @@ def plan_text(mp: ModelPlan) -> str:
     rows = mp.rows()
     program = mp.program
     several = program.layout is not None
-    ops = {r.key: r.op for r in mp.lifetimes.scratch}
+    ops = {r.key: r.op for r in (*mp.lifetimes.scratch, *mp.lifetimes.shared)}
     subgraph_of = [program.tensor_origin(key.index)[0] if key.kind == TENSOR
                    else program.op_origin(ops[key])[0] for key in mp.lifetimes.keys]
     pooled = bool(mp.pools)
