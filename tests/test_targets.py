@@ -554,6 +554,15 @@ def test_dsp_fully_connected_is_bit_exact(case):
     dict(input_shape=(1, 4, 31, 4), kernel=(3, 3), per_channel=True),
     dict(input_shape=(1, 5, 53, 3), kernel=(3, 3), stride=(2, 2), activation="RELU"),
     dict(input_shape=(1, 7, 11, 2), kernel=(3, 5), stride=(2, 2), per_channel=True),
+    # channels in groups: two of 16 (batches, VALID, stride 2), three of 12 (SAME, stride 1)
+    dict(input_shape=(2, 7, 6, 32), kernel=(3, 3), stride=(2, 2), padding="VALID",
+         per_channel=True, activation="RELU6"),
+    dict(input_shape=(1, 6, 9, 24), kernel=(3, 3), per_channel=True, input_zero_point=-128),
+    # rows of 5, 3 and 29 pixels at stride 1: one block of five, one of three, and a loop of
+    # fours before a last block of five
+    dict(input_shape=(1, 5, 5, 8), kernel=(3, 3), activation="RELU"),
+    dict(input_shape=(1, 4, 3, 8), kernel=(3, 3), per_channel=True),
+    dict(input_shape=(1, 3, 29, 4), kernel=(3, 3), per_channel=True),
 ])
 def test_dsp_depthwise_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
@@ -609,6 +618,10 @@ def test_dsp_depthwise_leaves_what_it_does_not_run_to_the_portable_kernel():
     # 4 channels x 3 filter rows x a line of 12 int16 values: 8 pixels, the last pair of
     # pixels' two words reaching 4 values past the 7th, and one more to keep lines even
     assert scratch.size == 4 * 3 * (7 + 4 + 1) * 2 and "widened" in scratch.purpose
+    # 64 channels: the rows of a group of 16 at a time
+    model = depthwise_model("int8", True, (1, 8, 8, 64), (3, 3))
+    scratch = planned(model, "cortex-m4").program.scratch()[0]
+    assert scratch.size == 16 * 3 * (7 + 4 + 1) * 2 and "a group of 16" in scratch.purpose
 
 
 ADD_CASES = [

@@ -79,6 +79,10 @@ from toolchain.ops.overlaps import OverlapRule
 from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
 
 UNROLLED_PIXELS = 24  # a depthwise output row at most this wide is written out, pair by pair
+# Channels whose widened rows the depthwise kernel keeps at a time: the scratch is the rows of
+# this many channels, not of all, for a few more loop trips (each group's rows are widened once,
+# as all channels' were; 8 would save more arena for 1-3% more cycles on the shared models).
+MAX_GROUP_CHANNELS = 16
 
 
 def conv_matmul(p: ConvParams) -> Matmul:
@@ -536,6 +540,16 @@ class Depthwise:
         return self.kw - 1 if self.shared_loads else self.pairs
 
     @property
+    def group(self) -> int:
+        """Channels the kernel takes through all output rows at a time, whose rows the
+        scratch holds: the most of MAX_GROUP_CHANNELS down to half of it, in fours (the runs
+        of four copies), that divides the channels; else all of them."""
+        if self.channels <= MAX_GROUP_CHANNELS:
+            return self.channels
+        sizes = range(MAX_GROUP_CHANNELS, MAX_GROUP_CHANNELS // 2 - 1, -4)
+        return next((g for g in sizes if self.channels % g == 0), self.channels)
+
+    @property
     def line(self) -> int:
         """Values of one widened line: the last window's last pair included; even with shared
         loads, so that every even pixel's words are aligned for LDRD."""
@@ -594,9 +608,9 @@ def accepts_depthwise(graph: Graph, op: Operator, p) -> str | None:
 
 def depthwise_scratch(p) -> tuple[MemoryRequest, ...]:
     d = depthwise_of(p)
-    return (MemoryRequest(d.kh * d.channels * d.line * 2,
+    return (MemoryRequest(d.kh * d.group * d.line * 2,
                           f"the {d.kh} input rows an output row reads, widened to int16, "
-                          "per channel"),)
+                          f"per channel of a group of {d.group}"),)
 
 
 def _depthwise_filter(prefix: str, d: Depthwise, what: str) -> dict:
@@ -625,7 +639,7 @@ def _row_calls(prefix: str, d: Depthwise) -> tuple[list[str], list[list[str]], l
     loads = [[f"const int32_t w{s * words + j} = "
               f"wc[{f'f{s}' + plus_term(j) if turn_args else j}];" for j in range(words)]
              for s in range(d.kh)]
-    row_out = f"out + oy * {d.out_w * d.channels}"
+    row_out = f"out + oy * {d.out_w * d.channels}" + (" + g, g" if d.group < d.channels else "")
     turns = sorted({oy * sh % d.kh for oy in range(d.out_h)})
 
     def call(turn: int) -> str:
@@ -744,22 +758,27 @@ def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int,
 
 def _depthwise_blocks(prefix: str, d: Depthwise, weights: list[list[str]] | None
                       ) -> tuple[list[dict], list[ConstantLoop]]:
-    """The pixel blocks of an output row: its pairs (written out up to UNROLLED_PIXELS, else a
-    loop) and a last odd pixel; and the loops of more than one pixel. With `weights` (see
-    _depthwise_pixels) and shared loads, four pixels a block first, then a pair: four pixels
-    read k + 2 words of a filter row, where two pairs read 2k + 2."""
-    even = d.out_w - d.out_w % 2
-    width = 4 if weights is not None and d.shared_loads else 2
-    whole = d.out_w - d.out_w % width
-    wide = ConstantLoop("ox", whole, 0, width)
-    rest = [(ConstantLoop("ox", even, whole, 2), 2), (ConstantLoop("ox", d.out_w, even), 1)]
-    if d.out_w <= UNROLLED_PIXELS:  # the blocks written out: no loop, every offset a constant
-        blocks = [ConstantLoop("ox", ox + width, ox, width) for ox in range(0, whole, width)]
+    """The pixel blocks of an output row (written out up to UNROLLED_PIXELS, else a loop of
+    the first ones) and the loops of more than one pixel: pairs and a last odd pixel. With
+    `weights` (see _depthwise_pixels) and shared loads, four pixels a block, the row's last
+    one to three pixels in one block of their own or, for a 3-wide filter, in the last block
+    (five or six pixels): a block of n pixels reads k + 1 + (n - 1) // 2 words of a filter
+    row, where pairs apart read k + 1 each."""
+    if weights is not None and d.shared_loads:
+        width, rest = 4, d.out_w % 4
+        last = 4 + rest if rest in (1, 2) and d.out_w > 4 and d.kw == 3 else rest
     else:
-        blocks = [wide]
-    loops = [*((b, width) for b in blocks), *rest]
+        width, rest = 2, d.out_w % 2
+        last = rest
+    whole = d.out_w - last  # the pixels of blocks of `width`
+    if d.out_w <= UNROLLED_PIXELS:  # the blocks written out: no loop, every offset a constant
+        loops = [(ConstantLoop("ox", ox + width, ox, width), width)
+                 for ox in range(0, whole, width)]
+    else:
+        loops = [(ConstantLoop("ox", whole, 0, width), width)]
+    loops.append((ConstantLoop("ox", d.out_w, whole, max(last, 1)), last))
     return ([_depthwise_pixels(prefix, d, loop, count, weights)
-             for loop, count in loops if loop.runs],
+             for loop, count in loops if loop.runs and count],
             [loop for loop, count in loops if count > 1])
 
 
@@ -768,8 +787,8 @@ def _channel_copies(d: Depthwise, runs: bool) -> list[str]:
     each four values are read in one run of loads before their four stores (a load behind a
     store costs two cycles, behind a load one)."""
     channel = d.kh * d.line
-    looped = d.channels > UNROLLED
-    unroll = next(u for u in (UNROLL, 4, 2, 1) if d.channels % u == 0) if looped else d.channels
+    looped = d.group > UNROLLED
+    unroll = next(u for u in (UNROLL, 4, 2, 1) if d.group % u == 0) if looped else d.group
     copies = []
     for g in range(0, unroll, GROUP if runs else unroll):
         group = range(g, min(g + (GROUP if runs else unroll), unroll))
@@ -779,7 +798,7 @@ def _channel_copies(d: Depthwise, runs: bool) -> list[str]:
         else:
             copies += [f"lp[{j * channel}] = xp[{j}];" for j in group]
     if looped:
-        copies = [f"for (c = 0; c < {d.channels}; c += {unroll}, xp += {unroll}, "
+        copies = [f"for (c = 0; c < {d.group}; c += {unroll}, xp += {unroll}, "
                   f"lp += {unroll * channel}) {{", *(f"  {line}" for line in copies), "}"]
     return copies
 
@@ -820,6 +839,7 @@ def emit_depthwise(ctx: OpContext) -> Kernel:
             (" sharing the words they read" if d.shared_loads or sw == 2 else "")
             + ", each __smlad adding two taps' products"),
         "d": d, "zero_point": -d.input_offset, "channel": channel,
+        "grouped": d.group < d.channels,
         "loads": [] if runs else [line for slot in loads for line in slot],
         "attribute": "ARENAC_DSP_IN_ORDER" if runs else "ARENAC_DSP_KERNEL",
         "pixels": blocks, "ox": any(p.written for p in pairs), "first_row": first_row,
