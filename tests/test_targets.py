@@ -513,16 +513,6 @@ def test_dsp_rows_on_the_other_dsp_cores(target):
 
 
 @needs_mcu
-def test_the_overlap_the_dsp_rows_kernel_declares_is_used_and_safe():
-    model = conv_model("int8", True, (1, 10, 10, 4), 8, (3, 3), stride=(2, 2), seed=2)
-    mp = planned(model, "cortex-m4")
-    assert kernels_bound(mp) == ["dsp-rows"]
-    assert mp.plan.overlaps, "a stride-2 output may lie over the rows of its input already read"
-    assert mp.program.bindings[0].overlaps == planned(model, "generic").program.bindings[0].overlaps
-    assert_qemu_matches_oracle(model)
-
-
-@needs_mcu
 @pytest.mark.parametrize("case", [
     dict(input_shape=(1, 8), units=4),
     dict(input_shape=(3, 21), units=5, activation="RELU", per_channel=True),
@@ -672,10 +662,11 @@ def test_dsp_kernels_on_the_other_dsp_cores(target):
 
 
 @needs_mcu
-def test_the_overlap_the_dsp_im2col_kernel_declares_is_used_and_safe():
-    model = conv_model("int8", True, (1, 10, 10, 8), 8, (3, 3), stride=(2, 2), seed=2)
+@pytest.mark.parametrize("depth, kernel", [(8, "dsp-im2col"), (4, "dsp-rows")])
+def test_the_overlap_the_dsp_convolution_kernels_declare_is_used_and_safe(depth, kernel):
+    model = conv_model("int8", True, (1, 10, 10, depth), 8, (3, 3), stride=(2, 2), seed=2)
     mp = planned(model, "cortex-m4")
-    assert kernels_bound(mp) == ["dsp-im2col"]
+    assert kernels_bound(mp) == [kernel]
     assert mp.plan.overlaps, "a stride-2 output may lie over the rows of its input already read"
     assert mp.program.bindings[0].overlaps == planned(model, "generic").program.bindings[0].overlaps
     assert_qemu_matches_oracle(model)

@@ -18,7 +18,7 @@ from toolchain.errors import ModelError
 from toolchain.ir import Graph
 from toolchain.ops.overlaps import INPLACE_KINDS
 from toolchain.ops.spec import Binding
-from toolchain.planners import Buffer, Overlap
+from toolchain.planners import Buffer, Overlap, align_up
 
 # What a planned buffer may hold (BufferKey.kind).
 TENSOR = "tensor"
@@ -263,7 +263,7 @@ def shared_scratch(scratch: Sequence[ScratchRequest], share: Sequence[Sequence[i
             for request in (r for r in members if r.op == op):
                 within[request.key] = (key, at)
                 size = max(size, at + request.size)
-                at += -(-request.size // alignment) * alignment
+                at += align_up(request.size, alignment)
         users = ", ".join(f"op {op}" for op in ops if any(r.op == op for r in members))
         shared.append(ScratchRequest(ops[0], size, f"the scratch of {users}, one at a time",
                                      key))

@@ -199,9 +199,9 @@ class ModelPlan:
 
     def scratch_offsets(self) -> list[tuple[ScratchRequest, int]]:
         """Every scratch request with its arena offset, in the order they were asked for."""
-        holder = self.lifetimes.holder
-        return [(r, self.plan.offsets[holder(r.key)[0]] + holder(r.key)[1])
-                for r in self.lifetimes.scratch]
+        places = [self.lifetimes.holder(r.key) for r in self.lifetimes.scratch]
+        return [(r, self.plan.offsets[position] + within)
+                for r, (position, within) in zip(self.lifetimes.scratch, places, strict=True)]
 
     @property
     def state_slots(self) -> tuple[StateSlot, ...]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import TypeVar
 
 import numpy as np
 
@@ -308,14 +309,12 @@ def emit_staged(ctx: OpContext) -> Kernel:
 
 
 @dataclass(frozen=True)
-class Im2col:
-    """An int8 CONV_2D of any filter and stride (no dilation) as the DSP kernel runs it: output
-    row by output row, a block of pixels at a time (`Matmul.block`), each pixel's window (`kh`
-    rows of `kw` * `depth` values, in the filter's (ky, kx, c) order) copied into the scratch
-    as int8, the padding the input zero point (whose product with the input offset added is 0,
-    as the reference's skipped taps), then widened into the pairs the pointwise kernel's steps
-    read. `matmul`: the
-    windows times the filter rows, with its packed filter, folded sums and output stage."""
+class Convolution:
+    """An int8 CONV_2D (or DEPTHWISE_CONV_2D of one input channel, whose depth multiplier is
+    then the output channels) as a matrix multiply of its windows by its filter rows: `matmul`
+    holds the filter [channels, kh * kw * depth] in (ky, kx, c) order, its folded sums and what
+    proves the output stage. The kernels that run it so say how (Im2col, and Rows in
+    arm_dsp_rows.py)."""
 
     batches: int
     height: int
@@ -328,6 +327,36 @@ class Im2col:
     stride: tuple[int, int]
     padding: tuple[int, int]
     matmul: Matmul
+
+
+ConvolutionKind = TypeVar("ConvolutionKind", bound=Convolution)
+
+
+def convolution_of(p: ConvParams | DepthwiseConvParams,
+                   kind: type[ConvolutionKind]) -> ConvolutionKind:
+    """The convolution of a CONV_2D's params, or a DEPTHWISE_CONV_2D's of one input channel,
+    as `kind`."""
+    batch, height, width, depth = p.input_shape
+    _, out_h, out_w, channels = p.output_shape
+    kh, kw = p.window.filter
+    # [channels, kh * kw * depth]; a depthwise filter of one channel is [1, taps, channels]
+    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)
+    bias = np.asarray(p.bias, np.float64).astype(np.int64)
+    m = Matmul(1, 1, batch * out_h * out_w, 0, 0, 0, kh * kw * depth, channels, weights, bias,
+               p.input_offset)
+    return kind(batch, height, width, depth, out_h, out_w, kh, kw, tuple(p.window.stride),
+                tuple(p.window.padding), m)
+
+
+@dataclass(frozen=True)
+class Im2col(Convolution):
+    """An int8 CONV_2D of any filter and stride (no dilation) as the DSP kernel runs it: output
+    row by output row, a block of pixels at a time (`Matmul.block`), each pixel's window (`kh`
+    rows of `kw` * `depth` values, in the filter's (ky, kx, c) order) copied into the scratch
+    as int8, the padding the input zero point (whose product with the input offset added is 0,
+    as the reference's skipped taps), then widened into the pairs the pointwise kernel's steps
+    read. `matmul`: the
+    windows times the filter rows, with its packed filter, folded sums and output stage."""
 
     @property
     def row(self) -> int:
@@ -348,18 +377,7 @@ class Im2col:
 
 
 def im2col_of(p: ConvParams | DepthwiseConvParams) -> Im2col:
-    """A CONV_2D's, or a DEPTHWISE_CONV_2D's of one input channel: a convolution whose filter
-    rows are the depth multiplier's."""
-    batch, height, width, depth = p.input_shape
-    _, out_h, out_w, channels = p.output_shape
-    kh, kw = p.window.filter
-    # [channels, kh * kw * depth]; a depthwise filter of one channel is [1, taps, channels]
-    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)
-    bias = np.asarray(p.bias, np.float64).astype(np.int64)
-    m = Matmul(1, 1, batch * out_h * out_w, 0, 0, 0, kh * kw * depth, channels, weights, bias,
-               p.input_offset)
-    return Im2col(batch, height, width, depth, out_h, out_w, kh, kw, tuple(p.window.stride),
-                  tuple(p.window.padding), m)
+    return convolution_of(p, Im2col)
 
 
 def accepts_im2col(graph: Graph, op: Operator, p) -> str | None:

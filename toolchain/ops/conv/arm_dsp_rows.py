@@ -25,13 +25,12 @@ from toolchain.ops.arm_dsp_common import (
     DSP_TARGETS,
     TEMPLATE,
     WORD,
-    Matmul,
     kernel_definitions,
     output_helpers,
     output_values,
     sum_of,
 )
-from toolchain.ops.conv.arm_dsp import accepts_im2col, conv_output
+from toolchain.ops.conv.arm_dsp import Convolution, accepts_im2col, conv_output, convolution_of
 from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -53,22 +52,8 @@ PIXELS = 3  # output pixels a block takes
 
 
 @dataclass(frozen=True)
-class Rows:
-    """An int8 CONV_2D (or DEPTHWISE_CONV_2D of one input channel) as the rows kernel runs it.
-    `matmul` holds the filter [channels, kh * kw * depth] in (ky, kx, c) order, its folded sums
-    and what proves the output stage."""
-
-    batches: int
-    height: int
-    width: int
-    depth: int
-    out_h: int
-    out_w: int
-    kh: int
-    kw: int
-    stride: tuple[int, int]
-    padding: tuple[int, int]
-    matmul: Matmul
+class Rows(Convolution):
+    """An int8 CONV_2D (or DEPTHWISE_CONV_2D of one input channel) as the rows kernel runs it."""
 
     @property
     def pixel_values(self) -> int:
@@ -106,16 +91,7 @@ class Rows:
 
 
 def rows_of(p: ConvParams | DepthwiseConvParams) -> Rows:
-    batch, height, width, depth = p.input_shape
-    _, out_h, out_w, channels = p.output_shape
-    kh, kw = p.window.filter
-    # [channels, kh * kw * depth]; a depthwise filter of one channel is [1, taps, channels]
-    weights = np.asarray(p.weights[0], np.float64).T.astype(np.int64)
-    bias = np.asarray(p.bias, np.float64).astype(np.int64)
-    m = Matmul(1, 1, batch * out_h * out_w, 0, 0, 0, kh * kw * depth, channels, weights, bias,
-               p.input_offset)
-    return Rows(batch, height, width, depth, out_h, out_w, kh, kw, tuple(p.window.stride),
-                tuple(p.window.padding), m)
+    return convolution_of(p, Rows)
 
 
 def accepts_rows(graph: Graph, op: Operator, p) -> str | None:
