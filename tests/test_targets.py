@@ -1011,8 +1011,8 @@ def test_shared_models_are_bit_exact_with_the_dsp_kernels(name, target):
     data = path.read_bytes()
     mp = plan_model(parse_model(data, str(path)), target=target)
     assert {"dsp", "dsp-1x1", "mve", "mve-1x1"} & set(kernels_bound(mp))
-    with QemuBackend(mp) as backend:
-        report = check_plan(mp, data, 1, 0, [("qemu", backend.invoke_many)])
+    with QemuBackend(mp) as backend:  # three inputs: what the cycle counts are checked on
+        report = check_plan(mp, data, 3, 0, [("qemu", backend.invoke_many)])
     assert report.ok, report.as_dict()
 
 
@@ -1034,6 +1034,20 @@ def test_a_segments_target_kernels_take_turns_in_one_scratch_buffer():
     with QemuBackend(mp) as backend:
         report = check_plan(mp, data, 2, 0, [("qemu", backend.invoke_many)])
     assert report.ok, report.as_dict()
+
+
+@needs_mcu
+@needs_shared_models
+def test_every_layer_of_vww_under_qemu_equals_the_oracle(capsys):
+    """`check --per-layer` on the DSP kernels: every intermediate tensor of vww_96_int8 under
+    QEMU equals the oracle's (a striped segment's at the op after it)."""
+    import json
+
+    code, out, err = run(capsys, "check", str(SHARED_MODELS / "vww_96_int8.tflite"), "--target",
+                         "cortex-m4", "--backends", "qemu", "--per-layer", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"], err
+    assert report["first_divergence"] == {"qemu": None} and len(report["layers"]) > 20
 
 
 # -- the arena as the constraint: --max-arena -----------------------------------------------
