@@ -3,6 +3,7 @@ the state block beside the arena, and the figures beside them."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -42,6 +43,7 @@ from toolchain.lower.tiling import (
 )
 from toolchain.lower.tiling import candidates as stripe_candidates
 from toolchain.numerics.quant import variable_fill
+from toolchain.ops import target_kernel
 from toolchain.planners import (
     NEVER,
     PLANNERS,
@@ -141,6 +143,9 @@ class ModelPlan:
     # The caller's --time-limit ran out before the search ended: this plan may differ on
     # another machine or under another load (without one, the plan depends on work alone).
     clock_cut: bool = False
+    # A target's plan held to the same model's arena on the portable kernels (that arena's
+    # bytes) through narrow kernels (`narrowed`); None when no hold applied.
+    portable_arena: int | None = None
 
     def reserved_in(self, k: int) -> str:
         """What pool k holds besides buffers, in words ("" for nothing)."""
@@ -356,12 +361,60 @@ def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES,
     if max_arena is not None and kwargs.get("pools"):
         raise ArenacError("--max-arena limits the one arena; with --pool each pool has its own "
                           "size", model.source)
-    model_plan = planned_model(model, *args, **kwargs)
+    kwargs = {**inspect.signature(planned_model).bind(model, *args, **kwargs).arguments}
+    del kwargs["model"]
+    kwargs.update(kwargs.pop("options", {}))
+    model_plan = planned_model(model, **kwargs)
+
+    def replan(given_up: dict[int, tuple[str, ...]]) -> ModelPlan:
+        return planned_model(model, **{**kwargs, "given_up": given_up})
+
     if max_arena is not None:
-        model_plan = within_arena(model_plan, max_arena, lambda given_up: planned_model(
-            model, *args, **{**kwargs, "given_up": given_up}))
+        model_plan = within_arena(model_plan, max_arena, replan)
+    elif not (kwargs.get("given_up") or kwargs.get("offsets_csv") or kwargs.get("pools")) \
+            and narrow_ops(model_plan):
+        # a target's plan: held to the portable kernels' arena where narrow kernels can hold it
+        generic = planned_model(model, **{**kwargs, "target": GENERIC})
+        model_plan = replace(narrowed(model_plan, generic.arena_bytes, replan),
+                             portable_arena=generic.arena_bytes)
     check_budget(model_plan, max_bytes)
     return model_plan
+
+
+def narrow_ops(model_plan: ModelPlan) -> dict[int, str]:
+    """The ops whose target kernel has a narrow form (TargetKernel.narrows) that takes the op:
+    op -> the name of the kernel it runs now."""
+    program = model_plan.program
+    found = {}
+    for binding in program.bindings:
+        if binding is None or binding.variant is None:
+            continue
+        skipped = frozenset((*program.given_up.get(binding.op, ()), binding.variant.name))
+        after = target_kernel(program.graph, program.graph.operators[binding.op],
+                              binding.params, program.target, skipped)
+        if after is not None and after.variant.narrows == binding.variant.name:
+            found[binding.op] = binding.variant.name
+    return found
+
+
+def narrowed(model_plan: ModelPlan, bound: int,
+             replan: Callable[[dict[int, tuple[str, ...]]], ModelPlan]) -> ModelPlan:
+    """A target's plan held to `bound` (the arena of the same model on portable kernels), the
+    kernels' scratch at the arena's peak given up for their narrow forms one op at a time,
+    never for a slower kind of kernel (that is --max-arena's choice): the first plan of the
+    smallest arena, so that a narrow form which does not lower the arena is not kept."""
+    best = model_plan
+    given_up: dict[int, tuple[str, ...]] = {}
+    while model_plan.arena_bytes > bound:
+        narrow = narrow_ops(model_plan)
+        op = scratch_to_give_up(model_plan, among=set(narrow), peak_only=True)
+        if op is None:
+            break
+        given_up = {**given_up, op: (*given_up.get(op, ()), narrow[op])}
+        model_plan = replan(given_up)
+        if model_plan.arena_bytes < best.arena_bytes:
+            best = model_plan
+    return best
 
 
 def within_arena(model_plan: ModelPlan, max_arena: int,
@@ -384,11 +437,13 @@ def within_arena(model_plan: ModelPlan, max_arena: int,
     return model_plan
 
 
-def scratch_to_give_up(model_plan: ModelPlan) -> int | None:
+def scratch_to_give_up(model_plan: ModelPlan, among: set[int] | None = None,
+                       peak_only: bool = False) -> int | None:
     """The op running a target kernel with scratch whose scratch is the largest of those live
     at a step where the arena's top is the highest; if none is, the largest anywhere (a
     segment that the target kernels' scratch keeps from being striped, the drift of a run of
-    steps, can set the arena where no scratch is live). None when no target kernel has any."""
+    steps, can set the arena where no scratch is live), unless `peak_only`. Only the ops
+    `among`, when given. None when no target kernel has any."""
     lifetimes, bindings = model_plan.lifetimes, model_plan.program.bindings
     tops = model_plan.arena_tops()
     peak = max(tops, default=0)
@@ -396,11 +451,15 @@ def scratch_to_give_up(model_plan: ModelPlan) -> int | None:
     scratch: dict[int, tuple[bool, int]] = {}
     for request in lifetimes.scratch:  # a shared buffer's life is each of its requests'
         binding = bindings[request.op] if request.key.kind == SCRATCH else None
+        if among is not None and request.op not in among:
+            continue
         if binding is not None and binding.variant is not None:
             b = model_plan.plan.buffers[lifetimes.holder(request.key)[0]]
             live, size = scratch.get(request.op, (False, 0))
             scratch[request.op] = (live or any(b.first <= at <= b.last for at in at_peak),
                                    size + request.size)
+    if peak_only:
+        scratch = {op: value for op, value in scratch.items() if value[0]}
     return max(scratch, key=lambda op: (*scratch[op], -op), default=None)
 
 

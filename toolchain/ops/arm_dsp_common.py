@@ -454,10 +454,36 @@ def depth_steps(kind: str, m: Matmul, wide: bool) -> dict:
             "rest": [call(None, g) for g in range(main, groups)]}
 
 
+def word_steps(kind: str, m: Matmul) -> dict:
+    """As depth_steps for one pixel read straight from the input (`direct`): each group's four
+    int8 values one word, widened in registers, the last group's a partial word."""
+    full, tail = divmod(m.depth, GROUP)
+    w_step = 4 if kind[2] == "1" else 8
+    pair_block = f", {2 * m.groups * GROUP}" if kind == "1x4" else ""
+
+    def call(k: ConstantLoop | None, extra: int, word: str | None = None) -> str:
+        terms = [(k, GROUP)] if k is not None else []
+        word = word or f"arenac_load32({c_offset('x0', terms, extra * GROUP)})"
+        w_terms = [(k, w_step)] if k is not None else []
+        return (f"arenac_mac_{kind}_word(acc, {word}, "
+                f"{c_offset('w', w_terms, extra * w_step)}{pair_block});")
+
+    last = ([call(None, full, f"arenac_load_partial({c_offset('x0', [], full * GROUP)}, "
+                              f"{tail})")] if tail else [])
+    if full <= UNROLLED:
+        return {"loop": None, "body": [], "rest": [*(call(None, g) for g in range(full)), *last]}
+    main = full - full % UNROLL
+    k = ConstantLoop("k", main, 0, UNROLL)
+    return {"loop": k, "body": [call(k, u) for u in range(UNROLL)],
+            "rest": [*(call(None, g) for g in range(main, full)), *last]}
+
+
 def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
-                    sum_at: Callable[[str], str], target: str) -> list[dict]:
+                    sum_at: Callable[[str], str], target: str,
+                    direct: bool = False) -> list[dict]:
     """A pixel block's channel blocks: two channels at a time, then an odd last one; for one
-    pixel of int8 weights on the cores of single-load runs, four (two pairs) first."""
+    pixel of int8 weights on the cores of single-load runs, four (two pairs) first. `direct`:
+    the pixel's inputs read from x0 and widened in registers (`word_steps`)."""
     blocks = []
     quads = pixels == 1 and not wide and target in RUNS_TARGETS
     start = 0
@@ -474,10 +500,12 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
         stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output(acc[{i * width + j}], "
                   f"{c_sum([(loop, 1)], j)});"
                   for i in range(pixels) for j in range(width)]
-        helper = (mac16_helper(kind, target) if wide else
-                  "arm_dsp_mac_1x4_runs" if width == 4 else f"arm_dsp_mac_{kind}")
-        blocks.append({"loop": loop, "head": head, "steps": depth_steps(kind, m, wide),
-                       "stores": stores, "helper": helper})
+        helper = (f"arm_dsp_mac_{kind}_word{'_runs' if width == 4 else ''}" if direct
+                  else mac16_helper(kind, target) if wide
+                  else "arm_dsp_mac_1x4_runs" if width == 4 else f"arm_dsp_mac_{kind}")
+        steps = word_steps(kind, m) if direct else depth_steps(kind, m, wide)
+        blocks.append({"loop": loop, "head": head, "steps": steps, "stores": stores,
+                       "helper": helper})
     return blocks
 
 
@@ -488,7 +516,10 @@ def accumulator_lines(sums: list[str], pixels: int) -> list[str]:
             f"int32_t acc[{pixels * len(sums)}] = {{ {', '.join(names * pixels)} }};"]
 
 
-def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -> dict:
+def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str,
+                     direct: bool = False) -> dict:
+    """The pointwise kernel's template values; `direct` (one pixel): no scratch, each input word
+    widened in registers where the multiply reads it."""
     batches, rows = ConstantLoop("b", m.batches), ConstantLoop("r", m.rows)
     size = m.block
     whole = m.pixels - m.pixels % size
@@ -511,6 +542,8 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -
                  *(f"const int8_t *x{i} = x{i - 1} + {m.pixel_in};" for i in range(1, count))]
         outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
         lines.append(f"int8_t *o0 = {c_offset(orow, [(loop, m.channels)])}{outs};")
+        if direct:
+            return lines
         if full:
             names = ", ".join(f"x{i}" for i in range(count))
             lines.append(f"arenac_widen_{count}(pairs, {names}, {full});")
@@ -522,22 +555,29 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str) -
 
     pixels = [{"loop": loop, "head": head(count, loop), "count": count}
               for loop, count in ((block, size), (rest, m.pixels % size)) if loop.runs]
-    helpers = {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
-    helpers |= {"arm_dsp_partial", "arm_dsp_widen4"} if tail else set()
-    comment = (
-        f"{what} for the Arm DSP extension: a matrix multiply of "
-        f"{m.batches * m.rows * m.pixels} pixels of {m.depth} values by {m.channels} filter "
-        f"rows, {('one pixel', 'two pixels', 'three pixels')[min(size, m.pixels) - 1]} by two "
-        "output channels at a "
-        "time: the inputs widened once to int16 pairs in the arena, the filter read four int8 "
-        "weights a word, each __smlad adding two products")
+    if direct:
+        helpers = {"arm_dsp_partial"} if tail else set()
+        comment = (f"{what} for the Arm DSP extension, without scratch: {m.channels} filter "
+                   f"rows by one input of {m.depth} values, a few output channels at a time, "
+                   "each word of four inputs widened to int16 pairs in registers where the "
+                   "multiply reads it, the filter read four int8 weights a word, each __smlad "
+                   "adding two products")
+    else:
+        helpers = {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
+        helpers |= {"arm_dsp_partial", "arm_dsp_widen4"} if tail else set()
+        comment = (
+            f"{what} for the Arm DSP extension: a matrix multiply of "
+            f"{m.batches * m.rows * m.pixels} pixels of {m.depth} values by {m.channels} filter "
+            f"rows, {('one pixel', 'two pixels', 'three pixels')[min(size, m.pixels) - 1]} by "
+            "two output channels at a time: the inputs widened once to int16 pairs in the "
+            "arena, the filter read four int8 weights a word, each __smlad adding two products")
     return matmul_values(ctx, m, stage, what, comment, [batches, rows, block, rest],
-                         row_head, pixels, helpers)
+                         row_head, pixels, helpers, direct)
 
 
 def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comment: str,
                   loops: list[ConstantLoop], row_head: list[str], pixels: list[dict],
-                  helpers: set[str]) -> dict:
+                  helpers: set[str], direct: bool = False) -> dict:
     """The template's values for a kernel of blocks of pixels whose inputs `pixels[i]["head"]`
     widens into the scratch, each block then multiplied by the filter two channels at a time:
     the pointwise kernel's and the im2col convolution's."""
@@ -553,7 +593,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
                                             [f"o{i}" for i in range(pixel["count"])], wide,
                                             lambda channel: sum_of(prefix, tables, channel),
-                                            ctx.target)
+                                            ctx.target, direct)
     packed = m.packed()
     order = ("for each pair of output channels, their rows four weights at a time, "
              f"alternating; each row padded with zeros to {m.groups * GROUP}")
@@ -583,7 +623,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
         "fn": ctx.fn, "prefix": prefix, "comment": c_comment(comment), "tables": tables,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
-        "scratch": ctx.scratch[0], "counters": counters, "batches": loops[0],
+        "scratch": None if direct else ctx.scratch[0], "counters": counters, "batches": loops[0],
         "rows": loops[1], "row_head": row_head, "pixels": pixels,
         "helpers": tuple(sorted(helpers)), "attribute": kernel_attribute(helpers),
         "patch": None, "windows": None, "setup": [],

@@ -241,7 +241,8 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     **{f"arm_dsp_{part}": ("arm_dsp",) for part in (
         "partial", "load2", "mac16_2x1", "mac16_1x2", "mac16_1x1", "mac16_3x1")},
     **{f"arm_dsp_{part}": ("arm_dsp", "arm_dsp_ror8") for part in (
-        "widen4", "widen4_in_order", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1", "mac_3x1")},
+        "widen4", "widen4_in_order", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1", "mac_3x1",
+        "mac_1x2_word", "mac_1x1_word")},
     **{f"arm_dsp_widen_{n}": ("arm_dsp", "arm_dsp_widen4") for n in (1, 2, 3)},
     "arm_dsp_mac16_2x2": ("arm_dsp", "arm_dsp_load2"),
     "arm_dsp_mac16_3x2": ("arm_dsp", "arm_dsp_load2"),
@@ -249,6 +250,7 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp_mac16_2x2_runs": ("arm_dsp", "arm_dsp_in_order"),
     "arm_dsp_mac16_3x2_runs": ("arm_dsp", "arm_dsp_in_order"),
     "arm_dsp_mac_1x4_runs": ("arm_dsp", "arm_dsp_ror8", "arm_dsp_in_order"),
+    "arm_dsp_mac_1x4_word_runs": ("arm_dsp", "arm_dsp_ror8", "arm_dsp_in_order"),
     "arm_dsp_mac_3x2": ("arm_dsp", "arm_dsp_ror8", "arm_dsp_load2"),
     **{f"signal_{kind}": () for kind in ("fft16", "fft32", "fftf")},
     **{f"signal_{kind}_{part}": (f"signal_{kind}",) for kind in ("fft16", "fft32", "fftf")

@@ -155,7 +155,8 @@ class TargetKernel:
     `scratch_alignment`: the alignment its scratch needs (the plan's must be at least that).
     `state`: the memory it keeps across invokes, as OpSpec.state; it need not keep what the
     portable kernel keeps (a target kernel may keep its delay line in another layout), so it
-    says its own.
+    says its own. `narrows`: the kernel of the op this one is a form of with less scratch
+    for a few percent more cycles, which a plan held to the generic arena gives up for it.
     """
 
     opcode: str
@@ -167,6 +168,7 @@ class TargetKernel:
     overlaps: Rule | None = None
     scratch_alignment: int = 1
     state: Callable[[Any], tuple[StateRequest, ...]] | None = None
+    narrows: str | None = None
 
     def runs_on(self, target: str) -> bool:
         return any(target in k.targets for k in self.kernels)

@@ -199,6 +199,7 @@ def plan_data(mp: ModelPlan) -> dict[str, Any]:
         "overlap_bound_bytes": mp.overlap_bound_bytes,
         "untiled_bound_bytes": mp.untiled_bound_bytes,
         "tiling": [segment_data(mp, s) for s in mp.tiling.segments],
+        "portable_arena_bytes": mp.portable_arena,
         "given_up_kernels": [{"op": op, "given_up": list(names),
                               "kernel": mp.program.bindings[op].kernel_name}
                              for op, names in sorted(mp.program.given_up.items())],
@@ -417,6 +418,7 @@ def plan_text(mp: ModelPlan) -> str:
                    "the arena below lacks their scratch,")
         out.append("             and run, gen and check refuse the model (inspect says why)")
     out.extend(given_up_lines(mp))
+    out.extend(held_lines(mp))
     shared = [o for o in mp.plan.overlaps if shared_bytes(mp, o.below, o.above)]
     if shared:
         out.append(f"overlaps     {len(shared)} outputs placed over their dying inputs, "
@@ -444,8 +446,9 @@ def plan_text(mp: ModelPlan) -> str:
 
 
 def given_up_lines(mp: ModelPlan) -> list[str]:
-    """The ops that gave up target kernels for the arena to fit `--max-arena`, and what they
-    run instead."""
+    """The ops that gave up target kernels for the arena to fit (`--max-arena`, or the
+    portable kernels' arena through narrow kernels: toolchain.lower.plan.narrowed), and what
+    they run instead."""
     given_up = mp.program.given_up
     if not given_up:
         return []
@@ -453,10 +456,21 @@ def given_up_lines(mp: ModelPlan) -> list[str]:
                     f"{mp.program.bindings[op].kernel_name} (not {', '.join(names)})"
                     for op, names in sorted(given_up.items()))
     text = (f"{len(given_up)} op{'s' if len(given_up) > 1 else ''} gave up "
-            f"{mp.program.target} kernels for the arena to fit "
-            f"--max-arena: {ops}")
+            f"{mp.program.target} kernels for the arena to fit: {ops}")
     wrapped = textwrap.wrap(text, 100 - 13, break_on_hyphens=False)
     return [f"{'given up' if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
+
+
+def held_lines(mp: ModelPlan) -> list[str]:
+    """Whether a target's plan reached the portable kernels' arena through narrow kernels."""
+    if mp.portable_arena is None:
+        return []
+    text = (f"to the portable kernels' arena, {mp.portable_arena} bytes, through narrow "
+            "kernels: " + ("reached" if mp.arena_bytes <= mp.portable_arena else
+                           "not reached, no kernel with scratch at the peak has a narrow form "
+                           "(--max-arena trades more)"))
+    wrapped = textwrap.wrap(text, 100 - 13, break_on_hyphens=False)
+    return [f"{'held' if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
 
 
 def refused_ops(program) -> list[dict[str, Any]]:

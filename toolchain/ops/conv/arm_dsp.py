@@ -84,6 +84,9 @@ UNROLLED_PIXELS = 24  # a depthwise output row at most this wide is written out,
 # this many channels, not of all, for a few more loop trips (each group's rows are widened once,
 # as all channels' were; 8 would save more arena for 1-3% more cycles on the shared models).
 MAX_GROUP_CHANNELS = 16
+# The group of dsp-depthwise-narrow, the kernel a plan held to an arena steps down to: a quarter
+# of the scratch for a few percent more of the op's cycles.
+NARROW_GROUP_CHANNELS = 4
 
 
 def conv_matmul(p: ConvParams) -> Matmul:
@@ -536,6 +539,7 @@ class Depthwise:
     weights: np.ndarray  # [channels, kh * kw]
     bias: np.ndarray
     input_offset: int
+    max_group: int = MAX_GROUP_CHANNELS
 
     @property
     def pairs(self) -> int:
@@ -560,11 +564,11 @@ class Depthwise:
     @property
     def group(self) -> int:
         """Channels the kernel takes through all output rows at a time, whose rows the
-        scratch holds: the most of MAX_GROUP_CHANNELS down to half of it, in fours (the runs
-        of four copies), that divides the channels; else all of them."""
-        if self.channels <= MAX_GROUP_CHANNELS:
+        scratch holds: the most of `max_group` down to half of it, in fours (the runs of four
+        copies), that divides the channels; else all of them."""
+        if self.channels <= self.max_group:
             return self.channels
-        sizes = range(MAX_GROUP_CHANNELS, MAX_GROUP_CHANNELS // 2 - 1, -4)
+        sizes = range(self.max_group, self.max_group // 2 - 1, -4)
         return next((g for g in sizes if self.channels % g == 0), self.channels)
 
     @property
@@ -593,7 +597,7 @@ class Depthwise:
         return wrap_int32(low | high)
 
 
-def depthwise_of(p) -> Depthwise:
+def depthwise_of(p, max_group: int = MAX_GROUP_CHANNELS) -> Depthwise:
     batch, height, width, channels = p.input_shape
     _, out_h, out_w, _ = p.output_shape
     kh, kw = p.window.filter
@@ -601,7 +605,7 @@ def depthwise_of(p) -> Depthwise:
     bias = np.asarray(p.bias, np.float64).astype(np.int64)
     return Depthwise(batch, height, width, channels, out_h, out_w, kh, kw,
                      tuple(p.window.stride), tuple(p.window.padding), weights, bias,
-                     p.input_offset)
+                     p.input_offset, max_group)
 
 
 MAX_DEPTHWISE_WORDS = 32  # filter words a channel keeps in registers, written out
@@ -624,8 +628,16 @@ def accepts_depthwise(graph: Graph, op: Operator, p) -> str | None:
     return None
 
 
-def depthwise_scratch(p) -> tuple[MemoryRequest, ...]:
-    d = depthwise_of(p)
+def accepts_narrow_depthwise(graph: Graph, op: Operator, p) -> str | None:
+    reason = accepts_depthwise(graph, op, p)
+    if reason is None and (depthwise_of(p, NARROW_GROUP_CHANNELS).group
+                           >= depthwise_of(p).group):
+        return "no smaller group of channels than dsp-depthwise's"
+    return reason
+
+
+def depthwise_scratch(p, max_group: int = MAX_GROUP_CHANNELS) -> tuple[MemoryRequest, ...]:
+    d = depthwise_of(p, max_group)
     return (MemoryRequest(d.kh * d.group * d.line * 2,
                           f"the {d.kh} input rows an output row reads, widened to int16, "
                           f"per channel of a group of {d.group}"),)
@@ -821,9 +833,9 @@ def _channel_copies(d: Depthwise, runs: bool) -> list[str]:
     return copies
 
 
-def emit_depthwise(ctx: OpContext) -> Kernel:
+def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kernel:
     p = ctx.params
-    d = depthwise_of(p)
+    d = depthwise_of(p, max_group)
     prefix = ctx.prefix
     m = d.matmul()
     name = ctx.outputs[0].name
@@ -901,4 +913,10 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
                  # whose window holds it, and reads none above that window's first row again
                  emit_depthwise, scratch=depthwise_scratch, overlaps=overlaps.convolution,
                  scratch_alignment=WORD),
+    # the same kernel in groups of NARROW_GROUP_CHANNELS: what dsp-depthwise gives its scratch
+    # up for in a plan held to an arena
+    TargetKernel("DEPTHWISE_CONV_2D", "dsp-depthwise-narrow", _INT8, accepts_narrow_depthwise,
+                 lambda ctx: emit_depthwise(ctx, NARROW_GROUP_CHANNELS),
+                 scratch=lambda p: depthwise_scratch(p, NARROW_GROUP_CHANNELS),
+                 overlaps=overlaps.convolution, scratch_alignment=WORD, narrows="dsp-depthwise"),
 )

@@ -85,9 +85,31 @@ def emit_fc(ctx: OpContext) -> Kernel:
                   includes=("arm_acle.h",), definitions=kernel_definitions(values))
 
 
+def accepts_fc_direct(graph: Graph, op: Operator, p) -> str | None:
+    reason = accepts_fc(graph, op, p)
+    if reason is None and p.batches != 1:
+        return "more than one batch row"
+    return reason
+
+
+def emit_fc_direct(ctx: OpContext) -> Kernel:
+    p: FullyConnectedQuantizedParams = ctx.params
+    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    m = fc_matmul(p, ctx.inputs[1].data, None if bias is None else bias.data)
+    values = pointwise_values(ctx, m, fc_output(m, p),
+                              f"FULLY_CONNECTED '{ctx.outputs[0].name}'", direct=True)
+    return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
+                  includes=("arm_acle.h",), definitions=kernel_definitions(values))
+
+
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("FULLY_CONNECTED", "dsp",
                  kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS), accepts_fc,
                  emit_fc, scratch=lambda p: pointwise_scratch(fc_matmul(p, None, None)),
                  scratch_alignment=WORD),
+    # one batch row without scratch, its inputs widened in registers: what `dsp` gives its
+    # scratch up for in a plan held to an arena
+    TargetKernel("FULLY_CONNECTED", "dsp-direct",
+                 kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS), accepts_fc_direct,
+                 emit_fc_direct, narrows="dsp"),
 )
