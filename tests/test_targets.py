@@ -1096,6 +1096,20 @@ def test_every_layer_of_vww_under_qemu_equals_the_oracle(capsys):
 # -- the arena as the constraint: --max-arena -----------------------------------------------
 
 
+def test_a_narrow_kernel_follows_the_kernel_it_narrows_on_the_same_targets():
+    """target_kernel binds the first kernel that takes an op, so a narrow form must come after
+    the kernel it narrows, for the same op and cores, or it would be bound in its place."""
+    from toolchain.ops import VARIANTS
+
+    narrow = [(opcode, k, v) for opcode, variants in VARIANTS.items()
+              for k, v in enumerate(variants) if v.narrows]
+    assert {v.name for _, _, v in narrow} >= {"dsp-depthwise-narrow", "dsp-direct"}
+    for opcode, k, v in narrow:
+        (wide,) = [w for w in VARIANTS[opcode][:k] if w.name == v.narrows]
+        assert {t for s in v.kernels for t in s.targets} <= {
+            t for s in wide.kernels for t in s.targets}
+
+
 def test_a_target_plan_is_held_to_the_generic_arena_through_narrow_kernels():
     """One batch row of FULLY_CONNECTED: the dsp kernel's widened input makes the cortex-m4
     arena larger than the generic one, so by default the op runs dsp-direct (no scratch) and
