@@ -457,6 +457,10 @@ def test_dsp_1x1_convolution_is_bit_exact(case):
     dict(input_shape=(1, 8, 9, 6), out_channels=6, kernel=(3, 3), per_channel=True),
     dict(input_shape=(1, 7, 11, 5), out_channels=3, kernel=(3, 3), stride=(1, 1),
          activation="RELU"),
+    # widened straight from the input with a row's last block of two whole windows (the int8
+    # copies: two windows, not three), and with no shorter block (one filter row of three)
+    dict(input_shape=(1, 6, 8, 8), out_channels=6, kernel=(3, 3), per_channel=True),
+    dict(input_shape=(1, 7, 9, 8), out_channels=8, kernel=(3, 3), activation="RELU6"),
 ])
 def test_dsp_im2col_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
@@ -494,6 +498,18 @@ def test_dsp_rows_convolution_is_bit_exact(case):
                        case.pop("out_channels"), case.pop("kernel"), **case)
     assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-rows"]
     assert_qemu_matches_oracle(model)
+
+
+def test_im2col_copies_as_int8_only_what_it_widens_from_a_copy():
+    """Windows that widen straight from the input ask for int8 room for one filter row of each
+    (the rows outside the image) or the whole windows of a row's shorter last block."""
+    for shape, out_w, rest in (((1, 6, 8, 8), 8, 2), ((1, 7, 9, 4), 9, 0)):
+        model = conv_model("int8", False, shape, 4, (3, 3))
+        (binding,) = planned(model, "cortex-m4", given_up={0: ("dsp-rows",)}).program.bindings
+        d = conv_dsp.im2col_of(binding.params)
+        assert binding.variant.name == "dsp-im2col" and conv_dsp.widens_directly(d)
+        assert (d.out_w, d.out_w % d.matmul.block) == (out_w, rest)
+        assert binding.scratch[1].size == max(3 * d.row, rest * d.window) < 3 * d.window
 
 
 def test_the_rows_kernel_leaves_what_it_does_not_run_to_im2col():

@@ -400,14 +400,30 @@ def accepts_im2col(graph: Graph, op: Operator, p) -> str | None:
     return None
 
 
+def widens_directly(d: Im2col) -> bool:
+    """Whether a whole block's windows widen straight from the input, row by row (a filter row
+    holds whole groups), only their rows outside the image copied first."""
+    return d.row % GROUP == 0 and d.matmul.block > 1 and d.out_w >= d.matmul.block
+
+
 def im2col_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ...]:
-    """A block's windows widened (8 bytes per four values and pixel), and as int8."""
+    """A block's windows widened (8 bytes per four values and pixel), and the int8 copies they
+    widen from: the block's windows, or when they widen directly, one filter row of each (a row
+    outside the image) and the whole windows of the row's last, shorter block."""
     d = im2col_of(p)
-    pixels = min(d.matmul.block, d.matmul.pixels)
+    size = d.matmul.block
+    pixels = min(size, d.matmul.pixels)
     plural = "s" if pixels > 1 else ""
-    return (MemoryRequest(pixels * d.matmul.groups * 8,
-                          f"the windows of {pixels} pixel{plural} widened to int16 pairs"),
-            MemoryRequest(pixels * d.window, f"the windows of {pixels} pixel{plural} as int8"))
+    widened = MemoryRequest(pixels * d.matmul.groups * 8,
+                            f"the windows of {pixels} pixel{plural} widened to int16 pairs")
+    if not widens_directly(d):
+        return (widened, MemoryRequest(pixels * d.window,
+                                       f"the windows of {pixels} pixel{plural} as int8"))
+    rest = d.out_w % size
+    return (widened, MemoryRequest(max(size * d.row, rest * d.window),
+                                   f"a filter row of {size} windows as int8"
+                                   + (f", or {rest} whole window{'s' if rest > 1 else ''}"
+                                      if rest else "")))
 
 
 def window_values(prefix: str, d: Im2col, direct: int, window: bool) -> dict:
@@ -463,9 +479,7 @@ def emit_im2col(ctx: OpContext) -> Kernel:
                 f"const int iy = {c_sum([(rows, sh)], -pt)};",
                 f"int8_t *orow = {orow};"]
 
-    # a filter row holding whole groups: the rows of a whole block's windows inside the image
-    # widen straight from the input
-    direct = d.row % GROUP == 0 and size > 1 and block.runs
+    direct = widens_directly(d)
 
     def head(count: int, loop: ConstantLoop) -> list[str]:
         """The block's outputs, and its windows copied and widened into the scratch."""
