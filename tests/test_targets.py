@@ -1138,6 +1138,9 @@ def test_a_target_plan_is_held_to_the_generic_arena_through_narrow_kernels():
     fast = planned(model, "cortex-m4")
     assert kernels_bound(fast) == ["dsp"] and fast.arena_bytes > generic
     assert fast.portable_arena is None
+    # a --time-limit bounds one planning: the hold, which plans again, is skipped
+    timed = planned(model, "cortex-m4", max_arena=None, time_limit=60.0)
+    assert kernels_bound(timed) == ["dsp"] and timed.portable_arena is None
 
 
 def test_plan_says_whether_the_hold_reached_the_portable_arena(capsys, tmp_path):

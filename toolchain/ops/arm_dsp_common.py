@@ -445,8 +445,14 @@ def depth_steps(kind: str, m: Matmul, wide: bool) -> dict:
         return (f"{name}(acc, {c_offset('pairs', terms, extra * x_words)}, "
                 f"{c_offset('w', w_terms, extra * w_step)}{pair_block});")
 
-    groups = m.groups
-    if groups <= (UNROLLED_3X2 if kind == "3x2" else UNROLLED):
+    return unrolled_steps(m.groups, UNROLLED_3X2 if kind == "3x2" else UNROLLED, call)
+
+
+def unrolled_steps(groups: int, unrolled: int,
+                   call: Callable[[ConstantLoop | None, int], str]) -> dict:
+    """`call(k, g)` for groups 0..groups-1: all written out up to `unrolled` groups, else a loop
+    k of UNROLL groups a trip (call(k, u) for its u-th) and the rest written out."""
+    if groups <= unrolled:
         return {"loop": None, "body": [], "rest": [call(None, g) for g in range(groups)]}
     main = groups - groups % UNROLL
     k = ConstantLoop("k", main, 0, UNROLL)
@@ -468,14 +474,11 @@ def word_steps(kind: str, m: Matmul) -> dict:
         return (f"arenac_mac_{kind}_word(acc, {word}, "
                 f"{c_offset('w', w_terms, extra * w_step)}{pair_block});")
 
-    last = ([call(None, full, f"arenac_load_partial({c_offset('x0', [], full * GROUP)}, "
-                              f"{tail})")] if tail else [])
-    if full <= UNROLLED:
-        return {"loop": None, "body": [], "rest": [*(call(None, g) for g in range(full)), *last]}
-    main = full - full % UNROLL
-    k = ConstantLoop("k", main, 0, UNROLL)
-    return {"loop": k, "body": [call(k, u) for u in range(UNROLL)],
-            "rest": [*(call(None, g) for g in range(main, full)), *last]}
+    steps = unrolled_steps(full, UNROLLED, call)
+    if tail:
+        steps["rest"].append(call(None, full, f"arenac_load_partial("
+                                              f"{c_offset('x0', [], full * GROUP)}, {tail})"))
+    return steps
 
 
 def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
