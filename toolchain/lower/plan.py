@@ -372,9 +372,11 @@ def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES,
     if max_arena is not None:
         model_plan = within_arena(model_plan, max_arena, replan)
     elif not (kwargs.get("given_up") or kwargs.get("offsets_csv") or kwargs.get("pools")
-              or kwargs.get("time_limit") is not None) and narrow_ops(model_plan):
-        # a target's plan: held to the portable kernels' arena where narrow kernels can hold it
-        # (it plans the model again, so not within a --time-limit, which bounds one planning)
+              or kwargs.get("time_limit") is not None) and scratch_to_give_up(
+                  model_plan, among=set(narrow_ops(model_plan)), peak_only=True) is not None:
+        # a target's plan whose peak holds scratch a narrow kernel would shrink: held to the
+        # portable kernels' arena as far as narrow kernels hold it (it plans the model again,
+        # so not within a --time-limit, which bounds one planning)
         generic = planned_model(model, **{**kwargs, "target": GENERIC})
         model_plan = replace(narrowed(model_plan, generic.arena_bytes, replan),
                              portable_arena=generic.arena_bytes)
