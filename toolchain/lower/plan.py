@@ -372,14 +372,11 @@ def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES,
     if max_arena is not None:
         model_plan = within_arena(model_plan, max_arena, replan)
     elif not (kwargs.get("given_up") or kwargs.get("offsets_csv") or kwargs.get("pools")
-              or kwargs.get("time_limit") is not None) and scratch_to_give_up(
-                  model_plan, among=set(narrow_ops(model_plan)), peak_only=True) is not None:
-        # a target's plan whose peak holds scratch a narrow kernel would shrink: held to the
-        # portable kernels' arena as far as narrow kernels hold it (it plans the model again,
-        # so not within a --time-limit, which bounds one planning)
-        generic = planned_model(model, **{**kwargs, "target": GENERIC})
-        model_plan = replace(narrowed(model_plan, generic.arena_bytes, replan),
-                             portable_arena=generic.arena_bytes)
+              or kwargs.get("time_limit") is not None):
+        # a target's plan held to the portable kernels' arena as far as narrow kernels hold it
+        # (it plans the model again, so not within a --time-limit, which bounds one planning)
+        model_plan = narrowed(model_plan, lambda: planned_model(
+            model, **{**kwargs, "target": GENERIC}).arena_bytes, replan)
     check_budget(model_plan, max_bytes)
     return model_plan
 
@@ -400,24 +397,31 @@ def narrow_ops(model_plan: ModelPlan) -> dict[int, str]:
     return found
 
 
-def narrowed(model_plan: ModelPlan, bound: int,
+def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
              replan: Callable[[dict[int, tuple[str, ...]]], ModelPlan]) -> ModelPlan:
-    """A target's plan held to `bound` (the arena of the same model on portable kernels), the
-    kernels' scratch at the arena's peak given up for their narrow forms one op at a time,
-    never for a slower kind of kernel (that is --max-arena's choice): the first plan of the
-    smallest arena, so that a narrow form which does not lower the arena is not kept."""
+    """A target's plan held to the arena of the same model on portable kernels, the kernels'
+    scratch at the arena's peak given up for their narrow forms one op at a time, never for a
+    slower kind of kernel (that is --max-arena's choice): the first plan of the smallest arena,
+    so that a narrow form which does not lower the arena is not kept. The portable arena is
+    planned only when some narrow form could lower the peak; else the plan is returned as it
+    is, without `portable_arena`."""
     best = model_plan
     given_up: dict[int, tuple[str, ...]] = {}
-    while model_plan.arena_bytes > bound:
+    bound = None
+    while bound is None or model_plan.arena_bytes > bound:
         narrow = narrow_ops(model_plan)
         op = scratch_to_give_up(model_plan, among=set(narrow), peak_only=True)
         if op is None:
             break
+        if bound is None:
+            bound = portable_arena()
+            if model_plan.arena_bytes <= bound:
+                break
         given_up = {**given_up, op: (*given_up.get(op, ()), narrow[op])}
         model_plan = replan(given_up)
         if model_plan.arena_bytes < best.arena_bytes:
             best = model_plan
-    return best
+    return best if bound is None else replace(best, portable_arena=bound)
 
 
 def within_arena(model_plan: ModelPlan, max_arena: int,

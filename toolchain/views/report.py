@@ -455,22 +455,26 @@ def given_up_lines(mp: ModelPlan) -> list[str]:
     ops = ", ".join(f"op {op} {mp.graph.operators[op].opcode} "
                     f"{mp.program.bindings[op].kernel_name} (not {', '.join(names)})"
                     for op, names in sorted(given_up.items()))
-    text = (f"{len(given_up)} op{'s' if len(given_up) > 1 else ''} gave up "
-            f"{mp.program.target} kernels for the arena to fit: {ops}")
-    wrapped = textwrap.wrap(text, 100 - 13, break_on_hyphens=False)
-    return [f"{'given up' if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
+    return labelled("given up", f"{len(given_up)} op{'s' if len(given_up) > 1 else ''} gave "
+                                f"up {mp.program.target} kernels for the arena to fit: {ops}")
 
 
 def held_lines(mp: ModelPlan) -> list[str]:
     """Whether a target's plan reached the portable kernels' arena through narrow kernels."""
     if mp.portable_arena is None:
         return []
-    text = (f"to the portable kernels' arena, {mp.portable_arena} bytes, through narrow "
-            "kernels: " + ("reached" if mp.arena_bytes <= mp.portable_arena else
-                           "not reached, no kernel with scratch at the peak has a narrow form "
-                           "(--max-arena trades more)"))
+    return labelled("held", f"to the portable kernels' arena, {mp.portable_arena} bytes, "
+                            "through narrow kernels: " + (
+                                "reached" if mp.arena_bytes <= mp.portable_arena else
+                                "not reached, no kernel with scratch at the peak has a narrow "
+                                "form (--max-arena trades more)"))
+
+
+def labelled(label: str, text: str) -> list[str]:
+    """`text` as lines of the plan's summary: wrapped within 100 columns after a 13-column
+    label column, the label on the first line only."""
     wrapped = textwrap.wrap(text, 100 - 13, break_on_hyphens=False)
-    return [f"{'held' if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
+    return [f"{label if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
 
 
 def refused_ops(program) -> list[dict[str, Any]]:
@@ -528,9 +532,7 @@ def tiling_lines(mp: ModelPlan) -> list[str]:
         text = (f"steps {s.first}-{s.last} (ops {ops}) in {len(s.stripes)} stripes of {rows}; "
                 f"rows kept: {kept}; {s.moved_bytes} bytes moved, no MAC recomputed{skipped}"
                 f"{streamed}")
-        head = "striped" if s is mp.tiling.segments[0] else ""
-        wrapped = textwrap.wrap(text, 100 - 13, break_on_hyphens=False)
-        lines += [f"{head if k == 0 else '':<13}{line}" for k, line in enumerate(wrapped)]
+        lines += labelled("striped" if s is mp.tiling.segments[0] else "", text)
     return lines
 
 

@@ -75,12 +75,13 @@ def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
                        scales=tuple(scales), accumulators=accumulator_ranges(acc_lo, acc_hi))
 
 
-def emit_fc(ctx: OpContext) -> Kernel:
+def emit_fc(ctx: OpContext, direct: bool = False) -> Kernel:
+    """`direct`: dsp-direct's form, the inputs widened in registers (pointwise_values)."""
     p: FullyConnectedQuantizedParams = ctx.params
     bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     m = fc_matmul(p, ctx.inputs[1].data, None if bias is None else bias.data)
     values = pointwise_values(ctx, m, fc_output(m, p),
-                              f"FULLY_CONNECTED '{ctx.outputs[0].name}'")
+                              f"FULLY_CONNECTED '{ctx.outputs[0].name}'", direct)
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
                   includes=("arm_acle.h",), definitions=kernel_definitions(values))
 
@@ -92,16 +93,6 @@ def accepts_fc_direct(graph: Graph, op: Operator, p) -> str | None:
     return reason
 
 
-def emit_fc_direct(ctx: OpContext) -> Kernel:
-    p: FullyConnectedQuantizedParams = ctx.params
-    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    m = fc_matmul(p, ctx.inputs[1].data, None if bias is None else bias.data)
-    values = pointwise_values(ctx, m, fc_output(m, p),
-                              f"FULLY_CONNECTED '{ctx.outputs[0].name}'", direct=True)
-    return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
-                  includes=("arm_acle.h",), definitions=kernel_definitions(values))
-
-
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("FULLY_CONNECTED", "dsp",
                  kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS), accepts_fc,
@@ -111,5 +102,5 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
     # scratch up for in a plan held to an arena
     TargetKernel("FULLY_CONNECTED", "dsp-direct",
                  kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS), accepts_fc_direct,
-                 emit_fc_direct, narrows="dsp"),
+                 lambda ctx: emit_fc(ctx, direct=True), narrows="dsp"),
 )
