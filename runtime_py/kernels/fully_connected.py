@@ -14,6 +14,7 @@ from runtime_py.hybrid import quantize_symmetric as _symmetric_row
 from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from toolchain.numerics.rounding import double_to_int32, round_half_away
 from toolchain.ops.fully_connected.prepare import (
+    FLOAT_LANES,
     VECTOR_ACTIVATIONS,
     BatchMatMulFloatParams,
     BatchMatMulHybridParams,
@@ -23,6 +24,38 @@ from toolchain.ops.fully_connected.prepare import (
     FullyConnectedHybridParams,
     FullyConnectedQuantizedParams,
 )
+
+
+def float32_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b in float32, each product rounded and added in the order of depth, as TFLite's loop
+    sums: a BLAS sum's order depends on the CPU it runs on, and with it where infinities meet
+    (+inf + -inf is NaN) and how the last bits round."""
+    total = np.zeros(np.broadcast_shapes(a.shape[:-1] + (1,), b.shape[:-2] + (1, b.shape[-1])),
+                     np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # IEEE infinities and NaN, as in C
+        for d in range(a.shape[-1]):
+            total += a[..., d:d + 1] * b[..., d:d + 1, :]
+    return total
+
+
+def float32_lane_dot(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Rows x [B, D] dotted with filter rows [U, D] in float32 as the C sums them (FLOAT_LANES
+    partial sums, a balanced tree, then the tail in order), so infinities meet and the last bits
+    round alike in both."""
+    depth = x.shape[1]
+    main = depth - depth % FLOAT_LANES
+    products = (x[:, None, :] * weights[None, :, :]).astype(np.float32)  # [B, U, D]
+    lanes = np.zeros((*products.shape[:2], FLOAT_LANES), np.float32)
+    for k in range(0, main, FLOAT_LANES):
+        lanes += products[..., k:k + FLOAT_LANES]
+    terms = [lanes[..., lane] for lane in range(FLOAT_LANES)] if main else [lanes[..., 0]]
+    while len(terms) > 1:
+        pairs = [a + b for a, b in zip(terms[::2], terms[1::2], strict=True)]
+        terms = pairs + terms[len(pairs) * 2:]
+    total = terms[0]
+    for d in range(main, depth):
+        total = total + products[..., d]
+    return total
 
 
 def exact_int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -36,7 +69,7 @@ def exact_int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def fully_connected_float(p: FullyConnectedFloatParams, inputs, outputs) -> None:
     x, weights, bias = _fc_operands(p, inputs)
     with np.errstate(invalid="ignore", over="ignore"):  # IEEE infinities and NaN, as in C
-        total = np.matmul(x, weights.T)
+        total = float32_lane_dot(x, weights)
         if bias is not None:
             total = total + bias
     outputs[0][...] = np.clip(total, p.activation_min, p.activation_max).reshape(outputs[0].shape)
@@ -75,7 +108,7 @@ def _adjoint_operands(p, inputs) -> tuple[np.ndarray, np.ndarray]:
 
 def batch_matmul_float(p: BatchMatMulFloatParams, inputs, outputs) -> None:
     lhs, rhs = _adjoint_operands(p, inputs)
-    outputs[0][...] = np.matmul(lhs, rhs)
+    outputs[0][...] = float32_matmul(lhs, rhs)
 
 
 def batch_matmul_int8(p: BatchMatMulInt8Params, inputs, outputs) -> None:

@@ -32,6 +32,7 @@ from toolchain.ops.emit import (
     written_vars,
 )
 from toolchain.ops.fully_connected.prepare import (
+    FLOAT_LANES,
     VECTOR_ACTIVATIONS,
     BatchMatMulFloatParams,
     BatchMatMulHybridParams,
@@ -47,8 +48,6 @@ TEMPLATE = "c/fully_connected.c.j2"
 # Dot products run a main loop whose trip count is a multiple of this (so GCC's -O2 vectorizer,
 # which refuses loops needing a scalar epilogue, takes it) and a short scalar tail.
 VECTOR_STEP = 16
-# float dot products keep this many partial sums: a float reduction only vectorizes this way.
-FLOAT_LANES = 8
 # int8 FULLY_CONNECTED computes this many units at once (the template spells out four), so that
 # each input load serves four filter rows and four sums run in parallel.
 UNIT_BLOCK = 4

@@ -46,6 +46,10 @@ INT64_MAX = 2**63 - 1
 # Hybrid BATCH_MATMUL sums int8 products in int32, and corrects them by up to depth * 2^14 more
 # for the zero point: both stay in int32 up to this depth.
 HYBRID_MAX_DEPTH = 65535
+# A float FULLY_CONNECTED sums its products in this many partial sums (element d in sum d mod
+# FLOAT_LANES, over the largest multiple of it), adds them as a balanced tree and then the
+# rest in order: a float reduction only vectorizes that way, and the C and runtime_py sum alike.
+FLOAT_LANES = 8
 
 
 @dataclass(frozen=True)
