@@ -35,8 +35,10 @@ from toolchain.lower.tiling import (
     Score,
     Segment,
     Tiling,
+    TilingMemo,
     choose_tiling,
     fits_scratch,
+    kernel_name,
     neighbours,
     stripe_chain,
     trials,
@@ -364,6 +366,7 @@ def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES,
     kwargs = {**inspect.signature(planned_model).bind(model, *args, **kwargs).arguments}
     del kwargs["model"]
     kwargs.update(kwargs.pop("options", {}))
+    kwargs.setdefault("memo", TilingMemo())  # the replans below share the segments built
     model_plan = planned_model(model, **kwargs)
 
     def replan(given_up: dict[int, tuple[str, ...]]) -> ModelPlan:
@@ -376,7 +379,7 @@ def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES,
         # a target's plan held to the portable kernels' arena as far as narrow kernels hold it
         # (it plans the model again, so not within a --time-limit, which bounds one planning)
         model_plan = narrowed(model_plan, lambda: planned_model(
-            model, **{**kwargs, "target": GENERIC}).arena_bytes, replan)
+            model, **{**kwargs, "target": GENERIC, "memo": None}).arena_bytes, replan)
     check_budget(model_plan, max_bytes)
     return model_plan
 
@@ -498,6 +501,7 @@ def planned_model(
     pins: Mapping[str, str] | None = None,
     given_up: Mapping[int, tuple[str, ...]] | None = None,
     stream_input: bool = False,
+    memo: TilingMemo | None = None,
     **options,
 ) -> ModelPlan:
     """Plan one graph of `model`; the result is verified.
@@ -525,7 +529,8 @@ def planned_model(
     `pins` force a tensor (by index or name) or the state block ("state") into the pool
     named. With `stream_input` the graph's inputs never exist whole: each is fetched row by row
     into the stripe buffer of a segment that reads it (toolchain.lower.tiling), refused when no
-    segment can.
+    segment can. `memo` keeps the striped segments the search built for another plan of the
+    model on the same target (the hold's, which narrow a few ops' kernels).
     """
     if planner not in PLANNER_NAMES:
         raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
@@ -558,7 +563,8 @@ def planned_model(
     if tiles:
         with step("tiling"):
             tilings = [(t, walk) for t, walk in tiling_for(program, order, kept, problem,
-                                                           alignment, streams) if t.segments]
+                                                           alignment, streams, memo)
+                       if t.segments]
     if stream_input:
         check_streamed(program, tilings[0][0] if tilings else NO_TILING)
     tiled = best_striped(program, problem, tilings,
@@ -711,16 +717,17 @@ def nearby_tiling(program: Program, problem, tiled: ModelPlan,
 
 
 def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int,
-               streams: frozenset[int] = frozenset()
+               streams: frozenset[int] = frozenset(), memo: TilingMemo | None = None
                ) -> list[tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]]:
     """The striped segments that lower the bound of the plan (toolchain.lower.tiling), and
     what gives their neighbours whose bound is below an arena. Two searches, each greedy:
     one with stripes on demand only, one with wavefronts too; both results are to be planned
     and walked from (a search with more choices may still end higher). Inputs in `streams` are
     fetched row by row: the search starts from the best segment streaming each, and never
-    leaves one without it."""
+    leaves one without it. `memo` keeps the segments built for the next plan of the model on
+    the same target."""
     graph = program.graph
-    built: dict[tuple, Segment | None] = {}
+    memo = TilingMemo() if memo is None else memo
     scores: dict[tuple, tuple[tuple[int, int], int]] = {}
 
     def key(tiling: Tiling) -> tuple:
@@ -742,13 +749,14 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
 
     def build(chain, schedule: Schedule) -> Segment | None:
         """The segment, unless a stripe's kernel would ask for more scratch than its op's."""
-        at = (chain.first, chain.ops, schedule)
-        if at not in built:
+        at = (chain.first, chain.last, chain.ops, chain.streamed, schedule,
+              tuple(kernel_name(program.bindings[o]) for o in chain.ops))
+        if at not in memo.segments:
             height, wavefront = schedule
             segment = stripe_chain(chain, height, graph, program.bindings, wavefront)
-            built[at] = segment if segment is not None and fits_scratch(
-                segment, program.bindings, params) else None
-        return built[at]
+            memo.segments[at] = segment if segment is not None and fits_scratch(
+                segment, program.bindings, params, memo.bands) else None
+        return memo.segments[at]
 
     starts = [NO_TILING]
     for x in sorted(streams):  # the best few segments streaming x, after those of the others

@@ -24,7 +24,7 @@ segment may run longer (MAX_STREAMED_OPS): its output is the first tensor held w
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolchain.ir import Graph
@@ -369,11 +369,37 @@ def stripe_scratch_fits(binding: Binding, params: Any) -> bool:
         a.size <= b.size for a, b in zip(asked, binding.scratch, strict=True))
 
 
-def fits_scratch(segment: Segment, bindings: Sequence[Binding | None], params) -> bool:
-    """Whether every stripe of the segment runs in its ops' planned scratch."""
-    return all(stripe_scratch_fits(bindings[w.op], striped_params(
-        bindings[w.op].opcode, params[w.op], w.out_lo, w.out_hi, *w.reads[0][1:]))
-               for s in segment.stripes for w in s.ops)
+def fits_scratch(segment: Segment, bindings: Sequence[Binding | None], params,
+                 bands: dict[tuple, bool] | None = None) -> bool:
+    """Whether every stripe of the segment runs in its ops' planned scratch; `bands` keeps what
+    each band of an op's rows gave (many stripes and segments cut an op alike)."""
+    bands = {} if bands is None else bands
+
+    def fits(w: OpRows) -> bool:
+        binding = bindings[w.op]
+        key = (w.op, kernel_name(binding), w.out_lo, w.out_hi, *w.reads[0][1:])
+        if key not in bands:
+            bands[key] = stripe_scratch_fits(binding, striped_params(
+                binding.opcode, params[w.op], w.out_lo, w.out_hi, *w.reads[0][1:]))
+        return bands[key]
+
+    return all(fits(w) for s in segment.stripes for w in s.ops)
+
+
+def kernel_name(binding: Binding | None) -> str | None:
+    """The target kernel an op runs (None: the portable one)."""
+    return binding.variant.name if binding is not None and binding.variant is not None else None
+
+
+@dataclass
+class TilingMemo:
+    """What the tiling searches of one model's plans on one target share (the hold plans it
+    again with a few ops' kernels narrowed): the segments built, by their steps, schedule and
+    the kernels of their ops (None where a stripe needs more scratch than its op), and whether
+    a band of an op's rows fits its kernel's scratch."""
+
+    segments: dict[tuple, Segment | None] = field(default_factory=dict)
+    bands: dict[tuple, bool] = field(default_factory=dict)
 
 
 def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int]) -> int:
