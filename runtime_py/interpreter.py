@@ -144,6 +144,14 @@ class ArenaInterpreter:
         # fetches their rows (toolchain.lower.tiling).
         self.streamed: dict[int, np.ndarray | None] = {
             s.input: None for s in model_plan.tiling.segments if s.streamed}
+        # Streamed outputs too: their segment hands their rows on, here into an array of the
+        # firmware's side (poison until handed), each row once and in order.
+        self.handed: dict[int, int] = {}  # streamed output -> the rows handed on so far
+        for s in model_plan.tiling.segments:
+            if s.streamed_output:
+                self.views[s.output] = np.empty(graph.tensors[s.output].shape,
+                                                graph.tensors[s.output].dtype)
+                self.handed[s.output] = 0
         self.reset()
 
     def state_block(self, nbytes: int) -> np.ndarray:
@@ -195,6 +203,9 @@ class ArenaInterpreter:
                 )
         for arena in self.arenas:
             arena.fill(POISON)
+        for t in self.handed:
+            self.views[t].view(np.uint8)[...] = POISON
+            self.handed[t] = 0
         self.owner.fill(FREE)
         self.held.clear()
         self.deferred.clear()
@@ -264,7 +275,8 @@ class ArenaInterpreter:
         still needed fails here (before each op: the rows that op and the ops after it in the
         stripe read, and later stripes read, stay); the stripe buffers' rows not yet written
         hold poison. A streamed input's rows are fetched into its stripe buffer before each
-        stripe, as the stripe says; reading a row not fetched yet fails.
+        stripe, as the stripe says; reading a row not fetched yet fails. A streamed output's
+        rows are handed on from its stripe buffer after each stripe, each row once and in order.
         """
         layout, graph = self.layout, self.graph
         x, y = layout.holder_of.get(segment.input), layout.holder_of.get(segment.output)
@@ -276,7 +288,8 @@ class ArenaInterpreter:
                     self._claim(claim, step, op)
         buffers = [self._stripe_view(segment, b) for b in segment.buffers]
         dies = x is not None and segment.first <= layout.death.get(x, -1) <= segment.last
-        whole = {segment.output} if segment.streamed else {segment.input, segment.output}
+        whole = {t for t, streamed in ((segment.input, segment.streamed),
+                                       (segment.output, segment.streamed_output)) if not streamed}
         where = {b.tensor: i for i, b in enumerate(segment.buffers)}
         written = 0
         for stripe in segment.stripes:
@@ -316,8 +329,14 @@ class ArenaInterpreter:
                 ins = [rows(t, lo, hi) for t, lo, hi in work.reads]
                 ins += [self.views[t] for t in op.inputs[len(ins):] if t >= 0]
                 KERNELS[op.kind](params, ins, [rows(op.outputs[0], work.out_lo, work.out_hi)])
+            if segment.streamed_output:
+                self._hand_on(segment, stripe, buffers[-1])
             if dies:
                 self._release_rows(x, segment.input, stripe.input_done_to)
+        rows_made = self.graph.tensors[segment.output].shape[1]
+        if segment.streamed_output and self.handed[segment.output] != rows_made:
+            raise PlanError(f"output tensor {segment.output} has {rows_made} rows; its stripes "
+                            f"hand on {self.handed[segment.output]}", self.source)
         for step in steps:
             self._finish(step)
         if self.observe is not None:
@@ -334,6 +353,21 @@ class ArenaInterpreter:
                             f"outside its stripe buffer (rows {base}-{base + view.shape[1] - 1})",
                             self.source)
         view[:, lo - base:hi - base] = self.streamed[segment.input][:, lo:hi]
+
+    def _hand_on(self, segment: Segment, stripe, view: np.ndarray) -> None:
+        """A streamed output's rows the stripe made final, from its stripe buffer to where the
+        firmware takes them: the C's NAME_output_rows() call."""
+        lo, hi = stripe.emit
+        base, y = stripe.bases[-1], segment.output
+        if lo != self.handed[y] or hi < lo:
+            raise PlanError(f"rows {lo}-{hi - 1} of output tensor {y} are handed on out of "
+                            f"order (rows up to {self.handed[y] - 1} are)", self.source)
+        if not 0 <= lo - base <= hi - base <= view.shape[1]:
+            raise PlanError(f"rows {lo}-{hi - 1} of output tensor {y} are handed on from "
+                            f"outside its stripe buffer (rows {base}-{base + view.shape[1] - 1})",
+                            self.source)
+        self.views[y][:, lo:hi] = view[:, lo - base:hi - base]
+        self.handed[y] = hi
 
     @staticmethod
     def _previous_bases(segment: Segment, stripe) -> tuple[int, ...]:

@@ -169,6 +169,10 @@ def add_planning(p: argparse.ArgumentParser) -> None:
                    help="never hold the inputs whole: the first stripes fetch each input's rows "
                         "as they need them, in the C through NAME_input_rows(), which the "
                         "firmware defines (a camera's line buffer, DMA or flash behind it)")
+    p.add_argument("--stream-output", action="store_true",
+                   help="never hold the outputs whole: the last stripes hand each output's rows "
+                        "on as they are final, in the C through NAME_output_rows(), which the "
+                        "firmware defines (a display, a UART or a DMA out behind it)")
     p.add_argument("--max-arena", type=byte_count, default=None, metavar="N",
                    help="fit the arena in N bytes: while it is larger, the target kernel whose "
                         "scratch is the largest where the arena peaks runs the next kernel that "
@@ -220,6 +224,7 @@ def planning(args: argparse.Namespace) -> dict:
         max_bytes=getattr(args, "max_bytes", DEFAULT_MAX_BYTES),
         max_arena=getattr(args, "max_arena", None),
         stream_input=getattr(args, "stream_input", False),
+        stream_output=getattr(args, "stream_output", False),
         **options,
     )
 

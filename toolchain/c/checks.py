@@ -53,7 +53,8 @@ def check_plan(mp: ModelPlan, external_io: bool) -> None:
     io = set(graph.inputs) | set(graph.outputs)
     if external_io and io & planned:
         raise UnsupportedOpError("external I/O needs a plan made with external_io=True", source)
-    unplanned = {t for t in io - planned - mp.streamed_inputs if not graph.tensors[t].is_constant}
+    streamed = mp.streamed_inputs | mp.streamed_outputs
+    unplanned = {t for t in io - planned - streamed if not graph.tensors[t].is_constant}
     if not external_io and unplanned - set(mp.lifetimes.variables):
         raise UnsupportedOpError(
             "the plan keeps inputs or outputs out of the arena (it was made with "

@@ -16,9 +16,9 @@ from toolchain.c.module import (
     SHARED_NAME,
     Layout,
     SharedArena,
-    input_streams,
     io_info,
     model_files,
+    stream_values,
     traced_calls,
     traced_tensors,
 )
@@ -33,7 +33,7 @@ from toolchain.text import c_identifier
 
 # what code outside toolchain/c uses of the generator
 __all__ = ["SHARED_NAME", "FlashWeights", "SharedArena", "flash_weights", "generate",
-           "generate_shared", "input_streams", "io_info", "kernel_function", "traced_tensors"]
+           "generate_shared", "io_info", "kernel_function", "stream_values", "traced_tensors"]
 
 
 def generate(mp: ModelPlan, name: str = "model", external_io: bool = False,

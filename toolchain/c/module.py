@@ -166,22 +166,56 @@ def interface(mp: ModelPlan, at: Addresses, layout: Layout) -> dict:
         "outputs": outputs,
         "input_ptrs": ["NULL" if t in mp.streamed_inputs else at.pointer(t)
                        for t in graph.inputs],
-        "streams": input_streams(mp),
+        **stream_values(mp, at.name),
         **streamed_words(mp),
-        "output_ptrs": [at.pointer(t) for t in graph.outputs],
+        "output_ptrs": ["NULL" if t in mp.streamed_outputs else at.pointer(t)
+                        for t in graph.outputs],
         "copies": external_copies(graph, at.name) if layout.external_io else [],
         "header_needs_math_h": non_finite([q.scale[0] for q in scales if q]),
     }
 
 
 def streamed_words(mp: ModelPlan) -> dict:
-    """What the header says of the streamed inputs: which ("input 0") and their rows."""
+    """What the header says of the streamed inputs and outputs: which ("input 0") and their
+    rows."""
     graph = mp.graph
-    streamed = [(i, t) for i, t in enumerate(graph.inputs) if t in mp.streamed_inputs]
-    rows = [f"input {i}'s rows are {graph.tensors[t].nbytes // graph.tensors[t].shape[1]} "
-            "bytes of NHWC" for i, t in streamed]
-    return {"streamed_inputs": " and ".join(f"input {i}" for i, _ in streamed),
-            "streamed_rows": "; ".join(rows)}
+    words = {}
+    for what, tensors, streamed in (("input", graph.inputs, mp.streamed_inputs),
+                                    ("output", graph.outputs, mp.streamed_outputs)):
+        found = [(i, t) for i, t in enumerate(tensors) if t in streamed]
+        rows = [f"{what} {i}'s rows are {graph.tensors[t].nbytes // graph.tensors[t].shape[1]} "
+                "bytes of NHWC" for i, t in found]
+        words[f"streamed_{what}s"] = " and ".join(f"{what} {i}" for i, _ in found)
+        words[f"streamed_{what}_rows"] = "; ".join(rows)
+    return words
+
+
+def stream_values(mp: ModelPlan, name: str) -> dict:
+    """What a harness says of the streamed inputs and outputs (templates/c/streamed_input.c.j2
+    and streamed_output.c.j2), and where it finds input and output i: in its own copy of a
+    streamed one, else where NAME_input(i) and NAME_output(i) say."""
+    streams, handed = input_streams(mp), output_streams(mp)
+    return {
+        "streams": streams, "output_streams": handed,
+        "input_at": f"(streamed[i] != NULL ? (void *)streamed[i] : {name}_input(i))" if streams
+        else f"{name}_input(i)",
+        "output_at": f"(handed[i] != NULL ? (void *)handed[i] : {name}_output(i))" if handed
+        else f"{name}_output(i)",
+    }
+
+
+def output_streams(mp: ModelPlan) -> list[dict]:
+    """What a harness says of each output when the model streams some (none otherwise): the
+    array it keeps a streamed output in, "NULL" for an output in the arena, and the bytes of a
+    row (templates/c/streamed_output.c.j2)."""
+    graph = mp.graph
+    if not mp.streamed_outputs:
+        return []
+    return [{"index": i, "buffer": f"handed{i}" if t in mp.streamed_outputs else "NULL",
+             "length": c_length(graph.tensors[t].nbytes),
+             "row_bytes": graph.tensors[t].nbytes // max(graph.tensors[t].shape[1], 1)
+             if t in mp.streamed_outputs else 0}
+            for i, t in enumerate(graph.outputs)]
 
 
 def input_streams(mp: ModelPlan) -> list[dict]:

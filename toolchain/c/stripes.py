@@ -79,18 +79,19 @@ def emit_segment(em: Emission, seg: Segment) -> None:
     header_at = len(em.texts)  # the segment's comment, and its cursor where anything reads it
     em.texts.append("")
     defined: dict[str, str] = {}  # what the op's earlier runs defined: name -> text
-    moving: set[int] = set()  # the stripe buffers whose rows move up, or are fetched
+    moving: set[int] = set()  # the stripe buffers whose rows move up, are fetched or handed on
     runs = []
     for run in stripe_runs(seg, em.mp.graph, em.params, s.produced):
         stripe = seg.stripes[run.start]
         lines = keep_moves(s, run, moving) + fetched_rows(s, run, moving)
         lines += [stripe_call(s, run, w, places, defined)
                   for w, places in zip(stripe.ops, run.rows, strict=True)]
+        lines += handed_rows(s, run, moving)
         runs.append({"loop": run.count > 1, "start": run.start, "stop": run.start + run.count,
                      "lines": lines})
     program, name, arena = em.mp.program, em.at.name, em.at.arena
     declarations = [f"uint8_t *const rows{b.tensor} = {arena} + {em.at.macros[slot]}; "
-                    f"/* {program.tensor_label(b.tensor)}: {b.rows} rows */"
+                    f"/* {program.tensor_label(b.tensor)}: {counted(b.rows, 'row')} */"
                     for b, slot in s.buffer_at.values() if b.tensor in moving]
     em.texts.append(render("c/stripes.c.j2", v={"fn": f"{name}_stripes{seg.first}",
                                                 "cursor": s.cursor, "runs": runs,
@@ -131,18 +132,40 @@ def fetched_rows(s: StripedSegment, run: Run, named: set[int]) -> list[str]:
     """The call that fetches a streamed input's rows for a run's stripe, from the firmware's
     NAME_input_rows() into its stripe buffer (recording that buffer in `named`)."""
     seg = s.seg
-    lo, hi = seg.stripes[run.start].fetch
-    if not seg.streamed or hi == lo:
+    if not seg.streamed:
         return []
-    b, _ = s.buffer_at[seg.input]
+    return streamed_rows(s, run, named, seg.input, seg.stripes[run.start].fetch, run.fetch,
+                         "input", s.em.mp.graph.inputs.index(seg.input))
+
+
+def handed_rows(s: StripedSegment, run: Run, named: set[int]) -> list[str]:
+    """The call that hands a streamed output's rows on after a run's stripe, from its stripe
+    buffer to the firmware's NAME_output_rows() (recording that buffer in `named`)."""
+    seg = s.seg
+    if not seg.streamed_output:
+        return []
+    return streamed_rows(s, run, named, seg.output, seg.stripes[run.start].emit, run.emit,
+                         "output", s.em.mp.graph.outputs.index(seg.output))
+
+
+def streamed_rows(s: StripedSegment, run: Run, named: set[int], tensor: int,
+                  rows: tuple[int, int], place: tuple[int, int], what: str, index: int
+                  ) -> list[str]:
+    """The call of NAME_input_rows() or NAME_output_rows() (`what`) for rows [lo, hi) of graph
+    input or output `index` in a run's first stripe, `place` the (row, rows per stripe) it
+    moves on by in the run."""
+    lo, hi = rows
+    if hi == lo:
+        return []
+    b, _ = s.buffer_at[tensor]
     named.add(b.tensor)
-    row0, per = run.fetch
+    row0, per = place
     first = c_sum([(s.cursor, per)], row0 - per * run.start) if per else str(row0)
-    at = (lo - seg.stripes[run.start].bases[0]) * b.row_bytes
-    rows = f"rows {lo}-{hi - 1}" if hi - lo > 1 else f"row {lo}"
+    at = (lo - s.seg.stripes[run.start].bases[s.seg.buffer_of(tensor)]) * b.row_bytes
+    which = f"rows {lo}-{hi - 1}" if hi - lo > 1 else f"row {lo}"
     then = f", then the next {per} each stripe" if run.count > 1 else ""
-    return [f"{s.em.at.name}_input_rows({s.em.mp.graph.inputs.index(seg.input)}, {first}, "
-            f"{hi - lo}, rows{b.tensor}{f' + {at}' if at else ''}); /* input {rows}{then} */"]
+    return [f"{s.em.at.name}_{what}_rows({index}, {first}, {hi - lo}, "
+            f"rows{b.tensor}{f' + {at}' if at else ''}); /* {what} {which}{then} */"]
 
 
 def stripe_call(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...],

@@ -148,7 +148,7 @@ def bench_sources(mp: ModelPlan, name: str) -> tuple[dict[str, str], list[dict]]
         name=name,
         counter=f"0x{board.counter:08x}",
         readings=CALIBRATION_READINGS + 2 * len(steps),
-        **harness_values(mp),
+        **harness_values(mp, name),
         steps=steps,
         # GCC reads Armv6-M inline assembly in the divided syntax, where `sub` sets the flags
         spin_decrement="sub %0, #1" if target.arch == "armv6-m" else "subs %0, %0, #1",

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from toolchain.c.generate import generate, input_streams, traced_tensors
+from toolchain.c.generate import generate, stream_values, traced_tensors
 from toolchain.errors import RuntimeBackendError
 from toolchain.ir import Graph
 from toolchain.lower.plan import ModelPlan
@@ -120,7 +120,7 @@ def host_glue(mp: ModelPlan, name: str, trace: bool, waits: bool = False) -> str
     calls (and the rows of its streamed inputs); `waits`: its invoke may end early
     (OpSpec.stops)."""
     graph = mp.graph
-    return render("c/host_glue.c.j2", name=name, trace=trace, streams=input_streams(mp),
+    return render("c/host_glue.c.j2", name=name, trace=trace, **stream_values(mp, name),
                   waiting=WAITING_STATUS if waits else -1,
                   input_bytes=[graph.tensors[t].nbytes for t in graph.inputs],
                   output_bytes=[graph.tensors[t].nbytes for t in graph.outputs])

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from toolchain.c.generate import c_identifier, generate, input_streams, io_info
+from toolchain.c.generate import c_identifier, generate, io_info, stream_values
 from toolchain.errors import RuntimeBackendError
 from toolchain.lower.plan import ModelPlan
 from toolchain.render import render
@@ -98,11 +98,11 @@ STATUS_MEANING = {
 }
 
 
-def harness_values(mp: ModelPlan) -> dict:
+def harness_values(mp: ModelPlan, name: str) -> dict:
     """What every firmware harness template says of the model's I/O and the exit statuses."""
     graph = mp.graph
     return {
-        "streams": input_streams(mp),
+        **stream_values(mp, name),
         "inputs": [io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.inputs)],
         "outputs": [io_info(graph.tensors[t], i, True) for i, t in enumerate(graph.outputs)],
         "input_file": INPUT_FILE,
@@ -164,7 +164,8 @@ def uses_external_io(mp: ModelPlan) -> bool:
     (a variable among them lives in the state block either way)."""
     planned = mp.offset_of_tensor()
     return any(t not in planned and not mp.graph.tensors[t].is_variable
-               and t not in mp.streamed_inputs for t in (*mp.graph.inputs, *mp.graph.outputs))
+               and t not in mp.streamed_inputs | mp.streamed_outputs
+               for t in (*mp.graph.inputs, *mp.graph.outputs))
 
 
 def mcu_sources(mp: ModelPlan, name: str = "model", trace: bool = False) -> dict[str, str]:
@@ -188,7 +189,7 @@ def mcu_sources(mp: ModelPlan, name: str = "model", trace: bool = False) -> dict
         **where,
         name=name,
         external_io=external_io,
-        **harness_values(mp),
+        **harness_values(mp, name),
         stack_reserve=STACK_RESERVE,
         trace=trace,
         waits=mp.program.stops_early,

@@ -67,10 +67,15 @@ def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray], serial: bo
     if part and serial:
         raise ArenacError(f"--serial drives the QEMU machines' CMSDK UART; {part.name}'s UART is "
                           "not known to arenac yet")
+    if mp.streamed_outputs:
+        raise ArenacError("arenac project prints the outputs whole from the arena: a plan with "
+                          "--stream-output hands them on row by row to NAME_output_rows(), "
+                          "which the project does not define yet (arenac gen's harness does)",
+                          mp.model.source)
     files = generate(mp, name)
     del files[f"{name}_main.c"]
     files.update(support_files(target, pool_sections(mp), board))
-    io = harness_values(mp)
+    io = harness_values(mp, name)
     values = {
         "name": name, "version": __version__, "board": board.machine, "cpu": target.name,
         "counter": f"0x{board.counter:08x}u", "counter_hz": f"{board.counter_hz:,}",

@@ -172,6 +172,11 @@ class ModelPlan:
         return frozenset(s.input for s in self.tiling.segments if s.streamed)
 
     @property
+    def streamed_outputs(self) -> frozenset[int]:
+        """Graph outputs never held whole: their segments hand their rows on (--stream-output)."""
+        return frozenset(s.output for s in self.tiling.segments if s.streamed_output)
+
+    @property
     def model(self) -> Model:
         return self.program.model
 
@@ -501,6 +506,7 @@ def planned_model(
     pins: Mapping[str, str] | None = None,
     given_up: Mapping[int, tuple[str, ...]] | None = None,
     stream_input: bool = False,
+    stream_output: bool = False,
     memo: TilingMemo | None = None,
     **options,
 ) -> ModelPlan:
@@ -529,8 +535,10 @@ def planned_model(
     `pins` force a tensor (by index or name) or the state block ("state") into the pool
     named. With `stream_input` the graph's inputs never exist whole: each is fetched row by row
     into the stripe buffer of a segment that reads it (toolchain.lower.tiling), refused when no
-    segment can. `memo` keeps the striped segments the search built for another plan of the
-    model on the same target (the hold's, which narrow a few ops' kernels).
+    segment can; with `stream_output` the graph's outputs never exist whole either: each is
+    handed on row by row from the stripe buffer of the segment that makes it. `memo` keeps the
+    striped segments the search built for another plan of the model on the same target (the
+    hold's, which narrow a few ops' kernels).
     """
     if planner not in PLANNER_NAMES:
         raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
@@ -558,21 +566,22 @@ def planned_model(
     # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
     tiles = techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
         and program.layout is None and not pools
-    streams = inputs_to_stream(program, stream_input, tiles, external_io, offsets_csv)
+    streams = tensors_to_stream(program, stream_input, stream_output, tiles, external_io,
+                                offsets_csv)
     tilings = []
     if tiles:
         with step("tiling"):
             tilings = [(t, walk) for t, walk in tiling_for(program, order, kept, problem,
                                                            alignment, streams, memo)
                        if t.segments]
-    if stream_input:
-        check_streamed(program, tilings[0][0] if tilings else NO_TILING)
+    if streams:
+        check_streamed(program, tilings[0][0] if tilings else NO_TILING, streams)
     tiled = best_striped(program, problem, tilings,
                          lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment),
                          planner, options, offsets_csv, nodes, alignment, deadline)
     if tiled is not None and offsets_csv is not None:  # the solution was of this problem
         return tiled
-    if stream_input:  # the whole-op plan holds the inputs whole: not a choice
+    if streams:  # the whole-op plan holds the inputs and outputs whole: not a choice
         return replace(tiled, clock_cut=time_limit is not None and deadline.passed())
     plan, pooled = place(program, lifetimes, overlaps, planner, options, offsets_csv, pools,
                          pins, nodes, alignment, deadline)
@@ -583,36 +592,53 @@ def planned_model(
                      **bound_figures(lifetimes, overlaps, alignment), **pooled, clock_cut=clock_cut)
 
 
-def inputs_to_stream(program: Program, stream_input: bool, tiles: bool, external_io: bool,
-                     offsets_csv: str | None) -> frozenset[int]:
-    """The graph inputs to fetch row by row: all with `stream_input`, refused where a plan does
-    not stripe."""
-    if not stream_input:
-        return frozenset()
+def tensors_to_stream(program: Program, stream_input: bool, stream_output: bool, tiles: bool,
+                      external_io: bool, offsets_csv: str | None) -> frozenset[int]:
+    """The graph inputs to fetch row by row (all with `stream_input`) and the graph outputs to
+    hand on row by row (all with `stream_output`), refused where a plan does not stripe."""
     source = program.model.source
-    if external_io:
-        raise ArenacError("--stream-input and --external-io both take the inputs out of the "
-                          "arena: choose one", source)
-    if offsets_csv is not None:
-        raise ArenacError("--stream-input plans the striped problem; offsets loaded from a "
-                          "file are not for it", source)
-    if not tiles:
-        raise ArenacError("--stream-input fetches the inputs stripe by stripe: it needs striping "
-                          "(not --tiling off, --no-overlap, --planner tflm, --pool or a "
-                          "control-flow graph)", source)
-    return frozenset(program.graph.inputs)
+    streams = frozenset()
+    for flag, asked, tensors, what, how in (
+            ("--stream-input", stream_input, program.graph.inputs, "inputs", "fetches"),
+            ("--stream-output", stream_output, program.graph.outputs, "outputs", "hands on")):
+        if not asked:
+            continue
+        if external_io:
+            raise ArenacError(f"{flag} and --external-io both take the {what} out of the "
+                              "arena: choose one", source)
+        if offsets_csv is not None:
+            raise ArenacError(f"{flag} plans the striped problem; offsets loaded from a file "
+                              "are not for it", source)
+        if not tiles:
+            raise ArenacError(f"{flag} {how} the {what} stripe by stripe: it needs striping "
+                              "(not --tiling off, --no-overlap, --planner tflm, --pool or a "
+                              "control-flow graph)", source)
+        streams |= frozenset(tensors)
+    return streams
 
 
-def check_streamed(program: Program, tiling: Tiling) -> None:
-    """Refused unless every graph input is the input of a streamed segment."""
-    graph = program.graph
-    streamed = {s.input for s in tiling.segments if s.streamed}
+def streamed_tensors(tiling: Tiling) -> frozenset[int]:
+    """The graph inputs and outputs the tiling's segments stream."""
+    return frozenset({*(s.input for s in tiling.segments if s.streamed),
+                      *(s.output for s in tiling.segments if s.streamed_output)})
+
+
+def check_streamed(program: Program, tiling: Tiling, streams: frozenset[int]) -> None:
+    """Refused unless every tensor in `streams` is the input or output of a segment that
+    streams it."""
+    graph, streamed = program.graph, streamed_tensors(tiling)
     for i, t in enumerate(graph.inputs):
-        if t not in streamed:
+        if t in streams and t not in streamed:
             raise ArenacError(
                 f"--stream-input: input {i} ({graph.tensors[t].name!r}) cannot be fetched row "
                 "by row: the ops reading it are not a chain of convolutions, pooling and "
                 "elementwise ops on NHWC rows that reads it alone", program.model.source)
+    for i, t in enumerate(graph.outputs):
+        if t in streams and t not in streamed:
+            raise ArenacError(
+                f"--stream-output: output {i} ({graph.tensors[t].name!r}) cannot be handed on "
+                "row by row: it is not made by a chain of convolutions, pooling and elementwise "
+                "ops on NHWC rows, or an op reads it", program.model.source)
 
 
 def lowered(model: Model, graph_index: int, target: str, portable: bool,
@@ -723,9 +749,9 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
     what gives their neighbours whose bound is below an arena. Two searches, each greedy:
     one with stripes on demand only, one with wavefronts too; both results are to be planned
     and walked from (a search with more choices may still end higher). Inputs in `streams` are
-    fetched row by row: the search starts from the best segment streaming each, and never
-    leaves one without it. `memo` keeps the segments built for the next plan of the model on
-    the same target."""
+    fetched row by row and outputs handed on row by row: the search starts from the best
+    segments streaming them, and never leaves one without them. `memo` keeps the segments built
+    for the next plan of the model on the same target."""
     graph = program.graph
     memo = TilingMemo() if memo is None else memo
     scores: dict[tuple, tuple[tuple[int, int], int]] = {}
@@ -733,15 +759,19 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
     def key(tiling: Tiling) -> tuple:
         return tuple((s.first, s.last, s.schedule) for s in tiling.segments)
 
-    def evaluate(tiling: Tiling) -> tuple[tuple[int, int], int]:
-        if not streams <= {s.input for s in tiling.segments if s.streamed}:
-            return UNSTREAMED, 0
+    def bound(tiling: Tiling) -> tuple[tuple[int, int], int]:
         if key(tiling) not in scores:
             lifetimes, overlaps = problem(tiling)
             loads = step_loads(lifetimes.buffers, overlaps, alignment)
             peak = max(loads, key=lambda s: (loads[s], -s), default=0)
             scores[key(tiling)] = (loads.get(peak, 0), sum(loads.values())), peak
         return scores[key(tiling)]
+
+    def evaluate(tiling: Tiling) -> tuple[tuple[int, int], int]:
+        return bound(tiling) if streams <= streamed_tensors(tiling) else (UNSTREAMED, 0)
+
+    def start_rank(tiling: Tiling) -> tuple:  # the more streams it streams, the better
+        return -len(streams & streamed_tensors(tiling)), bound(tiling)[0], key(tiling)
 
     chains = stripe_candidates(graph, program.bindings, order, frozenset(kept), streams)
 
@@ -760,9 +790,11 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
 
     starts = [NO_TILING]
     for x in sorted(streams):  # the best few segments streaming x, after those of the others
-        streaming = {trial for start in starts for chain in chains if chain.streamed
-                     and chain.input == x for trial in trials(start, chain, build)}
-        starts = sorted(streaming, key=lambda t: (evaluate(t)[0], key(t)))[:STREAMED_STARTS] \
+        streaming = {trial for start in starts for chain in chains
+                     if (chain.streamed and chain.input == x)
+                     or (chain.streamed_output and chain.output == x)
+                     for trial in trials(start, chain, build)}
+        starts = sorted(streaming, key=start_rank)[:STREAMED_STARTS] \
             or starts  # none: check_streamed refuses
 
     def on_demand(chain, schedule: Schedule) -> Segment | None:

@@ -19,6 +19,10 @@ A streamed segment's input is a graph input that never exists whole: like an int
 has a stripe buffer, and before each stripe the rows its windows need next are fetched into it
 (from the firmware's function in the C, `--stream-input`). Only the segment reads it, so such a
 segment may run longer (MAX_STREAMED_OPS): its output is the first tensor held whole.
+
+A segment's output that is a graph output no op reads may stream too (`--stream-output`): it
+has a stripe buffer of one stripe's rows, handed on after each stripe as they are final (to the
+firmware's function in the C), and never exists whole.
 """
 
 from __future__ import annotations
@@ -56,14 +60,16 @@ class OpRows:
 class Stripe:
     """One stripe: the row each stripe buffer starts at (its `base`), the rows it keeps from the
     stripe before (they move up to the top first), the ops' work in order, the first row of
-    the segment input still needed after the stripe (the rows above it die), and, when the
-    input is streamed, the rows [lo, hi) of it fetched before the ops run (none: lo == hi)."""
+    the segment input still needed after the stripe (the rows above it die), when the input
+    is streamed, the rows [lo, hi) of it fetched before the ops run (none: lo == hi), and when
+    the output is, the rows [lo, hi) of it handed on after them."""
 
     bases: tuple[int, ...]  # per stripe buffer, in Segment.buffers order
     kept: tuple[int, ...]  # per stripe buffer: rows moved up from the previous stripe
     ops: tuple[OpRows, ...]
     input_done_to: int
     fetch: tuple[int, int] = (0, 0)
+    emit: tuple[int, int] = (0, 0)
 
     def input_alive_from(self, k: int, x: int) -> int:
         """The first row of the segment input `x` still needed when the stripe's k-th op runs:
@@ -89,7 +95,8 @@ class StripeBuffer:
 @dataclass(frozen=True)
 class Segment:
     """Steps [first, last] of the order run stripe by stripe, `height` output rows at a time.
-    A `streamed` segment's input has the first stripe buffer, and its stripes fetch its rows."""
+    A `streamed` segment's input has the first stripe buffer, and its stripes fetch its rows;
+    a `streamed_output` segment's output has the last, and its stripes hand its rows on."""
 
     first: int
     last: int
@@ -105,6 +112,7 @@ class Segment:
     whole_macs: int  # of the same ops run whole
     streamed: bool = False
     wavefront: bool = False  # its stripes fill the chain a share at a time (wavefront_rows)
+    streamed_output: bool = False
 
     @property
     def schedule(self) -> Schedule:
@@ -175,7 +183,8 @@ def band_key(opcode: str, params: Any, out_lo: int, out_hi: int, in_lo: int, in_
 @dataclass(frozen=True)
 class Chain:
     """A run of steps that may stripe: its ops (the steps' but fused PADs), input, output and
-    each op's reads; `streamed` when its input is a graph input fetched row by row."""
+    each op's reads; `streamed` when its input is a graph input fetched row by row,
+    `streamed_output` when its output is a graph output handed on row by row."""
 
     first: int
     last: int
@@ -187,6 +196,7 @@ class Chain:
     rows: Mapping[int, int]  # tensor -> rows
     produced: Mapping[int, int]  # op -> its output
     streamed: bool = False
+    streamed_output: bool = False
 
 
 def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[int],
@@ -195,7 +205,8 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
     """Steps [first, last] as a stripable chain, or None: ops that stripe, one input from
     outside, every tensor they make read only inside but the last op's output. An input in
     `streams` (graph inputs to fetch row by row) must be read only inside: it never exists
-    whole."""
+    whole. An output in `streams` (graph outputs to hand on row by row) that no op reads
+    streams."""
     if fused_away(bindings[order[first]]) or fused_away(bindings[order[last]]):
         return None  # a segment starts and ends on ops that run
     ops = tuple(o for o in order[first:last + 1] if not fused_away(bindings[o]))
@@ -241,14 +252,16 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
         return None
     return Chain(first, last, ops, x, y, reads,
                  {t: graph.tensors[t].nbytes // graph.tensors[t].shape[1] for t in tensors},
-                 {t: graph.tensors[t].shape[1] for t in tensors}, produced, x in streams)
+                 {t: graph.tensors[t].shape[1] for t in tensors}, produced, x in streams,
+                 y in streams and y in graph_outputs and not readers.get(y))
 
 
 def stripe_chain(chain: Chain, height: int, graph: Graph,
                  bindings: Sequence[Binding | None], wavefront: bool = False) -> Segment | None:
     """The stripes of `chain` at `height` output rows each, the stripe buffers they need and
     how far the output must start below the input. A streamed input is buffered as the
-    intermediates are, its rows fetched as the stripes first need them.
+    intermediates are, its rows fetched as the stripes first need them; a streamed output
+    keeps one stripe's rows, handed on after it (it lies over nothing: no shift).
 
     By default each stripe makes what its output rows need (`demanded_rows`), so the first
     stripe makes every op's whole reach at once; a `wavefront` (`wavefront_rows`) lets each op
@@ -262,13 +275,17 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
             consumers[t].append((chain.produced[op_index], rows))
     if chain.streamed:
         intermediates.insert(0, x)
+    if chain.streamed_output:  # one stripe's rows, handed on after it
+        intermediates.append(y)
+        consumers[y] = []
     computed = {t: 0 for t in (x, *chain.produced.values())}
     capacity = dict.fromkeys(intermediates, 0)
     previous_base = dict.fromkeys(intermediates, 0)
     stripes, moved, shift = [], 0, 0
     schedule = wavefront_rows if wavefront else demanded_rows
     for start, need in schedule(chain, height, consumers):
-        bases = tuple(first_needed(consumers[t], start) for t in intermediates)
+        bases = tuple(first_needed(consumers[t], start) if consumers[t] else start[t]
+                      for t in intermediates)
         kept = tuple(max(0, computed[t] - base) for t, base in zip(intermediates, bases,
                                                                    strict=True))
         moved += sum(k * chain.row_bytes[t] for k, t, base in zip(kept, intermediates, bases,
@@ -284,10 +301,12 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
         for t, base in zip(intermediates, bases, strict=True):
             capacity[t] = max(capacity[t], need[t] - base)
         fetch = (computed[x], need[x]) if chain.streamed else (0, 0)
+        emit = (computed[y], need[y]) if chain.streamed_output else (0, 0)
         computed = need
         previous_base.update(zip(intermediates, bases, strict=True))
-        stripe = Stripe(bases, kept, tuple(work), first_needed(consumers[x], computed), fetch)
-        if not chain.streamed and work:
+        stripe = Stripe(bases, kept, tuple(work), first_needed(consumers[x], computed), fetch,
+                        emit)
+        if not chain.streamed and not chain.streamed_output and work:
             shift = max(shift, need[y] * chain.row_bytes[y]
                         - stripe.input_alive_from(len(work) - 1, x) * chain.row_bytes[x])
         stripes.append(stripe)
@@ -299,7 +318,7 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
     return Segment(chain.first, chain.last, ops, x, y, height, buffers,
                    tuple(stripes), max(0, shift), moved, macs,
                    sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops), chain.streamed,
-                   wavefront)
+                   wavefront, chain.streamed_output)
 
 
 Rows = dict[int, int]  # tensor -> a row count: the first row an op makes, or rows made so far
@@ -431,13 +450,16 @@ def candidates(graph: Graph, bindings: Sequence[Binding | None], order: Sequence
                kept: frozenset[int] = frozenset(),
                streams: frozenset[int] = frozenset()) -> list[Chain]:
     """Every run of 2 to MAX_SEGMENT_OPS steps that may stripe (MAX_STREAMED_OPS from an op
-    reading an input in `streams`, and 1 step too: a streamed input needs a segment)."""
+    reading an input in `streams`, and 1 step too from an op reading or making a tensor in
+    `streams`: a streamed input or output needs a segment)."""
     readers = readers_of(graph)
     found = []
     for first in range(len(order)):
-        streamed = any(t in streams for t in graph.operators[order[first]].inputs)
+        op = graph.operators[order[first]]
+        streamed = any(t in streams for t in op.inputs)
+        alone = streamed or any(t in streams for t in op.outputs)
         longest = MAX_STREAMED_OPS if streamed else MAX_SEGMENT_OPS
-        for last in range(first + (0 if streamed else 1), min(len(order), first + longest)):
+        for last in range(first + (0 if alone else 1), min(len(order), first + longest)):
             chain = chain_at(graph, bindings, order, first, last, readers, kept, streams)
             if chain is None and row_map_of(graph, bindings, order[last]) is None \
                     and not fused_away(bindings[order[last]]):
@@ -547,22 +569,26 @@ class Run:
     rows per stripe) of the k-th op's i-th operand (its reads, then its output); None for an
     operand in a stripe buffer, whose place in it is the same in every stripe of the run.
     `fetch` is the same (row, rows per stripe) of the first row a streamed input's stripes
-    fetch (None if the segment streams nothing)."""
+    fetch (None if the segment streams no input), `emit` of the first row a streamed output's
+    stripes hand on (None if it streams no output)."""
 
     start: int
     count: int
     rows: tuple[tuple[tuple[int, int] | None, ...], ...]
     fetch: tuple[int, int] | None = None
+    emit: tuple[int, int] | None = None
 
 
 def stripe_operands(segment: Segment, k: int) -> list[list[tuple[int, int]]]:
     """Per op of stripe k: (tensor, first row) of its reads, then of its output; last, the
-    streamed input's first row fetched, as an op of its own (tensor -1: in no stripe buffer)."""
+    streamed input's first row fetched and the streamed output's first row handed on, each as
+    an op of its own (tensor -1: in no stripe buffer)."""
     stripe = segment.stripes[k]
     fetched = [[(-1, stripe.fetch[0])]] if segment.streamed else []
+    emitted = [[(-1, stripe.emit[0])]] if segment.streamed_output else []
     return [*([*((t, lo) for t, lo, _ in w.reads), (segment.output if w.op == segment.ops[-1]
                                                     else -1, w.out_lo)]
-              for w in stripe.ops), *fetched]
+              for w in stripe.ops), *fetched, *emitted]
 
 
 def stripe_signature(segment: Segment, k: int, graph: Graph, params: Sequence[Any],
@@ -586,7 +612,9 @@ def stripe_signature(segment: Segment, k: int, graph: Graph, params: Sequence[An
                   in zip(stripe.kept, stripe.bases, previous, strict=True))
     lo, hi = stripe.fetch
     fetch = (lo - stripe.bases[0], hi - lo) if segment.streamed else None
-    return (tuple(work), moves, fetch)
+    lo, hi = stripe.emit
+    emit = (lo - stripe.bases[-1], hi - lo) if segment.streamed_output else None
+    return (tuple(work), moves, fetch, emit)
 
 
 def stripe_runs(segment: Segment, graph: Graph, params: Sequence[Any],
@@ -614,10 +642,11 @@ def stripe_runs(segment: Segment, graph: Graph, params: Sequence[Any],
         rows = tuple(tuple(None if t in where else (row, step)
                            for (t, row), step in zip(op, op_steps, strict=True))
                      for op, op_steps in zip(first, steps, strict=True))
+        emit = fetch = None
+        if segment.streamed_output:
+            *rows, (emit,) = rows
         if segment.streamed:
             *rows, (fetch,) = rows
-            runs.append(Run(k, end - k, tuple(rows), fetch))
-        else:
-            runs.append(Run(k, end - k, rows))
+        runs.append(Run(k, end - k, tuple(rows), fetch, emit))
         k = end
     return runs

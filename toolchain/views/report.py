@@ -511,7 +511,8 @@ def segment_data(mp: ModelPlan, s) -> dict[str, Any]:
     return {"steps": [s.first, s.last], "ops": list(s.ops), "input": s.input, "output": s.output,
             "stripe_rows": s.height, "stripes": len(s.stripes), "shift": s.shift,
             "moved_bytes": s.moved_bytes, "macs": s.macs, "whole_macs": s.whole_macs,
-            "streamed": s.streamed, "wavefront": s.wavefront,
+            "streamed": s.streamed, "streamed_output": s.streamed_output,
+            "wavefront": s.wavefront,
             "buffers": [{"tensor": b.tensor, "rows": b.rows, "bytes": b.size}
                         for b in s.buffers]}
 
@@ -529,6 +530,8 @@ def tiling_lines(mp: ModelPlan) -> list[str]:
                    if s.macs < s.whole_macs else "")
         streamed = (f"; streamed input: tensor {s.input}'s rows fetched as needed"
                     if s.streamed else "")
+        streamed += (f"; streamed output: tensor {s.output}'s rows handed on as made"
+                     if s.streamed_output else "")
         text = (f"steps {s.first}-{s.last} (ops {ops}) in {len(s.stripes)} stripes of {rows}; "
                 f"rows kept: {kept}; {s.moved_bytes} bytes moved, no MAC recomputed{skipped}"
                 f"{streamed}")
