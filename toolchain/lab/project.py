@@ -67,11 +67,6 @@ def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray], serial: bo
     if part and serial:
         raise ArenacError(f"--serial drives the QEMU machines' CMSDK UART; {part.name}'s UART is "
                           "not known to arenac yet")
-    if mp.streamed_outputs:
-        raise ArenacError("arenac project prints the outputs whole from the arena: a plan with "
-                          "--stream-output hands them on row by row to NAME_output_rows(), "
-                          "which the project does not define yet (arenac gen's harness does)",
-                          mp.model.source)
     files = generate(mp, name)
     del files[f"{name}_main.c"]
     files.update(support_files(target, pool_sections(mp), board))
@@ -97,8 +92,13 @@ def project_files(mp: ModelPlan, name: str, inputs: list[np.ndarray], serial: bo
                        (mp.graph.tensors[i] for i in mp.graph.inputs), inputs,
                        io["streams"] or [{"row_bytes": 0}] * len(inputs), strict=True))],
         "streams": io["streams"],
+        "output_streams": io["output_streams"], "input_at": io["input_at"],
+        "output_at": io["output_at"],
         "outputs": [{"dtype": o.dtype, "shape": "[" + "x".join(map(str, o.shape)) + "]",
-                     "nbytes": o.nbytes} for o in io["outputs"]],
+                     "nbytes": o.nbytes,
+                     "at": f"handed{k}" if t in mp.streamed_outputs else f"{name}_output({k})"}
+                    for k, (o, t) in enumerate(zip(io["outputs"], mp.graph.outputs,
+                                                   strict=True))],
     }
     files["main.c"] = render("project/serial_main.c.j2", **values, **serial_values(mp, board)) \
         if serial else render("project/main.c.j2", **values)

@@ -519,26 +519,23 @@ def planned_model(
     returns the best it found by then, a planner with nothing by then gives way to the
     first-fit free list, and the plan records whether the clock ran out (`clock_cut`). With
     `external_io` the graph's inputs and outputs live in the caller's buffers, not the arena.
-    `order` overrides
-    the schedule the techniques would choose. `offsets_csv` takes the offsets from an external
-    solver's solution (MiniMalloc CSV) instead of a planner; they are verified like any plan.
-    The graph is lowered to a Program first, so the scratch its kernels request is planned
-    with the tensors (with `planner="tflm"`, the scratch TFLite Micro's kernels request, ours
-    riding in it: Program.tflm_scratch); `scratch` adds requests beyond those. The subgraphs
-    the graph calls (CALL_ONCE) are planned with it, their steps right after their call:
-    `order` then runs over the program's ops
-    (toolchain.lower.program), and must keep each called subgraph's steps together after its call.
-    `target` (toolchain.targets) picks the kernels, whose scratch and overlaps the plan
-    follows; `portable` keeps to its portable kernels (`given_up`: an op to none of the
-    target kernels it names).
-    `pools` (fastest first) take the buffers instead of one arena (toolchain.planners.pools);
-    `pins` force a tensor (by index or name) or the state block ("state") into the pool
-    named. With `stream_input` the graph's inputs never exist whole: each is fetched row by row
-    into the stripe buffer of a segment that reads it (toolchain.lower.tiling), refused when no
-    segment can; with `stream_output` the graph's outputs never exist whole either: each is
-    handed on row by row from the stripe buffer of the segment that makes it. `memo` keeps the
-    striped segments the search built for another plan of the model on the same target (the
-    hold's, which narrow a few ops' kernels).
+    `order` overrides the schedule the techniques would choose. `offsets_csv` takes the offsets
+    from an external solver's solution (MiniMalloc CSV) instead of a planner; they are verified
+    like any plan. The graph is lowered to a Program first, so the scratch its kernels request
+    is planned with the tensors (with `planner="tflm"`, the scratch TFLite Micro's kernels
+    request, ours riding in it: Program.tflm_scratch); `scratch` adds requests beyond those.
+    The subgraphs the graph calls (CALL_ONCE) are planned with it, their steps right after
+    their call: `order` then runs over the program's ops (toolchain.lower.program), and must
+    keep each called subgraph's steps together after its call. `target` (toolchain.targets)
+    picks the kernels, whose scratch and overlaps the plan follows; `portable` keeps to its
+    portable kernels (`given_up`: an op to none of the target kernels it names). `pools`
+    (fastest first) take the buffers instead of one arena (toolchain.planners.pools); `pins`
+    force a tensor (by index or name) or the state block ("state") into the pool named. With
+    `stream_input` the graph's inputs never exist whole: each is fetched row by row into the
+    stripe buffer of a segment that reads it (toolchain.lower.tiling), refused when no segment
+    can; with `stream_output` the outputs neither: each is handed on row by row from the
+    stripe buffer of the segment that makes it. `memo` keeps the striped segments the search
+    built for another plan of the model on the same target (the hold's narrowed ones).
     """
     if planner not in PLANNER_NAMES:
         raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
