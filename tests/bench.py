@@ -302,6 +302,28 @@ def stream_section(paths: list[Path]) -> None:
                 [stream_row(p) for p in paths]))
 
 
+def stream_output_section() -> None:
+    """Streamed outputs on a built dense-prediction head (the shared models are classifiers,
+    whose outputs are a few bytes): the arena holding the output whole, streaming it, and
+    streaming both ends, on generic and cortex-m4."""
+    from tests.test_streaming_output import dense_head
+
+    model = parse_model(dense_head(), "dense_head.tflite")
+    y = model.main.tensors[model.main.outputs[0]]
+    rows = []
+    for target in ("generic", "cortex-m4"):
+        whole = plan_model(model, target=target).arena_bytes
+        out = plan_model(model, target=target, stream_output=True).arena_bytes
+        both = plan_model(model, target=target, stream_input=True,
+                          stream_output=True).arena_bytes
+        rows.append([f"dense_head ({target})", y.nbytes, whole, out, both, ratio(both, whole)])
+    print("streamed output (--stream-output): the arena holding the output whole, streaming it "
+          "(its rows handed on by the last segment, in the C through NAME_output_rows()), and "
+          "streaming the input too, for tests/test_streaming_output.py's dense-prediction head "
+          "(input 1x24x20x4, output 1x12x10x24, int8)")
+    print(table(["model", "output", "whole", "out streamed", "both streamed", "ratio"], rows))
+
+
 def state_section(paths: list[Path]) -> None:
     """Models with state: our arena and state block beside TFLM's whole arena (head: planned
     activations, tail: persistent state and the interpreter's bookkeeping) on the same file."""
@@ -629,6 +651,8 @@ def main(argv: list[str]) -> int:
         print()
     if "stream" in sections:
         stream_section(paths)
+        print()
+        stream_output_section()
         print()
     if "state" in sections and RECURRENT_MODEL_FILES:
         state_section(RECURRENT_MODEL_FILES)
