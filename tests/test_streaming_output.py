@@ -176,6 +176,15 @@ def test_what_cannot_stream_is_one_line(capsys, tmp_path, args, said):
     assert "Traceback" not in err and not out.exists()
 
 
+def test_per_layer_check_of_a_streamed_output_is_one_line(capsys, tmp_path):
+    path = tmp_path / "head.tflite"
+    path.write_bytes(dense_head())
+    assert main(["check", str(path), "--stream-output", "--per-layer", "--inputs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(path) in err
+    assert "a streamed output never is" in " ".join(err.split())
+
+
 def test_plan_reports_the_streamed_output(capsys, tmp_path):
     path = tmp_path / "head.tflite"
     path.write_bytes(dense_head())

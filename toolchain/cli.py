@@ -370,6 +370,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.per_layer and "device" in args.backends:
         raise ArenacError("--per-layer traces runtime_py, c and qemu; the device's self-test "
                           "firmware gives outputs only", args.model)
+    if args.per_layer and mp.streamed_outputs:
+        raise ArenacError("--per-layer traces each layer's output whole, and a streamed output "
+                          "never is: check it without --per-layer (the outputs are compared "
+                          "whole) or trace the plan without --stream-output", args.model)
     if args.per_layer:
         with contextlib.ExitStack() as stack:
             layers = check_layers(mp, model_bytes, args.seed, oracle_timeout=args.oracle_timeout,
