@@ -771,6 +771,8 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
         return -len(streams & streamed_tensors(tiling)), bound(tiling)[0], key(tiling)
 
     chains = stripe_candidates(graph, program.bindings, order, frozenset(kept), streams)
+    if not chains:  # nothing stripes: no need to lay out the whole-op problem again
+        return []
 
     params = [b.params if b is not None else None for b in program.bindings]
 
