@@ -18,7 +18,7 @@ from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs
 from tests.test_project import printed_outputs, same_as_run
 from toolchain.c.generate import generate
 from toolchain.cli import main
-from toolchain.errors import PlanError
+from toolchain.errors import PlanError, UnsupportedOpError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import CBackend
@@ -140,6 +140,35 @@ def test_the_c_hands_rows_to_the_firmwares_function():
     # the harness gen writes keeps the output whole as it takes its rows
     assert "void head_output_rows(int i, int first_row, int rows, const void *src) {" \
         in files["head_main.c"]
+
+
+def twice_listed() -> bytes:
+    """The graph lists its one output twice: each place gets the rows."""
+    b = ModelBuilder("int8", seed=9)
+    x = b.input("x", (1, 10, 8, 3), "int8", scale=0.05, zero_point=1)
+    y = b.conv_2d(b.conv_2d(x, 6, 3, activation="RELU6"), 6, 3)
+    b.output(y)
+    b.output(y)
+    return b.build()
+
+
+def test_an_output_listed_twice_is_handed_on_to_both_places():
+    data = twice_listed()
+    mp = plan_model(parse_model(data, "built.tflite"), stream_output=True)
+    assert mp.streamed_outputs
+    source = generate(mp, "twice")["twice.c"]
+    assert re.search(r"twice_output_rows\(0, ", source) and re.search(r"twice_output_rows\(1, ",
+                                                                       source)
+    with CBackend(mp) as backend:
+        report = check_plan(mp, data, inputs=2, extra=[("c", backend.invoke_many)])
+    assert report.ok, report.as_dict()
+
+
+def test_external_io_refuses_a_streamed_plan():
+    mp = plan_model(parse_model(dense_head(), "built.tflite"), stream_input=True,
+                    stream_output=True)
+    with pytest.raises(UnsupportedOpError, match="streams some"):
+        generate(mp, "head", external_io=True)
 
 
 def read_twice_model() -> bytes:

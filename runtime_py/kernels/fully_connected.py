@@ -44,17 +44,16 @@ def float32_lane_dot(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
     round alike in both."""
     depth = x.shape[1]
     main = depth - depth % FLOAT_LANES
-    products = (x[:, None, :] * weights[None, :, :]).astype(np.float32)  # [B, U, D]
-    lanes = np.zeros((*products.shape[:2], FLOAT_LANES), np.float32)
+    lanes = np.zeros((x.shape[0], weights.shape[0], FLOAT_LANES), np.float32)  # [B, U, lanes]
     for k in range(0, main, FLOAT_LANES):
-        lanes += products[..., k:k + FLOAT_LANES]
+        lanes += x[:, None, k:k + FLOAT_LANES] * weights[None, :, k:k + FLOAT_LANES]
     terms = [lanes[..., lane] for lane in range(FLOAT_LANES)] if main else [lanes[..., 0]]
     while len(terms) > 1:
         pairs = [a + b for a, b in zip(terms[::2], terms[1::2], strict=True)]
         terms = pairs + terms[len(pairs) * 2:]
     total = terms[0]
     for d in range(main, depth):
-        total = total + products[..., d]
+        total = total + x[:, d, None] * weights[None, :, d]
     return total
 
 

@@ -54,6 +54,9 @@ def check_plan(mp: ModelPlan, external_io: bool) -> None:
     if external_io and io & planned:
         raise UnsupportedOpError("external I/O needs a plan made with external_io=True", source)
     streamed = mp.streamed_inputs | mp.streamed_outputs
+    if external_io and streamed:
+        raise UnsupportedOpError("external I/O passes the inputs and outputs whole; this plan "
+                                 "streams some (--stream-input, --stream-output)", source)
     unplanned = {t for t in io - planned - streamed if not graph.tensors[t].is_constant}
     if not external_io and unplanned - set(mp.lifetimes.variables):
         raise UnsupportedOpError(

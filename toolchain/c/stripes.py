@@ -139,13 +139,15 @@ def fetched_rows(s: StripedSegment, run: Run, named: set[int]) -> list[str]:
 
 
 def handed_rows(s: StripedSegment, run: Run, named: set[int]) -> list[str]:
-    """The call that hands a streamed output's rows on after a run's stripe, from its stripe
-    buffer to the firmware's NAME_output_rows() (recording that buffer in `named`)."""
+    """The calls that hand a streamed output's rows on after a run's stripe, from its stripe
+    buffer to the firmware's NAME_output_rows(), one per place the graph lists it among its
+    outputs (recording that buffer in `named`)."""
     seg = s.seg
     if not seg.streamed_output:
         return []
-    return streamed_rows(s, run, named, seg.output, seg.stripes[run.start].emit, run.emit,
-                         "output", s.em.mp.graph.outputs.index(seg.output))
+    return [line for i, t in enumerate(s.em.mp.graph.outputs) if t == seg.output
+            for line in streamed_rows(s, run, named, seg.output, seg.stripes[run.start].emit,
+                                      run.emit, "output", i)]
 
 
 def streamed_rows(s: StripedSegment, run: Run, named: set[int], tensor: int,

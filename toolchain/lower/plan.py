@@ -778,7 +778,8 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
 
     def build(chain, schedule: Schedule) -> Segment | None:
         """The segment, unless a stripe's kernel would ask for more scratch than its op's."""
-        at = (chain.first, chain.last, chain.ops, chain.streamed, schedule,
+        at = (chain.first, chain.last, chain.ops, chain.input, chain.output, chain.streamed,
+              chain.streamed_output, schedule,
               tuple(kernel_name(program.bindings[o]) for o in chain.ops))
         if at not in memo.segments:
             height, wavefront = schedule
