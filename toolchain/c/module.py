@@ -6,7 +6,7 @@ output and reset functions."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,32 +204,29 @@ def stream_values(mp: ModelPlan, name: str) -> dict:
     }
 
 
-def output_streams(mp: ModelPlan) -> list[dict]:
-    """What a harness says of each output when the model streams some (none otherwise): the
-    array it keeps a streamed output in, "NULL" for an output in the arena, and the bytes of a
-    row (templates/c/streamed_output.c.j2)."""
+def io_streams(mp: ModelPlan, tensors: Sequence[int], streamed: frozenset[int],
+               buffer: str) -> list[dict]:
+    """What a harness says of each input or output (`tensors`) when the model streams some of
+    them (none otherwise): the array `buffer`N it keeps a streamed one in, "NULL" for one in
+    the arena, and the bytes of a row (templates/c/streamed_input.c.j2, streamed_output.c.j2)."""
     graph = mp.graph
-    if not mp.streamed_outputs:
+    if not streamed & set(tensors):
         return []
-    return [{"index": i, "buffer": f"handed{i}" if t in mp.streamed_outputs else "NULL",
+    return [{"index": i, "buffer": f"{buffer}{i}" if t in streamed else "NULL",
              "length": c_length(graph.tensors[t].nbytes),
              "row_bytes": graph.tensors[t].nbytes // max(graph.tensors[t].shape[1], 1)
-             if t in mp.streamed_outputs else 0}
-            for i, t in enumerate(graph.outputs)]
+             if t in streamed else 0}
+            for i, t in enumerate(tensors)]
 
 
 def input_streams(mp: ModelPlan) -> list[dict]:
-    """What a harness says of each input when the model streams some (none otherwise): the
-    array it keeps a streamed input in, "NULL" for an input in the arena, and the bytes of a
-    row (templates/c/streamed_input.c.j2)."""
-    graph = mp.graph
-    if not mp.streamed_inputs:
-        return []
-    return [{"index": i, "buffer": f"streamed{i}" if t in mp.streamed_inputs else "NULL",
-             "length": c_length(graph.tensors[t].nbytes),
-             "row_bytes": graph.tensors[t].nbytes // max(graph.tensors[t].shape[1], 1)
-             if t in mp.streamed_inputs else 0}
-            for i, t in enumerate(graph.inputs)]
+    """io_streams of the inputs: each streamed one kept in `streamed`N."""
+    return io_streams(mp, mp.graph.inputs, mp.streamed_inputs, "streamed")
+
+
+def output_streams(mp: ModelPlan) -> list[dict]:
+    """io_streams of the outputs: each streamed one kept in `handed`N."""
+    return io_streams(mp, mp.graph.outputs, mp.streamed_outputs, "handed")
 
 
 def code(em: Emission, calls: list[str], trace: bool) -> dict:

@@ -624,18 +624,17 @@ def check_streamed(program: Program, tiling: Tiling, streams: frozenset[int]) ->
     """Refused unless every tensor in `streams` is the input or output of a segment that
     streams it."""
     graph, streamed = program.graph, streamed_tensors(tiling)
-    for i, t in enumerate(graph.inputs):
-        if t in streams and t not in streamed:
-            raise ArenacError(
-                f"--stream-input: input {i} ({graph.tensors[t].name!r}) cannot be fetched row "
-                "by row: the ops reading it are not a chain of convolutions, pooling and "
-                "elementwise ops on NHWC rows that reads it alone", program.model.source)
-    for i, t in enumerate(graph.outputs):
-        if t in streams and t not in streamed:
-            raise ArenacError(
-                f"--stream-output: output {i} ({graph.tensors[t].name!r}) cannot be handed on "
-                "row by row: it is not made by a chain of convolutions, pooling and elementwise "
-                "ops on NHWC rows, or an op reads it", program.model.source)
+    for flag, what, tensors, why in (
+            ("--stream-input", "input", graph.inputs, "be fetched row by row: the ops reading "
+             "it are not a chain of convolutions, pooling and elementwise ops on NHWC rows "
+             "that reads it alone"),
+            ("--stream-output", "output", graph.outputs, "be handed on row by row: it is not "
+             "made by a chain of convolutions, pooling and elementwise ops on NHWC rows, or an "
+             "op reads it")):
+        for i, t in enumerate(tensors):
+            if t in streams and t not in streamed:
+                raise ArenacError(f"{flag}: {what} {i} ({graph.tensors[t].name!r}) cannot "
+                                  f"{why}", program.model.source)
 
 
 def lowered(model: Model, graph_index: int, target: str, portable: bool,
