@@ -559,6 +559,7 @@ def planned_model(
     problem = partial(tiled_problem, program, order, scratch, outside, roles, lives, kept,
                       techniques, alignment)
     lifetimes, overlaps = problem(NO_TILING)
+    problem = keeping_whole(problem, (lifetimes, overlaps))
     # Striping is an overlap of the segment output over its input, and TFLite Micro's
     # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
     tiles = techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
@@ -806,6 +807,14 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
         found.setdefault(chosen, partial(neighbours, chains=chains, build=builder,
                                          evaluate=evaluate))
     return list(found.items())
+
+
+def keeping_whole(problem: Callable[[Tiling], tuple[Lifetimes, tuple[Overlap, ...]]],
+                  whole: tuple[Lifetimes, tuple[Overlap, ...]]
+                  ) -> Callable[[Tiling], tuple[Lifetimes, tuple[Overlap, ...]]]:
+    """`problem`, giving the whole-op problem (`whole`, laid out already) where a tiling has no
+    segments rather than laying it out again."""
+    return lambda tiling: problem(tiling) if tiling.segments else whole
 
 
 def tiled_problem(program: Program, order: Sequence[int], scratch, outside, roles, lives,
