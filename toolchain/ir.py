@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -86,11 +87,11 @@ class Tensor:
         """A resource handle: it names a variable and has no bytes of its own."""
         return self.dtype in HANDLE_DTYPES
 
-    @property
+    @cached_property  # asked for per operand by every pass: 100,000-operator graphs feel it
     def num_elements(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return (self.num_elements * DTYPE_BITS[self.dtype] + 7) // 8
 

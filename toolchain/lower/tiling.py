@@ -456,8 +456,8 @@ def candidates(graph: Graph, bindings: Sequence[Binding | None], order: Sequence
     found = []
     for first in range(len(order)):
         op = graph.operators[order[first]]
-        streamed = any(t in streams for t in op.inputs)
-        alone = streamed or any(t in streams for t in op.outputs)
+        streamed = bool(streams) and any(t in streams for t in op.inputs)
+        alone = streamed or bool(streams) and any(t in streams for t in op.outputs)
         longest = MAX_STREAMED_OPS if streamed else MAX_SEGMENT_OPS
         for last in range(first + (0 if alone else 1), min(len(order), first + longest)):
             chain = chain_at(graph, bindings, order, first, last, readers, kept, streams)

@@ -98,17 +98,17 @@ OPERAND_DTYPES = frozenset({"float32", "int8", "uint8", "int16", "int32", "int64
 def operand_dtypes(graph: Graph, op: Operator) -> tuple[tuple[str | None, ...], tuple[str, ...]]:
     """The dtypes of the op's inputs (None where an optional one is absent) and outputs."""
     tensors = graph.tensors
-    return (tuple(tensors[t].dtype if t >= 0 else None for t in op.inputs),
-            tuple(tensors[t].dtype for t in op.outputs))
+    return (tuple([tensors[t].dtype if t >= 0 else None for t in op.inputs]),
+            tuple([tensors[t].dtype for t in op.outputs]))
 
 
 def kernel_for(spec: OpSpec, graph: Graph, op: Operator) -> Signature:
     """The signature of the kernel that runs this op's operand dtypes, or UnsupportedOpError."""
     inputs, outputs = operand_dtypes(graph, op)
-    for signature in spec.kernels:
-        if signature.matches(inputs, outputs):
-            return signature
-    raise UnsupportedOpError(f"no kernel for {describe(inputs)} -> {describe(outputs)}")
+    signature = spec.kernel_for(inputs, outputs)
+    if signature is None:
+        raise UnsupportedOpError(f"no kernel for {describe(inputs)} -> {describe(outputs)}")
+    return signature
 
 
 def planned_shape_values(graph: Graph) -> dict[int, np.ndarray]:
@@ -141,17 +141,22 @@ def bind(graph: Graph, op: Operator, target: str = GENERIC,
     """The op bound to its kernel for `target` (a toolchain.targets name), none of the target
     kernels named in `given_up` (a plan held to --max-arena); raises UnsupportedOpError or
     ModelError (without the file)."""
+    with np.errstate(all="ignore"):  # a float overflow surfaces as a refused value
+        return _bind(graph, op, target, given_up)
+
+
+def _bind(graph: Graph, op: Operator, target: str, given_up: frozenset[str]) -> Binding:
+    """`bind`, with float errors already silenced (once for a whole graph: bind_graph)."""
     spec = REGISTRY.get(op.kind)
     if spec is None:
         raise UnsupportedOpError(OUT_OF_SCOPE.get(op.kind, "no kernel for this operator"))
     _check_operands(spec, graph, op)
-    with np.errstate(all="ignore"):  # a float overflow surfaces as a refused value
-        try:
-            kernel = kernel_for(spec, graph, op)
-        except UnsupportedOpError:
-            _raise_if_invalid(spec, graph, op)
-            raise
-        params = spec.prepare(graph, op)
+    try:
+        kernel = kernel_for(spec, graph, op)
+    except UnsupportedOpError:
+        _raise_if_invalid(spec, graph, op)
+        raise
+    params = spec.prepare(graph, op)
     tflm = tuple(spec.tflm_scratch(params)) if spec.tflm_scratch else ()
     variant = target_kernel(graph, op, params, target, given_up)
     if variant is not None:
@@ -167,12 +172,14 @@ def target_kernel(graph: Graph, op: Operator, params: Any, target: str,
                   given_up: frozenset[str] = frozenset()) -> Binding | None:
     """The binding of the first target kernel for `target` that runs the op, if any, passing
     over those named in `given_up`."""
+    variants = VARIANTS.get(op.opcode, ())
+    if not variants:
+        return None
     inputs, outputs = operand_dtypes(graph, op)
-    for variant in VARIANTS.get(op.opcode, ()):
+    for variant in variants:
         if variant.name in given_up:
             continue
-        signature = next((k for k in variant.kernels
-                          if target in k.targets and k.matches(inputs, outputs)), None)
+        signature = variant.kernel_for(inputs, outputs, target)
         if signature is None or variant.accepts(graph, op, params) is not None:
             continue
         scratch = variant.scratch(params) if variant.scratch else ()
@@ -216,23 +223,23 @@ def bind_graph(
     """
     bindings: list[Binding | None] = []
     refusals = [Refusal(-1, problem) for problem in _unstorable(graph)]
-    for op in graph.operators:
-        if given and op.index in given:
-            bindings.append(given[op.index])
-            continue
-        opcode = op.kind
-        where = f"{label(op) if label else f'op {op.index}'} {opcode}"
-        try:
-            bindings.append(bind(graph, op, target))
-            continue
-        except ModelError as e:
-            refusals.append(Refusal(op.index, f"{where}: {e.message}", invalid=True))
-        except ArenacError as e:
-            refusals.append(Refusal(op.index, f"{where}: {e.message}"))
-        except Exception as e:  # the last line of defense: still one line naming the op
-            refusals.append(Refusal(op.index, f"{where}: cannot prepare "
-                                              f"({type(e).__name__}: {_first_line(e)})"))
-        bindings.append(None)
+    with np.errstate(all="ignore"):  # as `bind`, once
+        for op in graph.operators:
+            if given and op.index in given:
+                bindings.append(given[op.index])
+                continue
+            try:
+                bindings.append(_bind(graph, op, target, frozenset()))
+                continue
+            except ModelError as e:
+                problem, invalid = e.message, True
+            except ArenacError as e:
+                problem, invalid = e.message, False
+            except Exception as e:  # the last line of defense: still one line naming the op
+                problem, invalid = f"cannot prepare ({type(e).__name__}: {_first_line(e)})", False
+            where = f"{label(op) if label else f'op {op.index}'} {op.kind}"
+            refusals.append(Refusal(op.index, f"{where}: {problem}", invalid=invalid))
+            bindings.append(None)
     return tuple(bindings), tuple(refusals)
 
 

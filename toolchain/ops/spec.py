@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
@@ -141,6 +141,20 @@ def describe(dtypes: Sequence[str | None]) -> str:
     return ", ".join(d or "-" for d in dtypes)
 
 
+def first_kernel(kernels: tuple[Signature, ...], memo: dict, inputs: tuple[str | None, ...],
+                 outputs: tuple[str | None, ...], target: str | None = None) -> Signature | None:
+    """The first of `kernels` (for `target`, if given) that runs these operand dtypes.
+
+    Remembered in `memo`, the owner's: a graph of 100,000 alike ops asks the same question
+    100,000 times, and a match walks every written signature.
+    """
+    key = (inputs, outputs, target)
+    if key not in memo:
+        memo[key] = next((k for k in kernels if (target is None or target in k.targets)
+                          and k.matches(inputs, outputs)), None)
+    return memo[key]
+
+
 @dataclass(frozen=True)
 class TargetKernel:
     """A kernel of one op written for some targets only (its signatures' `targets`), bound
@@ -169,9 +183,15 @@ class TargetKernel:
     scratch_alignment: int = 1
     state: Callable[[Any], tuple[StateRequest, ...]] | None = None
     narrows: str | None = None
+    matched: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def runs_on(self, target: str) -> bool:
         return any(target in k.targets for k in self.kernels)
+
+    def kernel_for(self, inputs: tuple[str | None, ...], outputs: tuple[str | None, ...],
+                   target: str) -> Signature | None:
+        """Its first signature for `target` that runs these operand dtypes."""
+        return first_kernel(self.kernels, self.matched, inputs, outputs, target)
 
 
 @dataclass(frozen=True)
@@ -248,6 +268,12 @@ class OpSpec:
     # The multiply-accumulates of an op that does not run in stripes, from its params, for the
     # per-layer cost (a striped family's Striping.macs counts its own); None: it counts none
     macs: Callable[[Any], int] | None = None
+    matched: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def kernel_for(self, inputs: tuple[str | None, ...],
+                   outputs: tuple[str | None, ...]) -> Signature | None:
+        """Its first signature that runs these operand dtypes."""
+        return first_kernel(self.kernels, self.matched, inputs, outputs)
 
 
 def required_input(graph: Graph, op: Operator, position: int, what: str) -> Tensor:
