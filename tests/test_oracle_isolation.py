@@ -283,7 +283,7 @@ def test_a_killed_check_leaves_no_oracle_log_and_no_process_behind(tmp_path):
                "from toolchain.lab.oracle_process import run_oracle\n"
                "print('started', flush=True)\n"
                "run_oracle(open(sys.argv[1], 'rb').read(), [[np.zeros(1, np.int32)]], 1,"
-               " timeout=4)\n")
+               " timeout=2)\n")
     child = subprocess.Popen([sys.executable, "-c", program, str(path)],
                              env={**os.environ, "TMPDIR": str(scratch)},
                              stdout=subprocess.PIPE, text=True)
@@ -294,14 +294,14 @@ def test_a_killed_check_leaves_no_oracle_log_and_no_process_behind(tmp_path):
                 break
             time.sleep(0.1)
         assert set(holding(scratch)) - {child.pid}, "the oracle never started"
-        time.sleep(1)
+        time.sleep(0.5)  # well before the parent's own timeout
         child.kill()
         child.wait(60)
     finally:
         child.kill()
     left = [p.name for p in scratch.rglob("*") if "oracle" in p.name]
     assert left == []
-    for _ in range(1200):  # 9 s of processor time, on a busy machine maybe a minute
+    for _ in range(1200):  # 5 s of processor time, on a busy machine maybe a minute
         if not holding(scratch):
             break
         time.sleep(0.1)
