@@ -13,7 +13,11 @@ import importlib
 import io
 import random
 import re
+import subprocess
+import sys
 from itertools import accumulate
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,7 +32,7 @@ from toolchain.cli import main
 from toolchain.errors import PlanError
 from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
-from toolchain.lower.plan import best_candidates, plan_model
+from toolchain.lower.plan import ModelPlan, best_candidates, plan_model
 from toolchain.lower.program import Program
 from toolchain.planners import (
     CLOCK_EVERY,
@@ -374,6 +378,42 @@ def test_a_hundred_thousand_parallel_branches_plan_within_the_time_limit(tmp_pat
     assert plan["lower_bound_bytes"] == 100_000 * 16 + 1_600_000
     assert plan["lower_bound_bytes"] <= plan["arena_bytes"] <= plan["naive_bytes"]
     assert plan["arena_bytes"] <= plan["lower_bound_bytes"] + 16
+
+
+def tops_stub(lives: list[tuple[int, int, int, int]], steps: int) -> SimpleNamespace:
+    """What ModelPlan.arena_tops reads of a plan: (first, last, offset, size) per buffer."""
+    return SimpleNamespace(
+        lifetimes=SimpleNamespace(order=range(steps)),
+        plan=SimpleNamespace(buffers=[Buffer(i, size, first, last)
+                                      for i, (first, last, _, size) in enumerate(lives)],
+                             offsets=[offset for _, _, offset, _ in lives]))
+
+
+def test_the_arena_top_at_each_step_is_the_highest_live_byte():
+    rng = random.Random(7)
+    for _ in range(300):
+        steps = rng.randint(1, 25)
+        lives = []
+        for _ in range(rng.randint(0, 12)):
+            first = rng.randrange(steps)
+            lives.append((first, rng.randint(first, steps - 1), rng.randrange(0, 200, 16),
+                          rng.randint(0, 64)))
+        expected = [max((o + s for f, la, o, s in lives if f <= at <= la), default=0)
+                    for at in range(steps)]
+        assert ModelPlan.arena_tops(tops_stub(lives, steps)) == expected
+
+
+def test_arena_tops_of_a_hundred_thousand_buffers_alive_together_finish():
+    """Visiting every step of every life took hours on the wide graph, in `plan` without a time
+    limit (a target's plan asks for the tops to find the scratch at the peak)."""
+    program = ("from tests.test_bounded import tops_stub\n"
+               "from toolchain.lower.plan import ModelPlan\n"
+               "n = 100_000\n"
+               "tops = ModelPlan.arena_tops(tops_stub([(0, n - 1, 16 * i, 16) for i in range(n)],"
+               " n))\n"
+               "assert tops == [16 * (n - 1) + 16] * n\n")
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=120,
+                   cwd=Path(__file__).resolve().parents[1])
 
 
 # -- the report ------------------------------------------------------------------------------

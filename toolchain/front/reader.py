@@ -139,6 +139,7 @@ class _Parser:
         self.data = data
         self.source = source
         self.slots: dict[tuple[int, int], int] = {}  # (vtable, slot) -> field offset: _FastTable
+        self.views: dict[int, np.ndarray | None] = {}  # buffer -> its bytes: buffer_view
         self.root = self.fast(fb.Model.GetRootAs(data, 0))
         self.unread = len(data)  # bytes the parse may still read: see `charge`
 
@@ -254,11 +255,17 @@ class _Parser:
         return view.tobytes()
 
     def buffer_view(self, index: int, what: str) -> np.ndarray | None:
-        """The bytes of buffer `index` as a read-only uint8 view, or None when it is empty.
+        """The bytes of buffer `index` as a read-only uint8 view, or None when it is empty;
+        found once per buffer (every tensor without data names buffer 0).
 
         Buffers of models over 2 GB live after the flatbuffer and are addressed by offset and
         size from the start of the file.
         """
+        if index not in self.views:
+            self.views[index] = self.find_buffer(index, what)
+        return self.views[index]
+
+    def find_buffer(self, index: int, what: str) -> np.ndarray | None:
         if index == 0 and not self.buffers:
             return None  # buffer 0 is the empty one by convention, even when none is listed
         if not 0 <= index < len(self.buffers):
@@ -410,9 +417,11 @@ class _Parser:
     def options(self, op: Any, what: str) -> dict[str, Any]:
         """Builtin options as plain values: snake_case keys, enums by name, vectors as tuples
         (charged, as operators sharing one options table would copy its vectors each)."""
-        decoded = fb.BuiltinOptionsCreator(op.BuiltinOptionsType(), op.BuiltinOptions())
-        if decoded is None:
-            decoded = fb.BuiltinOptions2Creator(op.BuiltinOptions2Type(), op.BuiltinOptions2())
+        kind, decoded = op.BuiltinOptionsType(), None
+        if kind:  # NONE, as most ops of a large graph have: nothing to decode
+            decoded = fb.BuiltinOptionsCreator(kind, op.BuiltinOptions())
+        if decoded is None and (kind := op.BuiltinOptions2Type()):
+            decoded = fb.BuiltinOptions2Creator(kind, op.BuiltinOptions2())
         if decoded is None:
             return {}
         fields = sorted(vars(decoded).items())
