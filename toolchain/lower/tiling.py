@@ -453,13 +453,21 @@ def candidates(graph: Graph, bindings: Sequence[Binding | None], order: Sequence
     reading an input in `streams`, and 1 step too from an op reading or making a tensor in
     `streams`: a streamed input or output needs a segment)."""
     readers = readers_of(graph)
+    position = {op: step for step, op in enumerate(order)}
     found = []
     for first in range(len(order)):
         op = graph.operators[order[first]]
         streamed = bool(streams) and any(t in streams for t in op.inputs)
         alone = streamed or bool(streams) and any(t in streams for t in op.outputs)
         longest = MAX_STREAMED_OPS if streamed else MAX_SEGMENT_OPS
-        for last in range(first + (0 if alone else 1), min(len(order), first + longest)):
+        end = min(len(order), first + longest)
+        # A chain of two steps or more must read the first op's output inside it (chain_at):
+        # one read later than `end` (a wide graph's branches, all read by one op at the end)
+        # leaves none to look at.
+        made = readers.get(op.outputs[0], ()) if op.outputs else ()
+        if not made or max(position.get(r, end) for r in made) >= end:
+            end = min(end, first + 1)
+        for last in range(first + (0 if alone else 1), end):
             chain = chain_at(graph, bindings, order, first, last, readers, kept, streams)
             if chain is None and row_map_of(graph, bindings, order[last]) is None \
                     and not fused_away(bindings[order[last]]):
