@@ -99,6 +99,8 @@ def unfilter(kind: int, line: np.ndarray, up: np.ndarray, channels: int) -> np.n
     """One PNG row from its filtered bytes and the row above (filters 0-4 of the PNG spec)."""
     if kind in (0, 2):
         return (line + (up if kind == 2 else 0)) & 255
+    if kind == 1:  # each byte adds the one a pixel to its left: a running sum per channel
+        return (np.cumsum(line.reshape(-1, channels), axis=0).reshape(-1)) & 255
     row = np.zeros_like(line)
     for i in range(len(line)):
         left = row[i - channels] if i >= channels else 0
@@ -121,9 +123,10 @@ def overlap(a: list[float], b: list[float]) -> bool:
             and a[1] < b[3] - slack and b[1] < a[3] - slack)
 
 
-@pytest.fixture(params=sorted(MODELS))
-def svg_file(request, tmp_path):
-    path = tmp_path / f"{request.param}.svg"
+@pytest.fixture(params=sorted(MODELS), scope="module")
+def svg_file(request, tmp_path_factory):
+    """The model's memory map, planned once for both tests of it."""
+    path = tmp_path_factory.mktemp("maps") / f"{request.param}.svg"
     path.write_text(memory_map_svg(plan_model(MODELS[request.param]())))
     return path
 
