@@ -112,7 +112,7 @@ class _FastTable(Table):
     def Get(self, flags: Any, off: int) -> Any:
         if off < 0:
             raise TypeError("negative offset")
-        return flags.py_type(flags.packer_type.unpack_from(self.Bytes, off)[0])
+        return flags.packer_type.unpack_from(self.Bytes, off)[0]  # already of its py_type
 
     def Indirect(self, off: int) -> int:
         return off + self.Get(fbn.UOffsetTFlags, off)
