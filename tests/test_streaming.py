@@ -209,13 +209,21 @@ def test_a_streamed_input_matches_litert_under_qemu(target):
 @needs_mcu
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_a_streamed_project_builds_and_runs_as_arenac_run(capsys, tmp_path):
-    model = tmp_path / "stem.tflite"
-    model.write_bytes(mobilenet_stem())
+    assert_streamed_project_runs(capsys, tmp_path, "stem", mobilenet_stem(),
+                                 ["--stream-input"], "stem_input_rows")
+
+
+def assert_streamed_project_runs(capsys, tmp_path: Path, name: str, data: bytes,
+                                 flags: list[str], function: str) -> None:
+    """`arenac project NAME.tflite FLAGS` for mps2-an386 defines `function` for the firmware,
+    builds with make and prints under QEMU what `arenac run` gives."""
+    model = tmp_path / f"{name}.tflite"
+    model.write_bytes(data)
     project = tmp_path / "project"
     assert main(["project", str(model), "-o", str(project), "--board", "mps2-an386",
-                 "--stream-input"]) == 0
+                 *flags]) == 0
     capsys.readouterr()
-    assert "stem_input_rows" in (project / "main.c").read_text()
+    assert function in (project / "main.c").read_text()
     built = subprocess.run(["make", "-C", str(project), "run"], capture_output=True, text=True,
                            timeout=300)
     assert built.returncode == 0, built.stderr

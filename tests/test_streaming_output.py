@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from dataclasses import replace
 
 import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
-from tests.test_project import printed_outputs, same_as_run
+from tests.test_streaming import assert_streamed_project_runs
 from toolchain.c.generate import generate
 from toolchain.cli import main
 from toolchain.errors import PlanError, UnsupportedOpError
@@ -236,15 +235,5 @@ def test_streamed_input_and_output_match_litert_under_qemu(target):
 @needs_mcu
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_a_streamed_output_project_builds_and_runs_as_arenac_run(capsys, tmp_path):
-    model = tmp_path / "head.tflite"
-    model.write_bytes(dense_head())
-    project = tmp_path / "project"
-    assert main(["project", str(model), "-o", str(project), "--board", "mps2-an386",
-                 "--stream-input", "--stream-output"]) == 0
-    capsys.readouterr()
-    assert "head_output_rows" in (project / "main.c").read_text()
-    built = subprocess.run(["make", "-C", str(project), "run"], capture_output=True, text=True,
-                           timeout=300)
-    assert built.returncode == 0, built.stderr
-    assert same_as_run(printed_outputs(built.stdout + built.stderr), tmp_path, model,
-                       "mps2-an386")
+    assert_streamed_project_runs(capsys, tmp_path, "head", dense_head(),
+                                 ["--stream-input", "--stream-output"], "head_output_rows")
