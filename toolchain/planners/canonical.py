@@ -197,14 +197,7 @@ class CompiledProblem:
     ) -> np.ndarray:
         """One row per entry of PREORDERS. A pair that may share one offset (padded shift 0)
         must have `below` first, or the canonical order could not put them there."""
-        width = self.upper - self.lower
-        keys = {
-            "W": width,
-            "A": width * self.size,
-            "T": _busiest(self.lower, self.upper, self.size),
-            "Z": self.size,
-            "C": _births_within(self.lower, self.upper),
-        }
+        keys = preorder_keys(self.lower, self.upper, self.size)
         ties = [
             (position[o.below], position[o.above])
             for o in overlaps
@@ -224,8 +217,16 @@ class CompiledProblem:
         return np.array(rows, dtype=np.intc).reshape(len(rows), len(self.size))
 
 
+def preorder_keys(lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> dict[str, np.ndarray]:
+    """The keys of PREORDERS by letter, for lives [lower, upper)."""
+    width = upper - lower
+    return {"W": width, "A": width * size, "T": _busiest(lower, upper, size), "Z": size,
+            "C": _births_within(lower, upper)}
+
+
 def _busiest(lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """For each buffer, the most bytes alive at any time of its life."""
+    """For each buffer, the most bytes alive at any time of its life: range maxima of the bytes
+    alive, from a table of maxima over runs of 1, 2, 4, ... times."""
     if not len(size):
         return size
     times = np.unique(np.concatenate([lower, upper]))
@@ -233,11 +234,18 @@ def _busiest(lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> np.ndarr
     np.add.at(change, np.searchsorted(times, lower), size)
     np.add.at(change, np.searchsorted(times, upper), -size)
     alive = np.cumsum(change)[:-1]
-    return np.array(
-        [alive[np.searchsorted(times, lo):np.searchsorted(times, up)].max() for lo, up in
-         zip(lower, upper, strict=True)],
-        dtype=np.int64,
-    )
+    lo, hi = np.searchsorted(times, lower), np.searchsorted(times, upper)  # [lo, hi), not empty
+    levels = [alive]
+    while 2 << (len(levels) - 1) <= len(alive):
+        run = 1 << (len(levels) - 1)
+        levels.append(np.maximum(levels[-1][:-run], levels[-1][run:]))
+    level = np.floor(np.log2(hi - lo)).astype(np.int64)
+    busiest = np.empty(len(size), dtype=np.int64)
+    for k in np.unique(level):
+        at = np.flatnonzero(level == k)
+        table = levels[k]
+        busiest[at] = np.maximum(table[lo[at]], table[hi[at] - (1 << k)])
+    return busiest
 
 
 def _births_within(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:

@@ -1,6 +1,7 @@
 """The planners' C, built once with the system `cc` into the user's cache and loaded with
-ctypes: the canonical search (canonical.c) and the greedy loop (greedy.c). Without a compiler,
-or with ARENAC_PURE_PYTHON set, each planner runs its Python path instead."""
+ctypes: the canonical search (canonical.c), the greedy loop (greedy.c) and the canonical dive
+(skyline.c). Without a compiler, or with ARENAC_PURE_PYTHON set, each planner runs its Python
+path instead (the dive has none: the exact planner then starts from the other heuristics)."""
 
 from __future__ import annotations
 

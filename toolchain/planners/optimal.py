@@ -25,7 +25,9 @@ parts solved one by one. The heuristics' best plan is the incumbent, so the plan
 a plan to return when its budget runs out.
 
 The budget is work: `nodes` search nodes, and a part whose setup would pair more than
-`SETUP_PAIRS` lives is left at its incumbent. Both are counts, so the plan is the same on
+`SETUP_PAIRS` lives, or with more buffers than the compiled search takes, is left at its
+incumbent (a node of the Python search looks at every member: 10,000 random buffers did not
+answer one question in minutes). Both are counts, so the plan is the same on
 any machine under any load; a deadline (`Deadline`) is a further cap only a caller sets.
 """
 
@@ -66,6 +68,7 @@ from toolchain.planners.canonical import (
 )
 from toolchain.planners.freelist import FreeListPlanner
 from toolchain.planners.greedy import GreedyPlanner, fill
+from toolchain.planners.skyline import skyline
 
 # The default work budget: search nodes over all parts, and the most pairs of meeting lives
 # a part's setup may list.
@@ -126,8 +129,8 @@ class OptimalPlanner(Planner):
             arena = max(offsets[i] + sizes[i] for i in part)
             if arena <= bound:
                 continue  # this part already fits under what the whole needs anyway
-            if nodes_left == 0 or deadline.passed():
-                break
+            if nodes_left == 0 or deadline.passed() or len(part) > COMPILED_MAX_BUFFERS:
+                break  # the largest part left decides the arena: its incumbent stays
             try:
                 search = Search(part, buffers, sizes, overlaps, windows, a, deadline, nodes_left)
             except Timeout:
@@ -145,9 +148,9 @@ class OptimalPlanner(Planner):
 def incumbent(
     buffers: list[Buffer], overlaps: list[Overlap], alignment: int, deadline: Deadline
 ) -> list[int]:
-    """The best heuristic plan, with the overlaps and (valid too, sometimes smaller) without:
-    all of them, or under a clock deadline at least one and no more once the next would likely
-    run past it."""
+    """The best heuristic plan, with the overlaps and (valid too, sometimes smaller) without,
+    and the canonical dive (`skyline`, which ignores overlaps): all of them, or under a clock
+    deadline at least one and no more once the next would likely run past it."""
     heuristics = [
         GreedyPlanner(alignment, deadline=deadline),  # gives up at the deadline
         FreeListPlanner(alignment, deadline=deadline),  # never does: stacks the rest
@@ -172,6 +175,10 @@ def incumbent(
             arena = arena_end(buffers, found, alignment)
             if not best or arena < best_arena:
                 best, best_arena = found, arena
+    if deadline.allows(cost):
+        dive = skyline(buffers, alignment, deadline)
+        if dive is not None and arena_end(buffers, dive, alignment) < best_arena:
+            best = dive
     return best
 
 
