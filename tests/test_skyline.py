@@ -10,6 +10,7 @@ from tests.bench import random_buffers as bench_buffers
 from tests.test_planners import random_buffers
 from toolchain.planners import NEVER, Placement, align_up, lower_bound, make_plan, verify
 from toolchain.planners import skyline as skyline_module
+from toolchain.planners.canonical import preorder_keys
 from toolchain.planners.skyline import _core, dive, meeting_pairs, random_dives, skyline
 
 needs_compiler = pytest.mark.skipif(_core() is None, reason="the dive's loop needs a C compiler")
@@ -96,3 +97,19 @@ def test_the_exact_planner_beats_greedy_by_size_where_it_cannot_search():
     assert exact.arena_bytes < 0.99 * greedy
     assert exact.arena_bytes >= lower_bound(buffers, 16)
     assert skyline(buffers, 16, NEVER) == dived  # the same plan every time
+
+
+def test_the_preorder_keys_are_as_defined():
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        n = int(rng.integers(1, 50))
+        lower = rng.integers(0, 40, n)
+        upper = lower + rng.integers(1, 15, n)
+        size = rng.integers(0, 100, n)
+        keys = preorder_keys(lower, upper, size)
+        alive = [size[(lower <= t) & (t < upper)].sum() for t in range(60)]
+        births = set(lower.tolist())
+        for i in range(n):
+            assert keys["T"][i] == max(alive[lower[i]:upper[i]])
+            assert keys["C"][i] == sum(lower[i] <= b < upper[i] for b in births)
+            assert keys["A"][i] == size[i] * (upper[i] - lower[i])
