@@ -42,8 +42,7 @@ def test_the_compiled_dive_is_the_definition(seed):
     last = first + rng.integers(0, 5, n)
     sizes = rng.integers(0, 6, n) * 16  # equal tops, so ties are common
     order = rng.permutation(n)
-    times = int(last.max()) + 1
-    got = dive(_core(), sizes, first, last, order, times)
+    got = dive(_core(), sizes, first, last, order)
     assert got.tolist() == dive_by_definition(sizes.tolist(), first.tolist(), last.tolist(),
                                               order.tolist())
 

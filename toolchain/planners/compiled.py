@@ -11,7 +11,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
+
+from toolchain.planners.base import Buffer
+
+I64 = ctypes.POINTER(ctypes.c_int64)
 
 
 def build(source: Path) -> ctypes.CDLL | None:
@@ -40,3 +47,29 @@ def build(source: Path) -> ctypes.CDLL | None:
         return ctypes.CDLL(str(library))
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def entry_point(source: Path, name: str, argtypes: list[object]) -> ctypes.CDLL | None:
+    """`build(source)` with its function `name` declared: int64 result, `argtypes` arguments
+    (ctypes converts each)."""
+    core = build(source)
+    if core is not None:
+        function = getattr(core, name)
+        function.restype = ctypes.c_int64
+        function.argtypes = argtypes
+    return core
+
+
+def pointer(array: np.ndarray) -> object:
+    """An int64 array as the C loops take it."""
+    return array.ctypes.data_as(I64)
+
+
+def ranked_lives(buffers: Sequence[Buffer]) -> tuple[np.ndarray, np.ndarray]:
+    """Firsts and lasts as ranks among every first and last: lives meet exactly when they did,
+    and a loop's view of time spans as many ranks as there are buffers, not the ops between the
+    earliest and the latest (two buffers 2e9 ops apart took gigabytes)."""
+    ends = np.array([(b.first, b.last) for b in buffers], dtype=np.int64).reshape(-1, 2)
+    times = np.unique(ends)
+    ranks = np.searchsorted(times, ends)
+    return ranks[:, 0].copy(), ranks[:, 1].copy()

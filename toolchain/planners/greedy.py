@@ -32,7 +32,7 @@ from toolchain.planners.base import (
     align_up,
     overlap_windows,
 )
-from toolchain.planners.compiled import build
+from toolchain.planners.compiled import I64, entry_point, pointer, ranked_lives
 
 SOURCE = Path(__file__).with_name("greedy.c")
 # The compiled loop's blocks of time, as a share of the mean life: fewer blocks to look at
@@ -78,12 +78,12 @@ class GreedyPlanner(Planner):
 
     def _place_compiled(self, core: ctypes.CDLL, buffers: list[Buffer], sizes: list[int],
                         order: list[int]) -> list[int]:
-        firsts, lasts = _ranked_lives(buffers)
+        firsts, lasts = ranked_lives(buffers)
         block = max(1, int(BLOCK_SHARE * float(np.mean(lasts - firsts + 1)))) if buffers else 1
         offsets = np.zeros(len(buffers), dtype=np.int64)
         arrays = (np.array(sizes, dtype=np.int64), firsts, lasts, np.array(order, dtype=np.int64))
-        placed = core.arenac_greedy(len(buffers), *(_pointer(a) for a in arrays), block, WORK,
-                                    self.deadline.at, _pointer(offsets))
+        placed = core.arenac_greedy(len(buffers), *(pointer(a) for a in arrays), block, WORK,
+                                    self.deadline.at, pointer(offsets))
         if placed < 0:
             raise MemoryError("the compiled greedy planner ran out of memory")
         if placed < len(buffers):
@@ -131,31 +131,11 @@ def fill(buffers: list[Buffer], sizes: list[int], windows: dict[tuple[int, int],
     return offsets
 
 
-def _ranked_lives(buffers: list[Buffer]) -> tuple[np.ndarray, np.ndarray]:
-    """Firsts and lasts as ranks among every first and last: lives meet exactly when they did,
-    and the compiled loop's blocks of time span as many ranks as there are buffers, not the
-    ops between the earliest and the latest (two buffers 2e9 ops apart took gigabytes)."""
-    ends = np.array([(b.first, b.last) for b in buffers], dtype=np.int64).reshape(-1, 2)
-    times = np.unique(ends)
-    ranks = np.searchsorted(times, ends)
-    return ranks[:, 0].copy(), ranks[:, 1].copy()
-
-
-_i64 = ctypes.POINTER(ctypes.c_int64)
-
-
 @cache
 def _core() -> ctypes.CDLL | None:
-    core = build(SOURCE)
-    if core is not None:
-        core.arenac_greedy.restype = ctypes.c_int64
-        core.arenac_greedy.argtypes = [ctypes.c_int64, _i64, _i64, _i64, _i64, ctypes.c_int64,
-                                       ctypes.c_int64, ctypes.c_double, _i64]
-    return core
-
-
-def _pointer(array: np.ndarray) -> object:
-    return array.ctypes.data_as(_i64)
+    return entry_point(SOURCE, "arenac_greedy", [ctypes.c_int64, I64, I64, I64, I64,
+                                                 ctypes.c_int64, ctypes.c_int64,
+                                                 ctypes.c_double, I64])
 
 
 class LiveIndex:

@@ -26,7 +26,7 @@ import numpy as np
 
 from toolchain.planners.base import Buffer, Deadline, align_up
 from toolchain.planners.canonical import PREORDERS, preorder_keys
-from toolchain.planners.compiled import build
+from toolchain.planners.compiled import I64, entry_point, pointer, ranked_lives
 
 SOURCE = Path(__file__).with_name("skyline.c")
 # The most pairs of lives that meet a problem may have for a dive: a dive's work grows with
@@ -46,10 +46,7 @@ def skyline(buffers: list[Buffer], alignment: int, deadline: Deadline) -> list[i
     if core is None or not buffers or deadline.passed():
         return None
     sizes = np.array([align_up(b.size, alignment) for b in buffers], dtype=np.int64)
-    ends = np.array([(b.first, b.last) for b in buffers], dtype=np.int64)
-    times = np.unique(ends)
-    ranks = np.searchsorted(times, ends)
-    first, last = ranks[:, 0].copy(), ranks[:, 1].copy()
+    first, last = ranked_lives(buffers)
     pairs = meeting_pairs(first, last)
     if pairs > MAX_PAIRS:
         return None
@@ -63,7 +60,7 @@ def skyline(buffers: list[Buffer], alignment: int, deadline: Deadline) -> list[i
     for lexsort_keys in orders:
         if best is not None and deadline.passed():
             break
-        offsets = dive(core, sizes, first, last, np.lexsort(lexsort_keys), len(times))
+        offsets = dive(core, sizes, first, last, np.lexsort(lexsort_keys))
         arena = int((offsets + sizes).max())
         if best is None or arena < best_arena:
             best, best_arena = offsets, arena
@@ -71,12 +68,13 @@ def skyline(buffers: list[Buffer], alignment: int, deadline: Deadline) -> list[i
 
 
 def dive(core: ctypes.CDLL, sizes: np.ndarray, first: np.ndarray, last: np.ndarray,
-         order: np.ndarray, times: int) -> np.ndarray:
-    """One dive's offsets: buffers of padded `sizes` living over the time ranks [first, last]
-    (all below `times`), ties going to the earlier in `order`."""
+         order: np.ndarray) -> np.ndarray:
+    """One dive's offsets: buffers of padded `sizes` living over the times [first, last]
+    (ranks: small whole numbers), ties going to the earlier in `order`."""
     offsets = np.zeros(len(sizes), dtype=np.int64)
     arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (sizes, first, last, order)]
-    if core.arenac_skyline(len(sizes), *map(_pointer, arrays), times, _pointer(offsets)) < 0:
+    times = int(last.max()) + 1
+    if core.arenac_skyline(len(sizes), *map(pointer, arrays), times, pointer(offsets)) < 0:
         raise MemoryError("the compiled skyline planner ran out of memory")
     return offsets
 
@@ -95,18 +93,7 @@ def meeting_pairs(first: np.ndarray, last: np.ndarray) -> int:
     return int((meets.sum() - len(first)) // 2)
 
 
-_i64 = ctypes.POINTER(ctypes.c_int64)
-
-
 @cache
 def _core() -> ctypes.CDLL | None:
-    core = build(SOURCE)
-    if core is not None:
-        core.arenac_skyline.restype = ctypes.c_int64
-        core.arenac_skyline.argtypes = [ctypes.c_int64, _i64, _i64, _i64, _i64, ctypes.c_int64,
-                                        _i64]
-    return core
-
-
-def _pointer(array: np.ndarray) -> object:
-    return array.ctypes.data_as(_i64)
+    return entry_point(SOURCE, "arenac_skyline", [ctypes.c_int64, I64, I64, I64, I64,
+                                                  ctypes.c_int64, I64])
