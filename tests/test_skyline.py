@@ -16,6 +16,14 @@ from toolchain.planners.skyline import _core, dive, meeting_pairs, random_dives,
 needs_compiler = pytest.mark.skipif(_core() is None, reason="the dive's loop needs a C compiler")
 
 
+def random_lives(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A few lives [first, last] and sizes, in multiples of 16 so that tops often tie."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    first = rng.integers(0, 20, n)
+    return first, first + rng.integers(0, 6, n), rng.integers(0, 6, n) * 16
+
+
 def dive_by_definition(sizes, first, last, order) -> list[int]:
     """Lowest floor first (the floor: the highest top placed during the life), ties by
     `order`, each at its floor; empty buffers at 0."""
@@ -36,12 +44,8 @@ def dive_by_definition(sizes, first, last, order) -> list[int]:
 @needs_compiler
 @pytest.mark.parametrize("seed", range(40))
 def test_the_compiled_dive_is_the_definition(seed):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 40))
-    first = rng.integers(0, 12, n)
-    last = first + rng.integers(0, 5, n)
-    sizes = rng.integers(0, 6, n) * 16  # equal tops, so ties are common
-    order = rng.permutation(n)
+    first, last, sizes = random_lives(seed)
+    order = np.random.default_rng(seed).permutation(len(sizes))
     got = dive(_core(), sizes, first, last, order)
     assert got.tolist() == dive_by_definition(sizes.tolist(), first.tolist(), last.tolist(),
                                               order.tolist())
@@ -56,11 +60,9 @@ def test_its_plans_are_valid(count):
 
 
 def test_pairs_are_counted_as_defined():
-    rng = np.random.default_rng(0)
-    for _ in range(100):
-        n = int(rng.integers(1, 30))
-        first = rng.integers(0, 15, n)
-        last = first + rng.integers(0, 6, n)
+    for seed in range(100):
+        first, last, _ = random_lives(seed)
+        n = len(first)
         meet = sum(1 for i in range(n) for j in range(i + 1, n)
                    if first[i] <= last[j] and first[j] <= last[i])
         assert meeting_pairs(first, last) == meet
@@ -99,14 +101,11 @@ def test_the_exact_planner_beats_greedy_by_size_where_it_cannot_search():
 
 
 def test_the_preorder_keys_are_as_defined():
-    rng = np.random.default_rng(1)
-    for _ in range(100):
-        n = int(rng.integers(1, 50))
-        lower = rng.integers(0, 40, n)
-        upper = lower + rng.integers(1, 15, n)
-        size = rng.integers(0, 100, n)
+    for seed in range(100):
+        lower, last, size = random_lives(seed)
+        upper, n = last + 1, len(lower)
         keys = preorder_keys(lower, upper, size)
-        alive = [size[(lower <= t) & (t < upper)].sum() for t in range(60)]
+        alive = [size[(lower <= t) & (t < upper)].sum() for t in range(30)]
         births = set(lower.tolist())
         for i in range(n):
             assert keys["T"][i] == max(alive[lower[i]:upper[i]])

@@ -1,5 +1,5 @@
 /*
- * The compiled loop of the skyline planner; toolchain/planners/skyline.py explains the method
+ * The compiled loop of the canonical dive; toolchain/planners/skyline.py explains the method
  * and is the only caller (through ctypes). Plain C99; memory is taken once, before the loop.
  *
  * Lives are ranks of time (0 .. times-1, both ends included). A segment tree over the times
@@ -14,7 +14,6 @@ typedef int64_t i64;
 
 typedef struct {
     i64 *cover, *most;
-    i64 times;
 } Skyline;
 
 static i64 max64(i64 a, i64 b) { return a > b ? a : b; }
@@ -99,27 +98,27 @@ i64 arenac_skyline(i64 n, const i64 *size, const i64 *first, const i64 *last, co
                    i64 times, i64 *offset)
 {
     Skyline tree = {calloc(4 * (size_t)times + 4, sizeof(i64)),
-                    calloc(4 * (size_t)times + 4, sizeof(i64)), times};
+                    calloc(4 * (size_t)times + 4, sizeof(i64))};
     Entry *heap = malloc(((size_t)n + 1) * sizeof(Entry));
-    i64 *rank_of = malloc(((size_t)n + 1) * sizeof(i64));
-    if (!tree.cover || !tree.most || !heap || !rank_of) {
+    i64 *buffer_at = malloc(((size_t)n + 1) * sizeof(i64));
+    if (!tree.cover || !tree.most || !heap || !buffer_at) {
         free(tree.cover);
         free(tree.most);
         free(heap);
-        free(rank_of);
+        free(buffer_at);
         return -1;
     }
     i64 count = 0;
     for (i64 r = 0; r < n; r++) {
         i64 i = order[r];
-        rank_of[r] = i;
+        buffer_at[r] = i;
         offset[i] = 0; /* an empty buffer stays there: it collides with nothing */
         if (size[i] > 0)
             push(heap, &count, (Entry){0, r});
     }
     while (count > 0) {
         Entry next = pop(heap, &count);
-        i64 i = rank_of[next.rank];
+        i64 i = buffer_at[next.rank];
         i64 floor = highest_top(&tree, 1, 0, times - 1, first[i], last[i]);
         if (floor > next.floor) { /* something placed since rose under its life: requeue */
             push(heap, &count, (Entry){floor, next.rank});
@@ -131,6 +130,6 @@ i64 arenac_skyline(i64 n, const i64 *size, const i64 *first, const i64 *last, co
     free(tree.cover);
     free(tree.most);
     free(heap);
-    free(rank_of);
+    free(buffer_at);
     return 0;
 }
