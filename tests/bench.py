@@ -7,8 +7,10 @@ Usage: python -m tests.bench [plan] [tiling] [stream] [state] [scaling] [solve] 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -53,7 +55,7 @@ from toolchain.planners import (
     smallest_plan,
     verify,
 )
-from toolchain.planners.csvio import load_buffers
+from toolchain.planners.csvio import dump_buffers, load_buffers
 from toolchain.text import table as text_table
 
 
@@ -417,6 +419,31 @@ def limit_section(count: int = 100_000, time_limit: float = 2.0) -> None:
                  "ratio"], rows))
 
 
+def solve_scale_section() -> None:
+    """`arenac solve` (whole command, reading the CSV included) on the random buffers of the
+    scaling table written as MiniMalloc's CSV: 10,000 with the work budgets alone, 100,000
+    with `--time-limit 2`."""
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for count, limit in ((10_000, None), (100_000, 2.0)):
+            path = Path(folder) / f"random_{count}.csv"
+            dump_buffers(random_buffers(count, seed=count), path)
+            command = [sys.executable, "-m", "toolchain.cli", "solve", str(path), "--json"]
+            if limit is not None:
+                command += ["--time-limit", str(limit)]
+            started = time.monotonic()
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                                  check=True)
+            seconds = time.monotonic() - started
+            solved = json.loads(done.stdout)
+            rows.append([f"{count:,}", "-" if limit is None else f"{limit:g}", f"{seconds:.2f}",
+                         f"{solved['arena_bytes']:,}", f"{solved['lower_bound']:,}",
+                         f"{solved['arena_bytes'] / solved['lower_bound']:.3f}"])
+    print("arenac solve on the random buffers above (MiniMalloc's CSV, alignment 1): wall "
+          "seconds of the whole command, reading included, and arena / lower bound")
+    print(table(["buffers", "limit s", "seconds", "arena", "lower bound", "ratio"], rows))
+
+
 def minimalloc_seconds() -> dict[str, float]:
     """MiniMalloc's C++ solver's time per problem, from ../shared/allocation/README.md's table
     (measured on this machine; it cannot be rerun here, as it is not installed)."""
@@ -661,6 +688,8 @@ def main(argv: list[str]) -> int:
         scaling_section()
         print()
         limit_section()
+        print()
+        solve_scale_section()
         print()
     if "solve" in sections and ALLOCATION_PROBLEMS:
         solve_section()
