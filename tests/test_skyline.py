@@ -11,7 +11,8 @@ from tests.test_planners import random_buffers
 from toolchain.planners import NEVER, Placement, align_up, lower_bound, make_plan, verify
 from toolchain.planners import skyline as skyline_module
 from toolchain.planners.canonical import preorder_keys
-from toolchain.planners.skyline import _core, dive, meeting_pairs, random_dives, skyline
+from toolchain.planners.compiled import ranked_lives
+from toolchain.planners.skyline import _core, dive, meeting_pairs, paid_dives, skyline
 
 needs_compiler = pytest.mark.skipif(_core() is None, reason="the dive's loop needs a C compiler")
 
@@ -69,20 +70,22 @@ def test_pairs_are_counted_as_defined():
 
 
 @needs_compiler
-def test_too_many_meeting_lives_get_no_dive(monkeypatch):
+def test_the_dives_are_paid_for_by_work(monkeypatch):
     buffers = random_buffers(200, seed=1)
     ranks = np.array([(b.first, b.last) for b in buffers])
-    pairs = meeting_pairs(ranks[:, 0], ranks[:, 1])
-    monkeypatch.setattr(skyline_module, "MAX_PAIRS", pairs - 1)
+    cost = len(buffers) + 2 * meeting_pairs(ranks[:, 0], ranks[:, 1])
+    monkeypatch.setattr(skyline_module, "DIVE_WORK", cost - 1)
     assert skyline(buffers, 16, NEVER) is None
-    monkeypatch.setattr(skyline_module, "MAX_PAIRS", pairs)
-    assert skyline(buffers, 16, NEVER) is not None
-
-
-def test_the_shuffled_dives_are_paid_for_by_work():
-    assert random_dives(10, 0) == skyline_module.MAX_SHUFFLED
-    assert random_dives(10_000, 2_500_000) == skyline_module.SHUFFLED_WORK // 5_010_000
-    assert random_dives(100_000, 10**9) == 0
+    monkeypatch.setattr(skyline_module, "DIVE_WORK", cost)  # one dive: the first preorder's
+    one = skyline(buffers, 16, NEVER)
+    sizes = np.array([align_up(b.size, 16) for b in buffers])
+    first, last = ranked_lives(buffers)
+    keys = preorder_keys(first, last + 1, sizes)
+    by_first_preorder = np.lexsort([np.arange(len(buffers))] + [
+        -keys[c] for c in reversed(skyline_module.PREORDERS[0])])
+    assert one == dive(_core(), sizes, first, last, by_first_preorder).tolist()
+    assert paid_dives(10, 0) == skyline_module.MAX_DIVES
+    assert paid_dives(10_000, 2_490_701) == skyline_module.DIVE_WORK // 4_991_402
 
 
 @needs_compiler

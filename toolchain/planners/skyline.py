@@ -8,12 +8,12 @@ Which buffer wins a tie matters a great deal on large problems (on 10,000 random
 preorder gives 1.03x the lower bound and another 1.07x), so the planner dives several times and
 keeps the smallest plan: once per preorder of the exact planner (PREORDERS), then by the most
 bytes alive beside the buffer and the births during its life (T, C) with the remaining ties
-shuffled, as many times as the work budget allows (`random_dives`). The shuffles come from
+shuffled, as many dives as the work budget pays for (`paid_dives`). The shuffles come from
 fixed seeds, so the plan is the same on every run.
 
 The loop is compiled (`skyline.c`, built with the system `cc` like the other planners' loops);
 without a compiler (or with ARENAC_PURE_PYTHON=1) there is no dive and callers keep their other
-plans. Its work is bounded by the pairs of lives that meet, never by the clock.
+plans. Its work is bounded by a count of heap steps (DIVE_WORK), never by the clock.
 """
 
 from __future__ import annotations
@@ -29,35 +29,34 @@ from toolchain.planners.canonical import PREORDERS, preorder_keys
 from toolchain.planners.compiled import I64, entry_point, pointer, ranked_lives
 
 SOURCE = Path(__file__).with_name("skyline.c")
-# The most pairs of lives that meet a problem may have for a dive: a dive's work grows with
-# them (a buffer is put back on the heap at most once per partner placed). 10,000 random
-# buffers have 5 million, and their dive takes about 0.15 s; 100,000 have 500 million.
-MAX_PAIRS = 20_000_000
-# The heap steps the shuffled dives may take together (a dive takes at most the buffers plus
-# twice the pairs), and the most of them: 10,000 random buffers get 10, about 1.5 s.
-SHUFFLED_WORK = 50_000_000
-MAX_SHUFFLED = 16
+# The heap steps all the dives of one problem may take together, and the most dives. A dive
+# takes at most the buffers plus twice the pairs of lives that meet (a buffer goes back on the
+# heap at most once per partner placed): `make bench`'s 10,000 random buffers (2.5 million
+# pairs, a dive in about 0.13 s) get 12 dives; a problem with 30 million pairs or more, none.
+DIVE_WORK = 60_000_000
+MAX_DIVES = 20
 
 
 def skyline(buffers: list[Buffer], alignment: int, deadline: Deadline) -> list[int] | None:
-    """The smallest of the dives, one per preorder, as offsets by position; None without the
-    compiled loop, with more than MAX_PAIRS meeting lives, or once `deadline` passed."""
+    """The smallest plan of the dives DIVE_WORK pays for (the preorders first, then the
+    shuffled ones), as offsets by position; None without the compiled loop, when not one dive
+    is paid for, or once `deadline` passed."""
     core = _core()
     if core is None or not buffers or deadline.passed():
         return None
     sizes = np.array([align_up(b.size, alignment) for b in buffers], dtype=np.int64)
     first, last = ranked_lives(buffers)
-    pairs = meeting_pairs(first, last)
-    if pairs > MAX_PAIRS:
+    dives = paid_dives(len(buffers), meeting_pairs(first, last))
+    if dives == 0:
         return None
     keys = preorder_keys(first, last + 1, sizes)
     index = np.arange(len(buffers))
     orders = [[index] + [-keys[c] for c in reversed(letters)] for letters in PREORDERS]
-    for seed in range(random_dives(len(buffers), pairs)):
+    for seed in range(dives - len(PREORDERS)):
         orders.append([np.random.default_rng(seed).permutation(len(buffers)), -keys["C"],
                        -keys["T"]])
     best, best_arena = None, 0
-    for lexsort_keys in orders:
+    for lexsort_keys in orders[:dives]:
         if best is not None and deadline.passed():
             break
         offsets = dive(core, sizes, first, last, np.lexsort(lexsort_keys))
@@ -79,9 +78,9 @@ def dive(core: ctypes.CDLL, sizes: np.ndarray, first: np.ndarray, last: np.ndarr
     return offsets
 
 
-def random_dives(buffers: int, pairs: int) -> int:
-    """How many shuffled dives SHUFFLED_WORK pays for."""
-    return min(MAX_SHUFFLED, SHUFFLED_WORK // (buffers + 2 * pairs))
+def paid_dives(buffers: int, pairs: int) -> int:
+    """How many dives DIVE_WORK pays for."""
+    return min(MAX_DIVES, DIVE_WORK // (buffers + 2 * pairs))
 
 
 def meeting_pairs(first: np.ndarray, last: np.ndarray) -> int:
