@@ -13,10 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.bench import random_buffers as bench_buffers
 from tests.conftest import ALLOCATION_PROBLEMS, needs_allocation_problems
 from tests.test_optimal import HANG_GUARD, brute_force_optimum
 from tests.test_planners import problems, random_buffers
 from toolchain.planners import (
+    NEVER,
     Buffer,
     Deadline,
     Placement,
@@ -28,6 +30,8 @@ from toolchain.planners import (
     verify,
 )
 from toolchain.planners.csvio import dump_buffers, load_buffers, load_offsets
+from toolchain.planners.optimal import independent_parts
+from toolchain.planners.skyline import skyline
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -92,7 +96,7 @@ def test_both_paths_answer_alike_on_larger_problems(monkeypatch):
                                  node_limit=10**6)
             roomy = optimal.fits(buffers, 2 * bound, 1, deadline=Deadline.after(HANG_GUARD))
             statuses[path] = below.status, roomy.status
-            assert roomy.compiled == (path == "compiled")
+            assert roomy.search == path
             verify(Placement.from_offsets("optimal", 1, buffers, roomy.offsets))
             monkeypatch.delenv("ARENAC_PURE_PYTHON", raising=False)
         assert statuses["compiled"] == statuses["python"] == ("infeasible", "found")
@@ -122,7 +126,7 @@ def test_minimalloc_problems_are_solved_at_their_capacity(path):
     buffers = load_buffers(path)
     capacity = int(path.name.split(".")[1])
     answer = optimal.fits(buffers, capacity, 1, deadline=Deadline.after(HANG_GUARD))
-    assert answer.status == "found" and answer.compiled
+    assert answer.status == "found" and answer.search == "compiled"
     plan = Placement.from_offsets("optimal", 1, buffers, answer.offsets)
     verify(plan)
     assert plan.arena_bytes <= capacity
@@ -165,6 +169,31 @@ def test_solve_without_a_capacity_finds_the_smallest_it_can(problem_csv):
     data = json.loads(done.stdout)
     assert data["solved"] and data["lower_bound"] <= data["arena_bytes"]
     assert data["lower_bound"] >= lower_bound(buffers, 1)
+
+
+def test_a_capacity_question_beyond_the_compiled_search_is_answered_at_once(tmp_path):
+    # 5,000 buffers in one part: no search takes them (a Python node weighs up every member:
+    # before, this question did not end in minutes), so the heuristics' plan answers within the
+    # capacity, the lower bound below it, and neither in between.
+    buffers = bench_buffers(5_000, seed=11)
+    assert len(independent_parts(buffers, [b.size for b in buffers])) == 1
+    dive = skyline(buffers, 1, NEVER)
+    arena = Placement.from_offsets("skyline", 1, buffers, dive).arena_bytes
+    bound = lower_bound(buffers, 1)
+    path = tmp_path / "large.csv"
+    dump_buffers(buffers, path)
+    done = arenac("solve", str(path), "--capacity", str(arena), "--json", "-o",
+                  str(tmp_path / "solution.csv"))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["solved"], data["search"], data["nodes"]) == (True, "heuristics", 0)
+    assert data["arena_bytes"] <= arena
+    offsets = load_offsets(tmp_path / "solution.csv", buffers)
+    verify(Placement.from_offsets("x", 1, buffers, [offsets[b.id] for b in buffers]))
+    below = optimal.fits(buffers, bound - 1, 1, deadline=Deadline.after(HANG_GUARD))
+    assert (below.status, below.search) == ("infeasible", "heuristics")
+    between = optimal.fits(buffers, bound, 1, deadline=Deadline.after(HANG_GUARD))
+    assert (between.status, between.nodes) == ("out_of_nodes", 0)
 
 
 def test_solve_below_the_lower_bound_is_proven_impossible(problem_csv, tmp_path):

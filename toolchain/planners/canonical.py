@@ -60,13 +60,15 @@ _int = ctypes.POINTER(ctypes.c_int)
 @dataclass(frozen=True)
 class Answer:
     """`status` is "found" (then `offsets`, by position in the buffers given, fit within the
-    capacity), "infeasible" (an exhausted search: no plan fits), "out_of_nodes" or
-    "out_of_time". `nodes` counts the search nodes visited."""
+    capacity), "infeasible" (an exhausted search, or the lower bound: no plan fits),
+    "out_of_nodes" or "out_of_time". `nodes` counts the search nodes visited, and `search`
+    says what answered: "compiled" or "python" (the search), or "heuristics" (a problem beyond
+    the compiled search: the heuristics' plan, or the lower bound)."""
 
     status: str
     offsets: tuple[int, ...] | None
     nodes: int
-    compiled: bool
+    search: str
 
 
 def compiled_available() -> bool:
@@ -131,7 +133,7 @@ class CompiledProblem:
             for k, offset in zip(self.searched, offsets.tolist(), strict=True):
                 every[k] = offset
             found = tuple(every)
-        return Answer(status, found, int(nodes[0]), compiled=True)
+        return Answer(status, found, int(nodes[0]), search="compiled")
 
     def _arrays(self, alignment: int) -> None:
         buffers = [self.buffers[k] for k in self.searched]

@@ -616,13 +616,43 @@ def fits(
     """Whether `buffers` (ids may be anything; `overlaps` refer to them) fit in `capacity`
     bytes with every offset a multiple of `alignment`, searching for at most `node_limit`
     nodes and until `deadline`. A capacity beyond every padded size stacked is as good as unbounded,
-    so it is cut to that sum: the compiled search takes it as an int64."""
+    so it is cut to that sum: the compiled search takes it as an int64. A problem with a part
+    beyond the compiled search is answered by the heuristics (`heuristic_fits`)."""
     capacity = min(capacity, sum(align_up(b.size, alignment) for b in buffers))
     if compiled_available() and len(buffers) <= COMPILED_MAX_BUFFERS:
         answer = CompiledProblem(buffers, alignment, overlaps).fits(capacity, deadline, node_limit)
         if answer.status != "no_memory":
             return answer
+    local, pairs = numbered(buffers, overlaps)
+    sizes = [align_up(b.size, alignment) for b in local]
+    if max((len(part) for part in independent_parts(local, sizes)), default=0) \
+            > COMPILED_MAX_BUFFERS:
+        return heuristic_fits(local, capacity, alignment, pairs, deadline)
     return python_fits(buffers, capacity, alignment, overlaps, deadline, node_limit)
+
+
+def numbered(buffers: Sequence[Buffer], overlaps: Sequence[Overlap]
+             ) -> tuple[list[Buffer], list[Overlap]]:
+    """The buffers numbered by position, and the overlaps by those numbers."""
+    local = [Buffer(k, b.size, b.first, b.last) for k, b in enumerate(buffers)]
+    position = {b.id: k for k, b in enumerate(buffers)}
+    return local, [Overlap(position[o.below], position[o.above], o.shift, o.any_offset)
+                   for o in overlaps]
+
+
+def heuristic_fits(buffers: list[Buffer], capacity: int, alignment: int,
+                   overlaps: list[Overlap], deadline: Deadline) -> Answer:
+    """`fits` for a part beyond the compiled search (neither search answers one question on
+    thousands of buffers in reasonable time, as OptimalPlanner leaves such a part too): found
+    when the heuristics' best plan (`incumbent`, the dives included) fits, infeasible below
+    the lower bound, else not decided ("out_of_nodes", no node searched)."""
+    if lower_bound_with_overlaps(buffers, overlaps, alignment) > capacity:
+        return Answer("infeasible", None, 0, search="heuristics")
+    offsets = incumbent(buffers, overlaps, alignment, deadline)
+    if arena_end(buffers, offsets, alignment) <= capacity:
+        return Answer("found", tuple(offsets), 0, search="heuristics")
+    return Answer("out_of_time" if deadline.passed() else "out_of_nodes", None, 0,
+                  search="heuristics")
 
 
 def python_fits(
@@ -634,11 +664,7 @@ def python_fits(
     node_limit: int | None,
 ) -> Answer:
     """`fits`, by the Python search: where there is no compiler, or too many buffers."""
-    local = [Buffer(k, b.size, b.first, b.last) for k, b in enumerate(buffers)]
-    position = {b.id: k for k, b in enumerate(buffers)}
-    pairs = [
-        Overlap(position[o.below], position[o.above], o.shift, o.any_offset) for o in overlaps
-    ]
+    local, pairs = numbered(buffers, overlaps)
     sizes = [align_up(b.size, alignment) for b in local]
     windows = overlap_windows(sizes, pairs, alignment)
     offsets = [0] * len(local)
@@ -664,4 +690,4 @@ def python_fits(
         for n, i in enumerate(search.order):
             offsets[i] = search.best[n]
     found = tuple(offsets) if status == "found" else None
-    return Answer(status, found, nodes, compiled=False)
+    return Answer(status, found, nodes, search="python")

@@ -21,6 +21,9 @@ from toolchain.planners.optimal import fits
 
 # The default work budget of `solve`, in search nodes: the published problems need far fewer.
 SOLVE_NODES = 100_000_000
+# How the text names what answered (Solved.search).
+ANSWERED_BY = {"compiled": "compiled search", "python": "Python search",
+               "heuristics": "heuristics (too large to search)"}
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class Solved:
     proven_infeasible: bool
     seconds: float
     nodes: int | None
-    compiled: bool
+    search: str  # what answered: "compiled", "python" or "heuristics" (canonical.Answer)
 
     def as_dict(self) -> dict[str, object]:
         plan = self.plan
@@ -51,7 +54,7 @@ class Solved:
             "proven_infeasible": self.proven_infeasible,
             "seconds": round(self.seconds, 3),
             "nodes": self.nodes,
-            "search": "compiled" if self.compiled else "python",
+            "search": self.search,
         }
 
 
@@ -67,7 +70,7 @@ def solve(path: str, capacity: int | None, time_limit: float | None = None, alig
         seconds = time.monotonic() - started
         return Solved(path, len(buffers), None, plan,
                       plan.bound_bytes or lower_bound(buffers, alignment), False, seconds, None,
-                      compiled_available())
+                      "compiled" if compiled_available() else "python")
     bound = lower_bound(buffers, alignment)
     answer = fits(buffers, capacity, alignment, deadline=deadline, node_limit=nodes)
     plan = None
@@ -79,7 +82,7 @@ def solve(path: str, capacity: int | None, time_limit: float | None = None, alig
                             f"{capacity}", path)
     seconds = time.monotonic() - started
     return Solved(path, len(buffers), capacity, plan, bound, answer.status == "infeasible",
-                  seconds, answer.nodes, answer.compiled)
+                  seconds, answer.nodes, answer.search)
 
 
 def solution_csv(solved: Solved) -> str:
@@ -89,7 +92,7 @@ def solution_csv(solved: Solved) -> str:
 
 
 def solved_text(solved: Solved) -> str:
-    how = f"{solved.seconds:.2f} s, {'compiled' if solved.compiled else 'Python'} search"
+    how = f"{solved.seconds:.2f} s, {ANSWERED_BY[solved.search]}"
     if solved.nodes is not None:
         how += f", {solved.nodes:,} nodes"
     head = f"{solved.problem}: {solved.buffers} buffers, lower bound {solved.lower_bound:,} bytes"
