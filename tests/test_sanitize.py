@@ -125,7 +125,8 @@ def test_host_builds_link_with_gold_only_where_it_is_known_to_work(monkeypatch):
     another compiler or over a linker the flags already choose."""
     monkeypatch.setattr("shutil.which", lambda program: f"/usr/bin/{program}")
     assert linker(["cc"], ["-fsanitize=address"]) == ("-fuse-ld=gold",)
-    assert linker(["ccache", "gcc-12"], []) == ("-fuse-ld=gold",)
+    assert linker(["ccache", "gcc-12", "-m32"], []) == ("-fuse-ld=gold",)
+    assert linker(["ccache", "tcc", "-m32"], []) == ()
     assert linker(["clang", "-m32"], []) == ("-fuse-ld=gold",)
     assert linker(["tcc"], []) == ()
     assert linker(["cc"], ["-fuse-ld=bfd"]) == ()

@@ -88,7 +88,8 @@ def linker(command: Sequence[str], flags: Sequence[str]) -> tuple[str, ...]:
     """Gold, when it is installed, the compiler is GCC or Clang and no linker is chosen already:
     GNU ld takes about 2.5x as long to link against the sanitizer runtimes (44 ms against 18 ms
     for a small model, most of a sanitized build) and a quarter longer without them."""
-    compiler_name = os.path.basename(command[-1] if command[0] == "ccache" else command[0])
+    launched = command[1:] if command[0] == "ccache" and len(command) > 1 else command
+    compiler_name = os.path.basename(launched[0])
     known = compiler_name == "cc" or compiler_name.startswith(("gcc", "clang"))
     chosen = any(flag.startswith("-fuse-ld=") for flag in flags)
     return ("-fuse-ld=gold",) if known and not chosen and shutil.which("ld.gold") else ()

@@ -623,11 +623,6 @@ def fits(
         answer = CompiledProblem(buffers, alignment, overlaps).fits(capacity, deadline, node_limit)
         if answer.status != "no_memory":
             return answer
-    local, pairs = numbered(buffers, overlaps)
-    sizes = [align_up(b.size, alignment) for b in local]
-    if max((len(part) for part in independent_parts(local, sizes)), default=0) \
-            > COMPILED_MAX_BUFFERS:
-        return heuristic_fits(local, capacity, alignment, pairs, deadline)
     return python_fits(buffers, capacity, alignment, overlaps, deadline, node_limit)
 
 
@@ -642,9 +637,9 @@ def numbered(buffers: Sequence[Buffer], overlaps: Sequence[Overlap]
 
 def heuristic_fits(buffers: list[Buffer], capacity: int, alignment: int,
                    overlaps: list[Overlap], deadline: Deadline) -> Answer:
-    """`fits` for a part beyond the compiled search (neither search answers one question on
-    thousands of buffers in reasonable time, as OptimalPlanner leaves such a part too): found
-    when the heuristics' best plan (`incumbent`, the dives included) fits, infeasible below
+    """`fits` for a problem with a part beyond the compiled search (neither search answers one
+    question on thousands of buffers in reasonable time; OptimalPlanner leaves such a part too):
+    found when the heuristics' best plan (`incumbent`, the dives included) fits, infeasible below
     the lower bound, else not decided ("out_of_nodes", no node searched)."""
     if lower_bound_with_overlaps(buffers, overlaps, alignment) > capacity:
         return Answer("infeasible", None, 0, search="heuristics")
@@ -663,15 +658,19 @@ def python_fits(
     deadline: Deadline,
     node_limit: int | None,
 ) -> Answer:
-    """`fits`, by the Python search: where there is no compiler, or too many buffers."""
+    """`fits`, by the Python search: where there is no compiler, or too many buffers; by the
+    heuristics (`heuristic_fits`) when a part has more than the compiled search takes."""
     local, pairs = numbered(buffers, overlaps)
     sizes = [align_up(b.size, alignment) for b in local]
+    parts = independent_parts(local, sizes)
+    if max((len(part) for part in parts), default=0) > COMPILED_MAX_BUFFERS:
+        return heuristic_fits(local, capacity, alignment, pairs, deadline)
     windows = overlap_windows(sizes, pairs, alignment)
     offsets = [0] * len(local)
     nodes = 0
     budget = 10**18 if node_limit is None else node_limit
     status = "found"
-    for part in independent_parts(local, sizes):
+    for part in parts:
         try:
             search = Search(part, local, sizes, pairs, windows, alignment, deadline, None)
             search.compiled = None  # this is the path without the compiled search
