@@ -279,11 +279,17 @@ def test_a_killed_check_leaves_no_oracle_log_and_no_process_behind(tmp_path):
     path.write_bytes(endless_loop(0))
     scratch = tmp_path / "tmp"
     scratch.mkdir()
+    # The fork server is started (and has imported the interpreters) before the timed run:
+    # cold, under a busy suite, its start alone outlasted the timeout, and the oracle was
+    # killed before it ever held its log.
     program = ("import numpy as np, sys\n"
-               "from toolchain.lab.oracle_process import run_oracle\n"
+               "from toolchain.lab.oracle_process import forkserver, run_oracle\n"
+               "warm = forkserver().Process(target=int)\n"
+               "warm.start()\n"
+               "warm.join()\n"
                "print('started', flush=True)\n"
                "run_oracle(open(sys.argv[1], 'rb').read(), [[np.zeros(1, np.int32)]], 1,"
-               " timeout=4)\n")  # under load the oracle's start can take 2 s alone
+               " timeout=4)\n")
     child = subprocess.Popen([sys.executable, "-c", program, str(path)],
                              env={**os.environ, "TMPDIR": str(scratch)},
                              stdout=subprocess.PIPE, text=True)
