@@ -505,7 +505,8 @@ def test_im2col_copies_as_int8_only_what_it_widens_from_a_copy():
     (the rows outside the image) or the whole windows of a row's shorter last block."""
     for shape, out_w, rest in (((1, 6, 8, 8), 8, 2), ((1, 7, 9, 4), 9, 0)):
         model = conv_model("int8", False, shape, 4, (3, 3))
-        (binding,) = planned(model, "cortex-m4", given_up={0: ("dsp-rows",)}).program.bindings
+        (binding,) = planned(model, "cortex-m4", given_up={0: ("dsp-rows", "dsp-rows-direct")}
+                             ).program.bindings
         d = conv_dsp.im2col_of(binding.params)
         assert binding.variant.name == "dsp-im2col" and conv_dsp.widens_directly(d)
         assert (d.out_w, d.out_w % d.matmul.block) == (out_w, rest)
@@ -531,6 +532,106 @@ def test_dsp_rows_on_the_other_dsp_cores(target):
     model = conv_model("int8", True, (1, 9, 10, 3), 7, (3, 3), stride=(2, 2), seed=1)
     assert kernels_bound(planned(model, target)) == ["dsp-rows"]
     assert_qemu_matches_oracle(model, target)
+
+
+DIRECT_CASES = [
+    # the first convolution of an image network: 3 colours, stride 2, an odd channel last; the
+    # filter row's ninth value read alone, the last column over the right padding
+    dict(input_shape=(1, 9, 8, 3), out_channels=5, kernel=(3, 3), stride=(2, 2),
+         given_up=("dsp-rows",)),
+    # one channel, padding on both sides (the edge function left and right), rows of padding
+    dict(input_shape=(1, 12, 9, 1), out_channels=6, kernel=(5, 4), stride=(2, 2),
+         per_channel=True, activation="RELU6", input_zero_point=-128, given_up=("dsp-rows",)),
+    # batches, VALID: every column inside, three words a filter row, an odd last column
+    dict(input_shape=(2, 8, 9, 4), out_channels=4, kernel=(3, 3), padding="VALID",
+         activation="RELU", given_up=("dsp-rows",)),
+    # a depthwise convolution of one channel as the audio networks' first layer: ten filter
+    # rows written out, two columns of edges each side
+    dict(input_shape=(1, 21, 16, 1), out_channels=8, kernel=(10, 8), stride=(2, 2),
+         per_channel=True, given_up=("dsp-im2col",), depthwise=True),
+    # seven filter rows of four words: a loop over the filter rows, im2col's form
+    dict(input_shape=(1, 10, 12, 2), out_channels=3, kernel=(7, 8), bias=False,
+         given_up=("dsp-im2col",)),
+    # deep: filter rows of twelve words in a loop four words a trip, an edge each side whose
+    # taps over the padding are skipped
+    dict(input_shape=(1, 6, 7, 16), out_channels=5, kernel=(3, 3), per_channel=True,
+         given_up=("dsp-im2col",)),
+    # deep, three words a tap (a trip each), batches, stride 2, the edge on the right only
+    dict(input_shape=(2, 9, 8, 12), out_channels=6, kernel=(3, 3), stride=(2, 2),
+         activation="RELU6", input_zero_point=-128, given_up=("dsp-im2col",)),
+]
+
+
+@needs_mcu
+@pytest.mark.parametrize("case", DIRECT_CASES)
+def test_dsp_direct_convolution_is_bit_exact(case):
+    """dsp-rows-direct and dsp-im2col-direct, what the rows and im2col kernels give their
+    scratch up for: each window's words read from the input and widened in registers."""
+    case = {"per_channel": False, **case}
+    given_up = {0: case.pop("given_up")}
+    if case.pop("depthwise", False):
+        model = depthwise_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                                case.pop("kernel"), multiplier=case.pop("out_channels"),
+                                **case)
+    else:
+        model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                           case.pop("out_channels"), case.pop("kernel"), **case)
+    wide = planned(model, "cortex-m4")
+    direct = planned(model, "cortex-m4", given_up=given_up)
+    (name,) = given_up[0]
+    assert kernels_bound(wide) == [name]
+    assert kernels_bound(direct) == [f"{name}-direct"] and not direct.lifetimes.scratch
+    assert_qemu_matches_oracle(model, given_up=given_up)
+
+
+@needs_mcu
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])  # steps of four, of two channels
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 10, 11, 5), out_channels=6, activation="RELU"),  # a partial word
+    dict(input_shape=(2, 9, 7, 24), out_channels=7, stride=(2, 2), per_channel=True),
+])
+def test_dsp_1x1_without_scratch_is_bit_exact(case, target):
+    """dsp-1x1-direct, what dsp-1x1 gives its scratch up for: pixel by pixel, the inputs
+    widened in registers."""
+    case = {"per_channel": False, **case}
+    model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                       case.pop("out_channels"), (1, 1), **case)
+    given_up = {0: ("dsp-1x1",)}
+    direct = planned(model, target, given_up=given_up)
+    assert kernels_bound(direct) == ["dsp-1x1-direct"] and not direct.lifetimes.scratch
+    assert_qemu_matches_oracle(model, target, given_up=given_up)
+
+
+@needs_mcu
+@pytest.mark.parametrize("case", [
+    dict(input_shape=(1, 6, 7, 8), kernel=(3, 3), per_channel=True),  # SAME: an edge each side
+    dict(input_shape=(2, 9, 8, 12), kernel=(3, 3), stride=(2, 2), activation="RELU6",
+         input_zero_point=-128),  # batches, stride 2: the right edge and the last row padded
+    dict(input_shape=(1, 7, 9, 8), kernel=(5, 4), padding="VALID", bias=False),
+])
+def test_dsp_depthwise_without_scratch_is_bit_exact(case):
+    """dsp-depthwise-direct, what the depthwise kernels give their scratch up for: each tap's
+    four channels read as a word and widened in registers."""
+    case = {"per_channel": False, **case}
+    model = depthwise_model("int8", case.pop("per_channel"), case.pop("input_shape"),
+                            case.pop("kernel"), **case)
+    given_up = {0: ("dsp-depthwise", "dsp-depthwise-narrow")}
+    direct = planned(model, "cortex-m4", given_up=given_up)
+    assert kernels_bound(direct) == ["dsp-depthwise-direct"] and not direct.lifetimes.scratch
+    assert_qemu_matches_oracle(model, given_up=given_up)
+
+
+def test_the_direct_kernel_leaves_what_it_cannot_read_by_words():
+    """A filter row of more than eight words whose taps are not whole words, and windows
+    none of whose words lie inside a row, keep the portable kernel where their scratch is given
+    up."""
+    for shape, kernel in [((1, 6, 6, 14), (3, 3)),  # 42 values: eleven words
+                          ((1, 6, 3, 1), (3, 5)),  # five values in rows of three
+                          ((1, 6, 9, 4), (1, 3))]:  # one filter row
+        model = conv_model("int8", True, shape, 4, kernel)
+        (binding,) = planned(model, "cortex-m4", given_up={0: ("dsp-rows", "dsp-im2col")}
+                             ).program.bindings
+        assert binding.variant is None
 
 
 @needs_mcu
@@ -1119,11 +1220,15 @@ def test_a_narrow_kernel_follows_the_kernel_it_narrows_on_the_same_targets():
 
     narrow = [(opcode, k, v) for opcode, variants in VARIANTS.items()
               for k, v in enumerate(variants) if v.narrows]
-    assert {v.name for _, _, v in narrow} >= {"dsp-depthwise-narrow", "dsp-direct"}
+    assert {v.name for _, _, v in narrow} >= {
+        "dsp-depthwise-narrow", "dsp-direct", "dsp-rows-direct", "dsp-im2col-direct",
+        "dsp-1x1-direct", "dsp-depthwise-direct"}
     for opcode, k, v in narrow:
-        (wide,) = [w for w in VARIANTS[opcode][:k] if w.name == v.narrows]
-        assert {t for s in v.kernels for t in s.targets} <= {
-            t for s in wide.kernels for t in s.targets}
+        wide = [w for w in VARIANTS[opcode][:k] if w.name in v.narrows]
+        assert len(wide) == len(v.narrows)
+        for w in wide:
+            assert {t for s in v.kernels for t in s.targets} <= {
+                t for s in w.kernels for t in s.targets}
 
 
 def test_a_target_plan_is_held_to_the_generic_arena_through_narrow_kernels():
@@ -1141,6 +1246,38 @@ def test_a_target_plan_is_held_to_the_generic_arena_through_narrow_kernels():
     # a --time-limit bounds one planning: the hold, which plans again, is skipped
     timed = planned(model, "cortex-m4", max_arena=None, time_limit=60.0)
     assert kernels_bound(timed) == ["dsp"] and timed.portable_arena is None
+
+
+def test_the_hold_runs_convolutions_without_scratch_where_their_scratch_sets_the_arena():
+    """The first convolution of an image network (3 colours, stride 2) and a 3x3 convolution
+    of 16 channels behind it: the second's widened windows make the cortex-m4 arena larger
+    than the generic one, so by default it runs im2col's form without scratch, which reads each
+    window's words from the input, and the arena is the generic one; the first keeps its
+    widened rows, which are not at the peak."""
+    from toolchain.front.builder import ModelBuilder
+
+    rng = np.random.default_rng(3)
+    b = ModelBuilder("int8")
+    x = b.input("x", (1, 24, 24, 3), "int8", 0.05, 3)
+    for depth, channels, stride in ((3, 16, 2), (16, 16, 1)):
+        w = b.const("w", rng.integers(-127, 128, (channels, 3, 3, depth)).astype(np.int8),
+                    0.01, 0)
+        bias = b.const("b", rng.integers(-400, 400, channels).astype(np.int32), 0.0005)
+        size = 24 // 2 if stride == 2 else 12
+        y = b.tensor("y", (1, size, size, channels), "int8", 0.08, -5)
+        b.op("CONV_2D", [x, w, bias], [y],
+             {"padding": "SAME", "stride_h": stride, "stride_w": stride,
+              "dilation_h_factor": 1, "dilation_w_factor": 1,
+              "fused_activation_function": "RELU"})
+        x = y
+    b.output(x)
+    model = b.build()
+    generic = planned(model, "generic").arena_bytes
+    fast = planned(model, "cortex-m4")
+    assert kernels_bound(fast) == ["dsp-rows", "dsp-im2col"] and fast.arena_bytes > generic
+    held = planned(model, "cortex-m4", max_arena=None)
+    assert held.arena_bytes <= generic and held.portable_arena == generic
+    assert kernels_bound(held) == ["dsp-rows", "dsp-im2col-direct"]
 
 
 def test_plan_says_whether_the_hold_reached_the_portable_arena(capsys, tmp_path):
@@ -1166,7 +1303,7 @@ def test_the_hold_takes_narrow_kernels_only_and_only_where_they_lower_the_arena(
     assert held.arena_bytes <= fast.arena_bytes
     for op, names in held.program.given_up.items():
         binding = held.program.bindings[op]
-        assert binding.variant is not None and binding.variant.narrows == names[-1]
+        assert binding.variant is not None and names[-1] in binding.variant.narrows
     for op in held.program.given_up:  # each narrow kernel is needed: wide again, it is larger
         given_up = {o: n for o, n in held.program.given_up.items() if o != op}
         assert plan_model(model, target="cortex-m4",
@@ -1195,21 +1332,25 @@ def test_max_arena_gives_up_target_kernels_until_the_arena_fits():
 
 def test_max_arena_steps_down_to_the_next_target_kernel_first():
     """The rows kernel's widened rows are the larger scratch: held below its arena, the
-    convolution runs through im2col before it gives that up for the portable kernel."""
+    convolution runs the rows kernel's form without scratch, which makes the arena the
+    portable kernel's; past it come im2col, its own form without scratch, then the portable
+    kernel."""
     model = parse_model(conv_model("int8", True, (1, 24, 24, 4), 8, (3, 3), stride=(2, 2)),
                         "conv.tflite")
-    rows = plan_model(model, target="cortex-m4")
-    im2col = plan_model(model, target="cortex-m4", given_up={0: ("dsp-rows",)})
+    rows = plan_model(model, target="cortex-m4", max_arena=1 << 20)
     portable = plan_model(model, target="cortex-m4", portable=True)
-    assert [rows.program.bindings[0].kernel_name, im2col.program.bindings[0].kernel_name] == [
-        "dsp-rows", "dsp-im2col"]
-    assert rows.arena_bytes > im2col.arena_bytes > portable.arena_bytes
-    fitted = plan_model(model, target="cortex-m4", max_arena=im2col.arena_bytes)
-    assert fitted.program.bindings[0].kernel_name == "dsp-im2col"
-    assert fitted.program.given_up == {0: ("dsp-rows",)}
+    assert rows.program.bindings[0].kernel_name == "dsp-rows"
+    assert rows.arena_bytes > portable.arena_bytes
     fitted = plan_model(model, target="cortex-m4", max_arena=portable.arena_bytes)
-    assert fitted.program.given_up == {0: ("dsp-rows", "dsp-im2col")}
-    assert fitted.program.bindings[0].kernel_name == "portable"
+    assert fitted.program.bindings[0].kernel_name == "dsp-rows-direct"
+    assert fitted.program.given_up == {0: ("dsp-rows",)}
+    assert fitted.arena_bytes == portable.arena_bytes and not fitted.lifetimes.scratch
+    given_up: tuple[str, ...] = ()
+    for name in ("dsp-rows", "dsp-rows-direct", "dsp-im2col", "dsp-im2col-direct", "portable"):
+        binding = plan_model(model, target="cortex-m4", given_up={0: given_up}
+                             ).program.bindings[0]
+        assert binding.kernel_name == name
+        given_up = (*given_up, name)
 
 
 @needs_mcu

@@ -421,7 +421,7 @@ def narrow_ops(model_plan: ModelPlan) -> dict[int, str]:
         skipped = frozenset((*program.given_up.get(binding.op, ()), binding.variant.name))
         after = target_kernel(program.graph, program.graph.operators[binding.op],
                               binding.params, program.target, skipped)
-        if after is not None and after.variant.narrows == binding.variant.name:
+        if after is not None and binding.variant.name in after.variant.narrows:
             found[binding.op] = binding.variant.name
     return found
 
@@ -431,15 +431,20 @@ def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
     """A target's plan held to the arena of the same model on portable kernels, the kernels'
     scratch at the arena's peak given up for their narrow forms one op at a time, never for a
     slower kind of kernel (that is --max-arena's choice): the first plan of the smallest arena,
-    so that a narrow form which does not lower the arena is not kept. The portable arena is
-    planned only when some narrow form could lower the peak; else the plan is returned as it
-    is, without `portable_arena`."""
+    so that a narrow form which does not lower the arena is not kept. With no scratch left at
+    the peak, the largest elsewhere, which can keep a segment from its best striping, up to
+    OFF_PEAK_TRIES times. The portable arena is planned only when some narrow form could lower
+    the peak; else the plan is returned as it is, without `portable_arena`."""
     best = model_plan
     given_up: dict[int, tuple[str, ...]] = {}
     bound = None
+    off_peak = 0
     while bound is None or model_plan.arena_bytes > bound:
         narrow = narrow_ops(model_plan)
         op = scratch_to_give_up(model_plan, among=set(narrow), peak_only=True)
+        if op is None and bound is not None and off_peak < OFF_PEAK_TRIES:
+            op = scratch_to_give_up(model_plan, among=set(narrow))
+            off_peak += 1
         if op is None:
             break
         if bound is None:
@@ -451,6 +456,9 @@ def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
         if model_plan.arena_bytes < best.arena_bytes:
             best = model_plan
     return best if bound is None else replace(best, portable_arena=bound)
+
+
+OFF_PEAK_TRIES = 2  # narrow forms the hold tries for scratch away from the arena's peak
 
 
 def within_arena(model_plan: ModelPlan, max_arena: int,

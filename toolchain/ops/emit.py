@@ -476,6 +476,23 @@ def c_pointer(name: str, ctype: str, base: str,
     return (base, []) if at == base else (name, [f"{ctype} *{name} = {at};"])
 
 
+def c_function_head(declaration: str, params: Sequence[str], width: int = 100) -> str:
+    """`declaration(params) {` on one line, or its parameters on as many lines as they need
+    within about `width` characters, aligned after the parenthesis."""
+    line = f"{declaration}({', '.join(params)}) {{"
+    if len(line) <= width:
+        return line
+    indent = " " * (len(declaration) + 1)
+    lines = [f"{declaration}({params[0]}"]
+    for param in params[1:]:
+        if len(lines[-1]) + len(param) + 2 > width:
+            lines[-1] += ","
+            lines.append(indent + param)
+        else:
+            lines[-1] += f", {param}"
+    return "\n".join(lines) + ") {"
+
+
 def c_comment(text: str, indent: str = "") -> str:
     """`text` as a block comment broken at spaces into lines that, indented by `indent`, stay
     within COMMENT_WIDTH; later lines align under the first's text."""

@@ -169,8 +169,8 @@ class TargetKernel:
     `scratch_alignment`: the alignment its scratch needs (the plan's must be at least that).
     `state`: the memory it keeps across invokes, as OpSpec.state; it need not keep what the
     portable kernel keeps (a target kernel may keep its delay line in another layout), so it
-    says its own. `narrows`: the kernel of the op this one is a form of with less scratch
-    for a few percent more cycles, which a plan held to the generic arena gives up for it.
+    says its own. `narrows`: the kernels of the op this one is a form of with less scratch
+    for some more cycles, which a plan held to the generic arena gives up for it.
     """
 
     opcode: str
@@ -182,7 +182,7 @@ class TargetKernel:
     overlaps: Rule | None = None
     scratch_alignment: int = 1
     state: Callable[[Any], tuple[StateRequest, ...]] | None = None
-    narrows: str | None = None
+    narrows: tuple[str, ...] = ()
     matched: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def runs_on(self, target: str) -> bool:

@@ -1,7 +1,8 @@
 """The convolution family: CONV_2D, DEPTHWISE_CONV_2D and TRANSPOSE_CONV.
 
 prepare.py turns an operator into its params, what runtime_py and every backend run from;
-emit.py writes their portable C; arm_dsp.py (and arm_dsp_rows.py, for few input channels) and
+emit.py writes their portable C; arm_dsp.py (and arm_dsp_rows.py, for few input channels, and
+arm_dsp_direct.py and arm_dsp_depthwise_direct.py, the forms without scratch) and
 arm_mve.py hold the kernels of the cores with the DSP extension and of Helium, from the same
 params. `SPECS` registers the ops
 (toolchain.ops.REGISTRY), `TARGET_KERNELS` the target kernels in the order binding tries them
@@ -11,7 +12,13 @@ params. `SPECS` registers the ops
 from __future__ import annotations
 
 from toolchain.ops import overlaps
-from toolchain.ops.conv import arm_dsp, arm_dsp_rows, arm_mve
+from toolchain.ops.conv import (
+    arm_dsp,
+    arm_dsp_depthwise_direct,
+    arm_dsp_direct,
+    arm_dsp_rows,
+    arm_mve,
+)
 from toolchain.ops.conv.emit import (
     convolution_scratch,
     emit_conv_2d,
@@ -59,5 +66,7 @@ SPECS: tuple[OpSpec, ...] = (
            prepare_transpose_conv, emit_transpose_conv, shape_input=0),
 )
 
-TARGET_KERNELS: tuple[TargetKernel, ...] = (*arm_dsp_rows.TARGET_KERNELS, *arm_dsp.TARGET_KERNELS,
-                                           *arm_mve.TARGET_KERNELS)
+TARGET_KERNELS: tuple[TargetKernel, ...] = (
+    *arm_dsp_rows.TARGET_KERNELS, *arm_dsp_direct.ROWS_DIRECT, *arm_dsp.TARGET_KERNELS,
+    *arm_dsp_direct.IM2COL_DIRECT, *arm_dsp_depthwise_direct.TARGET_KERNELS,
+    *arm_mve.TARGET_KERNELS)

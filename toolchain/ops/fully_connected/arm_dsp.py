@@ -102,5 +102,5 @@ TARGET_KERNELS: tuple[TargetKernel, ...] = (
     # scratch up for in a plan held to an arena
     TargetKernel("FULLY_CONNECTED", "dsp-direct",
                  kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS), accepts_fc_direct,
-                 lambda ctx: emit_fc(ctx, direct=True), narrows="dsp"),
+                 lambda ctx: emit_fc(ctx, direct=True), narrows=("dsp",)),
 )
