@@ -587,12 +587,13 @@ def test_dsp_direct_convolution_is_bit_exact(case):
 @needs_mcu
 @pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])  # steps of four, of two channels
 @pytest.mark.parametrize("case", [
-    dict(input_shape=(1, 10, 11, 5), out_channels=6, activation="RELU"),  # a partial word
+    dict(input_shape=(1, 10, 11, 8), out_channels=6, activation="RELU"),  # an odd last pixel
     dict(input_shape=(2, 9, 7, 24), out_channels=7, stride=(2, 2), per_channel=True),
+    dict(input_shape=(1, 12, 12, 64), out_channels=5),  # sixteen words: a loop, four a trip
 ])
 def test_dsp_1x1_without_scratch_is_bit_exact(case, target):
-    """dsp-1x1-direct, what dsp-1x1 gives its scratch up for: pixel by pixel, the inputs
-    widened in registers."""
+    """dsp-1x1-direct, what dsp-1x1 gives its scratch up for: the direct kernel on a 1x1
+    filter, each pixel's words widened in registers, two pixels by two channels a step."""
     case = {"per_channel": False, **case}
     model = conv_model("int8", case.pop("per_channel"), case.pop("input_shape"),
                        case.pop("out_channels"), (1, 1), **case)
@@ -600,6 +601,9 @@ def test_dsp_1x1_without_scratch_is_bit_exact(case, target):
     direct = planned(model, target, given_up=given_up)
     assert kernels_bound(direct) == ["dsp-1x1-direct"] and not direct.lifetimes.scratch
     assert_qemu_matches_oracle(model, target, given_up=given_up)
+    # not at a depth of a partial word (its last pixel's word would read past the row)
+    odd = conv_model("int8", False, (1, 9, 7, 6), 3, (1, 1), stride=(2, 2))
+    assert kernels_bound(planned(odd, target, given_up=given_up)) == ["dsp-im2col"]
 
 
 @needs_mcu

@@ -588,7 +588,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     pixels_in_all = m.batches * m.rows * m.pixels  # of every call sharing the filter
     if ctx.op_rows:  # a stripe's: the stripes of the op share its filter
         pixels_in_all = pixels_in_all * ctx.op_rows // ctx.outputs[0].shape[1]
-    wide = not direct and pixels_in_all >= WIDE_FILTER_PIXELS  # direct: int8 words
+    wide = pixels_in_all >= WIDE_FILTER_PIXELS
     tables, output, output_comment, stage_calls = output_values(
         prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
                                   "filter row's sum (int32, wrapped)"))

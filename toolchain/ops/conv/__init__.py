@@ -67,6 +67,7 @@ SPECS: tuple[OpSpec, ...] = (
 )
 
 TARGET_KERNELS: tuple[TargetKernel, ...] = (
-    *arm_dsp_rows.TARGET_KERNELS, *arm_dsp_direct.ROWS_DIRECT, *arm_dsp.TARGET_KERNELS,
-    *arm_dsp_direct.IM2COL_DIRECT, *arm_dsp_depthwise_direct.TARGET_KERNELS,
+    *arm_dsp_rows.TARGET_KERNELS, *arm_dsp_direct.ROWS_DIRECT, *arm_dsp.POINTWISE_KERNELS,
+    *arm_dsp_direct.POINTWISE_DIRECT, *arm_dsp.WINDOWED_KERNELS, *arm_dsp_direct.IM2COL_DIRECT,
+    *arm_dsp_depthwise_direct.TARGET_KERNELS,
     *arm_mve.TARGET_KERNELS)

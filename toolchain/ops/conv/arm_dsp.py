@@ -27,7 +27,7 @@ order keeps.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import TypeVar
 
@@ -119,31 +119,6 @@ def accepts_conv(graph: Graph, op: Operator, p) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class PixelByPixel(Matmul):
-    """A 1x1 convolution as dsp-1x1-direct runs it: one pixel at a time, its inputs widened in
-    registers, so that it needs no scratch."""
-
-    @property
-    def block(self) -> int:
-        return 1
-
-
-def pixel_by_pixel(p: ConvParams) -> PixelByPixel:
-    m = conv_matmul(p)
-    return PixelByPixel(**{f.name: getattr(m, f.name) for f in fields(m)})
-
-
-def pixel_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[OverlapRule]:
-    """dsp-1x1-direct's rule: each block of output channels reads the pixel's inputs again,
-    after the blocks before it wrote theirs, so a pixel's outputs may not reach its own first
-    input byte (later pixels' inputs come after it)."""
-    m = pixel_by_pixel(p)
-    pixels = m.batches * m.rows * m.pixels
-    shift = max(max((i + 1) * m.channels - m.input_at(i) for i in range(pixels)), 0)
-    return [OverlapRule(0, 0, shift, kind="windowed")]
-
-
 def pointwise_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[OverlapRule]:
     """The output may start `shift` bytes below the input: after each block of pixels the
     kernel has written the outputs of every pixel up to it, and later reads only the inputs of
@@ -182,12 +157,11 @@ def conv_output(m: Matmul, stage: Requantize) -> OutputStage:
                        tuple(shifts), accumulators=accumulator_ranges(acc_lo, acc_hi))
 
 
-def emit_conv(ctx: OpContext, direct: bool = False) -> Kernel:
-    """`direct`: dsp-1x1-direct's form, pixel by pixel, the inputs widened in registers."""
+def emit_conv(ctx: OpContext) -> Kernel:
     p: ConvParams = ctx.params
-    m = pixel_by_pixel(p) if direct else conv_matmul(p)
+    m = conv_matmul(p)
     values = pointwise_values(ctx, m, conv_output(m, p.output),
-                              f"CONV_2D '{ctx.outputs[0].name}' 1x1", direct)
+                              f"CONV_2D '{ctx.outputs[0].name}' 1x1")
     return Kernel(render_macro(TEMPLATE, "pointwise", values), values["helpers"],
                   includes=("arm_acle.h",), definitions=kernel_definitions(values))
 
@@ -937,17 +911,16 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
 
 _INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
 
-TARGET_KERNELS: tuple[TargetKernel, ...] = (
+# The 1x1 kernels, then the windowed ones (toolchain/ops/conv/__init__.py puts the forms
+# without scratch of each after them).
+POINTWISE_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("CONV_2D", "dsp-1x1-staged", _INT8, accepts_staged, emit_staged,
                  scratch=staged_scratch, overlaps=staged_overlaps, scratch_alignment=WORD),
     TargetKernel("CONV_2D", "dsp-1x1", _INT8, accepts_conv, emit_conv,
                  scratch=lambda p: pointwise_scratch(conv_matmul(p)),
                  overlaps=pointwise_overlaps, scratch_alignment=WORD),
-    # pixel by pixel without scratch: what dsp-1x1 gives its scratch up for in a plan held to
-    # an arena
-    TargetKernel("CONV_2D", "dsp-1x1-direct", _INT8, accepts_conv,
-                 lambda ctx: emit_conv(ctx, direct=True),
-                 overlaps=pixel_overlaps, narrows=("dsp-1x1",)),
+)
+WINDOWED_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
                  scratch=im2col_scratch, overlaps=overlaps.convolution, scratch_alignment=WORD),
     TargetKernel("DEPTHWISE_CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,

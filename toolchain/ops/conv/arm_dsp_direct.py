@@ -1,6 +1,6 @@
 """CONV_2D (int8, or DEPTHWISE_CONV_2D of one input channel) for the Arm DSP extension without
-scratch: what the rows and im2col kernels (arm_dsp_rows.py, arm_dsp.py) give their widened
-rows and windows up for in a plan held to an arena.
+scratch: what the rows, im2col and 1x1 kernels (arm_dsp_rows.py, arm_dsp.py) give their
+widened rows, windows and pixels up for in a plan held to an arena.
 
 A window's filter row is `values` contiguous int8 values of one input row. The kernel reads
 them straight from the input a word at a time and widens each word in registers: __sxtb16
@@ -38,7 +38,13 @@ from toolchain.ops.arm_dsp_common import (
     output_values,
     sum_of,
 )
-from toolchain.ops.conv.arm_dsp import Convolution, accepts_im2col, conv_output, convolution_of
+from toolchain.ops.conv.arm_dsp import (
+    Convolution,
+    accepts_conv,
+    accepts_im2col,
+    conv_output,
+    convolution_of,
+)
 from toolchain.ops.conv.arm_dsp_rows import accepts_rows
 from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams
 from toolchain.ops.emit import (
@@ -169,9 +175,8 @@ def direct_of(p: ConvParams | DepthwiseConvParams) -> Direct:
 
 
 def accepts_direct(graph: Graph, op: Operator, p) -> str | None:
-    """The convolutions the im2col kernel runs of more than one filter row, whose filter rows
-    are at most MAX_ROW_WORDS words or taps of whole words, and that have a column inside the
-    row (a 1x1 filter: the 1x1 kernels')."""
+    """The convolutions the im2col kernel runs (a 1x1 filter: the 1x1 kernels') that the
+    direct kernel reads by words (`accepts_words`)."""
     refused = accepts_im2col(graph, op, p)
     if refused:
         return refused
@@ -179,6 +184,12 @@ def accepts_direct(graph: Graph, op: Operator, p) -> str | None:
         return "a pointwise convolution (the 1x1 kernels')"
     if p.window.filter[0] == 1:
         return "a filter of one row (the loops over its rows would run once)"
+    return accepts_words(p)
+
+
+def accepts_words(p: ConvParams | DepthwiseConvParams) -> str | None:
+    """Whether the direct kernel reads the convolution's windows by words: filter rows of at
+    most MAX_ROW_WORDS words or of taps of whole words, and a column inside the row."""
     d = direct_of(p)
     if d.deep and d.depth % 4:
         return "a filter row of more values than the direct kernel writes out, of taps " \
@@ -187,6 +198,15 @@ def accepts_direct(graph: Graph, op: Operator, p) -> str | None:
     if end <= first:
         return "no window whose words lie inside the input row"
     return None
+
+
+def accepts_pointwise_direct(graph: Graph, op: Operator, p) -> str | None:
+    """What the 1x1 kernel runs of whole words of depth (every pixel's words inside its row,
+    so no edges), of what the direct kernel reads by words."""
+    refused = accepts_conv(graph, op, p)
+    if refused is None and p.input_shape[-1] % 4:
+        return "a depth that is not whole words"
+    return refused or accepts_words(p)
 
 
 def accepts_rows_direct(graph: Graph, op: Operator, p) -> str | None:
@@ -246,13 +266,14 @@ def _block(prefix: str, d: Direct, tables: list[dict], pixels: int, channel: Con
                f"{padded[q]};" for q in range(channels)),
              f"int32_t {', '.join(f'{a} = s{k % channels}' for k, a in enumerate(accs))};"]
     row_step = channels * steps
-    if d.deep:  # a loop over the filter rows, and over each row's words
+    if d.deep:  # a loop over the filter rows (of more than one), and over each row's words
         first, count = words or ("0", str(d.words))
-        skip = "" if first == "0" else f" + {first} * {2 * channels}"
+        offsets = [f"ky * {row_step}"] if d.kh > 1 else []
+        offsets += [f"{first} * {2 * channels}"] if first != "0" else []
         unroll = d.unrolled_words
-        lines += [f"for (ky = 0; ky < {d.kh}; ++ky) {{",
-                  f"  const int8_t *r = {window.format(ky='ky')};",
-                  f"  const int32_t *v = w + ky * {row_step}{skip};",
+        lines += [f"for (ky = 0; ky < {d.kh}; ++ky) {{" if d.kh > 1 else "{",
+                  f"  const int8_t *r = {window.format(ky='ky' if d.kh > 1 else 0)};",
+                  f"  const int32_t *v = {' + '.join(['w', *offsets])};",
                   f"  for (j = 0; j < {count}; j += {unroll}, r += {4 * unroll}, "
                   f"v += {2 * channels * unroll}) {{",
                   *(f"    {line}" for line in _steps(d, pixels, channels, accs, 0, unroll, "v")),
@@ -336,6 +357,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
                         "which the edge skips")})
     tables = [*own, *tables]
     batches, out_rows = ConstantLoop("b", d.batches), ConstantLoop("oy", d.out_h)
+    ky_rows = ConstantLoop("ky", d.kh)  # the input row of each filter row
     row_out = d.out_w * m.channels
     image = d.height * d.row_values
     columns = _columns(prefix, d, tables)
@@ -350,7 +372,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
     left, right = ([{"loop": loop, "call": edge_call(loop, index)}] if loop.runs else []
                    for loop, index in ((ConstantLoop("ox", first), 0),
                                        (ConstantLoop("ox", d.out_w, end), first)))
-    loops = [batches, out_rows, *(e["loop"] for e in left + right),
+    loops = [batches, out_rows, ky_rows, *(e["loop"] for e in left + right),
              *(c["loop"] for c in columns), *(b["loop"] for c in columns for b in c["channels"])]
     values = {
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "d": d,
@@ -378,7 +400,8 @@ def emit_direct(ctx: OpContext) -> Kernel:
             ["const int8_t *const *in", "int8_t *o0", "int ix",
              *(["const int32_t *padded"] if d.deep else [])]),
         "padding": f"{prefix}_padding" if d.pads_rows else None,
-        "iy": c_sum([(out_rows, sh), ("ky", 1)], -pt), "columns": columns,
+        "rows": ky_rows, "iy": c_sum([(out_rows, sh), (ky_rows, 1)], -pt),
+        "in_row": f"in[{c_sum([(ky_rows, 1)])}]", "columns": columns,
         "left": left, "right": right,
         "batches": batches, "out_rows": out_rows,
         "orow": c_offset("out", [(batches, d.out_h * row_out), (out_rows, row_out)]),
@@ -412,3 +435,7 @@ def direct_kernels(name: str, accepts, narrows: tuple[str, ...]) -> tuple[Target
 
 ROWS_DIRECT = direct_kernels("dsp-rows-direct", accepts_rows_direct, ("dsp-rows",))
 IM2COL_DIRECT = direct_kernels("dsp-im2col-direct", accepts_direct, ("dsp-im2col",))
+POINTWISE_DIRECT: tuple[TargetKernel, ...] = (
+    TargetKernel("CONV_2D", "dsp-1x1-direct", _INT8, accepts_pointwise_direct, emit_direct,
+                 overlaps=overlaps.convolution, scratch_alignment=WORD, narrows=("dsp-1x1",)),
+)
