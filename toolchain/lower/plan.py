@@ -429,12 +429,12 @@ def narrow_ops(model_plan: ModelPlan) -> dict[int, str]:
 def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
              replan: Callable[[dict[int, tuple[str, ...]]], ModelPlan]) -> ModelPlan:
     """A target's plan held to the arena of the same model on portable kernels, the kernels'
-    scratch at the arena's peak given up for their narrow forms one op at a time, never for a
-    slower kind of kernel (that is --max-arena's choice): the first plan of the smallest arena,
-    so that a narrow form which does not lower the arena is not kept. With no scratch left at
-    the peak, the largest elsewhere, which can keep a segment from its best striping, up to
-    OFF_PEAK_TRIES times. The portable arena is planned only when some narrow form could lower
-    the peak; else the plan is returned as it is, without `portable_arena`."""
+    scratch at the arena's peak given up for their narrow forms (less scratch or none) one op
+    at a time, never for the portable kernel (that is --max-arena's choice): the first plan of
+    the smallest arena, so that a narrow form which does not lower the arena is not kept. With
+    no scratch left at the peak, the largest elsewhere, which can keep a segment from its best
+    striping, up to OFF_PEAK_TRIES times. The portable arena is planned only when some narrow
+    form could lower the peak; else the plan is returned as it is, without `portable_arena`."""
     best = model_plan
     given_up: dict[int, tuple[str, ...]] = {}
     bound = None

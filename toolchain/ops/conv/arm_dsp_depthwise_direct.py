@@ -31,6 +31,7 @@ from toolchain.ops.arm_dsp_common import (
     sum_of,
 )
 from toolchain.ops.conv.arm_dsp import Depthwise, accepts_depthwise, conv_output, depthwise_of
+from toolchain.ops.conv.arm_dsp_direct import padding_row
 from toolchain.ops.emit import (
     ConstantLoop,
     Kernel,
@@ -102,11 +103,6 @@ def padded_sums(d: Depthwise) -> np.ndarray:
     return wrap_int32(np.asarray(found, np.int64).reshape(-1))
 
 
-def pads_rows(d: Depthwise) -> bool:
-    sh, pt = d.stride[0], d.padding[0]
-    return pt > 0 or (d.out_h - 1) * sh - pt + d.kh > d.height
-
-
 def _tap(d: Depthwise, ky: int | str, kx: int | str, tap: int | str) -> list[str]:
     """One tap of a group of four channels from channel c: its input word in the window's row
     ky (rK inside, in[ky] + start at an edge), its weights, the four products."""
@@ -166,11 +162,8 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
             "comment": c_comment(
                 f"{what}: per group of four channels, for each tap, the int16 pairs of "
                 "weights (w0, w2) and (w1, w3), the lower half first")}]
-    if pads_rows(d):
-        own.append({"name": f"{prefix}_padding", "ctype": "int8_t", "align": "",
-                    "length": c_length(row_values),
-                    "data": c_array(np.full(row_values, zero_point), 16),
-                    "comment": c_comment(f"{what}: a row of padding, the input zero point")})
+    padding = padding_row(prefix, d, what, row_values, zero_point)
+    own += padding
     edges = edge_columns(d)
     if edges:
         padded = padded_sums(d)
@@ -213,7 +206,7 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
         "edge_head": c_function_head(
             f"ARENAC_DSP_IN_ORDER static void {prefix}_edge",
             ["const int8_t *const *in", "int8_t *o", "int ix", "const int32_t *padded"]),
-        "padding": f"{prefix}_padding" if pads_rows(d) else None,
+        "padding": padding[0]["name"] if padding else None,
         "iy": c_sum([(out_rows, sh), ("ky", 1)], -pt), "row_values": row_values,
         "columns": columns, "start": c_sum([(columns, sw * d.channels)], -pl * d.channels),
         "o": c_offset("orow", [(columns, d.channels)]),

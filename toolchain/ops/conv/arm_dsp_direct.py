@@ -40,12 +40,13 @@ from toolchain.ops.arm_dsp_common import (
 )
 from toolchain.ops.conv.arm_dsp import (
     Convolution,
+    Depthwise,
     accepts_conv,
     accepts_im2col,
     conv_output,
     convolution_of,
 )
-from toolchain.ops.conv.arm_dsp_rows import accepts_rows
+from toolchain.ops.conv.arm_dsp_rows import accepts_rows, by_channel_pairs
 from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -127,12 +128,6 @@ class Direct(Convolution):
                    and self.window_start(ox) + self.reach <= self.row_values]
         return (columns[0], columns[-1] + 1) if columns else (0, 0)
 
-    @property
-    def pads_rows(self) -> bool:
-        """Whether some window reaches a row of padding (above or below the image)."""
-        sh, pt = self.stride[0], self.padding[0]
-        return pt > 0 or (self.out_h - 1) * sh - pt + self.kh > self.height
-
     def edge_columns(self) -> tuple[range, range]:
         """The output columns left and right of the fast path's."""
         first, end = self.inside
@@ -164,10 +159,20 @@ class Direct(Convolution):
         even = quads[..., 0] | (quads[..., 2] << 16)  # what __sxtb16 makes of the word
         odd = quads[..., 1] | (quads[..., 3] << 16)  # and its rotated form
         words = wrap_int32(np.stack([even, odd], axis=-1)).reshape(m.channels, self.kh, -1)
-        words = words[..., :self.steps].reshape(m.channels, -1)  # a single's odd word is 0
-        pairs = m.channels // 2
-        interleaved = words[:2 * pairs].reshape(pairs, 2, -1).transpose(0, 2, 1)
-        return np.concatenate([interleaved.reshape(-1), words[2 * pairs:].reshape(-1)])
+        # a single's odd word is 0, and left out
+        return by_channel_pairs(words[..., :self.steps].reshape(m.channels, -1))
+
+
+def padding_row(prefix: str, d: Convolution | Depthwise, what: str, row_values: int,
+                zero_point: int) -> list[dict]:
+    """The table of a row of padding, the input zero point, where some window of `d` reaches
+    a row above or below the image (the direct kernels read such a row from it)."""
+    sh, pt = d.stride[0], d.padding[0]
+    if pt == 0 and (d.out_h - 1) * sh - pt + d.kh <= d.height:
+        return []
+    return [{"name": f"{prefix}_padding", "ctype": "int8_t", "align": "",
+             "length": c_length(row_values), "data": c_array(np.full(row_values, zero_point), 16),
+             "comment": c_comment(f"{what}: a row of padding, the input zero point")}]
 
 
 def direct_of(p: ConvParams | DepthwiseConvParams) -> Direct:
@@ -340,11 +345,8 @@ def emit_direct(ctx: OpContext) -> Kernel:
                 f"as {d.words} words read from the input (zero past its end), each word as "
                 "the pairs of its values 0 and 2, then 1 and 3: per pair of output channels, "
                 "for each filter row and step, the first channel's word then the second's")}]
-    if d.pads_rows:
-        own.append({"name": f"{prefix}_padding", "ctype": "int8_t", "align": "",
-                    "length": c_length(d.row_values),
-                    "data": c_array(np.full(d.row_values, zero_point), 16),
-                    "comment": c_comment(f"{what}: a row of padding, the input zero point")})
+    padding = padding_row(prefix, d, what, d.row_values, zero_point)
+    own += padding
     first, end = d.inside
     edge_count = len(d.edge_columns()[0]) + len(d.edge_columns()[1])
     if d.deep and edge_count:
@@ -399,7 +401,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
             f"ARENAC_DSP_IN_ORDER static void {prefix}_edge",
             ["const int8_t *const *in", "int8_t *o0", "int ix",
              *(["const int32_t *padded"] if d.deep else [])]),
-        "padding": f"{prefix}_padding" if d.pads_rows else None,
+        "padding": padding[0]["name"] if padding else None,
         "rows": ky_rows, "iy": c_sum([(out_rows, sh), (ky_rows, 1)], -pt),
         "in_row": f"in[{c_sum([(ky_rows, 1)])}]", "columns": columns,
         "left": left, "right": right,

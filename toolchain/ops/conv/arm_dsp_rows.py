@@ -84,10 +84,16 @@ class Rows(Convolution):
         rows = np.zeros((m.channels, self.kh, 2 * self.words), np.int64)
         rows[:, :, :self.kw * c] = taps.reshape(m.channels, self.kh, self.kw * c)
         words = wrap_int32((rows[..., 0::2] & 0xFFFF) | ((rows[..., 1::2] & 0xFFFF) << 16))
-        words = words.reshape(m.channels, -1)
-        pairs = m.channels // 2
-        interleaved = words[:2 * pairs].reshape(pairs, 2, -1).transpose(0, 2, 1)
-        return np.concatenate([interleaved.reshape(-1), words[2 * pairs:].reshape(-1)])
+        return by_channel_pairs(words.reshape(m.channels, -1))
+
+
+def by_channel_pairs(words: np.ndarray) -> np.ndarray:
+    """A filter's words [channels, steps] in the order a kernel of two channels a step reads
+    them: per channel pair, for each step, the first channel's word then the second's; an odd
+    last channel's words alone."""
+    pairs = words.shape[0] // 2
+    interleaved = words[:2 * pairs].reshape(pairs, 2, -1).transpose(0, 2, 1)
+    return np.concatenate([interleaved.reshape(-1), words[2 * pairs:].reshape(-1)])
 
 
 def rows_of(p: ConvParams | DepthwiseConvParams) -> Rows:
