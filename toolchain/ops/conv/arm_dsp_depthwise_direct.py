@@ -31,7 +31,7 @@ from toolchain.ops.arm_dsp_common import (
     sum_of,
 )
 from toolchain.ops.conv.arm_dsp import Depthwise, accepts_depthwise, conv_output, depthwise_of
-from toolchain.ops.conv.arm_dsp_direct import padding_row
+from toolchain.ops.conv.arm_dsp_direct import edge_call, padded_sums, padding_row
 from toolchain.ops.emit import (
     ConstantLoop,
     Kernel,
@@ -88,19 +88,6 @@ def packed(d: Depthwise) -> np.ndarray:
     w = d.weights.reshape(d.channels // 4, 4, d.kh * d.kw).transpose(0, 2, 1) & 0xFFFF
     return wrap_int32(np.stack([w[..., 0] | (w[..., 2] << 16), w[..., 1] | (w[..., 3] << 16)],
                                axis=-1)).reshape(-1)
-
-
-def padded_sums(d: Depthwise) -> np.ndarray:
-    """Per edge column and channel: what the taps over the left or right padding add with the
-    input zero point, which the edge skips (the folded sums count the zero point at every
-    tap)."""
-    taps = d.weights.reshape(d.channels, d.kh, d.kw).sum(axis=1)  # [channels, kw]
-    found = []
-    for ox in edge_columns(d):
-        ix = ox * d.stride[1] - d.padding[1]
-        outside = [kx for kx in range(d.kw) if not 0 <= ix + kx < d.width]
-        found.append(-d.input_offset * taps[:, outside].sum(axis=1))
-    return wrap_int32(np.asarray(found, np.int64).reshape(-1))
 
 
 def _tap(d: Depthwise, ky: int | str, kx: int | str, tap: int | str) -> list[str]:
@@ -166,7 +153,8 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
     own += padding
     edges = edge_columns(d)
     if edges:
-        padded = padded_sums(d)
+        taps = d.weights.reshape(d.channels, d.kh, d.kw).sum(axis=1)  # [channels, kw]
+        padded = padded_sums(d, taps, edges, -d.input_offset)
         own.append({"name": f"{prefix}_padded", "ctype": "int32_t", "align": "",
                     "length": c_length(padded.size), "data": c_array(padded, 8),
                     "comment": c_comment(
@@ -182,14 +170,6 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
     columns = ConstantLoop("ox", end, first)
     left = ConstantLoop("ox", first if end > first else d.out_w)
     right = ConstantLoop("ox", d.out_w, end if end > first else d.out_w)
-
-    def edge_call(loop: ConstantLoop, index: int) -> dict:
-        """The edge function's call for the columns of `loop`, the first the edge `index`."""
-        padded_at = c_offset(f"{prefix}_padded", [(loop, d.channels)],
-                             (index - loop.start) * d.channels)
-        return {"loop": loop, "call": f"{prefix}_edge(in, "
-                f"{c_offset('orow', [(loop, d.channels)])}, {c_sum([(loop, sw)], -pl)}, "
-                f"{padded_at});"}
 
     values = {
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "d": d,
@@ -213,8 +193,10 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
         "rows": "const int8_t " + ", ".join(f"*r{ky} = in[{ky}] + start"
                                             for ky in range(d.kh)) + ";",
         "group": _group(prefix, d, tables, False), "edge_group": _group(prefix, d, tables, True),
-        "left": [edge_call(left, 0)] if left.runs else [],
-        "right": [edge_call(right, left.trips)] if right.runs else [],
+        "left": [{"loop": left, "call": edge_call(prefix, left, 0, d.channels, sw, pl, True)}]
+        if left.runs else [],
+        "right": [{"loop": right, "call": edge_call(prefix, right, left.trips, d.channels, sw,
+                                                    pl, True)}] if right.runs else [],
         "batches": batches, "out_rows": out_rows,
         "orow": c_offset("out", [(batches, d.out_h * row_out), (out_rows, row_out)]),
         "xb": c_offset("x", [(batches, d.height * row_values)]),

@@ -22,6 +22,7 @@ point (whose product with the input offset added is 0, as the reference's skippe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,13 +140,8 @@ class Direct(Convolution):
         which the edge skips (the folded sums count the zero point at every tap)."""
         m = self.matmul
         taps = m.weights.reshape(m.channels, self.kh, self.kw, self.depth).sum(axis=(1, 3))
-        zero_point = -m.input_offset
-        found = []
-        for ox in (*self.edge_columns()[0], *self.edge_columns()[1]):
-            ix = ox * self.stride[1] - self.padding[1]
-            outside = [kx for kx in range(self.kw) if not 0 <= ix + kx < self.width]
-            found.append(zero_point * taps[:, outside].sum(axis=1))
-        return wrap_int32(np.asarray(found, np.int64).reshape(-1))
+        return padded_sums(self, taps, (*self.edge_columns()[0], *self.edge_columns()[1]),
+                           -m.input_offset)
 
     def packed(self) -> np.ndarray:
         """The filter as int16 pairs in int32 words, the lower half first, in the order the
@@ -161,6 +157,29 @@ class Direct(Convolution):
         words = wrap_int32(np.stack([even, odd], axis=-1)).reshape(m.channels, self.kh, -1)
         # a single's odd word is 0, and left out
         return by_channel_pairs(words[..., :self.steps].reshape(m.channels, -1))
+
+
+def padded_sums(d: Convolution | Depthwise, taps: np.ndarray, columns: Sequence[int],
+                zero_point: int) -> np.ndarray:
+    """Per output column of `columns` and channel: the zero point times the filter's taps
+    (`taps`: [channels, kw], summed over rows and depth) over the padding columns, the int32
+    words an edge function starts its sums from."""
+    found = []
+    for ox in columns:
+        ix = ox * d.stride[1] - d.padding[1]
+        outside = [kx for kx in range(d.kw) if not 0 <= ix + kx < d.width]
+        found.append(zero_point * taps[:, outside].sum(axis=1))
+    return wrap_int32(np.asarray(found, np.int64).reshape(-1))
+
+
+def edge_call(prefix: str, loop: ConstantLoop, index: int, channels: int, stride: int,
+              pad: int, padded: bool) -> str:
+    """The call of the edge function for the output columns of `loop` (the first of them the
+    edge `index` of the padded sums, where the edge takes them)."""
+    at = c_offset(f"{prefix}_padded", [(loop, channels)], (index - loop.start) * channels)
+    sums = f", {at}" if padded else ""
+    return (f"{prefix}_edge(in, {c_offset('orow', [(loop, channels)])}, "
+            f"{c_sum([(loop, stride)], -pad)}{sums});")
 
 
 def padding_row(prefix: str, d: Convolution | Depthwise, what: str, row_values: int,
@@ -364,14 +383,8 @@ def emit_direct(ctx: OpContext) -> Kernel:
     image = d.height * d.row_values
     columns = _columns(prefix, d, tables)
     # the columns left and right of the fast path's, each through the edge function
-    def edge_call(loop: ConstantLoop, index: int) -> str:
-        """The edge function's call for the columns of `loop`, the first the edge `index`."""
-        padded = (f", {c_offset(f'{prefix}_padded', [(loop, m.channels)], (index - loop.start) * m.channels)}"  # noqa: E501
-                  if d.deep else "")
-        return (f"{prefix}_edge(in, {c_offset('orow', [(loop, m.channels)])}, "
-                f"{c_sum([(loop, sw)], -pl)}{padded});")
-
-    left, right = ([{"loop": loop, "call": edge_call(loop, index)}] if loop.runs else []
+    left, right = ([{"loop": loop, "call": edge_call(prefix, loop, index, m.channels, sw, pl,
+                                                     d.deep)}] if loop.runs else []
                    for loop, index in ((ConstantLoop("ox", first), 0),
                                        (ConstantLoop("ox", d.out_w, end), first)))
     loops = [batches, out_rows, ky_rows, *(e["loop"] for e in left + right),
