@@ -585,7 +585,7 @@ def test_dsp_direct_convolution_is_bit_exact(case):
 
 
 @needs_mcu
-@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])  # steps of four, of two channels
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])  # kept in order, scheduled
 @pytest.mark.parametrize("case", [
     dict(input_shape=(1, 10, 11, 8), out_channels=6, activation="RELU"),  # an odd last pixel
     dict(input_shape=(2, 9, 7, 24), out_channels=7, stride=(2, 2), per_channel=True),
@@ -653,7 +653,7 @@ def test_dsp_fully_connected_is_bit_exact(case):
 
 
 @needs_mcu
-@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])  # steps of four, of two channels
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])  # kept in order, scheduled
 @pytest.mark.parametrize("case", [
     dict(input_shape=(1, 8), units=4),
     dict(input_shape=(1, 21), units=5, activation="RELU", per_channel=True),  # a partial word
@@ -1179,6 +1179,46 @@ def test_shared_models_are_bit_exact_with_the_dsp_kernels(name, target):
         report = check_plan(mp, data, 3, 0, [("qemu", backend.invoke_many)])
     assert report.ok, report.as_dict()
 
+
+
+def test_load_runs_stay_in_order_on_the_single_issue_cores_only():
+    """The kernels built from runs of single loads keep GCC's scheduling after register
+    allocation off on the Cortex-M4 and M33 (a load in a run costs one cycle there), and on on
+    the dual-issue Cortex-M7, where it places each load beside a multiply."""
+    model = fully_connected_model("int8", input_shape=(1, 40), units=12)
+    for target, in_order in (("cortex-m4", True), ("cortex-m33", True), ("cortex-m7", False)):
+        c = generate(planned(model, target), "net")["net.c"]
+        assert "arenac_mac_1x4(" in c, target
+        assert ("#define ARENAC_DSP_IN_ORDER" in c) == in_order, target
+        attribute = "ARENAC_DSP_IN_ORDER" if in_order else "ARENAC_DSP_KERNEL"
+        assert re.search(rf"^{attribute} static void net_op0_fully_connected", c, re.M), target
+        assert ("On the dual-issue Cortex-M7" in c) != in_order, target
+
+
+@needs_mcu
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])
+def test_the_int8_three_pixel_step_reads_single_loads_on_the_dual_issue_core(target):
+    """im2col's step of three pixels by two channels over an int8 filter: its input words by
+    LDRD on the single-issue cores, by single loads on the Cortex-M7 (each issues beside a
+    multiply-add there); bit-exact under QEMU on both."""
+    model = conv_model("int8", True, (1, 6, 7, 16), 5, (3, 3), seed=2)
+    c = generate(planned(model, target), "net")["net.c"]
+    assert "arenac_mac_3x2(acc" in c
+    assert ("an int8 pointer: no LDRD" in c) == (target == "cortex-m7")
+    assert_qemu_matches_oracle(model, target)
+
+@needs_mcu
+@needs_shared_models
+@pytest.mark.parametrize("name", ["kws_ref_model", "ad01_int8"])
+def test_the_dual_issue_cores_scheduled_kernels_are_bit_exact(name):
+    """The Cortex-M7's kernels of load runs, scheduled by GCC (depthwise, the staged 1x1 and
+    fully connected steps), on the shared models at their fastest, three inputs under QEMU."""
+    path = SHARED_MODELS / f"{name}.tflite"
+    data = path.read_bytes()
+    mp = plan_model(parse_model(data, str(path)), target="cortex-m7", max_arena=1 << 30)
+    with QemuBackend(mp) as backend:
+        report = check_plan(mp, data, 3, 0, [("qemu", backend.invoke_many)])
+    assert report.ok, report.as_dict()
 
 
 @needs_mcu

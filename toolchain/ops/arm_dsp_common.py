@@ -92,23 +92,40 @@ UNROLLED_3X2 = 16
 # it then reads each weight word with no __sxtb16, which saves about pixels / 4 instructions
 # per byte the wider filter adds (a 2-pixel block widens 8 weights in 4 instructions).
 WIDE_FILTER_PIXELS = 100
-# The cores whose int16 matrix steps read runs of single loads (the `_runs` steps): on a
-# Cortex-M4 (and M33, whose timing is taken as the M4's) a load costs two cycles, one in a run
-# behind another, and LDRD three, so five loads in a run serve six __smlad for six cycles where
-# the LDRD steps take nine; the dual-issue Cortex-M7 reads LDRD in one cycle and keeps them.
-RUNS_TARGETS = ("cortex-m4", "cortex-m33")
+# The `_runs` steps read their words with single loads, in runs, where the others pair them
+# into LDRD. On a Cortex-M4 (and M33, whose timing is taken as the M4's) a load costs two
+# cycles, one in a run behind another, and LDRD three, so five loads in a run serve six __smlad
+# for six cycles where LDRD steps take nine. The dual-issue Cortex-M7 reads an LDRD in one cycle
+# but issues it alone, where a single load issues beside a __smlad: it takes the `_runs` steps
+# too, and also for the int8 step of three pixels (arenac_mac_3x2, whose LDRD runs cost the M4
+# no more than a run of two loads).
+# The single-issue cores, whose kernels of load runs keep GCC's scheduling after register
+# allocation off (ARENAC_DSP_IN_ORDER): it would spread each run between the multiplies. On the
+# Cortex-M7 that spreading pairs each load with a multiply, and the kernels keep it.
+IN_ORDER_TARGETS = ("cortex-m4", "cortex-m33")
 
 
-def mac16_helper(kind: str, target: str) -> str:
-    """The helper group of the int16 step `kind` (e.g. "3x2") on `target`."""
-    runs = target in RUNS_TARGETS and kind in ("3x2", "2x2")
-    return f"arm_dsp_mac16_{kind}{'_runs' if runs else ''}"
+def mac16_helper(kind: str) -> str:
+    """The helper group of the int16 step `kind` (e.g. "3x2")."""
+    return f"arm_dsp_mac16_{kind}{'_runs' if kind in ('3x2', '2x2') else ''}"
 
 
-def kernel_attribute(helpers: set[str]) -> str:
-    """The kernel function's attribute: GCC's scheduling after register allocation kept off
-    where the kernel's steps are runs of loads."""
-    return ("ARENAC_DSP_IN_ORDER" if any(h.endswith("_runs") for h in helpers)
+def runs_attribute(target: str) -> str:
+    """The attribute of a kernel built from runs of single loads on `target`: GCC's scheduling
+    after register allocation off on the single-issue cores, on for the dual-issue one."""
+    return "ARENAC_DSP_IN_ORDER" if target in IN_ORDER_TARGETS else "ARENAC_DSP_KERNEL"
+
+
+def runs_helpers(target: str) -> set[str]:
+    """The helper group of a kernel built from runs of single loads on `target`: the definition
+    of runs_attribute's ARENAC_DSP_IN_ORDER, or the Cortex-M7's reason to keep scheduling."""
+    return {"arm_dsp_in_order"} if target in IN_ORDER_TARGETS else {"arm_dsp_dual_issue"}
+
+
+def kernel_attribute(helpers: set[str], target: str) -> str:
+    """The kernel function's attribute: runs_attribute where the kernel's steps are runs of
+    loads."""
+    return (runs_attribute(target) if any(h.endswith("_runs") for h in helpers)
             else "ARENAC_DSP_KERNEL")
 
 
@@ -482,13 +499,12 @@ def word_steps(kind: str, m: Matmul) -> dict:
 
 
 def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
-                    sum_at: Callable[[str], str], target: str,
-                    direct: bool = False) -> list[dict]:
+                    sum_at: Callable[[str], str], target: str, direct: bool = False) -> list[dict]:
     """A pixel block's channel blocks: two channels at a time, then an odd last one; for one
-    pixel of int8 weights on the cores of single-load runs, four (two pairs) first. `direct`:
-    the pixel's inputs read from x0 and widened in registers (`word_steps`)."""
+    pixel of int8 weights, four (two pairs) first. `direct`: the pixel's inputs read from x0
+    and widened in registers (`word_steps`)."""
     blocks = []
-    quads = pixels == 1 and not wide and target in RUNS_TARGETS
+    quads = pixels == 1 and not wide
     start = 0
     for width in (4, 2, 1) if quads else (2, 1):
         loop = ConstantLoop("c", m.channels - m.channels % width, start, width)
@@ -504,8 +520,10 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
                   f"{c_sum([(loop, 1)], j)});"
                   for i in range(pixels) for j in range(width)]
         helper = (f"arm_dsp_mac_{kind}_word{'_runs' if width == 4 else ''}" if direct
-                  else mac16_helper(kind, target) if wide
-                  else "arm_dsp_mac_1x4_runs" if width == 4 else f"arm_dsp_mac_{kind}")
+                  else mac16_helper(kind) if wide
+                  else "arm_dsp_mac_1x4_runs" if width == 4
+                  else "arm_dsp_mac_3x2_runs" if kind == "3x2" and target not in IN_ORDER_TARGETS
+                  else f"arm_dsp_mac_{kind}")
         steps = word_steps(kind, m) if direct else depth_steps(kind, m, wide)
         blocks.append({"loop": loop, "head": head, "steps": steps, "stores": stores,
                        "helper": helper})
@@ -620,6 +638,8 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     blocks = [b for p in pixels for b in p["channels"]]
     helpers = {"arm_dsp", *helpers, *(b["helper"] for b in blocks)}
     helpers |= output_helpers(tables, output) | stage_calls
+    if any(h.endswith("_runs") for h in helpers):
+        helpers |= runs_helpers(ctx.target)
     counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
     return {
@@ -628,6 +648,6 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
         "scratch": None if direct else ctx.scratch[0], "counters": counters, "batches": loops[0],
         "rows": loops[1], "row_head": row_head, "pixels": pixels,
-        "helpers": tuple(sorted(helpers)), "attribute": kernel_attribute(helpers),
+        "helpers": tuple(sorted(helpers)), "attribute": kernel_attribute(helpers, ctx.target),
         "patch": None, "windows": None, "setup": [],
     }

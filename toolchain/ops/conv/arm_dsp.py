@@ -40,7 +40,6 @@ from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp_common import (
     DSP_TARGETS,
     GROUP,
-    RUNS_TARGETS,
     TEMPLATE,
     UNROLL,
     UNROLLED,
@@ -60,6 +59,8 @@ from toolchain.ops.arm_dsp_common import (
     plus_term,
     pointwise_scratch,
     pointwise_values,
+    runs_attribute,
+    runs_helpers,
     sum_of,
 )
 from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams, Requantize
@@ -277,7 +278,9 @@ def emit_staged(ctx: OpContext) -> Kernel:
                    (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
     widening = _staged_widening(m, pixel_loops)
     blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, pixel_loops)
-    helpers = {"arm_dsp", "arm_dsp_widen_1", *(mac16_helper(k, ctx.target) for k in kinds),
+    steps = {mac16_helper(k) for k in kinds}
+    helpers = {"arm_dsp", "arm_dsp_widen_1", *steps,
+               *(runs_helpers(ctx.target) if any(s.endswith("_runs") for s in steps) else ()),
                *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops
                  if full and loop.runs),
                *(["arm_dsp_partial", "arm_dsp_widen4"] if tail else []),
@@ -293,7 +296,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "output": output,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr, "input": ctx.scratch[0],
-        "filter": ctx.scratch[1], "attribute": kernel_attribute(helpers),
+        "filter": ctx.scratch[1], "attribute": kernel_attribute(helpers, ctx.target),
         "widening": widening, "blocks": blocks,
         "counters": written_vars([loop for loop, _ in pixel_loops]
                                  + [b["loop"] for b in blocks] + step_loops),
@@ -696,20 +699,6 @@ def _row_calls(prefix: str, d: Depthwise) -> tuple[list[str], list[list[str]], l
     return turn_args, loads, calls
 
 
-def _word_loads(row: int, count: int, pairs: bool) -> list[str]:
-    """Words a0..a{count - 1} of a filter row from r + row on, two by two with LDRD where
-    `pairs` (both pixels' words: the pair's first pixel is even, so they are aligned)."""
-    lines = []
-    for j in range(0, count, 2):
-        at = c_offset("r", [], row + 2 * j)
-        if pairs and j + 1 < count:
-            lines.append(f"arenac_load2((const int32_t *)(const void *)({at}), &a{j}, "
-                         f"&a{j + 1});")
-            continue
-        lines += [f"a{i} = {_word('r', row + 2 * i)};" for i in range(j, min(j + 2, count))]
-    return lines
-
-
 def _word(base: str, at: int) -> str:
     """The int16 pair at base + at (int16 values), one single load."""
     return f"arenac_load32((const int8_t *)({c_offset(base, [], at)}))"
@@ -757,13 +746,13 @@ def _shared_taps(d: Depthwise, count: int) -> list[FilterRow]:
 
 
 def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int,
-                      weights: list[list[str]] | None) -> dict:
+                      weights: list[list[str]]) -> dict:
     """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
-    wr + ky * slot + ox * sw + 2 * j. With `weights` (each slot's weight loads), each filter
-    row's input and weight words are read in one run of single loads before its multiply-adds
-    (the Cortex-M4's and M33's timing: a load costs one cycle behind another, two elsewhere,
-    LDRD three), the weights again for every pixel block, which keeps the registers for the
-    loads; without, the weights are the channel's registers and input words pair into LDRD."""
+    wr + ky * slot + ox * sw + 2 * j. Each filter row's input words and weight words (`weights`:
+    each slot's weight loads) are read in one run of single loads before its multiply-adds (a
+    Cortex-M4's load costs one cycle behind another, two elsewhere, LDRD three; a Cortex-M7
+    issues a single load beside a multiply, an LDRD alone), the weights again for every pixel
+    block, which keeps the registers for the loads."""
     sw, slot = d.stride[1], d.line
     lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
              f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
@@ -786,29 +775,24 @@ def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int,
                        for ky in range(d.kh)]
     names = max(len(f.words) for f in filter_rows)
     lines.append(f"int32_t {', '.join(f'a{j}' for j in range(names))};")
-    if weights is not None:  # read again here, not kept from the block before
-        lines.append("ARENAC_KEEP(wc);")
+    lines.append("ARENAC_KEEP(wc);")  # read again here, not kept from the block before
     for ky, f in enumerate(filter_rows):
-        if weights is not None:  # the weights its multiply-adds use (one pixel: not all)
-            used = [w for w in weights[ky] if re.search(rf"\b{w.split()[2]}\b", " ".join(f.macs))]
-            lines += _run(f.words, used)
-        elif d.shared_loads or (sw == 2 and count == 2):
-            lines += _word_loads(ky * slot, len(f.words), count == 2)
-        else:
-            lines += f.words
+        # the weights its multiply-adds use (one pixel: not all)
+        used = [w for w in weights[ky] if re.search(rf"\b{w.split()[2]}\b", " ".join(f.macs))]
+        lines += _run(f.words, used)
         lines += f.macs
     return {"loop": loop, "lines": lines + stores}
 
 
-def _depthwise_blocks(prefix: str, d: Depthwise, weights: list[list[str]] | None
+def _depthwise_blocks(prefix: str, d: Depthwise, weights: list[list[str]]
                       ) -> tuple[list[dict], list[ConstantLoop]]:
     """The pixel blocks of an output row (written out up to UNROLLED_PIXELS, else a loop of
     the first ones) and the loops of more than one pixel: pairs and a last odd pixel. With
-    `weights` (see _depthwise_pixels) and shared loads, four pixels a block, the row's last
+    shared loads (see _depthwise_pixels), four pixels a block, the row's last
     one to three pixels in one block of their own or, for a 3-wide filter, in the last block
     (five or six pixels): a block of n pixels reads k + 1 + (n - 1) // 2 words of a filter
     row, where pairs apart read k + 1 each."""
-    if weights is not None and d.shared_loads:
+    if d.shared_loads:
         width, rest = 4, d.out_w % 4
         last = 4 + rest if rest in (1, 2) and d.out_w > 4 and d.kw == 3 else rest
     else:
@@ -826,21 +810,18 @@ def _depthwise_blocks(prefix: str, d: Depthwise, weights: list[list[str]] | None
             [loop for loop, count in loops if count > 1])
 
 
-def _channel_copies(d: Depthwise, runs: bool) -> list[str]:
-    """One input pixel's channels into their lines: written out, or UNROLL a trip. With `runs`,
-    each four values are read in one run of loads before their four stores (a load behind a
-    store costs two cycles, behind a load one)."""
+def _channel_copies(d: Depthwise) -> list[str]:
+    """One input pixel's channels into their lines: written out, or UNROLL a trip; each four
+    values read in one run of loads before their four stores (a load behind a store costs two
+    cycles on a Cortex-M4, behind a load one)."""
     channel = d.kh * d.line
     looped = d.group > UNROLLED
     unroll = next(u for u in (UNROLL, 4, 2, 1) if d.group % u == 0) if looped else d.group
     copies = []
-    for g in range(0, unroll, GROUP if runs else unroll):
-        group = range(g, min(g + (GROUP if runs else unroll), unroll))
-        if runs:
-            copies += [f"{{ const int16_t {', '.join(f'v{j} = xp[{j}]' for j in group)};",
-                       *(f"  lp[{j * channel}] = v{j};" for j in group), "}"]
-        else:
-            copies += [f"lp[{j * channel}] = xp[{j}];" for j in group]
+    for g in range(0, unroll, GROUP):
+        group = range(g, min(g + GROUP, unroll))
+        copies += [f"{{ const int16_t {', '.join(f'v{j} = xp[{j}]' for j in group)};",
+                   *(f"  lp[{j * channel}] = v{j};" for j in group), "}"]
     if looped:
         copies = [f"for (c = 0; c < {d.group}; c += {unroll}, xp += {unroll}, "
                   f"lp += {unroll * channel}) {{", *(f"  {line}" for line in copies), "}"]
@@ -862,8 +843,7 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
     sh, sw = d.stride
     channel = d.kh * d.line  # the scratch is [channel][slot][line]
     turn_args, loads, calls = _row_calls(prefix, d)
-    runs = ctx.target in RUNS_TARGETS
-    blocks, pairs = _depthwise_blocks(prefix, d, loads if runs else None)
+    blocks, pairs = _depthwise_blocks(prefix, d, loads)
     # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
@@ -876,18 +856,15 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
             f"{what} for the Arm DSP extension, output row by output row: the input rows it "
             f"reads that the previous one did not widened to int16 into the {d.kh} slots of "
             f"the arena (a line of {d.line} values per channel, the padding the input zero "
-            "point), then per channel " + (
-                "two output pixels at a time, each filter row's input and weight words read "
-                "in one run of single loads" if runs else
-                "its filter words kept in registers, two output pixels at a time") +
+            "point), then per channel two output pixels at a time, each filter row's input "
+            "and weight words read in one run of single loads" +
             (" sharing the words they read" if d.shared_loads or sw == 2 else "")
             + ", each __smlad adding two taps' products"),
         "d": d, "zero_point": -d.input_offset, "channel": channel,
         "grouped": d.group < d.channels,
-        "loads": [] if runs else [line for slot in loads for line in slot],
-        "attribute": "ARENAC_DSP_IN_ORDER" if runs else "ARENAC_DSP_KERNEL",
+        "attribute": runs_attribute(ctx.target),
         "pixels": blocks, "ox": any(p.written for p in pairs), "first_row": first_row,
-        "copies": _channel_copies(d, runs),
+        "copies": _channel_copies(d),
         "turn_args": turn_args, "calls": calls,
         "row_comment": c_comment(
             f"One output row of {what}, channel by channel: o its first output, and the filter "
@@ -898,9 +875,7 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
         "sum": sum_of(prefix, tables, "c"),
-        "helpers": tuple(sorted({"arm_dsp", *(["arm_dsp_in_order"] if runs else []),
-                                 *(["arm_dsp_load2"] if any(
-            "arenac_load2" in line for b in blocks for line in b["lines"]) else [])}
+        "helpers": tuple(sorted({"arm_dsp", *runs_helpers(ctx.target)}
                                 | output_helpers(tables, output) | stage_calls)),
     }
     row = definition(f"{values['prefix']}_row", render_macro(TEMPLATE, "depthwise_row", values),

@@ -28,6 +28,8 @@ from toolchain.ops.arm_dsp_common import (
     kernel_definitions,
     output_helpers,
     output_values,
+    runs_attribute,
+    runs_helpers,
     sum_of,
 )
 from toolchain.ops.conv.arm_dsp import Depthwise, accepts_depthwise, conv_output, depthwise_of
@@ -184,7 +186,7 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
             "in[] that reaches past them: the taps over the padding skipped, its sums "
             "started from `padded`, what they add"),
         "edge_head": c_function_head(
-            f"ARENAC_DSP_IN_ORDER static void {prefix}_edge",
+            f"{runs_attribute(ctx.target)} static void {prefix}_edge",
             ["const int8_t *const *in", "int8_t *o", "int ix", "const int32_t *padded"]),
         "padding": padding[0]["name"] if padding else None,
         "iy": c_sum([(out_rows, sh), ("ky", 1)], -pt), "row_values": row_values,
@@ -201,7 +203,8 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
         "orow": c_offset("out", [(batches, d.out_h * row_out), (out_rows, row_out)]),
         "xb": c_offset("x", [(batches, d.height * row_values)]),
         "counters": written_vars([batches, out_rows, left, columns, right]),
-        "helpers": tuple(sorted({"arm_dsp", "arm_dsp_ror8", "arm_dsp_in_order"}
+        "attribute": runs_attribute(ctx.target),
+        "helpers": tuple(sorted({"arm_dsp", "arm_dsp_ror8", *runs_helpers(ctx.target)}
                                 | output_helpers(tables, output) | stage_calls)),
     }
     functions = [definition(f"{prefix}_edge", render_macro(TEMPLATE, "depthwise_direct_edge",

@@ -37,6 +37,8 @@ from toolchain.ops.arm_dsp_common import (
     kernel_definitions,
     output_helpers,
     output_values,
+    runs_attribute,
+    runs_helpers,
     sum_of,
 )
 from toolchain.ops.conv.arm_dsp import (
@@ -411,7 +413,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
         "edge_counters": written_vars([channel for channel, _ in _channel_loops(d)]),
         "tap_words": d.depth // 4,
         "edge_head": c_function_head(
-            f"ARENAC_DSP_IN_ORDER static void {prefix}_edge",
+            f"{runs_attribute(ctx.target)} static void {prefix}_edge",
             ["const int8_t *const *in", "int8_t *o0", "int ix",
              *(["const int32_t *padded"] if d.deep else [])]),
         "padding": padding[0]["name"] if padding else None,
@@ -422,7 +424,8 @@ def emit_direct(ctx: OpContext) -> Kernel:
         "orow": c_offset("out", [(batches, d.out_h * row_out), (out_rows, row_out)]),
         "xb": c_offset("x", [(batches, image)]),
         "counters": ", ".join(filter(None, (written_vars(loops), "j" if d.deep else ""))),
-        "helpers": tuple(sorted({"arm_dsp", "arm_dsp_ror8", "arm_dsp_in_order"}
+        "attribute": runs_attribute(ctx.target),
+        "helpers": tuple(sorted({"arm_dsp", "arm_dsp_ror8", *runs_helpers(ctx.target)}
                                 | output_helpers(tables, output)
                                 | stage_calls)),
     }

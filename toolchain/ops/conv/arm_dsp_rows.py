@@ -28,6 +28,8 @@ from toolchain.ops.arm_dsp_common import (
     kernel_definitions,
     output_helpers,
     output_values,
+    runs_attribute,
+    runs_helpers,
     sum_of,
 )
 from toolchain.ops.conv.arm_dsp import Convolution, accepts_im2col, conv_output, convolution_of
@@ -228,7 +230,8 @@ def emit_rows(ctx: OpContext) -> Kernel:
         "groups": d.width * d.depth - (d.width * d.depth) % 4,
         # two words a trip where they divide the row: the loop's own cycles over 8 values
         "group_step": 8 if (d.width * d.depth) % 8 == 0 else 4,
-        "helpers": tuple(sorted({"arm_dsp", "arm_dsp_in_order",
+        "attribute": runs_attribute(ctx.target),
+        "helpers": tuple(sorted({"arm_dsp", *runs_helpers(ctx.target),
                                  *(["arm_dsp_widen4_in_order"] if c == d.depth and pl * c % 2 == 0
                                    and d.width * d.depth >= 4 else [])}
                                 | output_helpers(tables, output) | stage_calls)),
