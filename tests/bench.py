@@ -306,7 +306,7 @@ def stream_section(paths: list[Path]) -> None:
                 [stream_row(p) for p in paths]))
 
 
-def stream_output_section() -> None:
+def stream_output_rows() -> list[list[object]]:
     """Streamed outputs on a built dense-prediction head (the shared models are classifiers,
     whose outputs are a few bytes): the arena holding the output whole, streaming it, and
     streaming both ends, on generic and cortex-m4."""
@@ -321,6 +321,12 @@ def stream_output_section() -> None:
         both = plan_model(model, target=target, stream_input=True,
                           stream_output=True).arena_bytes
         rows.append([f"dense_head ({target})", y.nbytes, whole, out, both, ratio(both, whole)])
+    return rows
+
+
+def stream_output_section() -> None:
+    """The dense-prediction head's streamed outputs (stream_output_rows) as a table."""
+    rows = stream_output_rows()
     print("streamed output (--stream-output): the arena holding the output whole, streaming it "
           "(its rows handed on by the last segment, in the C through NAME_output_rows()), and "
           "streaming the input too, for tests/test_streaming_output.py's dense-prediction head "

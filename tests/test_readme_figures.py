@@ -192,6 +192,45 @@ def test_the_readme_striping_table_is_what_bench_tiling_gives(cells):
         assert [str(a) for a in m4] == cells[8:10], f"row {cells[0]}: its Cortex-M4 arenas"
 
 
+def pipe_rows(heading: str) -> list[list[str]]:
+    """The cells of each row of the first Markdown table after the paragraph starting
+    `heading` in the documents (header and rule left out), thousands separators dropped."""
+    for document in DOCUMENTS:
+        lines = document.read_text().splitlines()
+        start = next((k for k, line in enumerate(lines) if line.startswith(heading)), None)
+        if start is not None:
+            begin = next(k for k in range(start, len(lines)) if lines[k].startswith("|"))
+            end = next((k for k in range(begin, len(lines)) if not lines[k].startswith("|")),
+                       len(lines))
+            return [[c.strip().replace(",", "") for c in line.strip("|").split("|")]
+                    for line in lines[begin + 2:end]]
+    raise AssertionError(f"no table after {heading!r} in the documents")
+
+
+STREAM_ROWS = pipe_rows("`python -m tests.bench stream` (also in `make bench`):")
+
+
+@pytest.mark.parametrize("cells", STREAM_ROWS, ids=[cells[0] for cells in STREAM_ROWS])
+def test_the_streamed_input_table_is_what_bench_stream_gives(cells):
+    """`python -m tests.bench stream`: the input, the arena holding it, streaming it on generic
+    and on cortex-m4, and the rows its stripe buffer keeps."""
+    from tests.bench import stream_row
+    from tests.conftest import SHARED_MODEL_FILES
+
+    if not SHARED_MODEL_FILES:
+        pytest.skip("the shared models are absent")
+    row = stream_row(shared_model(cells[0]))
+    assert [str(c) for c in row[1:6]] == cells[1:6], f"the documented row {cells[0]} is stale"
+
+
+def test_the_streamed_output_table_is_what_bench_stream_gives():
+    """`python -m tests.bench stream`'s dense-prediction head, on generic and cortex-m4."""
+    from tests.bench import stream_output_rows
+
+    documented = pipe_rows("The shared models are classifiers, whose outputs are a few bytes")
+    assert [[str(c) for c in row] for row in stream_output_rows()] == documented
+
+
 FOOTPRINT_ROWS = table_rows("Measured by `make bench` (bytes; `-Os`, default plan; TFLM total")
 
 
