@@ -105,8 +105,20 @@ WIDE_FILTER_PIXELS = 100
 IN_ORDER_TARGETS = ("cortex-m4", "cortex-m33")
 
 
-def mac16_helper(kind: str) -> str:
-    """The helper group of the int16 step `kind` (e.g. "3x2")."""
+# The dual-issue cores whose int16 3x2 and 2x2 steps are written out as one software pipeline
+# (`paired_steps`): each load of the next half-step placed after the last multiply-add that
+# reads the register it fills, so that each issues beside a multiply-add.
+PIPELINED_TARGETS = ("cortex-m7",)
+
+
+PIPELINE = "arm_dsp_pipeline"  # the helper group of the written-out steps: a comment
+
+
+def mac16_helper(kind: str, target: str) -> str:
+    """The helper group of the int16 step `kind` (e.g. "3x2") on `target`: PIPELINE where the
+    steps are written out in the kernel (`paired_steps`)."""
+    if kind in ("3x2", "2x2") and target in PIPELINED_TARGETS:
+        return PIPELINE
     return f"arm_dsp_mac16_{kind}{'_runs' if kind in ('3x2', '2x2') else ''}"
 
 
@@ -122,9 +134,21 @@ def runs_helpers(target: str) -> set[str]:
     return {"arm_dsp_in_order"} if target in IN_ORDER_TARGETS else {"arm_dsp_dual_issue"}
 
 
+def with_attribute_helpers(helpers: set[str], target: str) -> set[str]:
+    """`helpers` and the groups kernel_attribute's attribute needs: a written-out pipeline
+    keeps its order (its group brings ARENAC_DSP_IN_ORDER), else runs_helpers for the steps
+    of load runs."""
+    if PIPELINE in helpers or not any(h.endswith("_runs") for h in helpers):
+        return helpers
+    return helpers | runs_helpers(target)
+
+
 def kernel_attribute(helpers: set[str], target: str) -> str:
-    """The kernel function's attribute: runs_attribute where the kernel's steps are runs of
-    loads."""
+    """The kernel function's attribute: GCC's scheduling after register allocation off where
+    the kernel writes out a pipeline of its own, else runs_attribute where its steps are runs
+    of loads."""
+    if PIPELINE in helpers:
+        return "ARENAC_DSP_IN_ORDER"
     return (runs_attribute(target) if any(h.endswith("_runs") for h in helpers)
             else "ARENAC_DSP_KERNEL")
 
@@ -445,10 +469,12 @@ def plus_term(value: int) -> str:
 # -- emission --------------------------------------------------------------------------------
 
 
-def depth_steps(kind: str, m: Matmul, wide: bool) -> dict:
+def depth_steps(kind: str, m: Matmul, wide: bool, target: str) -> dict:
     """The calls of one block's depth steps: written out up to UNROLLED groups (UNROLL for
     the 3x2 step), else a loop of UNROLL groups a trip and the rest written out. `wide`: the
     filter is int16 pairs."""
+    if wide and kind in ("3x2", "2x2") and target in PIPELINED_TARGETS:
+        return paired_steps(m, int(kind[0]))
     x_words = 2 * int(kind[0])
     # a channel pair's weights of a group: 8 bytes, or 4 int32 words; the 1x4 step's second
     # pair is the next pair's row block, `pair_block` further on
@@ -463,6 +489,48 @@ def depth_steps(kind: str, m: Matmul, wide: bool) -> dict:
                 f"{c_offset('w', w_terms, extra * w_step)}{pair_block});")
 
     return unrolled_steps(m.groups, UNROLLED_3X2 if kind == "3x2" else UNROLLED, call)
+
+
+def paired_steps(m: Matmul, pixels: int) -> dict:
+    """The int16 steps of `pixels` pixels by two channels over `pairs` and `w` written out as one
+    software pipeline per run of groups (a loop trip of UNROLL, or the groups written out):
+    each half-step's __smlad with the next half-step's words loaded between them, each load
+    after the last multiply-add reading the register it fills, so that the Cortex-M7 issues
+    every load beside a multiply-add (one MAC pipe: a cycle for two products)."""
+    last = pixels - 1
+
+    def run(k: ConstantLoop | None, groups: range) -> list[str]:
+        def word(array: str, group: int, index: int) -> str:
+            step = 2 * pixels if array == "pairs" else 4
+            return f"{array}[{c_sum([(k, step)] if k is not None else [], group * step + index)}]"
+
+        def words(group: int, half: int) -> dict[str, str]:
+            return {"a": word("w", group, half), "b": word("w", group, 2 + half),
+                    **{f"x{p}": word("pairs", group, 2 * p + half) for p in range(pixels)}}
+
+        halves = [(g, h) for g in groups for h in (0, 1)]
+        first = words(*halves[0])
+        xs = ", ".join(f"x{p} = {first[f'x{p}']}" for p in range(pixels))
+        lines = ["{", f"  int32_t a = {first['a']}, b = {first['b']};", f"  int32_t {xs};"]
+        for i in range(len(halves)):
+            following = words(*halves[i + 1]) if i + 1 < len(halves) else {}
+            for p in range(pixels):
+                lines.append(f"  acc[{2 * p}] = __smlad(x{p}, a, acc[{2 * p}]);")
+                if p == last and following:  # a is free after the last pixel's first
+                    lines.append(f"  a = {following['a']};")
+                lines.append(f"  acc[{2 * p + 1}] = __smlad(x{p}, b, acc[{2 * p + 1}]);")
+                if following:
+                    lines.append(f"  x{p} = {following[f'x{p}']};")
+            if following:
+                lines.append(f"  b = {following['b']};")
+        return [*lines, "}"]
+
+    if m.groups <= (UNROLLED_3X2 if pixels == 3 else UNROLLED):
+        return {"loop": None, "body": [], "rest": run(None, range(m.groups))}
+    main = m.groups - m.groups % UNROLL
+    k = ConstantLoop("k", main, 0, UNROLL)
+    return {"loop": k, "body": run(k, range(UNROLL)),
+            "rest": run(None, range(main, m.groups)) if main < m.groups else []}
 
 
 def unrolled_steps(groups: int, unrolled: int,
@@ -520,11 +588,11 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
                   f"{c_sum([(loop, 1)], j)});"
                   for i in range(pixels) for j in range(width)]
         helper = (f"arm_dsp_mac_{kind}_word{'_runs' if width == 4 else ''}" if direct
-                  else mac16_helper(kind) if wide
+                  else mac16_helper(kind, target) if wide
                   else "arm_dsp_mac_1x4_runs" if width == 4
                   else "arm_dsp_mac_3x2_runs" if kind == "3x2" and target not in IN_ORDER_TARGETS
                   else f"arm_dsp_mac_{kind}")
-        steps = word_steps(kind, m) if direct else depth_steps(kind, m, wide)
+        steps = word_steps(kind, m) if direct else depth_steps(kind, m, wide, target)
         blocks.append({"loop": loop, "head": head, "steps": steps, "stores": stores,
                        "helper": helper})
     return blocks
@@ -637,9 +705,8 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     tables = [filter_table, *tables]
     blocks = [b for p in pixels for b in p["channels"]]
     helpers = {"arm_dsp", *helpers, *(b["helper"] for b in blocks)}
-    helpers |= output_helpers(tables, output) | stage_calls
-    if any(h.endswith("_runs") for h in helpers):
-        helpers |= runs_helpers(ctx.target)
+    helpers = with_attribute_helpers(helpers | output_helpers(tables, output) | stage_calls,
+                                     ctx.target)
     counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
     return {

@@ -246,6 +246,7 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     **{f"arm_dsp_widen_{n}": ("arm_dsp", "arm_dsp_widen4") for n in (1, 2, 3)},
     "arm_dsp_in_order": (),
     "arm_dsp_dual_issue": (),  # a comment: why the Cortex-M7's kernels of load runs schedule
+    "arm_dsp_pipeline": ("arm_dsp_in_order",),  # a comment: the Cortex-M7's written-out steps
     "arm_dsp_mac16_2x2_runs": ("arm_dsp",),
     "arm_dsp_mac16_3x2_runs": ("arm_dsp",),
     "arm_dsp_mac_1x4_runs": ("arm_dsp", "arm_dsp_ror8"),

@@ -62,6 +62,7 @@ from toolchain.ops.arm_dsp_common import (
     runs_attribute,
     runs_helpers,
     sum_of,
+    with_attribute_helpers,
 )
 from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams, Requantize
 from toolchain.ops.emit import (
@@ -223,7 +224,7 @@ def _staged_widening(m: Matmul, pixel_loops: tuple) -> list[dict]:
             for loop, count in pixel_loops if loop.runs]
 
 
-def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], pixel_loops: tuple
+def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], pixel_loops: tuple, target: str
                    ) -> tuple[list[dict], set[str], list[ConstantLoop]]:
     """Channel pair by channel pair (then a last odd channel): the filter rows widened, then
     the steps of each block of pixels; the blocks, the steps' kinds and their loops."""
@@ -244,7 +245,7 @@ def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], pixel_loops: tupl
             channels = [c_sum([(loop, 1)], j) for j in range(width)]
             sums = [sum_of(prefix, tables, c) for c in channels]
             out = c_offset("out", [(ploop, m.channels), (loop, 1)])
-            steps = depth_steps(kind, m, True)
+            steps = depth_steps(kind, m, True, target)
             step_loops += [steps["loop"]] if steps["loop"] else []
             outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
             pixels.append({
@@ -277,14 +278,12 @@ def emit_staged(ctx: OpContext) -> Kernel:
     pixel_loops = ((ConstantLoop("p", triples, 0, 3), 3),
                    (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
     widening = _staged_widening(m, pixel_loops)
-    blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, pixel_loops)
-    steps = {mac16_helper(k) for k in kinds}
-    helpers = {"arm_dsp", "arm_dsp_widen_1", *steps,
-               *(runs_helpers(ctx.target) if any(s.endswith("_runs") for s in steps) else ()),
-               *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops
-                 if full and loop.runs),
-               *(["arm_dsp_partial", "arm_dsp_widen4"] if tail else []),
-               *output_helpers(tables, output) | stage_calls}
+    blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, pixel_loops, ctx.target)
+    helpers = with_attribute_helpers(
+        {"arm_dsp", "arm_dsp_widen_1", *(mac16_helper(k, ctx.target) for k in kinds),
+         *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops if full and loop.runs),
+         *(["arm_dsp_partial", "arm_dsp_widen4"] if tail else []),
+         *output_helpers(tables, output) | stage_calls}, ctx.target)
     tables = [{"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
                "length": c_length(m.packed().size), "data": c_array(m.packed()),
                "comment": c_comment(
