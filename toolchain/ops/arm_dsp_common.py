@@ -96,22 +96,19 @@ WIDE_FILTER_PIXELS = 100
 # into LDRD. On a Cortex-M4 (and M33, whose timing is taken as the M4's) a load costs two
 # cycles, one in a run behind another, and LDRD three, so five loads in a run serve six __smlad
 # for six cycles where LDRD steps take nine. The dual-issue Cortex-M7 reads an LDRD in one cycle
-# but issues it alone, where a single load issues beside a __smlad: it takes the `_runs` steps
-# too, and also for the int8 step of three pixels (arenac_mac_3x2, whose LDRD runs cost the M4
-# no more than a run of two loads).
+# but issues it alone, where a single load issues beside a __smlad: it reads single loads too,
+# in the `_runs` steps, in its own pipelines of the int16 steps (PIPELINED_TARGETS) and in the
+# int8 step of three pixels (arenac_mac_3x2, whose LDRD costs the M4 no more than two loads).
 # The single-issue cores, whose kernels of load runs keep GCC's scheduling after register
 # allocation off (ARENAC_DSP_IN_ORDER): it would spread each run between the multiplies. On the
 # Cortex-M7 that spreading pairs each load with a multiply, and the kernels keep it.
 IN_ORDER_TARGETS = ("cortex-m4", "cortex-m33")
-
-
 # The dual-issue cores whose int16 3x2 and 2x2 steps are written out as one software pipeline
 # (`paired_steps`): each load of the next half-step placed after the last multiply-add that
-# reads the register it fills, so that each issues beside a multiply-add.
+# reads the register it fills, so that each issues beside a multiply-add. Such a kernel keeps
+# its order (PIPELINE, the helper group of a comment, brings ARENAC_DSP_IN_ORDER).
 PIPELINED_TARGETS = ("cortex-m7",)
-
-
-PIPELINE = "arm_dsp_pipeline"  # the helper group of the written-out steps: a comment
+PIPELINE = "arm_dsp_pipeline"
 
 
 def mac16_helper(kind: str, target: str) -> str:
