@@ -502,24 +502,24 @@ def paired_steps(m: Matmul, pixels: int) -> dict:
             return f"{array}[{c_sum([(k, step)] if k is not None else [], group * step + index)}]"
 
         def words(group: int, half: int) -> dict[str, str]:
-            return {"a": word("w", group, half), "b": word("w", group, 2 + half),
-                    **{f"x{p}": word("pairs", group, 2 * p + half) for p in range(pixels)}}
+            return {"wa": word("w", group, half), "wb": word("w", group, 2 + half),
+                    **{f"xw{p}": word("pairs", group, 2 * p + half) for p in range(pixels)}}
 
         halves = [(g, h) for g in groups for h in (0, 1)]
         first = words(*halves[0])
-        xs = ", ".join(f"x{p} = {first[f'x{p}']}" for p in range(pixels))
-        lines = ["{", f"  int32_t a = {first['a']}, b = {first['b']};", f"  int32_t {xs};"]
+        xs = ", ".join(f"xw{p} = {first[f'xw{p}']}" for p in range(pixels))
+        lines = ["{", f"  int32_t wa = {first['wa']}, wb = {first['wb']};", f"  int32_t {xs};"]
         for i in range(len(halves)):
             following = words(*halves[i + 1]) if i + 1 < len(halves) else {}
             for p in range(pixels):
-                lines.append(f"  acc[{2 * p}] = __smlad(x{p}, a, acc[{2 * p}]);")
-                if p == last and following:  # a is free after the last pixel's first
-                    lines.append(f"  a = {following['a']};")
-                lines.append(f"  acc[{2 * p + 1}] = __smlad(x{p}, b, acc[{2 * p + 1}]);")
+                lines.append(f"  acc[{2 * p}] = __smlad(xw{p}, wa, acc[{2 * p}]);")
+                if p == last and following:  # wa is free after the last pixel's first
+                    lines.append(f"  wa = {following['wa']};")
+                lines.append(f"  acc[{2 * p + 1}] = __smlad(xw{p}, wb, acc[{2 * p + 1}]);")
                 if following:
-                    lines.append(f"  x{p} = {following[f'x{p}']};")
+                    lines.append(f"  xw{p} = {following[f'xw{p}']};")
             if following:
-                lines.append(f"  b = {following['b']};")
+                lines.append(f"  wb = {following['wb']};")
         return [*lines, "}"]
 
     if m.groups <= (UNROLLED_3X2 if pixels == 3 else UNROLLED):
