@@ -52,7 +52,7 @@ from toolchain.lower.lifetimes import STRIPE, BufferKey
 from toolchain.lower.plan import ModelPlan, StateSlot
 from toolchain.lower.program import Control, Copy
 from toolchain.lower.steps import CallOnce, RunIf, RunOp, RunSegment, RunWhile, Step
-from toolchain.lower.tiling import Segment, striped_params
+from toolchain.lower.tiling import Segment, StripeBuffer, Tile, striped_params, tile_params
 from toolchain.ops import planned_shape_values
 from toolchain.ops.overlaps import OverlapRule
 from toolchain.planners import PooledPlacement, verify, verify_pools
@@ -146,12 +146,9 @@ class ArenaInterpreter:
             s.input: None for s in model_plan.tiling.segments if s.streamed}
         # Streamed outputs too: their segment hands their rows on, here into an array of the
         # firmware's side (poison until handed), each row once and in order.
-        self.handed: dict[int, int] = {}  # streamed output -> the rows handed on so far
-        for s in model_plan.tiling.segments:
-            if s.streamed_output:
-                self.views[s.output] = np.empty(graph.tensors[s.output].shape,
-                                                graph.tensors[s.output].dtype)
-                self.handed[s.output] = 0
+        self.handed = {s.output for s in model_plan.tiling.segments if s.streamed_output}
+        for t in self.handed:
+            self.views[t] = np.empty(graph.tensors[t].shape, graph.tensors[t].dtype)
         self.reset()
 
     def state_block(self, nbytes: int) -> np.ndarray:
@@ -205,7 +202,6 @@ class ArenaInterpreter:
             arena.fill(POISON)
         for t in self.handed:
             self.views[t].view(np.uint8)[...] = POISON
-            self.handed[t] = 0
         self.owner.fill(FREE)
         self.held.clear()
         self.deferred.clear()
@@ -277,6 +273,9 @@ class ArenaInterpreter:
         hold poison. A streamed input's rows are fetched into its stripe buffer before each
         stripe, as the stripe says; reading a row not fetched yet fails. A streamed output's
         rows are handed on from its stripe buffer after each stripe, each row once and in order.
+        A segment in column tiles runs its stripes once per tile, on each tensor's columns in
+        that tile (the ops' params cut to them), its output claimed whole first and each tile's
+        rows copied into their columns of it, each row once per tile and in order.
         """
         layout, graph = self.layout, self.graph
         x, y = layout.holder_of.get(segment.input), layout.holder_of.get(segment.output)
@@ -284,14 +283,28 @@ class ArenaInterpreter:
         for step in steps:
             op = graph.operators[layout.steps[step].op_index]
             for claim in layout.steps[step].claims:
-                if claim.holder != y:
+                if claim.holder != y or segment.tiles:
                     self._claim(claim, step, op)
-        buffers = [self._stripe_view(segment, b) for b in segment.buffers]
-        dies = x is not None and segment.first <= layout.death.get(x, -1) <= segment.last
-        whole = {t for t, streamed in ((segment.input, segment.streamed),
-                                       (segment.output, segment.streamed_output)) if not streamed}
+        for tile in segment.tiles or (None,):
+            self._stripes(segment, tile, x, y)
+        for step in steps:
+            self._finish(step)
+        if self.observe is not None:
+            op = graph.operators[segment.ops[-1]]
+            self.observe(op.index, [self.views[t].copy() for t in op.outputs])
+
+    def _stripes(self, segment: Segment, tile: Tile | None, x: int | None, y: int | None
+                 ) -> None:
+        """The segment's stripes, in one column tile (`tile`) or across the whole width."""
+        graph = self.graph
+        params = self.params if tile is None else tile_params(segment, tile, graph, self.params)
+        buffers = [self._stripe_view(b, tile) for b in segment.buffers]
+        dies = x is not None and segment.first <= self.layout.death.get(x, -1) <= segment.last
+        whole = set() if tile else {
+            t for t, streamed in ((segment.input, segment.streamed),
+                                  (segment.output, segment.streamed_output)) if not streamed}
         where = {b.tensor: i for i, b in enumerate(segment.buffers)}
-        written = 0
+        written, handed = 0, 0
         for stripe in segment.stripes:
             for view, base, kept, previous in zip(buffers, stripe.bases, stripe.kept,
                                                   self._previous_bases(segment, stripe),
@@ -300,7 +313,7 @@ class ArenaInterpreter:
                     view[:, :kept] = view[:, base - previous:base - previous + kept].copy()
                 view[:, kept:].view(np.uint8)[...] = POISON
             if segment.streamed:
-                self._fetch(segment, stripe, buffers[0])
+                self._fetch(segment, stripe, buffers[0], tile)
 
             def rows(t: int, lo: int, hi: int, stripe=stripe) -> np.ndarray:
                 if t in whole:
@@ -320,67 +333,69 @@ class ArenaInterpreter:
                 op = graph.operators[work.op]
                 if dies:
                     self._release_rows(x, segment.input, stripe.input_alive_from(k, segment.input))
-                if work.op == segment.ops[-1] and y is not None:
+                if work.op == segment.ops[-1] and y is not None and tile is None:
                     self._claim_rows(y, segment.output, written, work.out_hi, op)
                     written = work.out_hi
                 _, in_lo, in_hi = work.reads[0]
-                params = striped_params(op.kind, self.params[work.op], work.out_lo,
-                                        work.out_hi, in_lo, in_hi)
+                cut = striped_params(op.kind, params[work.op], work.out_lo, work.out_hi, in_lo,
+                                     in_hi)
                 ins = [rows(t, lo, hi) for t, lo, hi in work.reads]
                 ins += [self.views[t] for t in op.inputs[len(ins):] if t >= 0]
-                KERNELS[op.kind](params, ins, [rows(op.outputs[0], work.out_lo, work.out_hi)])
-            if segment.streamed_output:
-                self._hand_on(segment, stripe, buffers[-1])
+                KERNELS[op.kind](cut, ins, [rows(op.outputs[0], work.out_lo, work.out_hi)])
+            if segment.emits:
+                handed = self._hand_on(segment, stripe, buffers[-1], tile, handed)
             if dies:
                 self._release_rows(x, segment.input, stripe.input_done_to)
-        rows_made = self.graph.tensors[segment.output].shape[1]
-        if segment.streamed_output and self.handed[segment.output] != rows_made:
+        rows_made = graph.tensors[segment.output].shape[1]
+        if segment.emits and handed != rows_made:
             raise PlanError(f"output tensor {segment.output} has {rows_made} rows; its stripes "
-                            f"hand on {self.handed[segment.output]}", self.source)
-        for step in steps:
-            self._finish(step)
-        if self.observe is not None:
-            op = graph.operators[segment.ops[-1]]
-            self.observe(op.index, [self.views[t].copy() for t in op.outputs])
+                            f"hand on {handed}", self.source)
 
-    def _fetch(self, segment: Segment, stripe, view: np.ndarray) -> None:
+    def _fetch(self, segment: Segment, stripe, view: np.ndarray, tile: Tile | None) -> None:
         """A streamed input's rows for the stripe, from where the firmware holds it into its
-        stripe buffer: the C's NAME_input_rows() call."""
+        stripe buffer (cut to the tile's columns): the C's NAME_input_rows() call."""
         lo, hi = stripe.fetch
         base = stripe.bases[0]
         if not 0 <= lo - base <= hi - base <= view.shape[1]:
             raise PlanError(f"rows {lo}-{hi - 1} of input tensor {segment.input} are fetched "
                             f"outside its stripe buffer (rows {base}-{base + view.shape[1] - 1})",
                             self.source)
-        view[:, lo - base:hi - base] = self.streamed[segment.input][:, lo:hi]
+        first, end = tile.span(segment.input) if tile else (0, view.shape[2])
+        view[:, lo - base:hi - base] = self.streamed[segment.input][:, lo:hi, first:end]
 
-    def _hand_on(self, segment: Segment, stripe, view: np.ndarray) -> None:
-        """A streamed output's rows the stripe made final, from its stripe buffer to where the
-        firmware takes them: the C's NAME_output_rows() call."""
+    def _hand_on(self, segment: Segment, stripe, view: np.ndarray, tile: Tile | None,
+                 handed: int) -> int:
+        """The output rows the stripe made final, from its stripe buffer to where the firmware
+        takes them (the C's NAME_output_rows() call), or into the tile's columns of the output
+        held whole; the rows handed on so far, after them."""
         lo, hi = stripe.emit
         base, y = stripe.bases[-1], segment.output
-        if lo != self.handed[y] or hi < lo:
+        if lo != handed or hi < lo:
             raise PlanError(f"rows {lo}-{hi - 1} of output tensor {y} are handed on out of "
-                            f"order (rows up to {self.handed[y] - 1} are)", self.source)
+                            f"order (rows up to {handed - 1} are)", self.source)
         if not 0 <= lo - base <= hi - base <= view.shape[1]:
             raise PlanError(f"rows {lo}-{hi - 1} of output tensor {y} are handed on from "
                             f"outside its stripe buffer (rows {base}-{base + view.shape[1] - 1})",
                             self.source)
-        self.views[y][:, lo:hi] = view[:, lo - base:hi - base]
-        self.handed[y] = hi
+        first, end = tile.span(y) if tile else (0, view.shape[2])
+        self.views[y][:, lo:hi, first:end] = view[:, lo - base:hi - base]
+        return hi
 
     @staticmethod
     def _previous_bases(segment: Segment, stripe) -> tuple[int, ...]:
         k = segment.stripes.index(stripe)
         return segment.stripes[k - 1].bases if k else stripe.bases
 
-    def _stripe_view(self, segment: Segment, buffer) -> np.ndarray:
-        """The arena rows of an intermediate's stripe buffer, as NHWC rows of its dtype."""
+    def _stripe_view(self, buffer: StripeBuffer, tile: Tile | None) -> np.ndarray:
+        """The arena rows of an intermediate's stripe buffer, as NHWC rows of its dtype (of the
+        tile's columns in a column tile)."""
         holder = self.layout.holder_of_key[BufferKey(STRIPE, buffer.tensor)]
-        start, end = self.layout.spans[holder]
+        start, _ = self.layout.spans[holder]
         tensor = self.graph.tensors[buffer.tensor]
-        return (self.arena[start:end].view(np.dtype(tensor.dtype))
-                .reshape((1, buffer.rows, *tensor.shape[2:])))
+        lo, hi = tile.span(buffer.tensor) if tile else (0, tensor.shape[2])
+        shape = (1, buffer.rows, hi - lo, *tensor.shape[3:])
+        size = int(np.prod(shape)) * np.dtype(tensor.dtype).itemsize
+        return self.arena[start:start + size].view(np.dtype(tensor.dtype)).reshape(shape)
 
     def _row_bytes(self, tensor: int) -> int:
         t = self.graph.tensors[tensor]

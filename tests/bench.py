@@ -43,6 +43,7 @@ from toolchain.lower.plan import (
     best_candidates,
     plan_model,
 )
+from toolchain.lower.tiling import op_macs
 from toolchain.ops import TFLM, oracle_of, unsupported_ops
 from toolchain.planners import (
     Buffer,
@@ -282,28 +283,34 @@ def tiling_section(paths: list[Path]) -> None:
 
 def stream_row(path: Path) -> list[object]:
     """The arena holding the input and streaming it (--stream-input), generic and cortex-m4,
-    with the input's bytes and the rows its stripe buffer keeps; "-" where it cannot stream."""
+    with the input's bytes, the rows its stripe buffer keeps, the column tiles its segment runs
+    in and the share of the model's MACs they compute twice (generic); "-" where it cannot
+    stream."""
     model = read_model(path)
     x = model.main.tensors[model.main.inputs[0]]
     row = [path.stem, x.nbytes, plan_model(model).arena_bytes]
     try:
         streamed = plan_model(model, stream_input=True)
     except ArenacError:
-        return [*row, "-", "-", "-", "-"]
+        return [*row, "-", "-", "-", "-", "-", "-"]
     (segment,) = [s for s in streamed.tiling.segments if s.streamed]
     m4 = plan_model(model, stream_input=True, target="cortex-m4").arena_bytes
     kept = f"{segment.buffers[0].rows} of {x.shape[1]}"
-    return [*row, streamed.arena_bytes, m4, kept,
+    twice = segment.macs - segment.whole_macs if segment.tiles else 0
+    share = twice / sum(op_macs(streamed.graph, b) for b in streamed.program.bindings)
+    return [*row, streamed.arena_bytes, m4, kept, len(segment.tiles) or 1, f"{share:.1%}",
             f"{streamed.arena_bytes / row[2]:.2f}x"]
 
 
 def stream_section(paths: list[Path]) -> None:
     print("streamed input (--stream-input): the arena holding the input whole and streaming it "
           "(its rows fetched by the first segment, in the C through NAME_input_rows()), on "
-          "generic and cortex-m4, and the input rows the stripe buffer keeps; - where no chain "
-          "of windowed ops reads the input alone")
-    print(table(["model", "input", "whole", "streamed", "m4 streamed", "rows kept", "ratio"],
-                [stream_row(p) for p in paths]))
+          "generic and cortex-m4, the input rows the stripe buffer keeps, the column tiles the "
+          "segment runs in and the share of the model's MACs they compute twice (at most "
+          "--max-recompute, 10 by default); - where no chain of windowed ops reads the input "
+          "alone")
+    print(table(["model", "input", "whole", "streamed", "m4 streamed", "rows kept", "tiles",
+                 "twice", "ratio"], [stream_row(p) for p in paths]))
 
 
 def stream_output_rows() -> list[list[object]]:

@@ -10,6 +10,7 @@ import argparse
 
 from toolchain.errors import ArenacError
 from toolchain.front.validate import DEFAULT_MAX_BYTES, DEFAULT_MAX_ITERATIONS
+from toolchain.ops.striping import DEFAULT_MAX_RECOMPUTE
 from toolchain.planners import PLANNERS
 from toolchain.planners.optimal import DEFAULT_NODES
 from toolchain.planners.solve import SOLVE_NODES
@@ -53,6 +54,16 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
     if not 0 < value <= 3600:
         raise argparse.ArgumentTypeError(f"time limit must be in (0, 3600] seconds, got {value}")
+    return value
+
+
+def percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"percentage must be in [0, 100], got {text}")
     return value
 
 
@@ -173,6 +184,11 @@ def add_planning(p: argparse.ArgumentParser) -> None:
                    help="never hold the outputs whole: the last stripes hand each output's rows "
                         "on as they are final, in the C through NAME_output_rows(), which the "
                         "firmware defines (a display, a UART or a DMA out behind it)")
+    p.add_argument("--max-recompute", type=percent, default=DEFAULT_MAX_RECOMPUTE, metavar="P",
+                   help="with --stream-input, the most MACs column tiles may compute twice, in "
+                        "percent of the model's: a streamed segment runs in column tiles where "
+                        "that lowers the arena within this cap; 0 for whole rows only "
+                        f"(default: {DEFAULT_MAX_RECOMPUTE:g})")
     p.add_argument("--max-arena", type=byte_count, default=None, metavar="N",
                    help="fit the arena in N bytes: while it is larger, the target kernel whose "
                         "scratch is the largest where the arena peaks runs the next kernel that "
@@ -207,6 +223,7 @@ def planning(args: argparse.Namespace) -> dict:
         inplace=not args.no_inplace, overlap=not args.no_overlap, schedule=args.schedule,
         fuse_padding=not args.no_fuse_padding,
         tiling=args.tiling,
+        max_recompute=args.max_recompute,
     )
     pools, pins = memory_of(args)
     return dict(

@@ -187,6 +187,11 @@ def streamed_words(mp: ModelPlan) -> dict:
                 "bytes of NHWC" for i, t in found]
         words[f"streamed_{what}s"] = " and ".join(f"{what} {i}" for i, _ in found)
         words[f"streamed_{what}_rows"] = "; ".join(rows)
+    tiles = max((len(s.tiles) for s in mp.tiling.segments), default=0)
+    words["fetch_order"] = ("in order and each row once" if tiles < 2 else
+                            f"in order once per column tile (each row {tiles} times)")
+    words["fetch_times"] = ("each once per invoke" if tiles < 2 else
+                            f"once per column tile each ({tiles} tiles, each from row 0)")
     return words
 
 

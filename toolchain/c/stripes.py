@@ -1,6 +1,7 @@
 """A striped segment's C (toolchain.lower.tiling): one kernel per op and run of alike stripes,
 each over its rows of the op's tensors, and the function that runs them stripe by stripe, a run
-of several stripes as a loop over the segment's stripe cursor."""
+of several stripes as a loop over the segment's stripe cursor; a segment in column tiles runs
+its stripes once per tile, each tile's kernels cut to its columns."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from toolchain.lower.tiling import (
     Run,
     Segment,
     StripeBuffer,
+    Tile,
     stripe_runs,
     stripe_scratch_fits,
     striped_params,
+    tile_params,
 )
+from toolchain.ops import REGISTRY
 from toolchain.ops.emit import C_TYPES, CTensor, Kernel, OpContext, c_comment, c_sum
 from toolchain.render import render
 from toolchain.text import c_text
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
     from toolchain.c.steps import Emission
 
 Place = tuple[int, int] | None  # an operand's (row at the run's first stripe, rows per stripe)
+LINE_ROOM = 116  # of a line in a stripe function, indented by at most 4 of the 120 a line has
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,19 @@ class StripedSegment:
     cursor: str
     produced: dict[int, int]  # op -> its output
     buffer_at: dict[int, tuple[StripeBuffer, int]]  # intermediate -> its buffer, its slot
+    tile: Tile | None = None  # the column tile its kernels are on (None: whole rows)
+    tile_index: int = 0
+    kernels_of: int = 0  # the tile whose kernels it calls: the first one cut alike
+
+    def width(self, t: int) -> int:
+        """The columns of tensor t its kernels see: the tile's, or the whole width."""
+        lo, hi = self.tile.span(t) if self.tile else (0, self.em.mp.graph.tensors[t].shape[2])
+        return hi - lo
+
+    def row_bytes(self, t: int) -> int:
+        """The bytes of a row of tensor t in its stripe buffer (a tile's columns of it)."""
+        tensor = self.em.mp.graph.tensors[t]
+        return tensor.nbytes // (tensor.shape[1] * tensor.shape[2]) * self.width(t)
 
     def rows_at(self, t: int, place: Place, row: int, rows: int, start: int) -> CTensor:
         """`rows` rows of tensor t as a stripe's kernel sees them: from `row` of its stripe
@@ -45,7 +63,8 @@ class StripedSegment:
         stripe `start`."""
         at = self.em.at
         tensor = self.em.mp.graph.tensors[t]
-        ctype, elems = C_TYPES[tensor.dtype], tensor.num_elements // tensor.shape[1]
+        ctype = C_TYPES[tensor.dtype]
+        elems = tensor.num_elements // (tensor.shape[1] * tensor.shape[2]) * self.width(t)
         if t in self.buffer_at:
             base = f"(({ctype} *)({at.arena} + {at.macros[self.buffer_at[t][1]]}))"
             first = str(row)
@@ -54,8 +73,8 @@ class StripedSegment:
             row0, per = place
             first = c_sum([(self.cursor, per)], row0 - per * start) if per else str(row0)
         ptr = base if first == "0" else f"({base} + ({first}) * {elems})"
-        return CTensor(t, c_text(tensor.name), tensor.dtype, (1, rows, *tensor.shape[2:]), ptr,
-                       None, at.used)
+        return CTensor(t, c_text(tensor.name), tensor.dtype,
+                       (1, rows, self.width(t), *tensor.shape[3:]), ptr, None, at.used)
 
     def row_in_buffer(self, t: int, row: int, stripe: int) -> int:
         """A row of tensor t relative to where the stripe has it: in its stripe buffer, from
@@ -73,22 +92,35 @@ def striped_segment(em: Emission, seg: Segment) -> StripedSegment:
 
 
 def emit_segment(em: Emission, seg: Segment) -> None:
-    """A striped segment's kernels, one per op and run of alike stripes, and the function
-    that runs them stripe by stripe, after a comment saying how it stripes."""
+    """A striped segment's kernels, one per op and run of alike stripes (in each column tile),
+    and the function that runs them stripe by stripe, after a comment saying how it stripes."""
     s = striped_segment(em, seg)
     header_at = len(em.texts)  # the segment's comment, and its cursor where anything reads it
     em.texts.append("")
     defined: dict[str, str] = {}  # what the op's earlier runs defined: name -> text
     moving: set[int] = set()  # the stripe buffers whose rows move up, are fetched or handed on
     runs = []
-    for run in stripe_runs(seg, em.mp.graph, em.params, s.produced):
-        stripe = seg.stripes[run.start]
-        lines = keep_moves(s, run, moving) + fetched_rows(s, run, moving)
-        lines += [stripe_call(s, run, w, places, defined)
-                  for w, places in zip(stripe.ops, run.rows, strict=True)]
-        lines += handed_rows(s, run, moving)
-        runs.append({"loop": run.count > 1, "start": run.start, "stop": run.start + run.count,
-                     "lines": lines})
+    if seg.tiles:
+        em.texts.append(tile_copies(s))
+    cuts: list[tuple] = []  # each tile's ops as their kernels see them, to share alike tiles'
+    for k, tile in enumerate(seg.tiles or (None,)):
+        params = em.params if tile is None else tile_params(seg, tile, em.mp.graph, em.params)
+        cut = tuple(REGISTRY[em.mp.graph.operators[o].kind].striping.key(params[o])
+                    for o in seg.ops)
+        cuts.append(cut)
+        s = replace(s, tile=tile, tile_index=k, kernels_of=cuts.index(cut))
+        if tile is not None:
+            lo, hi = tile.span(seg.output)
+            runs.append({"loop": False, "lines": [f"/* column tile {k}: output columns {lo}-"
+                                                  f"{hi - 1} */"]})
+        for run in stripe_runs(seg, em.mp.graph, params, s.produced):
+            stripe = seg.stripes[run.start]
+            lines = keep_moves(s, run, moving) + fetched_rows(s, run, moving)
+            lines += [stripe_call(s, run, w, places, defined, params)
+                      for w, places in zip(stripe.ops, run.rows, strict=True)]
+            lines += handed_rows(s, run, moving)
+            runs.append({"loop": run.count > 1, "start": run.start,
+                         "stop": run.start + run.count, "lines": lines})
     program, name, arena = em.mp.program, em.at.name, em.at.arena
     declarations = [f"uint8_t *const rows{b.tensor} = {arena} + {em.at.macros[slot]}; "
                     f"/* {program.tensor_label(b.tensor)}: {counted(b.rows, 'row')} */"
@@ -106,6 +138,9 @@ def segment_comment(s: StripedSegment, loops: bool) -> str:
     ops = ", ".join(s.em.mp.program.op_label(o) for o in seg.ops)
     what = (f"Steps {seg.first}-{seg.last} ({ops}) run in {len(seg.stripes)} stripes of "
             f"{counted(seg.height, 'output row')}")
+    if seg.tiles:
+        what += (f" in each of {len(seg.tiles)} column tiles ({seg.macs - seg.whole_macs:,} "
+                 "MACs computed twice where the tiles meet)")
     if not loops:
         return c_comment(f"{what}, each written out.")
     return (c_comment(f"{what}; {s.cursor} is the stripe the kernels below are on.")
@@ -122,15 +157,17 @@ def keep_moves(s: StripedSegment, run: Run, moving: set[int]) -> list[str]:
                                           previous, strict=True):
         if kept and base != before:
             moving.add(b.tensor)
+            row_bytes = s.row_bytes(b.tensor)
             lines.append(f"memmove(rows{b.tensor}, rows{b.tensor} + "
-                         f"{(base - before) * b.row_bytes}, {kept * b.row_bytes}); /* keep its "
+                         f"{(base - before) * row_bytes}, {kept * row_bytes}); /* keep its "
                          f"last {'row' if kept == 1 else f'{kept} rows'} at the top */")
     return lines
 
 
 def fetched_rows(s: StripedSegment, run: Run, named: set[int]) -> list[str]:
     """The call that fetches a streamed input's rows for a run's stripe, from the firmware's
-    NAME_input_rows() into its stripe buffer (recording that buffer in `named`)."""
+    NAME_input_rows() into its stripe buffer (through the segment's NAME_input_columnsN() in a
+    column tile), recording that buffer in `named`."""
     seg = s.seg
     if not seg.streamed:
         return []
@@ -141,13 +178,16 @@ def fetched_rows(s: StripedSegment, run: Run, named: set[int]) -> list[str]:
 def handed_rows(s: StripedSegment, run: Run, named: set[int]) -> list[str]:
     """The calls that hand a streamed output's rows on after a run's stripe, from its stripe
     buffer to the firmware's NAME_output_rows(), one per place the graph lists it among its
-    outputs (recording that buffer in `named`)."""
+    outputs (in a column tile, the one call copying them into its columns of the output),
+    recording that buffer in `named`."""
     seg = s.seg
+    emit = seg.stripes[run.start].emit
+    if seg.tiles:
+        return streamed_rows(s, run, named, seg.output, emit, run.emit, "output", 0)
     if not seg.streamed_output:
         return []
     return [line for i, t in enumerate(s.em.mp.graph.outputs) if t == seg.output
-            for line in streamed_rows(s, run, named, seg.output, seg.stripes[run.start].emit,
-                                      run.emit, "output", i)]
+            for line in streamed_rows(s, run, named, seg.output, emit, run.emit, "output", i)]
 
 
 def streamed_rows(s: StripedSegment, run: Run, named: set[int], tensor: int,
@@ -155,7 +195,8 @@ def streamed_rows(s: StripedSegment, run: Run, named: set[int], tensor: int,
                   ) -> list[str]:
     """The call of NAME_input_rows() or NAME_output_rows() (`what`) for rows [lo, hi) of graph
     input or output `index` in a run's first stripe, `place` the (row, rows per stripe) it
-    moves on by in the run."""
+    moves on by in the run; in a column tile, of the segment's NAME_input_columnsN() or
+    NAME_output_columnsN() with the tile's columns."""
     lo, hi = rows
     if hi == lo:
         return []
@@ -163,38 +204,72 @@ def streamed_rows(s: StripedSegment, run: Run, named: set[int], tensor: int,
     named.add(b.tensor)
     row0, per = place
     first = c_sum([(s.cursor, per)], row0 - per * run.start) if per else str(row0)
-    at = (lo - s.seg.stripes[run.start].bases[s.seg.buffer_of(tensor)]) * b.row_bytes
+    at = (lo - s.seg.stripes[run.start].bases[s.seg.buffer_of(tensor)]) * s.row_bytes(tensor)
     which = f"rows {lo}-{hi - 1}" if hi - lo > 1 else f"row {lo}"
     then = f", then the next {per} each stripe" if run.count > 1 else ""
-    return [f"{s.em.at.name}_{what}_rows({index}, {first}, {hi - lo}, "
-            f"rows{b.tensor}{f' + {at}' if at else ''}); /* {what} {which}{then} */"]
+    rows_at = f"rows{b.tensor}{f' + {at}' if at else ''}"
+    if s.tile is None:
+        call = f"{s.em.at.name}_{what}_rows({index}, {first}, {hi - lo}, {rows_at})"
+    else:
+        skip = s.tile.span(tensor)[0] * s.row_bytes(tensor) // s.width(tensor)
+        call = (f"{s.em.at.name}_{what}_columns{s.seg.first}({first}, {hi - lo}, {rows_at}, "
+                f"{skip}, {s.row_bytes(tensor)})")
+    line = f"{call}; /* {what} {which}{then} */"
+    if len(line) > LINE_ROOM:  # the comment on a line of its own, above the call
+        return [f"/* {what} {which}{then}: */", f"{call};"]
+    return [line]
+
+
+def tile_copies(s: StripedSegment) -> str:
+    """The two functions a segment in column tiles moves rows with: its input's rows fetched
+    one at a time into the staging row after its stripe buffer and their tile's columns copied
+    out, and its output rows copied from their stripe buffer into their columns of the
+    output."""
+    em, seg = s.em, s.seg
+    name, graph = em.at.name, em.mp.graph
+    x, y = seg.input, seg.output
+    staged, slot = s.buffer_at[x]
+    y_row = graph.tensors[y].nbytes // graph.tensors[y].shape[1]
+    return render("c/tile_copies.c.j2", v={
+        "name": name, "first": seg.first, "steps": f"{seg.first}-{seg.last}",
+        "input": graph.inputs.index(x),
+        "staging": f"{em.at.arena} + {em.at.macros[slot]} + {staged.rows * staged.row_bytes}",
+        "output": em.at.slot_bytes(em.at.slot_of[y]), "output_row": y_row})
 
 
 def stripe_call(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...],
-                defined: dict[str, str]) -> str:
+                defined: dict[str, str], params) -> str:
     """One op's kernel for a run (its text added to the file) and the line calling it."""
     em, program = s.em, s.em.mp.program
-    context = stripe_context(s, run, w, places)
-    kernel, text = shared_kernel(em, context, run.start, defined)
+    context = stripe_context(s, run, w, places, params)
+    out_rows = w.out_hi - w.out_lo
+    then = f", then the next {out_rows} each stripe" if run.count > 1 else ""
+    rows = f"row {w.out_lo}" if out_rows == 1 else f"rows {w.out_lo}-{w.out_hi - 1}"
+    call = f"{context.fn}(); /* {program.op_label(w.op)}: output {rows}{then} */"
+    if s.kernels_of != s.tile_index:  # an earlier tile's kernel, cut alike
+        return call
+    label = f"{run.start}t{s.tile_index}" if s.tile else str(run.start)
+    kernel, text = shared_kernel(em, context, label, defined)
     em.kernel_of[w.op] = kernel
     _, lo, hi = w.reads[0]
-    out_rows = w.out_hi - w.out_lo
     stripes = (f"stripes {run.start}-{run.start + run.count - 1}" if run.count > 1
                else f"stripe {run.start}")
+    if s.tile:
+        first, end = s.tile.span(s.produced[w.op])
+        stripes += f" of column tile {s.tile_index} (its output columns {first}-{end - 1})"
     em.texts.append(c_comment(
         f"{program.op_label(w.op)} in {stripes} of step {s.seg.first}: "
         f"{counted(out_rows, 'output row')} of its {context.op_rows} from "
         f"{counted(hi - lo, 'input row')}.") + "\n" + text)
     em.groups.extend(kernel.helpers)
-    then = f", then the next {out_rows} each stripe" if run.count > 1 else ""
-    rows = f"row {w.out_lo}" if out_rows == 1 else f"rows {w.out_lo}-{w.out_hi - 1}"
-    return f"{context.fn}(); /* {program.op_label(w.op)}: output {rows}{then} */"
+    return call
 
 
-def stripe_context(s: StripedSegment, run: Run, w: OpRows,
-                   places: tuple[Place, ...]) -> OpContext:
+def stripe_context(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...],
+                   params) -> OpContext:
     """What an op's kernel for a run of stripes gets: its rows of the tensors it stripes, the
-    rest whole, and params cut to its rows; refused when it would need more scratch."""
+    rest whole, and `params` (the ops', cut to a column tile's columns) cut to its rows;
+    refused when it would need more scratch."""
     em = s.em
     mp, at = em.mp, em.at
     op = mp.graph.operators[w.op]
@@ -204,9 +279,10 @@ def stripe_context(s: StripedSegment, run: Run, w: OpRows,
     out = s.rows_at(out_t, places[-1], s.row_in_buffer(out_t, w.out_lo, run.start),
                     w.out_hi - w.out_lo, run.start)
     _, lo, hi = w.reads[0]
+    tile = f"_tile{s.kernels_of}" if s.tile else ""
     context = OpContext(
-        f"{em.fns[w.op]}_stripes{run.start}", f"{at.name}_{mp.program.op_symbol(w.op)}s", op,
-        striped_params(op.kind, em.params[w.op], w.out_lo, w.out_hi, lo, hi),
+        f"{em.fns[w.op]}{tile}_stripes{run.start}", f"{at.name}_{mp.program.op_symbol(w.op)}s",
+        op, striped_params(op.kind, params[w.op], w.out_lo, w.out_hi, lo, hi),
         (*ins, *(at.c_tensor(t) for t in op.inputs[len(ins):])), (out,),
         at.scratch_of.get(w.op, ()), None, mp.program.op_label(w.op),
         target=mp.program.target, op_rows=mp.graph.tensors[out_t].shape[1])
@@ -216,7 +292,7 @@ def stripe_context(s: StripedSegment, run: Run, w: OpRows,
     return context
 
 
-def shared_kernel(em: Emission, context: OpContext, start: int,
+def shared_kernel(em: Emission, context: OpContext, start: str,
                   defined: dict[str, str]) -> tuple[Kernel, str]:
     """A run's kernel and the text the file adds for it: the runs of an op share the
     definitions they state alike (`defined`: name -> text, of the runs before); one whose

@@ -40,12 +40,15 @@ from toolchain.lower.tiling import (
     fits_scratch,
     kernel_name,
     neighbours,
+    op_macs,
     stripe_chain,
+    tiled,
     trials,
 )
 from toolchain.lower.tiling import candidates as stripe_candidates
 from toolchain.numerics.quant import variable_fill
 from toolchain.ops import target_kernel
+from toolchain.ops.striping import DEFAULT_MAX_RECOMPUTE
 from toolchain.planners import (
     NEVER,
     PLANNERS,
@@ -359,6 +362,8 @@ class Techniques:
     schedule: str = "auto"  # "auto": memory-aware operator order; "model": the file's order
     fuse_padding: bool = True  # a PAD's padding applied by the windowed op reading it
     tiling: str = "auto"  # "auto": striped segments where they lower the arena; "off": none
+    # The most MACs a plan may compute twice (column tiles), in percent of the model's.
+    max_recompute: float = DEFAULT_MAX_RECOMPUTE
 
 
 NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model", fuse_padding=False,
@@ -601,9 +606,9 @@ def planned_model(
     tilings = []
     if tiles:
         with step("tiling"):
-            tilings = [(t, walk) for t, walk in tiling_for(program, order, kept, problem,
-                                                           alignment, streams, memo)
-                       if t.segments]
+            found = tiling_for(program, order, kept, problem, alignment, streams, memo,
+                               techniques.max_recompute)
+            tilings = [(t, walk) for t, walk in found if t.segments]
     if streams:
         check_streamed(program, tilings[0][0] if tilings else NO_TILING, streams)
     tiled = best_striped(program, problem, tilings,
@@ -772,15 +777,19 @@ def nearby_tiling(program: Program, problem, tiled: ModelPlan,
 
 
 def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int,
-               streams: frozenset[int] = frozenset(), memo: TilingMemo | None = None
+               streams: frozenset[int] = frozenset(), memo: TilingMemo | None = None,
+               max_recompute: float = 0.0
                ) -> list[tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]]:
     """The striped segments that lower the bound of the plan (toolchain.lower.tiling), and
     what gives their neighbours whose bound is below an arena. Two searches, each greedy:
-    one with stripes on demand only, one with wavefronts too; both results are to be planned
-    and walked from (a search with more choices may still end higher). Inputs in `streams` are
+    one with stripes on demand only, one with wavefronts too (and a third with column tiles
+    where they may be); every result is to be planned and walked from (a search with more
+    choices may still end higher). Inputs in `streams` are
     fetched row by row and outputs handed on row by row: the search starts from the best
-    segments streaming them, and never leaves one without them. `memo` keeps the segments built
-    for the next plan of the model on the same target."""
+    segments streaming them, and never leaves one without them; a segment streaming an input
+    may run in column tiles, if the MACs it computes twice are at most `max_recompute` percent
+    of the model's. `memo` keeps the segments built for the next plan of the model on the same
+    target."""
     graph = program.graph
     memo = TilingMemo() if memo is None else memo
     scores: dict[tuple, tuple[tuple[int, int], int]] = {}
@@ -807,18 +816,28 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
         return []
 
     params = [b.params if b is not None else None for b in program.bindings]
+    recompute = max_recompute / 100 * sum(op_macs(graph, b) for b in program.bindings)
 
     def build(chain, schedule: Schedule) -> Segment | None:
-        """The segment, unless a stripe's kernel would ask for more scratch than its op's."""
+        """The segment, unless a stripe's kernel would ask for more scratch than its op's, or
+        its column tiles compute more MACs twice than the cap allows."""
+        height, wavefront, tiles = schedule
+        if tiles > 1 and not recompute:
+            return None
         at = (chain.first, chain.last, chain.ops, chain.input, chain.output, chain.streamed,
               chain.streamed_output, schedule,
               tuple(kernel_name(program.bindings[o]) for o in chain.ops))
         if at not in memo.segments:
-            height, wavefront = schedule
-            segment = stripe_chain(chain, height, graph, program.bindings, wavefront)
+            segment = stripe_chain(replace(chain, streamed_output=True) if tiles > 1 else chain,
+                                   height, graph, program.bindings, wavefront)
+            if segment is not None and tiles > 1:
+                segment = tiled(segment, chain, tiles, graph, program.bindings)
             memo.segments[at] = segment if segment is not None and fits_scratch(
-                segment, program.bindings, params, memo.bands) else None
-        return memo.segments[at]
+                segment, graph, program.bindings, params, memo.bands) else None
+        segment = memo.segments[at]
+        if segment is not None and segment.macs - segment.whole_macs > recompute:
+            return None
+        return segment
 
     starts = [NO_TILING]
     for x in sorted(streams):  # the best few segments streaming x, after those of the others
@@ -830,10 +849,15 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
             or starts  # none: check_streamed refuses
 
     def on_demand(chain, schedule: Schedule) -> Segment | None:
-        return None if schedule[1] else build(chain, schedule)
+        return None if schedule[1] or schedule[2] > 1 else build(chain, schedule)
+
+    def whole_rows(chain, schedule: Schedule) -> Segment | None:
+        return None if schedule[2] > 1 else build(chain, schedule)
 
     found: dict[Tiling, Callable[..., list[tuple[Score, Tiling]]]] = {}
-    for builder in (on_demand, build):
+    # column tiles are one more choice still: the search with them may end higher
+    for builder in (on_demand, whole_rows, build) if recompute and streams else (on_demand,
+                                                                                 build):
         chosen = min((choose_tiling(chains, builder, evaluate, start) for start in starts),
                      key=lambda t: (evaluate(t)[0], key(t)))
         found.setdefault(chosen, partial(neighbours, chains=chains, build=builder,

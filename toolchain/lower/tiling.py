@@ -23,12 +23,21 @@ segment may run longer (MAX_STREAMED_OPS): its output is the first tensor held w
 A segment's output that is a graph output no op reads may stream too (`--stream-output`): it
 has a stripe buffer of one stripe's rows, handed on after each stripe as they are final (to the
 firmware's function in the C), and never exists whole.
+
+A streamed segment may also run in column tiles (MCUNetV2's patches, cut across the width only):
+its stripes run once per tile, each on the columns of every tensor that tile's share of the
+output needs, so its stripe buffers are a tile wide rather than the whole width. A tile's input
+rows are fetched whole through a staging row and cut to its columns; its output rows go from a
+stripe buffer of one stripe's rows into their columns of the output, which is held whole. The
+columns next to a tile's edge that its neighbour needs too are computed twice: the segment's
+MACs count them, and the search keeps such a segment only within a cap on them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 from toolchain.ir import Graph
@@ -41,8 +50,10 @@ from toolchain.ops.striping import RowMap, Striping
 MAX_SEGMENT_OPS = 8
 MAX_STREAMED_OPS = 16
 STRIPE_HEIGHTS = (1, 2, 3, 4, 6, 8, 12, 16)
+# The column tiles tried for a streamed segment (1: the whole width at once).
+TILE_COUNTS = (1, 2, 3, 4)
 
-Schedule = tuple[int, bool]  # a stripe height, and whether the stripes go as a wavefront
+Schedule = tuple[int, bool, int]  # a stripe height, whether a wavefront, and column tiles
 
 
 @dataclass(frozen=True)
@@ -81,15 +92,29 @@ class Stripe:
 
 @dataclass(frozen=True)
 class StripeBuffer:
-    """The rows of one intermediate a stripe buffer holds: `rows` rows of `row_bytes`."""
+    """The rows of one intermediate a stripe buffer holds: `rows` rows of `row_bytes`, then
+    `staging` bytes (a column-tiled segment's input: one whole row, fetched there and cut to
+    the tile's columns)."""
 
     tensor: int
     rows: int
     row_bytes: int
+    staging: int = 0
 
     @property
     def size(self) -> int:
-        return self.rows * self.row_bytes
+        return self.rows * self.row_bytes + self.staging
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One column tile of a segment: columns [lo, hi) of each tensor its stripes read or make
+    (the segment output's are the tile's share of it)."""
+
+    columns: tuple[tuple[int, int, int], ...]  # (tensor, lo, hi)
+
+    def span(self, tensor: int) -> tuple[int, int]:
+        return next((lo, hi) for t, lo, hi in self.columns if t == tensor)
 
 
 @dataclass(frozen=True)
@@ -113,10 +138,17 @@ class Segment:
     streamed: bool = False
     wavefront: bool = False  # its stripes fill the chain a share at a time (wavefront_rows)
     streamed_output: bool = False
+    tiles: tuple[Tile, ...] = ()  # column tiles, each running every stripe; none: whole rows
 
     @property
     def schedule(self) -> Schedule:
-        return self.height, self.wavefront
+        return self.height, self.wavefront, len(self.tiles) or 1
+
+    @property
+    def emits(self) -> bool:
+        """Whether its stripes hand output rows on from a stripe buffer: to the firmware (a
+        streamed output), or into their columns of the output (column tiles)."""
+        return self.streamed_output or bool(self.tiles)
 
     def buffer_of(self, tensor: int) -> int | None:
         return next((i for i, b in enumerate(self.buffers) if b.tensor == tensor), None)
@@ -136,8 +168,10 @@ class Tiling:
         return {step: s.first for s in self.segments for step in range(s.first, s.last + 1)}
 
     def intermediates(self) -> frozenset[int]:
-        """Tensors that never exist whole: only their stripe buffers are planned."""
-        return frozenset(b.tensor for s in self.segments for b in s.buffers)
+        """Tensors that never exist whole: only their stripe buffers are planned (a column-tiled
+        segment's output is whole beside its stripe buffer)."""
+        return frozenset(b.tensor for s in self.segments for b in s.buffers
+                         if not (s.tiles and b.tensor == s.output))
 
 
 NO_TILING = Tiling()
@@ -321,6 +355,84 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
                    wavefront, chain.streamed_output)
 
 
+def column_map(binding: Binding, graph: Graph) -> RowMap | None:
+    """How the op's output columns read its first input's columns, or None if it cannot be cut
+    into columns."""
+    striping = striping_of(binding)
+    if striping is None or striping.columns is None:
+        return None
+    found = striping.columns(binding.params)
+    width = graph.tensors[graph.operators[binding.op].inputs[0]].shape[2]
+    return None if found is None else replace(found, rows=width)
+
+
+def tile_of(chain: Chain, graph: Graph, bindings: Sequence[Binding | None], lo: int,
+            hi: int) -> Tile | None:
+    """The columns each tensor of the chain needs for output columns [lo, hi), backwards from
+    the output; None where an op cannot be cut into columns or a tensor has two readers (a
+    kernel reads its input's rows whole, so each tensor's columns must be its one reader's)."""
+    spans = {chain.output: (lo, hi)}
+    for op_index in reversed(chain.ops):
+        columns = column_map(bindings[op_index], graph)
+        if columns is None:
+            return None
+        first, last = spans[chain.produced[op_index]]
+        for t, _ in chain.reads[op_index]:
+            if t in spans:
+                return None
+            spans[t] = (columns.first(first), columns.end(last - 1))
+    return Tile(tuple((t, a, b) for t, (a, b) in sorted(spans.items())))
+
+
+def tiled(segment: Segment, chain: Chain, count: int, graph: Graph,
+          bindings: Sequence[Binding | None]) -> Segment | None:
+    """`segment` (a streamed chain's, striped with an output stripe buffer) run in `count`
+    column tiles of the output's width: its stripe buffers as wide as the widest tile's
+    columns, the input's with a whole row to stage fetched rows in, and its MACs those of every
+    tile (the columns two tiles share are computed twice). None if the chain cannot be cut."""
+    width = graph.tensors[chain.output].shape[2]
+    if count > width or not segment.streamed or not segment.streamed_output:
+        return None
+    tiles = []
+    for k in range(count):
+        tile = tile_of(chain, graph, bindings, k * width // count, (k + 1) * width // count)
+        if tile is None:
+            return None
+        tiles.append(tile)
+
+    def row_bytes(t: int, tile: Tile) -> int:
+        lo, hi = tile.span(t)
+        return chain.row_bytes[t] // graph.tensors[t].shape[2] * (hi - lo)
+
+    buffers = tuple(replace(b, row_bytes=max(row_bytes(b.tensor, tile) for tile in tiles),
+                            staging=chain.row_bytes[b.tensor] if b.tensor == chain.input else 0)
+                    for b in segment.buffers)
+    per_pixel = {o: op_macs(graph, bindings[o]) // (chain.rows[chain.produced[o]]
+                                                     * graph.tensors[chain.produced[o]].shape[2])
+                 for o in chain.ops}
+    macs = sum((w.out_hi - w.out_lo) * (hi - lo) * per_pixel[w.op]
+               for tile in tiles for stripe in segment.stripes for w in stripe.ops
+               for lo, hi in [tile.span(chain.produced[w.op])])
+    moved = sum(kept * row_bytes(b.tensor, tile) for tile in tiles
+                for before, stripe in pairwise(segment.stripes)
+                for b, kept, base, previous in zip(buffers, stripe.kept, stripe.bases,
+                                                   before.bases, strict=True)
+                if kept and base != previous)
+    return replace(segment, buffers=buffers, macs=macs, moved_bytes=moved,
+                   streamed_output=False, tiles=tuple(tiles))
+
+
+def tile_params(segment: Segment, tile: Tile, graph: Graph, params: Sequence[Any]) -> list[Any]:
+    """Each op's params cut to its columns in `tile` (the rest as they are)."""
+    cut = list(params)
+    for o in segment.ops:
+        op = graph.operators[o]
+        lo, hi = tile.span(op.outputs[0])
+        in_lo, in_hi = tile.span(op.inputs[0])
+        cut[o] = REGISTRY[op.kind].striping.column_band(params[o], lo, hi, in_lo, in_hi)
+    return cut
+
+
 Rows = dict[int, int]  # tensor -> a row count: the first row an op makes, or rows made so far
 
 
@@ -388,21 +500,26 @@ def stripe_scratch_fits(binding: Binding, params: Any) -> bool:
         a.size <= b.size for a, b in zip(asked, binding.scratch, strict=True))
 
 
-def fits_scratch(segment: Segment, bindings: Sequence[Binding | None], params,
+def fits_scratch(segment: Segment, graph: Graph, bindings: Sequence[Binding | None], params,
                  bands: dict[tuple, bool] | None = None) -> bool:
-    """Whether every stripe of the segment runs in its ops' planned scratch; `bands` keeps what
-    each band of an op's rows gave (many stripes and segments cut an op alike)."""
+    """Whether every stripe of the segment (in each of its column tiles) runs in its ops'
+    planned scratch; `bands` keeps what each band of an op's rows gave (many stripes and
+    segments cut an op alike)."""
     bands = {} if bands is None else bands
 
-    def fits(w: OpRows) -> bool:
+    def fits(w: OpRows, tile: Tile | None, cut: Sequence[Any]) -> bool:
         binding = bindings[w.op]
-        key = (w.op, kernel_name(binding), w.out_lo, w.out_hi, *w.reads[0][1:])
+        op = graph.operators[w.op]
+        columns = (tile.span(op.outputs[0]), tile.span(op.inputs[0])) if tile else None
+        key = (w.op, kernel_name(binding), w.out_lo, w.out_hi, *w.reads[0][1:], columns)
         if key not in bands:
             bands[key] = stripe_scratch_fits(binding, striped_params(
-                binding.opcode, params[w.op], w.out_lo, w.out_hi, *w.reads[0][1:]))
+                binding.opcode, cut[w.op], w.out_lo, w.out_hi, *w.reads[0][1:]))
         return bands[key]
 
-    return all(fits(w) for s in segment.stripes for w in s.ops)
+    tiles = [(tile, tile_params(segment, tile, graph, params)) for tile in segment.tiles] \
+        or [(None, params)]
+    return all(fits(w, tile, cut) for tile, cut in tiles for s in segment.stripes for w in s.ops)
 
 
 def kernel_name(binding: Binding | None) -> str | None:
@@ -491,10 +608,12 @@ def row_map_of(graph: Graph, bindings: Sequence[Binding | None], op: int) -> Row
 
 def schedules(chain: Chain) -> list[Schedule]:
     """The schedules the search tries for a chain, tallest stripes first, each on demand
-    before as a wavefront (fewer stripes among equals)."""
+    before as a wavefront (fewer stripes among equals), each in whole rows before in column
+    tiles (a streamed chain's: TILE_COUNTS)."""
     rows = chain.rows[chain.output]
-    return [(h, wavefront) for h in sorted(STRIPE_HEIGHTS, reverse=True) if h < rows
-            for wavefront in (False, True)]
+    counts = TILE_COUNTS if chain.streamed and not chain.streamed_output else (1,)
+    return [(h, wavefront, n) for h in sorted(STRIPE_HEIGHTS, reverse=True) if h < rows
+            for wavefront in (False, True) for n in counts]
 
 
 Score = tuple[int, int]
@@ -562,7 +681,8 @@ def neighbours(tiling: Tiling, chains: Sequence[Chain],
             if score[0] < below:
                 key = tuple((s.first, s.last, s.schedule) for s in trial.segments)
                 found.setdefault(key, (score, trial))
-    return sorted(found.values(), key=lambda f: (f[0], [(s.first, s.last, -s.height, s.wavefront)
+    return sorted(found.values(), key=lambda f: (f[0], [(s.first, s.last, -s.height, s.wavefront,
+                                                         len(s.tiles))
                                                         for s in f[1].segments]))
 
 
@@ -593,7 +713,7 @@ def stripe_operands(segment: Segment, k: int) -> list[list[tuple[int, int]]]:
     an op of its own (tensor -1: in no stripe buffer)."""
     stripe = segment.stripes[k]
     fetched = [[(-1, stripe.fetch[0])]] if segment.streamed else []
-    emitted = [[(-1, stripe.emit[0])]] if segment.streamed_output else []
+    emitted = [[(-1, stripe.emit[0])]] if segment.emits else []
     return [*([*((t, lo) for t, lo, _ in w.reads), (segment.output if w.op == segment.ops[-1]
                                                     else -1, w.out_lo)]
               for w in stripe.ops), *fetched, *emitted]
@@ -621,7 +741,7 @@ def stripe_signature(segment: Segment, k: int, graph: Graph, params: Sequence[An
     lo, hi = stripe.fetch
     fetch = (lo - stripe.bases[0], hi - lo) if segment.streamed else None
     lo, hi = stripe.emit
-    emit = (lo - stripe.bases[-1], hi - lo) if segment.streamed_output else None
+    emit = (lo - stripe.bases[-1], hi - lo) if segment.emits else None
     return (tuple(work), moves, fetch, emit)
 
 
@@ -651,7 +771,7 @@ def stripe_runs(segment: Segment, graph: Graph, params: Sequence[Any],
                            for (t, row), step in zip(op, op_steps, strict=True))
                      for op, op_steps in zip(first, steps, strict=True))
         emit = fetch = None
-        if segment.streamed_output:
+        if segment.emits:
             *rows, (emit,) = rows
         if segment.streamed:
             *rows, (fetch,) = rows

@@ -1,5 +1,5 @@
-"""How a kernel runs on a band of its output rows: what toolchain.lower.tiling asks of an op
-that may run stripe by stripe (its family's OpSpec.striping).
+"""How a kernel runs on a band of its output rows (or columns): what toolchain.lower.tiling asks
+of an op that may run stripe by stripe (its family's OpSpec.striping).
 
 A striped segment runs a chain of ops a few output rows at a time, so that only stripe buffers
 of the intermediates exist (toolchain.lower.tiling). Of each op it needs three things: which
@@ -13,6 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+# The most MACs column tiles may compute twice unless told (`--max-recompute`), in percent of
+# the model's: MCUNetV2 reports its patches' recomputation at about this.
+DEFAULT_MAX_RECOMPUTE = 10.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,9 @@ class Striping:
     `key(params)`: of a band's params, what makes two bands run the same C (the shapes and
     padding a band changes), so that alike stripes run as one loop.
     `macs(params)`: the multiply-accumulates of the whole op, which striping must not repeat.
+    `columns(params)` and `column_band(params, out_lo, out_hi, in_lo, in_hi)`: the same across
+    the width, for a segment run in column tiles (toolchain.lower.tiling); None where the op
+    cannot be cut into columns.
     """
 
     rows: Callable[[Any], RowMap | None]
@@ -58,8 +65,15 @@ class Striping:
     key: Callable[[Any], tuple]
     every_input: bool = False
     macs: Callable[[Any], int] | None = None
+    columns: Callable[[Any], RowMap | None] | None = None
+    column_band: Callable[[Any, int, int, int, int], Any] | None = None
 
 
 def with_rows(shape: tuple[int, ...], rows: int) -> tuple[int, ...]:
     """An NHWC shape of `rows` rows."""
     return (shape[0], rows, *shape[2:])
+
+
+def with_columns(shape: tuple[int, ...], columns: int) -> tuple[int, ...]:
+    """An NHWC shape of `columns` columns."""
+    return (shape[0], shape[1], columns, *shape[3:])

@@ -41,7 +41,7 @@ from toolchain.numerics.quant import (
 )
 from toolchain.ops.padding import fused_padding
 from toolchain.ops.spec import MAX_PLANE_ELEMENTS, required_input, required_options
-from toolchain.ops.striping import RowMap, Striping, with_rows
+from toolchain.ops.striping import RowMap, Striping, with_columns, with_rows
 
 FUSED_ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -599,6 +599,26 @@ def convolution_band(p: ConvParams | DepthwiseConvParams, out_lo: int, out_hi: i
                    window=replace(w, padding=(pad, w.padding[1]), plane=(plane, w.plane[1])))
 
 
+def convolution_columns(p: ConvParams | DepthwiseConvParams) -> RowMap | None:
+    if isinstance(p.output, HybridRescale):
+        return None
+    w = p.window
+    return RowMap(w.filter[1], w.stride[1], w.dilation[1], w.padding[1], p.input_shape[2])
+
+
+def convolution_column_band(p: ConvParams | DepthwiseConvParams, out_lo: int, out_hi: int,
+                            in_lo: int, in_hi: int) -> ConvParams | DepthwiseConvParams:
+    """The convolution of output columns [out_lo, out_hi) from input columns [in_lo, in_hi)."""
+    w = p.window
+    stride, taps, dilation = w.stride[1], w.filter[1], w.dilation[1]
+    pad = in_lo - (out_lo * stride - w.padding[1])
+    columns = out_hi - out_lo
+    plane = max(in_hi - in_lo + pad, (columns - 1) * stride + (taps - 1) * dilation + 1)
+    return replace(p, input_shape=with_columns(p.input_shape, in_hi - in_lo),
+                   output_shape=with_columns(p.output_shape, columns),
+                   window=replace(w, padding=(w.padding[0], pad), plane=(w.plane[0], plane)))
+
+
 def convolution_macs(p: ConvParams | DepthwiseConvParams) -> int:
     """Every output element sums one row of the matmul operand: kh * kw (* input channels of
     its group, for CONV_2D) products."""
@@ -610,7 +630,8 @@ def convolution_band_key(p: ConvParams | DepthwiseConvParams) -> tuple:
 
 
 CONVOLUTION_STRIPING = Striping(convolution_rows, convolution_band, convolution_band_key,
-                                macs=convolution_macs)
+                                macs=convolution_macs, columns=convolution_columns,
+                                column_band=convolution_column_band)
 
 
 def pads_with_nothing(x: Tensor, value: float, op: Operator, graph: Graph) -> str:

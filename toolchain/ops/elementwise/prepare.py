@@ -31,7 +31,7 @@ from toolchain.numerics.quant import (
     quantize_multiplier,
     require_int16_zero_points,
 )
-from toolchain.ops.striping import ONE_TO_ONE, RowMap, Striping, with_rows
+from toolchain.ops.striping import ONE_TO_ONE, RowMap, Striping, with_columns, with_rows
 
 # The fused activations TFLite clamps with; it silently ignores any other for float and int32
 # (and rejects it for int8), so we refuse them rather than compute something else.
@@ -348,11 +348,27 @@ def binary_band(p: BinaryOpParams, out_lo: int, out_hi: int, in_lo: int,
                    output_shape=with_rows(p.output_shape, rows))
 
 
+def binary_columns(p: BinaryOpParams) -> RowMap | None:
+    """Column c of the output reads column c of each input, when neither broadcasts."""
+    same = p.input1_shape == p.input2_shape == p.output_shape
+    return replace(ONE_TO_ONE, rows=p.output_shape[2]) if same else None
+
+
+def binary_column_band(p: BinaryOpParams, out_lo: int, out_hi: int, in_lo: int,
+                       in_hi: int) -> BinaryOpParams:
+    """The op on output columns [out_lo, out_hi), the same columns of each input."""
+    columns = out_hi - out_lo
+    return replace(p, input1_shape=with_columns(p.input1_shape, columns),
+                   input2_shape=with_columns(p.input2_shape, columns),
+                   output_shape=with_columns(p.output_shape, columns))
+
+
 def binary_band_key(p: BinaryOpParams) -> tuple:
     return (p.input1_shape, p.input2_shape, p.output_shape)
 
 
-BINARY_STRIPING = Striping(binary_rows, binary_band, binary_band_key, every_input=True)
+BINARY_STRIPING = Striping(binary_rows, binary_band, binary_band_key, every_input=True,
+                           columns=binary_columns, column_band=binary_column_band)
 
 
 @dataclass(frozen=True)

@@ -155,11 +155,23 @@ def pool_band(p: Pool2DParams, out_lo: int, out_hi: int, in_lo: int, in_hi: int)
                    output_height=out_hi - out_lo, window_counts=p.window_counts[out_lo:out_hi])
 
 
+def pool_columns(p: Pool2DParams) -> RowMap:
+    return RowMap(p.filter_width, p.stride_width, 1, p.pad_left, -1)
+
+
+def pool_column_band(p: Pool2DParams, out_lo: int, out_hi: int, in_lo: int,
+                     in_hi: int) -> Pool2DParams:
+    """The pooling of output columns [out_lo, out_hi) from input columns [in_lo, in_hi)."""
+    return replace(p, pad_left=in_lo - (out_lo * p.stride_width - p.pad_left),
+                   output_width=out_hi - out_lo, window_counts=p.window_counts[:, out_lo:out_hi])
+
+
 def pool_band_key(p: Pool2DParams) -> tuple:
-    return (p.pad_top, p.output_height, p.window_counts.tobytes())
+    return (p.pad_top, p.output_height, p.pad_left, p.output_width, p.window_counts.tobytes())
 
 
-POOL_STRIPING = Striping(pool_rows, pool_band, pool_band_key)
+POOL_STRIPING = Striping(pool_rows, pool_band, pool_band_key, columns=pool_columns,
+                         column_band=pool_column_band)
 
 
 def pads_below_the_maximum(x: Tensor, value: float, op: Operator, graph: Graph) -> str:
