@@ -43,7 +43,7 @@ from toolchain.lower.plan import (
     best_candidates,
     plan_model,
 )
-from toolchain.lower.tiling import op_macs
+from toolchain.lower.tiling import model_macs
 from toolchain.ops import TFLM, oracle_of, unsupported_ops
 from toolchain.planners import (
     Buffer,
@@ -296,8 +296,7 @@ def stream_row(path: Path) -> list[object]:
     (segment,) = [s for s in streamed.tiling.segments if s.streamed]
     m4 = plan_model(model, stream_input=True, target="cortex-m4").arena_bytes
     kept = f"{segment.buffers[0].rows} of {x.shape[1]}"
-    twice = segment.macs - segment.whole_macs if segment.tiles else 0
-    share = twice / sum(op_macs(streamed.graph, b) for b in streamed.program.bindings)
+    share = segment.recomputed / model_macs(streamed.graph, streamed.program.bindings)
     return [*row, streamed.arena_bytes, m4, kept, len(segment.tiles) or 1, f"{share:.1%}",
             f"{streamed.arena_bytes / row[2]:.2f}x"]
 

@@ -1284,7 +1284,7 @@ def test_a_narrow_kernel_follows_the_kernel_it_narrows_on_the_same_targets():
               for k, v in enumerate(variants) if v.narrows]
     assert {v.name for _, _, v in narrow} >= {
         "dsp-depthwise-narrow", "dsp-direct", "dsp-rows-direct", "dsp-im2col-direct",
-        "dsp-1x1-direct", "dsp-depthwise-direct"}
+        "dsp-1x1-direct", "dsp-depthwise-direct", "dsp-1x1"}
     for opcode, k, v in narrow:
         wide = [w for w in VARIANTS[opcode][:k] if w.name in v.narrows]
         assert len(wide) == len(v.narrows)

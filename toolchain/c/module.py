@@ -187,11 +187,14 @@ def streamed_words(mp: ModelPlan) -> dict:
                 "bytes of NHWC" for i, t in found]
         words[f"streamed_{what}s"] = " and ".join(f"{what} {i}" for i, _ in found)
         words[f"streamed_{what}_rows"] = "; ".join(rows)
-    tiles = max((len(s.tiles) for s in mp.tiling.segments), default=0)
-    words["fetch_order"] = ("in order and each row once" if tiles < 2 else
-                            f"in order once per column tile (each row {tiles} times)")
-    words["fetch_times"] = ("each once per invoke" if tiles < 2 else
-                            f"once per column tile each ({tiles} tiles, each from row 0)")
+    # a segment in column tiles fetches its input's rows once per tile, from row 0 each time
+    tiles = {graph.inputs.index(s.input): len(s.tiles) for s in mp.tiling.segments if s.tiles}
+    times = "; ".join(f"input {i}'s rows {n} times each" for i, n in sorted(tiles.items()))
+    words["fetch_order"] = (f"in order once per column tile ({times})" if tiles
+                            else "in order and each row once")
+    tile_counts = "; ".join(f"input {i}: {n} tiles" for i, n in sorted(tiles.items()))
+    words["fetch_times"] = (f"once per column tile ({tile_counts}, each from row 0)" if tiles
+                            else "each once per invoke")
     return words
 
 

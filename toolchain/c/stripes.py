@@ -139,8 +139,8 @@ def segment_comment(s: StripedSegment, loops: bool) -> str:
     what = (f"Steps {seg.first}-{seg.last} ({ops}) run in {len(seg.stripes)} stripes of "
             f"{counted(seg.height, 'output row')}")
     if seg.tiles:
-        what += (f" in each of {len(seg.tiles)} column tiles ({seg.macs - seg.whole_macs:,} "
-                 "MACs computed twice where the tiles meet)")
+        what += (f" in each of {len(seg.tiles)} column tiles ({seg.recomputed:,} MACs computed "
+                 "twice where the tiles meet)")
     if not loops:
         return c_comment(f"{what}, each written out.")
     return (c_comment(f"{what}; {s.cursor} is the stripe the kernels below are on.")

@@ -224,9 +224,10 @@ def measure(build: McuBuild, mp: ModelPlan) -> dict[str, Any]:
     striped = {op for s in mp.tiling.segments for op in s.ops}
 
     def functions(index: int, fn: str) -> list[str]:
-        """A kernel's function; a striped op's, one per run of alike stripes."""
-        return [f for f in symbols if f.startswith(f"{fn}_stripes")] if index in striped \
-            else [fn] if fn in symbols else []
+        """A kernel's function; a striped op's, one per run of alike stripes (in each column
+        tile cut its own way)."""
+        return [f for f in symbols if f.startswith((f"{fn}_stripes", f"{fn}_tile"))] \
+            if index in striped else [fn] if fn in symbols else []
 
     kernels = [
         {

@@ -37,12 +37,12 @@ from toolchain.lower.tiling import (
     Tiling,
     TilingMemo,
     choose_tiling,
+    column_tiled,
     fits_scratch,
     kernel_name,
+    model_macs,
     neighbours,
-    op_macs,
     stripe_chain,
-    tiled,
     trials,
 )
 from toolchain.lower.tiling import candidates as stripe_candidates
@@ -415,9 +415,10 @@ def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES,
     return model_plan
 
 
-def narrow_ops(model_plan: ModelPlan) -> dict[int, str]:
+def narrow_ops(model_plan: ModelPlan, anywhere: bool = False) -> dict[int, str]:
     """The ops whose target kernel has a narrow form (TargetKernel.narrows) that takes the op:
-    op -> the name of the kernel it runs now."""
+    op -> the name of the kernel it runs now (`anywhere`: only those whose narrow form may be
+    tried away from the arena's peak)."""
     program = model_plan.program
     found = {}
     for binding in program.bindings:
@@ -426,7 +427,8 @@ def narrow_ops(model_plan: ModelPlan) -> dict[int, str]:
         skipped = frozenset((*program.given_up.get(binding.op, ()), binding.variant.name))
         after = target_kernel(program.graph, program.graph.operators[binding.op],
                               binding.params, program.target, skipped)
-        if after is not None and binding.variant.name in after.variant.narrows:
+        if after is not None and binding.variant.name in after.variant.narrows \
+                and not (anywhere and after.variant.narrows_at_peak):
             found[binding.op] = binding.variant.name
     return found
 
@@ -448,7 +450,7 @@ def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
         narrow = narrow_ops(model_plan)
         op = scratch_to_give_up(model_plan, among=set(narrow), peak_only=True)
         if op is None and bound is not None and off_peak < OFF_PEAK_TRIES:
-            op = scratch_to_give_up(model_plan, among=set(narrow))
+            op = scratch_to_give_up(model_plan, among=set(narrow_ops(model_plan, anywhere=True)))
             off_peak += 1
         if op is None:
             break
@@ -778,7 +780,7 @@ def nearby_tiling(program: Program, problem, tiled: ModelPlan,
 
 def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int,
                streams: frozenset[int] = frozenset(), memo: TilingMemo | None = None,
-               max_recompute: float = 0.0
+               max_recompute: float = DEFAULT_MAX_RECOMPUTE
                ) -> list[tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]]:
     """The striped segments that lower the bound of the plan (toolchain.lower.tiling), and
     what gives their neighbours whose bound is below an arena. Two searches, each greedy:
@@ -806,7 +808,12 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
         return scores[key(tiling)]
 
     def evaluate(tiling: Tiling) -> tuple[tuple[int, int], int]:
-        return bound(tiling) if streams <= streamed_tensors(tiling) else (UNSTREAMED, 0)
+        if not streams <= streamed_tensors(tiling) or not within_cap(tiling):
+            return UNSTREAMED, 0
+        return bound(tiling)
+
+    def within_cap(tiling: Tiling) -> bool:
+        return sum(s.recomputed for s in tiling.segments) <= recompute
 
     def start_rank(tiling: Tiling) -> tuple:  # the more streams it streams, the better
         return -len(streams & streamed_tensors(tiling)), bound(tiling)[0], key(tiling)
@@ -816,13 +823,13 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
         return []
 
     params = [b.params if b is not None else None for b in program.bindings]
-    recompute = max_recompute / 100 * sum(op_macs(graph, b) for b in program.bindings)
+    recompute = max_recompute / 100 * model_macs(graph, program.bindings)
 
     def build(chain, schedule: Schedule) -> Segment | None:
         """The segment, unless a stripe's kernel would ask for more scratch than its op's, or
         its column tiles compute more MACs twice than the cap allows."""
         height, wavefront, tiles = schedule
-        if tiles > 1 and not recompute:
+        if tiles > 1 and not max_recompute:
             return None
         at = (chain.first, chain.last, chain.ops, chain.input, chain.output, chain.streamed,
               chain.streamed_output, schedule,
@@ -831,33 +838,37 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
             segment = stripe_chain(replace(chain, streamed_output=True) if tiles > 1 else chain,
                                    height, graph, program.bindings, wavefront)
             if segment is not None and tiles > 1:
-                segment = tiled(segment, chain, tiles, graph, program.bindings)
+                segment = column_tiled(segment, chain, tiles, graph, program.bindings)
             memo.segments[at] = segment if segment is not None and fits_scratch(
                 segment, graph, program.bindings, params, memo.bands) else None
         segment = memo.segments[at]
-        if segment is not None and segment.macs - segment.whole_macs > recompute:
-            return None
-        return segment
+        return None if segment is None or segment.recomputed > recompute else segment
 
-    starts = [NO_TILING]
-    for x in sorted(streams):  # the best few segments streaming x, after those of the others
-        streaming = {trial for start in starts for chain in chains
-                     if (chain.streamed and chain.input == x)
-                     or (chain.streamed_output and chain.output == x)
-                     for trial in trials(start, chain, build)}
-        starts = sorted(streaming, key=start_rank)[:STREAMED_STARTS] \
-            or starts  # none: check_streamed refuses
-
-    def on_demand(chain, schedule: Schedule) -> Segment | None:
-        return None if schedule[1] or schedule[2] > 1 else build(chain, schedule)
+    def starts_for(builder) -> list[Tiling]:
+        """The best few tilings streaming every stream, one segment a stream (`builder`'s)."""
+        starts = [NO_TILING]
+        for x in sorted(streams):  # the best few segments streaming x, after the others'
+            streaming = {trial for start in starts for chain in chains
+                         if (chain.streamed and chain.input == x)
+                         or (chain.streamed_output and chain.output == x)
+                         for trial in trials(start, chain, builder) if within_cap(trial)}
+            starts = sorted(streaming, key=start_rank)[:STREAMED_STARTS] \
+                or starts  # none: check_streamed refuses
+        return starts
 
     def whole_rows(chain, schedule: Schedule) -> Segment | None:
         return None if schedule[2] > 1 else build(chain, schedule)
 
+    def on_demand(chain, schedule: Schedule) -> Segment | None:
+        return None if schedule[1] else whole_rows(chain, schedule)
+
     found: dict[Tiling, Callable[..., list[tuple[Score, Tiling]]]] = {}
     # column tiles are one more choice still: the search with them may end higher
-    for builder in (on_demand, whole_rows, build) if recompute and streams else (on_demand,
-                                                                                 build):
+    searches = (on_demand, whole_rows, build) if max_recompute and streams else (on_demand,
+                                                                                 whole_rows)
+    row_starts = starts_for(whole_rows)
+    for builder in searches:
+        starts = starts_for(build) if builder is build else row_starts
         chosen = min((choose_tiling(chains, builder, evaluate, start) for start in starts),
                      key=lambda t: (evaluate(t)[0], key(t)))
         found.setdefault(chosen, partial(neighbours, chains=chains, build=builder,

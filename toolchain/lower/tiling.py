@@ -114,6 +114,7 @@ class Tile:
     columns: tuple[tuple[int, int, int], ...]  # (tensor, lo, hi)
 
     def span(self, tensor: int) -> tuple[int, int]:
+        """Tensor t's columns [lo, hi) in this tile."""
         return next((lo, hi) for t, lo, hi in self.columns if t == tensor)
 
 
@@ -139,6 +140,7 @@ class Segment:
     wavefront: bool = False  # its stripes fill the chain a share at a time (wavefront_rows)
     streamed_output: bool = False
     tiles: tuple[Tile, ...] = ()  # column tiles, each running every stripe; none: whole rows
+    recomputed: int = 0  # MACs of columns two tiles or more compute, each time after the first
 
     @property
     def schedule(self) -> Schedule:
@@ -257,6 +259,8 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
         op = graph.operators[op_index]
         activations = [t for t in op.inputs if t >= 0 and not graph.tensors[t].is_constant]
         if striping_of(binding).every_input:
+            if len(activations) < len([t for t in op.inputs if t >= 0]):
+                return None  # a constant operand the kernel would read whole, not its band
             ins = tuple((t, replace(rows, rows=graph.tensors[t].shape[1])) for t in activations)
         else:
             if len(activations) != 1 or activations[0] != op.inputs[0]:
@@ -384,7 +388,7 @@ def tile_of(chain: Chain, graph: Graph, bindings: Sequence[Binding | None], lo: 
     return Tile(tuple((t, a, b) for t, (a, b) in sorted(spans.items())))
 
 
-def tiled(segment: Segment, chain: Chain, count: int, graph: Graph,
+def column_tiled(segment: Segment, chain: Chain, count: int, graph: Graph,
           bindings: Sequence[Binding | None]) -> Segment | None:
     """`segment` (a streamed chain's, striped with an output stripe buffer) run in `count`
     column tiles of the output's width: its stripe buffers as wide as the widest tile's
@@ -410,16 +414,19 @@ def tiled(segment: Segment, chain: Chain, count: int, graph: Graph,
     per_pixel = {o: op_macs(graph, bindings[o]) // (chain.rows[chain.produced[o]]
                                                      * graph.tensors[chain.produced[o]].shape[2])
                  for o in chain.ops}
-    macs = sum((w.out_hi - w.out_lo) * (hi - lo) * per_pixel[w.op]
-               for tile in tiles for stripe in segment.stripes for w in stripe.ops
-               for lo, hi in [tile.span(chain.produced[w.op])])
+    rows = {o: sum(w.out_hi - w.out_lo for stripe in segment.stripes for w in stripe.ops
+                   if w.op == o) for o in chain.ops}
+    spans = {o: [tile.span(chain.produced[o]) for tile in tiles] for o in chain.ops}
+    macs = sum(rows[o] * per_pixel[o] * (hi - lo) for o in chain.ops for lo, hi in spans[o])
+    once = sum(rows[o] * per_pixel[o] * len({c for lo, hi in spans[o] for c in range(lo, hi)})
+               for o in chain.ops)
     moved = sum(kept * row_bytes(b.tensor, tile) for tile in tiles
                 for before, stripe in pairwise(segment.stripes)
                 for b, kept, base, previous in zip(buffers, stripe.kept, stripe.bases,
                                                    before.bases, strict=True)
                 if kept and base != previous)
     return replace(segment, buffers=buffers, macs=macs, moved_bytes=moved,
-                   streamed_output=False, tiles=tuple(tiles))
+                   streamed_output=False, tiles=tuple(tiles), recomputed=macs - once)
 
 
 def tile_params(segment: Segment, tile: Tile, graph: Graph, params: Sequence[Any]) -> list[Any]:
@@ -541,6 +548,11 @@ class TilingMemo:
 def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int]) -> int:
     """The first row of a tensor its consumers still read, each making its rows from `made`."""
     return min(rows.first(made[out]) for out, rows in consumers)
+
+
+def model_macs(graph: Graph, bindings: Sequence[Binding | None]) -> int:
+    """Multiply-accumulates of every op, run whole: what `--max-recompute` is a share of."""
+    return sum(op_macs(graph, b) for b in bindings)
 
 
 def op_macs(graph: Graph, binding: Binding | None) -> int:

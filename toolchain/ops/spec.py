@@ -170,7 +170,9 @@ class TargetKernel:
     `state`: the memory it keeps across invokes, as OpSpec.state; it need not keep what the
     portable kernel keeps (a target kernel may keep its delay line in another layout), so it
     says its own. `narrows`: the kernels of the op this one is a form of with less scratch
-    for some more cycles, which a plan held to the generic arena gives up for it.
+    for some more cycles, which a plan held to the generic arena gives up for it; where
+    `narrows_at_peak`, only for scratch at the arena's peak (its cycles cost too much for a
+    try elsewhere).
     """
 
     opcode: str
@@ -183,6 +185,7 @@ class TargetKernel:
     scratch_alignment: int = 1
     state: Callable[[Any], tuple[StateRequest, ...]] | None = None
     narrows: tuple[str, ...] = ()
+    narrows_at_peak: bool = False
     matched: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def runs_on(self, target: str) -> bool:

@@ -14,7 +14,7 @@ from toolchain.errors import ArenacError
 from toolchain.ir import Model
 from toolchain.lower.lifetimes import TENSOR
 from toolchain.lower.plan import BufferRow, ModelPlan
-from toolchain.lower.tiling import op_macs
+from toolchain.lower.tiling import model_macs
 from toolchain.ops import unsupported_ops
 from toolchain.render import render
 from toolchain.text import TABLE_WIDTH, display_text, middle_cut, table
@@ -515,7 +515,7 @@ def segment_data(mp: ModelPlan, s) -> dict[str, Any]:
             "streamed": s.streamed, "streamed_output": s.streamed_output,
             "wavefront": s.wavefront,
             "tiles": [list(t.span(s.output)) for t in s.tiles],
-            "recomputed_macs": max(0, s.macs - s.whole_macs),
+            "recomputed_macs": s.recomputed,
             "buffers": [{"tensor": b.tensor, "rows": b.rows, "bytes": b.size}
                         for b in s.buffers]}
 
@@ -538,20 +538,15 @@ def tiling_lines(mp: ModelPlan) -> list[str]:
         recomputed = "no MAC recomputed"
         if s.tiles:
             widths = ", ".join(str(hi - lo) for lo, hi in (t.span(s.output) for t in s.tiles))
-            share = (s.macs - s.whole_macs) / max(1, model_macs(mp))
+            share = s.recomputed / max(1, model_macs(mp.graph, mp.program.bindings))
             rows += f", in each of {len(s.tiles)} column tiles (output columns {widths})"
-            recomputed = f"{s.macs - s.whole_macs} MACs recomputed ({share:.1%} of the model's)"
+            recomputed = f"{s.recomputed} MACs recomputed ({share:.1%} of the model's)"
             skipped = ""
         text = (f"steps {s.first}-{s.last} (ops {ops}) in {len(s.stripes)} stripes of {rows}; "
                 f"rows kept: {kept}; {s.moved_bytes} bytes moved, {recomputed}{skipped}"
                 f"{streamed}")
         lines += labelled("striped" if s is mp.tiling.segments[0] else "", text)
     return lines
-
-
-def model_macs(mp: ModelPlan) -> int:
-    """The multiply-accumulates of the model's ops run whole."""
-    return sum(op_macs(mp.graph, b) for b in mp.program.bindings)
 
 
 def memory_map_text(rows: list[BufferRow], arena: int, steps: int, height: int = 16) -> str:

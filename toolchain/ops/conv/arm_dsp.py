@@ -890,9 +890,12 @@ _INT8 = kernels("int8, int8, int32? -> int8", targets=DSP_TARGETS)
 POINTWISE_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("CONV_2D", "dsp-1x1-staged", _INT8, accepts_staged, emit_staged,
                  scratch=staged_scratch, overlaps=staged_overlaps, scratch_alignment=WORD),
+    # the staged kernel's form with less scratch (a block of pixels widened at a time, not the
+    # whole input): given up for where its scratch sets the arena, as a streamed plan's does
     TargetKernel("CONV_2D", "dsp-1x1", _INT8, accepts_conv, emit_conv,
                  scratch=lambda p: pointwise_scratch(conv_matmul(p)),
-                 overlaps=pointwise_overlaps, scratch_alignment=WORD),
+                 overlaps=pointwise_overlaps, scratch_alignment=WORD,
+                 narrows=("dsp-1x1-staged",), narrows_at_peak=True),
 )
 WINDOWED_KERNELS: tuple[TargetKernel, ...] = (
     TargetKernel("CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,

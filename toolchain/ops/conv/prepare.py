@@ -600,6 +600,7 @@ def convolution_band(p: ConvParams | DepthwiseConvParams, out_lo: int, out_hi: i
 
 
 def convolution_columns(p: ConvParams | DepthwiseConvParams) -> RowMap | None:
+    """How output columns read input columns; None for a hybrid convolution, as for rows."""
     if isinstance(p.output, HybridRescale):
         return None
     w = p.window

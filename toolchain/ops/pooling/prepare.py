@@ -156,6 +156,7 @@ def pool_band(p: Pool2DParams, out_lo: int, out_hi: int, in_lo: int, in_hi: int)
 
 
 def pool_columns(p: Pool2DParams) -> RowMap:
+    """How output columns read input columns (the width filled in by the tiler)."""
     return RowMap(p.filter_width, p.stride_width, 1, p.pad_left, -1)
 
 
