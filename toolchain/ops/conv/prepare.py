@@ -580,44 +580,52 @@ def prepare_transpose_conv(graph: Graph, op: Operator) -> TransposeConvParams:
 
 
 def convolution_rows(p: ConvParams | DepthwiseConvParams) -> RowMap | None:
-    if isinstance(p.output, HybridRescale):
-        return None  # each image is quantized with its own range: rows cannot go alone
-    w = p.window
-    return RowMap(w.filter[0], w.stride[0], w.dilation[0], w.padding[0], p.input_shape[1])
+    return _convolution_axis(p, 0)
 
 
 def convolution_band(p: ConvParams | DepthwiseConvParams, out_lo: int, out_hi: int, in_lo: int,
                      in_hi: int) -> ConvParams | DepthwiseConvParams:
     """The convolution of output rows [out_lo, out_hi) from input rows [in_lo, in_hi)."""
-    w = p.window
-    stride, taps, dilation = w.stride[0], w.filter[0], w.dilation[0]
-    pad = in_lo - (out_lo * stride - w.padding[0])
-    rows = out_hi - out_lo
-    plane = max(in_hi - in_lo + pad, (rows - 1) * stride + (taps - 1) * dilation + 1)
-    return replace(p, input_shape=with_rows(p.input_shape, in_hi - in_lo),
-                   output_shape=with_rows(p.output_shape, rows),
-                   window=replace(w, padding=(pad, w.padding[1]), plane=(plane, w.plane[1])))
+    return _convolution_cut(p, 0, out_lo, out_hi, in_lo, in_hi)
 
 
 def convolution_columns(p: ConvParams | DepthwiseConvParams) -> RowMap | None:
-    """How output columns read input columns; None for a hybrid convolution, as for rows."""
-    if isinstance(p.output, HybridRescale):
-        return None
-    w = p.window
-    return RowMap(w.filter[1], w.stride[1], w.dilation[1], w.padding[1], p.input_shape[2])
+    return _convolution_axis(p, 1)
 
 
 def convolution_column_band(p: ConvParams | DepthwiseConvParams, out_lo: int, out_hi: int,
                             in_lo: int, in_hi: int) -> ConvParams | DepthwiseConvParams:
     """The convolution of output columns [out_lo, out_hi) from input columns [in_lo, in_hi)."""
+    return _convolution_cut(p, 1, out_lo, out_hi, in_lo, in_hi)
+
+
+def _convolution_axis(p: ConvParams | DepthwiseConvParams, axis: int) -> RowMap | None:
+    """How the output reads the input along spatial `axis` (0 rows, 1 columns)."""
+    if isinstance(p.output, HybridRescale):
+        return None  # each image is quantized with its own range: no part of it goes alone
     w = p.window
-    stride, taps, dilation = w.stride[1], w.filter[1], w.dilation[1]
-    pad = in_lo - (out_lo * stride - w.padding[1])
-    columns = out_hi - out_lo
-    plane = max(in_hi - in_lo + pad, (columns - 1) * stride + (taps - 1) * dilation + 1)
-    return replace(p, input_shape=with_columns(p.input_shape, in_hi - in_lo),
-                   output_shape=with_columns(p.output_shape, columns),
-                   window=replace(w, padding=(w.padding[0], pad), plane=(w.plane[0], plane)))
+    return RowMap(w.filter[axis], w.stride[axis], w.dilation[axis], w.padding[axis],
+                  p.input_shape[1 + axis])
+
+
+def _convolution_cut(p: ConvParams | DepthwiseConvParams, axis: int, out_lo: int, out_hi: int,
+                     in_lo: int, in_hi: int) -> ConvParams | DepthwiseConvParams:
+    """The same convolution on fewer rows or columns (`axis` 0 or 1): its leading padding what
+    is left of it before input position `in_lo`, its plane at least what its windows span."""
+    w = p.window
+    stride, taps, dilation = w.stride[axis], w.filter[axis], w.dilation[axis]
+    pad = in_lo - (out_lo * stride - w.padding[axis])
+    size = out_hi - out_lo
+    plane = max(in_hi - in_lo + pad, (size - 1) * stride + (taps - 1) * dilation + 1)
+    cut = with_rows if axis == 0 else with_columns
+    return replace(p, input_shape=cut(p.input_shape, in_hi - in_lo),
+                   output_shape=cut(p.output_shape, size),
+                   window=replace(w, padding=_with(w.padding, axis, pad),
+                                  plane=_with(w.plane, axis, plane)))
+
+
+def _with(pair: Pair, axis: int, value: int) -> Pair:
+    return (value, pair[1]) if axis == 0 else (pair[0], value)
 
 
 def convolution_macs(p: ConvParams | DepthwiseConvParams) -> int:

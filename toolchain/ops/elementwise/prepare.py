@@ -335,32 +335,34 @@ def prepare(graph: Graph, op: Operator) -> BinaryOpParams:
 
 def binary_rows(p: BinaryOpParams) -> RowMap | None:
     """Row r of the output reads row r of each input, when neither broadcasts."""
-    same = p.input1_shape == p.input2_shape == p.output_shape
-    return replace(ONE_TO_ONE, rows=p.output_shape[1]) if same else None
+    return _binary_axis(p, 1)
 
 
 def binary_band(p: BinaryOpParams, out_lo: int, out_hi: int, in_lo: int,
                 in_hi: int) -> BinaryOpParams:
     """The op on output rows [out_lo, out_hi), the same rows of each input."""
-    rows = out_hi - out_lo
-    return replace(p, input1_shape=with_rows(p.input1_shape, rows),
-                   input2_shape=with_rows(p.input2_shape, rows),
-                   output_shape=with_rows(p.output_shape, rows))
+    return _binary_cut(p, with_rows, out_hi - out_lo)
 
 
 def binary_columns(p: BinaryOpParams) -> RowMap | None:
     """Column c of the output reads column c of each input, when neither broadcasts."""
-    same = p.input1_shape == p.input2_shape == p.output_shape
-    return replace(ONE_TO_ONE, rows=p.output_shape[2]) if same else None
+    return _binary_axis(p, 2)
 
 
 def binary_column_band(p: BinaryOpParams, out_lo: int, out_hi: int, in_lo: int,
                        in_hi: int) -> BinaryOpParams:
     """The op on output columns [out_lo, out_hi), the same columns of each input."""
-    columns = out_hi - out_lo
-    return replace(p, input1_shape=with_columns(p.input1_shape, columns),
-                   input2_shape=with_columns(p.input2_shape, columns),
-                   output_shape=with_columns(p.output_shape, columns))
+    return _binary_cut(p, with_columns, out_hi - out_lo)
+
+
+def _binary_axis(p: BinaryOpParams, axis: int) -> RowMap | None:
+    same = p.input1_shape == p.input2_shape == p.output_shape
+    return replace(ONE_TO_ONE, rows=p.output_shape[axis]) if same else None
+
+
+def _binary_cut(p: BinaryOpParams, cut, size: int) -> BinaryOpParams:
+    return replace(p, input1_shape=cut(p.input1_shape, size),
+                   input2_shape=cut(p.input2_shape, size), output_shape=cut(p.output_shape, size))
 
 
 def binary_band_key(p: BinaryOpParams) -> tuple:
