@@ -744,7 +744,8 @@ def striped_plan(program: Program, tiled: tuple[Lifetimes, tuple[Overlap, ...]],
 # The streamed segments the tiling search starts from, at most (the best by their bound): the
 # search is greedy, and the best first segment alone is not always the best start.
 STREAMED_STARTS = 4
-# The score of a tiling that holds a streamed input whole: worse than any other.
+# The score of a tiling that holds a streamed input whole, or computes more MACs twice than
+# --max-recompute allows: worse than any other.
 UNSTREAMED = (1 << 62, 0)
 
 # Neighbouring tilings planned in full after the one the bound chose, at most: each is a
@@ -786,9 +787,9 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
     what gives their neighbours whose bound is below an arena. Two searches, each greedy:
     one with stripes on demand only, one with wavefronts too (and a third with column tiles
     where they may be); every result is to be planned and walked from (a search with more
-    choices may still end higher). Inputs in `streams` are
-    fetched row by row and outputs handed on row by row: the search starts from the best
-    segments streaming them, and never leaves one without them; a segment streaming an input
+    choices may still end higher). Inputs in `streams` are fetched row by row and outputs
+    handed on row by row: the search starts from the best segments streaming them, and never
+    leaves one without them; a segment streaming an input
     may run in column tiles, if the MACs it computes twice are at most `max_recompute` percent
     of the model's. `memo` keeps the segments built for the next plan of the model on the same
     target."""
