@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.test_codegen import style_problems
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
-from tests.test_streaming import camera_stem, deep_stem
+from tests.test_streaming import assert_streamed_project_runs, camera_stem, deep_stem
 from tests.test_tiling import int16_chain, mobilenet_stem
 from toolchain.c.generate import generate
 from toolchain.cli import main
@@ -263,6 +264,15 @@ def test_column_tiles_match_litert_under_qemu(target, build, cap):
     with QemuBackend(mp) as backend:
         report = check_plan(mp, data, inputs=2, extra=[("qemu", backend.invoke_many)])
     assert report.ok, report.as_dict()
+
+
+@needs_mcu
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_a_tiled_project_builds_and_runs_as_arenac_run(capsys, tmp_path):
+    """`arenac project` for a board: its main.c gives each tile the rows it asks for again."""
+    mp, _ = tiled_plan(camera_stem(), 10, target="cortex-m4")
+    assert_streamed_project_runs(capsys, tmp_path, "stem", camera_stem(), ["--stream-input"],
+                                 "stem_input_rows")
 
 
 @needs_shared_models
