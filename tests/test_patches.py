@@ -56,6 +56,112 @@ def macs_of(mp) -> int:
     return model_macs(mp.graph, mp.program.bindings)
 
 
+def dilated_frame() -> bytes:
+    """A dilated convolution before a strided depthwise one."""
+    b = ModelBuilder("int8", seed=3)
+    x = b.input("x", (1, 30, 37, 3), "int8", scale=0.04, zero_point=-5)
+    y = b.conv_2d(x, 8, 3, stride=1, activation="RELU6", dilation=2)
+    y = b.depthwise_conv_2d(y, 3, stride=2, activation="RELU6")
+    y = b.conv_2d(y, 8, 1, activation="RELU6")
+    s = b.shape(y)
+    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, 8))))
+    return b.build()
+
+
+def odd_strides() -> bytes:
+    """Stride 2 twice over odd widths, a 5x5 depthwise filter."""
+    b = ModelBuilder("int8", seed=5)
+    x = b.input("x", (1, 33, 37, 3), "int8", scale=0.04, zero_point=2)
+    y = b.conv_2d(x, 8, 3, stride=2, activation="RELU6")
+    y = b.depthwise_conv_2d(y, 5, stride=2, activation="RELU6")
+    y = b.conv_2d(y, 8, 1, activation="RELU6")
+    s = b.shape(y)
+    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, 8))))
+    return b.build()
+
+
+def same_pools() -> bytes:
+    """Average and max pools with SAME padding between the convolutions."""
+    b = ModelBuilder("int8", seed=7)
+    x = b.input("x", (1, 31, 35, 2), "int8", scale=0.05, zero_point=3)
+    y = b.conv_2d(x, 8, 3, stride=1, activation="RELU6")
+    y = b.average_pool_2d(y, 3, 2, "SAME")
+    y = b.depthwise_conv_2d(y, 3, stride=1, activation="RELU6")
+    y = b.max_pool_2d(y, 3, 2, "SAME")
+    y = b.conv_2d(y, 4, 1)
+    s = b.shape(y)
+    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, 4))))
+    return b.build()
+
+
+def float_frame() -> bytes:
+    """float32, a 3x5 filter strided and dilated across the width only."""
+    b = ModelBuilder("float32", seed=9)
+    x = b.input("x", (1, 29, 33, 3), "float32")
+    y = b.conv_2d(x, 8, (3, 5), stride=(1, 2), activation="RELU", dilation=(1, 2))
+    y = b.average_pool_2d(y, 3, 2, "SAME")
+    y = b.conv_2d(y, 8, 3, stride=1, activation="RELU")
+    s = b.shape(y)
+    b.output(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, 8)))
+    return b.build()
+
+
+def uint8_frame() -> bytes:
+    """uint8, a max pool, a depthwise filter of depth multiplier 2."""
+    b = ModelBuilder("uint8", seed=13)
+    x = b.input("x", (1, 30, 37, 3), "uint8", scale=0.04, zero_point=128)
+    y = b.conv_2d(x, 8, 3, stride=2, activation="RELU6")
+    y = b.max_pool_2d(y, 2, 2, "SAME")
+    y = b.depthwise_conv_2d(y, 3, stride=1, depth_multiplier=2, activation="RELU6")
+    s = b.shape(y)
+    b.output(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, s[3])))
+    return b.build()
+
+
+def padded_frame() -> bytes:
+    """A PAD fused into the strided convolution after it."""
+    b = ModelBuilder("int8", seed=11)
+    x = b.input("x", (1, 30, 36, 3), "int8", scale=0.04, zero_point=-5)
+    y = b.pad(x, [[0, 0], [0, 1], [0, 1], [0, 0]])
+    y = b.conv_2d(y, 8, 3, stride=2, padding="VALID", activation="RELU6")
+    y = b.depthwise_conv_2d(y, 3, stride=1, activation="RELU6")
+    y = b.conv_2d(y, 8, 1, activation="RELU6")
+    s = b.shape(y)
+    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, 8))))
+    return b.build()
+
+
+# Shapes whose tiles' edges the kernels must get right (every one in column tiles at a cap of 100)
+SHAPES = [dilated_frame, odd_strides, same_pools, float_frame, uint8_frame, padded_frame]
+
+
+@pytest.mark.parametrize("build", SHAPES, ids=[b.__name__ for b in SHAPES])
+def test_tiles_of_every_shape_match_litert_in_c(build):
+    data = build()
+    mp = plan_model(parse_model(data, "built.tflite"), stream_input=True,
+                    techniques=Techniques(max_recompute=100))
+    assert any(s.tiles for s in mp.tiling.segments)
+    with CBackend(mp, sanitize=True) as backend:
+        report = check_plan(mp, data, inputs=2, extra=[("c", backend.invoke_many)])
+    assert report.ok, report.as_dict()
+
+
+# on cortex-m4 at its fastest, the fused PAD's segment is smaller in whole rows
+M4_SHAPES = [b for b in SHAPES if b is not padded_frame]
+
+
+@needs_mcu
+@pytest.mark.parametrize("build", M4_SHAPES, ids=[b.__name__ for b in M4_SHAPES])
+def test_tiles_of_every_shape_match_litert_on_a_cortex_m4(build):
+    data = build()
+    mp = plan_model(parse_model(data, "built.tflite"), stream_input=True, target="cortex-m4",
+                    max_arena=1 << 20, techniques=Techniques(max_recompute=100))
+    assert any(s.tiles for s in mp.tiling.segments)
+    with QemuBackend(mp) as backend:
+        report = check_plan(mp, data, inputs=2, extra=[("qemu", backend.invoke_many)])
+    assert report.ok, report.as_dict()
+
+
 # (model, cap): the default cap tiles camera_stem; the others tile at a higher one
 CASES = [(camera_stem, 10), (pooled_frame, 10), (mobilenet_stem, 30), (deep_stem, 30),
          (int16_chain, 30)]
