@@ -2,11 +2,11 @@
 
 A segment is a run of consecutive steps (CONV_2D, DEPTHWISE_CONV_2D, AVERAGE/MAX_POOL_2D and
 same-shape ADD/SUB/MUL of two activations between them) with one input tensor from outside (it
-may be read by several ops of the segment: a residual ADD) and one output that leaves it. Its intermediates
-never exist whole: each keeps, in a stripe buffer of its own, only the rows a later window still
-needs (StreamNet's way: nothing is computed twice). Before a stripe, the rows a buffer keeps move
-to its top and the stripe's new rows go below them, so every op still reads and writes plain
-NHWC rows and runs its usual kernel, on fewer rows and with its own top padding.
+may be read by several ops of the segment: a residual ADD) and one output that leaves it. Its
+intermediates never exist whole: each keeps, in a stripe buffer of its own, only the rows a later
+window still needs (StreamNet's way: nothing is computed twice). Before a stripe, the rows a
+buffer keeps move to its top and the stripe's new rows go below them, so every op still reads
+and writes plain NHWC rows and runs its usual kernel, on fewer rows and with its own top padding.
 
 NHWC with batch 1 makes a row range a byte range, so the input's rows die as the stripes pass
 and the output may grow over them: the output may start `shift` bytes below the input, the
