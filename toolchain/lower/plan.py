@@ -833,17 +833,21 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
         if tiles > 1 and not max_recompute:
             return None
         at = (chain.first, chain.last, chain.ops, chain.input, chain.output, chain.streamed,
-              chain.streamed_output, schedule,
-              tuple(kernel_name(program.bindings[o]) for o in chain.ops))
-        if at not in memo.segments:
+              chain.streamed_output, schedule)
+        if at not in memo.segments:  # the same whatever kernels the ops run
             segment = stripe_chain(replace(chain, streamed_output=True) if tiles > 1 else chain,
                                    height, graph, program.bindings, wavefront)
             if segment is not None and tiles > 1:
                 segment = column_tiled(segment, chain, tiles, graph, program.bindings)
-            memo.segments[at] = segment if segment is not None and fits_scratch(
-                segment, graph, program.bindings, params, memo.bands) else None
+            memo.segments[at] = segment
         segment = memo.segments[at]
-        return None if segment is None or segment.recomputed > recompute else segment
+        if segment is None or segment.recomputed > recompute:
+            return None
+        kernels = (*at, tuple(kernel_name(program.bindings[o]) for o in chain.ops))
+        if kernels not in memo.fits:
+            memo.fits[kernels] = fits_scratch(segment, graph, program.bindings, params,
+                                              memo.bands)
+        return segment if memo.fits[kernels] else None
 
     def starts_for(builder) -> list[Tiling]:
         """The best few tilings streaming every stream, one segment a stream (`builder`'s)."""

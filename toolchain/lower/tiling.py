@@ -537,11 +537,13 @@ def kernel_name(binding: Binding | None) -> str | None:
 @dataclass
 class TilingMemo:
     """What the tiling searches of one model's plans on one target share (the hold plans it
-    again with a few ops' kernels narrowed): the segments built, by their steps, schedule and
-    the kernels of their ops (None where a stripe needs more scratch than its op), and whether
-    a band of an op's rows fits its kernel's scratch."""
+    again with a few ops' kernels narrowed): the segments built, by their steps and schedule
+    (None where the chain stalls or cannot be cut so); whether each runs in the scratch of its
+    ops' kernels, by those kernels too; and whether a band of an op's rows fits its kernel's
+    scratch."""
 
     segments: dict[tuple, Segment | None] = field(default_factory=dict)
+    fits: dict[tuple, bool] = field(default_factory=dict)
     bands: dict[tuple, bool] = field(default_factory=dict)
 
 
