@@ -381,20 +381,6 @@ def test_a_tiled_project_builds_and_runs_as_arenac_run(capsys, tmp_path):
                                  "stem_input_rows")
 
 
-@needs_shared_models
-def test_vww_streams_into_12k_within_the_recompute_cap():
-    """vww_96_int8 with its input streamed in at most 12,288 arena bytes, at most 10% of its
-    MACs computed twice, its C as a careful hand would write it (and bit-exact:
-    tests/test_streaming.py)."""
-    path = Path(SHARED_MODELS) / "vww_96_int8.tflite"
-    mp = plan_model(read_model(str(path)), stream_input=True)
-    assert mp.arena_bytes <= 12288
-    twice = sum(s.recomputed for s in mp.tiling.segments)
-    assert 0 < twice <= 0.10 * macs_of(mp)
-    for name, text in generate(mp, "m").items():
-        assert style_problems(text) == [], name
-
-
 @needs_mcu
 @needs_shared_models
 def test_vwws_tiles_are_bit_exact_on_a_cortex_m4():
