@@ -18,7 +18,12 @@ from runtime_py.interpreter import ArenaInterpreter
 from tests.conftest import SHARED_MODELS, needs_shared_models
 from tests.test_codegen import style_problems
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
-from tests.test_streaming import assert_streamed_project_runs, camera_stem, deep_stem
+from tests.test_streaming import (
+    assert_bit_exact_under_qemu,
+    assert_streamed_project_runs,
+    camera_stem,
+    deep_stem,
+)
 from tests.test_tiling import int16_chain, mobilenet_stem
 from toolchain.c.generate import generate
 from toolchain.cli import main
@@ -26,7 +31,6 @@ from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model, read_model
 from toolchain.lab.c_backend import CBackend
 from toolchain.lab.check import check_plan, random_inputs
-from toolchain.lab.qemu_backend import QemuBackend
 from toolchain.lower.plan import Techniques, narrow_ops, plan_model
 from toolchain.lower.tiling import Tile, candidates, column_tiled, model_macs, stripe_chain
 
@@ -157,9 +161,7 @@ def test_tiles_of_every_shape_match_litert_on_a_cortex_m4(build):
     mp = plan_model(parse_model(data, "built.tflite"), stream_input=True, target="cortex-m4",
                     max_arena=1 << 20, techniques=Techniques(max_recompute=100))
     assert any(s.tiles for s in mp.tiling.segments)
-    with QemuBackend(mp) as backend:
-        report = check_plan(mp, data, inputs=2, extra=[("qemu", backend.invoke_many)])
-    assert report.ok, report.as_dict()
+    assert_bit_exact_under_qemu(mp, data, inputs=2)
 
 
 # (model, cap): the default cap tiles camera_stem; the others tile at a higher one
@@ -367,16 +369,14 @@ def test_a_streamed_cortex_m4_plan_gives_staged_scratch_up_where_it_peaks():
 def test_column_tiles_match_litert_under_qemu(target, build, cap):
     data = build()
     mp, _ = tiled_plan(data, cap, target=target)
-    with QemuBackend(mp) as backend:
-        report = check_plan(mp, data, inputs=2, extra=[("qemu", backend.invoke_many)])
-    assert report.ok, report.as_dict()
+    assert_bit_exact_under_qemu(mp, data, inputs=2)
 
 
 @needs_mcu
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_a_tiled_project_builds_and_runs_as_arenac_run(capsys, tmp_path):
     """`arenac project` for a board: its main.c gives each tile the rows it asks for again."""
-    mp, _ = tiled_plan(camera_stem(), 10, target="cortex-m4")
+    tiled_plan(camera_stem(), 10, target="cortex-m4")  # the plan the project runs is in tiles
     assert_streamed_project_runs(capsys, tmp_path, "stem", camera_stem(), ["--stream-input"],
                                  "stem_input_rows")
 
@@ -390,7 +390,4 @@ def test_vwws_tiles_are_bit_exact_on_a_cortex_m4():
     mp = plan_model(read_model(str(path)), stream_input=True, target="cortex-m4",
                     max_arena=1 << 20)  # its fastest kernels: the hold replans it five times
     assert any(s.tiles for s in mp.tiling.segments)
-    with QemuBackend(mp) as backend:
-        report = check_plan(mp, path.read_bytes(), inputs=1,
-                            extra=[("qemu", backend.invoke_many)])
-    assert report.ok, report.as_dict()
+    assert_bit_exact_under_qemu(mp, path.read_bytes(), inputs=1)

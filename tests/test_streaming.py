@@ -68,6 +68,13 @@ def deep_stem() -> bytes:
     return b.build()
 
 
+def assert_bit_exact_under_qemu(mp, data: bytes, inputs: int = 2) -> None:
+    """The plan's C built for its target and run under QEMU gives LiteRT's outputs."""
+    with QemuBackend(mp) as backend:
+        report = check_plan(mp, data, inputs=inputs, extra=[("qemu", backend.invoke_many)])
+    assert report.ok, report.as_dict()
+
+
 def fetched_rows(mp) -> list[int]:
     """Every input row the streamed segment fetches, in the order it fetches them."""
     (segment,) = [s for s in mp.tiling.segments if s.streamed]
@@ -202,9 +209,7 @@ def test_plan_reports_the_streamed_segment(capsys, tmp_path):
 def test_a_streamed_input_matches_litert_under_qemu(target):
     data = mobilenet_stem()
     mp, _ = streamed(data, target=target)
-    with QemuBackend(mp) as backend:
-        report = check_plan(mp, data, inputs=2, extra=[("qemu", backend.invoke_many)])
-    assert report.ok, report.as_dict()
+    assert_bit_exact_under_qemu(mp, data, inputs=2)
 
 
 @needs_mcu

@@ -14,7 +14,7 @@ import pytest
 
 from runtime_py.interpreter import ArenaInterpreter
 from tests.test_mcu import mcu_tools, needs_mcu  # noqa: F401 (the fixture needs_mcu uses)
-from tests.test_streaming import assert_streamed_project_runs
+from tests.test_streaming import assert_bit_exact_under_qemu, assert_streamed_project_runs
 from toolchain.c.generate import generate
 from toolchain.cli import main
 from toolchain.errors import PlanError, UnsupportedOpError
@@ -22,7 +22,6 @@ from toolchain.front.builder import ModelBuilder
 from toolchain.front.reader import parse_model
 from toolchain.lab.c_backend import CBackend
 from toolchain.lab.check import check_plan, random_inputs
-from toolchain.lab.qemu_backend import QemuBackend
 from toolchain.lower.plan import plan_model
 
 
@@ -227,9 +226,7 @@ def test_streamed_input_and_output_match_litert_under_qemu(target):
     mp = plan_model(parse_model(data, "built.tflite"), target=target, stream_input=True,
                     stream_output=True)
     assert mp.streamed_outputs and mp.streamed_inputs
-    with QemuBackend(mp) as backend:
-        report = check_plan(mp, data, inputs=2, extra=[("qemu", backend.invoke_many)])
-    assert report.ok, report.as_dict()
+    assert_bit_exact_under_qemu(mp, data, inputs=2)
 
 
 @needs_mcu
