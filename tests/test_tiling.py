@@ -149,12 +149,19 @@ def test_striped_values_equal_the_whole_tensor_run():
 
 def test_a_neighbouring_tiling_that_plans_smaller_wins(monkeypatch):
     """The bound picks a segment, but the shifts a run of outputs stacks show only in a plan:
-    a neighbour of the chosen segment plans smaller, and is kept."""
+    a neighbour of the chosen segment plans smaller, and so does one more segment away from
+    it, and the smallest is kept; under --max-arena, no segment is added."""
     model = parse_model(ds_cnn(), "ds_cnn.tflite")
     found = plan_model(model)
+    unlimited = plan_model(model, max_arena=1 << 20)  # trades arena for speed: adds none
+    monkeypatch.setattr(plan_module, "ADDED_TILINGS", 0)
+    changed = plan_model(model)
+    assert unlimited.tiling == changed.tiling
     monkeypatch.setattr(plan_module, "NEARBY_TILINGS", 0)
     chosen = plan_model(model)
-    assert found.arena_bytes < chosen.arena_bytes
+    # a segment added away from the chosen ones, then one changed: each walk lowers the arena
+    assert found.arena_bytes < changed.arena_bytes < chosen.arena_bytes
+    assert len(found.tiling.segments) > len(chosen.tiling.segments)
     assert found.overlap_bound_bytes <= found.arena_bytes
     assert found.tiling != chosen.tiling
     inputs = random_inputs(found.graph, 2)

@@ -364,6 +364,10 @@ class Techniques:
     tiling: str = "auto"  # "auto": striped segments where they lower the arena; "off": none
     # The most MACs a plan may compute twice (column tiles), in percent of the model's.
     max_recompute: float = DEFAULT_MAX_RECOMPUTE
+    # A segment more, away from the others, where the shifts of a run of outputs stack
+    # (nearby_tiling); off under --max-arena, which trades arena for speed: its stripes cost
+    # cycles to save those few shifts' bytes.
+    added_segments: bool = True
 
 
 NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model", fuse_padding=False,
@@ -397,11 +401,19 @@ def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES,
     kwargs = {**inspect.signature(planned_model).bind(model, *args, **kwargs).arguments}
     del kwargs["model"]
     kwargs.update(kwargs.pop("options", {}))
+    if max_arena is not None:
+        kwargs["techniques"] = replace(kwargs.get("techniques", Techniques()),
+                                       added_segments=False)
     kwargs.setdefault("memo", TilingMemo())  # the replans below share the segments built
     model_plan = planned_model(model, **kwargs)
+    plans = {tuple(sorted((kwargs.get("given_up") or {}).items())): model_plan}
 
     def replan(given_up: dict[int, tuple[str, ...]]) -> ModelPlan:
-        return planned_model(model, **{**kwargs, "given_up": given_up})
+        """The model planned with the kernels `given_up` given up, once for each choice."""
+        key = tuple(sorted(given_up.items()))
+        if key not in plans:
+            plans[key] = planned_model(model, **{**kwargs, "given_up": given_up})
+        return plans[key]
 
     if max_arena is not None:
         model_plan = within_arena(model_plan, max_arena, replan)
@@ -462,7 +474,27 @@ def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
         model_plan = replan(given_up)
         if model_plan.arena_bytes < best.arena_bytes:
             best = model_plan
-    return best if bound is None else replace(best, portable_arena=bound)
+    return best if bound is None else replace(widened(best, replan), portable_arena=bound)
+
+
+def widened(model_plan: ModelPlan, replan: Callable[[dict[int, tuple[str, ...]]], ModelPlan]
+            ) -> ModelPlan:
+    """The held plan with each narrow form it took given back, op by op in order, one form at
+    a time, wherever the arena is no larger without it: the hold narrows one op at a time
+    along one path, and a form it took early may be needed no more once later ones re-cut the
+    segments (kws_ref_model: two of the seven ops it narrowed, person_detect and ad01_int8
+    one each, at the same arena)."""
+    given_up = dict(model_plan.program.given_up)
+    for op in sorted(given_up):
+        while op in given_up:
+            *wider, _ = given_up[op]
+            trial_given_up = {**given_up, op: tuple(wider)} if wider else \
+                {o: names for o, names in given_up.items() if o != op}
+            trial = replan(trial_given_up)
+            if trial.arena_bytes > model_plan.arena_bytes:
+                break
+            model_plan, given_up = trial, trial_given_up
+    return model_plan
 
 
 OFF_PEAK_TRIES = 2  # narrow forms the hold tries for scratch away from the arena's peak
@@ -609,7 +641,7 @@ def planned_model(
     if tiles:
         with step("tiling"):
             found = tiling_for(program, order, kept, problem, alignment, streams, memo,
-                               techniques.max_recompute)
+                               techniques.max_recompute, techniques.added_segments)
             tilings = [(t, walk) for t, walk in found if t.segments]
     if streams:
         check_streamed(program, tilings[0][0] if tilings else NO_TILING, streams)
@@ -751,6 +783,13 @@ UNSTREAMED = (1 << 62, 0)
 # Neighbouring tilings planned in full after the one the bound chose, at most: each is a
 # whole plan, so this bounds the work (and the result does not depend on the clock).
 NEARBY_TILINGS = 12
+# The same for neighbours with one segment more, away from the others (each tried in one
+# schedule only, toolchain.lower.tiling.ADDED_SCHEDULE).
+ADDED_TILINGS = 3
+# An added segment's plan is screened first with this fraction of the exact planner's work,
+# and planned in full only when that is smaller already: most are not, and a model's
+# plans that the exact planner cannot prove take all of it.
+SCREENING = 8
 
 
 def nearby_tiling(program: Program, problem, tiled: ModelPlan,
@@ -758,30 +797,40 @@ def nearby_tiling(program: Program, problem, tiled: ModelPlan,
                   untiled_bound: int, planner: str, options: dict, nodes: int, alignment: int,
                   deadline: Deadline) -> ModelPlan:
     """The smallest plan found by walking from the chosen tiling to better neighbours
-    (toolchain.lower.tiling.neighbours), best bound first, within NEARBY_TILINGS plans: the
-    bound does not see the shifts a run of outputs stacks, a plan does."""
-    best, tried, budget = tiled, {tiled.tiling}, NEARBY_TILINGS
+    (toolchain.lower.tiling.neighbours), best bound first, within NEARBY_TILINGS plans and
+    ADDED_TILINGS with a segment more: the bound does not see the shifts a run of outputs
+    stacks, a plan does. An added segment is tried before a changed one: it keeps what the
+    chosen ones save where they are (on a DS-CNN, a changed segment first ends higher)."""
+    best, tried, budget = tiled, {tiled.tiling}, {False: NEARBY_TILINGS, True: ADDED_TILINGS}
     improved = True
-    while improved and budget:
+    while improved and any(budget.values()):
         improved = False
-        for score, tiling in others(best.tiling, below=best.arena_bytes):
-            if not budget or score[0] >= best.arena_bytes:
-                break
-            if tiling in tried:
-                continue
-            tried.add(tiling)
-            budget -= 1
-            trial = striped_plan(program, problem(tiling), tiling, untiled_bound, planner,
-                                 dict(options), None, nodes, alignment, deadline.share(0.1))
-            if trial.arena_bytes < best.arena_bytes:
-                best, improved = trial, True
+        for apart in (True, False):  # a segment added before segments changed
+            for score, tiling in others(best.tiling, below=best.arena_bytes, apart=apart):
+                if not budget[apart] or score[0] >= best.arena_bytes:
+                    break
+                if tiling in tried:
+                    continue
+                tried.add(tiling)
+                budget[apart] -= 1
+                trial = striped_plan(program, problem(tiling), tiling, untiled_bound, planner,
+                                     dict(options), None, nodes // (SCREENING if apart else 1),
+                                     alignment, deadline.share(0.1))
+                if apart and trial.arena_bytes < best.arena_bytes:  # screened: plan it in full
+                    trial = striped_plan(program, problem(tiling), tiling, untiled_bound,
+                                         planner, dict(options), None, nodes, alignment,
+                                         deadline.share(0.1))
+                if trial.arena_bytes < best.arena_bytes:
+                    best, improved = trial, True
+                    break
+            if improved:
                 break
     return best
 
 
 def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int,
                streams: frozenset[int] = frozenset(), memo: TilingMemo | None = None,
-               max_recompute: float = DEFAULT_MAX_RECOMPUTE
+               max_recompute: float = DEFAULT_MAX_RECOMPUTE, added_segments: bool = True
                ) -> list[tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]]:
     """The striped segments that lower the bound of the plan (toolchain.lower.tiling), and
     what gives their neighbours whose bound is below an arena. Two searches, each greedy:
@@ -792,7 +841,7 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
     leaves one without them; a segment streaming an input
     may run in column tiles, if the MACs it computes twice are at most `max_recompute` percent
     of the model's. `memo` keeps the segments built for the next plan of the model on the same
-    target."""
+    target. Without `added_segments`, the neighbours have no segment more than the tiling."""
     graph = program.graph
     memo = TilingMemo() if memo is None else memo
     scores: dict[tuple, tuple[tuple[int, int], int]] = {}
@@ -877,7 +926,7 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
         chosen = min((choose_tiling(chains, builder, evaluate, start) for start in starts),
                      key=lambda t: (evaluate(t)[0], key(t)))
         found.setdefault(chosen, partial(neighbours, chains=chains, build=builder,
-                                         evaluate=evaluate))
+                                         evaluate=evaluate, added=added_segments))
     return list(found.items())
 
 

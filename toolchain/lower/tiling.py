@@ -631,6 +631,9 @@ def schedules(chain: Chain) -> list[Schedule]:
 
 
 Score = tuple[int, int]
+# The one schedule of a segment added away from the others: one row at a time, on demand, in
+# whole rows (the fewest rows held).
+ADDED_SCHEDULE: Schedule = (1, False, 1)
 
 
 def with_segment(tiling: Tiling, segment: Segment) -> Tiling:
@@ -639,11 +642,11 @@ def with_segment(tiling: Tiling, segment: Segment) -> Tiling:
     return Tiling(tuple(sorted((*others, segment), key=lambda s: s.first)))
 
 
-def trials(tiling: Tiling, chain: Chain,
-           build: Callable[[Chain, Schedule], Segment | None]) -> Iterator[Tiling]:
-    """`tiling` with the chain's segment, in each schedule it builds in, in place of the
-    segments it meets."""
-    for schedule in schedules(chain):
+def trials(tiling: Tiling, chain: Chain, build: Callable[[Chain, Schedule], Segment | None],
+           only: Schedule | None = None) -> Iterator[Tiling]:
+    """`tiling` with the chain's segment, in each schedule it builds in (or `only` that one),
+    in place of the segments it meets."""
+    for schedule in schedules(chain) if only is None else [only]:
         segment = build(chain, schedule)
         if segment is not None:
             yield with_segment(tiling, segment)
@@ -676,19 +679,22 @@ def choose_tiling(chains: Sequence[Chain], build: Callable[[Chain, Schedule], Se
 def neighbours(tiling: Tiling, chains: Sequence[Chain],
                build: Callable[[Chain, Schedule], Segment | None],
                evaluate: Callable[[Tiling], tuple[Score, int]],
-               below: int) -> list[tuple[Score, Tiling]]:
+               below: int, apart: bool = False, added: bool = True
+               ) -> list[tuple[Score, Tiling]]:
     """The tilings one segment away from `tiling` (a chain meeting one of its segments, at any
-    height, in place of the segments it meets) whose peak is below `below`, with their scores,
-    best first.
+    height, in place of the segments it meets; with `apart`, a chain meeting none, added)
+    whose peak is below `below`, with their scores, best first (none `apart` unless `added`).
 
     The peak counts bytes, not where they go: a segment with a higher peak may still plan
     smaller, when the one chosen leaves a run of outputs each a little below its input (each
-    shift stacks on the one before) and the other takes that run inside."""
+    shift stacks on the one before) and the other takes that run inside, or a segment away
+    from the peak takes it (tried in ADDED_SCHEDULE only: there are many more of them)."""
     found: dict[tuple, tuple[Score, Tiling]] = {}
-    for chain in chains:
-        if not any(chain.first <= s.last and s.first <= chain.last for s in tiling.segments):
+    for chain in chains if added or not apart else ():
+        if apart == any(chain.first <= s.last and s.first <= chain.last
+                        for s in tiling.segments):
             continue
-        for trial in trials(tiling, chain, build):
+        for trial in trials(tiling, chain, build, ADDED_SCHEDULE if apart else None):
             if trial == tiling:
                 continue
             score, _ = evaluate(trial)
