@@ -23,6 +23,7 @@ from toolchain.front.reader import parse_model, read_model
 from toolchain.lab.c_backend import CBackend
 from toolchain.lab.check import check_plan, random_inputs
 from toolchain.lower.plan import Techniques, plan_model
+from toolchain.lower.tiling import ROW_BY_ROW, stripe_runs
 from toolchain.planners import verify
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
@@ -60,10 +61,11 @@ def residual_block() -> bytes:
     return b.build()
 
 
-def striped_plan(data: bytes):
+def striped_plan(data: bytes, techniques: Techniques | None = None):
     model = parse_model(data, "built.tflite")
-    mp = plan_model(model)
-    plain = plan_model(model, techniques=Techniques(tiling="off"))
+    techniques = techniques or Techniques()
+    mp = plan_model(model, techniques=techniques)
+    plain = plan_model(model, techniques=replace(techniques, tiling="off"))
     assert mp.tiling.segments, "the chain should be striped"
     assert mp.arena_bytes < plain.arena_bytes
     assert mp.overlap_bound_bytes <= mp.arena_bytes and mp.untiled_bound_bytes is not None
@@ -128,13 +130,54 @@ def test_striped_chain_matches_litert_in_runtime_py_and_c(build):
 
 
 def test_residual_segment_holds_the_skip_and_both_branches():
-    mp, _ = striped_plan(residual_block())
+    # (row by row, one segment takes both blocks: each skip is then an intermediate)
+    mp, _ = striped_plan(residual_block(), techniques=Techniques(extra_stripes=False))
     skips = [s for s in mp.tiling.segments for op in s.ops
              if mp.graph.operators[op].opcode == "ADD" and s.input in mp.graph.operators[op].inputs]
     assert skips, "a residual ADD reads its segment's input"
     for s in mp.tiling.segments:
         for b in s.buffers:  # an intermediate keeps fewer rows than it has
             assert b.rows < mp.graph.tensors[b.tensor].shape[1]
+
+
+def test_rows_made_row_by_row_keep_only_their_readers_windows():
+    """A residual block before a strided one: stripes of one output row make two rows of every
+    tensor before the stride, so a 3x3 window's input keeps four; row by row, an op makes at
+    most one row a stripe and the ops after the stride every other stripe, so it keeps three,
+    a 1x1's input one, and the arena is smaller, with no MAC computed twice. --max-arena
+    (`extra_stripes` off) plans without it. Its C and runtime_py are bit-exact against LiteRT
+    (test_striped_chain_matches_litert_in_runtime_py_and_c)."""
+    model = parse_model(residual_block(), "residual.tflite")
+    rowwise = plan_model(model)
+    (segment,) = rowwise.tiling.segments
+    assert segment.pace == ROW_BY_ROW and segment.height == 1
+    output_rows = rowwise.graph.tensors[segment.output].shape[1]
+    tallest = max(rowwise.graph.tensors[b.tensor].shape[1] for b in segment.buffers)
+    assert output_rows < len(segment.stripes) <= tallest + 4
+    assert max(b.rows for b in segment.buffers) == 3 and min(b.rows for b in segment.buffers) == 1
+    assert segment.macs == segment.whole_macs
+    shares = plan_model(model, techniques=Techniques(extra_stripes=False))
+    assert all(s.pace != ROW_BY_ROW for s in shares.tiling.segments)
+    assert rowwise.arena_bytes < shares.arena_bytes
+    assert all(s.pace != ROW_BY_ROW for s in plan_model(model, max_arena=1 << 20).tiling.segments)
+
+
+def test_stripes_that_alternate_run_as_one_loop_over_pairs():
+    """Row by row, the ops after a stride make their row every other stripe: the stripes
+    alternate, and the C runs them as one loop over pairs of stripes, each op's kernel once
+    per phase, not each stripe written out (the values: the LiteRT tests above)."""
+    mp = plan_model(parse_model(residual_block(), "residual.tflite"))
+    (segment,) = mp.tiling.segments
+    runs = stripe_runs(segment, mp.graph, mp.program.params(),
+                       {o: mp.graph.operators[o].outputs[0] for o in segment.ops})
+    pairs = [r for r in runs if r.period == 2]
+    assert [r.start for r in pairs][1::2] == [r.start + 1 for r in pairs][::2]
+    assert sum(2 * r.count for r in pairs) > len(segment.stripes) // 2
+    c = generate(mp, "m")["m.c"]
+    assert len(re.findall(r"for \(m_pair0 = 0; m_pair0 < \d+; \+\+m_pair0\)", c)) == 1
+    assert "every other stripe from" in c and "each written out" not in c
+    kernels = len(re.findall(r"^static void m_\w+_stripes\d+\(void\)", c, re.M))
+    assert kernels < sum(len(stripe.ops) for stripe in segment.stripes)
 
 
 def test_striped_values_equal_the_whole_tensor_run():

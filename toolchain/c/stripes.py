@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from toolchain.errors import PlanError
 from toolchain.lower.tiling import (
+    ROW_BY_ROW,
     OpRows,
     Run,
     Segment,
@@ -57,10 +58,9 @@ class StripedSegment:
         tensor = self.em.mp.graph.tensors[t]
         return tensor.nbytes // (tensor.shape[1] * tensor.shape[2]) * self.width(t)
 
-    def rows_at(self, t: int, place: Place, row: int, rows: int, start: int) -> CTensor:
+    def rows_at(self, t: int, place: Place, row: int, rows: int, run: Run) -> CTensor:
         """`rows` rows of tensor t as a stripe's kernel sees them: from `row` of its stripe
-        buffer, or where `place` puts them in the whole tensor for the run starting at
-        stripe `start`."""
+        buffer, or where `place` puts them in the whole tensor for the stripes of `run`."""
         at = self.em.at
         tensor = self.em.mp.graph.tensors[t]
         ctype = C_TYPES[tensor.dtype]
@@ -70,11 +70,27 @@ class StripedSegment:
             first = str(row)
         else:
             base = at.pointer(t)
-            row0, per = place
-            first = c_sum([(self.cursor, per)], row0 - per * start) if per else str(row0)
+            first = self.moving_row(place, run)
         ptr = base if first == "0" else f"({base} + ({first}) * {elems})"
         return CTensor(t, c_text(tensor.name), tensor.dtype,
                        (1, rows, self.width(t), *tensor.shape[3:]), ptr, None, at.used)
+
+    @property
+    def pairs(self) -> str:
+        """The cursor of the loops over stripes two by two (Run.period 2): the pair they are on,
+        from 0."""
+        return f"{self.em.at.name}_pair{self.seg.first}"
+
+    def moving_row(self, place: Place, run: Run) -> str:
+        """The C of a row that moves on through a run: (row, step) at its first stripe, on by
+        the step each stripe (on the stripe cursor), or each pair of stripes (on the pair
+        cursor, from 0)."""
+        row0, per = place
+        if not per:
+            return str(row0)
+        if run.period == 1:
+            return c_sum([(self.cursor, per)], row0 - per * run.start)
+        return c_sum([(self.pairs, per)], row0)
 
     def row_in_buffer(self, t: int, row: int, stripe: int) -> int:
         """A row of tensor t relative to where the stripe has it: in its stripe buffer, from
@@ -119,32 +135,49 @@ def emit_segment(em: Emission, seg: Segment) -> None:
             lines += [stripe_call(s, run, w, places, defined, params)
                       for w, places in zip(stripe.ops, run.rows, strict=True)]
             lines += handed_rows(s, run, moving)
-            runs.append({"loop": run.count > 1, "start": run.start,
-                         "stop": run.start + run.count, "lines": lines})
+            if run.period == 2 and runs and runs[-1].get("phase") == run.start - 1:
+                runs[-1]["lines"] += lines  # the second phase, in the first one's loop
+                del runs[-1]["phase"]
+            elif run.period == 2:
+                runs.append({"loop": True, "cursor": s.pairs, "start": 0, "stop": run.count,
+                             "lines": lines, "phase": run.start})
+            else:
+                runs.append({"loop": run.count > 1, "cursor": s.cursor, "start": run.start,
+                             "stop": run.start + run.count, "lines": lines})
     program, name, arena = em.mp.program, em.at.name, em.at.arena
     declarations = [f"uint8_t *const rows{b.tensor} = {arena} + {em.at.macros[slot]}; "
                     f"/* {program.tensor_label(b.tensor)}: {counted(b.rows, 'row')} */"
                     for b, slot in s.buffer_at.values() if b.tensor in moving]
     em.texts.append(render("c/stripes.c.j2", v={"fn": f"{name}_stripes{seg.first}",
-                                                "cursor": s.cursor, "runs": runs,
+                                                "runs": runs,
                                                 "declarations": declarations}))
-    em.texts[header_at] = segment_comment(s, any(run["loop"] for run in runs))
+    em.texts[header_at] = segment_comment(s, {run["cursor"] for run in runs if run["loop"]})
 
 
-def segment_comment(s: StripedSegment, loops: bool) -> str:
-    """What the segment runs, and its cursor: a stripe's kernel reads the cursor only in a loop
-    (in one stripe alone its rows are constants), so a segment written out declares none."""
+def each(run: Run) -> str:
+    """How often a run's rows move on."""
+    return "each stripe" if run.period == 1 else "each two stripes"
+
+
+def segment_comment(s: StripedSegment, cursors: set[str]) -> str:
+    """What the segment runs, and the cursors its loops use: a stripe's kernel reads one only
+    in a loop (in one stripe alone its rows are constants), so a segment written out declares
+    none."""
     seg = s.seg
     ops = ", ".join(s.em.mp.program.op_label(o) for o in seg.ops)
-    what = (f"Steps {seg.first}-{seg.last} ({ops}) run in {len(seg.stripes)} stripes of "
-            f"{counted(seg.height, 'output row')}")
+    rows = (f"at most {counted(seg.height, 'row')} of each tensor (row by row)"
+            if seg.pace == ROW_BY_ROW else counted(seg.height, 'output row'))
+    what = f"Steps {seg.first}-{seg.last} ({ops}) run in {len(seg.stripes)} stripes of {rows}"
     if seg.tiles:
         what += (f" in each of {len(seg.tiles)} column tiles ({seg.recomputed:,} MACs computed "
                  "twice where the tiles meet)")
-    if not loops:
+    if not cursors:
         return c_comment(f"{what}, each written out.")
-    return (c_comment(f"{what}; {s.cursor} is the stripe the kernels below are on.")
-            + f"\nstatic int {s.cursor};")
+    said = [f"{s.cursor} is the stripe the kernels below are on"] if s.cursor in cursors else []
+    if s.pairs in cursors:
+        said.append(f"{s.pairs} is the pair of stripes, where the stripes alternate")
+    return (c_comment(f"{what}; {' and '.join(said)}.")
+            + "".join(f"\nstatic int {c};" for c in (s.cursor, s.pairs) if c in cursors))
 
 
 def keep_moves(s: StripedSegment, run: Run, moving: set[int]) -> list[str]:
@@ -202,11 +235,11 @@ def streamed_rows(s: StripedSegment, run: Run, named: set[int], tensor: int,
         return []
     b, _ = s.buffer_at[tensor]
     named.add(b.tensor)
-    row0, per = place
-    first = c_sum([(s.cursor, per)], row0 - per * run.start) if per else str(row0)
+    per = place[1]
+    first = s.moving_row(place, run)
     at = (lo - s.seg.stripes[run.start].bases[s.seg.buffer_of(tensor)]) * s.row_bytes(tensor)
     which = f"rows {lo}-{hi - 1}" if hi - lo > 1 else f"row {lo}"
-    then = f", then the next {per} each stripe" if run.count > 1 else ""
+    then = f", then the next {per} {each(run)}" if run.count > 1 else ""
     rows_at = f"rows{b.tensor}{f' + {at}' if at else ''}"
     if s.tile is None:
         call = f"{s.em.at.name}_{what}_rows({index}, {first}, {hi - lo}, {rows_at})"
@@ -243,7 +276,7 @@ def stripe_call(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...
     em, program = s.em, s.em.mp.program
     context = stripe_context(s, run, w, places, params)
     out_rows = w.out_hi - w.out_lo
-    then = f", then the next {out_rows} each stripe" if run.count > 1 else ""
+    then = f", then the next {out_rows} {each(run)}" if run.count > 1 else ""
     rows = f"row {w.out_lo}" if out_rows == 1 else f"rows {w.out_lo}-{w.out_hi - 1}"
     call = f"{context.fn}(); /* {program.op_label(w.op)}: output {rows}{then} */"
     if s.kernels_of != s.tile_index:  # an earlier tile's kernel, cut alike
@@ -252,8 +285,9 @@ def stripe_call(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...
     kernel, text = shared_kernel(em, context, label, defined)
     em.kernel_of[w.op] = kernel
     _, lo, hi = w.reads[0]
-    stripes = (f"stripes {run.start}-{run.start + run.count - 1}" if run.count > 1
-               else f"stripe {run.start}")
+    last = run.start + run.period * (run.count - 1)
+    stripes = (f"stripe {run.start}" if run.count == 1 else f"stripes {run.start}-{last}"
+               if run.period == 1 else f"every other stripe from {run.start} to {last}")
     if s.tile:
         first, end = s.tile.span(s.produced[w.op])
         stripes += f" of column tile {s.tile_index} (its output columns {first}-{end - 1})"
@@ -273,11 +307,11 @@ def stripe_context(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, 
     em = s.em
     mp, at = em.mp, em.at
     op = mp.graph.operators[w.op]
-    ins = [s.rows_at(t, place, s.row_in_buffer(t, r_lo, run.start), r_hi - r_lo, run.start)
+    ins = [s.rows_at(t, place, s.row_in_buffer(t, r_lo, run.start), r_hi - r_lo, run)
            for (t, r_lo, r_hi), place in zip(w.reads, places[:-1], strict=True)]  # then out's
     out_t = s.produced[w.op]
     out = s.rows_at(out_t, places[-1], s.row_in_buffer(out_t, w.out_lo, run.start),
-                    w.out_hi - w.out_lo, run.start)
+                    w.out_hi - w.out_lo, run)
     _, lo, hi = w.reads[0]
     tile = f"_tile{s.kernels_of}" if s.tile else ""
     context = OpContext(

@@ -31,6 +31,10 @@ from toolchain.lower.schedule import schedule
 from toolchain.lower.steps import Step, execution_steps
 from toolchain.lower.tiling import (
     NO_TILING,
+    ON_DEMAND,
+    ROW_BY_ROW,
+    WAVEFRONT,
+    Chain,
     Schedule,
     Score,
     Segment,
@@ -364,10 +368,10 @@ class Techniques:
     tiling: str = "auto"  # "auto": striped segments where they lower the arena; "off": none
     # The most MACs a plan may compute twice (column tiles), in percent of the model's.
     max_recompute: float = DEFAULT_MAX_RECOMPUTE
-    # A segment more, away from the others, where the shifts of a run of outputs stack
-    # (nearby_tiling); off under --max-arena, which trades arena for speed: its stripes cost
-    # cycles to save those few shifts' bytes.
-    added_segments: bool = True
+    # Stripes that save bytes at a cost in cycles: a segment more, away from the others, where
+    # the shifts of a run of outputs stack (nearby_tiling), and rows made row by row
+    # (toolchain.lower.tiling.ROW_BY_ROW). Off under --max-arena, which trades arena for speed.
+    extra_stripes: bool = True
 
 
 NO_TECHNIQUES = Techniques(inplace=False, overlap=False, schedule="model", fuse_padding=False,
@@ -401,24 +405,18 @@ def plan_model(model: Model, *args, max_bytes: int = DEFAULT_MAX_BYTES,
     kwargs = {**inspect.signature(planned_model).bind(model, *args, **kwargs).arguments}
     del kwargs["model"]
     kwargs.update(kwargs.pop("options", {}))
-    if max_arena is not None:
-        kwargs["techniques"] = replace(kwargs.get("techniques", Techniques()),
-                                       added_segments=False)
     kwargs.setdefault("memo", TilingMemo())  # the replans below share the segments built
+    if max_arena is not None:
+        model_plan = limited_plan(model, kwargs, max_arena)
+        check_budget(model_plan, max_bytes)
+        return model_plan
     model_plan = planned_model(model, **kwargs)
-    plans = {tuple(sorted((kwargs.get("given_up") or {}).items())): model_plan}
 
     def replan(given_up: dict[int, tuple[str, ...]]) -> ModelPlan:
-        """The model planned with the kernels `given_up` given up, once for each choice."""
-        key = tuple(sorted(given_up.items()))
-        if key not in plans:
-            plans[key] = planned_model(model, **{**kwargs, "given_up": given_up})
-        return plans[key]
+        return planned_model(model, **{**kwargs, "given_up": given_up})
 
-    if max_arena is not None:
-        model_plan = within_arena(model_plan, max_arena, replan)
-    elif not (kwargs.get("given_up") or kwargs.get("offsets_csv") or kwargs.get("pools")
-              or kwargs.get("time_limit") is not None):
+    if not (kwargs.get("given_up") or kwargs.get("offsets_csv") or kwargs.get("pools")
+            or kwargs.get("time_limit") is not None):
         # a target's plan held to the portable kernels' arena as far as narrow kernels hold it
         # (it plans the model again, so not within a --time-limit, which bounds one planning)
         model_plan = narrowed(model_plan, lambda: planned_model(
@@ -474,30 +472,29 @@ def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
         model_plan = replan(given_up)
         if model_plan.arena_bytes < best.arena_bytes:
             best = model_plan
-    return best if bound is None else replace(widened(best, replan), portable_arena=bound)
-
-
-def widened(model_plan: ModelPlan, replan: Callable[[dict[int, tuple[str, ...]]], ModelPlan]
-            ) -> ModelPlan:
-    """The held plan with each narrow form it took given back, op by op in order, one form at
-    a time, wherever the arena is no larger without it: the hold narrows one op at a time
-    along one path, and a form it took early may be needed no more once later ones re-cut the
-    segments (kws_ref_model: two of the seven ops it narrowed, person_detect and ad01_int8
-    one each, at the same arena)."""
-    given_up = dict(model_plan.program.given_up)
-    for op in sorted(given_up):
-        while op in given_up:
-            *wider, _ = given_up[op]
-            trial_given_up = {**given_up, op: tuple(wider)} if wider else \
-                {o: names for o, names in given_up.items() if o != op}
-            trial = replan(trial_given_up)
-            if trial.arena_bytes > model_plan.arena_bytes:
-                break
-            model_plan, given_up = trial, trial_given_up
-    return model_plan
+    return best if bound is None else replace(best, portable_arena=bound)
 
 
 OFF_PEAK_TRIES = 2  # narrow forms the hold tries for scratch away from the arena's peak
+
+
+def limited_plan(model: Model, kwargs: dict, max_arena: int) -> ModelPlan:
+    """The plan within `max_arena` bytes (`within_arena`): without the extra stripes
+    (Techniques.extra_stripes), which cost cycles, unless no choice of kernels fits without
+    them."""
+    techniques = kwargs.get("techniques", Techniques())
+
+    def fitted(tried: Techniques) -> ModelPlan:
+        args = {**kwargs, "techniques": tried}
+        return within_arena(planned_model(model, **args), max_arena,
+                            lambda given_up: planned_model(model, **{**args, "given_up": given_up}))
+
+    try:
+        return fitted(replace(techniques, extra_stripes=False))
+    except PlanError:
+        if not techniques.extra_stripes:
+            raise
+    return fitted(techniques)
 
 
 def within_arena(model_plan: ModelPlan, max_arena: int,
@@ -641,7 +638,7 @@ def planned_model(
     if tiles:
         with step("tiling"):
             found = tiling_for(program, order, kept, problem, alignment, streams, memo,
-                               techniques.max_recompute, techniques.added_segments)
+                               techniques.max_recompute, techniques.extra_stripes)
             tilings = [(t, walk) for t, walk in found if t.segments]
     if streams:
         check_streamed(program, tilings[0][0] if tilings else NO_TILING, streams)
@@ -830,18 +827,19 @@ def nearby_tiling(program: Program, problem, tiled: ModelPlan,
 
 def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int,
                streams: frozenset[int] = frozenset(), memo: TilingMemo | None = None,
-               max_recompute: float = DEFAULT_MAX_RECOMPUTE, added_segments: bool = True
+               max_recompute: float = DEFAULT_MAX_RECOMPUTE, extra_stripes: bool = True
                ) -> list[tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]]:
     """The striped segments that lower the bound of the plan (toolchain.lower.tiling), and
-    what gives their neighbours whose bound is below an arena. Two searches, each greedy:
-    one with stripes on demand only, one with wavefronts too (and a third with column tiles
-    where they may be); every result is to be planned and walked from (a search with more
-    choices may still end higher). Inputs in `streams` are fetched row by row and outputs
-    handed on row by row: the search starts from the best segments streaming them, and never
-    leaves one without them; a segment streaming an input
+    what gives their neighbours whose bound is below an arena. Three searches, each greedy:
+    one with stripes on demand only, one with wavefronts too, one with rows row by row too
+    (and a fourth with column tiles where they may be); every result is to be planned and
+    walked from (a search with more choices may still end higher). Inputs in `streams` are
+    fetched row by row and outputs handed on row by row: the search starts from the best
+    segments streaming them, and never leaves one without them; a segment streaming an input
     may run in column tiles, if the MACs it computes twice are at most `max_recompute` percent
     of the model's. `memo` keeps the segments built for the next plan of the model on the same
-    target. Without `added_segments`, the neighbours have no segment more than the tiling."""
+    target. Without `extra_stripes`, no segment runs row by row, and the neighbours have no
+    segment more than the tiling."""
     graph = program.graph
     memo = TilingMemo() if memo is None else memo
     scores: dict[tuple, tuple[tuple[int, int], int]] = {}
@@ -878,14 +876,14 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
     def build(chain, schedule: Schedule) -> Segment | None:
         """The segment, unless a stripe's kernel would ask for more scratch than its op's, or
         its column tiles compute more MACs twice than the cap allows."""
-        height, wavefront, tiles = schedule
-        if tiles > 1 and not max_recompute:
+        height, pace, tiles = schedule
+        if (tiles > 1 and not max_recompute) or (pace == ROW_BY_ROW and not extra_stripes):
             return None
         at = (chain.first, chain.last, chain.ops, chain.input, chain.output, chain.streamed,
               chain.streamed_output, schedule)
         if at not in memo.segments:  # the same whatever kernels the ops run
             segment = stripe_chain(replace(chain, streamed_output=True) if tiles > 1 else chain,
-                                   height, graph, program.bindings, wavefront)
+                                   height, graph, program.bindings, pace)
             if segment is not None and tiles > 1:
                 segment = column_tiled(segment, chain, tiles, graph, program.bindings)
             memo.segments[at] = segment
@@ -910,24 +908,30 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
                 or starts  # none: check_streamed refuses
         return starts
 
-    def whole_rows(chain, schedule: Schedule) -> Segment | None:
-        return None if schedule[2] > 1 else build(chain, schedule)
-
-    def on_demand(chain, schedule: Schedule) -> Segment | None:
-        return None if schedule[1] else whole_rows(chain, schedule)
-
+    whole_rows = in_whole_rows(build, (ON_DEMAND, WAVEFRONT, ROW_BY_ROW))
+    wavefronts = in_whole_rows(build, (ON_DEMAND, WAVEFRONT))
+    on_demand = in_whole_rows(build, (ON_DEMAND,))
     found: dict[Tiling, Callable[..., list[tuple[Score, Tiling]]]] = {}
-    # column tiles are one more choice still: the search with them may end higher
-    searches = (on_demand, whole_rows, build) if max_recompute and streams else (on_demand,
-                                                                                 whole_rows)
-    row_starts = starts_for(whole_rows)
+    # rows row by row, then column tiles, are more choices still: a search with them may end
+    # higher
+    searches = (on_demand, wavefronts, *((whole_rows,) if extra_stripes else ()),
+                *((build,) if max_recompute and streams else ()))
+    wavefront_starts = starts_for(wavefronts)  # as the searches without rows row by row start
     for builder in searches:
-        starts = starts_for(build) if builder is build else row_starts
+        starts = wavefront_starts if builder in (on_demand, wavefronts) else starts_for(builder)
         chosen = min((choose_tiling(chains, builder, evaluate, start) for start in starts),
                      key=lambda t: (evaluate(t)[0], key(t)))
         found.setdefault(chosen, partial(neighbours, chains=chains, build=builder,
-                                         evaluate=evaluate, added=added_segments))
+                                         evaluate=evaluate, added=extra_stripes))
     return list(found.items())
+
+
+def in_whole_rows(build: Callable[[Chain, Schedule], Segment | None], paces: tuple[int, ...]
+                  ) -> Callable[[Chain, Schedule], Segment | None]:
+    """`build`, only for schedules in whole rows (no column tiles) at one of `paces`."""
+    def builder(chain: Chain, schedule: Schedule) -> Segment | None:
+        return build(chain, schedule) if schedule[1] in paces and schedule[2] == 1 else None
+    return builder
 
 
 def keeping_whole(problem: Callable[[Tiling], tuple[Lifetimes, tuple[Overlap, ...]]],

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import pairwise
 from typing import Any
 
@@ -53,7 +54,13 @@ STRIPE_HEIGHTS = (1, 2, 3, 4, 6, 8, 12, 16)
 # The column tiles tried for a streamed segment (1: the whole width at once).
 TILE_COUNTS = (1, 2, 3, 4)
 
-Schedule = tuple[int, bool, int]  # a stripe height, whether a wavefront, and column tiles
+Schedule = tuple[int, int, int]  # a stripe height, a pace (below), and column tiles
+# How a segment's stripes pace its ops: each stripe makes what its output rows need
+# (demanded_rows); or each op makes at most its share of rows a stripe, the strides after it
+# counted (wavefront_rows); or at most `height` rows of every tensor a stripe, whatever the
+# strides (the same, row by row: more stripes, but an op before a stride keeps only its
+# readers' windows, not two stripes' rows).
+ON_DEMAND, WAVEFRONT, ROW_BY_ROW = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -137,14 +144,19 @@ class Segment:
     macs: int  # multiply-accumulates of the striped run: none repeats, unread rows are skipped
     whole_macs: int  # of the same ops run whole
     streamed: bool = False
-    wavefront: bool = False  # its stripes fill the chain a share at a time (wavefront_rows)
+    pace: int = ON_DEMAND  # how its stripes pace its ops (Schedule)
     streamed_output: bool = False
     tiles: tuple[Tile, ...] = ()  # column tiles, each running every stripe; none: whole rows
     recomputed: int = 0  # MACs of columns two tiles or more compute, each time after the first
 
     @property
     def schedule(self) -> Schedule:
-        return self.height, self.wavefront, len(self.tiles) or 1
+        return self.height, self.pace, len(self.tiles) or 1
+
+    @property
+    def wavefront(self) -> bool:
+        """Whether its stripes fill the chain a share at a time (wavefront_rows)."""
+        return self.pace != ON_DEMAND
 
     @property
     def emits(self) -> bool:
@@ -295,16 +307,17 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
 
 
 def stripe_chain(chain: Chain, height: int, graph: Graph,
-                 bindings: Sequence[Binding | None], wavefront: bool = False) -> Segment | None:
+                 bindings: Sequence[Binding | None], pace: int = ON_DEMAND) -> Segment | None:
     """The stripes of `chain` at `height` output rows each, the stripe buffers they need and
     how far the output must start below the input. A streamed input is buffered as the
     intermediates are, its rows fetched as the stripes first need them; a streamed output
     keeps one stripe's rows, handed on after it (it lies over nothing: no shift).
 
     By default each stripe makes what its output rows need (`demanded_rows`), so the first
-    stripe makes every op's whole reach at once; a `wavefront` (`wavefront_rows`) lets each op
-    make at most its share of rows a stripe, so the first stripes fill the chain a little at a
-    time and the stripe buffers keep only the steady state's rows. None if it stalls."""
+    stripe makes every op's whole reach at once; a wavefront (`pace` WAVEFRONT or ROW_BY_ROW,
+    `wavefront_rows`) lets each op make at most its share of rows a stripe, so the first
+    stripes fill the chain a little at a time and the stripe buffers keep only the steady
+    state's rows. None if it stalls."""
     x, y, ops = chain.input, chain.output, chain.ops
     intermediates = [chain.produced[o] for o in ops[:-1]]
     consumers: dict[int, list[tuple[int, RowMap]]] = {t: [] for t in (x, *intermediates)}
@@ -320,8 +333,9 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
     capacity = dict.fromkeys(intermediates, 0)
     previous_base = dict.fromkeys(intermediates, 0)
     stripes, moved, shift = [], 0, 0
-    schedule = wavefront_rows if wavefront else demanded_rows
-    for start, need in schedule(chain, height, consumers):
+    rows_of = (demanded_rows if pace == ON_DEMAND
+               else partial(wavefront_rows, row_by_row=pace == ROW_BY_ROW))
+    for start, need in rows_of(chain, height, consumers):
         bases = tuple(first_needed(consumers[t], start) if consumers[t] else start[t]
                       for t in intermediates)
         kept = tuple(max(0, computed[t] - base) for t, base in zip(intermediates, bases,
@@ -356,7 +370,7 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
     return Segment(chain.first, chain.last, ops, x, y, height, buffers,
                    tuple(stripes), max(0, shift), moved, macs,
                    sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops), chain.streamed,
-                   wavefront, chain.streamed_output)
+                   pace, chain.streamed_output)
 
 
 def column_map(binding: Binding, graph: Graph) -> RowMap | None:
@@ -469,16 +483,18 @@ def demanded_rows(chain: Chain, height: int, consumers: Mapping[int, Sequence[tu
 
 
 def wavefront_rows(chain: Chain, height: int,
-                   consumers: Mapping[int, Sequence[tuple[int, RowMap]]]
-                   ) -> Iterator[tuple[Rows, Rows]]:
+                   consumers: Mapping[int, Sequence[tuple[int, RowMap]]],
+                   row_by_row: bool = False) -> Iterator[tuple[Rows, Rows]]:
     """Per stripe: each op, in order, makes as many rows as its inputs allow, up to its share
-    (the rows `height` output rows take of it, through the strides after it); a streamed
-    input's rows are fetched for its readers' shares. Stops early if a stripe makes nothing."""
+    (the rows `height` output rows take of it, through the strides after it; `row_by_row`:
+    `height`, an op after a stride making its rows every other stripe); a streamed input's
+    rows are fetched for its readers' shares. Stops early if a stripe makes nothing."""
     x, y = chain.input, chain.output
     share = {y: height}
     for op_index in reversed(chain.ops):
         for t, rows in chain.reads[op_index]:
-            share[t] = max(share.get(t, 0), share[chain.produced[op_index]] * rows.stride)
+            share[t] = height if row_by_row else max(
+                share.get(t, 0), share[chain.produced[op_index]] * rows.stride)
     computed = {t: 0 for t in (x, *chain.produced.values())}
     while computed[y] < chain.rows[y]:
         need = dict(computed)
@@ -622,18 +638,20 @@ def row_map_of(graph: Graph, bindings: Sequence[Binding | None], op: int) -> Row
 
 def schedules(chain: Chain) -> list[Schedule]:
     """The schedules the search tries for a chain, tallest stripes first, each on demand
-    before as a wavefront (fewer stripes among equals), each in whole rows before in column
-    tiles (a streamed chain's: TILE_COUNTS)."""
+    before as a wavefront (fewer stripes among equals), and at one row row by row last (a
+    chain that cannot run in column tiles: a streamed one takes those instead), each in whole
+    rows before in column tiles (a streamed chain's: TILE_COUNTS)."""
     rows = chain.rows[chain.output]
     counts = TILE_COUNTS if chain.streamed and not chain.streamed_output else (1,)
-    return [(h, wavefront, n) for h in sorted(STRIPE_HEIGHTS, reverse=True) if h < rows
-            for wavefront in (False, True) for n in counts]
+    return [(h, pace, n) for h in sorted(STRIPE_HEIGHTS, reverse=True) if h < rows
+            for pace in (ON_DEMAND, WAVEFRONT, ROW_BY_ROW) for n in counts
+            if pace != ROW_BY_ROW or (h == 1 and counts == (1,))]
 
 
 Score = tuple[int, int]
 # The one schedule of a segment added away from the others: one row at a time, on demand, in
 # whole rows (the fewest rows held).
-ADDED_SCHEDULE: Schedule = (1, False, 1)
+ADDED_SCHEDULE: Schedule = (1, ON_DEMAND, 1)
 
 
 def with_segment(tiling: Tiling, segment: Segment) -> Tiling:
@@ -701,7 +719,7 @@ def neighbours(tiling: Tiling, chains: Sequence[Chain],
             if score[0] < below:
                 key = tuple((s.first, s.last, s.schedule) for s in trial.segments)
                 found.setdefault(key, (score, trial))
-    return sorted(found.values(), key=lambda f: (f[0], [(s.first, s.last, -s.height, s.wavefront,
+    return sorted(found.values(), key=lambda f: (f[0], [(s.first, s.last, -s.height, s.pace,
                                                          len(s.tiles))
                                                         for s in f[1].segments]))
 
@@ -718,13 +736,17 @@ class Run:
     operand in a stripe buffer, whose place in it is the same in every stripe of the run.
     `fetch` is the same (row, rows per stripe) of the first row a streamed input's stripes
     fetch (None if the segment streams no input), `emit` of the first row a streamed output's
-    stripes hand on (None if it streams no output)."""
+    stripes hand on (None if it streams no output). With a `period` of 2 the run is every other
+    stripe, [start, start + 2 * count), its rows moving on by their step each two stripes: row
+    by row, an op after a stride makes its row every other stripe, so the stripes alternate,
+    and the runs of both phases share one loop."""
 
     start: int
     count: int
     rows: tuple[tuple[tuple[int, int] | None, ...], ...]
     fetch: tuple[int, int] | None = None
     emit: tuple[int, int] | None = None
+    period: int = 1
 
 
 def stripe_operands(segment: Segment, k: int) -> list[list[tuple[int, int]]]:
@@ -767,25 +789,15 @@ def stripe_signature(segment: Segment, k: int, graph: Graph, params: Sequence[An
 
 def stripe_runs(segment: Segment, graph: Graph, params: Sequence[Any],
                 produced: Mapping[int, int]) -> list[Run]:
-    """The segment's stripes as runs of alike stripes, in order."""
+    """The segment's stripes as runs of alike stripes, in order: where no stripe is like the
+    next, runs of every other stripe, two by two (the phases of rows made row by row)."""
     where = {b.tensor for b in segment.buffers}
-    runs: list[Run] = []
-    k, n = 0, len(segment.stripes)
-    while k < n:
-        signature = stripe_signature(segment, k, graph, params, produced)
-        first = stripe_operands(segment, k)
-        steps = None
-        end = k + 1
-        while end < n and stripe_signature(segment, end, graph, params, produced) == signature:
-            here = stripe_operands(segment, end)
-            moved = [[row - row0 for (_, row), (_, row0) in zip(a, b, strict=True)]
-                     for a, b in zip(here, first, strict=True)]
-            per = [[d // (end - k) if d % (end - k) == 0 else None for d in op] for op in moved]
-            if steps is None:
-                steps = per
-            if per != steps or any(s is None for op in per for s in op):
-                break
-            end += 1
+    n = len(segment.stripes)
+    signatures = [stripe_signature(segment, k, graph, params, produced) for k in range(n)]
+    operands = [stripe_operands(segment, k) for k in range(n)]
+
+    def run(start: int, count: int, steps, period: int) -> Run:
+        first = operands[start]
         steps = steps or [[0] * len(op) for op in first]
         rows = tuple(tuple(None if t in where else (row, step)
                            for (t, row), step in zip(op, op_steps, strict=True))
@@ -795,6 +807,37 @@ def stripe_runs(segment: Segment, graph: Graph, params: Sequence[Any],
             *rows, (emit,) = rows
         if segment.streamed:
             *rows, (fetch,) = rows
-        runs.append(Run(k, end - k, tuple(rows), fetch, emit))
-        k = end
+        return Run(start, count, tuple(rows), fetch, emit, period)
+
+    runs: list[Run] = []
+    k = 0
+    while k < n:
+        count, steps = repeats(signatures, operands, k, 1)
+        if count == 1 and k + 3 < n:
+            (count_a, steps_a), (count_b, steps_b) = (repeats(signatures, operands, k + i, 2)
+                                                      for i in (0, 1))
+            if min(count_a, count_b) > 1:
+                count = min(count_a, count_b)
+                runs += [run(k, count, steps_a, 2), run(k + 1, count, steps_b, 2)]
+                k += 2 * count
+                continue
+        runs.append(run(k, count, steps, 1))
+        k += count
     return runs
+
+
+def repeats(signatures: Sequence[tuple], operands: Sequence[list[list[tuple[int, int]]]], k: int,
+            period: int) -> tuple[int, list[list[int]] | None]:
+    """How many times stripe k's work repeats, every `period` stripes from k, its operands'
+    rows moving on by a fixed step each time, and those steps (None if it does not repeat)."""
+    first, steps, count = operands[k], None, 1
+    while k + count * period < len(signatures) and signatures[k + count * period] == signatures[k]:
+        moved = [[row - row0 for (_, row), (_, row0) in zip(a, b, strict=True)]
+                 for a, b in zip(operands[k + count * period], first, strict=True)]
+        per = [[d // count if d % count == 0 else None for d in op] for op in moved]
+        if steps is None:
+            steps = per
+        if per != steps or any(s is None for op in per for s in op):
+            break
+        count += 1
+    return count, steps

@@ -14,7 +14,7 @@ from toolchain.errors import ArenacError
 from toolchain.ir import Model
 from toolchain.lower.lifetimes import TENSOR
 from toolchain.lower.plan import BufferRow, ModelPlan
-from toolchain.lower.tiling import model_macs
+from toolchain.lower.tiling import ON_DEMAND, ROW_BY_ROW, WAVEFRONT, model_macs
 from toolchain.ops import unsupported_ops
 from toolchain.render import render
 from toolchain.text import TABLE_WIDTH, display_text, middle_cut, table
@@ -513,11 +513,21 @@ def segment_data(mp: ModelPlan, s) -> dict[str, Any]:
             "stripe_rows": s.height, "stripes": len(s.stripes), "shift": s.shift,
             "moved_bytes": s.moved_bytes, "macs": s.macs, "whole_macs": s.whole_macs,
             "streamed": s.streamed, "streamed_output": s.streamed_output,
-            "wavefront": s.wavefront,
+            "wavefront": s.wavefront, "pace": PACE_NAMES[s.pace],
             "tiles": [list(t.span(s.output)) for t in s.tiles],
             "recomputed_macs": s.recomputed,
             "buffers": [{"tensor": b.tensor, "rows": b.rows, "bytes": b.size}
                         for b in s.buffers]}
+
+
+PACE_NAMES = {ON_DEMAND: "on demand", WAVEFRONT: "wavefront", ROW_BY_ROW: "row by row"}
+
+
+def stripe_phrase(height: int, pace: int) -> str:
+    """What one stripe of a segment makes."""
+    rows = f"{height} {'output ' if pace != ROW_BY_ROW else ''}row{'s' if height > 1 else ''}"
+    return {ON_DEMAND: rows, WAVEFRONT: f"{rows} (a wavefront)",
+            ROW_BY_ROW: f"at most {rows} of each tensor (row by row)"}[pace]
 
 
 def tiling_lines(mp: ModelPlan) -> list[str]:
@@ -527,8 +537,7 @@ def tiling_lines(mp: ModelPlan) -> list[str]:
         ops = ", ".join(str(o) for o in s.ops)
         kept = ", ".join(f"{b.rows} of {mp.graph.tensors[b.tensor].shape[1]}"
                          for b in s.buffers)
-        rows = (f"{s.height} output row{'s' if s.height > 1 else ''}"
-                f"{' (a wavefront)' if s.wavefront else ''}")
+        rows = stripe_phrase(s.height, s.pace)
         skipped = (f", {s.whole_macs - s.macs} MACs of unread rows skipped"
                    if s.macs < s.whole_macs else "")
         streamed = (f"; streamed input: tensor {s.input}'s rows fetched as needed"
