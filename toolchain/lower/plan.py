@@ -912,13 +912,13 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
     wavefronts = in_whole_rows(build, (ON_DEMAND, WAVEFRONT))
     on_demand = in_whole_rows(build, (ON_DEMAND,))
     found: dict[Tiling, Callable[..., list[tuple[Score, Tiling]]]] = {}
-    # rows row by row, then column tiles, are more choices still: a search with them may end
-    # higher
+    # rows row by row, then column tiles, are more choices still: a search may end higher
     searches = (on_demand, wavefronts, *((whole_rows,) if extra_stripes else ()),
                 *((build,) if max_recompute and streams else ()))
-    wavefront_starts = starts_for(wavefronts)  # as the searches without rows row by row start
-    for builder in searches:
-        starts = wavefront_starts if builder in (on_demand, wavefronts) else starts_for(builder)
+    wavefront_starts, chosen = starts_for(wavefronts), NO_TILING
+    for builder in searches:  # row by row, also on from the wavefronts' segments
+        starts = (wavefront_starts if builder in (on_demand, wavefronts) else
+                  [*starts_for(builder), *((chosen,) if builder is whole_rows else ())])
         chosen = min((choose_tiling(chains, builder, evaluate, start) for start in starts),
                      key=lambda t: (evaluate(t)[0], key(t)))
         found.setdefault(chosen, partial(neighbours, chains=chains, build=builder,
