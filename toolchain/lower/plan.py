@@ -916,9 +916,9 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
     searches = (on_demand, wavefronts, *((whole_rows,) if extra_stripes else ()),
                 *((build,) if max_recompute and streams else ()))
     wavefront_starts, chosen = starts_for(wavefronts), NO_TILING
-    for builder in searches:  # row by row, also on from the wavefronts' segments
+    for builder in searches:  # row by row, on from the wavefronts' segments (but streamed)
         starts = (wavefront_starts if builder in (on_demand, wavefronts) else
-                  [*starts_for(builder), *((chosen,) if builder is whole_rows else ())])
+                  [chosen] if builder is whole_rows and not streams else starts_for(builder))
         chosen = min((choose_tiling(chains, builder, evaluate, start) for start in starts),
                      key=lambda t: (evaluate(t)[0], key(t)))
         found.setdefault(chosen, partial(neighbours, chains=chains, build=builder,
