@@ -60,6 +60,13 @@ def macs_of(mp) -> int:
     return model_macs(mp.graph, mp.program.bindings)
 
 
+def classified(b: ModelBuilder, y) -> bytes:
+    """The model with a classifier's head on `y`: a global average pool and a softmax."""
+    s = b.shape(y)
+    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, s[3]))))
+    return b.build()
+
+
 def dilated_frame() -> bytes:
     """A dilated convolution before a strided depthwise one."""
     b = ModelBuilder("int8", seed=3)
@@ -67,9 +74,7 @@ def dilated_frame() -> bytes:
     y = b.conv_2d(x, 8, 3, stride=1, activation="RELU6", dilation=2)
     y = b.depthwise_conv_2d(y, 3, stride=2, activation="RELU6")
     y = b.conv_2d(y, 8, 1, activation="RELU6")
-    s = b.shape(y)
-    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, 8))))
-    return b.build()
+    return classified(b, y)
 
 
 def odd_strides() -> bytes:
@@ -79,9 +84,7 @@ def odd_strides() -> bytes:
     y = b.conv_2d(x, 8, 3, stride=2, activation="RELU6")
     y = b.depthwise_conv_2d(y, 5, stride=2, activation="RELU6")
     y = b.conv_2d(y, 8, 1, activation="RELU6")
-    s = b.shape(y)
-    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, 8))))
-    return b.build()
+    return classified(b, y)
 
 
 def same_pools() -> bytes:
@@ -93,9 +96,7 @@ def same_pools() -> bytes:
     y = b.depthwise_conv_2d(y, 3, stride=1, activation="RELU6")
     y = b.max_pool_2d(y, 3, 2, "SAME")
     y = b.conv_2d(y, 4, 1)
-    s = b.shape(y)
-    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, 4))))
-    return b.build()
+    return classified(b, y)
 
 
 def float_frame() -> bytes:
@@ -130,9 +131,7 @@ def padded_frame() -> bytes:
     y = b.conv_2d(y, 8, 3, stride=2, padding="VALID", activation="RELU6")
     y = b.depthwise_conv_2d(y, 3, stride=1, activation="RELU6")
     y = b.conv_2d(y, 8, 1, activation="RELU6")
-    s = b.shape(y)
-    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (s[1], s[2]), 1, "VALID"), (1, 8))))
-    return b.build()
+    return classified(b, y)
 
 
 # Shapes whose tiles' edges the kernels must get right (every one in column tiles at a cap of 100)
