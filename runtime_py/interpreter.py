@@ -333,15 +333,23 @@ class ArenaInterpreter:
                 op = graph.operators[work.op]
                 if dies:
                     self._release_rows(x, segment.input, stripe.input_alive_from(k, segment.input))
+                reduces = segment.reduces and work.op == segment.ops[-1]
                 if work.op == segment.ops[-1] and y is not None and tile is None:
-                    self._claim_rows(y, segment.output, written, work.out_hi, op)
-                    written = work.out_hi
+                    # a reducing op writes its output (of any shape) whole, in its last band
+                    made = (graph.tensors[segment.output].shape[1] if reduces and work.out_hi
+                            else work.out_hi)
+                    self._claim_rows(y, segment.output, written, made, op)
+                    written = made
                 _, in_lo, in_hi = work.reads[0]
                 cut = striped_params(op.kind, params[work.op], work.out_lo, work.out_hi, in_lo,
                                      in_hi)
                 ins = [rows(t, lo, hi) for t, lo, hi in work.reads]
                 ins += [self.views[t] for t in op.inputs[len(ins):] if t >= 0]
-                KERNELS[op.kind](cut, ins, [rows(op.outputs[0], work.out_lo, work.out_hi)])
+                if reduces:
+                    ins.append(self._accumulators(segment.buffers[-1]))
+                out = (self.views[segment.output] if reduces
+                       else rows(op.outputs[0], work.out_lo, work.out_hi))
+                KERNELS[op.kind](cut, ins, [out])
             if segment.emits:
                 handed = self._hand_on(segment, stripe, buffers[-1], tile, handed)
             if dies:
@@ -396,6 +404,12 @@ class ArenaInterpreter:
         shape = (1, buffer.rows, hi - lo, *tensor.shape[3:])
         size = int(np.prod(shape)) * np.dtype(tensor.dtype).itemsize
         return self.arena[start:start + size].view(np.dtype(tensor.dtype)).reshape(shape)
+
+    def _accumulators(self, buffer: StripeBuffer) -> np.ndarray:
+        """The arena bytes of a reducing op's accumulators, after its input's stripe rows."""
+        holder = self.layout.holder_of_key[BufferKey(STRIPE, buffer.tensor)]
+        start = self.layout.spans[holder][0] + buffer.accumulator_at
+        return self.arena[start:start + buffer.accumulator]
 
     def _row_bytes(self, tensor: int) -> int:
         t = self.graph.tensors[tensor]

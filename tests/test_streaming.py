@@ -50,8 +50,14 @@ def camera_stem() -> bytes:
     y = b.conv_2d(x, 8, 3, stride=2, activation="RELU6")
     y = b.depthwise_conv_2d(y, 3, stride=2, activation="RELU6")
     y = b.conv_2d(y, 16, 1, activation="RELU6")
-    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (12, 10), 1, "VALID"), (1, 16))))
+    b.output(b.softmax(flat_dense(b, y, 16)))
     return b.build()
+
+
+def flat_dense(b: ModelBuilder, y: int, units: int) -> int:
+    """`y` flattened through a dense layer of `units`: a classifier's head that keeps `y` whole
+    (a global pool would add it up as the stripes make it, ending the stem's segment)."""
+    return b.fully_connected(b.reshape(y, (1, -1)), units)
 
 
 def deep_stem() -> bytes:
@@ -64,7 +70,7 @@ def deep_stem() -> bytes:
     y = b.conv_2d(y, 24, 1, activation="RELU6")
     y = b.depthwise_conv_2d(y, 3, stride=2, activation="RELU6")
     y = b.conv_2d(y, 8, 1)
-    b.output(b.softmax(b.reshape(b.average_pool_2d(y, (10, 3), 1, "VALID"), (1, 8))))
+    b.output(b.softmax(flat_dense(b, y, 8)))
     return b.build()
 
 

@@ -75,9 +75,37 @@ def fully_connected_float(p: FullyConnectedFloatParams, inputs, outputs) -> None
 
 
 def fully_connected_quantized(p: FullyConnectedQuantizedParams, inputs, outputs) -> None:
+    if p.reduction is not None:
+        fully_connected_band(p, inputs, outputs)
+        return
     x, weights, bias = _fc_operands(p, inputs)
     acc = exact_int_matmul(x.astype(np.int64) + p.input_offset,
                            (weights.astype(np.int64) + p.filter_offset).T)
+    _requantized(p, acc, bias, outputs[0])
+
+
+def fully_connected_band(p: FullyConnectedQuantizedParams, inputs, outputs) -> None:
+    """A band of the input (p.reduction) added to each unit's int32 sum, which the segment keeps
+    in the arena bytes after the operands (`inputs[-1]`) with the depth added so far, where the
+    band's filter columns start; the last band writes the output from the sums."""
+    x, weights = inputs[0].reshape(1, -1), inputs[1].reshape(p.units, p.depth)
+    sums = inputs[-1].view(np.int32)
+    if p.reduction.starts:
+        sums[...] = 0
+    done = int(sums[p.units])
+    columns = weights[:, done:done + x.shape[1]].astype(np.int64) + p.filter_offset
+    added = exact_int_matmul(x.astype(np.int64) + p.input_offset, columns.T)
+    sums[:p.units] = wrap_int32(sums[:p.units].astype(np.int64) + added[0])
+    sums[p.units] = done + x.shape[1]
+    if p.reduction.finishes:
+        bias = inputs[2].reshape(-1) if len(inputs) > 3 else None
+        _requantized(p, sums[None, :p.units].astype(np.int64), bias, outputs[0])
+
+
+def _requantized(p: FullyConnectedQuantizedParams, acc: np.ndarray, bias: np.ndarray | None,
+                 out: np.ndarray) -> None:
+    """The output from the sums of products: plus the bias, TFLite's double rescale, the
+    output offset and the clamp."""
     if bias is not None:
         acc = acc + bias.astype(np.int64)
     if p.accumulator == "int32":  # TFLite's int32 accumulator wraps; int16's is int64 by default
@@ -85,7 +113,7 @@ def fully_connected_quantized(p: FullyConnectedQuantizedParams, inputs, outputs)
     # round(double(acc) * scale), scale per tensor or per unit (broadcast over the last axis)
     scaled = double_to_int32(round_half_away(acc * np.asarray(p.requant_scales, np.float64)))
     result = np.clip(wrap_int32(scaled + p.output_offset), p.activation_min, p.activation_max)
-    outputs[0][...] = result.astype(p.dtype).reshape(outputs[0].shape)
+    out[...] = result.astype(p.dtype).reshape(out.shape)
 
 
 def _fc_operands(p, inputs):

@@ -4,6 +4,8 @@ Every window is read at once through a strided view of the input, padded with a 
 cannot change the result (0 for sums, the dtype's lowest for maxima), and reduced tap by tap in
 TFLite's loop order, so float sums round (and overflow) as TFLite's do and NaN never wins a
 maximum; averages divide by the in-bounds count from the params, as TFLite's reference kernels do.
+A global pool's band of a striped segment adds its rows to accumulators in the arena, pixel by
+pixel in the same order, and the last band turns them into the output.
 """
 
 from __future__ import annotations
@@ -85,11 +87,46 @@ _AVERAGE = {np.dtype(np.float32): average_pool_float,
 _MAX = dict.fromkeys(map(np.dtype, (np.float32, np.int8, np.uint8, np.int16)), max_pool)
 
 
-def _pool_kernel(pool_by_dtype):
-    """A kernel that pools with the function for its input's dtype, then applies the clamp."""
+def reduced_band(kind: str, p: Pool2DParams, x: np.ndarray, accumulators: np.ndarray,
+                 out: np.ndarray) -> None:
+    """A global pool's band (p.reduction): its rows added to the accumulators (the arena bytes
+    `accumulators`, int32 or float32 per channel), pixel by pixel as the whole window's loop
+    adds them; the last band writes the output from them."""
+    floating = x.dtype.kind == "f"
+    acc = accumulators.view(np.float32 if floating else np.int32)
+    lowest = np.finfo(x.dtype).min if floating else np.iinfo(x.dtype).min
+    if p.reduction.starts:
+        acc[...] = lowest if kind == "max" else 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for pixel in x.reshape(-1, p.channels).astype(acc.dtype):
+            if kind == "max":
+                acc[...] = np.where(pixel > acc, pixel, acc)
+            else:
+                acc += pixel * pixel if kind == "l2" else pixel
+        if not p.reduction.finishes:
+            return
+        count = int(p.window_counts[0, 0])
+        if kind == "max":
+            pooled = acc
+        elif floating:
+            pooled = acc / np.float32(count)
+            pooled = np.sqrt(pooled) if kind == "l2" else pooled
+        else:
+            total = acc.astype(np.int64)
+            pooled = np.sign(total) * ((np.abs(total) + count // 2) // count)
+    out[...] = np.clip(pooled, p.activation_min, p.activation_max).astype(x.dtype).reshape(
+        out.shape)
+
+
+def _pool_kernel(kind: str, pool_by_dtype):
+    """A kernel that pools with the function for its input's dtype, then applies the clamp (a
+    band of a global pool: reduced_band, its accumulators after its inputs)."""
 
     def kernel(p: Pool2DParams, inputs, outputs) -> None:
         x = inputs[0]
+        if p.reduction is not None:
+            reduced_band(kind, p, x, inputs[-1], outputs[0])
+            return
         pooled = pool_by_dtype[x.dtype](p, x)
         outputs[0][...] = np.clip(pooled, p.activation_min, p.activation_max).astype(x.dtype)
 
@@ -97,7 +134,7 @@ def _pool_kernel(pool_by_dtype):
 
 
 KERNELS: dict = {
-    "AVERAGE_POOL_2D": _pool_kernel(_AVERAGE),
-    "MAX_POOL_2D": _pool_kernel(_MAX),
-    "L2_POOL_2D": _pool_kernel({np.dtype(np.float32): l2_pool}),
+    "AVERAGE_POOL_2D": _pool_kernel("average", _AVERAGE),
+    "MAX_POOL_2D": _pool_kernel("max", _MAX),
+    "L2_POOL_2D": _pool_kernel("l2", {np.dtype(np.float32): l2_pool}),
 }

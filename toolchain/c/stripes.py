@@ -276,15 +276,25 @@ def stripe_call(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...
     em, program = s.em, s.em.mp.program
     context = stripe_context(s, run, w, places, params)
     out_rows = w.out_hi - w.out_lo
-    then = f", then the next {out_rows} {each(run)}" if run.count > 1 else ""
-    rows = f"row {w.out_lo}" if out_rows == 1 else f"rows {w.out_lo}-{w.out_hi - 1}"
-    call = f"{context.fn}(); /* {program.op_label(w.op)}: output {rows}{then} */"
+    _, lo, hi = w.reads[0]
+    reduces = s.seg.reduces and w.op == s.seg.ops[-1]
+    then = (f", then the next {hi - lo if reduces else out_rows} {each(run)}"
+            if run.count > 1 else "")
+    if reduces:
+        did = f"adds up input {rows_named(lo, hi)}{then}"
+        did += ", writes its output" if out_rows else ""
+        done = f"{counted(hi - lo, 'input row')} added up" + (
+            " and its output written" if out_rows else "")
+    else:
+        did = f"output {rows_named(w.out_lo, w.out_hi)}{then}"
+        done = (f"{counted(out_rows, 'output row')} of its {context.op_rows} from "
+                f"{counted(hi - lo, 'input row')}")
+    call = f"{context.fn}(); /* {program.op_label(w.op)}: {did} */"
     if s.kernels_of != s.tile_index:  # an earlier tile's kernel, cut alike
         return call
     label = f"{run.start}t{s.tile_index}" if s.tile else str(run.start)
     kernel, text = shared_kernel(em, context, label, defined)
     em.kernel_of[w.op] = kernel
-    _, lo, hi = w.reads[0]
     last = run.start + run.period * (run.count - 1)
     stripes = (f"stripe {run.start}" if run.count == 1 else f"stripes {run.start}-{last}"
                if run.period == 1 else f"every other stripe from {run.start} to {last}")
@@ -292,9 +302,7 @@ def stripe_call(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...
         first, end = s.tile.span(s.produced[w.op])
         stripes += f" of column tile {s.tile_index} (its output columns {first}-{end - 1})"
     em.texts.append(c_comment(
-        f"{program.op_label(w.op)} in {stripes} of step {s.seg.first}: "
-        f"{counted(out_rows, 'output row')} of its {context.op_rows} from "
-        f"{counted(hi - lo, 'input row')}.") + "\n" + text)
+        f"{program.op_label(w.op)} in {stripes} of step {s.seg.first}: {done}.") + "\n" + text)
     em.groups.extend(kernel.helpers)
     return call
 
@@ -310,15 +318,20 @@ def stripe_context(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, 
     ins = [s.rows_at(t, place, s.row_in_buffer(t, r_lo, run.start), r_hi - r_lo, run)
            for (t, r_lo, r_hi), place in zip(w.reads, places[:-1], strict=True)]  # then out's
     out_t = s.produced[w.op]
-    out = s.rows_at(out_t, places[-1], s.row_in_buffer(out_t, w.out_lo, run.start),
-                    w.out_hi - w.out_lo, run)
+    reduces = s.seg.reduces and w.op == s.seg.ops[-1]
+    out = at.c_tensor(out_t) if reduces else s.rows_at(
+        out_t, places[-1], s.row_in_buffer(out_t, w.out_lo, run.start), w.out_hi - w.out_lo, run)
     _, lo, hi = w.reads[0]
     tile = f"_tile{s.kernels_of}" if s.tile else ""
+    scratch = at.scratch_of.get(w.op, ())
+    if reduces:  # its accumulators, after its input's rows
+        rows, slot = s.buffer_at[w.reads[0][0]]
+        scratch = (f"({at.arena} + {at.macros[slot]} + {rows.accumulator_at})",)
     context = OpContext(
         f"{em.fns[w.op]}{tile}_stripes{run.start}", f"{at.name}_{mp.program.op_symbol(w.op)}s",
         op, striped_params(op.kind, params[w.op], w.out_lo, w.out_hi, lo, hi),
         (*ins, *(at.c_tensor(t) for t in op.inputs[len(ins):])), (out,),
-        at.scratch_of.get(w.op, ()), None, mp.program.op_label(w.op),
+        scratch, None, mp.program.op_label(w.op),
         target=mp.program.target, op_rows=mp.graph.tensors[out_t].shape[1])
     if not stripe_scratch_fits(mp.program.bindings[w.op], context.params):
         raise PlanError(f"{mp.program.op_label(w.op)} {op.opcode}: a stripe's kernel needs more "
@@ -364,6 +377,11 @@ def renamed(text: str, renames: dict[str, str]) -> str:
         return text
     pattern = rf"\b({'|'.join(map(re.escape, renames))})\b"
     return re.sub(pattern, lambda m: renames[m[1]], text)
+
+
+def rows_named(lo: int, hi: int) -> str:
+    """"row 3", "rows 3-4"."""
+    return f"row {lo}" if hi - lo == 1 else f"rows {lo}-{hi - 1}"
 
 
 def counted(n: int, noun: str) -> str:

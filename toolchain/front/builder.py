@@ -481,11 +481,16 @@ class ModelBuilder:
             "depthwise_conv_2d", "DEPTHWISE_CONV_2D", x, weights, 3, out_shape, options, activation
         )
 
-    def fully_connected(self, x: int, units: int, activation: str = "NONE") -> int:
-        """Fully connected layer over the last dimension, weights [units, in] and a bias."""
+    def fully_connected(self, x: int, units: int, activation: str = "NONE",
+                        flatten: bool = False) -> int:
+        """Fully connected layer over the last dimension, weights [units, in] and a bias;
+        `flatten`: over each batch's whole input (an image read as one row, as TFLite's dense
+        layer reads an NHWC input without a RESHAPE before it)."""
         shape = self.shape(x)
-        weights = self._he_normal((units, shape[-1]), fan_in=shape[-1])
-        out_shape = (math.prod(shape[:-1]), units)
+        rows, depth = ((shape[0], math.prod(shape[1:])) if flatten
+                       else (math.prod(shape[:-1]), shape[-1]))
+        weights = self._he_normal((units, depth), fan_in=depth)
+        out_shape = (rows, units)
         options = {"fused_activation_function": activation}
         return self._weighted(
             "fully_connected", "FULLY_CONNECTED", x, weights, 0, out_shape, options, activation

@@ -877,7 +877,8 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
         """The segment, unless a stripe's kernel would ask for more scratch than its op's, or
         its column tiles compute more MACs twice than the cap allows."""
         height, pace, tiles = schedule
-        if (tiles > 1 and not max_recompute) or (pace == ROW_BY_ROW and not extra_stripes):
+        if (tiles > 1 and not max_recompute) or (
+                (pace == ROW_BY_ROW or chain.accumulator) and not extra_stripes):
             return None
         at = (chain.first, chain.last, chain.ops, chain.input, chain.output, chain.streamed,
               chain.streamed_output, schedule)
@@ -948,8 +949,11 @@ def tiled_problem(program: Program, order: Sequence[int], scratch, outside, role
     """The planner's buffers and overlaps for `tiling`: a segment's steps all count at its
     first, its intermediates give way to their stripe buffers (scratch of its first op), its
     ops' kernels take turns in one scratch buffer, and its output may start `shift` bytes below
-    its input when the input dies there."""
+    its input when the input dies there. An op that reduces a segment's rows keeps its
+    accumulators in its input's stripe buffer, so its own scratch is not planned there."""
     graph, source = program.graph, program.model.source
+    reducing = {s.ops[-1] for s in tiling.segments if s.reduces}
+    scratch = tuple(r for r in scratch if r.op not in reducing)
     stripes = tuple(ScratchRequest(order[s.first], b.size, f"stripe rows of tensor {b.tensor}",
                                    BufferKey(STRIPE, b.tensor))
                     for s in tiling.segments for b in s.buffers)

@@ -31,6 +31,11 @@ rows are fetched whole through a staging row and cut to its columns; its output 
 stripe buffer of one stripe's rows into their columns of the output, which is held whole. The
 columns next to a tile's edge that its neighbour needs too are computed twice: the segment's
 MACs count them, and the search keeps such a segment only within a cap on them.
+
+A segment may end in an op that reduces its whole input to one row (a global pool; its kernel
+says so, Striping.accumulates): its input never exists whole either. The ops before it stripe
+as if that input streamed out, in a stripe buffer of one stripe's rows, and the reducing op adds
+each stripe's rows to accumulators kept after them; the last stripe writes its output.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from toolchain.ops import REGISTRY
 from toolchain.ops.spec import Binding
 from toolchain.ops.striping import RowMap, Striping
 
-# The longest run of ops one segment may hold, and the stripe heights tried (in output rows).
+# The longest run of ops one segment may hold (a streamed one, or one ending in a reducing op:
+# its output is the first tensor held whole), and the stripe heights tried (in output rows).
 MAX_SEGMENT_OPS = 8
 MAX_STREAMED_OPS = 16
 STRIPE_HEIGHTS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -101,16 +107,28 @@ class Stripe:
 class StripeBuffer:
     """The rows of one intermediate a stripe buffer holds: `rows` rows of `row_bytes`, then
     `staging` bytes (a column-tiled segment's input: one whole row, fetched there and cut to
-    the tile's columns)."""
+    the tile's columns), or from the next word the `accumulator` bytes of the reducing op that
+    reads it (a segment's last)."""
 
     tensor: int
     rows: int
     row_bytes: int
     staging: int = 0
+    accumulator: int = 0
+
+    @property
+    def accumulator_at(self) -> int:
+        """Where the accumulators start, in bytes from the buffer's start: a word boundary."""
+        return -(-self.rows * self.row_bytes // ACCUMULATOR_ALIGNMENT) * ACCUMULATOR_ALIGNMENT
 
     @property
     def size(self) -> int:
+        if self.accumulator:
+            return self.accumulator_at + self.accumulator
         return self.rows * self.row_bytes + self.staging
+
+
+ACCUMULATOR_ALIGNMENT = 4  # int32 and float accumulators
 
 
 @dataclass(frozen=True)
@@ -129,7 +147,9 @@ class Tile:
 class Segment:
     """Steps [first, last] of the order run stripe by stripe, `height` output rows at a time.
     A `streamed` segment's input has the first stripe buffer, and its stripes fetch its rows;
-    a `streamed_output` segment's output has the last, and its stripes hand its rows on."""
+    a `streamed_output` segment's output has the last, and its stripes hand its rows on. A
+    segment that `reduces` ends in a reducing op (its height and stripes are its input's), whose
+    input's stripe buffer, the last, keeps its accumulators."""
 
     first: int
     last: int
@@ -148,6 +168,7 @@ class Segment:
     streamed_output: bool = False
     tiles: tuple[Tile, ...] = ()  # column tiles, each running every stripe; none: whole rows
     recomputed: int = 0  # MACs of columns two tiles or more compute, each time after the first
+    reduces: bool = False
 
     @property
     def schedule(self) -> Schedule:
@@ -205,8 +226,8 @@ def row_map(binding: Binding, graph: Graph) -> RowMap | None:
     if striping is None or len(op.outputs) != 1 or op.outputs[0] < 0:
         return None
     out = graph.tensors[op.outputs[0]]
-    if len(out.shape) != 4 or out.shape[0] != 1:
-        return None
+    if (len(out.shape) != 4 or out.shape[0] != 1) and not accumulator_bytes(binding, graph):
+        return None  # rows of an NHWC tensor, but a reducing op's one output row
     found = striping.rows(binding.params)
     return None if found is None else replace(found, rows=graph.tensors[op.inputs[0]].shape[1])
 
@@ -232,7 +253,8 @@ def band_key(opcode: str, params: Any, out_lo: int, out_hi: int, in_lo: int, in_
 class Chain:
     """A run of steps that may stripe: its ops (the steps' but fused PADs), input, output and
     each op's reads; `streamed` when its input is a graph input fetched row by row,
-    `streamed_output` when its output is a graph output handed on row by row."""
+    `streamed_output` when its output is a graph output handed on row by row; `accumulator`,
+    the bytes of accumulators of a last op that reduces its whole input (0: none does)."""
 
     first: int
     last: int
@@ -245,6 +267,25 @@ class Chain:
     produced: Mapping[int, int]  # op -> its output
     streamed: bool = False
     streamed_output: bool = False
+    accumulator: int = 0
+
+    @property
+    def striped(self) -> int:
+        """The tensor its stripes make row by row to the end: its output, or the input of the
+        op that reduces it."""
+        return self.reads[self.ops[-1]][0][0] if self.accumulator else self.output
+
+
+def accumulator_bytes(binding: Binding | None, graph: Graph) -> int:
+    """The bytes of accumulators with which the op adds up its input band by band, if it
+    reduces the whole input to one row (Striping.accumulates), else 0."""
+    if binding is None or isinstance(binding.params, Elided):
+        return 0
+    striping = striping_of(binding)
+    if striping is None or striping.accumulates is None:
+        return 0
+    shape = graph.tensors[graph.operators[binding.op].inputs[0]].shape
+    return striping.accumulates(binding.params, shape) if len(shape) == 4 else 0
 
 
 def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[int],
@@ -254,7 +295,8 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
     outside, every tensor they make read only inside but the last op's output. An input in
     `streams` (graph inputs to fetch row by row) must be read only inside: it never exists
     whole. An output in `streams` (graph outputs to hand on row by row) that no op reads
-    streams."""
+    streams. The last op may reduce its input (accumulator_bytes): then its output, one row,
+    is the first tensor held whole, and it streams no more."""
     if fused_away(bindings[order[first]]) or fused_away(bindings[order[last]]):
         return None  # a segment starts and ends on ops that run
     ops = tuple(o for o in order[first:last + 1] if not fused_away(bindings[o]))
@@ -298,12 +340,15 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
     if x in streams and not readers.get(x, set()) <= inside:
         return None
     tensors = {x, *produced.values()}
-    if any(graph.tensors[t].shape[0] != 1 or graph.tensors[t].shape[1] < 2 for t in tensors):
+    accumulator = accumulator_bytes(bindings[ops[-1]], graph) if len(ops) > 1 else 0
+    if any(graph.tensors[t].shape[0] != 1 or graph.tensors[t].shape[1] < 2
+           for t in tensors if t != y or not accumulator):
         return None
     return Chain(first, last, ops, x, y, reads,
                  {t: graph.tensors[t].nbytes // graph.tensors[t].shape[1] for t in tensors},
                  {t: graph.tensors[t].shape[1] for t in tensors}, produced, x in streams,
-                 y in streams and y in graph_outputs and not readers.get(y))
+                 y in streams and y in graph_outputs and not readers.get(y) and not accumulator,
+                 accumulator)
 
 
 def stripe_chain(chain: Chain, height: int, graph: Graph,
@@ -317,7 +362,9 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
     stripe makes every op's whole reach at once; a wavefront (`pace` WAVEFRONT or ROW_BY_ROW,
     `wavefront_rows`) lets each op make at most its share of rows a stripe, so the first
     stripes fill the chain a little at a time and the stripe buffers keep only the steady
-    state's rows. None if it stalls."""
+    state's rows. None if it stalls. A chain ending in a reducing op: `reduced_chain`."""
+    if chain.accumulator:
+        return reduced_chain(chain, height, graph, bindings, pace)
     x, y, ops = chain.input, chain.output, chain.ops
     intermediates = [chain.produced[o] for o in ops[:-1]]
     consumers: dict[int, list[tuple[int, RowMap]]] = {t: [] for t in (x, *intermediates)}
@@ -371,6 +418,32 @@ def stripe_chain(chain: Chain, height: int, graph: Graph,
                    tuple(stripes), max(0, shift), moved, macs,
                    sum(per_row[o] * chain.rows[chain.produced[o]] for o in ops), chain.streamed,
                    pace, chain.streamed_output)
+
+
+def reduced_chain(chain: Chain, height: int, graph: Graph, bindings: Sequence[Binding | None],
+                  pace: int) -> Segment | None:
+    """A chain ending in a reducing op: the ops before it striped as if they streamed its input
+    out (a stripe buffer of one stripe's rows), the reducing op adding those rows up each stripe
+    instead (its accumulators after them), and writing its output, the segment's, in the last.
+    The output lies over the input's rows dead by then."""
+    reducer, t = chain.ops[-1], chain.striped
+    segment = stripe_chain(replace(chain, ops=chain.ops[:-1], output=t, streamed_output=True,
+                                   accumulator=0), height, graph, bindings, pace)
+    if segment is None:
+        return None
+    stripes = []
+    for stripe in segment.stripes:
+        lo, hi = stripe.emit
+        adds = (OpRows(reducer, 0, int(hi == chain.rows[t]), ((t, lo, hi),)),) if hi > lo else ()
+        stripes.append(replace(stripe, ops=stripe.ops + adds, emit=(0, 0)))
+    *buffers, rows = segment.buffers
+    shift = 0 if chain.streamed else max(0, graph.tensors[chain.output].nbytes
+                                         - stripes[-1].input_done_to * chain.row_bytes[chain.input])
+    macs = op_macs(graph, bindings[reducer])
+    return replace(segment, last=chain.last, ops=chain.ops, output=chain.output,
+                   buffers=(*buffers, replace(rows, accumulator=chain.accumulator)),
+                   stripes=tuple(stripes), shift=shift, macs=segment.macs + macs,
+                   whole_macs=segment.whole_macs + macs, streamed_output=False, reduces=True)
 
 
 def column_map(binding: Binding, graph: Graph) -> RowMap | None:
@@ -516,11 +589,12 @@ def wavefront_rows(chain: Chain, height: int,
 
 
 def stripe_scratch_fits(binding: Binding, params: Any) -> bool:
-    """Whether a stripe's kernel (`params`) asks for no more scratch than its whole op."""
+    """Whether a stripe's kernel (`params`) asks for no more scratch than its whole op: no
+    more requests (a reducing band asks none), none larger."""
     spec = binding.variant if binding.variant is not None else REGISTRY[binding.opcode]
     asked = spec.scratch(params) if spec.scratch else ()
-    return len(asked) == len(binding.scratch) and all(
-        a.size <= b.size for a, b in zip(asked, binding.scratch, strict=True))
+    return len(asked) <= len(binding.scratch) and all(
+        a.size <= b.size for a, b in zip(asked, binding.scratch, strict=False))
 
 
 def fits_scratch(segment: Segment, graph: Graph, bindings: Sequence[Binding | None], params,
@@ -597,8 +671,8 @@ def candidates(graph: Graph, bindings: Sequence[Binding | None], order: Sequence
                kept: frozenset[int] = frozenset(),
                streams: frozenset[int] = frozenset()) -> list[Chain]:
     """Every run of 2 to MAX_SEGMENT_OPS steps that may stripe (MAX_STREAMED_OPS from an op
-    reading an input in `streams`, and 1 step too from an op reading or making a tensor in
-    `streams`: a streamed input or output needs a segment)."""
+    reading an input in `streams` or to an op that reduces its input, and 1 step too from an
+    op reading or making a tensor in `streams`: a streamed input or output needs a segment)."""
     readers = readers_of(graph)
     position = {op: step for step, op in enumerate(order)}
     found = []
@@ -614,11 +688,14 @@ def candidates(graph: Graph, bindings: Sequence[Binding | None], order: Sequence
         made = readers.get(op.outputs[0], ()) if op.outputs else ()
         if not made or max(position.get(r, end) for r in made) >= end:
             end = min(end, first + 1)
-        for last in range(first + (0 if alone else 1), end):
-            chain = chain_at(graph, bindings, order, first, last, readers, kept, streams)
-            if chain is None and row_map_of(graph, bindings, order[last]) is None \
+        reach = max(end, min(len(order), first + MAX_STREAMED_OPS)) if end > first + 1 else end
+        for last in range(first + (0 if alone else 1), reach):
+            if row_map_of(graph, bindings, order[last]) is None \
                     and not fused_away(bindings[order[last]]):
                 break
+            if last >= end and not accumulator_bytes(bindings[order[last]], graph):
+                continue
+            chain = chain_at(graph, bindings, order, first, last, readers, kept, streams)
             if chain is not None:
                 found.append(chain)
     return found
@@ -641,8 +718,9 @@ def schedules(chain: Chain) -> list[Schedule]:
     before as a wavefront (fewer stripes among equals), and at one row row by row last (a
     chain that cannot run in column tiles: a streamed one takes those instead), each in whole
     rows before in column tiles (a streamed chain's: TILE_COUNTS)."""
-    rows = chain.rows[chain.output]
-    counts = TILE_COUNTS if chain.streamed and not chain.streamed_output else (1,)
+    rows = chain.rows[chain.striped]
+    counts = (TILE_COUNTS if chain.streamed and not chain.streamed_output
+              and not chain.accumulator else (1,))
     return [(h, pace, n) for h in sorted(STRIPE_HEIGHTS, reverse=True) if h < rows
             for pace in (ON_DEMAND, WAVEFRONT, ROW_BY_ROW) for n in counts
             if pace != ROW_BY_ROW or (h == 1 and counts == (1,))]

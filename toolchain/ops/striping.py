@@ -58,6 +58,10 @@ class Striping:
     `columns(params)` and `column_band(params, out_lo, out_hi, in_lo, in_hi)`: the same across
     the width, for a segment run in column tiles (toolchain.lower.tiling); None where the op
     cannot be cut into columns.
+    `accumulates(params, input_shape)`: the bytes of accumulators with which the op adds up its
+    input band by band, when it reduces the whole input to one output row (a global pool), else
+    0. Such an op may end a segment: each stripe's new rows of its input go into the
+    accumulators, and the last stripe writes its output (band params carry a Reduction).
     """
 
     rows: Callable[[Any], RowMap | None]
@@ -67,6 +71,17 @@ class Striping:
     macs: Callable[[Any], int] | None = None
     columns: Callable[[Any], RowMap | None] | None = None
     column_band: Callable[[Any, int, int, int, int], Any] | None = None
+    accumulates: Callable[[Any, tuple[int, ...]], int] | None = None
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A band of `rows` rows of a reducing op's input (Striping.accumulates): the first band
+    `starts` the accumulators, the last `finishes` (writes the output from them)."""
+
+    starts: bool
+    finishes: bool
+    rows: int
 
 
 def with_rows(shape: tuple[int, ...], rows: int) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from toolchain.ops.fully_connected import arm_dsp, arm_mve
 from toolchain.ops.fully_connected.emit import emit_batch_matmul, emit_fully_connected
 from toolchain.ops.fully_connected.prepare import (
+    FC_STRIPING,
     batch_matmul_scratch,
     fully_connected_scratch,
     prepare_batch_matmul,
@@ -25,7 +26,7 @@ SPECS: tuple[OpSpec, ...] = (
                    "int16, int8, int32|int64? -> int16", "float32, int8, float32? -> float32",
                    T=("int8", "uint8")),
            prepare_fully_connected, emit_fully_connected, scratch=fully_connected_scratch,
-           macs=lambda p: p.batches * p.depth * p.units),
+           macs=lambda p: p.batches * p.depth * p.units, striping=FC_STRIPING),
     OpSpec("BATCH_MATMUL",
            kernels("T, T -> T", "int8, int8 -> int32", "float32, int8 -> float32",
                    "int16, int8 -> int16", T=("float32", "int8", "int16")),

@@ -29,6 +29,7 @@ from toolchain.ops.arm_dsp_common import (
     pointwise_values,
 )
 from toolchain.ops.emit import Kernel, OpContext, render_macro
+from toolchain.ops.fully_connected.emit import emit_fc_band
 from toolchain.ops.fully_connected.prepare import FullyConnectedQuantizedParams
 from toolchain.ops.spec import TargetKernel, kernels
 
@@ -76,8 +77,11 @@ def fc_output(m: Matmul, p: FullyConnectedQuantizedParams) -> OutputStage:
 
 
 def emit_fc(ctx: OpContext, direct: bool = False) -> Kernel:
-    """`direct`: dsp-direct's form, the inputs widened in registers (pointwise_values)."""
+    """`direct`: dsp-direct's form, the inputs widened in registers (pointwise_values). A band
+    of a striped segment's last op adds up as the portable kernel does (emit_fc_band)."""
     p: FullyConnectedQuantizedParams = ctx.params
+    if p.reduction is not None:
+        return emit_fc_band(ctx)
     bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     m = fc_matmul(p, ctx.inputs[1].data, None if bias is None else bias.data)
     values = pointwise_values(ctx, m, fc_output(m, p),

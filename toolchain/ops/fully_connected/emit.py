@@ -27,6 +27,7 @@ from toolchain.ops.emit import (
     c_offset,
     c_pointer,
     c_sum,
+    definition,
     plus,
     render_macro,
     written_vars,
@@ -350,7 +351,53 @@ def vector_activation_lines(activation: str, y: str) -> list[str]:
     return lines
 
 
+def fc_band_values(ctx: OpContext) -> dict:
+    """A band of the input (p.reduction) added to each unit's sum of products, offsets and all:
+    the sums, and after them the depth added so far (where the band's filter columns start),
+    are the segment's, after its input's rows (ctx.scratch). The last band writes the output
+    from them as the whole op does, with the bias."""
+    p: FullyConnectedQuantizedParams = ctx.params
+    band, starts = ctx.inputs[0].size, p.reduction.starts
+    unit, depth = ConstantLoop("u", p.units), ConstantLoop("d", band)
+    zeroed = ConstantLoop("u", p.units + 1 if starts else 0)
+    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    v = {"fn": ctx.fn, "prefix": ctx.prefix, "ctype": ctx.outputs[0].ctype,
+         "name": ctx.outputs[0].name, "bias": bias.ptr if bias is not None else None,
+         "units_length": c_length(p.units)}
+    x_term = _offset(p.input_offset, f"x[{depth.index}]")
+    w_term = _offset(p.filter_offset, f"wr[{depth.index}]")
+    return {
+        **v, **_fc_stage_values(ctx, v, False, False, None, 0),
+        "band_comment": c_comment(
+            f"{ctx.op.opcode} '{v['name']}': {band} more of the input's {p.depth} values "
+            "added to each unit's sum of products, wrapping as TFLite's int32 sums"
+            + ("; then the output from the sums" if p.reduction.finishes else "")),
+        "x": ctx.inputs[0].ptr, "w": ctx.inputs[1].ptr, "w_ctype": ctx.inputs[1].ctype,
+        "out": ctx.outputs[0].ptr if p.reduction.finishes else None, "sums": ctx.scratch[0],
+        "units": p.units, "band": band, "unit": unit, "depth": depth, "zeroed": zeroed,
+        "row": c_offset("w", [(unit, p.depth)]),
+        "step": f"dot += (uint32_t)({x_term} * {w_term});",
+        "counters": written_vars([unit, depth, zeroed]),
+    }
+
+
+def emit_fc_band(ctx: OpContext) -> Kernel:
+    """A band's function; the last band's after the output stage it calls (and per-channel
+    scales)."""
+    v = fc_band_values(ctx)
+    definitions = ()
+    if ctx.params.reduction.finishes:
+        definitions = tuple(definition(name, render_macro(TEMPLATE, macro, v), gap=True)
+                            for name, macro in ((f"{v['prefix']}_scale", "fc_scales"),
+                                                (f"{v['prefix']}_output", "fc_output"))
+                            if macro != "fc_scales" or v["scales"])
+    return Kernel(render_macro(TEMPLATE, "fully_connected_band", v), ("clamp",),
+                  definitions=definitions)
+
+
 def emit_fully_connected(ctx: OpContext) -> Kernel:
+    if getattr(ctx.params, "reduction", None) is not None:
+        return emit_fc_band(ctx)
     if isinstance(ctx.params, FullyConnectedHybridParams):
         return Kernel(render_macro(TEMPLATE, "fully_connected_hybrid", fc_hybrid_values(ctx)))
     if isinstance(ctx.params, FullyConnectedFloatParams):

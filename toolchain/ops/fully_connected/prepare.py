@@ -16,7 +16,7 @@ different int8 requantizations live here, because the reference kernels differ:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from toolchain.numerics.quant import (
     zero_point_of,
 )
 from toolchain.ops.spec import MemoryRequest, required_input
+from toolchain.ops.striping import Reduction, RowMap, Striping
 
 # TFLite's check that a bias was quantized with input_scale * filter_scale (per-tensor FC only):
 # |input_scale * filter_scale - bias_scale| / output_scale must not exceed this.
@@ -113,6 +114,7 @@ class FullyConnectedQuantizedParams:
     activation_min: int
     activation_max: int
     accumulator: str = "int32"
+    reduction: Reduction | None = None  # a band of the input, ending a striped segment
 
 
 @dataclass(frozen=True)
@@ -275,6 +277,40 @@ def _fully_connected_hybrid(weights: Tensor, bias: Tensor | None, out: Tensor, a
         **shape, asymmetric=asymmetric, filter_scales=tuple(float(s) for s in scales),
         row_sums=tuple(int(v) for v in values.sum(axis=1)) if asymmetric else (),
         activation=activation)
+
+
+# -- a striped segment's last op, adding its input up band by band (toolchain.ops.striping) -----
+
+# Its one output row reads every input row: more rows than any input has (a RowMap clips it).
+EVERY_ROW = 1 << 30
+SUM_BYTES = 4  # a unit's int32 sum, and the depth added so far
+
+
+def adds_up(p) -> bool:
+    """An int8 or uint8 layer of one batch row, whose int32 sums (TFLite's, which wrap) may
+    take its input a band at a time."""
+    return (isinstance(p, FullyConnectedQuantizedParams) and p.accumulator == "int32"
+            and p.batches == 1)
+
+
+def fc_rows(p) -> RowMap | None:
+    return RowMap(EVERY_ROW, 1, 1, 0, -1) if adds_up(p) else None
+
+
+def fc_band(p: FullyConnectedQuantizedParams, out_lo: int, out_hi: int, in_lo: int,
+            in_hi: int) -> FullyConnectedQuantizedParams:
+    """Input rows [in_lo, in_hi) added to each unit's sum, the output written when the band
+    has it."""
+    return replace(p, reduction=Reduction(in_lo == 0, out_hi > out_lo, in_hi - in_lo))
+
+
+def fc_accumulates(p, shape: tuple[int, ...]) -> int:
+    """Per unit its sum of products, then the depth added so far (the next band's filter
+    columns)."""
+    return SUM_BYTES * (p.units + 1) if adds_up(p) and shape[0] == 1 else 0
+
+
+FC_STRIPING = Striping(fc_rows, fc_band, lambda p: (p.reduction,), accumulates=fc_accumulates)
 
 
 def fully_connected_scratch(p) -> tuple[MemoryRequest, ...]:

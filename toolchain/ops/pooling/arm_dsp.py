@@ -19,7 +19,7 @@ from toolchain.ops.emit import (
     c_sum,
     render_macro,
 )
-from toolchain.ops.pooling.emit import window_axis, window_count
+from toolchain.ops.pooling.emit import emit_average, emit_max, window_axis, window_count
 from toolchain.ops.pooling.prepare import Pool2DParams
 from toolchain.ops.spec import TargetKernel, kernels
 
@@ -41,8 +41,12 @@ def emit_pool(ctx: OpContext) -> Kernel:
     """Four channels a word, output pixel by output pixel: their window read a word per
     position into registers, an average's sums in int16 lanes (__sxtab16: bytes 0 and 2, and
     1 and 3), a maximum per byte lane (SSUB8 then SEL); then the reference's rounding of the
-    average (halves away from zero) and the activation's clamp, per channel."""
+    average (halves away from zero) and the activation's clamp, per channel. A global pool's
+    band of a striped segment adds its rows to the segment's accumulators as the portable
+    kernel does (its int16 lanes would not outlast the band)."""
     p: Pool2DParams = ctx.params
+    if p.reduction is not None:
+        return (emit_average if ctx.op.opcode == "AVERAGE_POOL_2D" else emit_max)(ctx)
     x, out = ctx.inputs[0], ctx.outputs[0]
     batch_size, height, width, channels = x.shape
     average = ctx.op.opcode == "AVERAGE_POOL_2D"

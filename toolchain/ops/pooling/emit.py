@@ -4,7 +4,10 @@ runtime_py.
 What differs between the ops and the two dtypes is C text from here: the accumulator's
 start, the statement adding a window element to it and the statements turning it into the
 output element. A window's bounds along an axis are constants when the output has one position
-along it (a global pool), else computed at run time from the output position.
+along it (a global pool), else computed at run time from the output position. A global pool's
+band of a striped segment (Pool2DParams.reduction) adds its rows to accumulators that outlast
+it: only the first band starts them and only the last writes the output, from the whole
+window's count.
 """
 
 from __future__ import annotations
@@ -126,8 +129,10 @@ def pool_values(ctx: OpContext, kind: str) -> dict:
     o, o_lines = c_pointer("o", x.ctype, "out",
                            [(batch, p.output_height * p.output_width * channels),
                             (out_y, p.output_width * channels), (out_x, channels)])
-    arithmetic = _arithmetic(kind, x.dtype, x.ctype, low, high, channel.index, o,
-                             window_count([wy.count, wx.count]))
+    reduction = p.reduction
+    count = (int(p.window_counts[0, 0]) if reduction is not None
+             else window_count([wy.count, wx.count]))
+    arithmetic = _arithmetic(kind, x.dtype, x.ctype, low, high, channel.index, o, count)
     loops = (batch, out_y, out_x, wy.loop, wx.loop, channel)
     return {
         **arithmetic,
@@ -141,8 +146,11 @@ def pool_values(ctx: OpContext, kind: str) -> dict:
         "pixel_lines": arithmetic["count_lines"] + o_lines,
         "row": row,
         "counters": ", ".join(loop.var for loop in loops if loop.written),
+        "starts": reduction is None or reduction.starts,
+        "finishes": reduction is None or reduction.finishes,
         "comment": c_comment(f"{ctx.op.opcode} '{out.name}'"),
-        # one accumulator per channel, in the arena scratch this op's binding requested
+        # one accumulator per channel, in the arena scratch this op's binding requested (a
+        # band's: after its input's stripe rows)
         "acc": f"({arithmetic['acc_type']} *){ctx.scratch[0]}",
     }
 

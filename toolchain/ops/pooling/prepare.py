@@ -22,7 +22,7 @@ from toolchain.numerics.quant import (
 )
 from toolchain.ops.padding import fused_padding
 from toolchain.ops.spec import MAX_PLANE_ELEMENTS, MemoryRequest, required_input, required_options
-from toolchain.ops.striping import RowMap, Striping
+from toolchain.ops.striping import Reduction, RowMap, Striping
 
 # TFLite requires int8 pooling to keep the input's quantization (to this tolerance on the scale).
 SCALE_TOLERANCE = 1e-6
@@ -38,7 +38,9 @@ class Pool2DParams:
 
     `pad_top` / `pad_left` are TFLite's padding values: window (oy, ox) starts at input row
     oy * stride_height - pad_top. `window_counts[oy, ox]` is how many input positions that window
-    covers, the divisor of an average (TFLite counts them per window).
+    covers, the divisor of an average (TFLite counts them per window). A band of a global pool
+    that ends a striped segment has a `reduction`: it adds its rows to the accumulators
+    (toolchain.ops.striping).
     """
 
     filter_height: int
@@ -53,6 +55,7 @@ class Pool2DParams:
     activation_min: float | int
     activation_max: float | int
     channels: int
+    reduction: Reduction | None = None
 
 
 def output_size(padding: str, size: int, window: int, stride: int) -> int:
@@ -128,7 +131,10 @@ QUANTIZED = ("int8", "uint8", "int16")
 
 def pool_scratch(p: Pool2DParams) -> tuple[MemoryRequest, ...]:
     """The C kernel keeps one accumulator per channel for the window it is reducing: a row of
-    the arena during the op's step, not a stack array."""
+    the arena during the op's step, not a stack array. A band of a global pool keeps them after
+    its input's stripe rows instead, as they must outlast the segment's other kernels."""
+    if p.reduction is not None:
+        return ()
     return (MemoryRequest(ACCUMULATOR_BYTES * p.channels, "one accumulator per channel"),)
 
 
@@ -150,7 +156,11 @@ def pool_rows(p: Pool2DParams) -> RowMap:
 
 
 def pool_band(p: Pool2DParams, out_lo: int, out_hi: int, in_lo: int, in_hi: int) -> Pool2DParams:
-    """The pooling of output rows [out_lo, out_hi) from input rows [in_lo, in_hi)."""
+    """The pooling of output rows [out_lo, out_hi) from input rows [in_lo, in_hi); of a global
+    pool (its one output row only ever ends a segment, pool_accumulates), input rows [in_lo,
+    in_hi) added up, the output written when the band has it."""
+    if p.output_height == 1:
+        return replace(p, reduction=Reduction(in_lo == 0, out_hi > out_lo, in_hi - in_lo))
     return replace(p, pad_top=in_lo - (out_lo * p.stride_height - p.pad_top),
                    output_height=out_hi - out_lo, window_counts=p.window_counts[out_lo:out_hi])
 
@@ -168,11 +178,21 @@ def pool_column_band(p: Pool2DParams, out_lo: int, out_hi: int, in_lo: int,
 
 
 def pool_band_key(p: Pool2DParams) -> tuple:
-    return (p.pad_top, p.output_height, p.pad_left, p.output_width, p.window_counts.tobytes())
+    return (p.pad_top, p.output_height, p.pad_left, p.output_width, p.window_counts.tobytes(),
+            p.reduction)
+
+
+def pool_accumulates(p: Pool2DParams, shape: tuple[int, ...]) -> int:
+    """A global pool (one window over the whole input) adds its input up row by row, in one
+    accumulator per channel."""
+    _, height, width, _ = shape
+    whole = (p.output_height == p.output_width == 1 and p.pad_top == p.pad_left == 0
+             and p.filter_height >= height and p.filter_width >= width)
+    return ACCUMULATOR_BYTES * p.channels if whole else 0
 
 
 POOL_STRIPING = Striping(pool_rows, pool_band, pool_band_key, columns=pool_columns,
-                         column_band=pool_column_band)
+                         column_band=pool_column_band, accumulates=pool_accumulates)
 
 
 def pads_below_the_maximum(x: Tensor, value: float, op: Operator, graph: Graph) -> str:
