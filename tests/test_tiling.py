@@ -198,6 +198,23 @@ def test_a_segment_adds_up_its_last_ops_input_stripe_by_stripe(build):
     assert_matches_oracle(data, planner="best", striped=True)
 
 
+@pytest.mark.parametrize("build", [int8_global_average, dense_on_rows("int8")],
+                         ids=["int8_global_average", "int8_dense_on_rows"])
+def test_a_streamed_input_is_added_up_to_the_end_in_one_segment(build):
+    """With the input streamed, one segment fetches its rows and adds the last op's input up:
+    none of its tensors but the output is ever whole; bit-exact in runtime_py and in C."""
+    data = build()
+    mp = plan_model(parse_model(data, "built.tflite"), stream_input=True)
+    (segment,) = mp.tiling.segments
+    assert segment.streamed and segment.reduces
+    inside = {segment.input, *(mp.graph.operators[o].outputs[0] for o in segment.ops[:-1])}
+    assert not inside & set(mp.lifetimes.tensor_buffers)
+    assert segment.output in mp.lifetimes.tensor_buffers
+    with CBackend(mp) as backend:
+        report = check_plan(mp, data, inputs=2, extra=[("c", backend.invoke_many)])
+    assert report.ok, report.as_dict()
+
+
 @needs_mcu
 def test_reducing_bands_match_litert_on_a_cortex_m4():
     """The DSP kernels of the pool and the dense layer add their bands up as the portable
