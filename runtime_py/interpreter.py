@@ -333,7 +333,7 @@ class ArenaInterpreter:
                 op = graph.operators[work.op]
                 if dies:
                     self._release_rows(x, segment.input, stripe.input_alive_from(k, segment.input))
-                reduces = segment.reduces and work.op == segment.ops[-1]
+                reduces = work.op == segment.reducer
                 if work.op == segment.ops[-1] and y is not None and tile is None:
                     # a reducing op writes its output (of any shape) whole, in its last band
                     made = (graph.tensors[segment.output].shape[1] if reduces and work.out_hi

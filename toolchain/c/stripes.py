@@ -277,7 +277,7 @@ def stripe_call(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, ...
     context = stripe_context(s, run, w, places, params)
     out_rows = w.out_hi - w.out_lo
     _, lo, hi = w.reads[0]
-    reduces = s.seg.reduces and w.op == s.seg.ops[-1]
+    reduces = w.op == s.seg.reducer
     then = (f", then the next {hi - lo if reduces else out_rows} {each(run)}"
             if run.count > 1 else "")
     if reduces:
@@ -318,7 +318,7 @@ def stripe_context(s: StripedSegment, run: Run, w: OpRows, places: tuple[Place, 
     ins = [s.rows_at(t, place, s.row_in_buffer(t, r_lo, run.start), r_hi - r_lo, run)
            for (t, r_lo, r_hi), place in zip(w.reads, places[:-1], strict=True)]  # then out's
     out_t = s.produced[w.op]
-    reduces = s.seg.reduces and w.op == s.seg.ops[-1]
+    reduces = w.op == s.seg.reducer
     out = at.c_tensor(out_t) if reduces else s.rows_at(
         out_t, places[-1], s.row_in_buffer(out_t, w.out_lo, run.start), w.out_hi - w.out_lo, run)
     _, lo, hi = w.reads[0]

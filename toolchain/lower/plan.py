@@ -952,7 +952,7 @@ def tiled_problem(program: Program, order: Sequence[int], scratch, outside, role
     its input when the input dies there. An op that reduces a segment's rows keeps its
     accumulators in its input's stripe buffer, so its own scratch is not planned there."""
     graph, source = program.graph, program.model.source
-    reducing = {s.ops[-1] for s in tiling.segments if s.reduces}
+    reducing = {s.reducer for s in tiling.segments if s.reduces}
     scratch = tuple(r for r in scratch if r.op not in reducing)
     stripes = tuple(ScratchRequest(order[s.first], b.size, f"stripe rows of tensor {b.tensor}",
                                    BufferKey(STRIPE, b.tensor))

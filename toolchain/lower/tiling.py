@@ -175,6 +175,11 @@ class Segment:
         return self.height, self.pace, len(self.tiles) or 1
 
     @property
+    def reducer(self) -> int | None:
+        """The op that adds up its input stripe by stripe, ending the segment (if it reduces)."""
+        return self.ops[-1] if self.reduces else None
+
+    @property
     def wavefront(self) -> bool:
         """Whether its stripes fill the chain a share at a time (wavefront_rows)."""
         return self.pace != ON_DEMAND

@@ -360,10 +360,7 @@ def fc_band_values(ctx: OpContext) -> dict:
     band, starts = ctx.inputs[0].size, p.reduction.starts
     unit, depth = ConstantLoop("u", p.units), ConstantLoop("d", band)
     zeroed = ConstantLoop("u", p.units + 1 if starts else 0)
-    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    v = {"fn": ctx.fn, "prefix": ctx.prefix, "ctype": ctx.outputs[0].ctype,
-         "name": ctx.outputs[0].name, "bias": bias.ptr if bias is not None else None,
-         "units_length": c_length(p.units)}
+    v = _fc_common(ctx)
     x_term = _offset(p.input_offset, f"x[{depth.index}]")
     w_term = _offset(p.filter_offset, f"wr[{depth.index}]")
     return {
@@ -372,8 +369,8 @@ def fc_band_values(ctx: OpContext) -> dict:
             f"{ctx.op.opcode} '{v['name']}': {band} more of the input's {p.depth} values "
             "added to each unit's sum of products, wrapping as TFLite's int32 sums"
             + ("; then the output from the sums" if p.reduction.finishes else "")),
-        "x": ctx.inputs[0].ptr, "w": ctx.inputs[1].ptr, "w_ctype": ctx.inputs[1].ctype,
-        "out": ctx.outputs[0].ptr if p.reduction.finishes else None, "sums": ctx.scratch[0],
+        "w_ctype": ctx.inputs[1].ctype, "out": v["out"] if p.reduction.finishes else None,
+        "sums": ctx.scratch[0],
         "units": p.units, "band": band, "unit": unit, "depth": depth, "zeroed": zeroed,
         "row": c_offset("w", [(unit, p.depth)]),
         "step": f"dot += (uint32_t)({x_term} * {w_term});",
