@@ -10,6 +10,7 @@ from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import toolchain.lower.plan as plan_module
@@ -196,6 +197,21 @@ def test_a_segment_adds_up_its_last_ops_input_stripe_by_stripe(build):
     assert not any(s.reduces for s in held.tiling.segments)
     assert mp.arena_bytes < held.arena_bytes
     assert_matches_oracle(data, planner="best", striped=True)
+
+
+def test_a_dense_layer_of_a_rank_one_output_is_not_added_up():
+    """A dense layer writing a vector (no rows) plans whole after the convolution's segment."""
+    b = ModelBuilder("int8", seed=3)
+    x = b.input("x", (1, 12, 6, 1), "int8", scale=0.05, zero_point=-3)
+    y = b.conv_2d(x, 4, 3, activation="RELU")
+    rng = np.random.default_rng(0)
+    w = b.const("w", rng.integers(-127, 128, (3, 12 * 6 * 4)).astype(np.int8), 0.01, 0)
+    bias = b.const("bias", rng.integers(-50, 50, 3).astype(np.int32), 0.0005, 0)
+    out = b.tensor("out", (3,), "int8", 0.1, 0)
+    b.op("FULLY_CONNECTED", [y, w, bias], [out])
+    b.output(out)
+    mp = plan_model(parse_model(b.build(), "built.tflite"))
+    assert not any(s.reduces for s in mp.tiling.segments)
 
 
 @pytest.mark.parametrize("build", [int8_global_average, dense_on_rows("int8")],

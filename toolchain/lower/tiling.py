@@ -289,8 +289,11 @@ def accumulator_bytes(binding: Binding | None, graph: Graph) -> int:
     striping = striping_of(binding)
     if striping is None or striping.accumulates is None:
         return 0
-    shape = graph.tensors[graph.operators[binding.op].inputs[0]].shape
-    return striping.accumulates(binding.params, shape) if len(shape) == 4 else 0
+    op = graph.operators[binding.op]
+    shape = graph.tensors[op.inputs[0]].shape
+    if len(shape) != 4 or len(graph.tensors[op.outputs[0]].shape) < 2:
+        return 0  # rows of an NHWC input into an output of rows (one)
+    return striping.accumulates(binding.params, shape)
 
 
 def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[int],
@@ -346,9 +349,9 @@ def chain_at(graph: Graph, bindings: Sequence[Binding | None], order: Sequence[i
         return None
     tensors = {x, *produced.values()}
     accumulator = accumulator_bytes(bindings[ops[-1]], graph) if len(ops) > 1 else 0
-    if any(graph.tensors[t].shape[0] != 1 or graph.tensors[t].shape[1] < 2
-           for t in tensors if t != y or not accumulator):
-        return None
+    if any(len(graph.tensors[t].shape) != 4 or graph.tensors[t].shape[0] != 1
+           or graph.tensors[t].shape[1] < 2 for t in tensors if t != y or not accumulator):
+        return None  # rows of NHWC tensors, but a reducing op's output
     return Chain(first, last, ops, x, y, reads,
                  {t: graph.tensors[t].nbytes // graph.tensors[t].shape[1] for t in tensors},
                  {t: graph.tensors[t].shape[1] for t in tensors}, produced, x in streams,
