@@ -401,6 +401,26 @@ def test_shared_models_meet_the_tiling_goals():
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/models is absent")
+def test_the_ops_sharing_a_segments_scratch_alike_give_it_up_in_one_replan(monkeypatch):
+    """kws_ref_model on cortex-m4: its nine convolutions take turns in one segment's scratch
+    buffer, which keeps its size until each gives its scratch up; the hold gives up those of
+    one size together, so it plans the model four times, not thirteen, to the generic arena."""
+    replans = []
+    narrowed = plan_module.narrowed
+
+    def counted(model_plan, portable_arena, replan):
+        return narrowed(model_plan, portable_arena,
+                        lambda given_up: replans.append(dict(given_up)) or replan(given_up))
+
+    monkeypatch.setattr(plan_module, "narrowed", counted)
+    model = read_model(str(SHARED / "kws_ref_model.tflite"))
+    held = plan_model(model, target="cortex-m4")
+    assert held.arena_bytes == held.portable_arena == plan_model(model).arena_bytes
+    assert len(held.program.given_up) == 9 and len(replans) == 4
+    assert len(replans[0]) > 1  # the first replan gives up several ops at once
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/models is absent")
 @pytest.mark.parametrize("name", ["vww_96_int8", "pretrainedResnet_quant"])
 def test_shared_striped_models_match_litert_in_c(name):
     path = SHARED / f"{name}.tflite"

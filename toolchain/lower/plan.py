@@ -16,6 +16,7 @@ from toolchain.front.validate import DEFAULT_MAX_BYTES
 from toolchain.ir import Model
 from toolchain.lower.lifetimes import (
     SCRATCH,
+    SHARED,
     STRIPE,
     TENSOR,
     BufferKey,
@@ -447,7 +448,8 @@ def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
              replan: Callable[[dict[int, tuple[str, ...]]], ModelPlan]) -> ModelPlan:
     """A target's plan held to the arena of the same model on portable kernels, the kernels'
     scratch at the arena's peak given up for their narrow forms (less scratch or none) one op
-    at a time, never for the portable kernel (that is --max-arena's choice): the first plan of
+    at a time (with the ops whose scratch is as large in the same shared buffer,
+    sharing_alike), never for the portable kernel (that is --max-arena's choice): the first plan of
     the smallest arena, so that a narrow form which does not lower the arena is not kept. With
     no scratch left at the peak, the largest elsewhere, which can keep a segment from its best
     striping, up to OFF_PEAK_TRIES times. The portable arena is planned only when some narrow
@@ -468,7 +470,8 @@ def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
             bound = portable_arena()
             if model_plan.arena_bytes <= bound:
                 break
-        given_up = {**given_up, op: (*given_up.get(op, ()), narrow[op])}
+        given_up = {**given_up, **{o: (*given_up.get(o, ()), narrow[o])
+                                   for o in sharing_alike(model_plan, op, set(narrow))}}
         model_plan = replan(given_up)
         if model_plan.arena_bytes < best.arena_bytes:
             best = model_plan
@@ -544,6 +547,24 @@ def scratch_to_give_up(model_plan: ModelPlan, among: set[int] | None = None,
     if peak_only:
         scratch = {op: value for op, value in scratch.items() if value[0]}
     return max(scratch, key=lambda op: (*scratch[op], -op), default=None)
+
+
+def sharing_alike(model_plan: ModelPlan, op: int, among: set[int]) -> list[int]:
+    """`op`, and the ops `among` whose scratch lies in the same shared buffer as op's (the
+    ops of one segment take turns in it) and is as large: the buffer keeps its size until
+    all of them give their scratch up, so the hold gives them up in one replan."""
+    lifetimes = model_plan.lifetimes
+    asked: dict[int, list[tuple[int, int]]] = {}  # op -> (holding buffer, bytes) per request
+    for request in lifetimes.scratch:
+        if request.key.kind == SCRATCH:
+            asked.setdefault(request.op, []).append((lifetimes.holder(request.key)[0],
+                                                     request.size))
+    mine = asked.get(op, [])
+    shared = {buffer for buffer, _ in mine
+              if lifetimes.keys[buffer].kind == SHARED}
+    largest = max((size for _, size in mine), default=0)
+    return [op, *(o for o in sorted(among - {op})
+                  if any(b in shared and size == largest for b, size in asked.get(o, [])))]
 
 
 def check_budget(model_plan: ModelPlan, max_bytes: int) -> None:
