@@ -54,8 +54,11 @@ def average_pool_float(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
 def average_pool_integer(p: Pool2DParams, x: np.ndarray) -> np.ndarray:
     """int8, uint8 and int16: the int32 sum divided by the count, rounding halves away from zero (C
     division of acc +- count / 2, which truncates toward zero; uint8 sums are never negative)."""
-    total = windows(p, x, 0).sum(axis=(-2, -1), dtype=np.int64)
-    counts = _counts(p)
+    return rounded_average(windows(p, x, 0).sum(axis=(-2, -1), dtype=np.int64), _counts(p))
+
+
+def rounded_average(total: np.ndarray, counts) -> np.ndarray:
+    """TFLite's integer average: halves rounded away from zero."""
     return np.sign(total) * ((np.abs(total) + counts // 2) // counts)
 
 
@@ -112,8 +115,7 @@ def reduced_band(kind: str, p: Pool2DParams, x: np.ndarray, accumulators: np.nda
             pooled = acc / np.float32(count)
             pooled = np.sqrt(pooled) if kind == "l2" else pooled
         else:
-            total = acc.astype(np.int64)
-            pooled = np.sign(total) * ((np.abs(total) + count // 2) // count)
+            pooled = rounded_average(acc.astype(np.int64), count)
     out[...] = np.clip(pooled, p.activation_min, p.activation_max).astype(x.dtype).reshape(
         out.shape)
 

@@ -168,11 +168,16 @@ class Segment:
     streamed_output: bool = False
     tiles: tuple[Tile, ...] = ()  # column tiles, each running every stripe; none: whole rows
     recomputed: int = 0  # MACs of columns two tiles or more compute, each time after the first
-    reduces: bool = False
 
     @property
     def schedule(self) -> Schedule:
         return self.height, self.pace, len(self.tiles) or 1
+
+    @property
+    def reduces(self) -> bool:
+        """Whether it ends in an op that adds its input up: the last stripe buffer, that
+        input's, keeps the accumulators."""
+        return bool(self.buffers) and self.buffers[-1].accumulator > 0
 
     @property
     def reducer(self) -> int | None:
@@ -451,7 +456,7 @@ def reduced_chain(chain: Chain, height: int, graph: Graph, bindings: Sequence[Bi
     return replace(segment, last=chain.last, ops=chain.ops, output=chain.output,
                    buffers=(*buffers, replace(rows, accumulator=chain.accumulator)),
                    stripes=tuple(stripes), shift=shift, macs=segment.macs + macs,
-                   whole_macs=segment.whole_macs + macs, streamed_output=False, reduces=True)
+                   whole_macs=segment.whole_macs + macs, streamed_output=False)
 
 
 def column_map(binding: Binding, graph: Graph) -> RowMap | None:
