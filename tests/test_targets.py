@@ -653,6 +653,77 @@ def test_dsp_fully_connected_is_bit_exact(case):
 
 
 @needs_mcu
+@pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])
+@pytest.mark.parametrize("case", [
+    # dense layers: one batch row, four channels a step (then an odd one); three a block
+    dict(model=("fc", (1, 200), 32), step="1x4"),
+    dict(model=("fc", (1, 300), 9), step="1x4"),
+    dict(model=("fc", (3, 128), 40), step="3x2"),
+    # im2col convolutions of one pixel a row, and two (a row's last block of two)
+    dict(model=("conv", (1, 6, 1, 7), 24), step="1x4"),
+    dict(model=("conv", (1, 5, 2, 32), 32), step="2x2"),
+])
+def test_dsp_joint_words_are_bit_exact(case, target):
+    """Where joint words pay (many channels, few pixels a block), each channel pair's steps
+    read them, the pixels' lifts taken; bit-exact under QEMU."""
+    kind, shape, channels = case["model"]
+    model = (fully_connected_model("int8", input_shape=shape, units=channels, per_channel=True)
+             if kind == "fc" else
+             conv_model("int8", True, shape, channels, (3, 1), activation="RELU"))
+    mp = planned(model, target)
+    assert kernels_bound(mp) == ["dsp" if kind == "fc" else "dsp-im2col"]
+    c = generate(mp, "net")["net.c"]
+    assert f"arenac_mac_{case['step']}_joint(acc" in c and "arenac_lift(" in c
+    assert_qemu_matches_oracle(model, target)
+
+
+def int16_lanes(word: int) -> tuple[int, int]:
+    """A word's two int16 lanes, the lower first."""
+    low, high = word & 0xFFFF, (word >> 16) & 0xFFFF
+    return low - (low >> 15 << 16), high - (high >> 15 << 16)
+
+
+def smlad(x: int, w: int, acc: int) -> int:
+    """__smlad: both lane products added to acc, the sum wrapped to int32 as the core does."""
+    (x0, x1), (w0, w1) = int16_lanes(x), int16_lanes(w)
+    return (acc + x0 * w0 + x1 * w1 + 2**31) % 2**32 - 2**31
+
+
+def sxtb16_ror8(word: int) -> int:
+    """Bytes 1 and 3 of a word sign-extended to int16 lanes."""
+    b1, b3 = (word >> 8) & 0xFF, (word >> 24) & 0xFF
+    return ((b1 - (b1 >> 7 << 8)) & 0xFFFF) | ((b3 - (b3 >> 7 << 8)) & 0xFFFF) << 16
+
+
+def test_joint_words_give_both_channels_sums_exactly_where_the_joint_sum_wraps():
+    """The joint words' arithmetic (arenac_mac_1x4_joint, arenac_joint_start and _first), word
+    by word as the C does it, on the extremes of int8 over a depth whose joint sums wrap."""
+    depth, rng = 2048, np.random.default_rng(3)
+    x = rng.choice([-128, 127], depth)
+    along = np.where(x < 0, -128, 127)  # second channels whose sums reach 2^25
+    weights = rng.integers(-128, 128, (4, depth))
+    weights[1], weights[3] = along, -along - 1
+    weights[:, ::9] = rng.integers(-128, 128, (4, -(-depth // 9)))
+    m = arm_dsp_common.Matmul(1, 1, 1, 0, 0, depth, depth, 4, weights, np.zeros(4, np.int64), 0)
+    words = [int(w) & 0xFFFFFFFF
+             for w in m.packed(joint=True).astype(np.uint8).view("<u4")]
+    quads = [[int(v) & 0xFFFF for v in q] for q in x.reshape(-1, 4)]
+    pairs = [(q[0] | q[2] << 16, q[1] | q[3] << 16) for q in quads]  # (x0, x2), (x1, x3)
+    lift = 128 * int(x.sum())
+    sums = weights @ x
+    for pair in range(2):
+        joint, second = -lift, 0  # the channels' sums start at zero
+        for group in range(m.groups):
+            for half in range(2):
+                word = words[(pair * m.groups + group) * 2 + half]
+                joint = smlad(pairs[group][half], word, joint)
+                second = smlad(pairs[group][half], sxtb16_ror8(word), second)
+        first = (joint - (second << 8) + 2**31) % 2**32 - 2**31
+        assert (first, second) == (sums[2 * pair], sums[2 * pair + 1])
+        assert abs(256 * int(sums[2 * pair + 1]) + int(sums[2 * pair])) > 2**31  # it wraps
+
+
+@needs_mcu
 @pytest.mark.parametrize("target", ["cortex-m4", "cortex-m7"])  # kept in order, scheduled
 @pytest.mark.parametrize("case", [
     dict(input_shape=(1, 8), units=4),
@@ -1188,7 +1259,7 @@ def test_load_runs_stay_in_order_on_the_single_issue_cores_only():
     model = fully_connected_model("int8", input_shape=(1, 40), units=12)
     for target, in_order in (("cortex-m4", True), ("cortex-m33", True), ("cortex-m7", False)):
         c = generate(planned(model, target), "net")["net.c"]
-        assert "arenac_mac_1x4(" in c, target
+        assert "arenac_mac_1x4_joint(" in c, target
         assert ("#define ARENAC_DSP_IN_ORDER" in c) == in_order, target
         attribute = "ARENAC_DSP_IN_ORDER" if in_order else "ARENAC_DSP_KERNEL"
         assert re.search(rf"^{attribute} static void net_op0_fully_connected", c, re.M), target

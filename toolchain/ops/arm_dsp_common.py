@@ -24,6 +24,13 @@ sums, both channels' weights loaded once for three pixels; `Matmul.block`):
   lane (x0, x2) meets (w0, w2) and lane (x1, x3) meets (w1, w3): __smlad adds both products;
   over WIDE_FILTER_PIXELS pixels or more the filter is stored widened instead (int16 pairs in
   flash, no widening in the loop);
+- where it pays (`Matmul.joint_pays`: many channels, few pixels a block, such as a dense
+  layer's) each channel pair a, b is stored as joint words instead (`joint_words`): four
+  depths as (a0 + 128, b0, a2 + 128, b2) and (a1 + 128, b1, a3 + 128, b3). __smlad of a joint
+  word adds a's products plus 256 times b's plus 128 times the inputs; __sxtb16 of its high
+  bytes gives b's weights, whose products a second __smlad adds alone; b's sum times 256 and
+  the inputs' sum times 128 (the pixel's lift, taken once a block) come off at the end. That is
+  two __sxtb16 per pair and group where widening both channels' weights takes four;
 - the bias and the input offset times each filter row's sum are folded into one int32 per
   channel (wrapping as TFLite's int32 sums do), so the loop is a plain int8 dot product;
 - the requantization is one 32 x 32 -> 64-bit multiply-add and a shift where
@@ -182,14 +189,23 @@ class Matmul:
     def accumulators(self) -> tuple[np.ndarray, np.ndarray]:
         return accumulator_range(self.weights, self.input_offset, self.bias)
 
-    def packed(self) -> np.ndarray:
+    def packed(self, joint: bool = False) -> np.ndarray:
         """The filter as the loops read it: for each pair of channels, their rows four weights
-        at a time, alternating; an odd last channel's row alone; rows padded with zeros."""
+        at a time, alternating, or (`joint`) their joint words (`joint_words`); an odd last
+        channel's row alone; rows padded with zeros."""
         padded = np.zeros((self.channels, self.groups * GROUP), np.int64)
         padded[:, :self.depth] = self.weights
         pairs = self.channels // 2
         quads = padded[:pairs * 2].reshape(pairs, 2, self.groups, GROUP).transpose(0, 2, 1, 3)
+        quads = joint_words(quads) if joint else quads
         return np.concatenate([quads.reshape(-1), padded[pairs * 2:].reshape(-1)])
+
+    def joint_pays(self, pixels: int) -> bool:
+        """Whether joint words (`joint_words`) save cycles in blocks of `pixels` pixels: two
+        __sxtb16 per channel pair and depth group, against each pixel's lift (about six
+        cycles a group and twelve a call) and its pairs' joint starts and ends (three)."""
+        pairs = self.channels // 2
+        return 2 * pairs * self.groups > pixels * (6 * self.groups + 3 * pairs + 12)
 
     @property
     def block(self) -> int:
@@ -211,6 +227,20 @@ class Matmul:
         image, rest = divmod(pixel, self.rows * self.pixels)
         row, i = divmod(rest, self.pixels)
         return image * self.image_in + row * self.row_in + i * self.pixel_in
+
+
+JOINT_LIFT = 128  # added to a joint word's first channel's weights, to make them unsigned
+
+
+def joint_words(quads: np.ndarray) -> np.ndarray:
+    """Channel pairs' weights [pair, group, channel, 4] as joint words, in the same shape:
+    the group's four depths d0..d3 as the words (a0 + 128, b0, a2 + 128, b2) and (a1 + 128, b1,
+    a3 + 128, b3), which meet the inputs' pairs (x0, x2) and (x1, x3) (arenac_mac_1x4_joint);
+    the bytes as int8."""
+    first = (quads[:, :, 0] + JOINT_LIFT + 128) % 256 - 128
+    second = quads[:, :, 1]
+    lanes = np.stack([first, second], axis=-1)  # [pair, group, depth, channel]
+    return lanes[:, :, [0, 2, 1, 3]].reshape(quads.shape)
 
 
 def pointwise_scratch(m: Matmul) -> tuple[MemoryRequest, ...]:
@@ -466,17 +496,17 @@ def plus_term(value: int) -> str:
 # -- emission --------------------------------------------------------------------------------
 
 
-def depth_steps(kind: str, m: Matmul, wide: bool, target: str) -> dict:
+def depth_steps(kind: str, m: Matmul, wide: bool, target: str, joint: bool = False) -> dict:
     """The calls of one block's depth steps: written out up to UNROLLED groups (UNROLL for
     the 3x2 step), else a loop of UNROLL groups a trip and the rest written out. `wide`: the
-    filter is int16 pairs."""
+    filter is int16 pairs; `joint`: the channel pairs' joint words."""
     if wide and kind in ("3x2", "2x2") and target in PIPELINED_TARGETS:
         return paired_steps(m, int(kind[0]))
     x_words = 2 * int(kind[0])
     # a channel pair's weights of a group: 8 bytes, or 4 int32 words; the 1x4 step's second
     # pair is the next pair's row block, `pair_block` further on
     w_step = (4 if kind[2] == "1" else 8) // (2 if wide else 1)
-    name = f"arenac_mac{'16' if wide else ''}_{kind}"
+    name = f"arenac_mac{'16' if wide else ''}_{kind}{'_joint' if joint else ''}"
     pair_block = f", {2 * m.groups * GROUP}" if kind == "1x4" else ""
 
     def call(k: ConstantLoop | None, extra: int) -> str:
@@ -564,10 +594,12 @@ def word_steps(kind: str, m: Matmul) -> dict:
 
 
 def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
-                    sum_at: Callable[[str], str], target: str, direct: bool = False) -> list[dict]:
+                    sum_at: Callable[[str], str], target: str, direct: bool = False,
+                    joint: bool = False) -> list[dict]:
     """A pixel block's channel blocks: two channels at a time, then an odd last one; for one
     pixel of int8 weights, four (two pairs) first. `direct`: the pixel's inputs read from x0
-    and widened in registers (`word_steps`)."""
+    and widened in registers (`word_steps`); `joint`: the channel pairs read joint words
+    (`joint_words`), each pixel's lift taken (lift0, lift1, ...)."""
     blocks = []
     quads = pixels == 1 and not wide
     start = 0
@@ -579,17 +611,22 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
         kind = f"{pixels}x{width}"
         w_at = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP // (2 if wide else 1))])
         sums = [sum_at(c_sum([(loop, 1)], j)) for j in range(width)]
+        joined = joint and width > 1
         head = [f"const {'int32_t' if wide else 'int8_t'} *w = {w_at};",
-                *accumulator_lines(sums, pixels)]
-        stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output(acc[{i * width + j}], "
-                  f"{c_sum([(loop, 1)], j)});"
+                *(joint_accumulator_lines(sums, pixels) if joined
+                  else accumulator_lines(sums, pixels))]
+        sum_names = [f"acc[{k}]" for k in range(pixels * width)]
+        if joined:  # each pair's first channel
+            sum_names[0::2] = [f"arenac_joint_first(acc[{k}], acc[{k + 1}])"
+                               for k in range(0, pixels * width, 2)]
+        stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output("
+                  f"{sum_names[i * width + j]}, {c_sum([(loop, 1)], j)});"
                   for i in range(pixels) for j in range(width)]
+        runs = width == 4 or (kind == "3x2" and target not in IN_ORDER_TARGETS)
         helper = (f"arm_dsp_mac_{kind}_word{'_runs' if width == 4 else ''}" if direct
                   else mac16_helper(kind, target) if wide
-                  else "arm_dsp_mac_1x4_runs" if width == 4
-                  else "arm_dsp_mac_3x2_runs" if kind == "3x2" and target not in IN_ORDER_TARGETS
-                  else f"arm_dsp_mac_{kind}")
-        steps = word_steps(kind, m) if direct else depth_steps(kind, m, wide, target)
+                  else f"arm_dsp_mac_{kind}{'_joint' if joined else ''}{'_runs' if runs else ''}")
+        steps = word_steps(kind, m) if direct else depth_steps(kind, m, wide, target, joined)
         blocks.append({"loop": loop, "head": head, "steps": steps, "stores": stores,
                        "helper": helper})
     return blocks
@@ -600,6 +637,18 @@ def accumulator_lines(sums: list[str], pixels: int) -> list[str]:
     names = [f"s{j}" for j in range(len(sums))]
     return [*(f"const int32_t {n} = {e};" for n, e in zip(names, sums, strict=True)),
             f"int32_t acc[{pixels * len(sums)}] = {{ {', '.join(names * pixels)} }};"]
+
+
+def joint_accumulator_lines(sums: list[str], pixels: int) -> list[str]:
+    """A block's sums over joint words: for each pixel, each channel pair's joint start (its
+    first channel's sum, its second's times 256, less the pixel's lift) and its second
+    channel's sum."""
+    names = [f"s{j}" for j in range(len(sums))]
+    starts = [f"arenac_joint_start(s{j}, s{j + 1}, lift{i}), s{j + 1}"
+              for i in range(pixels) for j in range(0, len(sums), 2)]
+    return [*(f"const int32_t {n} = {e};" for n, e in zip(names, sums, strict=True)),
+            f"int32_t acc[{pixels * len(sums)}] = {{",
+            *(f"  {start}," for start in starts), "};"]
 
 
 def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str,
@@ -672,6 +721,14 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     if ctx.op_rows:  # a stripe's: the stripes of the op share its filter
         pixels_in_all = pixels_in_all * ctx.op_rows // ctx.outputs[0].shape[1]
     wide = pixels_in_all >= WIDE_FILTER_PIXELS
+    # int8 weights read from widened pairs: the channel pairs read joint words where that pays
+    # in the largest blocks, each pixel's lift taken once its inputs are widened
+    joint = not (wide or direct) and m.joint_pays(max(p["count"] for p in pixels))
+    for pixel in pixels if joint else ():
+        count = pixel["count"]
+        pixel["head"] += [f"const uint32_t lift{i} = arenac_lift("
+                          f"{c_offset('pairs', [], 2 * i)}, {m.groups}, {2 * count});"
+                          for i in range(count)]
     tables, output, output_comment, stage_calls = output_values(
         prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
                                   "filter row's sum (int32, wrapped)"))
@@ -679,10 +736,13 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
                                             [f"o{i}" for i in range(pixel["count"])], wide,
                                             lambda channel: sum_of(prefix, tables, channel),
-                                            ctx.target, direct)
-    packed = m.packed()
+                                            ctx.target, direct, joint)
+    packed = m.packed(joint)
     order = ("for each pair of output channels, their rows four weights at a time, "
              f"alternating; each row padded with zeros to {m.groups * GROUP}")
+    if joint:
+        order += ("; each pair's in joint words, its two channels a and b four depths at a "
+                  "time as (a0 + 128, b0, a2 + 128, b2) and (a1 + 128, b1, a3 + 128, b3)")
     if wide:
         quads = packed.reshape(-1, GROUP)
         words = (quads[:, :2] & 0xFFFF) | ((quads[:, 2:] & 0xFFFF) << 16)

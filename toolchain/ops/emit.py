@@ -249,10 +249,14 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp_pipeline": ("arm_dsp_in_order",),  # a comment: the Cortex-M7's written-out steps
     "arm_dsp_mac16_2x2_runs": ("arm_dsp",),
     "arm_dsp_mac16_3x2_runs": ("arm_dsp",),
-    "arm_dsp_mac_1x4_runs": ("arm_dsp", "arm_dsp_ror8"),
     "arm_dsp_mac_1x4_word_runs": ("arm_dsp", "arm_dsp_ror8"),
+    "arm_dsp_mac_1x4_runs": ("arm_dsp", "arm_dsp_ror8"),
     "arm_dsp_mac_3x2": ("arm_dsp", "arm_dsp_ror8", "arm_dsp_load2"),
     "arm_dsp_mac_3x2_runs": ("arm_dsp", "arm_dsp_ror8"),
+    "arm_dsp_joint": ("arm_dsp",),
+    **{f"arm_dsp_mac_{kind}": ("arm_dsp", "arm_dsp_ror8", "arm_dsp_joint")
+       for kind in ("2x2_joint", "1x2_joint", "1x4_joint_runs", "3x2_joint_runs")},
+    "arm_dsp_mac_3x2_joint": ("arm_dsp", "arm_dsp_ror8", "arm_dsp_joint", "arm_dsp_load2"),
     **{f"signal_{kind}": () for kind in ("fft16", "fft32", "fftf")},
     **{f"signal_{kind}_{part}": (f"signal_{kind}",) for kind in ("fft16", "fft32", "fftf")
        for part in ("scale", "radix2", "radix4", "radix4_inverse")},
