@@ -662,6 +662,8 @@ def test_dsp_fully_connected_is_bit_exact(case):
     # im2col convolutions of one pixel a row, and two (a row's last block of two)
     dict(model=("conv", (1, 6, 1, 7), 24), step="1x4"),
     dict(model=("conv", (1, 5, 2, 32), 32), step="2x2"),
+    # without scratch (dsp-direct): the lift of the int8 inputs, a partial word last
+    dict(model=("fc", (1, 203), 18), step="1x4_word", kernel="dsp-direct"),
 ])
 def test_dsp_joint_words_are_bit_exact(case, target):
     """Where joint words pay (many channels, few pixels a block), each channel pair's steps
@@ -670,11 +672,14 @@ def test_dsp_joint_words_are_bit_exact(case, target):
     model = (fully_connected_model("int8", input_shape=shape, units=channels, per_channel=True)
              if kind == "fc" else
              conv_model("int8", True, shape, channels, (3, 1), activation="RELU"))
-    mp = planned(model, target)
-    assert kernels_bound(mp) == ["dsp" if kind == "fc" else "dsp-im2col"]
+    kernel = case.get("kernel", "dsp" if kind == "fc" else "dsp-im2col")
+    options = {"given_up": {0: ("dsp",)}} if kernel == "dsp-direct" else {}
+    mp = planned(model, target, **options)
+    assert kernels_bound(mp) == [kernel]
     c = generate(mp, "net")["net.c"]
-    assert f"arenac_mac_{case['step']}_joint(acc" in c and "arenac_lift(" in c
-    assert_qemu_matches_oracle(model, target)
+    lift = "arenac_lift_bytes(" if kernel == "dsp-direct" else "arenac_lift("
+    assert f"arenac_mac_{case['step']}_joint(acc" in c and lift in c
+    assert_qemu_matches_oracle(model, target, **options)
 
 
 def int16_lanes(word: int) -> tuple[int, int]:

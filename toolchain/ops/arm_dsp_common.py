@@ -572,9 +572,10 @@ def unrolled_steps(groups: int, unrolled: int,
             "rest": [call(None, g) for g in range(main, groups)]}
 
 
-def word_steps(kind: str, m: Matmul) -> dict:
+def word_steps(kind: str, m: Matmul, joint: bool = False) -> dict:
     """As depth_steps for one pixel read straight from the input (`direct`): each group's four
-    int8 values one word, widened in registers, the last group's a partial word."""
+    int8 values one word, widened in registers, the last group's a partial word; `joint`: the
+    channel pairs' joint words."""
     full, tail = divmod(m.depth, GROUP)
     w_step = 4 if kind[2] == "1" else 8
     pair_block = f", {2 * m.groups * GROUP}" if kind == "1x4" else ""
@@ -583,7 +584,7 @@ def word_steps(kind: str, m: Matmul) -> dict:
         terms = [(k, GROUP)] if k is not None else []
         word = word or f"arenac_load32({c_offset('x0', terms, extra * GROUP)})"
         w_terms = [(k, w_step)] if k is not None else []
-        return (f"arenac_mac_{kind}_word(acc, {word}, "
+        return (f"arenac_mac_{kind}_word{'_joint' if joint else ''}(acc, {word}, "
                 f"{c_offset('w', w_terms, extra * w_step)}{pair_block});")
 
     steps = unrolled_steps(full, UNROLLED, call)
@@ -623,10 +624,11 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
                   f"{sum_names[i * width + j]}, {c_sum([(loop, 1)], j)});"
                   for i in range(pixels) for j in range(width)]
         runs = width == 4 or (kind == "3x2" and target not in IN_ORDER_TARGETS)
-        helper = (f"arm_dsp_mac_{kind}_word{'_runs' if width == 4 else ''}" if direct
-                  else mac16_helper(kind, target) if wide
-                  else f"arm_dsp_mac_{kind}{'_joint' if joined else ''}{'_runs' if runs else ''}")
-        steps = word_steps(kind, m) if direct else depth_steps(kind, m, wide, target, joined)
+        form = f"{kind}{'_word' if direct else ''}{'_joint' if joined else ''}"
+        helper = (mac16_helper(kind, target) if wide
+                  else f"arm_dsp_mac_{form}{'_runs' if runs else ''}")
+        steps = (word_steps(kind, m, joined) if direct
+                 else depth_steps(kind, m, wide, target, joined))
         blocks.append({"loop": loop, "head": head, "steps": steps, "stores": stores,
                        "helper": helper})
     return blocks
@@ -721,14 +723,16 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     if ctx.op_rows:  # a stripe's: the stripes of the op share its filter
         pixels_in_all = pixels_in_all * ctx.op_rows // ctx.outputs[0].shape[1]
     wide = pixels_in_all >= WIDE_FILTER_PIXELS
-    # int8 weights read from widened pairs: the channel pairs read joint words where that pays
-    # in the largest blocks, each pixel's lift taken once its inputs are widened
-    joint = not (wide or direct) and m.joint_pays(max(p["count"] for p in pixels))
+    # int8 weights: the channel pairs read joint words where that pays in the largest blocks,
+    # each pixel's lift taken once its inputs are widened (or, `direct`, from its int8 values)
+    joint = not wide and m.joint_pays(max(p["count"] for p in pixels))
     for pixel in pixels if joint else ():
         count = pixel["count"]
-        pixel["head"] += [f"const uint32_t lift{i} = arenac_lift("
-                          f"{c_offset('pairs', [], 2 * i)}, {m.groups}, {2 * count});"
-                          for i in range(count)]
+        pixel["head"] += [f"const uint32_t lift0 = arenac_lift_bytes(x0, {m.depth});"] if direct \
+            else [f"const uint32_t lift{i} = arenac_lift({c_offset('pairs', [], 2 * i)}, "
+                  f"{m.groups}, {2 * count});" for i in range(count)]
+    if joint:
+        helpers = helpers | {"arm_dsp_lift_bytes" if direct else "arm_dsp_lift"}
     tables, output, output_comment, stage_calls = output_values(
         prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
                                   "filter row's sum (int32, wrapped)"))
