@@ -623,8 +623,11 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
         stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output("
                   f"{sum_names[i * width + j]}, {c_sum([(loop, 1)], j)});"
                   for i in range(pixels) for j in range(width)]
-        runs = width == 4 or (kind == "3x2" and target not in IN_ORDER_TARGETS)
-        form = f"{kind}{'_word' if direct else ''}{'_joint' if joined else ''}"
+        # the joint 3x2 step reads single loads on every core: half a group a run where the
+        # core issues one instruction a cycle
+        runs = width == 4 or (kind == "3x2" and (joined or target not in IN_ORDER_TARGETS))
+        half = "_half" if joined and kind == "3x2" and target in IN_ORDER_TARGETS else ""
+        form = f"{kind}{'_word' if direct else ''}{'_joint' if joined else ''}{half}"
         helper = (mac16_helper(kind, target) if wide
                   else f"arm_dsp_mac_{form}{'_runs' if runs else ''}")
         steps = (word_steps(kind, m, joined) if direct

@@ -258,8 +258,7 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp_lift_bytes": ("arm_dsp",),
     **{f"arm_dsp_mac_{kind}": ("arm_dsp", "arm_dsp_ror8", "arm_dsp_joint")
        for kind in ("2x2_joint", "1x2_joint", "1x4_joint_runs", "3x2_joint_runs",
-                    "1x2_word_joint", "1x4_word_joint_runs")},
-    "arm_dsp_mac_3x2_joint": ("arm_dsp", "arm_dsp_ror8", "arm_dsp_joint", "arm_dsp_load2"),
+                    "3x2_joint_half_runs", "1x2_word_joint", "1x4_word_joint_runs")},
     **{f"signal_{kind}": () for kind in ("fft16", "fft32", "fftf")},
     **{f"signal_{kind}_{part}": (f"signal_{kind}",) for kind in ("fft16", "fft32", "fftf")
        for part in ("scale", "radix2", "radix4", "radix4_inverse")},
