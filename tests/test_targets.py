@@ -1271,6 +1271,8 @@ def test_load_runs_stay_in_order_on_the_single_issue_cores_only():
         attribute = "ARENAC_DSP_IN_ORDER" if in_order else "ARENAC_DSP_KERNEL"
         assert re.search(rf"^{attribute} static void net_op0_fully_connected", c, re.M), target
         assert ("On the dual-issue Cortex-M7" in c) != in_order, target
+        # the inputs widened word by word there, in STRD pairs on the Cortex-M7
+        assert ("arenac_widen_1 for the single-issue cores" in c) == in_order, target
 
 
 @needs_mcu

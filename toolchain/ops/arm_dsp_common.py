@@ -126,6 +126,13 @@ def mac16_helper(kind: str, target: str) -> str:
     return f"arm_dsp_mac16_{kind}{'_runs' if kind in ('3x2', '2x2') else ''}"
 
 
+def widen_helper(pixels: int, target: str) -> str:
+    """The helper group of arenac_widen_`pixels` on `target`: on the single-issue cores each
+    widened word stored alone (an STRD costs three cycles there, two STRs two), elsewhere in
+    STRD pairs (one cycle on the Cortex-M7)."""
+    return f"arm_dsp_widen_{pixels}{'_apart' if target in IN_ORDER_TARGETS else ''}"
+
+
 def runs_attribute(target: str) -> str:
     """The attribute of a kernel built from runs of single loads on `target`: GCC's scheduling
     after register allocation off on the single-issue cores, on for the dual-issue one."""
@@ -703,7 +710,7 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str,
                    "multiply reads it, the filter read four int8 weights a word, each __smlad "
                    "adding two products")
     else:
-        helpers = {f"arm_dsp_widen_{p['count']}" for p in pixels if full}
+        helpers = {widen_helper(p["count"], ctx.target) for p in pixels if full}
         helpers |= {"arm_dsp_partial", "arm_dsp_widen4"} if tail else set()
         comment = (
             f"{what} for the Arm DSP extension: a matrix multiply of "

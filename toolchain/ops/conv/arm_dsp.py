@@ -62,6 +62,7 @@ from toolchain.ops.arm_dsp_common import (
     runs_attribute,
     runs_helpers,
     sum_of,
+    widen_helper,
     with_attribute_helpers,
 )
 from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams, Requantize
@@ -280,8 +281,9 @@ def emit_staged(ctx: OpContext) -> Kernel:
     widening = _staged_widening(m, pixel_loops)
     blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, pixel_loops, ctx.target)
     helpers = with_attribute_helpers(
-        {"arm_dsp", "arm_dsp_widen_1", *(mac16_helper(k, ctx.target) for k in kinds),
-         *(f"arm_dsp_widen_{count}" for loop, count in pixel_loops if full and loop.runs),
+        {"arm_dsp", widen_helper(1, ctx.target), *(mac16_helper(k, ctx.target) for k in kinds),
+         *(widen_helper(count, ctx.target) for loop, count in pixel_loops
+           if full and loop.runs),
          *(["arm_dsp_partial", "arm_dsp_widen4"] if tail else []),
          *output_helpers(tables, output) | stage_calls}, ctx.target)
     tables = [{"name": f"{prefix}_filter", "ctype": "int8_t", "align": "ARENAC_ALIGN(4) ",
@@ -512,7 +514,7 @@ def emit_im2col(ctx: OpContext) -> Kernel:
         "channels at a time, each __smlad adding two products")
     values = matmul_values(ctx, m, conv_output(m, p.output), what, comment,
                            [batches, rows, block, rest], row_head, pixels,
-                           {f"arm_dsp_widen_{p['count']}" for p in pixels})
+                           {widen_helper(p["count"], ctx.target) for p in pixels})
     tail = d.window - m.depth
     values["patch"] = window_values(prefix, d, size if direct else 0,
                                     not direct or rest.runs)
