@@ -404,7 +404,8 @@ def test_shared_models_meet_the_tiling_goals():
 def test_the_ops_sharing_a_segments_scratch_alike_give_it_up_in_one_replan(monkeypatch):
     """kws_ref_model on cortex-m4: its nine convolutions take turns in one segment's scratch
     buffer, which keeps its size until each gives its scratch up; the hold gives up those of
-    one size together, so it plans the model four times, not thirteen, to the generic arena."""
+    one size together, so it plans the model four times, not thirteen, to the generic arena;
+    --max-arena too."""
     replans = []
     narrowed = plan_module.narrowed
 
@@ -418,6 +419,14 @@ def test_the_ops_sharing_a_segments_scratch_alike_give_it_up_in_one_replan(monke
     assert held.arena_bytes == held.portable_arena == plan_model(model).arena_bytes
     assert len(held.program.given_up) == 9 and len(replans) == 4
     assert len(replans[0]) > 1  # the first replan gives up several ops at once
+    # --max-arena gives them up together too: 18 plans, not 27, to the same arena
+    limited = []
+    within = plan_module.within_arena
+    monkeypatch.setattr(plan_module, "within_arena", lambda mp, limit, replan: within(
+        mp, limit, lambda given_up: limited.append(len(given_up)) or replan(given_up)))
+    assert plan_model(model, target="cortex-m4", max_arena=held.arena_bytes).arena_bytes \
+        == held.arena_bytes
+    assert len(limited) == 18 and any(b - a > 1 for a, b in zip(limited, limited[1:], strict=False))
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/models is absent")

@@ -503,7 +503,8 @@ def limited_plan(model: Model, kwargs: dict, max_arena: int) -> ModelPlan:
 def within_arena(model_plan: ModelPlan, max_arena: int,
                  replan: Callable[[dict[int, tuple[str, ...]]], ModelPlan]) -> ModelPlan:
     """The plan within `max_arena` bytes of arena, giving up target kernels one at a time
-    (`scratch_to_give_up`) for the next one that takes the op (dsp-rows for dsp-im2col) or the
+    (`scratch_to_give_up`, with the ops whose scratch is as large in the same shared buffer,
+    sharing_alike) for the next one that takes the op (dsp-rows for dsp-im2col) or the
     portable one (whose scratch is smaller, or none), the model planned again after each.
     Refused when no target kernel with scratch is left."""
     given_up: dict[int, tuple[str, ...]] = {}
@@ -514,8 +515,10 @@ def within_arena(model_plan: ModelPlan, max_arena: int,
             tried = f" without the kernels {ops}" if given_up else ""
             raise PlanError(f"the plan needs a {model_plan.arena_bytes}-byte arena{tried}, "
                             f"over the limit of {max_arena} (--max-arena)", model_plan.model.source)
-        variant = model_plan.program.bindings[op].variant
-        given_up = {**given_up, op: (*given_up.get(op, ()), variant.name)}
+        bindings = model_plan.program.bindings
+        targeted = {b.op for b in bindings if b.variant is not None}
+        given_up = {**given_up, **{o: (*given_up.get(o, ()), bindings[o].variant.name)
+                                   for o in sharing_alike(model_plan, op, targeted)}}
         model_plan = replan(given_up)
     return model_plan
 
