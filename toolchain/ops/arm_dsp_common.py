@@ -236,17 +236,14 @@ class Matmul:
         return image * self.image_in + row * self.row_in + i * self.pixel_in
 
 
-JOINT_LIFT = 128  # added to a joint word's first channel's weights, to make them unsigned
-
-
 def joint_words(quads: np.ndarray) -> np.ndarray:
     """Channel pairs' weights [pair, group, channel, 4] as joint words, in the same shape:
     the group's four depths d0..d3 as the words (a0 + 128, b0, a2 + 128, b2) and (a1 + 128, b1,
     a3 + 128, b3), which meet the inputs' pairs (x0, x2) and (x1, x3) (arenac_mac_1x4_joint);
     the bytes as int8."""
-    first = (quads[:, :, 0] + JOINT_LIFT + 128) % 256 - 128
-    second = quads[:, :, 1]
-    lanes = np.stack([first, second], axis=-1)  # [pair, group, depth, channel]
+    lifted = quads[:, :, 0] + 128  # a's weights as unsigned bytes, 0 to 255
+    first = np.where(lifted > 127, lifted - 256, lifted)  # the same bytes as int8
+    lanes = np.stack([first, quads[:, :, 1]], axis=-1)  # [pair, group, depth, channel]
     return lanes[:, :, [0, 2, 1, 3]].reshape(quads.shape)
 
 
@@ -737,10 +734,12 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     # each pixel's lift taken once its inputs are widened (or, `direct`, from its int8 values)
     joint = not wide and m.joint_pays(max(p["count"] for p in pixels))
     for pixel in pixels if joint else ():
+        if direct:  # one pixel
+            pixel["head"].append(f"const uint32_t lift0 = arenac_lift_bytes(x0, {m.depth});")
+            continue
         count = pixel["count"]
-        pixel["head"] += [f"const uint32_t lift0 = arenac_lift_bytes(x0, {m.depth});"] if direct \
-            else [f"const uint32_t lift{i} = arenac_lift({c_offset('pairs', [], 2 * i)}, "
-                  f"{m.groups}, {2 * count});" for i in range(count)]
+        pixel["head"] += [f"const uint32_t lift{i} = arenac_lift({c_offset('pairs', [], 2 * i)}, "
+                          f"{m.groups}, {2 * count});" for i in range(count)]
     if joint:
         helpers = helpers | {"arm_dsp_lift_bytes" if direct else "arm_dsp_lift"}
     tables, output, output_comment, stage_calls = output_values(
