@@ -39,6 +39,7 @@ from toolchain.lower.plan import ModelPlan, Techniques, plan_model
 from toolchain.numerics.fixedpoint import multiply_by_quantized_multiplier
 from toolchain.numerics.quant import quantize_multiplier
 from toolchain.numerics.rounding import (
+    SIGN_STEP,
     double_to_int32,
     fc_multiplier,
     first_multiple,
@@ -252,6 +253,8 @@ def test_single_rounding_equals_both_references_exhaustively():
     for reference, multipliers, shifts in cases:
         roundings = single_roundings(reference, low, high, acc_lo, acc_hi, multipliers, shifts)
         assert roundings is not None
+        if reference is mbqm:  # its M and N: the roundings of the two signs 2^31 apart
+            assert {r.rounding - r.negative_rounding for r in roundings} == {SIGN_STEP}
         for c, r in enumerate(roundings):
             acc = np.arange(acc_lo[c], acc_hi[c] + 1, dtype=np.int64)
             want = np.clip(reference(np.broadcast_to(acc, (6, acc.size)))[c], low, high)
@@ -487,6 +490,17 @@ ROWS_CASES = [
          bias=False),
     # a vertical stride past the filter's height: no row read twice
     dict(input_shape=(1, 9, 7, 2), out_channels=6, kernel=(1, 3), stride=(3, 1)),
+    # deep: each filter row's 24 words in one trip of a loop over the filter rows, a row of
+    # three blocks of three pixels and one of one, an odd channel last
+    dict(input_shape=(1, 10, 10, 16), out_channels=5, kernel=(3, 3), per_channel=True,
+         activation="RELU"),
+    # deep, stride 2: one row kept, 12 words a trip, blocks of three and two pixels
+    dict(input_shape=(1, 22, 22, 8), out_channels=4, kernel=(3, 3), stride=(2, 2),
+         input_zero_point=-128),
+    # deep by its 25 steps: five trips of five words, batches, VALID
+    dict(input_shape=(2, 11, 12, 2), out_channels=6, kernel=(5, 5), padding="VALID"),
+    # deep, 48 words a filter row: two trips of 24
+    dict(input_shape=(1, 10, 11, 32), out_channels=2, kernel=(3, 3), bias=False),
 ]
 
 
@@ -515,10 +529,24 @@ def test_im2col_copies_as_int8_only_what_it_widens_from_a_copy():
 
 def test_the_rows_kernel_leaves_what_it_does_not_run_to_im2col():
     for shape, kernel, stride in [((1, 6, 6, 3), (3, 3), (1, 1)),  # odd stride x depth
+                                  # too deep to write out, over fewer than 100 pixels, whose
+                                  # int8 filter the im2col kernel keeps
                                   ((1, 6, 6, 8), (3, 3), (1, 1)),  # 12 words a filter row
-                                  ((1, 8, 8, 2), (5, 5), (1, 1))]:  # 25 steps a block
+                                  ((1, 8, 8, 2), (5, 5), (1, 1)),  # 25 steps a block
+                                  # 29 words a filter row: one a trip at most
+                                  ((1, 4, 30, 2), (1, 29), (1, 1))]:
         model = conv_model("int8", True, shape, 4, kernel, stride=stride)
         assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-im2col"]
+    # a deep one that gives the rows' scratch up goes to im2col, whose scratch is smaller,
+    # before any form without scratch
+    model = conv_model("int8", True, (1, 10, 10, 16), 4, (3, 3))
+    rows, = planned(model, "cortex-m4").program.bindings
+    im2col, = planned(model, "cortex-m4", given_up={0: ("dsp-rows",)}).program.bindings
+    assert (rows.variant.name, im2col.variant.name) == ("dsp-rows", "dsp-im2col")
+    assert sum(s.size for s in im2col.scratch) < sum(s.size for s in rows.scratch)
+    direct, = planned(model, "cortex-m4", given_up={0: ("dsp-rows", "dsp-im2col")}
+                      ).program.bindings
+    assert direct.variant.name == "dsp-im2col-direct"
     model = conv_model("int8", True, (1, 8, 8, 4), 6, (3, 3), stride=(2, 2))
     scratch = planned(model, "cortex-m4").program.scratch()[0]
     # 3 rows of int16 lines reaching the last window's end: 3 strides of 8 values and its 12,
@@ -549,8 +577,9 @@ DIRECT_CASES = [
     # rows written out, two columns of edges each side
     dict(input_shape=(1, 21, 16, 1), out_channels=8, kernel=(10, 8), stride=(2, 2),
          per_channel=True, given_up=("dsp-im2col",), depthwise=True),
-    # seven filter rows of four words: a loop over the filter rows, im2col's form
-    dict(input_shape=(1, 10, 12, 2), out_channels=3, kernel=(7, 8), bias=False,
+    # seven filter rows of four words: a loop over the filter rows, im2col's form (over 99
+    # pixels: the rows kernel's loop takes 100 or more)
+    dict(input_shape=(1, 9, 11, 2), out_channels=3, kernel=(7, 8), bias=False,
          given_up=("dsp-im2col",)),
     # deep: filter rows of twelve words in a loop four words a trip, an edge each side whose
     # taps over the padding are skipped
@@ -925,6 +954,21 @@ def test_reference_arithmetic_where_no_single_rounding_matches(monkeypatch):
     model = pointwise_model(2)
     c = generate(planned(model, "cortex-m4"), "net")["net.c"]
     assert "arenac_mbqm(acc" in c and "(double)acc *" in c and "one rounding" not in c
+    assert_qemu_matches_oracle(model)
+
+
+@needs_mcu
+def test_a_rounding_by_sign_steps_down_below_zero_without_a_select(monkeypatch):
+    """Outputs of both signs (no activation) whose halves round away from zero: per channel
+    one rounding, 2^31 less below zero by the sign bit's SMLAL (arenac_sign_step); where the
+    two are not 2^31 apart, the select. Both bit-exact, the rows and the 1x1 kernels'."""
+    model = conv_model("int8", True, (1, 10, 10, 16), 6, (3, 3))
+    c = generate(planned(model, "cortex-m4"), "net")["net.c"]
+    assert "arenac_sign_step(" in c and "acc < 0 ?" not in c
+    assert_qemu_matches_oracle(model)
+    monkeypatch.setattr(arm_dsp_common, "SIGN_STEP", 2**31 - 1)
+    c = generate(planned(model, "cortex-m4"), "net")["net.c"]
+    assert "arenac_sign_step" not in c and "acc < 0 ?" in c
     assert_qemu_matches_oracle(model)
 
 
@@ -1392,10 +1436,10 @@ def test_a_target_plan_is_held_to_the_generic_arena_through_narrow_kernels():
 
 def test_the_hold_runs_convolutions_without_scratch_where_their_scratch_sets_the_arena():
     """The first convolution of an image network (3 colours, stride 2) and a 3x3 convolution
-    of 16 channels behind it: the second's widened windows make the cortex-m4 arena larger
-    than the generic one, so by default it runs im2col's form without scratch, which reads each
-    window's words from the input, and the arena is the generic one; the first keeps its
-    widened rows, which are not at the peak."""
+    of 16 channels behind it: the second's widened rows, then its widened windows, make the
+    cortex-m4 arena larger than the generic one, so by default it runs im2col's form without
+    scratch, which reads each window's words from the input, and the arena is the generic one;
+    the first keeps its widened rows, which are not at the peak."""
     from toolchain.front.builder import ModelBuilder
 
     rng = np.random.default_rng(3)
@@ -1416,7 +1460,7 @@ def test_the_hold_runs_convolutions_without_scratch_where_their_scratch_sets_the
     model = b.build()
     generic = planned(model, "generic").arena_bytes
     fast = planned(model, "cortex-m4")
-    assert kernels_bound(fast) == ["dsp-rows", "dsp-im2col"] and fast.arena_bytes > generic
+    assert kernels_bound(fast) == ["dsp-rows", "dsp-rows"] and fast.arena_bytes > generic
     held = planned(model, "cortex-m4", max_arena=None)
     assert held.arena_bytes <= generic and held.portable_arena == generic
     assert kernels_bound(held) == ["dsp-rows", "dsp-im2col-direct"]

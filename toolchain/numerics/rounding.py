@@ -37,6 +37,11 @@ from toolchain.ir import INT32_MAX, INT32_MIN
 MIN_SHIFT, MAX_SHIFT = 32, 62
 # R stays within this, so that acc * M + R cannot overflow int64 (|acc * M| < 2^62).
 MAX_ROUNDING = 2**62
+# What R drops by below zero where it can: MultiplyByQuantizedMultiplier's first rounding is
+# half up for both signs, its second half away from zero, so that acc * M + R over 2^N matches
+# it with R one half of its second rounding's step apart between the signs: 2^31 of the
+# product. A kernel then needs no select, only (acc < 0) * -2^31 added (one more SMLAL).
+SIGN_STEP = 2**31
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
@@ -101,13 +106,14 @@ def single_roundings(q: Callable[[np.ndarray], np.ndarray], low: int, high: int,
         if not (0 <= m <= INT32_MAX and MIN_SHIFT <= n <= MAX_SHIFT):
             return None
         first, last = int(acc_lo[channel]), int(acc_hi[channel])
-        half = 1 << (n - 1)
-        negative = half if first >= 0 else _rounding(
+        every = (-MAX_ROUNDING, MAX_ROUNDING)
+        negatives = every if first >= 0 else _interval(
             values, below[channel], first, min(last, -1), m, n)
-        positive = half if last < 0 else _rounding(
+        positives = every if last < 0 else _interval(
             values, above[channel], max(first, 0), last, m, n)
-        if negative is None or positive is None:
+        if negatives is None or positives is None:
             return None
+        negative, positive = _sign_roundings(negatives, positives, n)
         ends = [(first * m + (negative if first < 0 else positive)) >> n,
                 (last * m + (negative if last < 0 else positive)) >> n]
         if not all(INT32_MIN <= e <= INT32_MAX for e in ends):
@@ -157,18 +163,31 @@ def shared_roundings(q: Callable[[np.ndarray], np.ndarray], low: int, high: int,
     return result
 
 
-def _rounding(values: np.ndarray, found: np.ndarray, first: int, last: int, m: int,
-              n: int) -> int | None:
-    """An R for which f matches the thresholds `found` of q on [first, last], or None."""
+def _interval(values: np.ndarray, found: np.ndarray, first: int, last: int, m: int,
+              n: int) -> tuple[int, int] | None:
+    """The Rs [least, greatest] for which f matches the thresholds `found` of q on
+    [first, last], or None."""
     r_lo, r_hi = -MAX_ROUNDING, MAX_ROUNDING
     for v, t in zip(values.tolist(), found.tolist(), strict=True):
         if t <= last:  # f(t) >= v
             r_lo = max(r_lo, (v << n) - t * m)
         if t > first:  # f(t - 1) < v
             r_hi = min(r_hi, (v << n) - (t - 1) * m - 1)
-    if r_lo > r_hi:
-        return None
-    return min(max(1 << (n - 1), r_lo), r_hi)  # the usual half, where it fits
+    return (r_lo, r_hi) if r_lo <= r_hi else None
+
+
+def _sign_roundings(negatives: tuple[int, int], positives: tuple[int, int], n: int
+                    ) -> tuple[int, int]:
+    """The R below zero and the R above, each in its interval: SIGN_STEP apart where both
+    intervals allow it, each the usual half where it fits."""
+    half = 1 << (n - 1)
+    lo = max(positives[0], negatives[0] + SIGN_STEP)
+    hi = min(positives[1], negatives[1] + SIGN_STEP)
+    if lo <= hi:
+        positive = min(max(half, lo), hi)
+        return positive - SIGN_STEP, positive
+    return (min(max(half, negatives[0]), negatives[1]),
+            min(max(half, positives[0]), positives[1]))
 
 
 @dataclass(frozen=True)

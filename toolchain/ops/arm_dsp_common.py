@@ -51,7 +51,13 @@ import numpy as np
 
 from toolchain.ir import INT32_MAX, INT32_MIN
 from toolchain.numerics.fixedpoint import wrap_int32
-from toolchain.numerics.rounding import HighWord, SingleRounding, accumulator_range, high_word
+from toolchain.numerics.rounding import (
+    SIGN_STEP,
+    HighWord,
+    SingleRounding,
+    accumulator_range,
+    high_word,
+)
 from toolchain.ops.emit import (
     CDefinition,
     ConstantLoop,
@@ -418,6 +424,7 @@ def _rounding_output(prefix: str, tables: list[dict], fields: list[tuple], share
     still to tabulate. `fields`: per channel (rounding, negative rounding, multiplier, shift
     after the high word), the zero point folded in where `folded`; `shared`: one shift and one
     rounding for both signs; `struct`: the channels' constants differ and sit with their sums."""
+    stepped = not shared and all(a - b == SIGN_STEP for a, b, _, _ in fields)
     if struct:
         tables.append({
             "name": f"{prefix}_channel", "ctype": "arenac_channel", "align": "",
@@ -439,6 +446,15 @@ def _rounding_output(prefix: str, tables: list[dict], fields: list[tuple], share
         rounding, negative, mult, shift = (c_int64(fields[0][0]), c_int64(fields[0][1]),
                                            str(fields[0][2]), str(fields[0][3]))
         lines = []
+    elif stepped:
+        tables.append({
+            "name": f"{prefix}_rounding", "ctype": "arenac_stepped", "align": "",
+            "length": c_length(len(fields)),
+            "data": ",\n  ".join(f"{{ {c_int64(a)}, {m}, {n} }}" for a, _, m, n in fields),
+            "comment": c_comment("Per output channel: rounding (for acc >= 0), multiplier and "
+                                 "shift of the requantization")})
+        lines = [f"const arenac_stepped *r = &{prefix}_rounding[c];"]
+        rounding, mult, shift = "r->rounding", "r->multiplier", "r->shift"
     else:
         tables.append({
             "name": f"{prefix}_rounding", "ctype": "arenac_rounding", "align": "",
@@ -450,13 +466,19 @@ def _rounding_output(prefix: str, tables: list[dict], fields: list[tuple], share
         lines = [f"const arenac_rounding *r = &{prefix}_rounding[c];"]
         rounding, negative, mult, shift = ("r->rounding", "r->negative_rounding",
                                            "r->multiplier", "r->shift")
-    if not shared:
+    if stepped:  # an LSR and an SMLAL where a select would load both roundings
+        lines += [f"const int64_t sum = arenac_sign_step((int64_t)acc * {mult} + {rounding}, "
+                  "acc);",
+                  "const int32_t q = (int32_t)(sum >> 32)"
+                  + (f" >> {shift};" if shift != "0" else ";")]
+    elif not shared:
         lines += [f"const int64_t rounding = acc < 0 ? {negative} : {rounding};",
                   f"const int32_t q = (int32_t)(((int64_t)acc * {mult} + rounding) >> 32)"
                   + (f" >> {shift};" if shift != "0" else ";")]
     lines += store
     comment = ((f"one rounding, (acc * m + r) >> {32 + fields[0][3]}, the same r for both "
                 "signs" if shared else
+                "one rounding, (acc * m + r) >> 32 >> s, r less 2^31 for acc < 0" if stepped else
                 "one rounding, (acc * m + r) >> 32 >> s, r depending on the sign of acc")
                + ((f" (and holding the output zero point times 2^{32 + fields[0][3]})"
                    if shared else " (and holding the output zero point times 2^(32 + s))")
@@ -465,14 +487,27 @@ def _rounding_output(prefix: str, tables: list[dict], fields: list[tuple], share
     return lines, comment, sums
 
 
+def store_order(tables: list[dict], pixels: int, channels: int) -> list[tuple[int, int]]:
+    """The (pixel, channel) order of a block's stores: channel by channel where the output
+    function reads a channel's rounding of both signs from a table (arenac_stepped), so that
+    GCC loads it once for all the block's pixels, which the block's sums leave no registers to
+    keep for two channels; else pixel by pixel, which measures best with the other forms."""
+    if any(t["ctype"] == "arenac_stepped" for t in tables):
+        return [(i, q) for q in range(channels) for i in range(pixels)]
+    return [(i, q) for i in range(pixels) for q in range(channels)]
+
+
 def output_helpers(tables: list[dict], output: list[str]) -> set[str]:
     """The helper groups the output function needs: those defining its tables' struct types,
-    and arenac_smmla where it calls it."""
-    types = {"arenac_rounding": "arm_dsp_rounding", "arenac_channel": "arm_dsp_channel",
+    and arenac_smmla or arenac_sign_step where it calls them."""
+    types = {"arenac_rounding": "arm_dsp_rounding", "arenac_stepped": "arm_dsp_stepped",
+             "arenac_channel": "arm_dsp_channel",
              "arenac_high_channel": "arm_dsp_high_channel"}
     groups = {types[t["ctype"]] for t in tables if t["ctype"] in types}
-    return groups | ({"arm_dsp_smmla"} if any("arenac_smmla" in line for line in output)
-                     else set())
+    calls = {group for group, name in (("arm_dsp_smmla", "arenac_smmla"),
+                                       ("arm_dsp_sign_step", "arenac_sign_step"))
+             if any(name in line for line in output)}
+    return groups | calls
 
 
 def sum_of(prefix: str, tables: list[dict], channel: str) -> str:
@@ -599,8 +634,8 @@ def word_steps(kind: str, m: Matmul, joint: bool = False) -> dict:
 
 
 def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
-                    sum_at: Callable[[str], str], target: str, direct: bool = False,
-                    joint: bool = False) -> list[dict]:
+                    sum_at: Callable[[str], str], target: str, tables: list[dict],
+                    direct: bool = False, joint: bool = False) -> list[dict]:
     """A pixel block's channel blocks: two channels at a time, then an odd last one; for one
     pixel of int8 weights, four (two pairs) first. `direct`: the pixel's inputs read from x0
     and widened in registers (`word_steps`); `joint`: the channel pairs read joint words
@@ -626,7 +661,7 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
                                for k in range(0, pixels * width, 2)]
         stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output("
                   f"{sum_names[i * width + j]}, {c_sum([(loop, 1)], j)});"
-                  for i in range(pixels) for j in range(width)]
+                  for i, j in store_order(tables, pixels, width)]
         # the joint 3x2 step reads single loads on every core: half a group a run where the
         # core issues one instruction a cycle
         runs = width == 4 or (kind == "3x2" and (joined or target not in IN_ORDER_TARGETS))
@@ -749,7 +784,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
                                             [f"o{i}" for i in range(pixel["count"])], wide,
                                             lambda channel: sum_of(prefix, tables, channel),
-                                            ctx.target, direct, joint)
+                                            ctx.target, tables, direct, joint)
     packed = m.packed(joint)
     order = ("for each pair of output channels, their rows four weights at a time, "
              f"alternating; each row padded with zeros to {m.groups * GROUP}")

@@ -1,10 +1,10 @@
 """The convolution family: CONV_2D, DEPTHWISE_CONV_2D and TRANSPOSE_CONV.
 
 prepare.py turns an operator into its params, what runtime_py and every backend run from;
-emit.py writes their portable C; arm_dsp.py (and arm_dsp_rows.py, for few input channels, and
-arm_dsp_direct.py and arm_dsp_depthwise_direct.py, the forms without scratch) and
-arm_mve.py hold the kernels of the cores with the DSP extension and of Helium, from the same
-params. `SPECS` registers the ops
+emit.py writes their portable C; arm_dsp.py (and arm_dsp_rows.py, for few input channels and
+deep filters, and arm_dsp_direct.py and arm_dsp_depthwise_direct.py, the forms without
+scratch) and arm_mve.py hold the kernels of the cores with the DSP extension and of Helium,
+from the same params. `SPECS` registers the ops
 (toolchain.ops.REGISTRY), `TARGET_KERNELS` the target kernels in the order binding tries them
 (toolchain.ops.VARIANTS).
 """

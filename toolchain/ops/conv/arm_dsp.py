@@ -899,11 +899,13 @@ POINTWISE_KERNELS: tuple[TargetKernel, ...] = (
                  overlaps=pointwise_overlaps, scratch_alignment=WORD,
                  narrows=("dsp-1x1-staged",), narrows_at_peak=True),
 )
-WINDOWED_KERNELS: tuple[TargetKernel, ...] = (
-    TargetKernel("CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
-                 scratch=im2col_scratch, overlaps=overlaps.convolution, scratch_alignment=WORD),
-    TargetKernel("DEPTHWISE_CONV_2D", "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
-                 scratch=im2col_scratch, overlaps=overlaps.convolution, scratch_alignment=WORD),
+# im2col is also what the rows kernel gives a deep filter's lines up for (arm_dsp_rows.py): a
+# block's windows take less scratch than the filter's rows of the whole width
+WINDOWED_KERNELS: tuple[TargetKernel, ...] = tuple(
+    TargetKernel(opcode, "dsp-im2col", _INT8, accepts_im2col, emit_im2col,
+                 scratch=im2col_scratch, overlaps=overlaps.convolution, scratch_alignment=WORD,
+                 narrows=("dsp-rows",))
+    for opcode in ("CONV_2D", "DEPTHWISE_CONV_2D")) + (
     TargetKernel("DEPTHWISE_CONV_2D", "dsp-depthwise", _INT8, accepts_depthwise,
                  # the portable convolution's rule, row by row of the output: this kernel reads
                  # an input row only when it widens it, before it writes the first output row

@@ -39,6 +39,7 @@ from toolchain.ops.arm_dsp_common import (
     output_values,
     runs_attribute,
     runs_helpers,
+    store_order,
     sum_of,
 )
 from toolchain.ops.conv.arm_dsp import (
@@ -49,7 +50,7 @@ from toolchain.ops.conv.arm_dsp import (
     conv_output,
     convolution_of,
 )
-from toolchain.ops.conv.arm_dsp_rows import accepts_rows, by_channel_pairs
+from toolchain.ops.conv.arm_dsp_rows import accepts_rows, by_channel_pairs, rows_of
 from toolchain.ops.conv.prepare import ConvParams, DepthwiseConvParams
 from toolchain.ops.emit import (
     ConstantLoop,
@@ -236,8 +237,12 @@ def accepts_pointwise_direct(graph: Graph, op: Operator, p) -> str | None:
 
 
 def accepts_rows_direct(graph: Graph, op: Operator, p) -> str | None:
-    """What the rows kernel runs, of what the direct kernel runs."""
-    return accepts_rows(graph, op, p) or accepts_direct(graph, op, p)
+    """What the rows kernel writes out, of what the direct kernel runs. A deep filter that
+    gives the rows' scratch up goes to the im2col kernel first, whose scratch is smaller."""
+    refused = accepts_rows(graph, op, p)
+    if refused is None and rows_of(p).deep:
+        return "a filter row too long to write out (the im2col kernel's next)"
+    return refused or accepts_direct(graph, op, p)
 
 
 def _steps(d: Direct, pixels: int, channels: int, accs: list[str], base: int,
@@ -315,7 +320,7 @@ def _block(prefix: str, d: Direct, tables: list[dict], pixels: int, channel: Con
                   *(f"  {line}" for line in _steps(d, pixels, channels, accs, 0, d.words)),
                   "}"]
     lines += [f"o{i}[{c_sum([(channel, 1)], q)}] = {prefix}_output(acc{i * channels + q}, "
-              f"{c_sum([(channel, 1)], q)});" for i in range(pixels) for q in range(channels)]
+              f"{c_sum([(channel, 1)], q)});" for i, q in store_order(tables, pixels, channels)]
     return {"loop": channel, "lines": lines}
 
 

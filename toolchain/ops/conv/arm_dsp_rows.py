@@ -1,6 +1,8 @@
-"""CONV_2D (int8) of few input channels for the Arm DSP extension, from widened input rows: the
-first convolution of an image or audio network (3 colours, 1 channel), whose windows the
-im2col kernel would copy out a few bytes at a time.
+"""CONV_2D (int8) for the Arm DSP extension from widened input rows: the first convolution of
+an image or audio network (3 colours, 1 channel), whose windows the im2col kernel would copy out
+a few bytes at a time; and a deep filter over many pixels (a ResNet's 3x3 layers), whose
+windows im2col would widen once per window, nine times per value at stride 1, where a line is
+widened once.
 
 For each output row the kernel keeps the `kh` input rows its windows read widened to int16 in
 the scratch, one line each with the padding columns the input zero point (the rows the previous
@@ -9,6 +11,10 @@ int16 pairs of one line in a run, which the filter, widened at generation time i
 pairs (zero where a pair reaches past the window), multiplies with one __smlad each: three
 output pixels by two output channels a step, the weights of the channel pair and the words of
 the three pixels read in one run of single loads (Cortex-M4: one cycle each behind another).
+A filter of up to MAX_STEPS steps is written out; a deeper one (`deep`) loops over its filter
+rows and each row's words, `trip` steps a trip. It is taken over WIDE_FILTER_PIXELS or more
+output pixels only: over fewer, the im2col kernel keeps the filter int8 (half the flash), and
+it is what the rows kernel gives its lines up for in a plan held to an arena.
 At a stride and depth whose product is odd, each pixel's values are padded to an even count,
 so that every window starts on a word."""
 
@@ -24,12 +30,14 @@ from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp_common import (
     DSP_TARGETS,
     TEMPLATE,
+    WIDE_FILTER_PIXELS,
     WORD,
     kernel_definitions,
     output_helpers,
     output_values,
     runs_attribute,
     runs_helpers,
+    store_order,
     sum_of,
 )
 from toolchain.ops.conv.arm_dsp import Convolution, accepts_im2col, conv_output, convolution_of
@@ -50,6 +58,8 @@ from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
 
 MAX_ROW_WORDS = 8  # int16 pairs of one filter row: at most 16 values (kw x depth, padded)
 MAX_STEPS = 24  # steps of a block (filter rows x their words), each written out
+MAX_TRIP = 24  # steps of one trip of a deep filter row's loop
+MIN_TRIP = 4  # fewer a trip, and the loop's own cycles would outweigh what rows save
 PIXELS = 3  # output pixels a block takes
 
 
@@ -67,6 +77,16 @@ class Rows(Convolution):
     def words(self) -> int:
         """Int16 pairs of one filter row of a window."""
         return -(-self.kw * self.pixel_values // 2)
+
+    @property
+    def deep(self) -> bool:
+        """A filter too large to write out: each filter row's words are read in a loop."""
+        return self.words > MAX_ROW_WORDS or self.kh * self.words > MAX_STEPS
+
+    @property
+    def trip(self) -> int:
+        """Steps of one trip of a deep filter row's loop: the most that divide its words."""
+        return max(n for n in range(1, MAX_TRIP + 1) if self.words % n == 0)
 
     @property
     def line(self) -> int:
@@ -111,8 +131,11 @@ def accepts_rows(graph: Graph, op: Operator, p) -> str | None:
     d = rows_of(p)
     if d.pixel_values > d.depth:  # the im2col kernel reads such windows without waste
         return "an odd stride times depth (windows starting between words)"
-    if d.words > MAX_ROW_WORDS or d.kh * d.words > MAX_STEPS:
-        return "a filter row of more values than the rows kernel writes out"
+    if d.deep and d.trip < MIN_TRIP:
+        return "a filter row of more values than the rows kernel writes out, of a count " \
+               "its loop takes only a few at a time"
+    if d.deep and d.batches * d.out_h * d.out_w < WIDE_FILTER_PIXELS:
+        return "a deep filter over few pixels (the im2col kernel keeps it int8)"
     return None
 
 
@@ -122,14 +145,15 @@ def rows_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ..
                           f"the {d.kh} input rows an output row reads, widened to int16"),)
 
 
-def _loads(d: Rows, pixels: int, channels: int, step: int, at: int) -> list[str]:
+def _loads(d: Rows, pixels: int, channels: int, step: int, at: int, line: str = "r"
+           ) -> list[str]:
     """One step's run of single loads: the channels' weight words and the pixels' input words
-    (at `at` values on from each pixel's window), ordered so that no two neighbours are
-    adjacent in memory (GCC would pair those into an LDRD)."""
+    (at `at` values on from each pixel's window in `line`), ordered so that no two neighbours
+    are adjacent in memory (GCC would pair those into an LDRD)."""
     sx = d.stride[1] * d.pixel_values
     weights = [f"const int32_t a{j} = w[{step * channels + j}];" for j in range(channels)]
     inputs = [f"const int32_t x{i} = arenac_load32((const int8_t *)"
-              f"({c_offset('r', [], at + i * sx)}));" for i in range(pixels)]
+              f"({c_offset(line, [], at + i * sx)}));" for i in range(pixels)]
     inputs = inputs[0::2] + inputs[1::2]  # pixels two apart first: their words never touch
     if pixels < channels:
         return [weights[0], inputs[0], *weights[1:]]
@@ -149,18 +173,39 @@ def _block(prefix: str, d: Rows, tables: list[dict], pixels: int, loop: Constant
              *(f"const int32_t s{q} = {sum_of(prefix, tables, c_sum([(loop, 1)], q))};"
                for q in range(channels)),
              f"int32_t {', '.join(f'{a} = s{k % channels}' for k, a in enumerate(accs))};"]
-    for ky in range(d.kh):
-        for j in range(d.words):
-            step = ky * d.words + j
-            # r hidden from the optimizer at each step: a pixel's word is often another's
-            # a few steps on, and GCC would keep it in a register the step needs
-            lines += ["{", "  ARENAC_KEEP(r);", *(f"  {line}" for line in
-                             _loads(d, pixels, channels, step, ky * d.line + 2 * j)),
-                      *(f"  {a} = __smlad(x{k // channels}, a{k % channels}, {a});"
-                        for k, a in enumerate(accs)), "}"]
+
+    def step(index: int, at: int, line: str) -> list[str]:
+        # the line hidden from the optimizer at each step: a pixel's word is often another's
+        # a few steps on, and GCC would keep it in a register the step needs
+        return ["{", f"  ARENAC_KEEP({line});",
+                *(f"  {text}" for text in _loads(d, pixels, channels, index, at, line)),
+                *(f"  {a} = __smlad(x{k // channels}, a{k % channels}, {a});"
+                  for k, a in enumerate(accs)), "}"]
+
+    if d.deep:  # each filter row's words in a loop, `trip` steps a trip
+        trip = d.trip
+        body = [text for t in range(trip) for text in step(t, 2 * t, "q")]
+        lines += ["const int16_t *q = r;", "int fy, j;",
+                  f"for (fy = 0; fy < {d.kh}; ++fy, q += {d.line - 2 * d.words}) {{",
+                  f"  for (j = 0; j < {d.words // trip}; ++j, q += {2 * trip}, "
+                  f"w += {channels * trip}) {{",
+                  *(f"    {text}" for text in body), "  }", "}"]
+    else:
+        for ky in range(d.kh):
+            for j in range(d.words):
+                lines += step(ky * d.words + j, ky * d.line + 2 * j, "r")
     lines += [f"o{i}[{c_sum([(loop, 1)], q)}] = {prefix}_output(acc{i * channels + q}, "
-              f"{c_sum([(loop, 1)], q)});" for i in range(pixels) for q in range(channels)]
+              f"{c_sum([(loop, 1)], q)});" for i, q in store_order(tables, pixels, channels)]
     return {"loop": loop, "lines": lines}
+
+
+def _padding_columns(d: Rows) -> list[tuple[int, int]]:
+    """The values of each line no input row writes: those left and right of the row's (all of
+    them where a pixel's values are padded to an even count)."""
+    if d.pixel_values > d.depth:
+        return [(0, d.line)]
+    left, right = d.padding[1] * d.depth, (d.padding[1] + d.width) * d.depth
+    return [(start, end) for start, end in ((0, left), (right, d.line)) if end > start]
 
 
 def emit_rows(ctx: OpContext) -> Kernel:
@@ -220,7 +265,8 @@ def emit_rows(ctx: OpContext) -> Kernel:
             "pixel's window read in one run of single loads, each __smlad adding two "
             "products"),
         "image": image, "row_values": d.width * d.depth, "pixel_values": c,
-        "left": pl * c, "kept": kept, "first": f"oy == 0 ? 0 : {kept}" if kept else "0",
+        "left": pl * c, "kept": kept, "padding": _padding_columns(d),
+        "first": f"oy == 0 ? 0 : {kept}" if kept else "0",
         "iy": c_sum([(out_rows, sh), ("ky", 1)], -pt), "blocks": pixel_blocks,
         "batches": batches, "out_rows": out_rows,
         "orow": c_offset("out", [(batches, d.out_h * row_out), (out_rows, row_out)]),
