@@ -314,6 +314,28 @@ def test_high_word_rounding_equals_the_reference_exhaustively(zero_point):
     assert any(offsets)  # the offset is needed, not only zero
 
 
+@pytest.mark.parametrize("zero_point", [0, -128, 37])
+def test_high_word_by_sign_equals_the_reference_exhaustively(zero_point):
+    """Outputs of both signs: each channel's negative rounding as an offset in the sum and a
+    high word, SMMLA below zero and SMMLAR (2^31 more) from zero on, shifted, equals
+    MultiplyByQuantizedMultiplier (plus the zero point) on every accumulator."""
+    _, quantized, acc_lo, acc_hi, reference, _ = random_channels(12, 8, 300000)
+    low, high = -128 - zero_point, 127 - zero_point
+    roundings = single_roundings(reference, low, high, acc_lo, acc_hi,
+                                 [m for m, _ in quantized], [31 - e for _, e in quantized])
+    assert roundings is not None
+    for c, r in enumerate(roundings):
+        assert r.rounding - r.negative_rounding == SIGN_STEP and r.least <= r.greatest
+        found = high_word(r, zero_point << r.shift, int(acc_lo[c]), int(acc_hi[c]))
+        assert found is not None
+        acc = np.arange(acc_lo[c], acc_hi[c] + 1, dtype=np.int64)
+        want = np.clip(reference(np.broadcast_to(acc, (8, acc.size)))[c], low, high)
+        product = (acc + found.offset) * r.multiplier + (found.high << 32)
+        word = np.where(acc < 0, product, product + 2**31) >> 32
+        got = np.clip(word >> (r.shift - 32), low + zero_point, high + zero_point)
+        np.testing.assert_array_equal(got, want + zero_point)
+
+
 def test_first_multiple_is_the_least_solution():
     rng = np.random.default_rng(3)
     for _ in range(3000):
@@ -533,8 +555,8 @@ def test_the_rows_kernel_leaves_what_it_does_not_run_to_im2col():
                                   # int8 filter the im2col kernel keeps
                                   ((1, 6, 6, 8), (3, 3), (1, 1)),  # 12 words a filter row
                                   ((1, 8, 8, 2), (5, 5), (1, 1)),  # 25 steps a block
-                                  # 29 words a filter row: one a trip at most
-                                  ((1, 4, 30, 2), (1, 29), (1, 1))]:
+                                  # 53 words a filter row: one a trip at most
+                                  ((1, 4, 56, 2), (1, 53), (1, 1))]:
         model = conv_model("int8", True, shape, 4, kernel, stride=stride)
         assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-im2col"]
     # a deep one that gives the rows' scratch up goes to im2col, whose scratch is smaller,
@@ -958,27 +980,34 @@ def test_reference_arithmetic_where_no_single_rounding_matches(monkeypatch):
 
 
 @needs_mcu
-def test_a_rounding_by_sign_steps_down_below_zero_without_a_select(monkeypatch):
+def test_a_rounding_by_sign_steps_up_at_zero_without_a_select(monkeypatch):
     """Outputs of both signs (no activation) whose halves round away from zero: per channel
-    one rounding, 2^31 less below zero by the sign bit's SMLAL (arenac_sign_step); where the
-    two are not 2^31 apart, the select. Both bit-exact, the rows and the 1x1 kernels'."""
+    the high word of one SMMLA below zero, of one SMMLAR (2^31 more) elsewhere, picked by one
+    IT block; where no high-word form fits, the 64-bit rounding less 2^31 below zero by the
+    sign bit's SMLAL (arenac_sign_step); where the two roundings are not 2^31 apart, the
+    select. All three bit-exact, from the rows kernel and the 1x1 kernel."""
     model = conv_model("int8", True, (1, 10, 10, 16), 6, (3, 3))
-    c = generate(planned(model, "cortex-m4"), "net")["net.c"]
-    assert "arenac_sign_step(" in c and "acc < 0 ?" not in c
-    assert_qemu_matches_oracle(model)
-    monkeypatch.setattr(arm_dsp_common, "SIGN_STEP", 2**31 - 1)
-    c = generate(planned(model, "cortex-m4"), "net")["net.c"]
-    assert "arenac_sign_step" not in c and "acc < 0 ?" in c
-    assert_qemu_matches_oracle(model)
+    forms = []
+    for patch in (None, "high_word", "SIGN_STEP"):
+        if patch == "high_word":
+            monkeypatch.setattr(arm_dsp_common, "high_word", lambda *args: None)
+        elif patch == "SIGN_STEP":
+            monkeypatch.setattr(arm_dsp_common, "SIGN_STEP", 2**31 - 1)
+        c = generate(planned(model, "cortex-m4"), "net")["net.c"]
+        forms.append(tuple(name in c for name in ("arenac_smmla_by_sign(acc", "arenac_sign_step(",
+                                                  "acc < 0 ?")))
+        assert_qemu_matches_oracle(model)
+    assert forms == [(True, False, False), (False, True, False), (False, False, True)]
 
 
 @needs_mcu
 def test_the_64_bit_rounding_where_no_high_word_form_fits(monkeypatch):
-    """A shared rounding with no offset that makes it one SMMLA keeps its 64-bit rounding
-    (an SMLAL), and stays bit-exact; with it, the kernels use the SMMLA."""
+    """A rounding with no offset that makes it one SMMLA (or one by sign) keeps its 64-bit
+    rounding (an SMLAL), and stays bit-exact; with it, the kernels use the SMMLA."""
     model = pointwise_model(2)
     c = generate(planned(model, "cortex-m4"), "net")["net.c"]
-    high, wide = c.count("arenac_smmla(acc"), c.count("(int64_t)acc *")
+    high = c.count("arenac_smmla(acc") + c.count("arenac_smmla_by_sign(acc")
+    wide = c.count("(int64_t)acc *")
     assert high
     monkeypatch.setattr(arm_dsp_common, "high_word", lambda *args: None)
     c = generate(planned(model, "cortex-m4"), "net")["net.c"]

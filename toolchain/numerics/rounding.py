@@ -69,7 +69,8 @@ class SingleRounding:
     rounding: int
     negative_rounding: int
     shift: int
-    # every R in [least, greatest] serves as well (shared roundings only; None otherwise)
+    # every R in [least, greatest] serves as well: a shared rounding's R of both signs, a
+    # stepped one's negative R (its R of acc >= 0 then SIGN_STEP above); None otherwise
     least: int | None = None
     greatest: int | None = None
 
@@ -113,12 +114,12 @@ def single_roundings(q: Callable[[np.ndarray], np.ndarray], low: int, high: int,
             values, above[channel], max(first, 0), last, m, n)
         if negatives is None or positives is None:
             return None
-        negative, positive = _sign_roundings(negatives, positives, n)
+        negative, positive, stepped = _sign_roundings(negatives, positives, n)
         ends = [(first * m + (negative if first < 0 else positive)) >> n,
                 (last * m + (negative if last < 0 else positive)) >> n]
         if not all(INT32_MIN <= e <= INT32_MAX for e in ends):
             return None
-        result.append(SingleRounding(m, positive, negative, n))
+        result.append(SingleRounding(m, positive, negative, n, *(stepped or (None, None))))
     return result
 
 
@@ -177,17 +178,18 @@ def _interval(values: np.ndarray, found: np.ndarray, first: int, last: int, m: i
 
 
 def _sign_roundings(negatives: tuple[int, int], positives: tuple[int, int], n: int
-                    ) -> tuple[int, int]:
-    """The R below zero and the R above, each in its interval: SIGN_STEP apart where both
-    intervals allow it, each the usual half where it fits."""
+                    ) -> tuple[int, int, tuple[int, int] | None]:
+    """The R below zero and the R above, each in its interval, each the usual half where it
+    fits: SIGN_STEP apart where both intervals allow it, with the interval of the negative Rs
+    that do (else None)."""
     half = 1 << (n - 1)
-    lo = max(positives[0], negatives[0] + SIGN_STEP)
-    hi = min(positives[1], negatives[1] + SIGN_STEP)
+    lo = max(positives[0] - SIGN_STEP, negatives[0])
+    hi = min(positives[1] - SIGN_STEP, negatives[1])
     if lo <= hi:
-        positive = min(max(half, lo), hi)
-        return positive - SIGN_STEP, positive
+        negative = min(max(half - SIGN_STEP, lo), hi)
+        return negative, negative + SIGN_STEP, (lo, hi)
     return (min(max(half, negatives[0]), negatives[1]),
-            min(max(half, positives[0]), positives[1]))
+            min(max(half, positives[0]), positives[1]), None)
 
 
 @dataclass(frozen=True)

@@ -333,13 +333,19 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
         elif folded:
             store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
         shared = all(a == b and n == fields[0][3] for a, b, _, n in fields)
+        # the high-word forms: of one R for both signs, or of the negative R, 2^31 below the
+        # other's (each in its interval: least and greatest)
+        stepped = not shared and all(a - b == SIGN_STEP for a, b, _, _ in fields)
         highs = [high_word(r, fold << r.shift, lo, hi) for r, (lo, hi) in zip(s, ranges,
                                                                               strict=True)
-                 ] if shared and folded and sums is not None else []
+                 ] if (shared or stepped) and folded and sums is not None else []
         struct = shared and sums is not None and len({f[:3] for f in fields}) > 1
-        if highs and all(highs):
+        if highs and all(highs) and shared:
             lines, comment, sums = _high_word_output(prefix, tables, s, highs, sums,
                                                      fields[0][3], store)
+        elif highs and all(highs):
+            lines, comment, sums = _stepped_high_word_output(prefix, tables, s, highs, sums,
+                                                             [f[3] for f in fields], store)
         else:
             lines, comment, sums = _rounding_output(prefix, tables, fields, shared, struct,
                                                     folded, sums, store)
@@ -363,6 +369,7 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
         lines = [f"const int32_t q = arenac_mbqm(acc, {mult}, {shift});", *store]
         calls.add("mbqm")
         comment = ("TFLite's MultiplyByQuantizedMultiplier (no single rounding matched it)")
+    calls |= called(lines)
     if not any("[c]" in line for line in lines):
         lines.insert(0, "(void)c;")
     if sums is not None:
@@ -415,6 +422,34 @@ def _high_word_output(prefix: str, tables: list[dict], single: tuple[SingleRound
                "shifted, with the sum offset so that h * 2^32 is the rounding (and holds the "
                f"output zero point times 2^{32 + shift}){PROVEN}")
     return lines + store, comment, rest
+
+
+def _stepped_high_word_output(prefix: str, tables: list[dict],
+                              single: tuple[SingleRounding, ...], highs: list[HighWord],
+                              sums: tuple[np.ndarray, str], shifts: list[int], store: list[str]
+                              ) -> tuple[list[str], str, None]:
+    """The output function's lines and comment with one SMMLA or SMMLAR by the sign of the sum
+    (`high_word` of the negative R, the other 2^31 above it, which SMMLAR adds), the channel's
+    offset in its sum and, for the sign, in the table beside it."""
+    totals = wrap_int32(sums[0] + np.asarray([h.offset for h in highs], np.int64))
+    tables.append({
+        "name": f"{prefix}_channel", "ctype": "arenac_high_stepped", "align": "",
+        "length": c_length(len(highs)),
+        "data": ",\n  ".join(f"{{ {r.multiplier}, {h.high}, {total}, {h.offset} }}"
+                              for r, h, total in zip(single, highs, totals.tolist(),
+                                                     strict=True)),
+        "comment": c_comment(f"{sums[1]}, plus the requantization's offset; and the "
+                             "requantization's multiplier, high word and offset")})
+    shift = _per_channel(tables, prefix, "shift", "int8_t", shifts)
+    shifted = "" if shift == "0" else f" >> {shift}"
+    lines = [f"const arenac_high_stepped *k = &{prefix}_channel[c];",
+             "const int32_t q = arenac_smmla_by_sign(acc, k->offset, k->multiplier, k->high)"
+             f"{shifted};"]
+    comment = ("one rounding, (acc * m + h * 2^32) >> 32 >> s, plus 2^31 before the shift where "
+               "the sum less its offset is not negative (SMMLAR), the sum offset so that "
+               "h * 2^32 is the rounding below zero (and holds the output zero point times "
+               f"2^(32 + s)){PROVEN}")
+    return lines + store, comment, None
 
 
 def _rounding_output(prefix: str, tables: list[dict], fields: list[tuple], shared: bool,
@@ -492,7 +527,7 @@ def store_order(tables: list[dict], pixels: int, channels: int) -> list[tuple[in
     function reads a channel's rounding of both signs from a table (arenac_stepped), so that
     GCC loads it once for all the block's pixels, which the block's sums leave no registers to
     keep for two channels; else pixel by pixel, which measures best with the other forms."""
-    if any(t["ctype"] == "arenac_stepped" for t in tables):
+    if any(t["ctype"] in ("arenac_stepped", "arenac_high_stepped") for t in tables):
         return [(i, q) for q in range(channels) for i in range(pixels)]
     return [(i, q) for i in range(pixels) for q in range(channels)]
 
@@ -501,13 +536,18 @@ def output_helpers(tables: list[dict], output: list[str]) -> set[str]:
     """The helper groups the output function needs: those defining its tables' struct types,
     and arenac_smmla or arenac_sign_step where it calls them."""
     types = {"arenac_rounding": "arm_dsp_rounding", "arenac_stepped": "arm_dsp_stepped",
+             "arenac_high_stepped": "arm_dsp_high_stepped",
              "arenac_channel": "arm_dsp_channel",
              "arenac_high_channel": "arm_dsp_high_channel"}
-    groups = {types[t["ctype"]] for t in tables if t["ctype"] in types}
-    calls = {group for group, name in (("arm_dsp_smmla", "arenac_smmla"),
-                                       ("arm_dsp_sign_step", "arenac_sign_step"))
-             if any(name in line for line in output)}
-    return groups | calls
+    return {types[t["ctype"]] for t in tables if t["ctype"] in types} | called(output)
+
+
+def called(lines: list[str]) -> set[str]:
+    """The helper groups of the arithmetic an output function's lines call."""
+    return {group for group, name in (("arm_dsp_smmla", "arenac_smmla("),
+                                      ("arm_dsp_smmla_by_sign", "arenac_smmla_by_sign("),
+                                      ("arm_dsp_sign_step", "arenac_sign_step("))
+            if any(name in line for line in lines)}
 
 
 def sum_of(prefix: str, tables: list[dict], channel: str) -> str:

@@ -234,6 +234,8 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp_rounding": (),
     "arm_dsp_stepped": (),
     "arm_dsp_sign_step": ("arm_dsp_inline",),
+    "arm_dsp_high_stepped": (),
+    "arm_dsp_smmla_by_sign": ("arm_dsp_inline",),
     "arm_dsp_channel": (),
     "arm_dsp_high_channel": (),
     "arm_dsp_smmla": ("arm_dsp_inline",),

@@ -58,7 +58,7 @@ from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
 
 MAX_ROW_WORDS = 8  # int16 pairs of one filter row: at most 16 values (kw x depth, padded)
 MAX_STEPS = 24  # steps of a block (filter rows x their words), each written out
-MAX_TRIP = 24  # steps of one trip of a deep filter row's loop
+MAX_TRIP = 48  # steps of one trip of a deep filter row's loop
 MIN_TRIP = 4  # fewer a trip, and the loop's own cycles would outweigh what rows save
 PIXELS = 3  # output pixels a block takes
 
