@@ -1001,6 +1001,20 @@ def test_a_rounding_by_sign_steps_up_at_zero_without_a_select(monkeypatch):
 
 
 @needs_mcu
+def test_the_dual_issue_core_saturates_each_output_a_store_ahead():
+    """On the Cortex-M7 a block rounds all its sums, then saturates each output one store
+    ahead (its saturation issues beside the store before it); the single-issue cores call
+    the whole output function per store. Both bit-exact."""
+    model = pointwise_model()
+    m7 = generate(planned(model, "cortex-m7"), "net")["net.c"]
+    m4 = generate(planned(model, "cortex-m4"), "net")["net.c"]
+    assert re.search(r"const int8_t y1 = (net_op\w+)_saturated\(q1\);\n\s*(\w+\[\w+\]) = y0;"
+                     r"\n\s*const int8_t y2 = \1_saturated\(q2\);", m7)
+    assert "_saturated(q" not in m4 and "_output(acc" in m4
+    assert_qemu_matches_oracle(model, "cortex-m7")
+
+
+@needs_mcu
 def test_the_64_bit_rounding_where_no_high_word_form_fits(monkeypatch):
     """A rounding with no offset that makes it one SMMLA (or one by sign) keeps its 64-bit
     rounding (an SMLAL), and stays bit-exact; with it, the kernels use the SMMLA."""

@@ -44,6 +44,7 @@ sums, both channels' weights loaded once for three pixels; `Matmul.block`):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -79,13 +80,55 @@ DSP_TARGETS = ("cortex-m4", "cortex-m7", "cortex-m33")
 TEMPLATE = "c/arm_dsp.c.j2"
 
 
+def output_stages(output: list[str]) -> dict | None:
+    """An output function's lines as two stages, where they are: `rounded`, up to the rounded
+    sum q (the multiply, which the dual-issue Cortex-M7 takes two cycles to hand on), and
+    `saturated`, from q alone; None where its lines do not part there."""
+    rounded = next((k for k, line in enumerate(output) if line.startswith("const int32_t q = ")),
+                   None)
+    if rounded is None or any("c" in re.findall(r"\w+", line) for line in output[rounded + 1:]):
+        return None
+    return {"rounded": output[:rounded + 1], "saturated": output[rounded + 1:]}
+
+
+def parted(output: list[str], target: str) -> list[str]:
+    """The output lines whose stages block_stores may part: on a core that issues two
+    instructions a cycle (the Cortex-M7), where a saturation issues beside the store before
+    it; none on the single-issue cores, whose parted stores measure no faster."""
+    return [] if target in IN_ORDER_TARGETS else output
+
+
+def block_stores(prefix: str, output: list[str], stores: list[tuple[str, str, str]]
+                 ) -> list[str]:
+    """A block's stores (target, sum, channel): where the output function parts in two stages,
+    every rounded sum first, then each saturated a step ahead of its store, so that no
+    instruction reads the result of the one before it (the dual-issue Cortex-M7 then issues
+    each store beside the next saturation); else one output call each."""
+    if output_stages(output) is None:
+        return [f"{target} = {prefix}_output({acc}, {channel});"
+                for target, acc, channel in stores]
+    lines = [f"const int32_t q{k} = {prefix}_rounded({acc}, {channel});"
+             for k, (_, acc, channel) in enumerate(stores)]
+    for k in range(len(stores)):
+        lines.append(f"const int8_t y{k} = {prefix}_saturated(q{k});")
+        if k:
+            lines.append(f"{stores[k - 1][0]} = y{k - 1};")
+    return [*lines, f"{stores[-1][0]} = y{len(stores) - 1};"]
+
+
 def kernel_definitions(v: dict, *functions: CDefinition) -> tuple[CDefinition, ...]:
     """What a DSP or Helium kernel's function uses at file scope, in file order: its tables,
-    its `_output`, the functions that gather its windows (`patch`, window_values) and any
-    further `functions` of its own; a blank line after each."""
+    its `_output` (and its two stages, where it has them), the functions that gather its
+    windows (`patch`, window_values) and any further `functions` of its own; a blank line after
+    each."""
     found = [table_definition(t, gap=True) for t in v["tables"]]
+    stages = output_stages(v["output"])
+    # `parted`: the kernel's stores call the two stages (block_stores), not `_output`
     found.append(definition(f"{v['prefix']}_output",
-                            render_macro(TEMPLATE, "output_function", v), gap=True))
+                            render_macro(TEMPLATE, "output_function",
+                                         {**v, "stages": stages,
+                                          "whole": not (stages and v.get("parted"))}),
+                            gap=True))
     patch = v.get("patch")
     if patch:
         found += [definition(f"{patch['prefix']}_{part}",
@@ -675,7 +718,8 @@ def word_steps(kind: str, m: Matmul, joint: bool = False) -> dict:
 
 def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
                     sum_at: Callable[[str], str], target: str, tables: list[dict],
-                    direct: bool = False, joint: bool = False) -> list[dict]:
+                    output: list[str], direct: bool = False, joint: bool = False
+                    ) -> list[dict]:
     """A pixel block's channel blocks: two channels at a time, then an odd last one; for one
     pixel of int8 weights, four (two pairs) first. `direct`: the pixel's inputs read from x0
     and widened in registers (`word_steps`); `joint`: the channel pairs read joint words
@@ -699,9 +743,9 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
         if joined:  # each pair's first channel
             sum_names[0::2] = [f"arenac_joint_first(acc[{k}], acc[{k + 1}])"
                                for k in range(0, pixels * width, 2)]
-        stores = [f"{outs[i]}[{c_sum([(loop, 1)], j)}] = {prefix}_output("
-                  f"{sum_names[i * width + j]}, {c_sum([(loop, 1)], j)});"
-                  for i, j in store_order(tables, pixels, width)]
+        stores = block_stores(prefix, output, [
+            (f"{outs[i]}[{c_sum([(loop, 1)], j)}]", sum_names[i * width + j],
+             c_sum([(loop, 1)], j)) for i, j in store_order(tables, pixels, width)])
         # the joint 3x2 step reads single loads on every core: half a group a run where the
         # core issues one instruction a cycle
         runs = width == 4 or (kind == "3x2" and (joined or target not in IN_ORDER_TARGETS))
@@ -824,7 +868,8 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
                                             [f"o{i}" for i in range(pixel["count"])], wide,
                                             lambda channel: sum_of(prefix, tables, channel),
-                                            ctx.target, tables, direct, joint)
+                                            ctx.target, tables, parted(output, ctx.target),
+                                            direct, joint)
     packed = m.packed(joint)
     order = ("for each pair of output channels, their rows four weights at a time, "
              f"alternating; each row padded with zeros to {m.groups * GROUP}")
@@ -855,6 +900,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
     return {
+        "parted": bool(parted(output, ctx.target)),
         "fn": ctx.fn, "prefix": prefix, "comment": c_comment(comment), "tables": tables,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,

@@ -49,6 +49,7 @@ from toolchain.ops.arm_dsp_common import (
     OutputStage,
     accumulator_lines,
     accumulator_ranges,
+    block_stores,
     depth_steps,
     kernel_attribute,
     kernel_definitions,
@@ -56,11 +57,13 @@ from toolchain.ops.arm_dsp_common import (
     matmul_values,
     output_helpers,
     output_values,
+    parted,
     plus_term,
     pointwise_scratch,
     pointwise_values,
     runs_attribute,
     runs_helpers,
+    store_order,
     sum_of,
     widen_helper,
     with_attribute_helpers,
@@ -225,7 +228,8 @@ def _staged_widening(m: Matmul, pixel_loops: tuple) -> list[dict]:
             for loop, count in pixel_loops if loop.runs]
 
 
-def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], pixel_loops: tuple, target: str
+def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], output: list[str],
+                   pixel_loops: tuple, target: str
                    ) -> tuple[list[dict], set[str], list[ConstantLoop]]:
     """Channel pair by channel pair (then a last odd channel): the filter rows widened, then
     the steps of each block of pixels; the blocks, the steps' kinds and their loops."""
@@ -253,8 +257,9 @@ def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], pixel_loops: tupl
                 "loop": ploop, "steps": steps,
                 "head": [f"const int32_t *pairs = {c_offset('input', [(ploop, words)])};",
                          f"int8_t *o0 = {out}{outs};", *accumulator_lines(sums, count)],
-                "stores": [f"o{i}[{j}] = {prefix}_output(acc[{i * width + j}], {c});"
-                           for i in range(count) for j, c in enumerate(channels)]})
+                "stores": block_stores(prefix, output, [
+                    (f"o{i}[{j}]", f"acc[{i * width + j}]", channels[j])
+                    for i, j in store_order(tables, count, width)])})
         blocks.append({"loop": loop, "pixels": pixels,
                        "head": [f"arenac_widen_1(w, {rows}, {width * m.groups});"]})
     return blocks, kinds, step_loops
@@ -279,7 +284,9 @@ def emit_staged(ctx: OpContext) -> Kernel:
     pixel_loops = ((ConstantLoop("p", triples, 0, 3), 3),
                    (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
     widening = _staged_widening(m, pixel_loops)
-    blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, pixel_loops, ctx.target)
+    blocks, kinds, step_loops = _staged_blocks(prefix, m, tables,
+                                               parted(output, ctx.target), pixel_loops,
+                                               ctx.target)
     helpers = with_attribute_helpers(
         {"arm_dsp", widen_helper(1, ctx.target), *(mac16_helper(k, ctx.target) for k in kinds),
          *(widen_helper(count, ctx.target) for loop, count in pixel_loops
@@ -294,6 +301,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
                    f"alternating; each row padded with zeros to {m.groups * GROUP}")},
               *tables]
     values = {
+        "parted": bool(parted(output, ctx.target)),
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "output": output,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr, "input": ctx.scratch[0],
@@ -746,7 +754,8 @@ def _shared_taps(d: Depthwise, count: int) -> list[FilterRow]:
     return rows
 
 
-def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int,
+def _depthwise_pixels(prefix: str, d: Depthwise, output: list[str], loop: ConstantLoop,
+                      count: int,
                       weights: list[list[str]]) -> dict:
     """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
     wr + ky * slot + ox * sw + 2 * j. Each filter row's input words and weight words (`weights`:
@@ -757,8 +766,9 @@ def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int,
     sw, slot = d.stride[1], d.line
     lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
              f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
-    stores = [f"o[{c_sum([(loop, d.channels)], i * d.channels)}] = "
-              f"{prefix}_output(acc{i}, c);" for i in range(count)]
+    stores = block_stores(prefix, output, [
+        (f"o[{c_sum([(loop, d.channels)], i * d.channels)}]", f"acc{i}", "c")
+        for i in range(count)])
     if d.shared_loads:
         filter_rows = _shared_taps(d, count)
     elif sw == 2 and count == 2:  # pixel ox + 1's words are pixel ox's from the second on
@@ -785,7 +795,7 @@ def _depthwise_pixels(prefix: str, d: Depthwise, loop: ConstantLoop, count: int,
     return {"loop": loop, "lines": lines + stores}
 
 
-def _depthwise_blocks(prefix: str, d: Depthwise, weights: list[list[str]]
+def _depthwise_blocks(prefix: str, d: Depthwise, output: list[str], weights: list[list[str]]
                       ) -> tuple[list[dict], list[ConstantLoop]]:
     """The pixel blocks of an output row (written out up to UNROLLED_PIXELS, else a loop of
     the first ones) and the loops of more than one pixel: pairs and a last odd pixel. With
@@ -806,7 +816,7 @@ def _depthwise_blocks(prefix: str, d: Depthwise, weights: list[list[str]]
     else:
         loops = [(ConstantLoop("ox", whole, 0, width), width)]
     loops.append((ConstantLoop("ox", d.out_w, whole, max(last, 1)), last))
-    return ([_depthwise_pixels(prefix, d, loop, count, weights)
+    return ([_depthwise_pixels(prefix, d, output, loop, count, weights)
              for loop, count in loops if loop.runs and count],
             [loop for loop, count in loops if count > 1])
 
@@ -844,11 +854,12 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
     sh, sw = d.stride
     channel = d.kh * d.line  # the scratch is [channel][slot][line]
     turn_args, loads, calls = _row_calls(prefix, d)
-    blocks, pairs = _depthwise_blocks(prefix, d, loads)
+    blocks, pairs = _depthwise_blocks(prefix, d, parted(output, ctx.target), loads)
     # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
     values = {
+        "parted": bool(parted(output, ctx.target)),
         "fn": ctx.fn, "prefix": prefix, "tables": tables,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,

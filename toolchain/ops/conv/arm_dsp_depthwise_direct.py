@@ -25,9 +25,11 @@ from toolchain.ops.arm_dsp_common import (
     DSP_TARGETS,
     TEMPLATE,
     WORD,
+    block_stores,
     kernel_definitions,
     output_helpers,
     output_values,
+    parted,
     runs_attribute,
     runs_helpers,
     sum_of,
@@ -109,7 +111,8 @@ def _tap(d: Depthwise, ky: int | str, kx: int | str, tap: int | str) -> list[str
             "  acc1 = __smlabb(odd, b, acc1);", "  acc3 = __smlatt(odd, b, acc3);", "}"]
 
 
-def _group(prefix: str, d: Depthwise, tables: list[dict], edge: bool) -> list[str]:
+def _group(prefix: str, d: Depthwise, tables: list[dict], output: list[str], edge: bool
+           ) -> list[str]:
     """One pixel's group of four channels from channel c (its outputs at o): the sums, the
     taps, the stores. A pixel inside reads its rows at rK; an edge reads the taps from first
     to end of each row, its sums started from `padded`."""
@@ -128,8 +131,8 @@ def _group(prefix: str, d: Depthwise, tables: list[dict], edge: bool) -> list[st
         for ky in range(d.kh):
             for kx in range(d.kw):
                 lines += _tap(d, ky, kx, ky * d.kw + kx)
-    lines += [f"o[{c_sum([('c', 1)], q)}] = {prefix}_output(acc{q}, {c_sum([('c', 1)], q)});"
-              for q in range(4)]
+    lines += block_stores(prefix, output, [(f"o[{c_sum([('c', 1)], q)}]", f"acc{q}",
+                                            c_sum([('c', 1)], q)) for q in range(4)])
     return lines
 
 
@@ -174,6 +177,7 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
     right = ConstantLoop("ox", d.out_w, end if end > first else d.out_w)
 
     values = {
+        "parted": bool(parted(output, ctx.target)),
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "d": d,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
@@ -194,7 +198,8 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
         "o": c_offset("orow", [(columns, d.channels)]),
         "rows": "const int8_t " + ", ".join(f"*r{ky} = in[{ky}] + start"
                                             for ky in range(d.kh)) + ";",
-        "group": _group(prefix, d, tables, False), "edge_group": _group(prefix, d, tables, True),
+        "group": _group(prefix, d, tables, parted(output, ctx.target), False),
+        "edge_group": _group(prefix, d, tables, parted(output, ctx.target), True),
         "left": [{"loop": left, "call": edge_call(prefix, left, 0, d.channels, sw, pl, True)}]
         if left.runs else [],
         "right": [{"loop": right, "call": edge_call(prefix, right, left.trips, d.channels, sw,

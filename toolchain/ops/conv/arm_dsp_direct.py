@@ -34,9 +34,11 @@ from toolchain.ops.arm_dsp_common import (
     DSP_TARGETS,
     TEMPLATE,
     WORD,
+    block_stores,
     kernel_definitions,
     output_helpers,
     output_values,
+    parted,
     runs_attribute,
     runs_helpers,
     store_order,
@@ -281,8 +283,9 @@ def _steps(d: Direct, pixels: int, channels: int, accs: list[str], base: int,
     return lines
 
 
-def _block(prefix: str, d: Direct, tables: list[dict], pixels: int, channel: ConstantLoop,
-           channels: int, window: str, words: tuple[str, str] | None = None) -> dict:
+def _block(prefix: str, d: Direct, tables: list[dict], output: list[str], pixels: int,
+           channel: ConstantLoop, channels: int, window: str,
+           words: tuple[str, str] | None = None) -> dict:
     """`pixels` output pixels (their outputs at o0, o1) by `channels` output channels from
     channel c: the sums, the filter rows' steps, the stores. `window`: the C of the first
     pixel's window row ky, with `{ky}` for the row. `words`: of a deep kernel's edge, the C of
@@ -319,8 +322,9 @@ def _block(prefix: str, d: Direct, tables: list[dict], pixels: int, channel: Con
                   f"  const int8_t *r = {window.format(ky='ky')};",
                   *(f"  {line}" for line in _steps(d, pixels, channels, accs, 0, d.words)),
                   "}"]
-    lines += [f"o{i}[{c_sum([(channel, 1)], q)}] = {prefix}_output(acc{i * channels + q}, "
-              f"{c_sum([(channel, 1)], q)});" for i, q in store_order(tables, pixels, channels)]
+    lines += block_stores(prefix, output, [
+        (f"o{i}[{c_sum([(channel, 1)], q)}]", f"acc{i * channels + q}", c_sum([(channel, 1)], q))
+        for i, q in store_order(tables, pixels, channels)])
     return {"loop": channel, "lines": lines}
 
 
@@ -330,7 +334,7 @@ def _channel_loops(d: Direct) -> tuple[tuple[ConstantLoop, int], ...]:
     return ((ConstantLoop("c", c - c % 2, 0, 2), 2), (ConstantLoop("c", c, c - c % 2), 1))
 
 
-def _columns(prefix: str, d: Direct, tables: list[dict]) -> list[dict]:
+def _columns(prefix: str, d: Direct, tables: list[dict], output: list[str]) -> list[dict]:
     """The fast path's loops over output columns: pairs of pixels, then an odd last one."""
     first, end = d.inside
     m = d.matmul
@@ -343,7 +347,7 @@ def _columns(prefix: str, d: Direct, tables: list[dict]) -> list[dict]:
         second = f", *o1 = o0 + {m.channels}" if pixels == 2 else ""
         head = [f"const int start = {c_sum([(loop, d.stride[1] * d.depth)], -d.padding[1] * d.depth)};",  # noqa: E501
                 f"int8_t *o0 = {c_offset('orow', [(loop, m.channels)])}{second};"]
-        blocks = [_block(prefix, d, tables, pixels, channel, width, "in[{ky}] + start")
+        blocks = [_block(prefix, d, tables, output, pixels, channel, width, "in[{ky}] + start")
                   for channel, width in _channel_loops(d) if channel.runs]
         found.append({"loop": loop, "head": head, "channels": blocks})
     return found
@@ -388,7 +392,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
     ky_rows = ConstantLoop("ky", d.kh)  # the input row of each filter row
     row_out = d.out_w * m.channels
     image = d.height * d.row_values
-    columns = _columns(prefix, d, tables)
+    columns = _columns(prefix, d, tables, parted(output, ctx.target))
     # the columns left and right of the fast path's, each through the edge function
     left, right = ([{"loop": loop, "call": edge_call(prefix, loop, index, m.channels, sw, pl,
                                                      d.deep)}] if loop.runs else []
@@ -397,6 +401,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
     loops = [batches, out_rows, ky_rows, *(e["loop"] for e in left + right),
              *(c["loop"] for c in columns), *(b["loop"] for c in columns for b in c["channels"])]
     values = {
+        "parted": bool(parted(output, ctx.target)),
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "d": d,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
@@ -411,7 +416,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
                 "the taps over the padding skipped, their sums started from `padded`, what "
                 "they add" if d.deep else "each filter row's window copied first, the padding "
                 "the input zero point, then multiplied as the others are")),
-        "edge_blocks": [_block(prefix, d, tables, 1, channel, width, *(
+        "edge_blocks": [_block(prefix, d, tables, parted(output, ctx.target), 1, channel, width, *(
             (f"in[{{ky}}] + ix * {d.depth} + first * 4", ("first", "end - first"))
             if d.deep else ("window[{ky}]",)))
                         for channel, width in _channel_loops(d) if channel.runs],

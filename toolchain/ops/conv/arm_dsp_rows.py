@@ -32,9 +32,11 @@ from toolchain.ops.arm_dsp_common import (
     TEMPLATE,
     WIDE_FILTER_PIXELS,
     WORD,
+    block_stores,
     kernel_definitions,
     output_helpers,
     output_values,
+    parted,
     runs_attribute,
     runs_helpers,
     store_order,
@@ -163,8 +165,8 @@ def _loads(d: Rows, pixels: int, channels: int, step: int, at: int, line: str = 
     return run
 
 
-def _block(prefix: str, d: Rows, tables: list[dict], pixels: int, loop: ConstantLoop,
-           channels: int) -> dict:
+def _block(prefix: str, d: Rows, tables: list[dict], output: list[str], pixels: int,
+           loop: ConstantLoop, channels: int) -> dict:
     """A block of `pixels` output pixels (from r on, their outputs at o0...) by `channels`
     output channels (from channel c): its sums, its steps written out, its stores."""
     w_at = c_offset(f"{prefix}_filter", [(loop, d.kh * d.words)])
@@ -194,8 +196,9 @@ def _block(prefix: str, d: Rows, tables: list[dict], pixels: int, loop: Constant
         for ky in range(d.kh):
             for j in range(d.words):
                 lines += step(ky * d.words + j, ky * d.line + 2 * j, "r")
-    lines += [f"o{i}[{c_sum([(loop, 1)], q)}] = {prefix}_output(acc{i * channels + q}, "
-              f"{c_sum([(loop, 1)], q)});" for i, q in store_order(tables, pixels, channels)]
+    lines += block_stores(prefix, output, [
+        (f"o{i}[{c_sum([(loop, 1)], q)}]", f"acc{i * channels + q}", c_sum([(loop, 1)], q))
+        for i, q in store_order(tables, pixels, channels)])
     return {"loop": loop, "lines": lines}
 
 
@@ -246,13 +249,15 @@ def emit_rows(ctx: OpContext) -> Kernel:
         outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
         head = [f"const int16_t *r = {c_offset('rows', [(loop, sw * c)])};",
                 f"int8_t *o0 = {c_offset('orow', [(loop, m.channels)])}{outs};"]
-        channel_blocks = [_block(prefix, d, tables, count, channel_loop, width)
+        channel_blocks = [_block(prefix, d, tables, parted(output, ctx.target), count, channel_loop,
+                                 width)
                           for channel_loop, width in ((pairs, 2), (odd, 1)) if channel_loop.runs]
         pixel_blocks.append({"loop": loop, "head": head, "channels": channel_blocks})
     image = d.height * d.width * d.depth
     # rows an output row reads that the previous one did (none where there is one output row)
     kept = max(d.kh - sh, 0) if d.out_h > 1 else 0
     values = {
+        "parted": bool(parted(output, ctx.target)),
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "d": d,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
