@@ -390,8 +390,8 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
             lines, comment, sums = _stepped_high_word_output(prefix, tables, s, highs, sums,
                                                              [f[3] for f in fields], store)
         else:
-            lines, comment, sums = _rounding_output(prefix, tables, fields, shared, struct,
-                                                    folded, sums, store)
+            lines, comment, sums = _rounding_output(prefix, tables, fields, shared, stepped,
+                                                    struct, folded, sums, store)
     elif stage.scales:
         scale = per_channel("scale", "double", list(stage.scales), _double)
         lines = [f"const double scaled = (double)acc * {scale};",
@@ -496,13 +496,14 @@ def _stepped_high_word_output(prefix: str, tables: list[dict],
 
 
 def _rounding_output(prefix: str, tables: list[dict], fields: list[tuple], shared: bool,
-                     struct: bool, folded: bool, sums: tuple[np.ndarray, str] | None,
-                     store: list[str]) -> tuple[list[str], str, tuple[np.ndarray, str] | None]:
+                     stepped: bool, struct: bool, folded: bool,
+                     sums: tuple[np.ndarray, str] | None, store: list[str]
+                     ) -> tuple[list[str], str, tuple[np.ndarray, str] | None]:
     """The output function's lines and comment with a 64-bit rounding (SMLAL), and the sums
     still to tabulate. `fields`: per channel (rounding, negative rounding, multiplier, shift
     after the high word), the zero point folded in where `folded`; `shared`: one shift and one
-    rounding for both signs; `struct`: the channels' constants differ and sit with their sums."""
-    stepped = not shared and all(a - b == SIGN_STEP for a, b, _, _ in fields)
+    rounding for both signs; `stepped`: the negative rounding SIGN_STEP below the other;
+    `struct`: the channels' constants differ and sit with their sums."""
     if struct:
         tables.append({
             "name": f"{prefix}_channel", "ctype": "arenac_channel", "align": "",
