@@ -865,11 +865,12 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     tables, output, output_comment, stage_calls = output_values(
         prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
                                   "filter row's sum (int32, wrapped)"))
+    parts = parted(output, ctx.target)  # the stages its stores part, if any
     for pixel in pixels:
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
                                             [f"o{i}" for i in range(pixel["count"])], wide,
                                             lambda channel: sum_of(prefix, tables, channel),
-                                            ctx.target, tables, parted(output, ctx.target),
+                                            ctx.target, tables, parts,
                                             direct, joint)
     packed = m.packed(joint)
     order = ("for each pair of output channels, their rows four weights at a time, "
@@ -901,7 +902,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
     return {
-        "parted": bool(parted(output, ctx.target)),
+        "parted": bool(parts),
         "fn": ctx.fn, "prefix": prefix, "comment": c_comment(comment), "tables": tables,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,

@@ -278,6 +278,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
         prefix, conv_output(m, p.output),
         (m.sums(), f"{what}: per output channel, bias + input offset * the filter row's sum "
                    "(int32, wrapped)"))
+    parts = parted(output, ctx.target)  # the stages its stores part, if any
     full, tail = divmod(m.depth, GROUP)
     # three pixels a block (arenac_mac16_3x2), the last one or two pixels a block of their own
     triples, rest = m.pixels - m.pixels % 3, m.pixels % 3
@@ -285,7 +286,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
                    (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
     widening = _staged_widening(m, pixel_loops)
     blocks, kinds, step_loops = _staged_blocks(prefix, m, tables,
-                                               parted(output, ctx.target), pixel_loops,
+                                               parts, pixel_loops,
                                                ctx.target)
     helpers = with_attribute_helpers(
         {"arm_dsp", widen_helper(1, ctx.target), *(mac16_helper(k, ctx.target) for k in kinds),
@@ -301,7 +302,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
                    f"alternating; each row padded with zeros to {m.groups * GROUP}")},
               *tables]
     values = {
-        "parted": bool(parted(output, ctx.target)),
+        "parted": bool(parts),
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "output": output,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr, "input": ctx.scratch[0],
@@ -850,16 +851,17 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
         prefix, conv_output(m, p.output),
         (m.sums(), f"{what}: per channel, bias + input offset * the filter's sum (int32, "
                    "wrapped)"))
+    parts = parted(output, ctx.target)  # the stages its stores part, if any
     tables = [_depthwise_filter(prefix, d, what), *tables]
     sh, sw = d.stride
     channel = d.kh * d.line  # the scratch is [channel][slot][line]
     turn_args, loads, calls = _row_calls(prefix, d)
-    blocks, pairs = _depthwise_blocks(prefix, d, parted(output, ctx.target), loads)
+    blocks, pairs = _depthwise_blocks(prefix, d, parts, loads)
     # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
     values = {
-        "parted": bool(parted(output, ctx.target)),
+        "parted": bool(parts),
         "fn": ctx.fn, "prefix": prefix, "tables": tables,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,

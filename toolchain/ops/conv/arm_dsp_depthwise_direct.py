@@ -146,6 +146,7 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
         prefix, conv_output(m, p.output),
         (m.sums(), f"{what}: per channel, bias + input offset * the filter's sum (int32, "
                    "wrapped)"))
+    parts = parted(output, ctx.target)  # the stages its stores part, if any
     filt = packed(d)
     zero_point = -d.input_offset
     row_values = d.width * d.channels
@@ -177,7 +178,7 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
     right = ConstantLoop("ox", d.out_w, end if end > first else d.out_w)
 
     values = {
-        "parted": bool(parted(output, ctx.target)),
+        "parted": bool(parts),
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "d": d,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
@@ -198,8 +199,8 @@ def emit_direct_depthwise(ctx: OpContext) -> Kernel:
         "o": c_offset("orow", [(columns, d.channels)]),
         "rows": "const int8_t " + ", ".join(f"*r{ky} = in[{ky}] + start"
                                             for ky in range(d.kh)) + ";",
-        "group": _group(prefix, d, tables, parted(output, ctx.target), False),
-        "edge_group": _group(prefix, d, tables, parted(output, ctx.target), True),
+        "group": _group(prefix, d, tables, parts, False),
+        "edge_group": _group(prefix, d, tables, parts, True),
         "left": [{"loop": left, "call": edge_call(prefix, left, 0, d.channels, sw, pl, True)}]
         if left.runs else [],
         "right": [{"loop": right, "call": edge_call(prefix, right, left.trips, d.channels, sw,

@@ -366,6 +366,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
         prefix, conv_output(m, p.output),
         (m.sums(), f"{what}: per output channel, bias + input offset * the filter row's sum "
                    "(int32, wrapped)"))
+    parts = parted(output, ctx.target)  # the stages its stores part, if any
     packed = d.packed()
     zero_point = -m.input_offset
     own = [{"name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
@@ -392,7 +393,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
     ky_rows = ConstantLoop("ky", d.kh)  # the input row of each filter row
     row_out = d.out_w * m.channels
     image = d.height * d.row_values
-    columns = _columns(prefix, d, tables, parted(output, ctx.target))
+    columns = _columns(prefix, d, tables, parts)
     # the columns left and right of the fast path's, each through the edge function
     left, right = ([{"loop": loop, "call": edge_call(prefix, loop, index, m.channels, sw, pl,
                                                      d.deep)}] if loop.runs else []
@@ -401,7 +402,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
     loops = [batches, out_rows, ky_rows, *(e["loop"] for e in left + right),
              *(c["loop"] for c in columns), *(b["loop"] for c in columns for b in c["channels"])]
     values = {
-        "parted": bool(parted(output, ctx.target)),
+        "parted": bool(parts),
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "d": d,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
@@ -416,7 +417,7 @@ def emit_direct(ctx: OpContext) -> Kernel:
                 "the taps over the padding skipped, their sums started from `padded`, what "
                 "they add" if d.deep else "each filter row's window copied first, the padding "
                 "the input zero point, then multiplied as the others are")),
-        "edge_blocks": [_block(prefix, d, tables, parted(output, ctx.target), 1, channel, width, *(
+        "edge_blocks": [_block(prefix, d, tables, parts, 1, channel, width, *(
             (f"in[{{ky}}] + ix * {d.depth} + first * 4", ("first", "end - first"))
             if d.deep else ("window[{ky}]",)))
                         for channel, width in _channel_loops(d) if channel.runs],

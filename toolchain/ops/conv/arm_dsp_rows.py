@@ -203,10 +203,7 @@ def _block(prefix: str, d: Rows, tables: list[dict], output: list[str], pixels: 
 
 
 def _padding_columns(d: Rows) -> list[tuple[int, int]]:
-    """The values of each line no input row writes: those left and right of the row's (all of
-    them where a pixel's values are padded to an even count)."""
-    if d.pixel_values > d.depth:
-        return [(0, d.line)]
+    """The values of each line no input row writes: those left and right of the row's."""
     left, right = d.padding[1] * d.depth, (d.padding[1] + d.width) * d.depth
     return [(start, end) for start, end in ((0, left), (right, d.line)) if end > start]
 
@@ -225,6 +222,7 @@ def emit_rows(ctx: OpContext) -> Kernel:
         prefix, conv_output(m, p.output),
         (m.sums(), f"{what}: per output channel, bias + input offset * the filter row's sum "
                    "(int32, wrapped)"))
+    parts = parted(output, ctx.target)  # the stages its stores part, if any
     packed = d.packed()
     tables = [{"name": f"{prefix}_filter", "ctype": "int32_t", "align": "",
                "length": c_length(packed.size), "data": c_array(packed, 8),
@@ -249,7 +247,7 @@ def emit_rows(ctx: OpContext) -> Kernel:
         outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
         head = [f"const int16_t *r = {c_offset('rows', [(loop, sw * c)])};",
                 f"int8_t *o0 = {c_offset('orow', [(loop, m.channels)])}{outs};"]
-        channel_blocks = [_block(prefix, d, tables, parted(output, ctx.target), count, channel_loop,
+        channel_blocks = [_block(prefix, d, tables, parts, count, channel_loop,
                                  width)
                           for channel_loop, width in ((pairs, 2), (odd, 1)) if channel_loop.runs]
         pixel_blocks.append({"loop": loop, "head": head, "channels": channel_blocks})
@@ -257,7 +255,7 @@ def emit_rows(ctx: OpContext) -> Kernel:
     # rows an output row reads that the previous one did (none where there is one output row)
     kept = max(d.kh - sh, 0) if d.out_h > 1 else 0
     values = {
-        "parted": bool(parted(output, ctx.target)),
+        "parted": bool(parts),
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "d": d,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
