@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
@@ -26,6 +27,7 @@ from toolchain.lower.lifetimes import (
     check_order,
     compute_lifetimes,
     overlap_pairs,
+    shared_scratch,
 )
 from toolchain.lower.program import Program, lower
 from toolchain.lower.schedule import schedule
@@ -71,7 +73,7 @@ from toolchain.planners import (
     smallest_plan,
     verify,
 )
-from toolchain.planners.base import Buffer, step_loads
+from toolchain.planners.base import Buffer, running_loads, step_deltas
 from toolchain.planners.csvio import load_offsets
 from toolchain.planners.optimal import DEFAULT_NODES
 from toolchain.planners.tflm import TFLMPlanner
@@ -648,10 +650,15 @@ def planned_model(
                                      deadline.share(SCHEDULE_SHARE), scratch, roles)
     lives, kept = program.control_lives(order)  # a called subgraph's steps follow its call
     outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
-    problem = partial(tiled_problem, program, order, scratch, outside, roles, lives, kept,
-                      techniques, alignment)
+    layout = (outside, roles, lives, kept, techniques, alignment)
+    problem = partial(tiled_problem, program, order, scratch, *layout)
     lifetimes, overlaps = problem(NO_TILING)
     problem = keeping_whole(problem, (lifetimes, overlaps))
+    memo = TilingMemo() if memo is None else memo
+    loads = partial(tiled_loads, partial(tiled_problem, program, order, (), *layout), scratch,
+                    order, alignment, memo.deltas.setdefault(
+                        layout_key(program, order, outside, lives, kept, techniques, alignment),
+                        {}))
     # Striping is an overlap of the segment output over its input, and TFLite Micro's
     # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
     tiles = techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
@@ -661,7 +668,7 @@ def planned_model(
     tilings = []
     if tiles:
         with step("tiling"):
-            found = tiling_for(program, order, kept, problem, alignment, streams, memo,
+            found = tiling_for(program, order, kept, loads, alignment, streams, memo,
                                techniques.max_recompute, techniques.extra_stripes)
             tilings = [(t, walk) for t, walk in found if t.segments]
     if streams:
@@ -849,7 +856,8 @@ def nearby_tiling(program: Program, problem, tiled: ModelPlan,
     return best
 
 
-def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment: int,
+def tiling_for(program: Program, order: Sequence[int], kept,
+               loads: Callable[[Tiling], Mapping[int, int]], alignment: int,
                streams: frozenset[int] = frozenset(), memo: TilingMemo | None = None,
                max_recompute: float = DEFAULT_MAX_RECOMPUTE, extra_stripes: bool = True
                ) -> list[tuple[Tiling, Callable[..., list[tuple[Score, Tiling]]]]]:
@@ -873,10 +881,9 @@ def tiling_for(program: Program, order: Sequence[int], kept, problem, alignment:
 
     def bound(tiling: Tiling) -> tuple[tuple[int, int], int]:
         if key(tiling) not in scores:
-            lifetimes, overlaps = problem(tiling)
-            loads = step_loads(lifetimes.buffers, overlaps, alignment)
-            peak = max(loads, key=lambda s: (loads[s], -s), default=0)
-            scores[key(tiling)] = (loads.get(peak, 0), sum(loads.values())), peak
+            at = loads(tiling)
+            peak = max(at, key=lambda s: (at[s], -s), default=0)
+            scores[key(tiling)] = (at.get(peak, 0), sum(at.values())), peak
         return scores[key(tiling)]
 
     def evaluate(tiling: Tiling) -> tuple[tuple[int, int], int]:
@@ -988,6 +995,41 @@ def tiled_problem(program: Program, order: Sequence[int], scratch, outside, role
     overlaps = overlap_pairs(graph, lifetimes, program.bindings, techniques.inplace,
                              techniques.overlap, kept)
     return lifetimes, (*overlaps, *segment_overlaps(lifetimes, tiling, kept))
+
+
+def layout_key(program: Program, order: Sequence[int], outside, lives, kept,
+               techniques: Techniques, alignment: int) -> tuple:
+    """What lays out a tiling's tensors and stripe buffers besides the tiling, of one model on
+    one target: the hold's replans share those where their kernels' overlap rules agree."""
+    rules = tuple(None if b is None else b.overlaps for b in program.bindings)
+    return (tuple(order), rules, frozenset(outside), tuple(sorted(lives.items())),
+            frozenset(kept), techniques.inplace, techniques.overlap, alignment)
+
+
+def tiled_loads(laid_out: Callable[[Tiling], tuple[Lifetimes, tuple[Overlap, ...]]],
+                scratch: Sequence[ScratchRequest], order: Sequence[int], alignment: int,
+                known: dict[tuple, Mapping[int, int]], tiling: Tiling) -> dict[int, int]:
+    """The step loads of `tiled_problem` for `tiling` (planners.base.step_loads), the tiling's
+    tensors and stripe buffers laid out by `laid_out` once (`known`, shared by the hold's
+    replans), its kernels' scratch added to them, each a buffer of its op's step: the search
+    bounds thousands of tilings, a replan the same ones with other kernels' scratch."""
+    segments = tuple((s.first, s.last, s.schedule, s.input, s.output, s.streamed,
+                      s.streamed_output) for s in tiling.segments)
+    if segments not in known:
+        lifetimes, overlaps = laid_out(tiling)
+        known[segments] = step_deltas(lifetimes.buffers, overlaps, alignment)
+    deltas = defaultdict(int, known[segments])
+    reducing = {s.reducer for s in tiling.segments if s.reduces}
+    scratch = tuple(r for r in scratch if r.op not in reducing)
+    within, shared = shared_scratch(scratch, [s.ops for s in tiling.segments], alignment)
+    merged = tiling.merged_steps()
+    step_of = {op: step for step, op in enumerate(order)}
+    for request in (*(r for r in scratch if r.key not in within), *shared):
+        step, size = merged.get(step_of[request.op], step_of[request.op]), align_up(
+            request.size, alignment)
+        deltas[step] += size
+        deltas[step + 1] -= size
+    return running_loads(deltas)
 
 
 def segment_overlaps(lifetimes: Lifetimes, tiling: Tiling, kept) -> tuple[Overlap, ...]:

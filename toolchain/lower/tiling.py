@@ -642,12 +642,14 @@ class TilingMemo:
     """What the tiling searches of one model's plans on one target share (the hold plans it
     again with a few ops' kernels narrowed): the segments built, by their steps and schedule
     (None where the chain stalls or cannot be cut so); whether each runs in the scratch of its
-    ops' kernels, by those kernels too; and whether a band of an op's rows fits its kernel's
-    scratch."""
+    ops' kernels, by those kernels too; whether a band of an op's rows fits its kernel's
+    scratch; and how the tensors and stripe buffers of each tiling load the steps, by what else
+    lays them out (toolchain.lower.plan.layout_key), then by the tiling's segments."""
 
     segments: dict[tuple, Segment | None] = field(default_factory=dict)
     fits: dict[tuple, bool] = field(default_factory=dict)
     bands: dict[tuple, bool] = field(default_factory=dict)
+    deltas: dict[tuple, dict[tuple, Mapping[int, int]]] = field(default_factory=dict)
 
 
 def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int]) -> int:

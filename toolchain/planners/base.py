@@ -11,7 +11,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
@@ -231,6 +231,14 @@ def step_loads(
     """Op -> the fewest padded bytes the buffers live there can take, the declared overlaps
     counted as `lower_bound_with_overlaps` says; only ops where the load changes are keys, and
     the load holds until the next key."""
+    return running_loads(step_deltas(buffers, overlaps, alignment))
+
+
+def step_deltas(
+    buffers: Sequence[Buffer], overlaps: Sequence[Overlap], alignment: int
+) -> defaultdict[int, int]:
+    """Op -> by how much `step_loads` changes there. Kept apart so that a caller may add
+    buffers of one op each to the deltas of a problem it laid out before."""
     check_overlaps(buffers, overlaps)
     by_id = {b.id: b for b in buffers}
     size = {b.id: align_up(b.size, alignment) for b in buffers}
@@ -248,6 +256,11 @@ def step_loads(
         cut = min(size[later], saving)  # The pair is alive together at this op only.
         deltas[op] -= cut
         deltas[op + 1] += cut
+    return deltas
+
+
+def running_loads(deltas: Mapping[int, int]) -> dict[int, int]:
+    """The loads `step_deltas` changes by, at each op where it names a change."""
     loads, live = {}, 0
     for op in sorted(deltas):
         live += deltas[op]
