@@ -628,8 +628,8 @@ def planned_model(
     `stream_input` the graph's inputs never exist whole: each is fetched row by row into the
     stripe buffer of a segment that reads it (toolchain.lower.tiling), refused when no segment
     can; with `stream_output` the outputs neither: each is handed on row by row from the
-    stripe buffer of the segment that makes it. `memo` keeps the striped segments the search
-    built for another plan of the model on the same target (the hold's narrowed ones).
+    stripe buffer of the segment that makes it. `memo` keeps what the search built (segments,
+    their tensors laid out) for the model's other plans on the target (the hold's replans).
     """
     if planner not in PLANNER_NAMES:
         raise ArenacError(f"unknown planner {planner!r}; choose one of {', '.join(PLANNER_NAMES)}")
@@ -649,16 +649,10 @@ def planned_model(
             order = schedule_program(program, techniques.schedule, alignment,
                                      deadline.share(SCHEDULE_SHARE), scratch, roles)
     lives, kept = program.control_lives(order)  # a called subgraph's steps follow its call
-    outside = set(graph.inputs) | set(graph.outputs) if external_io else set()
+    outside = set(graph.inputs) | set(graph.outputs) if external_io else set()  # own buffers
     layout = (outside, roles, lives, kept, techniques, alignment)
     problem = partial(tiled_problem, program, order, scratch, *layout)
-    lifetimes, overlaps = problem(NO_TILING)
-    problem = keeping_whole(problem, (lifetimes, overlaps))
-    memo = TilingMemo() if memo is None else memo
-    loads = partial(tiled_loads, partial(tiled_problem, program, order, (), *layout), scratch,
-                    order, alignment, memo.deltas.setdefault(
-                        layout_key(program, order, outside, lives, kept, techniques, alignment),
-                        {}))
+    lifetimes, overlaps = whole = problem(NO_TILING)
     # Striping is an overlap of the segment output over its input, and TFLite Micro's
     # planner takes none: `--no-overlap` and `--planner tflm` plan whole ops.
     tiles = techniques.tiling != "off" and techniques.overlap and planner != "tflm" \
@@ -668,12 +662,13 @@ def planned_model(
     tilings = []
     if tiles:
         with step("tiling"):
+            loads = tiling_loads(program, order, scratch, layout, memo)
             found = tiling_for(program, order, kept, loads, alignment, streams, memo,
                                techniques.max_recompute, techniques.extra_stripes)
             tilings = [(t, walk) for t, walk in found if t.segments]
     if streams:
         check_streamed(program, tilings[0][0] if tilings else NO_TILING, streams)
-    tiled = best_striped(program, problem, tilings,
+    tiled = best_striped(program, keeping_whole(problem, whole), tilings,
                          lower_bound_with_overlaps(lifetimes.buffers, overlaps, alignment),
                          planner, options, offsets_csv, nodes, alignment, deadline)
     if tiled is not None and offsets_csv is not None:  # the solution was of this problem
@@ -997,13 +992,18 @@ def tiled_problem(program: Program, order: Sequence[int], scratch, outside, role
     return lifetimes, (*overlaps, *segment_overlaps(lifetimes, tiling, kept))
 
 
-def layout_key(program: Program, order: Sequence[int], outside, lives, kept,
-               techniques: Techniques, alignment: int) -> tuple:
-    """What lays out a tiling's tensors and stripe buffers besides the tiling, of one model on
-    one target: the hold's replans share those where their kernels' overlap rules agree."""
+def tiling_loads(program: Program, order: Sequence[int], scratch: Sequence[ScratchRequest],
+                 layout: tuple, memo: TilingMemo | None) -> Callable[[Tiling], dict[int, int]]:
+    """`tiled_loads` of this plan's problem (`layout`: what `tiled_problem` takes after the
+    scratch, but the tiling), sharing the tensors' laid out with the memo's other plans of the
+    model where all that lays them out agrees: the hold's replans, where their kernels' overlap
+    rules agree."""
+    outside, _, lives, kept, techniques, alignment = layout
     rules = tuple(None if b is None else b.overlaps for b in program.bindings)
-    return (tuple(order), rules, frozenset(outside), tuple(sorted(lives.items())),
-            frozenset(kept), techniques.inplace, techniques.overlap, alignment)
+    key = (tuple(order), rules, frozenset(outside), tuple(sorted(lives.items())),
+           frozenset(kept), techniques.inplace, techniques.overlap, alignment)
+    return partial(tiled_loads, partial(tiled_problem, program, order, (), *layout), scratch,
+                   order, alignment, {} if memo is None else memo.deltas.setdefault(key, {}))
 
 
 def tiled_loads(laid_out: Callable[[Tiling], tuple[Lifetimes, tuple[Overlap, ...]]],

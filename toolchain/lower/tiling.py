@@ -644,7 +644,7 @@ class TilingMemo:
     (None where the chain stalls or cannot be cut so); whether each runs in the scratch of its
     ops' kernels, by those kernels too; whether a band of an op's rows fits its kernel's
     scratch; and how the tensors and stripe buffers of each tiling load the steps, by what else
-    lays them out (toolchain.lower.plan.layout_key), then by the tiling's segments."""
+    lays them out (toolchain.lower.plan.tiling_loads), then by the tiling's segments."""
 
     segments: dict[tuple, Segment | None] = field(default_factory=dict)
     fits: dict[tuple, bool] = field(default_factory=dict)
