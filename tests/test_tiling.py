@@ -494,3 +494,32 @@ def test_the_stripes_of_an_op_define_its_tables_once(target):
     assert again, "some stripe's kernel should differ from its op's first"
     tables = re.findall(r"^(?:ARENAC_ALIGN\(\d+\) )?static const \w+ (\w+)\[", text, re.M)
     assert not [t for t in tables if re.match(r"model_op\d+s\d+_", t)]
+
+
+def test_the_searchs_loads_are_those_of_the_whole_problem(monkeypatch):
+    """The tiling search bounds each tiling from its tensors and stripe buffers, laid out once
+    for every replan of the hold, and its kernels' scratch added (tiled_loads): on every tiling
+    it bounds, the loads are exactly those of the whole striped problem (step_loads), where
+    segments share their ops' scratch, and where a reducing op's scratch is not planned."""
+    from toolchain.front.examples import EXAMPLES
+    from toolchain.planners.base import step_loads
+
+    made, seen = plan_module.tiling_loads, []
+
+    def checked(program, order, scratch, layout, memo):
+        loads = made(program, order, scratch, layout, memo)
+
+        def compared(tiling):
+            lifetimes, overlaps = plan_module.tiled_problem(program, order, scratch, *layout,
+                                                            tiling)
+            assert loads(tiling) == step_loads(lifetimes.buffers, overlaps, layout[-1])
+            seen.append((tiling, lifetimes.shared))
+            return loads(tiling)
+        return compared
+
+    monkeypatch.setattr(plan_module, "tiling_loads", checked)
+    for data in (EXAMPLES["residual_cnn_int8"](), int8_global_average(), dense_on_rows("int8")()):
+        plan_model(parse_model(data, "built.tflite"), target="cortex-m4")
+    assert len(seen) > 100
+    assert any(shared for _, shared in seen)  # a segment's ops share one scratch buffer
+    assert any(s.reduces for tiling, _ in seen for s in tiling.segments)

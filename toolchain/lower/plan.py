@@ -994,20 +994,21 @@ def tiled_problem(program: Program, order: Sequence[int], scratch, outside, role
 
 def tiling_loads(program: Program, order: Sequence[int], scratch: Sequence[ScratchRequest],
                  layout: tuple, memo: TilingMemo | None) -> Callable[[Tiling], dict[int, int]]:
-    """`tiled_loads` of this plan's problem (`layout`: what `tiled_problem` takes after the
-    scratch, but the tiling), sharing the tensors' laid out with the memo's other plans of the
-    model where all that lays them out agrees: the hold's replans, where their kernels' overlap
-    rules agree."""
+    """`tiled_loads` of this plan's problem (`layout`: what `tiled_problem` takes between the
+    scratch and the tiling). The tilings' tensors laid out are shared with the memo's other
+    plans of the model wherever all that lays them out agrees (the hold's replans, where their
+    kernels' overlap rules agree)."""
     outside, _, lives, kept, techniques, alignment = layout
     rules = tuple(None if b is None else b.overlaps for b in program.bindings)
     key = (tuple(order), rules, frozenset(outside), tuple(sorted(lives.items())),
            frozenset(kept), techniques.inplace, techniques.overlap, alignment)
     return partial(tiled_loads, partial(tiled_problem, program, order, (), *layout), scratch,
-                   order, alignment, {} if memo is None else memo.deltas.setdefault(key, {}))
+                   {op: step for step, op in enumerate(order)}, alignment,
+                   {} if memo is None else memo.deltas.setdefault(key, {}))
 
 
 def tiled_loads(laid_out: Callable[[Tiling], tuple[Lifetimes, tuple[Overlap, ...]]],
-                scratch: Sequence[ScratchRequest], order: Sequence[int], alignment: int,
+                scratch: Sequence[ScratchRequest], step_of: Mapping[int, int], alignment: int,
                 known: dict[tuple, Mapping[int, int]], tiling: Tiling) -> dict[int, int]:
     """The step loads of `tiled_problem` for `tiling` (planners.base.step_loads), the tiling's
     tensors and stripe buffers laid out by `laid_out` once (`known`, shared by the hold's
@@ -1023,10 +1024,9 @@ def tiled_loads(laid_out: Callable[[Tiling], tuple[Lifetimes, tuple[Overlap, ...
     scratch = tuple(r for r in scratch if r.op not in reducing)
     within, shared = shared_scratch(scratch, [s.ops for s in tiling.segments], alignment)
     merged = tiling.merged_steps()
-    step_of = {op: step for step, op in enumerate(order)}
     for request in (*(r for r in scratch if r.key not in within), *shared):
-        step, size = merged.get(step_of[request.op], step_of[request.op]), align_up(
-            request.size, alignment)
+        step = merged.get(step_of[request.op], step_of[request.op])
+        size = align_up(request.size, alignment)
         deltas[step] += size
         deltas[step + 1] -= size
     return running_loads(deltas)
