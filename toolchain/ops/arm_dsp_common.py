@@ -870,8 +870,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
                                             [f"o{i}" for i in range(pixel["count"])], wide,
                                             lambda channel: sum_of(prefix, tables, channel),
-                                            ctx.target, tables, parts,
-                                            direct, joint)
+                                            ctx.target, tables, parts, direct, joint)
     packed = m.packed(joint)
     order = ("for each pair of output channels, their rows four weights at a time, "
              f"alternating; each row padded with zeros to {m.groups * GROUP}")

@@ -285,8 +285,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
     pixel_loops = ((ConstantLoop("p", triples, 0, 3), 3),
                    (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
     widening = _staged_widening(m, pixel_loops)
-    blocks, kinds, step_loops = _staged_blocks(prefix, m, tables,
-                                               parts, pixel_loops,
+    blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, parts, pixel_loops,
                                                ctx.target)
     helpers = with_attribute_helpers(
         {"arm_dsp", widen_helper(1, ctx.target), *(mac16_helper(k, ctx.target) for k in kinds),
@@ -756,8 +755,7 @@ def _shared_taps(d: Depthwise, count: int) -> list[FilterRow]:
 
 
 def _depthwise_pixels(prefix: str, d: Depthwise, output: list[str], loop: ConstantLoop,
-                      count: int,
-                      weights: list[list[str]]) -> dict:
+                      count: int, weights: list[list[str]]) -> dict:
     """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
     wr + ky * slot + ox * sw + 2 * j. Each filter row's input words and weight words (`weights`:
     each slot's weight loads) are read in one run of single loads before its multiply-adds (a
