@@ -253,18 +253,21 @@ def shared_scratch(scratch: Sequence[ScratchRequest], share: Sequence[Sequence[i
     lies (its key -> the shared key and the byte offset) and the shared requests."""
     within: dict[BufferKey, tuple[BufferKey, int]] = {}
     shared = []
+    asked: dict[int, list[ScratchRequest]] = {}  # op -> its kernel's requests, in order
+    for request in scratch:
+        if request.key.kind == SCRATCH:
+            asked.setdefault(request.op, []).append(request)
     for ops in share:
-        members = [r for r in scratch if r.op in ops and r.key.kind == SCRATCH]
-        if len({r.op for r in members}) < 2:
+        if sum(op in asked for op in ops) < 2:
             continue
         key, size = BufferKey(SHARED, ops[0]), 0
         for op in ops:
             at = 0
-            for request in (r for r in members if r.op == op):
+            for request in asked.get(op, ()):
                 within[request.key] = (key, at)
                 size = max(size, at + request.size)
                 at += align_up(request.size, alignment)
-        users = ", ".join(f"op {op}" for op in ops if any(r.op == op for r in members))
+        users = ", ".join(f"op {op}" for op in ops if op in asked)
         shared.append(ScratchRequest(ops[0], size, f"the scratch of {users}, one at a time",
                                      key))
     return within, tuple(shared)
