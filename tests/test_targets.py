@@ -1539,6 +1539,48 @@ def test_the_hold_takes_narrow_kernels_only_and_only_where_they_lower_the_arena(
                           given_up=given_up).arena_bytes >= held.arena_bytes
 
 
+def alike_layers(count: int) -> bytes:
+    """A chain of alike layers, 1x1 convolutions between 3x3 depthwise ones: its striped
+    segments are alike too, so the arena's peak is in many of them at once."""
+    from toolchain.front.builder import ModelBuilder
+
+    b = ModelBuilder("int8", seed=1)
+    y = b.input("x", (1, 32, 32, 8), "int8", scale=0.05, zero_point=3)
+    for i in range(count):
+        y = (b.conv_2d(y, 8 + 8 * (i % 3 == 0), 1, activation="RELU6") if i % 2 == 0
+             else b.depthwise_conv_2d(y, 3, activation="RELU6"))
+    b.output(y)
+    return b.build()
+
+
+def test_the_hold_ends_after_a_run_of_replans_that_do_not_lower_the_arena():
+    """Replans that never lower the arena (each the first plan again, as on a model of many
+    alike layers, where every segment at the peak must narrow before the arena drops): the
+    hold plans STALE_REPLANS of them one op at a time, then one that gives up every narrow
+    form's scratch at the peak, and ends on the first plan; before, it planned again for each
+    narrow op, without end when the replans change nothing."""
+    import toolchain.lower.plan as plan_module
+
+    model = parse_model(alike_layers(12), "alike.tflite")
+    first = plan_model(model, target="cortex-m4", max_arena=1 << 20)
+    generic = plan_model(model).arena_bytes
+    assert first.arena_bytes > generic
+    replans = []
+
+    def replan(given_up):
+        replans.append(given_up)
+        assert len(replans) <= 20, "the hold does not end"
+        return first
+
+    held = plan_module.narrowed(first, lambda: generic, replan)
+    assert held.arena_bytes == first.arena_bytes and held.portable_arena == generic
+    assert len(replans) == plan_module.STALE_REPLANS + 1
+    narrow = plan_module.narrow_ops(first)
+    at_peak = plan_module.scratch_at_peak(first, among=set(narrow))
+    assert len(at_peak) > 1 and all(len(r) == 1 for r in replans[:-1])
+    assert set(replans[-1]) >= at_peak
+
+
 def test_max_arena_gives_up_target_kernels_until_the_arena_fits():
     """A stem whose DSP kernels' scratch makes the cortex-m4 arena larger than the generic one:
     held to the generic arena, some ops give up their target kernels and the arena fits; the

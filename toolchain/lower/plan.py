@@ -454,33 +454,45 @@ def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
     sharing_alike), never for the portable kernel (that is --max-arena's choice): the first plan of
     the smallest arena, so that a narrow form which does not lower the arena is not kept. With
     no scratch left at the peak, the largest elsewhere, which can keep a segment from its best
-    striping, up to OFF_PEAK_TRIES times. The portable arena is planned only when some narrow
-    form could lower the peak; else the plan is returned as it is, without `portable_arena`."""
+    striping, up to OFF_PEAK_TRIES times. After STALE_REPLANS replans in a row that do not
+    lower the arena (equal peaks in many segments, each of which must narrow before the arena
+    drops), the next replan gives up every narrow form's scratch at the peak at once, and the
+    hold ends when that one does not lower it either: a model of many alike layers would
+    otherwise be planned again once for each. The portable arena is planned only when some
+    narrow form could lower the peak; else the plan is returned as it is, without
+    `portable_arena`."""
     best = model_plan
     given_up: dict[int, tuple[str, ...]] = {}
     bound = None
-    off_peak = 0
-    while bound is None or model_plan.arena_bytes > bound:
+    off_peak = stale = 0
+    while (bound is None or model_plan.arena_bytes > bound) and stale <= STALE_REPLANS:
         narrow = narrow_ops(model_plan)
-        op = scratch_to_give_up(model_plan, among=set(narrow), peak_only=True)
-        if op is None and bound is not None and off_peak < OFF_PEAK_TRIES:
-            op = scratch_to_give_up(model_plan, among=set(narrow_ops(model_plan, anywhere=True)))
+        ops = [scratch_to_give_up(model_plan, among=set(narrow), peak_only=True)]
+        if ops[0] is None and bound is not None and off_peak < OFF_PEAK_TRIES:
+            ops = [scratch_to_give_up(model_plan,
+                                      among=set(narrow_ops(model_plan, anywhere=True)))]
             off_peak += 1
-        if op is None:
+        if ops[0] is None:
             break
         if bound is None:
             bound = portable_arena()
             if model_plan.arena_bytes <= bound:
                 break
-        given_up = {**given_up, **{o: (*given_up.get(o, ()), narrow[o])
+        if stale == STALE_REPLANS:
+            ops = sorted(scratch_at_peak(model_plan, among=set(narrow))) or ops
+        given_up = {**given_up, **{o: (*given_up.get(o, ()), narrow[o]) for op in ops
                                    for o in sharing_alike(model_plan, op, set(narrow))}}
         model_plan = replan(given_up)
-        if model_plan.arena_bytes < best.arena_bytes:
-            best = model_plan
+        stale = 0 if model_plan.arena_bytes < best.arena_bytes else stale + 1
+        best = min(best, model_plan, key=lambda p: p.arena_bytes)
     return best if bound is None else replace(best, portable_arena=bound)
 
 
 OFF_PEAK_TRIES = 2  # narrow forms the hold tries for scratch away from the arena's peak
+# Replans in a row that may leave the arena where it was before the hold gives up all the
+# scratch at the peak at once: more than any shared model or example takes (four) before a
+# replan lowers it, so their plans are those of one op at a time.
+STALE_REPLANS = 5
 
 
 def limited_plan(model: Model, kwargs: dict, max_arena: int) -> ModelPlan:
@@ -532,6 +544,22 @@ def scratch_to_give_up(model_plan: ModelPlan, among: set[int] | None = None,
     segment that the target kernels' scratch keeps from being striped, the drift of a run of
     steps, can set the arena where no scratch is live), unless `peak_only`. Only the ops
     `among`, when given. None when no target kernel has any."""
+    scratch = target_scratch(model_plan, among)
+    if peak_only:
+        scratch = {op: value for op, value in scratch.items() if value[0]}
+    return max(scratch, key=lambda op: (*scratch[op], -op), default=None)
+
+
+def scratch_at_peak(model_plan: ModelPlan, among: set[int] | None = None) -> set[int]:
+    """The ops running a target kernel whose scratch is live at a step where the arena's top
+    is the highest (only those `among`, when given)."""
+    return {op for op, (at_peak, _) in target_scratch(model_plan, among).items() if at_peak}
+
+
+def target_scratch(model_plan: ModelPlan, among: set[int] | None = None
+                   ) -> dict[int, tuple[bool, int]]:
+    """Op -> (whether its scratch is live at a step where the arena's top is the highest, its
+    scratch's bytes), for the ops running a target kernel with scratch (those `among`)."""
     lifetimes, bindings = model_plan.lifetimes, model_plan.program.bindings
     held: dict[int, tuple[list[Buffer], int]] = {}  # op -> its scratch's buffers and bytes
     for request in lifetimes.scratch:  # a shared buffer's life is each of its requests'
@@ -543,15 +571,12 @@ def scratch_to_give_up(model_plan: ModelPlan, among: set[int] | None = None,
             buffers.append(model_plan.plan.buffers[lifetimes.holder(request.key)[0]])
             held[request.op] = (buffers, size + request.size)
     if not held:
-        return None
+        return {}
     tops = model_plan.arena_tops()
     peak = max(tops, default=0)
     at_peak = {at for at, top in enumerate(tops) if top == peak}
-    scratch = {op: (any(b.first <= at <= b.last for b in buffers for at in at_peak), size)
-               for op, (buffers, size) in held.items()}
-    if peak_only:
-        scratch = {op: value for op, value in scratch.items() if value[0]}
-    return max(scratch, key=lambda op: (*scratch[op], -op), default=None)
+    return {op: (any(b.first <= at <= b.last for b in buffers for at in at_peak), size)
+            for op, (buffers, size) in held.items()}
 
 
 def sharing_alike(model_plan: ModelPlan, op: int, among: set[int]) -> list[int]:
