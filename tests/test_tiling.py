@@ -497,10 +497,13 @@ def test_the_stripes_of_an_op_define_its_tables_once(target):
 
 
 def test_the_searchs_loads_are_those_of_the_whole_problem(monkeypatch):
-    """The tiling search bounds each tiling from its tensors and stripe buffers, laid out once
-    for every replan of the hold, and its kernels' scratch added (tiled_loads): on every tiling
-    it bounds, the loads are exactly those of the whole striped problem (step_loads), where
-    segments share their ops' scratch, and where a reducing op's scratch is not planned."""
+    """The tiling search bounds each tiling from the whole-op problem's deltas and what each of
+    its segments changes in them, each laid out once (the tensors' for every replan of the
+    hold), the kernels' scratch likewise (tiled_loads): on every tiling it bounds, the loads
+    are exactly those of the whole striped problem (step_loads), at the same steps, where
+    segments share their ops' scratch, where a reducing op's scratch is not planned, where
+    a segment streams the input, and where many segments stand side by side."""
+    from tests.test_targets import alike_layers
     from toolchain.front.examples import EXAMPLES
     from toolchain.planners.base import step_loads
 
@@ -518,8 +521,12 @@ def test_the_searchs_loads_are_those_of_the_whole_problem(monkeypatch):
         return compared
 
     monkeypatch.setattr(plan_module, "tiling_loads", checked)
-    for data in (EXAMPLES["residual_cnn_int8"](), int8_global_average(), dense_on_rows("int8")()):
-        plan_model(parse_model(data, "built.tflite"), target="cortex-m4")
+    for data, options in ((EXAMPLES["residual_cnn_int8"](), {}), (int8_global_average(), {}),
+                          (dense_on_rows("int8")(), {}), (alike_layers(20), {}),
+                          (EXAMPLES["residual_cnn_int8"](), {"stream_input": True})):
+        plan_model(parse_model(data, "built.tflite"), target="cortex-m4", **options)
     assert len(seen) > 100
+    assert max(len(tiling.segments) for tiling, _ in seen) >= 3
+    assert any(s.streamed for tiling, _ in seen for s in tiling.segments)
     assert any(shared for _, shared in seen)  # a segment's ops share one scratch buffer
     assert any(s.reduces for tiling, _ in seen for s in tiling.segments)

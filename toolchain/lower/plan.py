@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
 
@@ -1020,41 +1020,113 @@ def tiled_problem(program: Program, order: Sequence[int], scratch, outside, role
 def tiling_loads(program: Program, order: Sequence[int], scratch: Sequence[ScratchRequest],
                  layout: tuple, memo: TilingMemo | None) -> Callable[[Tiling], dict[int, int]]:
     """`tiled_loads` of this plan's problem (`layout`: what `tiled_problem` takes between the
-    scratch and the tiling). The tilings' tensors laid out are shared with the memo's other
+    scratch and the tiling). The segments' tensors laid out are shared with the memo's other
     plans of the model wherever all that lays them out agrees (the hold's replans, where their
     kernels' overlap rules agree)."""
     outside, _, lives, kept, techniques, alignment = layout
     rules = tuple(None if b is None else b.overlaps for b in program.bindings)
     key = (tuple(order), rules, frozenset(outside), tuple(sorted(lives.items())),
            frozenset(kept), techniques.inplace, techniques.overlap, alignment)
-    return partial(tiled_loads, partial(tiled_problem, program, order, (), *layout), scratch,
-                   {op: step for step, op in enumerate(order)}, alignment,
-                   {} if memo is None else memo.deltas.setdefault(key, {}))
+    laid_out = partial(tiled_problem, program, order, (), *layout)
+    step_of = {op: step for step, op in enumerate(order)}
+    return partial(tiled_loads, (
+        ({} if memo is None else memo.deltas.setdefault(key, {}),
+         lambda segments: tensor_deltas(laid_out(Tiling(segments)), alignment)),
+        ({}, partial(scratch_deltas, scratch, step_of, alignment))), {})
 
 
-def tiled_loads(laid_out: Callable[[Tiling], tuple[Lifetimes, tuple[Overlap, ...]]],
-                scratch: Sequence[ScratchRequest], step_of: Mapping[int, int], alignment: int,
-                known: dict[tuple, Mapping[int, int]], tiling: Tiling) -> dict[int, int]:
-    """The step loads of `tiled_problem` for `tiling` (planners.base.step_loads), the tiling's
-    tensors and stripe buffers laid out by `laid_out` once (`known`, shared by the hold's
-    replans), its kernels' scratch added to them, each a buffer of its op's step: the search
-    bounds thousands of tilings, a replan the same ones with other kernels' scratch."""
-    segments = tuple((s.first, s.last, s.schedule, s.input, s.output, s.streamed,
-                      s.streamed_output) for s in tiling.segments)
-    if segments not in known:
-        lifetimes, overlaps = laid_out(tiling)
-        known[segments] = step_deltas(lifetimes.buffers, overlaps, alignment)
-    deltas = defaultdict(int, known[segments])
-    reducing = {s.reducer for s in tiling.segments if s.reduces}
+# Step -> by how much the loads change there (planners.base.step_deltas), and step -> how many
+# ends of lives and pairs name it: the search's score sums the loads at every step named.
+Deltas = tuple[dict[int, int], dict[int, int]]
+
+
+def tiled_loads(parts: Sequence[tuple[dict[tuple, Deltas], Callable[[tuple], Deltas]]],
+                summed: dict[tuple, Deltas], tiling: Tiling) -> dict[int, int]:
+    """The step loads of `tiled_problem` for `tiling` (planners.base.step_loads), from its
+    parts' deltas (the tensors and stripe buffers, then the kernels' scratch), each the
+    whole-op problem's plus what each segment changes in it, each laid out once in its memo
+    (the tensors' is shared by the hold's replans) and `summed` over the parts: the search
+    bounds thousands of tilings of far fewer segments. The changes add up: a segment moves to
+    its first step the ends of the lives that begin or end in it, and only those (each end of
+    a life is a delta and a step named on its own), takes its intermediates out for its
+    stripe buffers, its ops' scratch into its shared buffer, and pairs an output over an input
+    only at its own steps."""
+    if () not in summed:
+        for known, lay_out in parts:
+            if () not in known:
+                known[()] = lay_out(())
+        summed[()] = added(known[()] for known, _ in parts)
+    keys = [segment_key(s) for s in tiling.segments]
+    for segment, key in zip(tiling.segments, keys, strict=True):
+        if key not in summed:
+            for known, lay_out in parts:
+                if key not in known:
+                    known[key] = tuple(changes(alone, whole) for alone, whole
+                                       in zip(lay_out((segment,)), known[()], strict=True))
+            summed[key] = added(known[key] for known, _ in parts)
+    deltas, named = totals = (dict(summed[()][0]), dict(summed[()][1]))
+    for key in keys:
+        add_to(totals, summed[key])
+    return running_loads({at: deltas[at] for at, count in named.items() if count})
+
+
+def added(parts: Iterable[Deltas]) -> Deltas:
+    """The deltas of `parts` together, and the steps they name."""
+    totals: Deltas = ({}, {})
+    for part in parts:
+        add_to(totals, part)
+    return totals
+
+
+def add_to(totals: Deltas, part: Deltas) -> None:
+    """`part` added to `totals`, in place: a tiling's totals start from a copy of the whole."""
+    for total, change in zip(totals, part, strict=True):
+        for at, by in change.items():
+            total[at] = total.get(at, 0) + by
+
+
+def segment_key(segment: Segment) -> tuple:
+    """What lays a segment out: its steps, schedule and the tensors it streams."""
+    return (segment.first, segment.last, segment.schedule, segment.input, segment.output,
+            segment.streamed, segment.streamed_output)
+
+
+def tensor_deltas(problem: tuple[Lifetimes, tuple[Overlap, ...]], alignment: int) -> Deltas:
+    """The deltas of a laid-out problem's buffers and pairs, and the steps they name."""
+    lifetimes, overlaps = problem
+    named: dict[int, int] = defaultdict(int)
+    first = {b.id: b.first for b in lifetimes.buffers}
+    for at in (*(s for b in lifetimes.buffers for s in (b.first, b.last + 1)),
+               *(s for o in overlaps for s in (first[o.below], first[o.below] + 1))):
+        named[at] += 1
+    return step_deltas(lifetimes.buffers, overlaps, alignment), named
+
+
+def scratch_deltas(scratch: Sequence[ScratchRequest], step_of: Mapping[int, int],
+                   alignment: int, segments: tuple[Segment, ...]) -> Deltas:
+    """The deltas of the kernels' scratch with these segments striped (as tiled_problem lays
+    it out: a segment's ops share one buffer, a reducing op's accumulators take its own
+    place), each a buffer of its op's step, and the steps they name."""
+    deltas: dict[int, int] = defaultdict(int)
+    named: dict[int, int] = defaultdict(int)
+    tiling = Tiling(segments)
+    reducing = {s.reducer for s in segments if s.reduces}
     scratch = tuple(r for r in scratch if r.op not in reducing)
-    within, shared = shared_scratch(scratch, [s.ops for s in tiling.segments], alignment)
+    within, shared = shared_scratch(scratch, [s.ops for s in segments], alignment)
     merged = tiling.merged_steps()
     for request in (*(r for r in scratch if r.key not in within), *shared):
         step = merged.get(step_of[request.op], step_of[request.op])
         size = align_up(request.size, alignment)
-        deltas[step] += size
-        deltas[step + 1] -= size
-    return running_loads(deltas)
+        for at, by in ((step, size), (step + 1, -size)):
+            deltas[at] += by
+            named[at] += 1
+    return deltas, named
+
+
+def changes(after: Mapping[int, int], before: Mapping[int, int]) -> dict[int, int]:
+    """What to add to `before` to make `after`, at the steps where it differs."""
+    return {at: after.get(at, 0) - before.get(at, 0) for at in sorted({*after, *before})
+            if after.get(at, 0) != before.get(at, 0)}
 
 
 def segment_overlaps(lifetimes: Lifetimes, tiling: Tiling, kept) -> tuple[Overlap, ...]:

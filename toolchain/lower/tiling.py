@@ -643,13 +643,15 @@ class TilingMemo:
     again with a few ops' kernels narrowed): the segments built, by their steps and schedule
     (None where the chain stalls or cannot be cut so); whether each runs in the scratch of its
     ops' kernels, by those kernels too; whether a band of an op's rows fits its kernel's
-    scratch; and how the tensors and stripe buffers of each tiling load the steps, by what else
-    lays them out (toolchain.lower.plan.tiling_loads), then by the tiling's segments."""
+    scratch; and how the tensors and stripe buffers of the whole-op problem load the steps, and
+    what each segment changes in that, by what else lays them out
+    (toolchain.lower.plan.tiling_loads), then by the segment."""
 
     segments: dict[tuple, Segment | None] = field(default_factory=dict)
     fits: dict[tuple, bool] = field(default_factory=dict)
     bands: dict[tuple, bool] = field(default_factory=dict)
-    deltas: dict[tuple, dict[tuple, Mapping[int, int]]] = field(default_factory=dict)
+    deltas: dict[tuple, dict[tuple, tuple[dict[int, int], dict[int, int]]]] = field(
+        default_factory=dict)
 
 
 def first_needed(consumers: Sequence[tuple[int, RowMap]], made: Mapping[int, int]) -> int:
