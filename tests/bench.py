@@ -692,6 +692,27 @@ def hold_section(paths: list[Path]) -> None:
                  "held/fastest", "ops"], [hold_row(p) for p in paths]))
 
 
+# Layers of the built chain the `replans` section plans (tests/deep.py).
+DEEP_LAYERS = 100
+
+
+def replans_section(paths: list[Path]) -> None:
+    """How often the hold plans a model on cortex-m4, and the CPU that takes: the shared int8
+    models and a deep chain of alike layers, whose arena peaks in many segments at once."""
+    from tests.deep import alike_layers, held_plan_figures
+
+    print("cortex-m4, the default plan (held to the generic arena): how many times the model "
+          "is planned (the first plan, the generic one and each replan of the hold) and the "
+          "CPU seconds of the whole plan, in this process")
+    models = [(p.stem, p.read_bytes()) for p in paths]
+    models.append((f"alike_layers({DEEP_LAYERS})", alike_layers(DEEP_LAYERS)))
+    rows = []
+    for name, data in models:
+        f = held_plan_figures(data, name)
+        rows.append([name, f["ops"], f["generic"], f["held"], f["plans"], f"{f['cpu_s']:.1f}"])
+    print(table(["model", "ops", "generic", "held", "plans", "CPU s"], rows))
+
+
 def wide_section() -> None:
     """`arenac plan --time-limit 2` on 10,000 and 100,000 parallel branches, whole command."""
     print("arenac plan --json --time-limit 2 on wide graphs (one process each, reading included)")
@@ -724,7 +745,7 @@ def ratio(a: float | None, b: float | None) -> str:
 def main(argv: list[str]) -> int:
     sections = [a for a in argv if not a.endswith(".tflite")] or [
         "plan", "tiling", "stream", "state", "scaling", "solve", "wide", "c", "quant", "runtime",
-        "mcu", "hold", "speed"]
+        "mcu", "hold", "replans", "speed"]
     paths = [Path(a) for a in argv if a.endswith(".tflite")] or SHARED_MODEL_FILES
     if not paths:
         print("no models: pass .tflite paths or provide ../shared/models", file=sys.stderr)
@@ -788,6 +809,9 @@ def main(argv: list[str]) -> int:
         print()
     if "hold" in sections:
         hold_section([p for p in int8 if runs(p)])
+        print()
+    if "replans" in sections:
+        replans_section([p for p in int8 if runs(p)])
         print()
     if "speed" in sections:
         speed_section([p for p in int8 if runs(p)])

@@ -1539,20 +1539,6 @@ def test_the_hold_takes_narrow_kernels_only_and_only_where_they_lower_the_arena(
                           given_up=given_up).arena_bytes >= held.arena_bytes
 
 
-def alike_layers(count: int) -> bytes:
-    """A chain of alike layers, 1x1 convolutions between 3x3 depthwise ones: its striped
-    segments are alike too, so the arena's peak is in many of them at once."""
-    from toolchain.front.builder import ModelBuilder
-
-    b = ModelBuilder("int8", seed=1)
-    y = b.input("x", (1, 32, 32, 8), "int8", scale=0.05, zero_point=3)
-    for i in range(count):
-        y = (b.conv_2d(y, 8 + 8 * (i % 3 == 0), 1, activation="RELU6") if i % 2 == 0
-             else b.depthwise_conv_2d(y, 3, activation="RELU6"))
-    b.output(y)
-    return b.build()
-
-
 def test_the_hold_ends_after_a_run_of_replans_that_do_not_lower_the_arena():
     """Replans that never lower the arena (each the first plan again, as on a model of many
     alike layers, where every segment at the peak must narrow before the arena drops): the
@@ -1560,6 +1546,7 @@ def test_the_hold_ends_after_a_run_of_replans_that_do_not_lower_the_arena():
     form's scratch at the peak, and ends on the first plan; before, it planned again for each
     narrow op, without end when the replans change nothing."""
     import toolchain.lower.plan as plan_module
+    from tests.deep import alike_layers
 
     model = parse_model(alike_layers(12), "alike.tflite")
     first = plan_model(model, target="cortex-m4", max_arena=1 << 20)

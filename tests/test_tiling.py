@@ -503,7 +503,7 @@ def test_the_searchs_loads_are_those_of_the_whole_problem(monkeypatch):
     are exactly those of the whole striped problem (step_loads), at the same steps, where
     segments share their ops' scratch, where a reducing op's scratch is not planned, where
     a segment streams the input, and where many segments stand side by side."""
-    from tests.test_targets import alike_layers
+    from tests.deep import alike_layers
     from toolchain.front.examples import EXAMPLES
     from toolchain.planners.base import step_loads
 
