@@ -1568,6 +1568,33 @@ def test_the_hold_ends_after_a_run_of_replans_that_do_not_lower_the_arena():
     assert set(replans[-1]) >= at_peak
 
 
+def test_max_arena_gives_up_the_scratch_at_the_peak_at_once_after_a_run_of_replans():
+    """--max-arena on a model of many alike layers, the replans leaving the arena where it was
+    (each the first plan again): after STALE_REPLANS of them, one op at a time, every op with
+    a target kernel's scratch at the peak gives it up in the next replan."""
+    import toolchain.lower.plan as plan_module
+    from tests.deep import alike_layers
+
+    model = parse_model(alike_layers(12), "alike.tflite")
+    first = plan_model(model, target="cortex-m4", max_arena=1 << 20)
+    replans = []
+
+    class Enough(Exception):
+        pass
+
+    def replan(given_up):
+        replans.append(given_up)
+        if len(replans) > plan_module.STALE_REPLANS:
+            raise Enough
+        return first
+
+    with pytest.raises(Enough):
+        plan_module.within_arena(first, plan_model(model).arena_bytes, replan)
+    at_peak = plan_module.scratch_at_peak(first)
+    assert len(at_peak) > 1 and all(len(r) == 1 for r in replans[:-1])
+    assert set(replans[-1]) >= at_peak
+
+
 def test_max_arena_gives_up_target_kernels_until_the_arena_fits():
     """A stem whose DSP kernels' scratch makes the cortex-m4 arena larger than the generic one:
     held to the generic arena, some ops give up their target kernels and the arena fits; the

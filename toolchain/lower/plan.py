@@ -519,9 +519,12 @@ def within_arena(model_plan: ModelPlan, max_arena: int,
     """The plan within `max_arena` bytes of arena, giving up target kernels one at a time
     (`scratch_to_give_up`, with the ops whose scratch is as large in the same shared buffer,
     sharing_alike) for the next one that takes the op (dsp-rows for dsp-im2col) or the
-    portable one (whose scratch is smaller, or none), the model planned again after each.
-    Refused when no target kernel with scratch is left."""
+    portable one (whose scratch is smaller, or none), the model planned again after each;
+    after STALE_REPLANS replans in a row that do not lower the arena, every op with a target
+    kernel's scratch at the peak gives it up at once, as in the hold. Refused when no target
+    kernel with scratch is left."""
     given_up: dict[int, tuple[str, ...]] = {}
+    lowest, stale = model_plan.arena_bytes, 0
     while model_plan.arena_bytes > max_arena:
         op = scratch_to_give_up(model_plan)
         if op is None:
@@ -531,9 +534,13 @@ def within_arena(model_plan: ModelPlan, max_arena: int,
                             f"over the limit of {max_arena} (--max-arena)", model_plan.model.source)
         bindings = model_plan.program.bindings
         targeted = {b.op for b in bindings if b.variant is not None}
+        ops = sorted(scratch_at_peak(model_plan)) if stale >= STALE_REPLANS else []
         given_up = {**given_up, **{o: (*given_up.get(o, ()), bindings[o].variant.name)
-                                   for o in sharing_alike(model_plan, op, targeted)}}
+                                   for first in (ops or [op])
+                                   for o in sharing_alike(model_plan, first, targeted)}}
         model_plan = replan(given_up)
+        stale = 0 if model_plan.arena_bytes < lowest else stale + 1
+        lowest = min(lowest, model_plan.arena_bytes)
     return model_plan
 
 
