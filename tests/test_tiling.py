@@ -522,7 +522,7 @@ def test_the_searchs_loads_are_those_of_the_whole_problem(monkeypatch):
 
     monkeypatch.setattr(plan_module, "tiling_loads", checked)
     for data, options in ((EXAMPLES["residual_cnn_int8"](), {}), (int8_global_average(), {}),
-                          (dense_on_rows("int8")(), {}), (alike_layers(20), {}),
+                          (dense_on_rows("int8")(), {}), (alike_layers(14), {}),
                           (EXAMPLES["residual_cnn_int8"](), {"stream_input": True})):
         plan_model(parse_model(data, "built.tflite"), target="cortex-m4", **options)
     assert len(seen) > 100

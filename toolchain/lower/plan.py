@@ -1057,7 +1057,8 @@ def tiled_loads(parts: Sequence[tuple[dict[tuple, Deltas], Callable[[tuple], Del
     its first step the ends of the lives that begin or end in it, and only those (each end of
     a life is a delta and a step named on its own), takes its intermediates out for its
     stripe buffers, its ops' scratch into its shared buffer, and pairs an output over an input
-    only at its own steps."""
+    only at its own steps (which holds while a chain's intermediates and streamed input are
+    read only inside it: toolchain.lower.tiling.chain_at)."""
     if () not in summed:
         for known, lay_out in parts:
             if () not in known:
@@ -1074,7 +1075,7 @@ def tiled_loads(parts: Sequence[tuple[dict[tuple, Deltas], Callable[[tuple], Del
     deltas, named = totals = (dict(summed[()][0]), dict(summed[()][1]))
     for key in keys:
         add_to(totals, summed[key])
-    return running_loads({at: deltas[at] for at, count in named.items() if count})
+    return running_loads({at: deltas.get(at, 0) for at, count in named.items() if count})
 
 
 def added(parts: Iterable[Deltas]) -> Deltas:
