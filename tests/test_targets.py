@@ -1539,12 +1539,10 @@ def test_the_hold_takes_narrow_kernels_only_and_only_where_they_lower_the_arena(
                           given_up=given_up).arena_bytes >= held.arena_bytes
 
 
-def test_the_hold_ends_after_a_run_of_replans_that_do_not_lower_the_arena():
-    """Replans that never lower the arena (each the first plan again, as on a model of many
-    alike layers, where every segment at the peak must narrow before the arena drops): the
-    hold plans STALE_REPLANS of them one op at a time, then one that gives up every narrow
-    form's scratch at the peak, and ends on the first plan; before, it planned again for each
-    narrow op, without end when the replans change nothing."""
+def replans_leaving_the_arena(narrowing, limit: int = 20) -> tuple[object, list, set[int]]:
+    """Runs `narrowing(first, generic, replan)` on a chain of alike layers on cortex-m4 with
+    replans that never lower the arena (each the first plan again), at most `limit` of them:
+    the first plan, the replans' given-up ops, and the ops with target scratch at its peak."""
     import toolchain.lower.plan as plan_module
     from tests.deep import alike_layers
 
@@ -1556,43 +1554,47 @@ def test_the_hold_ends_after_a_run_of_replans_that_do_not_lower_the_arena():
 
     def replan(given_up):
         replans.append(given_up)
-        assert len(replans) <= 20, "the hold does not end"
+        if len(replans) > limit:
+            raise StopIteration("too many replans")
         return first
 
-    held = plan_module.narrowed(first, lambda: generic, replan)
-    assert held.arena_bytes == first.arena_bytes and held.portable_arena == generic
+    try:
+        narrowing(first, generic, replan)
+    except StopIteration:
+        pass
+    return first, replans, plan_module.scratch_at_peak(first)
+
+
+def test_the_hold_ends_after_a_run_of_replans_that_do_not_lower_the_arena():
+    """Replans that never lower the arena (as on a model of many alike layers, where every
+    segment at the peak must narrow before the arena drops): the hold plans STALE_REPLANS of
+    them one op at a time, then one that gives up every narrow form's scratch at the peak, and
+    ends on the first plan; before, it planned again for each narrow op, without end when the
+    replans change nothing."""
+    import toolchain.lower.plan as plan_module
+
+    held = []
+    first, replans, at_peak = replans_leaving_the_arena(
+        lambda first, generic, replan: held.append(
+            (plan_module.narrowed(first, lambda: generic, replan), generic)))
+    assert held, "the hold does not end"
+    (plan, generic), = held
+    assert plan.arena_bytes == first.arena_bytes and plan.portable_arena == generic
     assert len(replans) == plan_module.STALE_REPLANS + 1
-    narrow = plan_module.narrow_ops(first)
-    at_peak = plan_module.scratch_at_peak(first, among=set(narrow))
     assert len(at_peak) > 1 and all(len(r) == 1 for r in replans[:-1])
     assert set(replans[-1]) >= at_peak
 
 
 def test_max_arena_gives_up_the_scratch_at_the_peak_at_once_after_a_run_of_replans():
-    """--max-arena on a model of many alike layers, the replans leaving the arena where it was
-    (each the first plan again): after STALE_REPLANS of them, one op at a time, every op with
-    a target kernel's scratch at the peak gives it up in the next replan."""
+    """--max-arena with the same replans: after STALE_REPLANS of them, one op at a time, every
+    op with a target kernel's scratch at the peak gives it up in the next replan."""
     import toolchain.lower.plan as plan_module
-    from tests.deep import alike_layers
 
-    model = parse_model(alike_layers(12), "alike.tflite")
-    first = plan_model(model, target="cortex-m4", max_arena=1 << 20)
-    replans = []
-
-    class Enough(Exception):
-        pass
-
-    def replan(given_up):
-        replans.append(given_up)
-        if len(replans) > plan_module.STALE_REPLANS:
-            raise Enough
-        return first
-
-    with pytest.raises(Enough):
-        plan_module.within_arena(first, plan_model(model).arena_bytes, replan)
-    at_peak = plan_module.scratch_at_peak(first)
-    assert len(at_peak) > 1 and all(len(r) == 1 for r in replans[:-1])
-    assert set(replans[-1]) >= at_peak
+    _, replans, at_peak = replans_leaving_the_arena(
+        plan_module.within_arena, limit=plan_module.STALE_REPLANS + 1)
+    assert len(replans) == plan_module.STALE_REPLANS + 2
+    assert len(at_peak) > 1 and all(len(r) == 1 for r in replans[:-2])
+    assert set(replans[-2]) >= at_peak
 
 
 def test_max_arena_gives_up_target_kernels_until_the_arena_fits():

@@ -467,21 +467,20 @@ def narrowed(model_plan: ModelPlan, portable_arena: Callable[[], int],
     off_peak = stale = 0
     while (bound is None or model_plan.arena_bytes > bound) and stale <= STALE_REPLANS:
         narrow = narrow_ops(model_plan)
-        ops = [scratch_to_give_up(model_plan, among=set(narrow), peak_only=True)]
-        if ops[0] is None and bound is not None and off_peak < OFF_PEAK_TRIES:
-            ops = [scratch_to_give_up(model_plan,
-                                      among=set(narrow_ops(model_plan, anywhere=True)))]
+        op = scratch_to_give_up(model_plan, among=set(narrow), peak_only=True)
+        if op is None and bound is not None and off_peak < OFF_PEAK_TRIES:
+            op = scratch_to_give_up(model_plan, among=set(narrow_ops(model_plan, anywhere=True)))
             off_peak += 1
-        if ops[0] is None:
+        if op is None:
             break
         if bound is None:
             bound = portable_arena()
             if model_plan.arena_bytes <= bound:
                 break
-        if stale == STALE_REPLANS:
-            ops = sorted(scratch_at_peak(model_plan, among=set(narrow))) or ops
-        given_up = {**given_up, **{o: (*given_up.get(o, ()), narrow[o]) for op in ops
-                                   for o in sharing_alike(model_plan, op, set(narrow))}}
+        ops = sorted(scratch_at_peak(model_plan, among=set(narrow))) \
+            if stale == STALE_REPLANS else []
+        given_up = {**given_up, **{o: (*given_up.get(o, ()), narrow[o]) for first in (ops or [op])
+                                   for o in sharing_alike(model_plan, first, set(narrow))}}
         model_plan = replan(given_up)
         stale = 0 if model_plan.arena_bytes < best.arena_bytes else stale + 1
         best = min(best, model_plan, key=lambda p: p.arena_bytes)
