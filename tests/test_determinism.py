@@ -2,9 +2,10 @@
 speed or load, the folder they are made in or the hash seed, because every search is bounded by
 work. test_behaviour shows it for every example and shared model against a record, C comments
 aside; here it is shown to the byte of every file `gen` writes for a 224x224 MobileNetV2 (the
-longest search) and vww_96_int8, planned in this process and in one whose clock runs a
-thousand times fast (a search bounded by the clock would stop early there, as it did under
-load), whose hash seed differs and whose folders have other names."""
+longest search), planned in this process and in one whose clock runs a thousand times fast (a
+search bounded by the clock would stop early there, as it did under load), whose hash seed
+differs and whose folders have other names. The shared models (vww_96_int8 among them) are
+planned in such a process by test_behaviour, against its record."""
 
 from __future__ import annotations
 
@@ -13,25 +14,16 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 from tests.behaviour import gen_digests, run_in_child
-from tests.conftest import SHARED_MODEL_FILES
 from tests.mobilenet import mobilenet_v2
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("model", ["mobilenet_v2_224", "vww_96_int8"])
-def test_plans_and_generated_c_are_the_same_bytes_at_any_speed_in_any_folder(tmp_path, model):
-    if model == "mobilenet_v2_224":
-        path = tmp_path / f"{model}.tflite"
-        path.write_bytes(mobilenet_v2(224))
-        models = [str(path)]
-    else:
-        models = [str(p) for p in SHARED_MODEL_FILES if p.stem == model]
-        if not models:
-            pytest.skip("the shared models are absent")
+def test_plans_and_generated_c_are_the_same_bytes_at_any_speed_in_any_folder(tmp_path):
+    path = tmp_path / "mobilenet_v2_224.tflite"
+    path.write_bytes(mobilenet_v2(224))
+    models = [str(path)]
     folder = tmp_path / "another checkout"
     folder.mkdir()
     with ThreadPoolExecutor(1) as child:  # the fast-clock process runs while this one plans

@@ -209,7 +209,8 @@ def test_input_is_never_taken_for_inputs_nor_any_abbreviation(capsys, model):
 @needs_shared_models
 def test_check_input_on_a_saved_kws_input(capsys, tmp_path, no_random):
     """A real model and its real input layout: one saved .npy, a CSV of the same values, and
-    a stack of three: every backend bit-exact and top-1 in agreement."""
+    a stack of three: top-1 in agreement and bit-exact, runtime_py with the oracle for each
+    file, every backend for the stack (a loaded array reaches every backend alike)."""
     graph = read_model(KWS).main
     tensor = graph.tensors[graph.inputs[0]]
     rng = np.random.default_rng(7)
@@ -217,9 +218,11 @@ def test_check_input_on_a_saved_kws_input(capsys, tmp_path, no_random):
     np.save(tmp_path / "x.npy", stack[0])
     np.save(tmp_path / "stack.npy", stack)
     np.savetxt(tmp_path / "x.csv", stack[0].reshape(1, -1), fmt="%d", delimiter=",")
-    for name, count in (("x.npy", 1), ("x.csv", 1), ("stack.npy", 3)):
+    for name, count, backends in (("x.npy", 1, ["--backends", "runtime_py"]),
+                                  ("x.csv", 1, ["--backends", "runtime_py"]),
+                                  ("stack.npy", 3, [])):
         code, out, err = run(capsys, "check", str(KWS), "--input", str(tmp_path / name),
-                             "--json")
+                             *backends, "--json")
         assert code == 0, err
         report = json.loads(out)
         assert report["ok"] and report["sequences"] == count
