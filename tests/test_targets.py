@@ -30,6 +30,7 @@ from toolchain.c.generate import generate
 from toolchain.cli import main
 from toolchain.errors import ArenacError, RuntimeBackendError
 from toolchain.front.reader import parse_model
+from toolchain.ir import INT32_MAX
 from toolchain.lab.bench import bench
 from toolchain.lab.c_backend import compiler
 from toolchain.lab.check import check_plan, random_inputs
@@ -919,23 +920,38 @@ ADD_CASES = [
 def test_dsp_add_rounding_equals_the_reference_on_every_pair_of_inputs(opcode, shape1, shape2,
                                                                       activation, quant):
     """All 256 x 256 pairs of int8 inputs: the single rounding after the portable kernel's
-    tables, and runtime_py's reference output stage."""
+    tables, and runtime_py's reference output stage. Where the activation clamps every
+    negative sum away (RELU, RELU6), the rounding is one SMMLA of the lifted sums; else a
+    64-bit one stepped by the sum's sign."""
     from toolchain.ops.elementwise.emit import rescaled_inputs
 
     model = binary_model(opcode, "int8", shape1, shape2, activation, quant)
     mp = planned(model, "cortex-m4")
     assert kernels_bound(mp) == ["dsp-add"]
     p = mp.program.params()[0]
-    r = elementwise_dsp.add_rounding(p)
     first = rescaled_inputs(p, p.input1_offset, p.input1_multiplier, p.input1_shift)
     second = rescaled_inputs(p, p.input2_offset, p.input2_multiplier, p.input2_shift)
-    acc = (first[:, None] + (second if opcode == "ADD" else -second)[None, :]).ravel()
+    second = second if opcode == "ADD" else -second
+    acc = (first[:, None] + second[None, :]).ravel()
     want = np.clip(multiply_by_quantized_multiplier(acc, p.output_multiplier, p.output_shift)
                    + p.output_offset, p.activation_min, p.activation_max)
-    rounding = np.where(acc < 0, r.negative_rounding, r.rounding)
-    got = np.clip((acc * r.multiplier + rounding) >> r.shift,
-                  p.activation_min - p.output_offset,
-                  p.activation_max - p.output_offset) + p.output_offset
+    word = elementwise_dsp.high_word_add(p)
+    c = generate(mp, "net")["net.c"]
+    assert (word is not None) == (activation is not None)
+    if word is not None:  # what the C computes, SMMLA's high word then the shift
+        lifted = (first[:, None] + word.lift + second[None, :]).ravel()
+        assert lifted.min() >= 0 and lifted.max() <= INT32_MAX
+        high = (lifted * word.multiplier + (word.high << 32)) >> 32
+        got = np.clip(high >> word.shift, p.activation_min, p.activation_max)
+        assert f"arenac_smmla(acc, {word.multiplier}, {word.high})" in c
+        assert "arenac_sign_step" not in c
+    else:
+        r = elementwise_dsp.add_rounding(p)
+        rounding = np.where(acc < 0, r.negative_rounding, r.rounding)
+        got = np.clip((acc * r.multiplier + rounding) >> r.shift,
+                      p.activation_min - p.output_offset,
+                      p.activation_max - p.output_offset) + p.output_offset
+        assert "arenac_sign_step" in c
     np.testing.assert_array_equal(got, want)
 
 

@@ -337,6 +337,16 @@ PROVEN = (": at generation time toolchain/numerics/rounding.py proved it equal, 
           "to the reference's requantization on every sum this op can produce")
 
 
+def int8_store(low: int, high: int) -> tuple[list[str], set[str]]:
+    """The lines returning q (the zero point in it) as int8 clamped to [low, high], and the
+    helper groups they call: one SSAT where an end of the clamp is int8's own, else a clamp."""
+    if low == -128 or high == 127:  # SSAT, and the activation's other end
+        rest = ("v" if (low, high) == (-128, 127) else
+                f"(v < {low} ? {low} : v)" if high == 127 else f"(v > {high} ? {high} : v)")
+        return ["const int32_t v = __ssat(q, 8);", f"return (int8_t){rest};"], set()
+    return [f"return (int8_t)arenac_clamp(q, {low}, {high});"], {"clamp"}
+
+
 def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] | None = None
                   ) -> tuple[list[dict], list[str], str, set[str]]:
     """The tables, body lines and comment of the op's output function, and the fixed-point
@@ -367,14 +377,8 @@ def output_values(prefix: str, stage: OutputStage, sums: tuple[np.ndarray, str] 
         fold = zp if folded else 0
         fields = [(r.rounding + (fold << r.shift), r.negative_rounding + (fold << r.shift),
                    r.multiplier, r.shift - 32) for r in s]
-        low, high = stage.low + zp, stage.high + zp
-        if folded and (low == -128 or high == 127):  # SSAT, and the activation's other end
-            rest = ("v" if (low, high) == (-128, 127) else
-                    f"(v < {low} ? {low} : v)" if high == 127 else f"(v > {high} ? {high} : v)")
-            store = ["const int32_t v = __ssat(q, 8);", f"return (int8_t){rest};"]
-            calls = set()
-        elif folded:
-            store = [f"return (int8_t)arenac_clamp(q, {low}, {high});"]
+        if folded:
+            store, calls = int8_store(stage.low + zp, stage.high + zp)
         shared = all(a == b and n == fields[0][3] for a, b, _, n in fields)
         # the high-word forms: of one R for both signs, or of the negative R, 2^31 below the
         # other's (each in its interval: least and greatest)

@@ -239,6 +239,7 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     "arm_dsp_channel": (),
     "arm_dsp_high_channel": (),
     "arm_dsp_smmla": ("arm_dsp_inline",),
+    "arm_dsp_unroll4": (),
     "arm_dsp_sxtab16": ("arm_dsp",),
     "arm_dsp_max8": ("arm_dsp",),
     "arm_dsp_ror8": ("arm_dsp",),  # the rotated widening, for the steps that read int8 pairs

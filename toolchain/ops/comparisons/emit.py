@@ -111,6 +111,7 @@ def select_nest(loops: list[tuple[int, tuple[int, ...], int]], ctype: str) -> di
                for name, stride in zip("cab", (sc, sa, sb), strict=True))
     return {"outer": levels, "inner": {
         "loop": inner, "pad": "  " * (depth + 1), "hoisted": None, "ivdep": inner.written,
+        "unroll": False,
         "statement": f"o{depth}[{inner.index}] = {c} ? {a} : {b};"}}
 
 

@@ -138,6 +138,7 @@ def broadcast_nest(loops: list[Loop], ctype: str, wide: str, op: str,
             "pad": "  " * (depth + 1),
             "hoisted": hoisted,
             "ivdep": ivdep and inner.written,
+            "unroll": False,  # ARENAC_UNROLL4 before the loop: a kernel's choice (dsp-add)
             "statement": f"o{depth}[{inner.index}] = {op}({a}, {b});",
         },
     }
@@ -339,7 +340,9 @@ def _product_values(p: ScaledProductParams, prefix: str, ctype: str) -> dict:
     }
 
 
-def binary_values(ctx: OpContext) -> dict:
+def binary_values(ctx: OpContext, loads: tuple[Load, Load] | None = None) -> dict:
+    """The template's values of a binary op; `loads` read the two inputs' elements in place of
+    the op's own (its tables' or functions')."""
     p = ctx.params
     a, b = ctx.inputs
     out = ctx.outputs[0]
@@ -358,7 +361,7 @@ def binary_values(ctx: OpContext) -> dict:
         **values,
         "empty": not loops,
         "nest": broadcast_nest(loops, out.ctype, values["wide"], f"{ctx.prefix}_op",
-                               values["loads"]) if loops else None,
+                               loads or values["loads"]) if loops else None,
         "fn": ctx.fn, "prefix": ctx.prefix, "ctype": out.ctype,
         "a": a.ptr, "b": b.ptr, "out": out.ptr,
         "comment": c_comment(comment),
