@@ -1037,8 +1037,9 @@ def tiling_loads(program: Program, order: Sequence[int], scratch: Sequence[Scrat
     step_of = {op: step for step, op in enumerate(order)}
     return partial(tiled_loads, (
         ({} if memo is None else memo.deltas.setdefault(key, {}),
-         lambda segments: tensor_deltas(laid_out(Tiling(segments)), alignment)),
-        ({}, partial(scratch_deltas, scratch, step_of, alignment))), {})
+         lambda segments: tensor_deltas(laid_out(Tiling(segments)), alignment), None),
+        ({}, partial(scratch_deltas, scratch, step_of, alignment),
+         partial(scratch_change, scratch, step_of, alignment))), {})
 
 
 # Step -> by how much the loads change there (planners.base.step_deltas), and step -> how many
@@ -1046,31 +1047,36 @@ def tiling_loads(program: Program, order: Sequence[int], scratch: Sequence[Scrat
 Deltas = tuple[dict[int, int], dict[int, int]]
 
 
-def tiled_loads(parts: Sequence[tuple[dict[tuple, Deltas], Callable[[tuple], Deltas]]],
+def tiled_loads(parts: Sequence[tuple[dict[tuple, Deltas], Callable[[tuple], Deltas],
+                                     Callable[[Segment], Deltas] | None]],
                 summed: dict[tuple, Deltas], tiling: Tiling) -> dict[int, int]:
     """The step loads of `tiled_problem` for `tiling` (planners.base.step_loads), from its
     parts' deltas (the tensors and stripe buffers, then the kernels' scratch), each the
     whole-op problem's plus what each segment changes in it, each laid out once in its memo
     (the tensors' is shared by the hold's replans) and `summed` over the parts: the search
-    bounds thousands of tilings of far fewer segments. The changes add up: a segment moves to
+    bounds thousands of tilings of far fewer segments. A part's change of a segment is its own
+    function's where it has one (the scratch's: only the segment's steps' requests change),
+    else the problem laid out with the segment alone less the whole. The changes add up: a
+    segment moves to
     its first step the ends of the lives that begin or end in it, and only those (each end of
     a life is a delta and a step named on its own), takes its intermediates out for its
     stripe buffers, its ops' scratch into its shared buffer, and pairs an output over an input
     only at its own steps (which holds while a chain's intermediates and streamed input are
     read only inside it: toolchain.lower.tiling.chain_at)."""
     if () not in summed:
-        for known, lay_out in parts:
+        for known, lay_out, _ in parts:
             if () not in known:
                 known[()] = lay_out(())
-        summed[()] = added(known[()] for known, _ in parts)
+        summed[()] = added(known[()] for known, _, _ in parts)
     keys = [segment_key(s) for s in tiling.segments]
     for segment, key in zip(tiling.segments, keys, strict=True):
         if key not in summed:
-            for known, lay_out in parts:
+            for known, lay_out, change in parts:
                 if key not in known:
-                    known[key] = tuple(changes(alone, whole) for alone, whole
-                                       in zip(lay_out((segment,)), known[()], strict=True))
-            summed[key] = added(known[key] for known, _ in parts)
+                    known[key] = change(segment) if change is not None else tuple(
+                        changes(alone, whole)
+                        for alone, whole in zip(lay_out((segment,)), known[()], strict=True))
+            summed[key] = added(known[key] for known, _, _ in parts)
     deltas, named = totals = (dict(summed[()][0]), dict(summed[()][1]))
     for key in keys:
         add_to(totals, summed[key])
@@ -1128,6 +1134,18 @@ def scratch_deltas(scratch: Sequence[ScratchRequest], step_of: Mapping[int, int]
             deltas[at] += by
             named[at] += 1
     return deltas, named
+
+
+def scratch_change(scratch: Sequence[ScratchRequest], step_of: Mapping[int, int],
+                   alignment: int, segment: Segment) -> Deltas:
+    """What striping `segment` changes in the scratch's deltas (scratch_deltas): only the
+    requests of the ops at its steps move or merge, so theirs with the segment less theirs
+    without, the others' cancelling out."""
+    steps = range(segment.first, segment.last + 1)
+    own = tuple(r for r in scratch if step_of[r.op] in steps)
+    after = scratch_deltas(own, step_of, alignment, (segment,))
+    before = scratch_deltas(own, step_of, alignment, ())
+    return tuple(changes(a, b) for a, b in zip(after, before, strict=True))
 
 
 def changes(after: Mapping[int, int], before: Mapping[int, int]) -> dict[int, int]:
