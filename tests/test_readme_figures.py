@@ -173,12 +173,11 @@ TILING_ROWS = table_rows("Striped segments (section `tiling`)")
 @pytest.mark.parametrize("cells", TILING_ROWS, ids=[cells[0] for cells in TILING_ROWS])
 def test_the_readme_striping_table_is_what_bench_tiling_gives(cells):
     """`python -m tests.bench tiling`: the arenas, bounds, stripes and moved bytes, and the
-    Cortex-M4 arenas at the kernels' fastest (the instructions column needs a QEMU run, which
-    `make bench` makes)."""
-    from tests.bench import NO_ARENA_LIMIT, tiling_row
+    Cortex-M4 arenas with every kernel keeping its scratch (the instructions column needs a
+    QEMU run, which `make bench` makes)."""
+    from tests.bench import every_kernel, tiling_row
     from tests.conftest import SHARED_MODEL_FILES
     from toolchain.front.reader import read_model
-    from toolchain.lower.plan import Techniques, plan_model
 
     if not SHARED_MODEL_FILES:
         pytest.skip("the shared models are absent")
@@ -187,8 +186,7 @@ def test_the_readme_striping_table_is_what_bench_tiling_gives(cells):
     assert [str(c) for c in row[1:8]] == cells[1:8], f"the documented row {cells[0]} is stale"
     if cells[8] != "-":
         model = read_model(path)
-        m4 = [plan_model(model, target="cortex-m4", techniques=Techniques(tiling=t),
-                         max_arena=NO_ARENA_LIMIT).arena_bytes for t in ("off", "auto")]
+        m4 = [every_kernel(model, "cortex-m4", t).arena_bytes for t in ("off", "auto")]
         assert [str(a) for a in m4] == cells[8:10], f"row {cells[0]}: its Cortex-M4 arenas"
 
 

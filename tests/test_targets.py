@@ -60,8 +60,8 @@ DSP = ("cortex-m4", "cortex-m7", "cortex-m33")
 
 def planned(model: bytes, target: str, **options) -> ModelPlan:
     """The model planned for `target` with its fastest kernels (a limit far above any arena
-    here, so that no kernel gives its scratch up for a narrow form), unless `options` set
-    max_arena (None: the default plan, held to the generic arena)."""
+    here, so that no kernel gives its scratch up for a narrow form, and whole ops), unless
+    `options` set max_arena (None: the default plan, held to the generic arena)."""
     options.setdefault("max_arena", 1 << 20)
     return plan_model(parse_model(model, "built.tflite"), "greedy", target=target, **options)
 
@@ -524,6 +524,9 @@ ROWS_CASES = [
     dict(input_shape=(2, 11, 12, 2), out_channels=6, kernel=(5, 5), padding="VALID"),
     # deep, 48 words a filter row: two trips of 24
     dict(input_shape=(1, 10, 11, 32), out_channels=2, kernel=(3, 3), bias=False),
+    # an image's first layer at stride 1: three colours, each pixel padded by a zero value
+    dict(input_shape=(1, 12, 11, 3), out_channels=5, kernel=(3, 3), per_channel=True,
+         activation="RELU"),
 ]
 
 
@@ -551,7 +554,9 @@ def test_im2col_copies_as_int8_only_what_it_widens_from_a_copy():
 
 
 def test_the_rows_kernel_leaves_what_it_does_not_run_to_im2col():
-    for shape, kernel, stride in [((1, 6, 6, 3), (3, 3), (1, 1)),  # odd stride x depth
+    for shape, kernel, stride in [((1, 6, 6, 3), (3, 3), (1, 1)),  # odd stride x depth, 36
+                                  # output pixels, and over 100 but of one value a pixel
+                                  ((1, 12, 12, 1), (3, 3), (1, 1)),
                                   # too deep to write out, over fewer than 100 pixels, whose
                                   # int8 filter the im2col kernel keeps
                                   ((1, 6, 6, 8), (3, 3), (1, 1)),  # 12 words a filter row
@@ -1422,6 +1427,24 @@ def test_the_dual_issue_cores_scheduled_kernels_are_bit_exact(name):
     assert report.ok, report.as_dict()
 
 
+def test_a_limit_whole_ops_fit_in_runs_them_whole_on_the_dsp_cores():
+    """--max-arena: on a DSP core, whose kernels run whole ops faster than stripes of them, a
+    limit whole ops fit in plans them whole with every kernel's scratch, one just below stripes
+    them with every kernel's scratch still; on cortex-m55, whose depthwise kernel runs faster a
+    few rows at a time, a limit above any arena stripes as the default plan does."""
+    from tests.test_tiling import mobilenet_stem
+
+    model = parse_model(mobilenet_stem(), "stem.tflite")
+    whole = plan_model(model, target="cortex-m4", techniques=Techniques(tiling="off"),
+                       max_arena=1 << 20)
+    fast = plan_model(model, target="cortex-m4", max_arena=whole.arena_bytes)
+    assert not fast.tiling.segments and not fast.program.given_up
+    assert fast.arena_bytes == whole.arena_bytes
+    tight = plan_model(model, target="cortex-m4", max_arena=whole.arena_bytes - 1)
+    assert tight.tiling.segments and not tight.program.given_up
+    assert plan_model(model, target="cortex-m55", max_arena=1 << 20).tiling.segments
+
+
 @needs_mcu
 def test_a_segments_target_kernels_take_turns_in_one_scratch_buffer():
     """The striped segment's DSP kernels share one scratch buffer, as large as the most one
@@ -1429,7 +1452,12 @@ def test_a_segments_target_kernels_take_turns_in_one_scratch_buffer():
     from tests.test_tiling import mobilenet_stem
 
     data = mobilenet_stem()
-    mp = plan_model(parse_model(data, "stem.tflite"), target="cortex-m4", max_arena=1 << 20)
+    model = parse_model(data, "stem.tflite")
+    # every kernel keeping its scratch, the arena limited below whole ops': striped
+    whole = plan_model(model, target="cortex-m4", techniques=Techniques(tiling="off"),
+                       max_arena=1 << 20)
+    mp = plan_model(model, target="cortex-m4", max_arena=whole.arena_bytes - 1)
+    assert mp.tiling.segments and not mp.program.given_up
     lives = mp.lifetimes
     (shared,) = lives.shared
     held = [r for r in lives.scratch if r.key in lives.within]

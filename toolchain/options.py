@@ -190,10 +190,12 @@ def add_planning(p: argparse.ArgumentParser) -> None:
                         "that lowers the arena within this cap; 0 for whole rows only "
                         f"(default: {DEFAULT_MAX_RECOMPUTE:g})")
     p.add_argument("--max-arena", type=byte_count, default=None, metavar="N",
-                   help="fit the arena in N bytes: while it is larger, the target kernel whose "
-                        "scratch is the largest where the arena peaks runs the next kernel that "
-                        "takes the op, or its portable one; refused when no such kernel is left "
-                        "(default: the generic arena, held through narrow kernels only)")
+                   help="fit the arena in N bytes, as fast as that allows: on a DSP core "
+                        "whole ops where they fit, else striped; while it is larger, the target "
+                        "kernel whose scratch is the largest where the arena peaks runs the next "
+                        "kernel that takes the op, or its portable one; refused when no such "
+                        "kernel is left (default: the generic arena, held through narrow kernels "
+                        "only)")
     p.add_argument("--pool", action="append", type=pool_spec, default=[],
                    metavar="NAME:SIZE[:SECTION]",
                    help="a memory pool instead of one arena, SIZE in bytes, K or M; repeat "

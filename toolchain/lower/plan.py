@@ -78,7 +78,7 @@ from toolchain.planners.csvio import load_offsets
 from toolchain.planners.optimal import DEFAULT_NODES
 from toolchain.planners.tflm import TFLMPlanner
 from toolchain.progress import step
-from toolchain.targets import GENERIC
+from toolchain.targets import GENERIC, get_target
 
 # The least alignment of each piece of the state block and of the weights' copy in RAM, and of
 # the blocks themselves: a plan made with a larger --align aligns them to that instead.
@@ -495,10 +495,18 @@ STALE_REPLANS = 5
 
 
 def limited_plan(model: Model, kwargs: dict, max_arena: int) -> ModelPlan:
-    """The plan within `max_arena` bytes (`within_arena`): without the extra stripes
+    """The plan within `max_arena` bytes (`within_arena`), the fastest that fits: on a target
+    whose kernels run whole ops fastest (Target.whole_ops_fastest), whole ops, every kernel
+    keeping its scratch, where they fit; else without the extra stripes
     (Techniques.extra_stripes), which cost cycles, unless no choice of kernels fits without
-    them."""
+    them. A streamed plan, or one of loaded offsets, is striped as asked."""
     techniques = kwargs.get("techniques", Techniques())
+    whole_first = get_target(kwargs.get("target", GENERIC)).whole_ops_fastest
+    if whole_first and techniques.tiling != "off" and not (
+            kwargs.get("stream_input") or kwargs.get("stream_output") or kwargs.get("offsets_csv")):
+        whole = planned_model(model, **{**kwargs, "techniques": replace(techniques, tiling="off")})
+        if whole.arena_bytes <= max_arena:
+            return whole
 
     def fitted(tried: Techniques) -> ModelPlan:
         args = {**kwargs, "techniques": tried}

@@ -16,7 +16,8 @@ rows and each row's words, `trip` steps a trip. It is taken over WIDE_FILTER_PIX
 output pixels only: over fewer, the im2col kernel keeps the filter int8 (half the flash), and
 it is what the rows kernel gives its lines up for in a plan held to an arena.
 At a stride and depth whose product is odd, each pixel's values are padded to an even count,
-so that every window starts on a word."""
+so that every window starts on a word (a zero weight meets the pad): taken for three values a
+pixel or more (an image's colours at stride 1) over WIDE_FILTER_PIXELS output pixels or more."""
 
 from __future__ import annotations
 
@@ -63,6 +64,11 @@ MAX_STEPS = 24  # steps of a block (filter rows x their words), each written out
 MAX_TRIP = 48  # steps of one trip of a deep filter row's loop
 MIN_TRIP = 4  # fewer a trip, and the loop's own cycles would outweigh what rows save
 PIXELS = 3  # output pixels a block takes
+# The fewest values a pixel whose windows start between words may have for the kernel to pad
+# it by one: three colours (pretrainedResnet_quant's first layer, stride 1: 734,104 estimated
+# cycles from rows against 814,361 through im2col on a Cortex-M4), not one channel (half of
+# every window's products on padding)
+MIN_PADDED_DEPTH = 3
 
 
 @dataclass(frozen=True)
@@ -131,12 +137,16 @@ def accepts_rows(graph: Graph, op: Operator, p) -> str | None:
     if tuple(p.window.filter) == (1, 1):
         return "a pointwise convolution (the 1x1 kernels')"
     d = rows_of(p)
-    if d.pixel_values > d.depth:  # the im2col kernel reads such windows without waste
-        return "an odd stride times depth (windows starting between words)"
+    pixels = d.batches * d.out_h * d.out_w
+    # each pixel padded by one zero: over few pixels, or where that is a third or more of its
+    # values, the im2col kernel's windows, which waste none, cost less
+    if d.pixel_values > d.depth and (d.depth < MIN_PADDED_DEPTH or pixels < WIDE_FILTER_PIXELS):
+        return ("an odd stride times depth (windows starting between words) over fewer than "
+                f"{WIDE_FILTER_PIXELS} output pixels or {MIN_PADDED_DEPTH} values a pixel")
     if d.deep and d.trip < MIN_TRIP:
         return "a filter row of more values than the rows kernel writes out, of a count " \
                "its loop takes only a few at a time"
-    if d.deep and d.batches * d.out_h * d.out_w < WIDE_FILTER_PIXELS:
+    if d.deep and pixels < WIDE_FILTER_PIXELS:
         return "a deep filter over few pixels (the im2col kernel keeps it int8)"
     return None
 
