@@ -1063,14 +1063,14 @@ def tiled_loads(parts: Sequence[tuple[dict[tuple, Deltas], Callable[[tuple], Del
     whole-op problem's plus what each segment changes in it, each laid out once in its memo
     (the tensors' is shared by the hold's replans) and `summed` over the parts: the search
     bounds thousands of tilings of far fewer segments. A part's change of a segment is its own
-    function's where it has one (the scratch's: only the segment's steps' requests change),
-    else the problem laid out with the segment alone less the whole. The changes add up: a
-    segment moves to
-    its first step the ends of the lives that begin or end in it, and only those (each end of
-    a life is a delta and a step named on its own), takes its intermediates out for its
-    stripe buffers, its ops' scratch into its shared buffer, and pairs an output over an input
-    only at its own steps (which holds while a chain's intermediates and streamed input are
-    read only inside it: toolchain.lower.tiling.chain_at)."""
+    function's where it has one (the scratch's: only the requests at the segment's steps
+    change), else the problem laid out with the segment alone less the whole. The changes add
+    up: a segment moves to its first step the ends of the lives that begin or end in it, and
+    only those (each end of a life is a delta and a step named on its own), takes its
+    intermediates out for its stripe buffers, its ops' scratch into its shared buffer, and
+    pairs an output over an input only at its own steps (which holds while a chain's
+    intermediates and streamed input are read only inside it:
+    toolchain.lower.tiling.chain_at)."""
     if () not in summed:
         for known, lay_out, _ in parts:
             if () not in known:

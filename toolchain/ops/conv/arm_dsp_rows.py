@@ -138,8 +138,8 @@ def accepts_rows(graph: Graph, op: Operator, p) -> str | None:
         return "a pointwise convolution (the 1x1 kernels')"
     d = rows_of(p)
     pixels = d.batches * d.out_h * d.out_w
-    # each pixel padded by one zero: over few pixels, or where that is a third or more of its
-    # values, the im2col kernel's windows, which waste none, cost less
+    # each pixel padded by one zero: over few pixels, or of one value a pixel (half of every
+    # window padding), the im2col kernel's windows, which waste none, cost less
     if d.pixel_values > d.depth and (d.depth < MIN_PADDED_DEPTH or pixels < WIDE_FILTER_PIXELS):
         return ("an odd stride times depth (windows starting between words) over fewer than "
                 f"{WIDE_FILTER_PIXELS} output pixels or {MIN_PADDED_DEPTH} values a pixel")
