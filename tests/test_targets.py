@@ -1263,9 +1263,22 @@ def one_channel_model() -> bytes:
     return conv_model("int8", True, (1, 12, 6, 1), 6, (5, 4), stride=(2, 2))
 
 
+def relu_add_model() -> bytes:
+    """The DSP ADD in its SMMLA form, its loop unrolled four times (ARENAC_UNROLL4)."""
+    opcode, shape1, shape2, activation, quant = ADD_CASES[1]
+    return binary_model(opcode, "int8", shape1, shape2, activation, quant)
+
+
+def add_model() -> bytes:
+    """The DSP ADD rounding in 64 bits with the step by the sum's sign (arenac_sign_step)."""
+    opcode, shape1, shape2, activation, quant = ADD_CASES[0]
+    return binary_model(opcode, "int8", shape1, shape2, activation, quant)
+
+
 @needs_mcu
 @pytest.mark.parametrize("target", [*DSP, "cortex-m55"])
-@pytest.mark.parametrize("model", [pointwise_model, clang_model, one_channel_model])
+@pytest.mark.parametrize("model", [pointwise_model, clang_model, one_channel_model,
+                                   relu_add_model, add_model])
 @pytest.mark.parametrize("wide", [1, 10**9])
 def test_clang_builds_the_dsp_kernels(tmp_path, monkeypatch, target, model, wide):
     """ACLE intrinsics: Clang builds the same C, strict flags, with the rotation fused (and the
@@ -1290,7 +1303,10 @@ def test_clang_builds_the_dsp_kernels(tmp_path, monkeypatch, target, model, wide
                              "net.s"], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assembly = (tmp_path / "net.s").read_text()
-    if target == "cortex-m55":  # VMLADAVA, which Clang spells by its alias VMLAVA
+    if model in (relu_add_model, add_model):  # portable on cortex-m55
+        if target != "cortex-m55":
+            assert ("smmla" if model is relu_add_model else "smlal") in assembly
+    elif target == "cortex-m55":  # VMLADAVA, which Clang spells by its alias VMLAVA
         assert re.search(r"\bvml(ad)?ava\.s8", assembly)
     else:
         # the rows kernel widens its filter at generation time, and its input value by value
