@@ -121,15 +121,24 @@ def accepts_add(graph: Graph, op: Operator, p) -> str | None:
 
 
 def emit_add(ctx: OpContext) -> Kernel:
-    """The portable kernel's loops and input tables; the output stage in one rounding."""
+    """The portable kernel's loops and input tables; the output stage in one rounding. The
+    loop is not marked for vectorizing: no compiler vectorizes the rounding's inline assembly,
+    and Clang turns a vectorize pragma it cannot honour into an error under -Werror."""
     p = ctx.params
     acc = f"const int32_t acc = {'x + y' if p.opcode == 'ADD' else 'x - y'};"
     word = high_word_add(p)
-    values = binary_values(ctx)
-    if word is not None:
+    if word is None:
+        values = binary_values(ctx, ivdep=False)
+        r = add_rounding(p)
+        stage = OutputStage(p.activation_min - p.output_offset,
+                            p.activation_max - p.output_offset, p.output_offset, (r,))
+        _, lines, _, calls = output_values(ctx.prefix, stage)
+        values["body"] = [acc, *(line for line in lines if line != "(void)c;")]
+    else:
         # each table indexed by the value's byte, which an LDRB and one indexed load read
         values = binary_values(ctx, tuple(
-            (lambda e, n=n: f"{ctx.prefix}_in{n}[(uint8_t){e}]") for n in (1, 2)))
+            (lambda e, n=n: f"{ctx.prefix}_in{n}[(uint8_t){e}]") for n in (1, 2)),
+            ivdep=False, unroll=True)
         first, _ = rescaled_pair(p)
         second = rescaled_inputs(p, p.input2_offset, p.input2_multiplier, p.input2_shift)
         for table, entries in zip(values["input_tables"], (first + word.lift, second),
@@ -148,20 +157,8 @@ def emit_add(ctx: OpContext) -> Kernel:
             "every pair of int8 inputs.")
         values["body"] = [acc, f"const int32_t q = arenac_smmla(acc, {word.multiplier}, "
                                f"{word.high}){shifted};", *store]
-        calls = {*calls, "arm_dsp_smmla"}
-        if values["nest"] is not None and values["nest"]["inner"]["loop"].written:
-            values["nest"]["inner"]["unroll"] = True
-            calls.add("arm_dsp_unroll4")
-    else:
-        r = add_rounding(p)
-        stage = OutputStage(p.activation_min - p.output_offset,
-                            p.activation_max - p.output_offset, p.output_offset, (r,))
-        _, lines, _, calls = output_values(ctx.prefix, stage)
-        values["body"] = [acc, *(line for line in lines if line != "(void)c;")]
-    if values["nest"] is not None:
-        # not vectorized: no compiler vectorizes the rounding's inline assembly, and Clang takes
-        # a vectorize pragma it cannot honour for an error under -Werror
-        values["nest"]["inner"]["ivdep"] = False
+        unrolled = values["nest"] is not None and values["nest"]["inner"]["unroll"]
+        calls = {*calls, "arm_dsp_smmla", *(["arm_dsp_unroll4"] if unrolled else [])}
     text = render_macro(ELEMENTWISE_TEMPLATE, "binary", values)
     return Kernel(text, tuple(sorted(calls)), includes=("arm_acle.h",),
                   definitions=op_definitions(values))

@@ -104,12 +104,14 @@ _CONSTANT_HERE = " /* constant along this loop */"
 
 def broadcast_nest(loops: list[Loop], ctype: str, wide: str, op: str,
                    loads: tuple[Load, Load] = (str, str), ivdep: bool = True,
-                   in_ctype: str | None = None) -> dict:
+                   in_ctype: str | None = None, unroll: bool = False) -> dict:
     """The loop nest of `loops` as C text: loop k derives the pointers a<k+1>, b<k+1>, o<k+1>
     from a<k>, b<k>, o<k> (the operands at level 0); the innermost loop stores `op(x, y)` of
     one element of each input, hoisting an input it does not walk into a constant of type
     `wide`. The nest writes output element j right after reading the input elements it needs.
-    The inputs are of C type `in_ctype` where it differs from the output's `ctype`."""
+    The inputs are of C type `in_ctype` where it differs from the output's `ctype`. `ivdep`
+    lets the compiler vectorize the innermost loop without an overlap check (ARENAC_IVDEP),
+    `unroll` asks it to unroll that loop four times (ARENAC_UNROLL4)."""
     in_ctype = in_ctype or ctype
     levels = []
     for k, loop in enumerate(loops[:-1]):
@@ -138,7 +140,7 @@ def broadcast_nest(loops: list[Loop], ctype: str, wide: str, op: str,
             "pad": "  " * (depth + 1),
             "hoisted": hoisted,
             "ivdep": ivdep and inner.written,
-            "unroll": False,  # ARENAC_UNROLL4 before the loop: a kernel's choice (dsp-add)
+            "unroll": unroll and inner.written,
             "statement": f"o{depth}[{inner.index}] = {op}({a}, {b});",
         },
     }
@@ -340,9 +342,10 @@ def _product_values(p: ScaledProductParams, prefix: str, ctype: str) -> dict:
     }
 
 
-def binary_values(ctx: OpContext, loads: tuple[Load, Load] | None = None) -> dict:
+def binary_values(ctx: OpContext, loads: tuple[Load, Load] | None = None, ivdep: bool = True,
+                  unroll: bool = False) -> dict:
     """The template's values of a binary op; `loads` read the two inputs' elements in place of
-    the op's own (its tables' or functions')."""
+    the op's own (its tables' or functions'), `ivdep` and `unroll` as broadcast_nest's."""
     p = ctx.params
     a, b = ctx.inputs
     out = ctx.outputs[0]
@@ -361,7 +364,8 @@ def binary_values(ctx: OpContext, loads: tuple[Load, Load] | None = None) -> dic
         **values,
         "empty": not loops,
         "nest": broadcast_nest(loops, out.ctype, values["wide"], f"{ctx.prefix}_op",
-                               loads or values["loads"]) if loops else None,
+                               loads or values["loads"], ivdep,
+                               unroll=unroll) if loops else None,
         "fn": ctx.fn, "prefix": ctx.prefix, "ctype": out.ctype,
         "a": a.ptr, "b": b.ptr, "out": out.ptr,
         "comment": c_comment(comment),
