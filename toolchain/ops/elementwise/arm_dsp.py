@@ -74,7 +74,8 @@ def high_word_add(p) -> HighWordAdd | None:
     word (high_word) with the zero point folded in; then checked against the reference on all
     256 x 256 pairs of inputs. None where there is none."""
     first, second = rescaled_pair(p)
-    lift = max(0, -int(first.min() + second.min()))
+    lo, hi = int(first.min() + second.min()), int(first.max() + second.max())
+    lift = max(0, -lo)
     r = add_rounding(p, lift)
     if r is None or r.least is None or r.greatest is None:
         return None
@@ -82,8 +83,7 @@ def high_word_add(p) -> HighWordAdd | None:
     # below zero, with its interval)
     shared = replace(r, negative_rounding=r.rounding, least=r.least + SIGN_STEP,
                      greatest=r.greatest + SIGN_STEP)
-    lo, hi = int(first.min() + second.min()) + lift, int(first.max() + second.max()) + lift
-    word = high_word(shared, p.output_offset << r.shift, lo, hi)
+    word = high_word(shared, p.output_offset << r.shift, lo + lift, hi + lift)
     if word is None:
         return None
     stage = HighWordAdd(lift + word.offset, r.multiplier, word.high, r.shift - 32)
@@ -139,8 +139,9 @@ def emit_add(ctx: OpContext) -> Kernel:
         values = binary_values(ctx, tuple(
             (lambda e, n=n: f"{ctx.prefix}_in{n}[(uint8_t){e}]") for n in (1, 2)),
             ivdep=False, unroll=True)
-        first, _ = rescaled_pair(p)
-        second = rescaled_inputs(p, p.input2_offset, p.input2_multiplier, p.input2_shift)
+        first, second = rescaled_pair(p)  # the table holds the second's own values (x - y)
+        if p.opcode == "SUB":
+            second = -second
         for table, entries in zip(values["input_tables"], (first + word.lift, second),
                                   strict=True):
             table["data"] = c_array(np.roll(entries, BYTE_VALUES // 2), per_line=8)
