@@ -483,10 +483,14 @@ def test_dsp_1x1_convolution_is_bit_exact(case):
     dict(input_shape=(1, 8, 9, 6), out_channels=6, kernel=(3, 3), per_channel=True),
     dict(input_shape=(1, 7, 11, 5), out_channels=3, kernel=(3, 3), stride=(1, 1),
          activation="RELU"),
-    # widened straight from the input with a row's last block of two whole windows (the int8
-    # copies: two windows, not three), and with no shorter block (one filter row of three)
-    dict(input_shape=(1, 6, 8, 8), out_channels=6, kernel=(3, 3), per_channel=True),
+    # widened straight from the input in blocks that run across rows, the image's last block
+    # of two whole windows (the int8 copies: two windows, not three), and with no shorter
+    # block (one filter row of three)
+    dict(input_shape=(1, 5, 7, 8), out_channels=6, kernel=(3, 3), per_channel=True),
     dict(input_shape=(1, 7, 9, 8), out_channels=8, kernel=(3, 3), activation="RELU6"),
+    # batches, stride 2: each image's 25 pixels eight blocks across rows and one pixel alone
+    dict(input_shape=(2, 9, 10, 8), out_channels=6, kernel=(3, 3), stride=(2, 2),
+         input_zero_point=-128),
 ])
 def test_dsp_im2col_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
@@ -513,17 +517,23 @@ ROWS_CASES = [
          bias=False),
     # a vertical stride past the filter's height: no row read twice
     dict(input_shape=(1, 9, 7, 2), out_channels=6, kernel=(1, 3), stride=(3, 1)),
-    # deep: each filter row's 24 words in one trip of a loop over the filter rows, a row of
-    # three blocks of three pixels and one of one, an odd channel last
+    # deep, its 72 steps written out: a row of three blocks of three pixels and one of one,
+    # whose steps take four channels, then the odd channel last
     dict(input_shape=(1, 10, 10, 16), out_channels=5, kernel=(3, 3), per_channel=True,
          activation="RELU"),
-    # deep, stride 2: one row kept, 12 words a trip, blocks of three and two pixels
+    # deep, stride 2: one row kept, blocks of three and two pixels, the two four channels a step
     dict(input_shape=(1, 22, 22, 8), out_channels=4, kernel=(3, 3), stride=(2, 2),
          input_zero_point=-128),
-    # deep by its 25 steps: five trips of five words, batches, VALID
+    # deep by its 25 steps, written out, batches, VALID; the last two pixels by a channel
+    # quad, then a pair
     dict(input_shape=(2, 11, 12, 2), out_channels=6, kernel=(5, 5), padding="VALID"),
-    # deep, 48 words a filter row: two trips of 24
+    # deep, 48 words a filter row: 144 steps written out, the most
     dict(input_shape=(1, 10, 11, 32), out_channels=2, kernel=(3, 3), bias=False),
+    # deep, 96 words a filter row: 288 steps, a loop over the filter rows, two trips of 48
+    dict(input_shape=(1, 10, 12, 64), out_channels=3, kernel=(3, 3), activation="RELU"),
+    # 72 steps, but lines of 1,056 values: the last filter row's words further than a load's
+    # offset reaches from the first's, so a loop of one trip of 24 words a filter row
+    dict(input_shape=(1, 3, 64, 16), out_channels=4, kernel=(3, 3), per_channel=True),
     # an image's first layer at stride 1: three colours, each pixel padded by a zero value
     dict(input_shape=(1, 12, 11, 3), out_channels=5, kernel=(3, 3), per_channel=True,
          activation="RELU"),
@@ -542,15 +552,19 @@ def test_dsp_rows_convolution_is_bit_exact(case):
 
 def test_im2col_copies_as_int8_only_what_it_widens_from_a_copy():
     """Windows that widen straight from the input ask for int8 room for one filter row of each
-    (the rows outside the image) or the whole windows of a row's shorter last block."""
-    for shape, out_w, rest in (((1, 6, 8, 8), 8, 2), ((1, 7, 9, 4), 9, 0)):
+    pixel of a block (the rows outside the image), the image's shorter last block included
+    (the blocks run in the output's order, across rows): a stripe of the op asks no more."""
+    for shape, pixels, rest in (((1, 5, 7, 8), 35, 2), ((1, 7, 9, 4), 63, 0)):
         model = conv_model("int8", False, shape, 4, (3, 3))
         (binding,) = planned(model, "cortex-m4", given_up={0: ("dsp-rows", "dsp-rows-direct")}
                              ).program.bindings
         d = conv_dsp.im2col_of(binding.params)
         assert binding.variant.name == "dsp-im2col" and conv_dsp.widens_directly(d)
-        assert (d.out_w, d.out_w % d.matmul.block) == (out_w, rest)
-        assert binding.scratch[1].size == max(3 * d.row, rest * d.window) < 3 * d.window
+        assert (d.out_h * d.out_w, d.out_h * d.out_w % d.matmul.block) == (pixels, rest)
+        assert binding.scratch[1].size == 3 * d.row < 3 * d.window
+        c = generate(planned(model, "cortex-m4", given_up={0: ("dsp-rows", "dsp-rows-direct")}),
+                     "net")["net.c"]
+        assert ("net_op0_widen_last(pairs, windows, xb, 33);" in c) == (rest == 2)
 
 
 def test_the_rows_kernel_leaves_what_it_does_not_run_to_im2col():
@@ -561,8 +575,9 @@ def test_the_rows_kernel_leaves_what_it_does_not_run_to_im2col():
                                   # int8 filter the im2col kernel keeps
                                   ((1, 6, 6, 8), (3, 3), (1, 1)),  # 12 words a filter row
                                   ((1, 8, 8, 2), (5, 5), (1, 1)),  # 25 steps a block
-                                  # 53 words a filter row: one a trip at most
-                                  ((1, 4, 56, 2), (1, 53), (1, 1))]:
+                                  # 53 words a filter row, 159 steps: a loop
+                                  # over its rows, one word a trip at most
+                                  ((1, 6, 56, 2), (3, 53), (1, 1))]:
         model = conv_model("int8", True, shape, 4, kernel, stride=stride)
         assert kernels_bound(planned(model, "cortex-m4")) == ["dsp-im2col"]
     # a deep one that gives the rows' scratch up goes to im2col, whose scratch is smaller,
@@ -716,9 +731,9 @@ def test_dsp_fully_connected_is_bit_exact(case):
     dict(model=("fc", (1, 200), 32), step="1x4"),
     dict(model=("fc", (1, 300), 9), step="1x4"),
     dict(model=("fc", (3, 128), 40), step="3x2"),
-    # im2col convolutions of one pixel a row, and two (a row's last block of two)
-    dict(model=("conv", (1, 6, 1, 7), 24), step="1x4"),
-    dict(model=("conv", (1, 5, 2, 32), 32), step="2x2"),
+    # im2col convolutions of an image of one pixel, and of one that ends in a block of two
+    dict(model=("conv", (1, 1, 1, 7), 24), step="1x4"),
+    dict(model=("conv", (1, 4, 2, 32), 32), step="2x2"),
     # without scratch (dsp-direct): the lift of the int8 inputs, a partial word last
     dict(model=("fc", (1, 203), 18), step="1x4_word", kernel="dsp-direct"),
 ])

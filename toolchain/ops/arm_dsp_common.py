@@ -134,15 +134,21 @@ def kernel_definitions(v: dict, *functions: CDefinition) -> tuple[CDefinition, .
         found += [definition(f"{patch['prefix']}_{part}",
                              render_macro(TEMPLATE, f"window_{part}", patch), gap=True)
                   for part, wanted in (("row", True), ("window", patch["window"]),
-                                       ("widen", patch["direct"])) if wanted]
+                                       ("source", bool(patch["widens"]))) if wanted]
+        found += [definition(w["name"], render_macro(TEMPLATE, "window_widen", {**patch, **w}),
+                             gap=True) for w in patch["widens"]]
     return (*found, *functions)
 GROUP = 4  # int8 values a word holds
 WORD = 4  # the scratch is read in words (LDRD needs them aligned)
 UNROLLED = 16  # depth groups written out without a loop
-UNROLL = 8  # depth groups a loop trip takes beyond that
+# depth groups a loop trip takes beyond that: its counter, compare and branch (about 6 cycles
+# on a Cortex-M4) over 16 steps, not 8, take 1.5-2.5% fewer estimated cycles on
+# pretrainedResnet_quant's im2col layers, for about 1 KiB of code a layer
+TRIP = 16
+THREE_PIXEL_GROUPS = 8  # more depth groups than this, and a block takes three pixels
 # Depth groups the 3x2 step writes out without a loop: a depth of 64 (kws_ref_model's layers)
 # in one run saves the loop's counter, reload and branch, 5% of the step's cycles, for 700
-# bytes of code a layer; deeper ones loop by UNROLL, their code growing no further.
+# bytes of code a layer; deeper ones loop by TRIP, their code growing no further.
 UNROLLED_3X2 = 16
 # A matrix multiply over at least this many pixels keeps its filter widened to int16 in flash:
 # it then reads each weight word with no __sxtb16, which saves about pixels / 4 instructions
@@ -268,7 +274,7 @@ class Matmul:
         """Pixels a block takes along a row: three (the 3x2 step) where the depth makes a loop
         of steps (written out, GCC spills the 3x2 step's fourteen registers), else two; a
         row's last one or two pixels are a block of their own."""
-        return 3 if self.groups > UNROLL and self.pixels >= 3 else 2
+        return 3 if self.groups > THREE_PIXEL_GROUPS and self.pixels >= 3 else 2
 
     def blocks(self) -> list[tuple[int, int]]:
         """The blocks of pixels in the order the kernel runs them: (first output pixel, how
@@ -624,8 +630,8 @@ def plus_term(value: int) -> str:
 
 
 def depth_steps(kind: str, m: Matmul, wide: bool, target: str, joint: bool = False) -> dict:
-    """The calls of one block's depth steps: written out up to UNROLLED groups (UNROLL for
-    the 3x2 step), else a loop of UNROLL groups a trip and the rest written out. `wide`: the
+    """The calls of one block's depth steps: written out up to UNROLLED groups (UNROLLED_3X2
+    for the 3x2 step), else a loop of TRIP groups a trip and the rest written out. `wide`: the
     filter is int16 pairs; `joint`: the channel pairs' joint words."""
     if wide and kind in ("3x2", "2x2") and target in PIPELINED_TARGETS:
         return paired_steps(m, int(kind[0]))
@@ -647,7 +653,7 @@ def depth_steps(kind: str, m: Matmul, wide: bool, target: str, joint: bool = Fal
 
 def paired_steps(m: Matmul, pixels: int) -> dict:
     """The int16 steps of `pixels` pixels by two channels over `pairs` and `w` written out as one
-    software pipeline per run of groups (a loop trip of UNROLL, or the groups written out):
+    software pipeline per run of groups (a loop trip of TRIP, or the groups written out):
     each half-step's __smlad with the next half-step's words loaded between them, each load
     after the last multiply-add reading the register it fills, so that the Cortex-M7 issues
     every load beside a multiply-add (one MAC pipe: a cycle for two products)."""
@@ -681,21 +687,21 @@ def paired_steps(m: Matmul, pixels: int) -> dict:
 
     if m.groups <= (UNROLLED_3X2 if pixels == 3 else UNROLLED):
         return {"loop": None, "body": [], "rest": run(None, range(m.groups))}
-    main = m.groups - m.groups % UNROLL
-    k = ConstantLoop("k", main, 0, UNROLL)
-    return {"loop": k, "body": run(k, range(UNROLL)),
+    main = m.groups - m.groups % TRIP
+    k = ConstantLoop("k", main, 0, TRIP)
+    return {"loop": k, "body": run(k, range(TRIP)),
             "rest": run(None, range(main, m.groups)) if main < m.groups else []}
 
 
 def unrolled_steps(groups: int, unrolled: int,
                    call: Callable[[ConstantLoop | None, int], str]) -> dict:
     """`call(k, g)` for groups 0..groups-1: all written out up to `unrolled` groups, else a loop
-    k of UNROLL groups a trip (call(k, u) for its u-th) and the rest written out."""
+    k of TRIP groups a trip (call(k, u) for its u-th) and the rest written out."""
     if groups <= unrolled:
         return {"loop": None, "body": [], "rest": [call(None, g) for g in range(groups)]}
-    main = groups - groups % UNROLL
-    k = ConstantLoop("k", main, 0, UNROLL)
-    return {"loop": k, "body": [call(k, u) for u in range(UNROLL)],
+    main = groups - groups % TRIP
+    k = ConstantLoop("k", main, 0, TRIP)
+    return {"loop": k, "body": [call(k, u) for u in range(TRIP)],
             "rest": [call(None, g) for g in range(main, groups)]}
 
 

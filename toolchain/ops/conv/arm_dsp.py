@@ -41,7 +41,6 @@ from toolchain.ops.arm_dsp_common import (
     DSP_TARGETS,
     GROUP,
     TEMPLATE,
-    UNROLL,
     UNROLLED,
     WIDE_FILTER_PIXELS,
     WORD,
@@ -415,13 +414,13 @@ def accepts_im2col(graph: Graph, op: Operator, p) -> str | None:
 def widens_directly(d: Im2col) -> bool:
     """Whether a whole block's windows widen straight from the input, row by row (a filter row
     holds whole groups), only their rows outside the image copied first."""
-    return d.row % GROUP == 0 and d.matmul.block > 1 and d.out_w >= d.matmul.block
+    return d.row % GROUP == 0 and d.matmul.block > 1
 
 
 def im2col_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ...]:
     """A block's windows widened (8 bytes per four values and pixel), and the int8 copies they
     widen from: the block's windows, or when they widen directly, one filter row of each (a row
-    outside the image) and the whole windows of the row's last, shorter block."""
+    outside the image), the image's last, shorter block's too."""
     d = im2col_of(p)
     size = d.matmul.block
     pixels = min(size, d.matmul.pixels)
@@ -431,34 +430,51 @@ def im2col_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, 
     if not widens_directly(d):
         return (widened, MemoryRequest(pixels * d.window,
                                        f"the windows of {pixels} pixel{plural} as int8"))
-    rest = d.out_w % size
-    return (widened, MemoryRequest(max(size * d.row, rest * d.window),
-                                   f"a filter row of {size} windows as int8"
-                                   + (f", or {rest} whole window{'s' if rest > 1 else ''}"
-                                      if rest else "")))
+    return (widened, MemoryRequest(size * d.row, f"a filter row of {size} windows as int8"))
 
 
-def window_values(prefix: str, d: Im2col, direct: int, window: bool) -> dict:
+def pixel_corners(d: Im2col, first: int | str, count: int) -> list[tuple[str, str]]:
+    """The input row and column (C expressions, or numbers where `first` is one) of the top
+    left corners of the windows of `count` output pixels from `first` on, an index into the
+    image's pixels in the output's order: a block may end one output row and start the next."""
+    (sh, sw), (pt, pl) = d.stride, d.padding
+    if isinstance(first, int):
+        return [(str((n // d.out_w) * sh - pt), str((n % d.out_w) * sw - pl))
+                for n in range(first, first + count)]
+
+    def scaled(value: str, by: int, minus: int) -> str:
+        return c_sum([(value, by)], -minus)
+
+    return [(scaled(f"{n} / {d.out_w}", sh, pt), scaled(f"{n} % {d.out_w}", sw, pl))
+            for n in ([first] + [f"({first} + {i})" for i in range(1, count)])]
+
+
+def window_values(prefix: str, d: Im2col, direct: tuple[int, ...], window: bool) -> dict:
     """The values of the functions that copy windows out of the input (the template's
     `window`): `{prefix}_row` always, `{prefix}_window` (one pixel's window, int8) if `window`,
-    `{prefix}_widen` (the windows of `direct` pixels widened, filter row by filter row) if
-    `direct`."""
-    sw = d.stride[1]
+    and where blocks widen straight from the input (`direct`: their pixel counts), `{prefix}_source`
+    and a widening function per count (`widens`: `{prefix}_widen` for the first, then
+    `{prefix}_widen_last`), the windows of that many pixels from pixel n on widened filter row
+    by filter row."""
     rows_outside, columns_outside = d.reaches_outside(0), d.reaches_outside(1)
-    last = d.width - d.kw - (direct - 1) * sw  # the last column all the block's rows are in
-    inside = [*(["iy + ky >= 0", f"iy + ky < {d.height}"] if rows_outside else []),
-              *(["ix >= 0", f"ix <= {last}"] if columns_outside else [])]
-    pixels = range(direct)
+    inside = [*(["y >= 0", f"y < {d.height}"] if rows_outside else []),
+              *(["ix >= 0", f"ix <= {d.width - d.kw}"] if columns_outside else [])]
+    widens = [{
+        "name": f"{prefix}_widen{'_last' if k else ''}", "count": count,
+        "row_words": 2 * count * (d.row // GROUP), "corners": pixel_corners(d, "n", count),
+        "sources": [(f"{prefix}_source({c_offset('windows', [], i * d.row)}, x, "
+                     f"iy{i} + ky, ix{i})") for i in range(count)],
+        "comment": c_comment(
+            f"The windows of the {count} output pixel{'s' if count > 1 else ''} from pixel n "
+            "of the image on (in the output's order, so possibly across two output rows) "
+            "widened into `pairs` filter row by filter row, each pixel's row from the input "
+            "or copied into `windows` first")}
+        for k, count in enumerate(direct)]
     return {
         "prefix": prefix, "d": d, "zero_point": -d.matmul.input_offset,
         "rows_outside": rows_outside, "columns_outside": columns_outside,
-        "last_column": d.width - d.kw, "direct": direct, "window": window,
-        "inside": " && ".join(inside) or "1", "row_words": 2 * direct * (d.row // GROUP),
-        "row_groups": d.row // GROUP, "count": direct,
-        "rows_in": ", ".join(["xr", *(f"xr + {i * sw * d.depth}" for i in pixels[1:])]),
-        "rows_copied": ", ".join(["windows", *(f"windows + {i * d.row}" for i in pixels[1:])]),
-        "copies": [(f"windows + {i * d.row}" if i else "windows", f"ix + {i * sw}" if i else "ix")
-                   for i in pixels],
+        "last_column": d.width - d.kw, "window": window, "widens": widens,
+        "inside": " && ".join(inside), "row_groups": d.row // GROUP,
         "row_comment": c_comment(
             f"Filter row y - iy of one output pixel's window into `row`: {d.kw} x {d.depth} "
             "values from input row y, column ix on; those outside the image the input zero "
@@ -467,10 +483,9 @@ def window_values(prefix: str, d: Im2col, direct: int, window: bool) -> dict:
             f"One output pixel's window into `window`, in the filter's order: {d.kh} rows of "
             f"{d.kw} x {d.depth} values; (iy, ix) is its top left corner in the input, which "
             "may lie in the padding"),
-        "direct_comment": c_comment(
-            f"The windows of the {direct} output pixels from column ix on (every {sw}) widened "
-            "into `pairs` filter row by filter row: a row inside the image straight from the "
-            "input, another copied into `windows` first")}
+        "source_comment": c_comment(
+            "Filter row y - iy of one output pixel's window: in the input where it lies inside "
+            "the image, else copied into `copy` (the padding the input zero point)")}
 
 
 def emit_im2col(ctx: OpContext) -> Kernel:
@@ -478,54 +493,54 @@ def emit_im2col(ctx: OpContext) -> Kernel:
     d = im2col_of(p)
     m = d.matmul
     prefix = ctx.prefix
-    sh, sw = d.stride
-    pt, pl = d.padding
-    batches, rows = ConstantLoop("b", d.batches), ConstantLoop("r", d.out_h)
+    # the image's pixels in the output's order, a block at a time: a block may end one output
+    # row and start the next, so that only the image's last block is short
+    batches, image_rows = ConstantLoop("b", d.batches), ConstantLoop("r", 1)
     size = m.block
-    whole = d.out_w - d.out_w % size
-    block = ConstantLoop("p", whole, 0, size)
-    rest = ConstantLoop("p", d.out_w, whole, max(d.out_w % size, 1))
-    image, row_out = d.height * d.width * d.depth, d.out_w * m.channels
-    orow = c_offset("out", [(batches, d.out_h * row_out), (rows, row_out)])
+    image_pixels = d.out_h * d.out_w
+    whole = image_pixels - image_pixels % size
+    block = ConstantLoop("n", whole, 0, size)
+    rest = ConstantLoop("n", image_pixels, whole, max(image_pixels % size, 1))
+    image = d.height * d.width * d.depth
     row_head = [f"const int8_t *xb = {c_offset('x', [(batches, image)])};",
-                f"const int iy = {c_sum([(rows, sh)], -pt)};",
-                f"int8_t *orow = {orow};"]
+                f"int8_t *ob = {c_offset('out', [(batches, image_pixels * m.channels)])};"]
 
     direct = widens_directly(d)
 
     def head(count: int, loop: ConstantLoop) -> list[str]:
         """The block's outputs, and its windows copied and widened into the scratch."""
         outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
-        lines = [f"int8_t *o0 = {c_offset('orow', [(loop, m.channels)])}{outs};"]
-        if count == size and direct:
-            return [*lines, f"{prefix}_widen(pairs, windows, xb, iy, "
-                            f"{c_sum([(loop, sw)], -pl)});"]
-        for i in range(count):
-            lines.append(f"{prefix}_window({c_offset('windows', [], i * d.window)}, xb, iy, "
-                         f"{c_sum([(loop, sw)], i * sw - pl)});")
+        lines = [f"int8_t *o0 = {c_offset('ob', [(loop, m.channels)])}{outs};"]
+        if direct:
+            name = f"{prefix}_widen{'' if count == size else '_last'}"
+            return [*lines, f"{name}(pairs, windows, xb, {loop.index});"]
+        first = loop.index if loop.written else loop.start
+        for i, (iy, ix) in enumerate(pixel_corners(d, first, count)):
+            lines.append(f"{prefix}_window({c_offset('windows', [], i * d.window)}, xb, {iy}, "
+                         f"{ix});")
         names = ", ".join(["windows", *(f"windows + {i * d.window}" for i in range(1, count))])
         lines.append(f"arenac_widen_{count}(pairs, {names}, {m.groups});")
         return lines
 
     pixels = [{"loop": loop, "head": head(count, loop), "count": count}
-              for loop, count in ((block, size), (rest, d.out_w % size)) if loop.runs]
+              for loop, count in ((block, size), (rest, image_pixels % size)) if loop.runs]
     opcode = "CONV_2D" if isinstance(p, ConvParams) else "DEPTHWISE_CONV_2D of one channel"
     what = f"{opcode} '{ctx.outputs[0].name}' {d.kh}x{d.kw}"
     comment = (
-        f"{what} for the Arm DSP extension, output row by output row: "
-        f"{('one pixel', 'two pixels', 'three pixels')[min(size, d.out_w) - 1]} at a time, "
-        "each pixel's window of "
-        f"{m.depth} values widened to int16 pairs in the arena ("
+        f"{what} for the Arm DSP extension, "
+        f"{('one pixel', 'two pixels', 'three pixels')[min(size, image_pixels) - 1]} at a time "
+        "in the output's order (a block may end one output row and start the next), each "
+        f"pixel's window of {m.depth} values widened to int16 pairs in the arena ("
         + ("filter rows inside the image straight from the input, the others copied first"
            if direct else "copied first")
         + ", the padding the input zero point), then multiplied by the filter two output "
         "channels at a time, each __smlad adding two products")
     values = matmul_values(ctx, m, conv_output(m, p.output), what, comment,
-                           [batches, rows, block, rest], row_head, pixels,
+                           [batches, image_rows, block, rest], row_head, pixels,
                            {widen_helper(p["count"], ctx.target) for p in pixels})
     tail = d.window - m.depth
-    values["patch"] = window_values(prefix, d, size if direct else 0,
-                                    not direct or rest.runs)
+    values["patch"] = window_values(
+        prefix, d, tuple(p["count"] for p in pixels) if direct else (), not direct)
     values["windows"] = ctx.scratch[1]
     values["setup"] = [f"memset({c_offset('windows', [], i * d.window + m.depth)}, 0, {tail});"
                        for i in range(pixels[0]["count"]) if tail]
@@ -534,6 +549,8 @@ def emit_im2col(ctx: OpContext) -> Kernel:
 
 
 # -- DEPTHWISE_CONV_2D ---------------------------------------------------------------------
+
+COPY_TRIP = 8  # channels a trip of the loop that copies a pixel's channels into their lines
 
 
 @dataclass(frozen=True)
@@ -821,12 +838,12 @@ def _depthwise_blocks(prefix: str, d: Depthwise, output: list[str], weights: lis
 
 
 def _channel_copies(d: Depthwise) -> list[str]:
-    """One input pixel's channels into their lines: written out, or UNROLL a trip; each four
+    """One input pixel's channels into their lines: written out, or COPY_TRIP a trip; each four
     values read in one run of loads before their four stores (a load behind a store costs two
     cycles on a Cortex-M4, behind a load one)."""
     channel = d.kh * d.line
     looped = d.group > UNROLLED
-    unroll = next(u for u in (UNROLL, 4, 2, 1) if d.group % u == 0) if looped else d.group
+    unroll = next(u for u in (COPY_TRIP, 4, 2, 1) if d.group % u == 0) if looped else d.group
     copies = []
     for g in range(0, unroll, GROUP):
         group = range(g, min(g + GROUP, unroll))

@@ -11,10 +11,13 @@ int16 pairs of one line in a run, which the filter, widened at generation time i
 pairs (zero where a pair reaches past the window), multiplies with one __smlad each: three
 output pixels by two output channels a step, the weights of the channel pair and the words of
 the three pixels read in one run of single loads (Cortex-M4: one cycle each behind another).
-A filter of up to MAX_STEPS steps is written out; a deeper one (`deep`) loops over its filter
-rows and each row's words, `trip` steps a trip. It is taken over WIDE_FILTER_PIXELS or more
-output pixels only: over fewer, the im2col kernel keeps the filter int8 (half the flash), and
-it is what the rows kernel gives its lines up for in a plan held to an arena.
+A filter of up to MAX_STEPS steps is written out. A deeper one (`deep`) is written out too up
+to MAX_WRITTEN_STEPS steps whose words all lie within one load's offset of the line (a loop
+over three filter rows costs about 8 cycles a row on a Cortex-M4, 1-2% of a 3x3 layer's
+cycles); beyond that it loops over its filter rows and each row's words, `trip` steps a trip
+(`looped`). A deep filter is taken over WIDE_FILTER_PIXELS or more output pixels only: over
+fewer, the im2col kernel keeps the filter int8 (half the flash), and it is what the rows
+kernel gives its lines up for in a plan held to an arena.
 At a stride and depth whose product is odd, each pixel's values are padded to an even count,
 so that every window starts on a word (a zero weight meets the pad): taken for three values a
 pixel or more (an image's colours at stride 1) over WIDE_FILTER_PIXELS output pixels or more."""
@@ -61,6 +64,10 @@ from toolchain.ops.spec import MemoryRequest, TargetKernel, kernels
 
 MAX_ROW_WORDS = 8  # int16 pairs of one filter row: at most 16 values (kw x depth, padded)
 MAX_STEPS = 24  # steps of a block (filter rows x their words), each written out
+# steps of a deep filter written out: pretrainedResnet_quant's 3x3 layers of 16 and 32 channels
+# (72 and 144 steps), 1.5-3% fewer estimated cycles each than their loops, about 2 KiB of code
+MAX_WRITTEN_STEPS = 144
+LOAD_REACH = 4095  # bytes past its base a load's immediate offset reaches (Thumb-2 LDR)
 MAX_TRIP = 48  # steps of one trip of a deep filter row's loop
 MIN_TRIP = 4  # fewer a trip, and the loop's own cycles would outweigh what rows save
 PIXELS = 3  # output pixels a block takes
@@ -88,8 +95,17 @@ class Rows(Convolution):
 
     @property
     def deep(self) -> bool:
-        """A filter too large to write out: each filter row's words are read in a loop."""
+        """A filter of rows longer than MAX_ROW_WORDS or of more than MAX_STEPS steps: taken
+        over many pixels only, written out only where `looped` is not."""
         return self.words > MAX_ROW_WORDS or self.kh * self.words > MAX_STEPS
+
+    @property
+    def looped(self) -> bool:
+        """A deep filter whose steps run in a loop over its rows: more than MAX_WRITTEN_STEPS,
+        or words further from the block's first than a load's offset reaches."""
+        sx = self.stride[1] * self.pixel_values
+        reach = 2 * ((self.kh - 1) * self.line + 2 * (self.words - 1) + (PIXELS - 1) * sx)
+        return self.deep and (self.kh * self.words > MAX_WRITTEN_STEPS or reach > LOAD_REACH)
 
     @property
     def trip(self) -> int:
@@ -143,7 +159,7 @@ def accepts_rows(graph: Graph, op: Operator, p) -> str | None:
     if d.pixel_values > d.depth and (d.depth < MIN_PADDED_DEPTH or pixels < WIDE_FILTER_PIXELS):
         return ("an odd stride times depth (windows starting between words) over fewer than "
                 f"{WIDE_FILTER_PIXELS} output pixels or {MIN_PADDED_DEPTH} values a pixel")
-    if d.deep and d.trip < MIN_TRIP:
+    if d.looped and d.trip < MIN_TRIP:
         return "a filter row of more values than the rows kernel writes out, of a count " \
                "its loop takes only a few at a time"
     if d.deep and pixels < WIDE_FILTER_PIXELS:
@@ -158,21 +174,31 @@ def rows_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ..
 
 
 def _loads(d: Rows, pixels: int, channels: int, step: int, at: int, line: str = "r"
-           ) -> list[str]:
-    """One step's run of single loads: the channels' weight words and the pixels' input words
-    (at `at` values on from each pixel's window in `line`), ordered so that no two neighbours
-    are adjacent in memory (GCC would pair those into an LDRD)."""
+           ) -> list[list[tuple[str, str]]]:
+    """One step's runs of single loads, each load as (the register it names, its C): the
+    channels' weight words and the pixels' input words (at `at` values on from each pixel's
+    window in `line`), ordered so that no two neighbours are adjacent in memory (GCC would pair
+    those into an LDRD). Four channels are two pairs, the second's words a pair's filter further
+    on (`pair_words`); with two pixels, the second pair's words are a run of their own after the
+    first pair's products (a run of six would leave too few registers)."""
     sx = d.stride[1] * d.pixel_values
-    weights = [f"const int32_t a{j} = w[{step * channels + j}];" for j in range(channels)]
-    inputs = [f"const int32_t x{i} = arenac_load32((const int8_t *)"
-              f"({c_offset(line, [], at + i * sx)}));" for i in range(pixels)]
+    pair_words = 2 * d.kh * d.words
+    weights = [(f"a{j}", f"const int32_t a{j} = "
+                         f"w[{(j // 2) * pair_words + step * min(channels, 2) + j % 2}];")
+               for j in range(channels)]
+    inputs = [(f"x{i}", f"const int32_t x{i} = arenac_load32((const int8_t *)"
+                        f"({c_offset(line, [], at + i * sx)}));") for i in range(pixels)]
     inputs = inputs[0::2] + inputs[1::2]  # pixels two apart first: their words never touch
+    if channels == 4:
+        if pixels == 1:
+            return [[weights[0], weights[2], inputs[0], weights[1], weights[3]]]
+        return [[inputs[0], weights[0], inputs[1], weights[1]], [weights[2], weights[3]]]
     if pixels < channels:
-        return [weights[0], inputs[0], *weights[1:]]
+        return [[weights[0], inputs[0], *weights[1:]]]
     run = inputs[:pixels - channels]
     for weight, word in zip(weights, inputs[pixels - channels:], strict=True):
         run += [weight, word]
-    return run
+    return [run]
 
 
 def _block(prefix: str, d: Rows, tables: list[dict], output: list[str], pixels: int,
@@ -189,18 +215,27 @@ def _block(prefix: str, d: Rows, tables: list[dict], output: list[str], pixels: 
     def step(index: int, at: int, line: str) -> list[str]:
         # the line hidden from the optimizer at each step: a pixel's word is often another's
         # a few steps on, and GCC would keep it in a register the step needs
-        return ["{", f"  ARENAC_KEEP({line});",
-                *(f"  {text}" for text in _loads(d, pixels, channels, index, at, line)),
-                *(f"  {a} = __smlad(x{k // channels}, a{k % channels}, {a});"
-                  for k, a in enumerate(accs)), "}"]
+        # after each run of loads, the products of the words read so far not yet taken
+        read: set[str] = set()
+        done: set[str] = set()
+        lines = ["{", f"  ARENAC_KEEP({line});"]
+        for run in _loads(d, pixels, channels, index, at, line):
+            lines += [f"  {text}" for _, text in run]
+            read |= {name for name, _ in run}
+            for k, a in enumerate(accs):
+                x, w = f"x{k // channels}", f"a{k % channels}"
+                if a not in done and x in read and w in read:
+                    lines.append(f"  {a} = __smlad({x}, {w}, {a});")
+                    done.add(a)
+        return [*lines, "}"]
 
-    if d.deep:  # each filter row's words in a loop, `trip` steps a trip
+    if d.looped:  # each filter row's words in a loop, `trip` steps a trip
         trip = d.trip
         body = [text for t in range(trip) for text in step(t, 2 * t, "q")]
         lines += ["const int16_t *q = r;", "int fy, j;",
                   f"for (fy = 0; fy < {d.kh}; ++fy, q += {d.line - 2 * d.words}) {{",
                   f"  for (j = 0; j < {d.words // trip}; ++j, q += {2 * trip}, "
-                  f"w += {channels * trip}) {{",
+                  f"w += {min(channels, 2) * trip}) {{",
                   *(f"    {text}" for text in body), "  }", "}"]
     else:
         for ky in range(d.kh):
@@ -210,6 +245,18 @@ def _block(prefix: str, d: Rows, tables: list[dict], output: list[str], pixels: 
         (f"o{i}[{c_sum([(loop, 1)], q)}]", f"acc{i * channels + q}", c_sum([(loop, 1)], q))
         for i, q in store_order(tables, pixels, channels)])
     return {"loop": loop, "lines": lines}
+
+
+def _channel_loops(channels: int, pixels: int) -> list[tuple[ConstantLoop, int]]:
+    """The channel blocks of a block of `pixels` output pixels, with how many channels each
+    step takes: four (two pairs) beside fewer than three pixels, where two channels a step
+    would spend a cycle on a load for every product or two (Cortex-M4, pretrainedResnet_quant's
+    layers 16 pixels wide: the last pixel's 1.5 cycles a product to 1.25), then pairs, then
+    one."""
+    quads = channels - channels % 4 if pixels < PIXELS else 0
+    pairs = channels - channels % 2
+    return [(ConstantLoop("c", quads, 0, 4), 4), (ConstantLoop("c", pairs, quads, 2), 2),
+            (ConstantLoop("c", channels, pairs), 1)]
 
 
 def _padding_columns(d: Rows) -> list[tuple[int, int]]:
@@ -246,8 +293,7 @@ def emit_rows(ctx: OpContext) -> Kernel:
     pixel_loops = [(ConstantLoop("p", whole, 0, PIXELS), PIXELS),
                    (ConstantLoop("p", d.out_w, whole, max(d.out_w % PIXELS, 1)),
                     d.out_w % PIXELS)]
-    pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
-    odd = ConstantLoop("c", m.channels, m.channels - m.channels % 2)
+    channel_loops = {count: _channel_loops(m.channels, count) for _, count in pixel_loops}
     batches, out_rows = ConstantLoop("b", d.batches), ConstantLoop("oy", d.out_h)
     row_out = d.out_w * m.channels
     pixel_blocks = []
@@ -257,9 +303,8 @@ def emit_rows(ctx: OpContext) -> Kernel:
         outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
         head = [f"const int16_t *r = {c_offset('rows', [(loop, sw * c)])};",
                 f"int8_t *o0 = {c_offset('orow', [(loop, m.channels)])}{outs};"]
-        channel_blocks = [_block(prefix, d, tables, parts, count, channel_loop,
-                                 width)
-                          for channel_loop, width in ((pairs, 2), (odd, 1)) if channel_loop.runs]
+        channel_blocks = [_block(prefix, d, tables, parts, count, channel_loop, width)
+                          for channel_loop, width in channel_loops[count] if channel_loop.runs]
         pixel_blocks.append({"loop": loop, "head": head, "channels": channel_blocks})
     image = d.height * d.width * d.depth
     # rows an output row reads that the previous one did (none where there is one output row)
@@ -285,7 +330,8 @@ def emit_rows(ctx: OpContext) -> Kernel:
         "orow": c_offset("out", [(batches, d.out_h * row_out), (out_rows, row_out)]),
         "xb": c_offset("x", [(batches, image)]),
         "counters": written_vars([batches, out_rows, *(loop for loop, _ in pixel_loops),
-                                  pairs, odd]),
+                                  *(loop for loops in channel_loops.values()
+                                    for loop, _ in loops)]),
         "groups": d.width * d.depth - (d.width * d.depth) % 4,
         # two words a trip where they divide the row: the loop's own cycles over 8 values
         "group_step": 8 if (d.width * d.depth) % 8 == 0 else 4,

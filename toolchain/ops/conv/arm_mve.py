@@ -87,7 +87,7 @@ def emit_im2col(ctx: OpContext) -> Kernel:
                        f"{ctx.prefix}_window(window, {c_offset('x', [(batches, image)])}, "
                        f"{c_sum([(rows, d.stride[0])], -d.padding[0])}, "
                        f"{c_sum([(pixels, d.stride[1])], -d.padding[1])});"],
-        "patch": window_values(ctx.prefix, d, False, True), "windows": ctx.scratch[0],
+        "patch": window_values(ctx.prefix, d, (), True), "windows": ctx.scratch[0],
         "counters": written_vars([batches, rows, pixels, values["pairs"], values["odd"],
                                   values["steps"]]),
         "comment": c_comment(
