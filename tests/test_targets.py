@@ -491,6 +491,8 @@ def test_dsp_1x1_convolution_is_bit_exact(case):
     # batches, stride 2: each image's 25 pixels eight blocks across rows and one pixel alone
     dict(input_shape=(2, 9, 10, 8), out_channels=6, kernel=(3, 3), stride=(2, 2),
          input_zero_point=-128),
+    # one output column: every block across rows, its pixels' windows one below another
+    dict(input_shape=(1, 9, 1, 8), out_channels=6, kernel=(3, 3), stride=(2, 2)),
 ])
 def test_dsp_im2col_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}

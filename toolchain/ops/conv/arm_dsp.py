@@ -442,11 +442,12 @@ def pixel_corners(d: Im2col, first: int | str, count: int) -> list[tuple[str, st
         return [(str((n // d.out_w) * sh - pt), str((n % d.out_w) * sw - pl))
                 for n in range(first, first + count)]
 
-    def scaled(value: str, by: int, minus: int) -> str:
-        return c_sum([(value, by)], -minus)
+    def corner(n: str) -> tuple[str, str]:
+        if d.out_w == 1:  # a column of pixels: n is the row
+            return c_sum([(n, sh)], -pt), str(-pl)
+        return c_sum([(f"{n} / {d.out_w}", sh)], -pt), c_sum([(f"{n} % {d.out_w}", sw)], -pl)
 
-    return [(scaled(f"{n} / {d.out_w}", sh, pt), scaled(f"{n} % {d.out_w}", sw, pl))
-            for n in ([first] + [f"({first} + {i})" for i in range(1, count)])]
+    return [corner(n) for n in ([first] + [f"({first} + {i})" for i in range(1, count)])]
 
 
 def window_values(prefix: str, d: Im2col, direct: tuple[int, ...], window: bool) -> dict:
