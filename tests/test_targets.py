@@ -602,9 +602,16 @@ def test_the_rows_kernel_leaves_what_it_does_not_run_to_im2col():
 @needs_mcu
 @pytest.mark.parametrize("target", ["cortex-m7", "cortex-m33"])
 def test_dsp_rows_on_the_other_dsp_cores(target):
-    model = conv_model("int8", True, (1, 9, 10, 3), 7, (3, 3), stride=(2, 2), seed=1)
-    assert kernels_bound(planned(model, target)) == ["dsp-rows"]
-    assert_qemu_matches_oracle(model, target)
+    """The rows kernel on the Cortex-M7 (its three-pixel blocks one software pipeline) and the
+    M33 (runs of loads, as on the M4), an image's first layer and a deep filter written out."""
+    for model in (conv_model("int8", True, (1, 9, 10, 3), 7, (3, 3), stride=(2, 2), seed=1),
+                  conv_model("int8", False, (1, 10, 10, 16), 5, (3, 3), activation="RELU")):
+        mp = planned(model, target)
+        assert kernels_bound(mp) == ["dsp-rows"]
+        c = generate(mp, "net")["net.c"]
+        # a pipeline loads the next step's word into the register the last one read
+        assert bool(re.search(r"^ +x0 = arenac_load32\(", c, re.M)) == (target == "cortex-m7")
+        assert_qemu_matches_oracle(model, target)
 
 
 DIRECT_CASES = [

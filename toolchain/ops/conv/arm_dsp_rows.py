@@ -33,6 +33,8 @@ from toolchain.numerics.fixedpoint import wrap_int32
 from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp_common import (
     DSP_TARGETS,
+    PIPELINE,
+    PIPELINED_TARGETS,
     TEMPLATE,
     WIDE_FILTER_PIXELS,
     WORD,
@@ -175,7 +177,7 @@ def rows_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ..
 
 def _loads(d: Rows, pixels: int, channels: int, step: int, at: int, line: str = "r"
            ) -> list[list[tuple[str, str]]]:
-    """One step's runs of single loads, each load as (the register it names, its C): the
+    """One step's runs of single loads, each as (the register it fills, the word's C): the
     channels' weight words and the pixels' input words (at `at` values on from each pixel's
     window in `line`), ordered so that no two neighbours are adjacent in memory (GCC would pair
     those into an LDRD). Four channels are two pairs, the second's words a pair's filter further
@@ -183,11 +185,10 @@ def _loads(d: Rows, pixels: int, channels: int, step: int, at: int, line: str = 
     first pair's products (a run of six would leave too few registers)."""
     sx = d.stride[1] * d.pixel_values
     pair_words = 2 * d.kh * d.words
-    weights = [(f"a{j}", f"const int32_t a{j} = "
-                         f"w[{(j // 2) * pair_words + step * min(channels, 2) + j % 2}];")
+    weights = [(f"a{j}", f"w[{(j // 2) * pair_words + step * min(channels, 2) + j % 2}]")
                for j in range(channels)]
-    inputs = [(f"x{i}", f"const int32_t x{i} = arenac_load32((const int8_t *)"
-                        f"({c_offset(line, [], at + i * sx)}));") for i in range(pixels)]
+    inputs = [(f"x{i}", f"arenac_load32((const int8_t *)({c_offset(line, [], at + i * sx)}))")
+              for i in range(pixels)]
     inputs = inputs[0::2] + inputs[1::2]  # pixels two apart first: their words never touch
     if channels == 4:
         if pixels == 1:
@@ -201,10 +202,39 @@ def _loads(d: Rows, pixels: int, channels: int, step: int, at: int, line: str = 
     return [run]
 
 
+def _pipeline(d: Rows, accs: list[str], channels: int, pixels: int,
+              steps: list[tuple[int, int]]) -> list[str]:
+    """A block's steps (index, values on from each window's start) written out as one software
+    pipeline for the dual-issue Cortex-M7: each word of the next step loaded right after the
+    last __smlad that reads the register it fills, so that every load issues beside a
+    multiply-add (one MAC pipe: a cycle for two products). The line is hidden from the
+    optimizer before each step's loads, as in the steps of runs."""
+    def words(index: int, at: int) -> dict[str, str]:
+        return dict(word for run in _loads(d, pixels, channels, index, at) for word in run)
+
+    first = words(*steps[0])
+    lines = ["{", "  ARENAC_KEEP(r);",
+             *(f"  int32_t {name} = {word};" for name, word in first.items())]
+    products = [(a, f"x{k // channels}", f"a{k % channels}") for k, a in enumerate(accs)]
+    for s, _ in enumerate(steps):
+        following = words(*steps[s + 1]) if s + 1 < len(steps) else {}
+        kept = False
+        for k, (acc, x, w) in enumerate(products):
+            lines.append(f"  {acc} = __smlad({x}, {w}, {acc});")
+            later = {name for _, *names in products[k + 1:] for name in names}
+            for name in (n for n in following if n in (x, w) and n not in later):
+                if not kept:
+                    lines.append("  ARENAC_KEEP(r);")
+                    kept = True
+                lines.append(f"  {name} = {following[name]};")
+    return [*lines, "}"]
+
+
 def _block(prefix: str, d: Rows, tables: list[dict], output: list[str], pixels: int,
-           loop: ConstantLoop, channels: int) -> dict:
+           loop: ConstantLoop, channels: int, pipelined: bool) -> dict:
     """A block of `pixels` output pixels (from r on, their outputs at o0...) by `channels`
-    output channels (from channel c): its sums, its steps written out, its stores."""
+    output channels (from channel c): its sums, its steps written out (`pipelined`: the
+    three-pixel blocks' as one software pipeline), its stores."""
     w_at = c_offset(f"{prefix}_filter", [(loop, d.kh * d.words)])
     accs = [f"acc{i * channels + q}" for i in range(pixels) for q in range(channels)]
     lines = [f"const int32_t *w = {w_at};",
@@ -215,12 +245,12 @@ def _block(prefix: str, d: Rows, tables: list[dict], output: list[str], pixels: 
     def step(index: int, at: int, line: str) -> list[str]:
         # the line hidden from the optimizer at each step: a pixel's word is often another's
         # a few steps on, and GCC would keep it in a register the step needs
+        lines = ["{", f"  ARENAC_KEEP({line});"]
         # after each run of loads, the products of the words read so far not yet taken
         read: set[str] = set()
         done: set[str] = set()
-        lines = ["{", f"  ARENAC_KEEP({line});"]
         for run in _loads(d, pixels, channels, index, at, line):
-            lines += [f"  {text}" for _, text in run]
+            lines += [f"  const int32_t {name} = {word};" for name, word in run]
             read |= {name for name, _ in run}
             for k, a in enumerate(accs):
                 x, w = f"x{k // channels}", f"a{k % channels}"
@@ -238,9 +268,13 @@ def _block(prefix: str, d: Rows, tables: list[dict], output: list[str], pixels: 
                   f"w += {min(channels, 2) * trip}) {{",
                   *(f"    {text}" for text in body), "  }", "}"]
     else:
-        for ky in range(d.kh):
-            for j in range(d.words):
-                lines += step(ky * d.words + j, ky * d.line + 2 * j, "r")
+        steps = [(ky * d.words + j, ky * d.line + 2 * j)
+                 for ky in range(d.kh) for j in range(d.words)]
+        if pipelined and (pixels, channels) == (PIXELS, 2):
+            lines += _pipeline(d, accs, channels, pixels, steps)
+        else:
+            for index, at in steps:
+                lines += step(index, at, "r")
     lines += block_stores(prefix, output, [
         (f"o{i}[{c_sum([(loop, 1)], q)}]", f"acc{i * channels + q}", c_sum([(loop, 1)], q))
         for i, q in store_order(tables, pixels, channels)])
@@ -294,6 +328,8 @@ def emit_rows(ctx: OpContext) -> Kernel:
                    (ConstantLoop("p", d.out_w, whole, max(d.out_w % PIXELS, 1)),
                     d.out_w % PIXELS)]
     channel_loops = {count: _channel_loops(m.channels, count) for _, count in pixel_loops}
+    # on the dual-issue core, the written-out three-pixel blocks as one software pipeline
+    pipelined = ctx.target in PIPELINED_TARGETS and not d.looped
     batches, out_rows = ConstantLoop("b", d.batches), ConstantLoop("oy", d.out_h)
     row_out = d.out_w * m.channels
     pixel_blocks = []
@@ -303,7 +339,8 @@ def emit_rows(ctx: OpContext) -> Kernel:
         outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
         head = [f"const int16_t *r = {c_offset('rows', [(loop, sw * c)])};",
                 f"int8_t *o0 = {c_offset('orow', [(loop, m.channels)])}{outs};"]
-        channel_blocks = [_block(prefix, d, tables, parts, count, channel_loop, width)
+        channel_blocks = [_block(prefix, d, tables, parts, count, channel_loop, width,
+                                 pipelined)
                           for channel_loop, width in channel_loops[count] if channel_loop.runs]
         pixel_blocks.append({"loop": loop, "head": head, "channels": channel_blocks})
     image = d.height * d.width * d.depth
@@ -335,8 +372,9 @@ def emit_rows(ctx: OpContext) -> Kernel:
         "groups": d.width * d.depth - (d.width * d.depth) % 4,
         # two words a trip where they divide the row: the loop's own cycles over 8 values
         "group_step": 8 if (d.width * d.depth) % 8 == 0 else 4,
-        "attribute": runs_attribute(ctx.target),
-        "helpers": tuple(sorted({"arm_dsp", *runs_helpers(ctx.target),
+        "attribute": "ARENAC_DSP_IN_ORDER" if pipelined else runs_attribute(ctx.target),
+        "helpers": tuple(sorted({"arm_dsp",
+                                 *([PIPELINE] if pipelined else runs_helpers(ctx.target)),
                                  *(["arm_dsp_widen4_in_order"] if c == d.depth and pl * c % 2 == 0
                                    and d.width * d.depth >= 4 else [])}
                                 | output_helpers(tables, output) | stage_calls)),
