@@ -10,7 +10,9 @@ output row read moved up, the others widened once). A window's filter row is the
 int16 pairs of one line in a run, which the filter, widened at generation time into the same
 pairs (zero where a pair reaches past the window), multiplies with one __smlad each: three
 output pixels by two output channels a step, the weights of the channel pair and the words of
-the three pixels read in one run of single loads (Cortex-M4: one cycle each behind another).
+the three pixels read in one run of single loads (Cortex-M4: one cycle each behind another;
+on the dual-issue Cortex-M7 a written-out block's steps are one software pipeline instead); a
+row's last one or two pixels take four channels a step.
 A filter of up to MAX_STEPS steps is written out. A deeper one (`deep`) is written out too up
 to MAX_WRITTEN_STEPS steps whose words all lie within one load's offset of the line (a loop
 over three filter rows costs about 8 cycles a row on a Cortex-M4, 1-2% of a 3x3 layer's
@@ -216,7 +218,7 @@ def _pipeline(d: Rows, accs: list[str], channels: int, pixels: int,
     lines = ["{", "  ARENAC_KEEP(r);",
              *(f"  int32_t {name} = {word};" for name, word in first.items())]
     products = [(a, f"x{k // channels}", f"a{k % channels}") for k, a in enumerate(accs)]
-    for s, _ in enumerate(steps):
+    for s in range(len(steps)):
         following = words(*steps[s + 1]) if s + 1 < len(steps) else {}
         kept = False
         for k, (acc, x, w) in enumerate(products):
