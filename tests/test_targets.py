@@ -1467,6 +1467,26 @@ def test_the_dual_issue_cores_scheduled_kernels_are_bit_exact(name):
     assert report.ok, report.as_dict()
 
 
+@needs_mcu
+@needs_shared_models
+@pytest.mark.parametrize("name, target", [("pretrainedResnet_quant", "cortex-m4"),
+                                          ("pretrainedResnet_quant", "cortex-m7"),
+                                          ("vww_96_int8", "cortex-m4"),
+                                          ("vww_96_int8", "cortex-m7")])
+def test_the_fastest_plans_are_bit_exact(name, target):
+    """The plans `bench` counts the MLPerf cycles of (--max-arena above any arena: whole ops,
+    every kernel keeping its scratch; pretrainedResnet_quant's 3x3 layers from rows written out
+    and from im2col blocks across rows, the 1x1 layers' depth loops 16 groups a trip, on the
+    Cortex-M7 the rows' pipeline), three inputs under QEMU."""
+    path = SHARED_MODELS / f"{name}.tflite"
+    data = path.read_bytes()
+    mp = plan_model(parse_model(data, str(path)), target=target, max_arena=1 << 30)
+    assert not mp.tiling.segments and "dsp-rows" in kernels_bound(mp)
+    with QemuBackend(mp) as backend:
+        report = check_plan(mp, data, 3, 0, [("qemu", backend.invoke_many)])
+    assert report.ok, report.as_dict()
+
+
 def test_a_limit_whole_ops_fit_in_runs_them_whole_on_the_dsp_cores():
     """--max-arena: on a DSP core, whose kernels run whole ops faster than stripes of them, a
     limit whole ops fit in plans them whole with every kernel's scratch, one just below stripes
