@@ -150,8 +150,9 @@ def test_target_kernels_bring_their_scratch_and_overlap_into_the_plan():
     # rows of two channels
     assert scratch[0, 0].size == 35 * 16 and "widened" in scratch[0, 0].purpose
     assert scratch[0, 1].size == 2 * 16
-    # two pixels of 9 channels, padded to 12: 2 * 2 words * 3 groups * 4 bytes
-    assert scratch[1, 0].size == 48 and "widened" in scratch[1, 0].purpose
+    # three pixels (a Cortex-M4's block over more than one group, the most of any core's) of 9
+    # channels, padded to 12: 3 * 2 words * 3 groups * 4 bytes
+    assert scratch[1, 0].size == 72 and "widened" in scratch[1, 0].purpose
     assert scratch[3, 0].size == 8 * 15  # one row of 60 values: 15 groups
     # all the input is read before any output is written: any overlap
     assert mp.program.bindings[0].overlaps[0].any_offset
@@ -187,15 +188,16 @@ def test_pointwise_overlap_follows_the_write_order():
     reads, for outputs placed exactly the declared shift below the input."""
     for shape, channels, stride in [((1, 10, 12, 8), 16, 1), ((2, 5, 6, 8), 4, 2),
                                     ((1, 7, 7, 3), 5, 2), ((3, 6, 6, 12), 12, 1)]:
-        mp = planned(conv_model("int8", False, shape, channels, (1, 1), (stride, stride)),
-                     "cortex-m4")
-        m = conv_dsp.conv_matmul(mp.program.params()[0])
-        shift = mp.program.bindings[0].overlaps[0].shift
-        blocks = m.blocks()
-        for index, (first, count) in enumerate(blocks):
-            written_end = (first + count) * m.channels - shift  # relative to the input
-            later = [m.input_at(p) for b, n in blocks[index + 1:] for p in range(b, b + n)]
-            assert all(written_end <= start for start in later)
+        for target in ("cortex-m4", "cortex-m7"):  # blocks of three and of two pixels
+            mp = planned(conv_model("int8", False, shape, channels, (1, 1), (stride, stride)),
+                         target)
+            m = conv_dsp.conv_matmul(mp.program.params()[0])
+            shift = mp.program.bindings[0].overlaps[0].shift
+            blocks = m.blocks(m.block_on(target))
+            for index, (first, count) in enumerate(blocks):
+                written_end = (first + count) * m.channels - shift  # relative to the input
+                later = [m.input_at(p) for b, n in blocks[index + 1:] for p in range(b, b + n)]
+                assert all(written_end <= start for start in later)
 
 
 def test_generated_c_names_its_target_and_generic_c_is_unchanged():

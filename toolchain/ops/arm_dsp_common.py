@@ -12,8 +12,9 @@ Pointwise matrix multiply (int8 FULLY_CONNECTED, and CONV_2D with a 1x1 filter, 
 the output is a matrix of pixels (FULLY_CONNECTED: batch rows) by output channels (units), each
 value a dot product of a pixel's input channels with a filter row. Two pixels by two channels
 at a time (2x2 register blocking: four sums, each input word and weight word loaded once for
-two products), three pixels by two channels where the depth takes a loop of steps (3x2: six
-sums, both channels' weights loaded once for three pixels; `Matmul.block`):
+two products), three pixels by two channels over more than one group of four input channels
+on the single-issue cores, more than eight on the Cortex-M7 (3x2: six sums, both channels'
+weights loaded once for three pixels; `Matmul.block_on`):
 
 - the block's inputs are widened once into the op's scratch (planned in the arena: 8 bytes
   per four input channels and pixel) as int16 pairs, four values x0..x3 becoming the words (x0, x2)
@@ -145,7 +146,12 @@ UNROLLED = 16  # depth groups written out without a loop
 # on a Cortex-M4) over 16 steps, not 8, take 1.5-2.5% fewer estimated cycles on
 # pretrainedResnet_quant's im2col layers, for about 1 KiB of code a layer
 TRIP = 16
-THREE_PIXEL_GROUPS = 8  # more depth groups than this, and a block takes three pixels
+# More depth groups than this, and a block takes three pixels (the 3x2 step), on each DSP core:
+# on the single-issue cores from two groups on (vww_96_int8's 1x1 layers of 8 to 32 input
+# channels: 10.89 to 10.72 million estimated cycles on a Cortex-M4), on the dual-issue
+# Cortex-M7 beyond eight, where its pipelined 2x2 step runs the shallower layers faster
+# (vww_96_int8: 5.84 million cycles against 5.91)
+THREE_PIXEL_GROUPS = {"cortex-m4": 1, "cortex-m33": 1, "cortex-m7": 8}
 # Depth groups the 3x2 step writes out without a loop: a depth of 64 (kws_ref_model's layers)
 # in one run saves the loop's counter, reload and branch, 5% of the step's cycles, for 700
 # bytes of code a layer; deeper ones loop by TRIP, their code growing no further.
@@ -269,17 +275,20 @@ class Matmul:
         pairs = self.channels // 2
         return 2 * pairs * self.groups > pixels * (6 * self.groups + 3 * pairs + 12)
 
+    def block_on(self, target: str) -> int:
+        """Pixels a block takes along a row on `target`: three (the 3x2 step) over more depth
+        groups than THREE_PIXEL_GROUPS says for the core, else two; a row's last one or two
+        pixels are a block of their own."""
+        return 3 if self.groups > THREE_PIXEL_GROUPS[target] and self.pixels >= 3 else 2
+
     @property
     def block(self) -> int:
-        """Pixels a block takes along a row: three (the 3x2 step) where the depth makes a loop
-        of steps (written out, GCC spills the 3x2 step's fourteen registers), else two; a
-        row's last one or two pixels are a block of their own."""
-        return 3 if self.groups > THREE_PIXEL_GROUPS and self.pixels >= 3 else 2
+        """The most pixels a block takes on any DSP core: what the scratch holds."""
+        return max(self.block_on(target) for target in DSP_TARGETS)
 
-    def blocks(self) -> list[tuple[int, int]]:
+    def blocks(self, size: int) -> list[tuple[int, int]]:
         """The blocks of pixels in the order the kernel runs them: (first output pixel, how
-        many), `block` at a time along each row."""
-        size = self.block
+        many), `size` at a time along each row."""
         return [((b * self.rows + r) * self.pixels + i, min(size, self.pixels - i))
                 for b in range(self.batches) for r in range(self.rows)
                 for i in range(0, self.pixels, size)]
@@ -795,7 +804,7 @@ def pointwise_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str,
     """The pointwise kernel's template values; `direct` (one pixel): no scratch, each input word
     widened in registers where the multiply reads it."""
     batches, rows = ConstantLoop("b", m.batches), ConstantLoop("r", m.rows)
-    size = m.block
+    size = m.block_on(ctx.target)
     whole = m.pixels - m.pixels % size
     block = ConstantLoop("p", whole, 0, size)
     rest = ConstantLoop("p", m.pixels, whole, max(m.pixels % size, 1))

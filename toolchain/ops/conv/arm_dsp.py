@@ -127,12 +127,13 @@ def accepts_conv(graph: Graph, op: Operator, p) -> str | None:
 def pointwise_overlaps(graph: Graph, op: Operator, p: ConvParams) -> list[OverlapRule]:
     """The output may start `shift` bytes below the input: after each block of pixels the
     kernel has written the outputs of every pixel up to it, and later reads only the inputs of
-    the pixels after it, from the next one's first input byte on (int8: bytes are elements)."""
+    the pixels after it, from the next one's first input byte on (int8: bytes are elements);
+    the most any DSP core's blocks need."""
     m = conv_matmul(p)
-    blocks = m.blocks()
     shift = 0
-    for (first, count), (following, _) in pairwise(blocks):
-        shift = max(shift, (first + count) * m.channels - m.input_at(following))
+    for size in {m.block_on(target) for target in DSP_TARGETS}:
+        for (first, count), (following, _) in pairwise(m.blocks(size)):
+            shift = max(shift, (first + count) * m.channels - m.input_at(following))
     return [OverlapRule(0, 0, shift, kind="windowed")]
 
 
@@ -497,7 +498,7 @@ def emit_im2col(ctx: OpContext) -> Kernel:
     # the image's pixels in the output's order, a block at a time: a block may end one output
     # row and start the next, so that only the image's last block is short
     batches, image_rows = ConstantLoop("b", d.batches), ConstantLoop("r", 1)
-    size = m.block
+    size = m.block_on(ctx.target)
     image_pixels = d.out_h * d.out_w
     whole = image_pixels - image_pixels % size
     block = ConstantLoop("n", whole, 0, size)
