@@ -413,9 +413,9 @@ def accepts_im2col(graph: Graph, op: Operator, p) -> str | None:
 
 
 def widens_directly(d: Im2col) -> bool:
-    """Whether a whole block's windows widen straight from the input, row by row (a filter row
-    holds whole groups), only their rows outside the image copied first."""
-    return d.row % GROUP == 0 and d.matmul.block > 1
+    """Whether a block's windows widen straight from the input, filter row by filter row (a
+    filter row holds whole groups), only their rows outside the image copied first."""
+    return d.row % GROUP == 0
 
 
 def im2col_scratch(p: ConvParams | DepthwiseConvParams) -> tuple[MemoryRequest, ...]:
@@ -451,6 +451,12 @@ def pixel_corners(d: Im2col, first: int | str, count: int) -> list[tuple[str, st
     return [corner(n) for n in ([first] + [f"({first} + {i})" for i in range(1, count)])]
 
 
+def widen_name(prefix: str, last: bool) -> str:
+    """The function that widens a whole block straight from the input, or the image's last,
+    shorter block."""
+    return f"{prefix}_widen{'_last' if last else ''}"
+
+
 def window_values(prefix: str, d: Im2col, direct: tuple[int, ...], window: bool) -> dict:
     """The values of the functions that copy windows out of the input (the template's
     `window`): `{prefix}_row` always, `{prefix}_window` (one pixel's window, int8) if `window`,
@@ -459,10 +465,11 @@ def window_values(prefix: str, d: Im2col, direct: tuple[int, ...], window: bool)
     `{prefix}_widen_last`), the windows of that many pixels from pixel n on widened filter row
     by filter row."""
     rows_outside, columns_outside = d.reaches_outside(0), d.reaches_outside(1)
+    last_column = d.width - d.kw  # the last a window starts at that stays inside the row
     inside = [*(["y >= 0", f"y < {d.height}"] if rows_outside else []),
-              *(["ix >= 0", f"ix <= {d.width - d.kw}"] if columns_outside else [])]
+              *(["ix >= 0", f"ix <= {last_column}"] if columns_outside else [])]
     widens = [{
-        "name": f"{prefix}_widen{'_last' if k else ''}", "count": count,
+        "name": widen_name(prefix, last=k > 0), "count": count,
         "row_words": 2 * count * (d.row // GROUP), "corners": pixel_corners(d, "n", count),
         "sources": [(f"{prefix}_source({c_offset('windows', [], i * d.row)}, x, "
                      f"iy{i} + ky, ix{i})") for i in range(count)],
@@ -475,7 +482,7 @@ def window_values(prefix: str, d: Im2col, direct: tuple[int, ...], window: bool)
     return {
         "prefix": prefix, "d": d, "zero_point": -d.matmul.input_offset,
         "rows_outside": rows_outside, "columns_outside": columns_outside,
-        "last_column": d.width - d.kw, "window": window, "widens": widens,
+        "last_column": last_column, "window": window, "widens": widens,
         "inside": " && ".join(inside), "row_groups": d.row // GROUP,
         "row_comment": c_comment(
             f"Filter row y - iy of one output pixel's window into `row`: {d.kw} x {d.depth} "
@@ -514,8 +521,8 @@ def emit_im2col(ctx: OpContext) -> Kernel:
         outs = "".join(f", *o{i} = o{i - 1} + {m.channels}" for i in range(1, count))
         lines = [f"int8_t *o0 = {c_offset('ob', [(loop, m.channels)])}{outs};"]
         if direct:
-            name = f"{prefix}_widen{'' if count == size else '_last'}"
-            return [*lines, f"{name}(pairs, windows, xb, {loop.index});"]
+            return [*lines, f"{widen_name(prefix, last=count < size)}(pairs, windows, xb, "
+                            f"{loop.index});"]
         first = loop.index if loop.written else loop.start
         for i, (iy, ix) in enumerate(pixel_corners(d, first, count)):
             lines.append(f"{prefix}_window({c_offset('windows', [], i * d.window)}, xb, {iy}, "
