@@ -878,6 +878,9 @@ def test_dsp_depthwise_in_narrow_groups_is_bit_exact(case):
     dict(input_shape=(1, 5, 5, 8), kernel=(3, 3), activation="RELU"),
     dict(input_shape=(1, 4, 3, 8), kernel=(3, 3), per_channel=True),
     dict(input_shape=(1, 3, 29, 4), kernel=(3, 3), per_channel=True),
+    # the loop of a row too wide to write out reading each channel's record through a pointer
+    # (the output stage of one SMMLA), the input copied two pixels at a time
+    dict(input_shape=(1, 4, 29, 8), kernel=(3, 3), per_channel=True, activation="RELU"),
 ])
 def test_dsp_depthwise_convolution_is_bit_exact(case):
     case = {"per_channel": False, **case}
@@ -905,8 +908,16 @@ def test_dsp_depthwise_of_one_channel_is_a_convolution(case):
 
 @needs_mcu
 @pytest.mark.parametrize("target", ["cortex-m7", "cortex-m33"])
-def test_dsp_depthwise_on_the_other_dsp_cores(target):
-    model = depthwise_model("int8", True, (1, 7, 6, 9), (3, 3), stride=(2, 2), seed=1)
+@pytest.mark.parametrize("shape, stride, activation", [
+    ((1, 7, 6, 9), (2, 2), "NONE"),
+    # a row too wide to write out: a loop of blocks reading each channel's record through a
+    # pointer (the output stage of one SMMLA), the input copied two pixels at a time after an
+    # odd first column
+    ((1, 4, 29, 8), (1, 1), "RELU"),
+])
+def test_dsp_depthwise_on_the_other_dsp_cores(target, shape, stride, activation):
+    model = depthwise_model("int8", True, shape, (3, 3), stride=stride, activation=activation,
+                            seed=1)
     assert kernels_bound(planned(model, target)) == ["dsp-depthwise"]
     assert_qemu_matches_oracle(model, target)
 
@@ -1048,15 +1059,22 @@ def test_a_rounding_by_sign_steps_up_at_zero_without_a_select(monkeypatch):
 
 
 @needs_mcu
-def test_the_dual_issue_core_saturates_each_output_a_store_ahead():
-    """On the Cortex-M7 a block rounds all its sums, then saturates each output one store
-    ahead (its saturation issues beside the store before it); the single-issue cores call
-    the whole output function per store. Both bit-exact."""
+def test_the_dual_issue_core_saturates_each_output_beside_another_instruction():
+    """On the Cortex-M7 a block's stores put each saturation before an instruction that does
+    not read it, the rounding two on or the store of an earlier saturation (the two issue in
+    one cycle), in that order against GCC's scheduling (ARENAC_IN_TURN); the single-issue
+    cores call the whole output function per store. Both bit-exact."""
     model = pointwise_model()
     m7 = generate(planned(model, "cortex-m7"), "net")["net.c"]
     m4 = generate(planned(model, "cortex-m4"), "net")["net.c"]
-    assert re.search(r"const int8_t y1 = (net_op\w+)_saturated\(q1\);\n\s*(\w+\[\w+\]) = y0;"
-                     r"\n\s*const int8_t y2 = \1_saturated\(q2\);", m7)
+    turn = r"\n\s*ARENAC_IN_TURN\(\);\n\s*"
+    assert re.search(rf"const int8_t y0 = (net_op\w+)_saturated\(q0\);{turn}"
+                     rf"const int32_t q2 = \1_rounded\(", m7)
+    late = re.findall(rf"const int8_t y(\d+) = net_op\w+_saturated\(q\d+\);{turn}"
+                      r"\w+\[\w+\] = y(\d+);", m7)
+    # (a block of one output can only store its saturation straight after it)
+    assert late and all(int(stored) < int(saturated) or saturated == stored == "0"
+                        for saturated, stored in late)
     assert "_saturated(q" not in m4 and "_output(acc" in m4
     assert_qemu_matches_oracle(model, "cortex-m7")
 

@@ -94,27 +94,54 @@ def output_stages(output: list[str]) -> dict | None:
 
 def parted(output: list[str], target: str) -> list[str]:
     """The output lines whose stages block_stores may part: on a core that issues two
-    instructions a cycle (the Cortex-M7), where a saturation issues beside the store before
-    it; none on the single-issue cores, whose parted stores measure no faster."""
+    instructions a cycle (the Cortex-M7), where each saturation issues beside a rounding or a
+    store; none on the single-issue cores, whose parted stores measure no faster."""
     return [] if target in IN_ORDER_TARGETS else output
 
 
-def block_stores(prefix: str, output: list[str], stores: list[tuple[str, str, str]]
-                 ) -> list[str]:
+def channel_record(prefix: str, output: list[str]) -> str | None:
+    """The struct type of the output function's channel record where a kernel may read the
+    channel's constants and folded sum through a pointer to it (`{prefix}_rounded_at`): the
+    function parts in two stages and reads nothing of channel c but that record, k."""
+    found = output and re.fullmatch(rf"const (\w+) \*k = &{prefix}_channel\[c\];", output[0])
+    if (not found or output_stages(output) is None
+            or any("c" in re.findall(r"\w+", line) for line in output[1:])):
+        return None
+    return found.group(1)
+
+
+def block_stores(prefix: str, output: list[str], stores: list[tuple[str, str, str]],
+                 record: bool = False, dual_issue: bool = True) -> list[str]:
     """A block's stores (target, sum, channel): where the output function parts in two stages,
-    every rounded sum first, then each saturated a step ahead of its store, so that no
-    instruction reads the result of the one before it (the dual-issue Cortex-M7 then issues
-    each store beside the next saturation); else one output call each."""
+    every saturation beside an instruction that does not read its result, the next rounding's
+    multiply or an earlier saturation's store (the dual-issue Cortex-M7 then issues the two in
+    one cycle), in that order against GCC's scheduling (ARENAC_IN_TURN between them); else
+    one output call each. `record`: the channel is a pointer to its record (channel_record),
+    read before the first store, which could alias it for all GCC knows; `dual_issue`: false
+    on the single-issue cores, whose stages then run in the order written, each rounding
+    first."""
     if output_stages(output) is None:
         return [f"{target} = {prefix}_output({acc}, {channel});"
                 for target, acc, channel in stores]
-    lines = [f"const int32_t q{k} = {prefix}_rounded({acc}, {channel});"
-             for k, (_, acc, channel) in enumerate(stores)]
-    for k in range(len(stores)):
-        lines.append(f"const int8_t y{k} = {prefix}_saturated(q{k});")
-        if k:
-            lines.append(f"{stores[k - 1][0]} = y{k - 1};")
-    return [*lines, f"{stores[-1][0]} = y{len(stores) - 1};"]
+    rounded = f"{prefix}_rounded_at" if record else f"{prefix}_rounded"
+    roundings = [f"const int32_t q{k} = {rounded}({acc}, {channel});"
+                 for k, (_, acc, channel) in enumerate(stores)]
+    saturations = [f"const int8_t y{k} = {prefix}_saturated(q{k});" for k in range(len(stores))]
+    writes = [f"{target} = y{k};" for k, (target, _, _) in enumerate(stores)]
+    if not dual_issue:
+        return roundings + [line for pair in zip(saturations, writes, strict=True)
+                            for line in pair]
+    order, written = roundings[:2], 0
+    for k, saturation in enumerate(saturations):
+        order.append(saturation)
+        if k + 2 < len(roundings):
+            order.append(roundings[k + 2])
+        elif written < k:
+            order.append(writes[written])
+            written += 1
+    order += writes[written:]
+    return [line for k, statement in enumerate(order)
+            for line in ([statement] if k == 0 else ["ARENAC_IN_TURN();", statement])]
 
 
 def kernel_definitions(v: dict, *functions: CDefinition) -> tuple[CDefinition, ...]:
@@ -124,11 +151,15 @@ def kernel_definitions(v: dict, *functions: CDefinition) -> tuple[CDefinition, .
     each."""
     found = [table_definition(t, gap=True) for t in v["tables"]]
     stages = output_stages(v["output"])
-    # `parted`: the kernel's stores call the two stages (block_stores), not `_output`
+    record = v.get("record")
+    if record:  # the stores pass a pointer to the channel's record: no line to find it
+        stages = {**stages, "rounded": stages["rounded"][1:]}
+    # `parted` or `record`: the kernel's stores call the two stages (block_stores), not `_output`
+    whole = not (stages and (v.get("parted") or record))
     found.append(definition(f"{v['prefix']}_output",
                             render_macro(TEMPLATE, "output_function",
-                                         {**v, "stages": stages,
-                                          "whole": not (stages and v.get("parted"))}),
+                                         {**v, "stages": stages, "record": record,
+                                          "whole": whole}),
                             gap=True))
     patch = v.get("patch")
     if patch:

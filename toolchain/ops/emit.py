@@ -246,11 +246,12 @@ HELPER_GROUPS: dict[str, tuple[str, ...]] = {
     **{f"arm_dsp_{part}": ("arm_dsp",) for part in (
         "partial", "load2", "mac16_2x1", "mac16_1x2", "mac16_1x1", "mac16_3x1")},
     **{f"arm_dsp_{part}": ("arm_dsp", "arm_dsp_ror8") for part in (
-        "widen4", "widen4_in_order", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1", "mac_3x1",
-        "mac_1x2_word", "mac_1x1_word")},
-    **{f"arm_dsp_widen_{n}": ("arm_dsp", "arm_dsp_widen4") for n in (1, 2, 3)},
-    "arm_dsp_widen_1_apart": ("arm_dsp", "arm_dsp_widen4"),  # its last groups one at a time
-    **{f"arm_dsp_widen_{n}_apart": ("arm_dsp", "arm_dsp_ror8") for n in (2, 3)},
+        "widen4", "widen4_in_order", "pixel_pair", "mac_2x2", "mac_2x1", "mac_1x2", "mac_1x1",
+        "mac_3x1", "mac_1x2_word", "mac_1x1_word")},
+    # arenac_widen_1 widens its last groups one at a time
+    **{f"arm_dsp_widen_1{form}": ("arm_dsp", "arm_dsp_widen4") for form in ("", "_apart")},
+    **{f"arm_dsp_widen_{n}{form}": ("arm_dsp", "arm_dsp_ror8")
+       for n in (2, 3) for form in ("", "_apart")},
     "arm_dsp_in_order": (),
     "arm_dsp_dual_issue": (),  # a comment: why the Cortex-M7's kernels of load runs schedule
     "arm_dsp_pipeline": ("arm_dsp_in_order",),  # a comment: the Cortex-M7's written-out steps

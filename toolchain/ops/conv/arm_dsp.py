@@ -40,6 +40,7 @@ from toolchain.ops import overlaps
 from toolchain.ops.arm_dsp_common import (
     DSP_TARGETS,
     GROUP,
+    IN_ORDER_TARGETS,
     TEMPLATE,
     UNROLLED,
     WIDE_FILTER_PIXELS,
@@ -49,6 +50,7 @@ from toolchain.ops.arm_dsp_common import (
     accumulator_lines,
     accumulator_ranges,
     block_stores,
+    channel_record,
     depth_steps,
     kernel_attribute,
     kernel_definitions,
@@ -781,19 +783,22 @@ def _shared_taps(d: Depthwise, count: int) -> list[FilterRow]:
 
 
 def _depthwise_pixels(prefix: str, d: Depthwise, output: list[str], loop: ConstantLoop,
-                      count: int, weights: list[list[str]]) -> dict:
+                      count: int, weights: list[list[str]], record: bool, dual_issue: bool
+                      ) -> dict:
     """Output pixels ox (and ox + 1) of channel c: tap pair j of filter row ky at
     wr + ky * slot + ox * sw + 2 * j. Each filter row's input words and weight words (`weights`:
     each slot's weight loads) are read in one run of single loads before its multiply-adds (a
     Cortex-M4's load costs one cycle behind another, two elsewhere, LDRD three; a Cortex-M7
     issues a single load beside a multiply, an LDRD alone), the weights again for every pixel
-    block, which keeps the registers for the loads."""
+    block, which keeps the registers for the loads; with `record`, the channel's sum and
+    output constants too (through kc, see emit_depthwise)."""
     sw, slot = d.stride[1], d.line
     lines = [f"const int16_t *r = {c_offset('wr', [(loop, sw)])};",
+             *(["ARENAC_KEEP(kc);", "const int32_t sum = kc->sum;"] if record else []),
              f"int32_t {', '.join(f'acc{i} = sum' for i in range(count))};"]
     stores = block_stores(prefix, output, [
-        (f"o[{c_sum([(loop, d.channels)], i * d.channels)}]", f"acc{i}", "c")
-        for i in range(count)])
+        (f"o[{c_sum([(loop, d.channels)], i * d.channels)}]", f"acc{i}", "kc" if record else "c")
+        for i in range(count)], record, dual_issue)
     if d.shared_loads:
         filter_rows = _shared_taps(d, count)
     elif sw == 2 and count == 2:  # pixel ox + 1's words are pixel ox's from the second on
@@ -820,7 +825,8 @@ def _depthwise_pixels(prefix: str, d: Depthwise, output: list[str], loop: Consta
     return {"loop": loop, "lines": lines + stores}
 
 
-def _depthwise_blocks(prefix: str, d: Depthwise, output: list[str], weights: list[list[str]]
+def _depthwise_blocks(prefix: str, d: Depthwise, output: list[str], weights: list[list[str]],
+                      record: bool, dual_issue: bool
                       ) -> tuple[list[dict], list[ConstantLoop]]:
     """The pixel blocks of an output row (written out up to UNROLLED_PIXELS, else a loop of
     the first ones) and the loops of more than one pixel: pairs and a last odd pixel. With
@@ -841,7 +847,7 @@ def _depthwise_blocks(prefix: str, d: Depthwise, output: list[str], weights: lis
     else:
         loops = [(ConstantLoop("ox", whole, 0, width), width)]
     loops.append((ConstantLoop("ox", d.out_w, whole, max(last, 1)), last))
-    return ([_depthwise_pixels(prefix, d, output, loop, count, weights)
+    return ([_depthwise_pixels(prefix, d, output, loop, count, weights, record, dual_issue)
              for loop, count in loops if loop.runs and count],
             [loop for loop, count in loops if count > 1])
 
@@ -864,6 +870,42 @@ def _channel_copies(d: Depthwise) -> list[str]:
     return copies
 
 
+def _pair_copies(d: Depthwise) -> list[str]:
+    """Two adjacent input pixels' channels into their lines, four channels a call of
+    arenac_pixel_pair: written out up to UNROLLED channels, else a loop of four a trip."""
+    channel = d.kh * d.line
+    if d.group <= UNROLLED:
+        return [f"arenac_pixel_pair({c_offset('lp', [], j * channel)}, "
+                f"arenac_load32({c_offset('xp', [], j)}), arenac_load32(xp + {d.channels + j}), "
+                f"{channel});" for j in range(0, d.group, GROUP)]
+    return [f"for (c = 0; c < {d.group}; c += {GROUP}, xp += {GROUP}, "
+            f"lp += {GROUP * channel}) {{",
+            f"  arenac_pixel_pair(lp, arenac_load32(xp), arenac_load32(xp + {d.channels}), "
+            f"{channel});", "}"]
+
+
+def pairs_copied(d: Depthwise) -> bool:
+    """Whether an input row's pixels are copied two at a time (`_copy_loops`): a group's
+    channels come in fours (a word of each pixel) and the lines are of an even length, so
+    that each line's even columns are word-aligned in the word-aligned scratch."""
+    return d.group % GROUP == 0 and d.line % 2 == 0
+
+
+def _copy_loops(d: Depthwise, left: int, inside: int) -> list[dict]:
+    """The loops that copy an input row's pixels into columns left to inside of their lines:
+    two pixels a trip from the first even column on where `pairs_copied`, an odd first or
+    last pixel alone; else pixel by pixel."""
+    single = _channel_copies(d)
+    if not pairs_copied(d):
+        return [{"first": left, "end": inside, "step": "++ix", "lines": single}]
+    first = min(left + left % 2, inside)
+    end = first + (inside - first) // 2 * 2
+    loops = ((left, first, "++ix", single), (first, end, "ix += 2", _pair_copies(d)),
+             (end, inside, "++ix", single))
+    return [{"first": a, "end": b, "step": step, "lines": lines}
+            for a, b, step, lines in loops if b > a]
+
+
 def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kernel:
     p = ctx.params
     d = depthwise_of(p, max_group)
@@ -880,8 +922,14 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
     sh, sw = d.stride
     channel = d.kh * d.line  # the scratch is [channel][slot][line]
     turn_args, loads, calls = _row_calls(prefix, d)
-    blocks, pairs = _depthwise_blocks(prefix, d, parts, loads)
+    # A row whose blocks are a loop reads a channel's sum and output constants through a
+    # pointer to its record that every trip reads again (kc, ARENAC_KEEP): kept in registers
+    # through the loop, beside a block's sums and words, they were spilled on every trip.
+    record = channel_record(prefix, output) if d.out_w > UNROLLED_PIXELS else None
+    blocks, pairs = _depthwise_blocks(prefix, d, output if record else parts, loads,
+                                      record is not None, ctx.target not in IN_ORDER_TARGETS)
     # stride below the filter height: the window's rows overlap the previous output row's
+    left, inside = min(d.padding[1], d.line), min(d.padding[1] + d.width, d.line)  # columns
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
     values = {
@@ -902,7 +950,7 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
         "grouped": d.group < d.channels,
         "attribute": runs_attribute(ctx.target),
         "pixels": blocks, "ox": any(p.written for p in pairs), "first_row": first_row,
-        "copies": _channel_copies(d),
+        "copies": _copy_loops(d, left, inside),
         "turn_args": turn_args, "calls": calls,
         "row_comment": c_comment(
             f"One output row of {what}, channel by channel: o its first output, and the filter "
@@ -911,9 +959,12 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
             "first output"),
         "slot_of_row": f"(py % {d.kh})" if d.kh > 1 else "0",
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
-        "left": min(d.padding[1], d.line), "inside": min(d.padding[1] + d.width, d.line),
-        "sum": sum_of(prefix, tables, "c"),
-        "helpers": tuple(sorted({"arm_dsp", *runs_helpers(ctx.target)}
+        "left": left, "inside": inside,
+        "record": record,
+        "channel_line": (f"const {record} *kc = &{prefix}_channel[c];" if record else
+                         f"const int32_t sum = {sum_of(prefix, tables, 'c')};"),
+        "helpers": tuple(sorted({"arm_dsp", *runs_helpers(ctx.target),
+                                 *(["arm_dsp_pixel_pair"] if pairs_copied(d) else [])}
                                 | output_helpers(tables, output) | stage_calls)),
     }
     row = definition(f"{values['prefix']}_row", render_macro(TEMPLATE, "depthwise_row", values),
