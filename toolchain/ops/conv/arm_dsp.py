@@ -924,12 +924,17 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
     turn_args, loads, calls = _row_calls(prefix, d)
     # A row whose blocks are a loop reads a channel's sum and output constants through a
     # pointer to its record that every trip reads again (kc, ARENAC_KEEP): kept in registers
-    # through the loop, beside a block's sums and words, they were spilled on every trip.
-    record = channel_record(prefix, output) if d.out_w > UNROLLED_PIXELS else None
+    # through the loop, beside a block's sums and words, they were spilled on every trip. On
+    # the dual-issue Cortex-M7 a written-out row does too (its loads issue beside the
+    # multiplies); the single-issue cores keep them in registers along such a row, which
+    # measures faster there.
+    dual_issue = ctx.target not in IN_ORDER_TARGETS
+    record = (channel_record(prefix, output) if d.out_w > UNROLLED_PIXELS or dual_issue
+              else None)
     blocks, pairs = _depthwise_blocks(prefix, d, output if record else parts, loads,
-                                      record is not None, ctx.target not in IN_ORDER_TARGETS)
-    # stride below the filter height: the window's rows overlap the previous output row's
+                                      record is not None, dual_issue)
     left, inside = min(d.padding[1], d.line), min(d.padding[1] + d.width, d.line)  # columns
+    # stride below the filter height: the window's rows overlap the previous output row's
     first_row = (f"oy == 0 ? 0 : (oy - 1) * {sh} + {d.kh}" if sh < d.kh else
                  "oy" if sh == 1 else f"oy * {sh}")
     values = {
