@@ -180,15 +180,16 @@ TRIP = 16
 # More depth groups than this, and a block takes three pixels (the 3x2 step), on each DSP core:
 # on the single-issue cores from two groups on (vww_96_int8's 1x1 layers of 8 to 32 input
 # channels: 10.89 to 10.72 million estimated cycles on a Cortex-M4), on the dual-issue
-# Cortex-M7 beyond eight, where its pipelined 2x2 step runs the shallower layers faster
-# (vww_96_int8: 5.84 million cycles against 5.91)
-THREE_PIXEL_GROUPS = {"cortex-m4": 1, "cortex-m33": 1, "cortex-m7": 8}
-# Depth groups the 3x2 step writes out without a loop: a depth of up to 128 in one run saves
+# Cortex-M7 from three, where its pipelined 2x2 step runs the layers of 8 input channels
+# faster (vww_96_int8: 5.52 million cycles, against 5.59 from two; from nine, as before, the
+# same cycles for 1.3% more instructions)
+THREE_PIXEL_GROUPS = {"cortex-m4": 1, "cortex-m33": 1, "cortex-m7": 2}
+# Depth groups the 3x2 step writes out without a loop: a depth of up to 256 in one run saves
 # the loop's counter, reload and branch, and the spills around the loop of the block's
 # pointers and sums (vww_96_int8's 1x1 layers of 128 channels: 10.61 to 10.51 million cycles
-# on the M4, for 1.3 KB of code a layer); deeper ones loop by TRIP, their code growing no
-# further.
-UNROLLED_3X2 = 32
+# on the M4, for 1.3 KB of code a layer; of 256: a further 0.02 million for 4 KB); deeper
+# ones loop by TRIP, their code growing no further.
+UNROLLED_3X2 = 64
 # A matrix multiply over at least this many pixels keeps its filter widened to int16 in flash:
 # it then reads each weight word with no __sxtb16, which saves about pixels / 4 instructions
 # per byte the wider filter adds (a 2-pixel block widens 8 weights in 4 instructions).

@@ -231,10 +231,14 @@ def _staged_widening(m: Matmul, pixel_loops: tuple) -> list[dict]:
 
 
 def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], output: list[str],
-                   pixel_loops: tuple, target: str
+                   pixel_loops: tuple, target: str, record: str | None
                    ) -> tuple[list[dict], set[str], list[ConstantLoop]]:
     """Channel pair by channel pair (then a last odd channel): the filter rows widened, then
-    the steps of each block of pixels; the blocks, the steps' kinds and their loops."""
+    the steps of each block of pixels; the blocks, the steps' kinds and their loops. With a
+    `record` (channel_record), each block reads its channels' sums and output constants
+    through a pointer to their records that every block reads again (kc, ARENAC_KEEP):
+    hoisted out of the loop over pixels, GCC kept them on the stack and reloaded them all
+    for every block."""
     words = m.groups * 2
     blocks, kinds, step_loops = [], set(), []
     channel_pairs = ConstantLoop("c", m.channels - m.channels % 2, 0, 2)
@@ -250,7 +254,10 @@ def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], output: list[str]
             kind = f"{count}x{width}"
             kinds.add(kind)
             channels = [c_sum([(loop, 1)], j) for j in range(width)]
-            sums = [sum_of(prefix, tables, c) for c in channels]
+            sums = ([f"kc[{j}].sum" for j in range(width)] if record else
+                    [sum_of(prefix, tables, c) for c in channels])
+            kept = ([f"const {record} *kc = &{prefix}_channel[{channels[0]}];",
+                     "ARENAC_KEEP(kc);"] if record else [])
             out = c_offset("out", [(ploop, m.channels), (loop, 1)])
             steps = depth_steps(kind, m, True, target)
             step_loops += [steps["loop"]] if steps["loop"] else []
@@ -258,10 +265,13 @@ def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], output: list[str]
             pixels.append({
                 "loop": ploop, "steps": steps,
                 "head": [f"const int32_t *pairs = {c_offset('input', [(ploop, words)])};",
-                         f"int8_t *o0 = {out}{outs};", *accumulator_lines(sums, count)],
+                         f"int8_t *o0 = {out}{outs};", *kept,
+                         *accumulator_lines(sums, count)],
                 "stores": block_stores(prefix, output, [
-                    (f"o{i}[{j}]", f"acc[{i * width + j}]", channels[j])
-                    for i, j in store_order(tables, count, width)])})
+                    (f"o{i}[{j}]", f"acc[{i * width + j}]",
+                     f"kc{plus_term(j)}" if record else channels[j])
+                    for i, j in store_order(tables, count, width)],
+                    record is not None, target not in IN_ORDER_TARGETS)})
         blocks.append({"loop": loop, "pixels": pixels,
                        "head": [f"arenac_widen_1(w, {rows}, {width * m.groups});"]})
     return blocks, kinds, step_loops
@@ -287,8 +297,9 @@ def emit_staged(ctx: OpContext) -> Kernel:
     pixel_loops = ((ConstantLoop("p", triples, 0, 3), 3),
                    (ConstantLoop("p", m.pixels, triples, max(rest, 1)), rest))
     widening = _staged_widening(m, pixel_loops)
-    blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, parts, pixel_loops,
-                                               ctx.target)
+    record = channel_record(prefix, output)
+    blocks, kinds, step_loops = _staged_blocks(prefix, m, tables, output if record else parts,
+                                               pixel_loops, ctx.target, record)
     helpers = with_attribute_helpers(
         {"arm_dsp", widen_helper(1, ctx.target), *(mac16_helper(k, ctx.target) for k in kinds),
          *(widen_helper(count, ctx.target) for loop, count in pixel_loops
@@ -303,7 +314,7 @@ def emit_staged(ctx: OpContext) -> Kernel:
                    f"alternating; each row padded with zeros to {m.groups * GROUP}")},
               *tables]
     values = {
-        "parted": bool(parts),
+        "parted": bool(parts), "record": record,
         "fn": ctx.fn, "prefix": prefix, "tables": tables, "output": output,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr, "input": ctx.scratch[0],
