@@ -1081,6 +1081,21 @@ def test_the_dual_issue_core_saturates_each_output_beside_another_instruction():
 
 
 @needs_mcu
+def test_the_dual_issue_core_loads_output_constants_beside_its_last_multiplies():
+    """On the Cortex-M7 a two-pixel pipeline of a 1x1 layer of eight input channels copies the
+    fields its rounding reads of each channel's record into a local record between its last
+    multiply-adds; the last odd channel's block reads its record through kc. Bit-exact."""
+    model = conv_model("int8", True, (1, 12, 10, 8), 7, (1, 1), activation="RELU")
+    mp = planned(model, "cortex-m7")
+    assert kernels_bound(mp) == ["dsp-1x1"]
+    c = generate(mp, "net")["net.c"]
+    assert re.search(r"acc\[0\] = __smlad\(xw0, wa, acc\[0\]\);\n\s*r0\.multiplier = "
+                     r"kc\[0\]\.multiplier;\n\s*acc\[1\] = __smlad", c)
+    assert "_rounded_at(acc[0], &r0)" in c and "_rounded_at(acc[0], kc)" in c
+    assert_qemu_matches_oracle(model, "cortex-m7")
+
+
+@needs_mcu
 def test_the_64_bit_rounding_where_no_high_word_form_fits(monkeypatch):
     """A rounding with no offset that makes it one SMMLA (or one by sign) keeps its 64-bit
     rounding (an SMLAL), and stays bit-exact; with it, the kernels use the SMMLA."""

@@ -672,12 +672,19 @@ def plus_term(value: int) -> str:
 # -- emission --------------------------------------------------------------------------------
 
 
-def depth_steps(kind: str, m: Matmul, wide: bool, target: str, joint: bool = False) -> dict:
+def pipelined(kind: str, wide: bool, target: str) -> bool:
+    """Whether a block's depth steps are one software pipeline (paired_steps)."""
+    return wide and kind in ("3x2", "2x2") and target in PIPELINED_TARGETS
+
+
+def depth_steps(kind: str, m: Matmul, wide: bool, target: str, joint: bool = False,
+                tail: tuple[str, ...] = ()) -> dict:
     """The calls of one block's depth steps: written out up to UNROLLED groups (UNROLLED_3X2
     for the 3x2 step), else a loop of TRIP groups a trip and the rest written out. `wide`: the
-    filter is int16 pairs; `joint`: the channel pairs' joint words."""
-    if wide and kind in ("3x2", "2x2") and target in PIPELINED_TARGETS:
-        return paired_steps(m, int(kind[0]))
+    filter is int16 pairs; `joint`: the channel pairs' joint words; `tail`: a pipeline's last
+    statements (paired_steps)."""
+    if pipelined(kind, wide, target):
+        return paired_steps(m, int(kind[0]), tail)
     x_words = 2 * int(kind[0])
     # a channel pair's weights of a group: 8 bytes, or 4 int32 words; the 1x4 step's second
     # pair is the next pair's row block, `pair_block` further on
@@ -694,15 +701,17 @@ def depth_steps(kind: str, m: Matmul, wide: bool, target: str, joint: bool = Fal
     return unrolled_steps(m.groups, UNROLLED_3X2 if kind == "3x2" else UNROLLED, call)
 
 
-def paired_steps(m: Matmul, pixels: int) -> dict:
+def paired_steps(m: Matmul, pixels: int, tail: tuple[str, ...] = ()) -> dict:
     """The int16 steps of `pixels` pixels by two channels over `pairs` and `w` written out as one
     software pipeline per run of groups (a loop trip of TRIP, or the groups written out):
     each half-step's __smlad with the next half-step's words loaded between them, each load
     after the last multiply-add reading the register it fills, so that the Cortex-M7 issues
-    every load beside a multiply-add (one MAC pipe: a cycle for two products)."""
+    every load beside a multiply-add (one MAC pipe: a cycle for two products). `tail`: the
+    statements (loads of the output constants) that follow the last half-step's multiply-adds,
+    one after each, which would otherwise issue alone."""
     last = pixels - 1
 
-    def run(k: ConstantLoop | None, groups: range) -> list[str]:
+    def run(k: ConstantLoop | None, groups: range, last_run: bool) -> list[str]:
         def word(array: str, group: int, index: int) -> str:
             step = 2 * pixels if array == "pairs" else 4
             return f"{array}[{c_sum([(k, step)] if k is not None else [], group * step + index)}]"
@@ -712,6 +721,7 @@ def paired_steps(m: Matmul, pixels: int) -> dict:
                     **{f"xw{p}": word("pairs", group, 2 * p + half) for p in range(pixels)}}
 
         halves = [(g, h) for g in groups for h in (0, 1)]
+        after = list(tail) if last_run else []
         first = words(*halves[0])
         xs = ", ".join(f"xw{p} = {first[f'xw{p}']}" for p in range(pixels))
         lines = ["{", f"  int32_t wa = {first['wa']}, wb = {first['wb']};", f"  int32_t {xs};"]
@@ -721,19 +731,21 @@ def paired_steps(m: Matmul, pixels: int) -> dict:
                 lines.append(f"  acc[{2 * p}] = __smlad(xw{p}, wa, acc[{2 * p}]);")
                 if p == last and following:  # wa is free after the last pixel's first
                     lines.append(f"  wa = {following['wa']};")
+                lines += [] if following or not after else [f"  {after.pop(0)}"]
                 lines.append(f"  acc[{2 * p + 1}] = __smlad(xw{p}, wb, acc[{2 * p + 1}]);")
                 if following:
                     lines.append(f"  xw{p} = {following[f'xw{p}']};")
+                lines += [] if following or not after else [f"  {after.pop(0)}"]
             if following:
                 lines.append(f"  wb = {following['wb']};")
-        return [*lines, "}"]
+        return [*lines, *(f"  {statement}" for statement in after), "}"]
 
     if m.groups <= (UNROLLED_3X2 if pixels == 3 else UNROLLED):
-        return {"loop": None, "body": [], "rest": run(None, range(m.groups))}
+        return {"loop": None, "body": [], "rest": run(None, range(m.groups), True)}
     main = m.groups - m.groups % TRIP
     k = ConstantLoop("k", main, 0, TRIP)
-    return {"loop": k, "body": run(k, range(TRIP)),
-            "rest": run(None, range(main, m.groups)) if main < m.groups else []}
+    return {"loop": k, "body": run(k, range(TRIP), False),
+            "rest": run(None, range(main, m.groups), True) if main < m.groups else list(tail)}
 
 
 def unrolled_steps(groups: int, unrolled: int,
@@ -772,12 +784,19 @@ def word_steps(kind: str, m: Matmul, joint: bool = False) -> dict:
 
 def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: bool,
                     sum_at: Callable[[str], str], target: str, tables: list[dict],
-                    output: list[str], direct: bool = False, joint: bool = False
-                    ) -> list[dict]:
+                    output: list[str], direct: bool = False, joint: bool = False,
+                    record: str | None = None) -> list[dict]:
     """A pixel block's channel blocks: two channels at a time, then an odd last one; for one
     pixel of int8 weights, four (two pairs) first. `direct`: the pixel's inputs read from x0
     and widened in registers (`word_steps`); `joint`: the channel pairs read joint words
-    (`joint_words`), each pixel's lift taken (lift0, lift1, ...)."""
+    (`joint_words`), each pixel's lift taken (lift0, lift1, ...). `record` (channel_record):
+    the stores read the channels' records through kc; a two-pixel software pipeline copies
+    the fields its rounding needs into local records (r0, r1) between its last multiply-adds
+    instead, single loads that issue beside them, where the rounding's would pair into an
+    LDRD that issues alone (the three-pixel one has no registers left for them: vww_96_int8
+    +0.16 million cycles)."""
+    fields = list(dict.fromkeys(re.findall(r"k->(\w+)", " ".join(output_stages(output)[
+        "rounded"])))) if record else []
     blocks = []
     quads = pixels == 1 and not wide
     start = 0
@@ -790,16 +809,25 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
         w_at = c_offset(f"{prefix}_filter", [(loop, m.groups * GROUP // (2 if wide else 1))])
         sums = [sum_at(c_sum([(loop, 1)], j)) for j in range(width)]
         joined = joint and width > 1
-        head = [f"const {'int32_t' if wide else 'int8_t'} *w = {w_at};",
+        copied = record is not None and pipelined(kind, wide, target) and kind == "2x2"
+        kept = ([f"const {record} *kc = &{prefix}_channel[{c_sum([(loop, 1)], 0)}];",
+                 *([f"{record} {', '.join(f'r{j}' for j in range(width))};"] if copied
+                   else [])] if record else [])
+        head = [f"const {'int32_t' if wide else 'int8_t'} *w = {w_at};", *kept,
                 *(joint_accumulator_lines(sums, pixels) if joined
                   else accumulator_lines(sums, pixels))]
         sum_names = [f"acc[{k}]" for k in range(pixels * width)]
         if joined:  # each pair's first channel
             sum_names[0::2] = [f"arenac_joint_first(acc[{k}], acc[{k + 1}])"
                                for k in range(0, pixels * width, 2)]
+        channels = ([f"&r{j}" for j in range(width)] if copied else
+                    [f"kc{plus_term(j)}" for j in range(width)] if record else
+                    [c_sum([(loop, 1)], j) for j in range(width)])
         stores = block_stores(prefix, output, [
-            (f"{outs[i]}[{c_sum([(loop, 1)], j)}]", sum_names[i * width + j],
-             c_sum([(loop, 1)], j)) for i, j in store_order(tables, pixels, width)])
+            (f"{outs[i]}[{c_sum([(loop, 1)], j)}]", sum_names[i * width + j], channels[j])
+            for i, j in store_order(tables, pixels, width)], record is not None,
+            target not in IN_ORDER_TARGETS)
+        tail = tuple(f"r{j}.{f} = kc[{j}].{f};" for j in range(width) for f in fields)
         # the joint 3x2 step reads single loads on every core: half a group a run where the
         # core issues one instruction a cycle
         runs = width == 4 or (kind == "3x2" and (joined or target not in IN_ORDER_TARGETS))
@@ -808,7 +836,7 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
         helper = (mac16_helper(kind, target) if wide
                   else f"arm_dsp_mac_{form}{'_runs' if runs else ''}")
         steps = (word_steps(kind, m, joined) if direct
-                 else depth_steps(kind, m, wide, target, joined))
+                 else depth_steps(kind, m, wide, target, joined, tail if copied else ()))
         blocks.append({"loop": loop, "head": head, "steps": steps, "stores": stores,
                        "helper": helper})
     return blocks
@@ -919,11 +947,16 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
         prefix, stage, (m.sums(), f"{what}: per output channel, bias + input offset * the "
                                   "filter row's sum (int32, wrapped)"))
     parts = parted(output, ctx.target)  # the stages its stores part, if any
+    # the Cortex-M7's two-pixel pipelines load their output constants beside their last
+    # multiply-adds (_channel_blocks)
+    record = (channel_record(prefix, output)
+              if wide and not joint and not direct and ctx.target in PIPELINED_TARGETS else None)
     for pixel in pixels:
         pixel["channels"] = _channel_blocks(prefix, m, pixel["count"],
                                             [f"o{i}" for i in range(pixel["count"])], wide,
                                             lambda channel: sum_of(prefix, tables, channel),
-                                            ctx.target, tables, parts, direct, joint)
+                                            ctx.target, tables, output if record else parts,
+                                            direct, joint, record)
     packed = m.packed(joint)
     order = ("for each pair of output channels, their rows four weights at a time, "
              f"alternating; each row padded with zeros to {m.groups * GROUP}")
@@ -954,7 +987,7 @@ def matmul_values(ctx: OpContext, m: Matmul, stage: OutputStage, what: str, comm
     counters = written_vars([*loops, *[b["loop"] for b in blocks],
                              *[b["steps"]["loop"] for b in blocks if b["steps"]["loop"]]])
     return {
-        "parted": bool(parts),
+        "parted": bool(parts), "record": record,
         "fn": ctx.fn, "prefix": prefix, "comment": c_comment(comment), "tables": tables,
         "output_comment": c_comment(f"Output channel c from its sum: {output_comment}"),
         "output": output, "x": ctx.inputs[0].ptr, "out": ctx.outputs[0].ptr,
