@@ -110,6 +110,12 @@ def channel_record(prefix: str, output: list[str]) -> str | None:
     return found.group(1)
 
 
+def record_pointer(prefix: str, record: str, channel: str) -> str:
+    """The line that points kc at channel `channel`'s record (channel_record): the kernels'
+    stores read the channel's constants through it (`{prefix}_rounded_at`)."""
+    return f"const {record} *kc = &{prefix}_channel[{channel}];"
+
+
 def block_stores(prefix: str, output: list[str], stores: list[tuple[str, str, str]],
                  record: bool = False, dual_issue: bool = True) -> list[str]:
     """A block's stores (target, sum, channel): where the output function parts in two stages,
@@ -810,7 +816,7 @@ def _channel_blocks(prefix: str, m: Matmul, pixels: int, outs: list[str], wide: 
         sums = [sum_at(c_sum([(loop, 1)], j)) for j in range(width)]
         joined = joint and width > 1
         copied = record is not None and pipelined(kind, wide, target) and kind == "2x2"
-        kept = ([f"const {record} *kc = &{prefix}_channel[{c_sum([(loop, 1)], 0)}];",
+        kept = ([record_pointer(prefix, record, c_sum([(loop, 1)], 0)),
                  *([f"{record} {', '.join(f'r{j}' for j in range(width))};"] if copied
                    else [])] if record else [])
         head = [f"const {'int32_t' if wide else 'int8_t'} *w = {w_at};", *kept,

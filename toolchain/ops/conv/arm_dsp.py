@@ -62,6 +62,7 @@ from toolchain.ops.arm_dsp_common import (
     plus_term,
     pointwise_scratch,
     pointwise_values,
+    record_pointer,
     runs_attribute,
     runs_helpers,
     store_order,
@@ -256,7 +257,7 @@ def _staged_blocks(prefix: str, m: Matmul, tables: list[dict], output: list[str]
             channels = [c_sum([(loop, 1)], j) for j in range(width)]
             sums = ([f"kc[{j}].sum" for j in range(width)] if record else
                     [sum_of(prefix, tables, c) for c in channels])
-            kept = ([f"const {record} *kc = &{prefix}_channel[{channels[0]}];",
+            kept = ([record_pointer(prefix, record, channels[0]),
                      "ARENAC_KEEP(kc);"] if record else [])
             out = c_offset("out", [(ploop, m.channels), (loop, 1)])
             steps = depth_steps(kind, m, True, target)
@@ -977,7 +978,7 @@ def emit_depthwise(ctx: OpContext, max_group: int = MAX_GROUP_CHANNELS) -> Kerne
         "column": f"ix - {d.padding[1]}" if d.padding[1] else "ix",
         "left": left, "inside": inside,
         "record": record,
-        "channel_line": (f"const {record} *kc = &{prefix}_channel[c];" if record else
+        "channel_line": (record_pointer(prefix, record, "c") if record else
                          f"const int32_t sum = {sum_of(prefix, tables, 'c')};"),
         "helpers": tuple(sorted({"arm_dsp", *runs_helpers(ctx.target),
                                  *(["arm_dsp_pixel_pair"] if pairs_copied(d) else [])}
